@@ -1,0 +1,133 @@
+#include "ckptdb/types.h"
+
+#include <array>
+
+namespace ckptdb {
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  std::string_view name;
+  size_t size;
+  bool numeric;
+};
+
+constexpr std::array<DTypeInfo, 12> kDTypes = {{
+    {DType::kFloat64, "float64", 8, true},
+    {DType::kFloat32, "float32", 4, true},
+    {DType::kFloat16, "float16", 2, true},
+    {DType::kBFloat16, "bfloat16", 2, true},
+    {DType::kInt64, "int64", 8, true},
+    {DType::kInt32, "int32", 4, true},
+    {DType::kInt16, "int16", 2, true},
+    {DType::kInt8, "int8", 1, true},
+    {DType::kUInt8, "uint8", 1, true},
+    {DType::kBool, "bool", 1, false},
+    {DType::kFloat8E4M3FN, "float8_e4m3fn", 1, true},
+    {DType::kFloat8E5M2, "float8_e5m2", 1, true},
+}};
+
+const DTypeInfo& Info(DType dtype) {
+  // The enum values are 1..12 in the order of kDTypes.
+  return kDTypes[static_cast<size_t>(dtype) - 1];
+}
+
+}  // namespace
+
+bool IsValidDType(uint8_t raw) { return raw >= 1 && raw <= kDTypes.size(); }
+std::string_view DTypeName(DType dtype) { return Info(dtype).name; }
+size_t DTypeSize(DType dtype) { return Info(dtype).size; }
+bool IsNumeric(DType dtype) { return Info(dtype).numeric; }
+
+Result<DType> DTypeFromName(std::string_view name) {
+  for (const auto& info : kDTypes) {
+    if (info.name == name) return info.dtype;
+  }
+  return Status::InvalidArgument("unknown dtype '" + std::string(name) + "'");
+}
+
+std::string ShapeToString(const Shape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+TensorView TensorView::Whole(void* data, DType dtype, Shape shape, Device device) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.device = device;
+  v.global_offset.assign(shape.size(), 0);
+  v.local_shape = shape;
+  v.global_shape = std::move(shape);
+  return v;
+}
+
+TensorView TensorView::Shard(void* data, DType dtype, Shape local_shape, Shape global_shape,
+                             Shape global_offset, Device device) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.device = device;
+  v.local_shape = std::move(local_shape);
+  v.global_shape = std::move(global_shape);
+  v.global_offset = std::move(global_offset);
+  return v;
+}
+
+std::string_view ValueTypeName(const Value& value) {
+  static constexpr std::array<std::string_view, 5> kNames = {"int", "float", "bool", "str",
+                                                            "bytes"};
+  return kNames[value.index()];
+}
+
+StateDict::StateDict(const StateDict& other) = default;
+StateDict& StateDict::operator=(const StateDict& other) = default;
+StateDict::~StateDict() = default;
+
+StateDict& StateDict::Set(std::string key, TensorView tensor) {
+  items_[std::move(key)].node = std::move(tensor);
+  return *this;
+}
+
+StateDict& StateDict::Set(std::string key, Value value) {
+  items_[std::move(key)].node = std::move(value);
+  return *this;
+}
+
+StateDict& StateDict::Set(std::string key, StateDict child) {
+  items_[std::move(key)].node = std::move(child);
+  return *this;
+}
+
+StateDict& StateDict::Child(const std::string& key) {
+  Entry& entry = items_[key];
+  if (!std::holds_alternative<StateDict>(entry.node)) entry.node = StateDict();
+  return std::get<StateDict>(entry.node);
+}
+
+const TensorView* StateDict::GetTensor(std::string_view key) const {
+  auto it = items_.find(key);
+  return it == items_.end() ? nullptr : std::get_if<TensorView>(&it->second.node);
+}
+
+const Value* StateDict::GetValue(std::string_view key) const {
+  auto it = items_.find(key);
+  return it == items_.end() ? nullptr : std::get_if<Value>(&it->second.node);
+}
+
+const StateDict* StateDict::GetChild(std::string_view key) const {
+  auto it = items_.find(key);
+  return it == items_.end() ? nullptr : std::get_if<StateDict>(&it->second.node);
+}
+
+}  // namespace ckptdb

@@ -1,0 +1,130 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "ckptdb/status.h"
+
+namespace ckptdb {
+
+// Element types a checkpoint can hold. The numeric values are part of the storage format.
+enum class DType : uint8_t {
+  kFloat64 = 1,
+  kFloat32 = 2,
+  kFloat16 = 3,
+  kBFloat16 = 4,
+  kInt64 = 5,
+  kInt32 = 6,
+  kInt16 = 7,
+  kInt8 = 8,
+  kUInt8 = 9,
+  kBool = 10,
+  kFloat8E4M3FN = 11,
+  kFloat8E5M2 = 12,
+};
+
+// "float32", "bfloat16", ... (the names of API.md).
+std::string_view DTypeName(DType dtype);
+// Inverse of DTypeName; InvalidArgument for an unknown name.
+Result<DType> DTypeFromName(std::string_view name);
+// True for every value of the enum above (used to validate decoded records).
+bool IsValidDType(uint8_t raw);
+// Bytes per element.
+size_t DTypeSize(DType dtype);
+// Floating point and integer types (not bool): the types `cast` converts between.
+bool IsNumeric(DType dtype);
+
+using Shape = std::vector<int64_t>;
+
+// "[2, 3]".
+std::string ShapeToString(const Shape& shape);
+// Product of the extents (1 for a 0-d shape).
+int64_t NumElements(const Shape& shape);
+
+enum class DeviceType : uint8_t { kCPU = 0, kCUDA = 1 };
+
+struct Device {
+  DeviceType type = DeviceType::kCPU;
+  int index = 0;
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+// A rank's piece of a global tensor, borrowed from the caller: `data` points at a dense,
+// C-contiguous buffer of `local_shape` elements of `dtype`. The caller keeps the memory alive and
+// unchanged (Save) or untouched by others (Load) for the duration of the call.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  Device device;
+  Shape local_shape;
+  Shape global_shape;
+  Shape global_offset;  // same rank as global_shape; local box = [offset, offset + local_shape)
+
+  // The whole tensor: offset 0, local shape == global shape.
+  static TensorView Whole(void* data, DType dtype, Shape shape, Device device = {});
+  // One shard of a global tensor.
+  static TensorView Shard(void* data, DType dtype, Shape local_shape, Shape global_shape,
+                          Shape global_offset, Device device = {});
+
+  int64_t num_elements() const { return NumElements(local_shape); }
+  size_t nbytes() const { return static_cast<size_t>(num_elements()) * DTypeSize(dtype); }
+};
+
+// Raw bytes, distinct from text.
+struct Bytes {
+  std::string data;
+  friend bool operator==(const Bytes&, const Bytes&) = default;
+};
+
+// A small non-tensor leaf: int, float, bool, text or bytes. Stored in the checkpoint metadata.
+using Value = std::variant<int64_t, double, bool, std::string, Bytes>;
+
+// "int", "float", "bool", "str", "bytes".
+std::string_view ValueTypeName(const Value& value);
+
+// A nested state dict: string key -> tensor view, small value, or nested state dict. Keys are kept
+// in sorted order. Value type (copies are deep; tensor data is borrowed, never copied).
+class StateDict {
+ public:
+  struct Entry;
+  using Map = std::map<std::string, Entry, std::less<>>;
+
+  StateDict() = default;
+  StateDict(const StateDict& other);
+  StateDict& operator=(const StateDict& other);
+  StateDict(StateDict&&) noexcept = default;
+  StateDict& operator=(StateDict&&) noexcept = default;
+  ~StateDict();
+
+  StateDict& Set(std::string key, TensorView tensor);
+  StateDict& Set(std::string key, Value value);
+  StateDict& Set(std::string key, StateDict child);
+  // Returns the nested dict under `key`, creating it (replacing any leaf) when absent.
+  StateDict& Child(const std::string& key);
+
+  // nullptr when absent or of another kind.
+  const TensorView* GetTensor(std::string_view key) const;
+  const Value* GetValue(std::string_view key) const;
+  const StateDict* GetChild(std::string_view key) const;
+
+  bool empty() const { return items_.empty(); }
+  size_t size() const { return items_.size(); }
+  Map& items() { return items_; }
+  const Map& items() const { return items_; }
+
+ private:
+  Map items_;
+};
+
+struct StateDict::Entry {
+  std::variant<TensorView, Value, StateDict> node;
+};
+
+}  // namespace ckptdb

@@ -1,0 +1,55 @@
+#include "planner/box.h"
+
+#include <gtest/gtest.h>
+
+namespace ckptdb::planner {
+namespace {
+
+TEST(BoxTest, IntersectAndContains) {
+  Box a{{0, 0}, {4, 4}}, b{{2, 3}, {4, 4}};
+  auto common = Intersect(a, b);
+  ASSERT_TRUE(common.has_value());
+  EXPECT_EQ(*common, (Box{{2, 3}, {2, 1}}));
+  EXPECT_FALSE(Intersect(a, Box{{4, 0}, {1, 1}}).has_value());
+  EXPECT_TRUE(Contains(a, Box{{1, 1}, {3, 3}}));
+  EXPECT_FALSE(Contains(a, Box{{1, 1}, {4, 3}}));
+  EXPECT_TRUE(Intersect(Box{}, Box{}).has_value());  // 0-d boxes meet
+}
+
+TEST(BoxTest, SplitKeepsFittingBoxWhole) {
+  Box box{{0, 0}, {4, 4}};
+  EXPECT_EQ(SplitBox(box, 4, 64), std::vector<Box>{box});
+}
+
+TEST(BoxTest, SplitAlongRows) {
+  Box box{{10, 0}, {10, 4}};  // 16 bytes per row
+  auto pieces = SplitBox(box, 4, 48);
+  ASSERT_EQ(pieces.size(), 4u);  // 3 + 3 + 3 + 1 rows
+  EXPECT_EQ(pieces[0], (Box{{10, 0}, {3, 4}}));
+  EXPECT_EQ(pieces[3], (Box{{19, 0}, {1, 4}}));
+}
+
+TEST(BoxTest, SplitInsideRowsWhenARowIsTooLarge) {
+  Box box{{0, 0, 0}, {2, 3, 8}};  // a row of dim 0 is 3*8*1 = 24 bytes; one of dim 1 is 8
+  auto pieces = SplitBox(box, 1, 16);
+  // dim 1 cut into runs of 2: per outer index {0..2},{2..3} -> 2 * 2 pieces.
+  ASSERT_EQ(pieces.size(), 4u);
+  int64_t total = 0;
+  for (const Box& p : pieces) {
+    EXPECT_EQ(p.shape[0], 1);
+    EXPECT_LE(p.volume(), 16);
+    total += p.volume();
+  }
+  EXPECT_EQ(total, box.volume());
+  EXPECT_EQ(pieces[1], (Box{{0, 2, 0}, {1, 1, 8}}));
+}
+
+TEST(BoxTest, SplitBelowOneElementKeepsOneElementPerPiece) {
+  Box box{{0}, {3}};
+  auto pieces = SplitBox(box, 8, 4);
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[2], (Box{{2}, {1}}));
+}
+
+}  // namespace
+}  // namespace ckptdb::planner

@@ -1,0 +1,53 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckptdb/metadata.h"
+#include "ckptdb/status.h"
+#include "planner/box.h"
+
+namespace ckptdb::planner {
+
+// One target shard a rank wants filled: the box `box` of tensor `flat_key`.
+struct LoadTarget {
+  std::string flat_key;
+  Box box;
+};
+
+// One stored chunk read by one rank.
+struct ChunkRead {
+  std::string flat_key;
+  size_t chunk = 0;  // index into TensorMetadata::chunks
+  int reader_rank = 0;
+  uint64_t nbytes = 0;
+};
+
+// One box copied from a read chunk into a target shard: the read item of DESIGN.md.
+struct ReadItem {
+  size_t read = 0;   // index into LoadPlan::reads (gives the chunk and reader rank)
+  int dest_rank = 0;
+  size_t target = 0;  // index into the dest rank's targets
+  Shape storage_offset;  // begin of the box relative to the chunk's global offset
+  Shape dest_offset;     // begin of the box relative to the target's global offset
+  Shape lengths;
+  uint64_t num_elements() const { return static_cast<uint64_t>(NumElements(lengths)); }
+};
+
+struct LoadPlan {
+  std::vector<ChunkRead> reads;  // every needed chunk exactly once
+  std::vector<ReadItem> items;   // sorted by (read, dest rank, target)
+  std::vector<uint64_t> read_bytes_per_rank;
+
+  std::string ToString() const;
+};
+
+// Plans a load of `targets` (indexed by load rank) from the stored `tensors` (by flat key).
+// Overlaps are found through a per-tensor index sorted by chunk offset, not by testing every
+// pair. Each needed chunk gets one reader: the rank needing it with the fewest bytes to read so
+// far. InvalidArgument when a target names an unknown key or lies outside its tensor.
+Result<LoadPlan> BuildLoadPlan(const std::map<std::string, TensorMetadata>& tensors,
+                               const std::vector<std::vector<LoadTarget>>& targets);
+
+}  // namespace ckptdb::planner

@@ -1,0 +1,76 @@
+#include "planner/load_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace ckptdb::planner {
+namespace {
+
+TensorMetadata RowChunks(Shape global, int64_t rows_per_chunk, DType dtype = DType::kFloat32) {
+  TensorMetadata t;
+  t.dtype = dtype;
+  t.global_shape = global;
+  const int64_t row = NumElements(global) / global[0];
+  for (int64_t r = 0; r < global[0]; r += rows_per_chunk) {
+    ChunkMetadata c;
+    c.global_offset = Shape(global.size(), 0);
+    c.global_offset[0] = r;
+    c.local_shape = global;
+    c.local_shape[0] = std::min(rows_per_chunk, global[0] - r);
+    c.nbytes = static_cast<uint64_t>(c.local_shape[0] * row) * DTypeSize(dtype);
+    t.chunks.push_back(c);
+  }
+  return t;
+}
+
+TEST(LoadPlanTest, RowsToColumnsOnTwoRanks) {
+  std::map<std::string, TensorMetadata> stored = {{"w", RowChunks({4, 6}, 2)}};
+  std::vector<std::vector<LoadTarget>> targets = {
+      {{"w", Box{{0, 0}, {4, 3}}}},
+      {{"w", Box{{0, 3}, {4, 3}}}},
+  };
+  auto plan = BuildLoadPlan(stored, targets);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->reads.size(), 2u);  // each chunk once
+  EXPECT_NE(plan->reads[0].reader_rank, plan->reads[1].reader_rank);  // balanced
+  ASSERT_EQ(plan->items.size(), 4u);
+  const ReadItem& item = plan->items[3];  // chunk 1 -> rank 1
+  EXPECT_EQ(item.read, 1u);
+  EXPECT_EQ(item.dest_rank, 1);
+  EXPECT_EQ(item.storage_offset, (Shape{0, 3}));
+  EXPECT_EQ(item.dest_offset, (Shape{2, 0}));
+  EXPECT_EQ(item.lengths, (Shape{2, 3}));
+  EXPECT_EQ(plan->read_bytes_per_rank, (std::vector<uint64_t>{48, 48}));
+}
+
+TEST(LoadPlanTest, ReadsOnlyChunksThatOverlap) {
+  std::map<std::string, TensorMetadata> stored = {{"w", RowChunks({100, 2}, 10)}};
+  auto plan = BuildLoadPlan(stored, {{{"w", Box{{35, 0}, {10, 1}}}}});
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->reads.size(), 2u);
+  EXPECT_EQ(plan->reads[0].chunk, 3u);
+  EXPECT_EQ(plan->reads[1].chunk, 4u);
+}
+
+TEST(LoadPlanTest, ZeroDimTensor) {
+  TensorMetadata t;
+  t.global_shape = {};
+  t.chunks.push_back({{}, {}, 0, 4, 0});
+  auto plan = BuildLoadPlan({{"s", t}}, {{{"s", Box{}}}, {{"s", Box{}}}});
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->reads.size(), 1u);
+  EXPECT_EQ(plan->items.size(), 2u);
+}
+
+TEST(LoadPlanTest, RejectsUnknownKeyAndOutOfBounds) {
+  std::map<std::string, TensorMetadata> stored = {{"w", RowChunks({4, 6}, 2)}};
+  auto unknown = BuildLoadPlan(stored, {{{"v", Box{{0}, {1}}}}});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("'v'"), std::string::npos);
+  auto outside = BuildLoadPlan(stored, {{}, {{"w", Box{{3, 0}, {2, 6}}}}});
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.status().message().find("rank 1"), std::string::npos);
+  EXPECT_NE(outside.status().message().find("[4, 6]"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ckptdb::planner

@@ -1,0 +1,138 @@
+#include "planner/save_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace ckptdb::planner {
+namespace {
+
+SaveShard Shard(const std::string& key, Shape global, Shape offset, Shape shape,
+                DType dtype = DType::kFloat32) {
+  return {key, {key}, dtype, std::move(global), Box{std::move(offset), std::move(shape)}};
+}
+
+void ExpectError(const std::vector<RankSaveLayout>& ranks, const std::string& needle) {
+  auto plan = BuildSavePlan(ranks, 1 << 20);
+  ASSERT_FALSE(plan.ok()) << plan->ToString();
+  EXPECT_TRUE(plan.status().IsInvalidArgument());
+  EXPECT_NE(plan.status().message().find(needle), std::string::npos) << plan.status().ToString();
+}
+
+TEST(SavePlanTest, RowShardsOnTwoRanks) {
+  std::vector<RankSaveLayout> ranks(2);
+  ranks[0].shards.push_back(Shard("w", {4, 3}, {0, 0}, {2, 3}));
+  ranks[1].shards.push_back(Shard("w", {4, 3}, {2, 0}, {2, 3}));
+  auto plan = BuildSavePlan(ranks, 1 << 20);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->tensors.size(), 1u);
+  ASSERT_EQ(plan->tensors[0].chunks.size(), 2u);
+  EXPECT_EQ(plan->tensors[0].chunks[0].writer_rank, 0);
+  EXPECT_EQ(plan->tensors[0].chunks[1].writer_rank, 1);
+  EXPECT_EQ(plan->total_bytes, 48u);
+  EXPECT_EQ(plan->bytes_per_rank, (std::vector<uint64_t>{24, 24}));
+}
+
+TEST(SavePlanTest, ReplicasStoredOnceAndBalanced) {
+  // Four replicated tensors of equal size on 2 ranks: each rank writes two.
+  std::vector<RankSaveLayout> ranks(2);
+  for (auto& r : ranks) {
+    for (const char* key : {"a", "b", "c", "d"}) r.shards.push_back(Shard(key, {8}, {0}, {8}));
+  }
+  auto plan = BuildSavePlan(ranks, 1 << 20);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->total_bytes, 4u * 32);
+  EXPECT_EQ(plan->bytes_per_rank, (std::vector<uint64_t>{64, 64}));
+  for (const auto& t : plan->tensors) EXPECT_EQ(t.chunks.size(), 1u);
+}
+
+TEST(SavePlanTest, SplitsLargeShards) {
+  std::vector<RankSaveLayout> ranks(1);
+  ranks[0].shards.push_back(Shard("w", {10, 4}, {0, 0}, {10, 4}));
+  auto plan = BuildSavePlan(ranks, 48);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->tensors[0].chunks.size(), 4u);
+  for (const auto& c : plan->tensors[0].chunks) {
+    EXPECT_LE(c.nbytes, 48u);
+    EXPECT_EQ(c.source_shard, 0u);
+  }
+}
+
+TEST(SavePlanTest, DifferentKeySetsPerRankAndValues) {
+  std::vector<RankSaveLayout> ranks(3);
+  ranks[0].shards.push_back(Shard("stage0.w", {2}, {0}, {2}));
+  ranks[2].shards.push_back(Shard("stage1.w", {2}, {0}, {2}));
+  ranks[1].values.push_back({"lr", {"lr"}, Value(0.5)});
+  ranks[2].values.push_back({"lr", {"lr"}, Value(0.25)});
+  auto plan = BuildSavePlan(ranks, 1 << 20);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->tensors.size(), 2u);
+  EXPECT_EQ(std::get<double>(plan->values.at("lr")), 0.5);  // lowest rank holding it
+  EXPECT_EQ(plan->flat_mapping.size(), 3u);
+}
+
+TEST(SavePlanTest, ZeroDimAndEmptyTensors) {
+  std::vector<RankSaveLayout> ranks(2);
+  for (auto& r : ranks) {
+    r.shards.push_back(Shard("scalar", {}, {}, {}));
+    r.shards.push_back(Shard("empty", {0, 5}, {0, 0}, {0, 5}));
+  }
+  auto plan = BuildSavePlan(ranks, 1 << 20);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->tensors.size(), 2u);
+  EXPECT_EQ(plan->tensors[0].flat_key, "empty");
+  EXPECT_TRUE(plan->tensors[0].chunks.empty());
+  ASSERT_EQ(plan->tensors[1].chunks.size(), 1u);
+  EXPECT_EQ(plan->tensors[1].chunks[0].nbytes, 4u);
+}
+
+TEST(SavePlanTest, RejectsDtypeMismatch) {
+  std::vector<RankSaveLayout> ranks(2);
+  ranks[0].shards.push_back(Shard("w", {4}, {0}, {2}));
+  ranks[1].shards.push_back(Shard("w", {4}, {2}, {2}, DType::kFloat16));
+  ExpectError(ranks, "tensor 'w': rank 0 has float32 [4] but rank 1 has float16 [4]");
+}
+
+TEST(SavePlanTest, RejectsGlobalShapeMismatch) {
+  std::vector<RankSaveLayout> ranks(2);
+  ranks[0].shards.push_back(Shard("w", {4}, {0}, {2}));
+  ranks[1].shards.push_back(Shard("w", {5}, {2}, {3}));
+  ExpectError(ranks, "rank 1 has float32 [5]");
+}
+
+TEST(SavePlanTest, RejectsOutOfBounds) {
+  std::vector<RankSaveLayout> ranks(1);
+  ranks[0].shards.push_back(Shard("w", {4, 4}, {2, 0}, {3, 4}));
+  ExpectError(ranks, "lies outside the global shape [4, 4]");
+  ranks[0].shards[0] = Shard("w", {4, 4}, {0}, {4});
+  ExpectError(ranks, "2-d global shape");
+}
+
+TEST(SavePlanTest, RejectsPartialOverlap) {
+  std::vector<RankSaveLayout> ranks(2);
+  ranks[0].shards.push_back(Shard("w", {4, 4}, {0, 0}, {3, 4}));
+  ranks[1].shards.push_back(Shard("w", {4, 4}, {2, 0}, {2, 4}));
+  ExpectError(ranks, "overlap in {offset [2, 0], shape [1, 4]} but are not identical replicas");
+}
+
+TEST(SavePlanTest, RejectsGap) {
+  std::vector<RankSaveLayout> ranks(2);
+  ranks[0].shards.push_back(Shard("w", {4, 4}, {0, 0}, {2, 4}));
+  ranks[1].shards.push_back(Shard("w", {4, 4}, {2, 0}, {1, 4}));
+  ExpectError(ranks, "cover 12 of 16 elements");
+}
+
+TEST(SavePlanTest, RejectsTensorAndValueUnderOneKey) {
+  std::vector<RankSaveLayout> ranks(2);
+  ranks[0].shards.push_back(Shard("w", {4}, {0}, {4}));
+  ranks[1].values.push_back({"w", {"w"}, Value(int64_t{1})});
+  ExpectError(ranks, "key 'w' is a small value on rank 1 and a tensor on rank 0");
+}
+
+TEST(SavePlanTest, RejectsDifferentPathsForOneFlatKey) {
+  std::vector<RankSaveLayout> ranks(2);
+  ranks[0].shards.push_back({"a.b", {"a", "b"}, DType::kFloat32, {2}, Box{{0}, {2}}});
+  ranks[1].shards.push_back({"a.b", {"a.b"}, DType::kFloat32, {2}, Box{{0}, {2}}});
+  ExpectError(ranks, "flat key 'a.b' names different paths");
+}
+
+}  // namespace
+}  // namespace ckptdb::planner
