@@ -1,0 +1,64 @@
+#include "storage/keys.h"
+
+namespace ckptdb::storage {
+
+void PutBigEndian64(std::string* out, uint64_t v) {
+  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
+}
+
+uint64_t GetBigEndian64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+namespace {
+
+void PutBigEndian32(std::string* out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
+}
+
+}  // namespace
+
+std::string CheckpointKeyPrefix(int64_t checkpoint_id) {
+  std::string out;
+  PutBigEndian64(&out, static_cast<uint64_t>(checkpoint_id));
+  return out;
+}
+
+std::string WriterKeyPrefix(int64_t checkpoint_id, int32_t writer_rank) {
+  std::string out = CheckpointKeyPrefix(checkpoint_id);
+  PutBigEndian32(&out, static_cast<uint32_t>(writer_rank));
+  return out;
+}
+
+std::string EncodeChunkKey(int64_t checkpoint_id, int32_t writer_rank, std::string_view tensor_key,
+                           const Shape& global_offset) {
+  std::string out = WriterKeyPrefix(checkpoint_id, writer_rank);
+  out.reserve(out.size() + tensor_key.size() + 2 + 8 * global_offset.size());
+  for (char c : tensor_key) {
+    out.push_back(c);
+    if (c == '\0') out.push_back('\xff');
+  }
+  out.push_back('\0');
+  out.push_back('\x01');
+  // Offsets are non-negative: the sign flip keeps the order of signed values anyway.
+  for (int64_t o : global_offset) PutBigEndian64(&out, static_cast<uint64_t>(o) ^ (uint64_t{1} << 63));
+  return out;
+}
+
+bool DecodeCheckpointId(std::string_view key, int64_t* checkpoint_id) {
+  if (key.size() < 8) return false;
+  *checkpoint_id = static_cast<int64_t>(GetBigEndian64(key.data()));
+  return true;
+}
+
+std::string MetaKey(int64_t checkpoint_id) { return CheckpointKeyPrefix(checkpoint_id); }
+
+bool DecodeMetaKey(std::string_view key, int64_t* checkpoint_id) {
+  if (key.size() != 8 || static_cast<uint8_t>(key[0]) == 0xff) return false;
+  *checkpoint_id = static_cast<int64_t>(GetBigEndian64(key.data()));
+  return true;
+}
+
+}  // namespace ckptdb::storage

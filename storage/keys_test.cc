@@ -1,0 +1,44 @@
+#include "storage/keys.h"
+
+#include <gtest/gtest.h>
+
+namespace ckptdb::storage {
+namespace {
+
+TEST(KeysTest, OrderFollowsIdRankKeyOffset) {
+  std::vector<std::string> keys = {
+      EncodeChunkKey(1, 0, "a", {0, 0}),   EncodeChunkKey(1, 0, "a", {0, 5}),
+      EncodeChunkKey(1, 0, "a", {3, 0}),   EncodeChunkKey(1, 0, "a.b", {0}),
+      EncodeChunkKey(1, 0, "ab", {0}),     EncodeChunkKey(1, 1, "a", {0, 0}),
+      EncodeChunkKey(2, 0, "", {}),        EncodeChunkKey(256, 0, "a", {0}),
+  };
+  for (size_t i = 1; i < keys.size(); ++i) EXPECT_LT(keys[i - 1], keys[i]) << i;
+}
+
+TEST(KeysTest, KeysWithNulBytesStayOrderedAndDistinct) {
+  std::string with_nul("a\0b", 3);
+  EXPECT_LT(EncodeChunkKey(1, 0, "a", {}), EncodeChunkKey(1, 0, with_nul, {}));
+  EXPECT_LT(EncodeChunkKey(1, 0, with_nul, {}), EncodeChunkKey(1, 0, "a\x01", {}));
+}
+
+TEST(KeysTest, WriterRangesDoNotOverlap) {
+  const std::string key = EncodeChunkKey(7, 3, "zzz", {1 << 30});
+  EXPECT_GE(key, WriterKeyPrefix(7, 3));
+  EXPECT_LT(key, WriterKeyPrefix(7, 4));
+  EXPECT_LT(key, CheckpointKeyPrefix(8));
+  int64_t id = 0;
+  ASSERT_TRUE(DecodeCheckpointId(key, &id));
+  EXPECT_EQ(id, 7);
+}
+
+TEST(KeysTest, MetaKeys) {
+  int64_t id = 0;
+  EXPECT_TRUE(DecodeMetaKey(MetaKey(42), &id));
+  EXPECT_EQ(id, 42);
+  EXPECT_FALSE(DecodeMetaKey(kNextIdKey, &id));
+  EXPECT_FALSE(DecodeMetaKey(kStoreMarkerKey, &id));
+  EXPECT_LT(MetaKey(INT64_MAX), std::string(kNextIdKey));
+}
+
+}  // namespace
+}  // namespace ckptdb::storage

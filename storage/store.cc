@@ -1,0 +1,504 @@
+#include "storage/store.h"
+
+#include <rocksdb/convenience.h>
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/slice_transform.h>
+#include <rocksdb/sst_file_writer.h>
+#include <rocksdb/table.h>
+#include <rocksdb/utilities/options_util.h>
+#include <xxhash.h>
+
+#include <filesystem>
+#include <mutex>
+#include <shared_mutex>
+
+#include "storage/keys.h"
+#include "storage/metadata_codec.h"
+
+namespace ckptdb::storage {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kChunksCf[] = "chunks";
+constexpr char kMetaCf[] = "meta";
+constexpr char kStoreMarker[] = "ckptdb-store 1";
+
+Status FromRocks(const rocksdb::Status& s, const std::string& context) {
+  if (s.ok()) return Status::OK();
+  const std::string msg = context + ": " + s.ToString();
+  if (s.IsNotFound()) return Status::NotFound(msg);
+  if (s.IsCorruption()) return Status::Corruption(msg);
+  if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
+  if (s.IsIOError()) return Status::IOError(msg);
+  return Status::Internal(msg);
+}
+
+// Discards RocksDB's info log: read-only opens must not create or rotate LOG files.
+class NullLogger : public rocksdb::Logger {
+ public:
+  using rocksdb::Logger::Logv;
+  void Logv(const char*, va_list) override {}
+};
+
+rocksdb::ColumnFamilyOptions ChunkCfOptions() {
+  rocksdb::ColumnFamilyOptions options;
+  options.compression = rocksdb::kNoCompression;
+  options.bottommost_compression = rocksdb::kNoCompression;
+  // Chunks arrive only by ingestion of non-overlapping files into the bottommost level; nothing
+  // ever needs to rewrite them.
+  options.disable_auto_compactions = true;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_size = 256 << 10;
+  table.checksum = rocksdb::kXXH3;
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return options;
+}
+
+rocksdb::ColumnFamilyOptions MetaCfOptions() {
+  rocksdb::ColumnFamilyOptions options;
+  options.compression = rocksdb::kNoCompression;
+  return options;
+}
+
+std::string ChunkName(int64_t id, std::string_view key, const ChunkMetadata& chunk) {
+  return "chunk of tensor '" + std::string(key) + "' at offset " +
+         ShapeToString(chunk.global_offset) + " (checkpoint id " + std::to_string(id) + ")";
+}
+
+class StagedFileWriterImpl : public StagedFileWriter {
+ public:
+  StagedFileWriterImpl(std::string path, int64_t id, int32_t rank)
+      : path_(std::move(path)), id_(id), rank_(rank) {
+    rocksdb::Options options;
+    static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
+    writer_ = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options);
+  }
+  ~StagedFileWriterImpl() override {
+    if (!finished_) Abandon();
+  }
+
+  Status Open() { return FromRocks(writer_->Open(path_), "staging file " + path_); }
+
+  Result<uint64_t> Add(std::string_view tensor_key, const Shape& global_offset,
+                       std::string_view bytes) override {
+    const uint64_t checksum = XXH3_64bits(bytes.data(), bytes.size());
+    const std::string key = EncodeChunkKey(id_, rank_, tensor_key, global_offset);
+    RETURN_IF_ERROR(FromRocks(writer_->Put(key, rocksdb::Slice(bytes.data(), bytes.size())),
+                              "staging chunk of '" + std::string(tensor_key) + "' into " + path_));
+    ++entries_;
+    return checksum;
+  }
+
+  Result<std::string> Finish() override {
+    finished_ = true;
+    if (entries_ == 0) {
+      writer_.reset();
+      std::error_code ec;
+      fs::remove(path_, ec);
+      return std::string();
+    }
+    Status s = FromRocks(writer_->Finish(), "finishing staged file " + path_);
+    if (!s.ok()) {
+      Abandon();
+      return s;
+    }
+    return path_;
+  }
+
+  void Abandon() override {
+    finished_ = true;
+    writer_.reset();
+    std::error_code ec;
+    fs::remove(path_, ec);
+  }
+
+ private:
+  std::string path_;
+  int64_t id_;
+  int32_t rank_;
+  std::unique_ptr<rocksdb::SstFileWriter> writer_;
+  size_t entries_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+struct ChunkBuffer::Impl {
+  rocksdb::PinnableSlice slice;
+};
+
+class StoreImpl : public Store {
+ public:
+  StoreImpl(std::string path, StoreOptions options) : path_(std::move(path)), options_(options) {}
+  ~StoreImpl() override { CloseDb(); }
+
+  Status OpenDb();
+
+  const std::string& path() const override { return path_; }
+  bool read_only() const override { return options_.read_only; }
+
+  Result<std::vector<CheckpointInfo>> List() override;
+  Result<int64_t> Resolve(const CheckpointSelector& which) override;
+  Result<CheckpointMetadata> GetMetadata(int64_t checkpoint_id) override;
+  Result<int64_t> NextCheckpointId() override;
+  Status CheckTagFree(const std::string& tag) override;
+  Status Commit(const CheckpointMetadata& meta, const std::vector<std::string>& staged) override;
+  Result<ChunkBuffer> ReadChunk(int64_t checkpoint_id, std::string_view tensor_key,
+                                const ChunkMetadata& chunk) override;
+  Status Delete(int64_t checkpoint_id) override;
+  Status Refresh() override;
+
+ private:
+  Status RequireWritable(const char* what) const {
+    if (options_.read_only) {
+      return Status::FailedPrecondition(std::string(what) + " needs a read-write store; " + path_ +
+                                        " is open read-only");
+    }
+    return Status::OK();
+  }
+  void CloseDb();
+  Status RemoveLeftovers();
+  Status DropChunks(int64_t checkpoint_id);
+  // Calls fn(id, record bytes) for every committed checkpoint in id order; fn returns false to stop.
+  template <typename Fn>
+  Status ForEachRecord(Fn&& fn);
+
+  const std::string path_;
+  const StoreOptions options_;
+  std::shared_mutex mu_;  // exclusive for Refresh, shared for everything else
+  std::unique_ptr<rocksdb::DB> db_;
+  rocksdb::ColumnFamilyHandle* chunks_ = nullptr;
+  rocksdb::ColumnFamilyHandle* meta_ = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+};
+
+void StoreImpl::CloseDb() {
+  if (!db_) return;
+  for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
+  handles_.clear();
+  chunks_ = meta_ = nullptr;
+  db_->Close().PermitUncheckedError();
+  db_.reset();
+}
+
+Status StoreImpl::OpenDb() {
+  std::error_code ec;
+  const bool exists = fs::exists(path_, ec);
+  if (exists && !fs::is_directory(path_, ec)) {
+    return Status::InvalidArgument("'" + path_ + "' is not a directory, so not a ckptdb store");
+  }
+  const bool has_db = exists && fs::exists(fs::path(path_) / "CURRENT", ec);
+  if (!has_db) {
+    const bool empty = !exists || fs::is_empty(path_, ec);
+    if (!empty) {
+      return Status::InvalidArgument("'" + path_ +
+                                     "' is not a ckptdb store (a non-empty directory without one)");
+    }
+    if (options_.read_only || !options_.create_if_missing) {
+      return Status::NotFound("no ckptdb store at '" + path_ + "'");
+    }
+  }
+
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = !has_db;
+  db_options.create_missing_column_families = !has_db;
+  db_options.keep_log_file_num = 3;
+  db_options.max_manifest_file_size = 64 << 20;
+  if (options_.read_only) db_options.info_log = std::make_shared<NullLogger>();
+
+  if (has_db) {
+    std::vector<std::string> families;
+    Status listed = FromRocks(rocksdb::DB::ListColumnFamilies(db_options, path_, &families),
+                              "reading '" + path_ + "'");
+    if (!listed.ok()) {
+      return Status::InvalidArgument("'" + path_ + "' is not a ckptdb store: " + listed.message());
+    }
+    auto has = [&](const char* name) {
+      return std::find(families.begin(), families.end(), name) != families.end();
+    };
+    if (!has(kChunksCf) || !has(kMetaCf)) {
+      return Status::InvalidArgument("'" + path_ +
+                                     "' is a RocksDB database but not a ckptdb store");
+    }
+  }
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+      {kChunksCf, ChunkCfOptions()},
+      {kMetaCf, MetaCfOptions()},
+  };
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s =
+      options_.read_only
+          ? rocksdb::DB::OpenForReadOnly(db_options, path_, descriptors, &handles_, &raw)
+          : rocksdb::DB::Open(db_options, path_, descriptors, &handles_, &raw);
+  if (!s.ok()) {
+    if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+      return Status::FailedPrecondition("store '" + path_ +
+                                        "' is open for writing by another process: " + s.ToString());
+    }
+    return FromRocks(s, "opening store '" + path_ + "'");
+  }
+  db_.reset(raw);
+  chunks_ = handles_[1];
+  meta_ = handles_[2];
+
+  std::string marker;
+  s = db_->Get(rocksdb::ReadOptions(), meta_, kStoreMarkerKey, &marker);
+  if (s.IsNotFound() && !has_db) {
+    rocksdb::WriteOptions wo;
+    wo.sync = options_.sync;
+    RETURN_IF_ERROR(FromRocks(db_->Put(wo, meta_, kStoreMarkerKey, kStoreMarker), "creating store"));
+  } else if (!s.ok() || marker != kStoreMarker) {
+    CloseDb();
+    return Status::InvalidArgument("'" + path_ + "' is not a ckptdb store (no store marker)");
+  }
+  if (!options_.read_only) RETURN_IF_ERROR(RemoveLeftovers());
+  return Status::OK();
+}
+
+template <typename Fn>
+Status StoreImpl::ForEachRecord(Fn&& fn) {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    int64_t id = 0;
+    if (!DecodeMetaKey(std::string_view(it->key().data(), it->key().size()), &id)) break;
+    if (!fn(id, std::string_view(it->value().data(), it->value().size()))) break;
+  }
+  return FromRocks(it->status(), "listing checkpoints of '" + path_ + "'");
+}
+
+Status StoreImpl::DropChunks(int64_t checkpoint_id) {
+  const std::string begin = CheckpointKeyPrefix(checkpoint_id);
+  const std::string end = CheckpointKeyPrefix(checkpoint_id + 1);
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  RETURN_IF_ERROR(FromRocks(db_->DeleteRange(wo, chunks_, begin, end), "deleting chunks"));
+  rocksdb::Slice b(begin), e(end);
+  return FromRocks(rocksdb::DeleteFilesInRange(db_.get(), chunks_, &b, &e, false),
+                   "reclaiming chunk files");
+}
+
+Status StoreImpl::RemoveLeftovers() {
+  std::error_code ec;
+  fs::remove_all(StagingDir(path_), ec);
+  if (ec) return Status::IOError("removing staged files in " + StagingDir(path_) + ": " + ec.message());
+  // Chunks whose checkpoint has no metadata record belong to a save that never committed.
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunks_));
+  std::vector<int64_t> orphans;
+  for (it->SeekToFirst(); it->Valid();) {
+    int64_t id = 0;
+    if (!DecodeCheckpointId(std::string_view(it->key().data(), it->key().size()), &id)) break;
+    std::string record;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(id), &record);
+    if (s.IsNotFound()) orphans.push_back(id);
+    else RETURN_IF_ERROR(FromRocks(s, "checking checkpoint " + std::to_string(id)));
+    it->Seek(CheckpointKeyPrefix(id + 1));
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunks of '" + path_ + "'"));
+  it.reset();
+  for (int64_t id : orphans) RETURN_IF_ERROR(DropChunks(id));
+  return Status::OK();
+}
+
+Result<std::vector<CheckpointInfo>> StoreImpl::List() {
+  std::shared_lock lock(mu_);
+  std::vector<CheckpointInfo> out;
+  Status error;
+  RETURN_IF_ERROR(ForEachRecord([&](int64_t id, std::string_view record) {
+    auto info = DecodeCheckpointInfo(record);
+    if (!info.ok()) {
+      error = info.status().WithContext("checkpoint id " + std::to_string(id));
+      return false;
+    }
+    out.push_back(*info);
+    return true;
+  }));
+  RETURN_IF_ERROR(error);
+  return out;
+}
+
+Result<int64_t> StoreImpl::Resolve(const CheckpointSelector& which) {
+  ASSIGN_OR_RETURN(auto all, List());
+  using Kind = CheckpointSelector::Kind;
+  std::optional<int64_t> found;
+  for (const CheckpointInfo& info : all) {
+    const bool match = which.kind == Kind::kLatest ||
+                       (which.kind == Kind::kId && info.id == which.number) ||
+                       (which.kind == Kind::kStep && info.step == which.number) ||
+                       (which.kind == Kind::kTag && info.tag == which.tag);
+    if (match) found = info.id;  // the latest match wins (several checkpoints may share a step)
+  }
+  if (!found) {
+    return Status::NotFound("no checkpoint with " + which.ToString() + " in store '" + path_ + "'");
+  }
+  return *found;
+}
+
+Result<CheckpointMetadata> StoreImpl::GetMetadata(int64_t checkpoint_id) {
+  std::shared_lock lock(mu_);
+  rocksdb::PinnableSlice record;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), &record);
+  if (s.IsNotFound()) {
+    return Status::NotFound("no checkpoint with id " + std::to_string(checkpoint_id) +
+                            " in store '" + path_ + "'");
+  }
+  RETURN_IF_ERROR(FromRocks(s, "reading checkpoint " + std::to_string(checkpoint_id)));
+  auto meta = DecodeCheckpoint(std::string_view(record.data(), record.size()));
+  if (!meta.ok()) return meta.status().WithContext("checkpoint id " + std::to_string(checkpoint_id));
+  if (meta->info.id != checkpoint_id) {
+    return Status::Corruption("checkpoint record at id " + std::to_string(checkpoint_id) +
+                              " claims id " + std::to_string(meta->info.id));
+  }
+  return meta;
+}
+
+Result<int64_t> StoreImpl::NextCheckpointId() {
+  RETURN_IF_ERROR(RequireWritable("saving"));
+  std::shared_lock lock(mu_);
+  int64_t next = 1;
+  std::string counter;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, kNextIdKey, &counter);
+  if (s.ok() && counter.size() == 8) next = static_cast<int64_t>(GetBigEndian64(counter.data()));
+  else if (!s.IsNotFound()) RETURN_IF_ERROR(FromRocks(s, "reading the next checkpoint id"));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunks_));
+  it->SeekToLast();
+  int64_t id = 0;
+  if (it->Valid() && DecodeCheckpointId(std::string_view(it->key().data(), it->key().size()), &id)) {
+    next = std::max(next, id + 1);
+  }
+  RETURN_IF_ERROR(ForEachRecord([&](int64_t committed, std::string_view) {
+    next = std::max(next, committed + 1);
+    return true;
+  }));
+  return next;
+}
+
+Status StoreImpl::CheckTagFree(const std::string& tag) {
+  ASSIGN_OR_RETURN(auto all, List());
+  for (const CheckpointInfo& info : all) {
+    if (info.tag == tag) {
+      return Status::InvalidArgument("tag '" + tag + "' already names checkpoint id " +
+                                     std::to_string(info.id) + " in store '" + path_ + "'");
+    }
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::Commit(const CheckpointMetadata& meta, const std::vector<std::string>& staged) {
+  RETURN_IF_ERROR(RequireWritable("saving"));
+  std::shared_lock lock(mu_);
+  const int64_t id = meta.info.id;
+  if (!staged.empty()) {
+    rocksdb::IngestExternalFileOptions ingest;
+    ingest.move_files = true;
+    ingest.snapshot_consistency = false;
+    Status s = FromRocks(db_->IngestExternalFile(chunks_, staged, ingest),
+                         "ingesting staged chunks of checkpoint " + std::to_string(id));
+    if (!s.ok()) {
+      DropChunks(id).WithContext("cleanup").ok();
+      return s;
+    }
+  }
+  std::string next;
+  PutBigEndian64(&next, static_cast<uint64_t>(id + 1));
+  rocksdb::WriteBatch batch;
+  batch.Put(meta_, MetaKey(id), EncodeCheckpoint(meta));
+  batch.Put(meta_, kNextIdKey, next);
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  Status s = FromRocks(db_->Write(wo, &batch), "committing checkpoint " + std::to_string(id));
+  if (!s.ok()) (void)DropChunks(id);
+  return s;
+}
+
+Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id, std::string_view tensor_key,
+                                         const ChunkMetadata& chunk) {
+  std::shared_lock lock(mu_);
+  ChunkBuffer buffer;
+  rocksdb::ReadOptions ro;
+  ro.fill_cache = false;
+  const std::string key =
+      EncodeChunkKey(checkpoint_id, chunk.writer_rank, tensor_key, chunk.global_offset);
+  rocksdb::Status s = db_->Get(ro, chunks_, key, &buffer.impl_->slice);
+  if (s.IsNotFound()) {
+    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) + " is missing");
+  }
+  if (s.IsCorruption()) {
+    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
+                              " is damaged: " + s.ToString());
+  }
+  RETURN_IF_ERROR(FromRocks(s, "reading " + ChunkName(checkpoint_id, tensor_key, chunk)));
+  const auto& slice = buffer.impl_->slice;
+  if (slice.size() != chunk.nbytes) {
+    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) + " holds " +
+                              std::to_string(slice.size()) + " bytes, expected " +
+                              std::to_string(chunk.nbytes));
+  }
+  if (XXH3_64bits(slice.data(), slice.size()) != chunk.checksum) {
+    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
+                              " is damaged: checksum mismatch");
+  }
+  return buffer;
+}
+
+Status StoreImpl::Delete(int64_t checkpoint_id) {
+  RETURN_IF_ERROR(RequireWritable("deleting"));
+  std::shared_lock lock(mu_);
+  std::string record;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), &record);
+  if (s.IsNotFound()) {
+    return Status::NotFound("no checkpoint with id " + std::to_string(checkpoint_id) +
+                            " in store '" + path_ + "'");
+  }
+  RETURN_IF_ERROR(FromRocks(s, "reading checkpoint " + std::to_string(checkpoint_id)));
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  RETURN_IF_ERROR(FromRocks(db_->Delete(wo, meta_, MetaKey(checkpoint_id)),
+                            "deleting checkpoint " + std::to_string(checkpoint_id)));
+  // From here the checkpoint is gone; a crash before the chunks are dropped leaves orphans that
+  // the next read-write open removes.
+  return DropChunks(checkpoint_id);
+}
+
+Status StoreImpl::Refresh() {
+  if (!options_.read_only) return Status::OK();
+  std::unique_lock lock(mu_);
+  CloseDb();
+  return OpenDb();
+}
+ChunkBuffer::ChunkBuffer() : impl_(std::make_unique<Impl>()) {}
+ChunkBuffer::ChunkBuffer(ChunkBuffer&&) noexcept = default;
+ChunkBuffer& ChunkBuffer::operator=(ChunkBuffer&&) noexcept = default;
+ChunkBuffer::~ChunkBuffer() = default;
+std::string_view ChunkBuffer::bytes() const {
+  return std::string_view(impl_->slice.data(), impl_->slice.size());
+}
+
+std::string StagingDir(const std::string& store_path) {
+  return (fs::path(store_path) / "staging").string();
+}
+
+Result<std::unique_ptr<StagedFileWriter>> StagedFileWriter::Create(const std::string& store_path,
+                                                                   int64_t checkpoint_id,
+                                                                   int32_t rank, int part) {
+  std::error_code ec;
+  const std::string dir = StagingDir(store_path);
+  fs::create_directories(dir, ec);
+  if (ec) return Status::IOError("creating staging directory " + dir + ": " + ec.message());
+  const std::string path = (fs::path(dir) / (std::to_string(checkpoint_id) + "-" +
+                                             std::to_string(rank) + "-" + std::to_string(part) +
+                                             ".sst"))
+                               .string();
+  auto writer = std::make_unique<StagedFileWriterImpl>(path, checkpoint_id, rank);
+  RETURN_IF_ERROR(writer->Open());
+  return std::unique_ptr<StagedFileWriter>(std::move(writer));
+}
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const StoreOptions& options) {
+  auto store = std::make_unique<StoreImpl>(path, options);
+  RETURN_IF_ERROR(store->OpenDb());
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace ckptdb::storage
