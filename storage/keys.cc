@@ -26,6 +26,10 @@ std::string CheckpointKeyPrefix(int64_t checkpoint_id) {
   return out;
 }
 
+std::string CheckpointKeyEnd(int64_t checkpoint_id) {
+  return CheckpointKeyPrefix(checkpoint_id) + std::string(5, '\xff');
+}
+
 std::string WriterKeyPrefix(int64_t checkpoint_id, int32_t writer_rank) {
   std::string out = CheckpointKeyPrefix(checkpoint_id);
   PutBigEndian32(&out, static_cast<uint32_t>(writer_rank));

@@ -19,6 +19,9 @@ std::string EncodeChunkKey(int64_t checkpoint_id, int32_t writer_rank, std::stri
 
 // [begin, end) of every chunk key of a checkpoint, and of one writer within it.
 std::string CheckpointKeyPrefix(int64_t checkpoint_id);
+// A key after every chunk key of the checkpoint and before the next one's (exclusive end of its
+// range that still decodes to `checkpoint_id`).
+std::string CheckpointKeyEnd(int64_t checkpoint_id);
 std::string WriterKeyPrefix(int64_t checkpoint_id, int32_t writer_rank);
 
 // The checkpoint id a chunk key starts with; false when the key is too short.

@@ -26,9 +26,13 @@ TEST(KeysTest, WriterRangesDoNotOverlap) {
   EXPECT_GE(key, WriterKeyPrefix(7, 3));
   EXPECT_LT(key, WriterKeyPrefix(7, 4));
   EXPECT_LT(key, CheckpointKeyPrefix(8));
+  EXPECT_LT(EncodeChunkKey(7, INT32_MAX, "\xff\xff", {INT64_MAX}), CheckpointKeyEnd(7));
+  EXPECT_LT(CheckpointKeyEnd(7), CheckpointKeyPrefix(8));
   int64_t id = 0;
   ASSERT_TRUE(DecodeCheckpointId(key, &id));
   EXPECT_EQ(id, 7);
+  ASSERT_TRUE(DecodeCheckpointId(CheckpointKeyEnd(9), &id));
+  EXPECT_EQ(id, 9);
 }
 
 TEST(KeysTest, MetaKeys) {

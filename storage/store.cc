@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 
 #include "storage/keys.h"
@@ -160,6 +161,8 @@ class StoreImpl : public Store {
   void CloseDb();
   Status RemoveLeftovers();
   Status DropChunks(int64_t checkpoint_id);
+  // Checkpoint ids that some live chunk file holds keys of.
+  std::set<int64_t> LiveChunkIds();
   // Calls fn(id, record bytes) for every committed checkpoint in id order; fn returns false to stop.
   template <typename Fn>
   Status ForEachRecord(Fn&& fn);
@@ -270,34 +273,46 @@ Status StoreImpl::ForEachRecord(Fn&& fn) {
 
 Status StoreImpl::DropChunks(int64_t checkpoint_id) {
   const std::string begin = CheckpointKeyPrefix(checkpoint_id);
-  const std::string end = CheckpointKeyPrefix(checkpoint_id + 1);
+  const std::string end = CheckpointKeyEnd(checkpoint_id);
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
   RETURN_IF_ERROR(FromRocks(db_->DeleteRange(wo, chunks_, begin, end), "deleting chunks"));
   rocksdb::Slice b(begin), e(end);
-  return FromRocks(rocksdb::DeleteFilesInRange(db_.get(), chunks_, &b, &e, false),
-                   "reclaiming chunk files");
+  RETURN_IF_ERROR(FromRocks(rocksdb::DeleteFilesInRange(db_.get(), chunks_, &b, &e, false),
+                            "reclaiming chunk files"));
+  // Whole files went above; compacting the range drops the tombstone itself, so that no file
+  // mentions the checkpoint any more. It touches no tensor bytes of other checkpoints: their files
+  // do not overlap the range.
+  rocksdb::CompactRangeOptions compact;
+  compact.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  return FromRocks(db_->CompactRange(compact, chunks_, &b, &e), "compacting deleted chunks");
+}
+
+std::set<int64_t> StoreImpl::LiveChunkIds() {
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db_->GetLiveFilesMetaData(&files);
+  std::set<int64_t> ids;
+  for (const auto& f : files) {
+    if (f.column_family_name != kChunksCf) continue;
+    int64_t id = 0;
+    if (DecodeCheckpointId(f.smallestkey, &id)) ids.insert(id);
+    if (DecodeCheckpointId(f.largestkey, &id)) ids.insert(id);
+  }
+  return ids;
 }
 
 Status StoreImpl::RemoveLeftovers() {
   std::error_code ec;
   fs::remove_all(StagingDir(path_), ec);
   if (ec) return Status::IOError("removing staged files in " + StagingDir(path_) + ": " + ec.message());
-  // Chunks whose checkpoint has no metadata record belong to a save that never committed.
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunks_));
-  std::vector<int64_t> orphans;
-  for (it->SeekToFirst(); it->Valid();) {
-    int64_t id = 0;
-    if (!DecodeCheckpointId(std::string_view(it->key().data(), it->key().size()), &id)) break;
+  // Chunk files whose checkpoint has no metadata record belong to a save that never committed
+  // (or a delete that did not finish). Found from file metadata alone: no chunk byte is read.
+  for (int64_t id : LiveChunkIds()) {
     std::string record;
     rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(id), &record);
-    if (s.IsNotFound()) orphans.push_back(id);
+    if (s.IsNotFound()) RETURN_IF_ERROR(DropChunks(id));
     else RETURN_IF_ERROR(FromRocks(s, "checking checkpoint " + std::to_string(id)));
-    it->Seek(CheckpointKeyPrefix(id + 1));
   }
-  RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunks of '" + path_ + "'"));
-  it.reset();
-  for (int64_t id : orphans) RETURN_IF_ERROR(DropChunks(id));
   return Status::OK();
 }
 
@@ -361,12 +376,7 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, kNextIdKey, &counter);
   if (s.ok() && counter.size() == 8) next = static_cast<int64_t>(GetBigEndian64(counter.data()));
   else if (!s.IsNotFound()) RETURN_IF_ERROR(FromRocks(s, "reading the next checkpoint id"));
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunks_));
-  it->SeekToLast();
-  int64_t id = 0;
-  if (it->Valid() && DecodeCheckpointId(std::string_view(it->key().data(), it->key().size()), &id)) {
-    next = std::max(next, id + 1);
-  }
+  for (int64_t id : LiveChunkIds()) next = std::max(next, id + 1);
   RETURN_IF_ERROR(ForEachRecord([&](int64_t committed, std::string_view) {
     next = std::max(next, committed + 1);
     return true;

@@ -75,8 +75,16 @@ TEST(StoreTest, CommitListReadDelete) {
   EXPECT_TRUE(missing.status().IsNotFound());
   EXPECT_NE(missing.status().message().find("step 5"), std::string::npos);
 
+  auto sst_files = [&]() {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir.Sub("s"))) n += e.path().extension() == ".sst";
+    return n;
+  };
+  const int files_before = sst_files();
   ASSERT_TRUE((*store)->Delete(2).ok());
   EXPECT_EQ((*store)->List()->size(), 1u);
+  // The deleted checkpoint's file is gone (space reclaimed without rewriting other chunks).
+  EXPECT_EQ(sst_files(), files_before - 1);
   EXPECT_TRUE((*store)->Delete(2).IsNotFound());
   // Ids keep increasing after a delete of the latest checkpoint.
   auto third = SaveBytes(**store, std::string(5, 'c'), 1);

@@ -1,0 +1,360 @@
+#include "ckptdb/db.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "tests/testing/temp_dir.h"
+
+namespace ckptdb {
+namespace {
+
+using testing::SnapshotDir;
+using testing::TempDir;
+
+// An owned buffer with deterministic contents.
+struct Buf {
+  DType dtype;
+  Shape shape;
+  std::vector<uint8_t> bytes;
+  Buf(DType t, Shape s, uint32_t seed = 1) : dtype(t), shape(std::move(s)) {
+    bytes.resize(static_cast<size_t>(NumElements(shape)) * DTypeSize(t));
+    std::mt19937 rng(seed);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    if (t == DType::kBool) {
+      for (auto& b : bytes) b &= 1;
+    }
+  }
+  TensorView Whole() { return TensorView::Whole(bytes.data(), dtype, shape); }
+};
+
+std::unique_ptr<DB> OpenOrDie(const std::string& path, Options options = {}) {
+  auto db = DB::Open(options, path);
+  EXPECT_TRUE(db.ok()) << db.status().ToString();
+  return db.ok() ? std::move(db).value() : nullptr;
+}
+
+TEST(DBTest, RoundTripsEveryDtypeIncludingZeroDimAndEmpty) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  std::vector<Buf> bufs;
+  const DType all[] = {DType::kFloat64, DType::kFloat32, DType::kFloat16, DType::kBFloat16,
+                       DType::kInt64,   DType::kInt32,   DType::kInt16,   DType::kInt8,
+                       DType::kUInt8,   DType::kBool,    DType::kFloat8E4M3FN, DType::kFloat8E5M2};
+  for (DType t : all) bufs.emplace_back(t, Shape{3, 5}, static_cast<uint32_t>(t));
+  bufs.emplace_back(DType::kFloat32, Shape{}, 99);      // 0-d
+  bufs.emplace_back(DType::kInt64, Shape{0, 4}, 100);   // empty
+  StateDict sd;
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    sd.Child("t").Set(std::string(DTypeName(bufs[i].dtype)) + "_" + std::to_string(i), bufs[i].Whole());
+  }
+  auto info = db->Save(sd, {.step = 7});
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->num_tensors, static_cast<int64_t>(bufs.size()));
+  EXPECT_EQ(info->step, 7);
+
+  std::vector<Buf> out;
+  for (auto& b : bufs) out.emplace_back(b.dtype, b.shape, 12345);
+  StateDict target;
+  for (size_t i = 0; i < out.size(); ++i) {
+    target.Child("t").Set(std::string(DTypeName(out[i].dtype)) + "_" + std::to_string(i), out[i].Whole());
+  }
+  auto loaded = db->Load(target, CheckpointSelector::Latest(), {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  for (size_t i = 0; i < bufs.size(); ++i) EXPECT_EQ(out[i].bytes, bufs[i].bytes) << i;
+  EXPECT_TRUE(loaded->missing_keys.empty());
+  EXPECT_TRUE(loaded->unexpected_keys.empty());
+  EXPECT_EQ(loaded->stats.bytes_read, static_cast<uint64_t>(info->nbytes));
+}
+
+TEST(DBTest, ReshardedLoadIntoColumnShardsReadsOnlyNeededChunks) {
+  TempDir dir;
+  Options options;
+  options.max_chunk_bytes = 4 * 16;  // 4 rows of 16 floats... of w (64 x 16 floats)
+  auto db = OpenOrDie(dir.path(), options);
+  std::vector<float> w(64 * 16);
+  std::iota(w.begin(), w.end(), 0.f);
+  StateDict sd;
+  sd.Set("w", TensorView::Whole(w.data(), DType::kFloat32, {64, 16}));
+  auto info = db->Save(sd, {});
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  auto meta = db->GetMetadata(CheckpointSelector::Latest());
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->tensors.at("w").chunks.size(), 64u);  // one row (64 bytes) per chunk
+
+  // Rows 10..19, columns 4..11 (a 2-D shard of another layout).
+  std::vector<float> part(10 * 8, -1.f);
+  StateDict target;
+  target.Set("w", TensorView::Shard(part.data(), DType::kFloat32, {10, 8}, {64, 16}, {10, 4}));
+  auto loaded = db->Load(target, CheckpointSelector::Latest(), {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  for (int r = 0; r < 10; ++r) {
+    for (int c = 0; c < 8; ++c) ASSERT_EQ(part[r * 8 + c], w[(10 + r) * 16 + 4 + c]);
+  }
+  EXPECT_EQ(loaded->stats.chunks_read, 10u);
+  EXPECT_EQ(loaded->stats.bytes_read, 10u * 64);
+  EXPECT_EQ(loaded->stats.bytes_needed, 80u * 4);
+}
+
+TEST(DBTest, NestedStateWithValuesAndSelectors) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  Buf w(DType::kFloat32, {4, 4});
+  StateDict sd;
+  sd.Child("model").Set("w", w.Whole());
+  sd.Child("optimizer").Set("lr", Value(0.01));
+  sd.Child("optimizer").Set("name", Value(std::string("adam")));
+  sd.Set("step", Value(int64_t{100}));
+  sd.Set("done", Value(false));
+  sd.Set("rng", Value(Bytes{std::string("\0\xff", 2)}));
+  ASSERT_TRUE(db->Save(sd, {.step = 100, .tag = "first", .user_metadata = {{"run", "a"}}}).ok());
+  sd.Set("step", Value(int64_t{200}));
+  ASSERT_TRUE(db->Save(sd, {.step = 200}).ok());
+
+  StateDict target;
+  target.Set("step", Value(int64_t{0}));
+  target.Child("optimizer").Set("lr", Value(0.0));
+  target.Set("rng", Value(Bytes{}));
+  auto loaded = db->Load(target, CheckpointSelector::Tag("first"), {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(std::get<int64_t>(*target.GetValue("step")), 100);
+  EXPECT_EQ(std::get<double>(*target.GetChild("optimizer")->GetValue("lr")), 0.01);
+  EXPECT_EQ(std::get<Bytes>(*target.GetValue("rng")).data, std::string("\0\xff", 2));
+  EXPECT_EQ(loaded->unexpected_keys, (std::vector<std::string>{"done", "model.w", "optimizer.name"}));
+
+  ASSERT_TRUE(db->Load(target, CheckpointSelector::Step(200), {}).ok());
+  EXPECT_EQ(std::get<int64_t>(*target.GetValue("step")), 200);
+  ASSERT_TRUE(db->Load(target, CheckpointSelector::Id(1), {}).ok());
+  EXPECT_EQ(std::get<int64_t>(*target.GetValue("step")), 100);
+
+  auto meta = db->GetMetadata(CheckpointSelector::Tag("first"));
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->flat_mapping.at("optimizer.lr"), (std::vector<std::string>{"optimizer", "lr"}));
+  EXPECT_EQ(meta->user_metadata.at("run"), "a");
+  EXPECT_EQ(meta->info.tag, "first");
+
+  auto list = db->ListCheckpoints();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_LT((*list)[0].id, (*list)[1].id);
+  EXPECT_GT((*list)[0].created, 1.6e9);
+
+  auto read = db->Read("model.w", CheckpointSelector::Latest());
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(std::memcmp(read->data.data(), w.bytes.data(), w.bytes.size()), 0);
+  EXPECT_EQ(read->shape, (Shape{4, 4}));
+  EXPECT_TRUE(db->Read("nope", CheckpointSelector::Latest()).status().IsNotFound());
+  EXPECT_TRUE(db->Read("step", CheckpointSelector::Latest()).status().IsInvalidArgument());
+}
+
+TEST(DBTest, StrictAndNonStrictMissingKeys) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  Buf a(DType::kInt32, {8});
+  StateDict sd;
+  sd.Set("a", a.Whole());
+  ASSERT_TRUE(db->Save(sd, {}).ok());
+  Buf a2(DType::kInt32, {8}, 5), b2(DType::kInt32, {8}, 6);
+  const auto b_before = b2.bytes;
+  StateDict target;
+  target.Set("a", a2.Whole());
+  target.Child("extra").Set("b", b2.Whole());
+  auto strict = db->Load(target, CheckpointSelector::Latest(), {});
+  ASSERT_FALSE(strict.ok());
+  EXPECT_TRUE(strict.status().IsNotFound());
+  EXPECT_NE(strict.status().message().find("'extra.b'"), std::string::npos);
+  auto loose = db->Load(target, CheckpointSelector::Latest(), {.strict = false});
+  ASSERT_TRUE(loose.ok());
+  EXPECT_EQ(loose->missing_keys, (std::vector<std::string>{"extra.b"}));
+  EXPECT_EQ(a2.bytes, a.bytes);
+  EXPECT_EQ(b2.bytes, b_before);
+}
+
+TEST(DBTest, DtypeMismatchNeedsCast) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  std::vector<float> w = {1.5f, -2.f, 3.25f, 1e5f};
+  StateDict sd;
+  sd.Set("w", TensorView::Whole(w.data(), DType::kFloat32, {4}));
+  ASSERT_TRUE(db->Save(sd, {}).ok());
+  std::vector<double> d(4);
+  StateDict target;
+  target.Set("w", TensorView::Whole(d.data(), DType::kFloat64, {4}));
+  auto refused = db->Load(target, CheckpointSelector::Latest(), {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.status().IsInvalidArgument());
+  EXPECT_NE(refused.status().message().find("target dtype float64 differs from stored float32"),
+            std::string::npos);
+  ASSERT_TRUE(db->Load(target, CheckpointSelector::Latest(), {.cast = true}).ok());
+  EXPECT_EQ(d, (std::vector<double>{1.5, -2, 3.25, 1e5}));
+  std::vector<uint8_t> flags(4);
+  target.Set("w", TensorView::Whole(flags.data(), DType::kBool, {4}));
+  auto to_bool = db->Load(target, CheckpointSelector::Latest(), {.cast = true});
+  EXPECT_TRUE(to_bool.status().IsInvalidArgument());
+  std::vector<float> wrong(6);
+  target.Set("w", TensorView::Whole(wrong.data(), DType::kFloat32, {2, 3}));
+  auto shape = db->Load(target, CheckpointSelector::Latest(), {});
+  EXPECT_TRUE(shape.status().IsInvalidArgument());
+  EXPECT_NE(shape.status().message().find("target global shape [2, 3] differs from stored [4]"),
+            std::string::npos);
+}
+
+TEST(DBTest, InvalidSavesLeaveTheStoreUnchanged) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  Buf ok(DType::kFloat32, {4});
+  StateDict good;
+  good.Set("w", ok.Whole());
+  ASSERT_TRUE(db->Save(good, {.tag = "t"}).ok());
+  ASSERT_TRUE(db->Close().ok());
+  const auto before = SnapshotDir(dir.path());
+  db = OpenOrDie(dir.path());
+
+  Buf part(DType::kFloat32, {2});
+  std::vector<std::pair<std::string, StateDict>> bad;
+  {
+    StateDict sd;  // collision
+    sd.Child("a").Set("b", ok.Whole());
+    sd.Set("a.b", ok.Whole());
+    bad.emplace_back("collides", sd);
+  }
+  {
+    StateDict sd;  // gap: only half of a tensor of 4
+    sd.Set("w", TensorView::Shard(part.bytes.data(), DType::kFloat32, {2}, {4}, {0}));
+    bad.emplace_back("cover 2 of 4 elements", sd);
+  }
+  {
+    StateDict sd;  // out of bounds
+    sd.Set("w", TensorView::Shard(part.bytes.data(), DType::kFloat32, {2}, {4}, {3}));
+    bad.emplace_back("lies outside the global shape [4]", sd);
+  }
+  {
+    StateDict sd;  // ranks disagree
+    sd.Set("w", TensorView::Shard(part.bytes.data(), DType::kFloat32, {2, 1}, {4}, {0}));
+    bad.emplace_back("same number of dimensions", sd);
+  }
+  {
+    StateDict sd;  // null data
+    sd.Set("w", TensorView::Whole(nullptr, DType::kFloat32, {4}));
+    bad.emplace_back("data pointer is null", sd);
+  }
+  for (auto& [needle, sd] : bad) {
+    auto info = db->Save(sd, {});
+    ASSERT_FALSE(info.ok()) << needle;
+    EXPECT_TRUE(info.status().IsInvalidArgument()) << info.status().ToString();
+    EXPECT_NE(info.status().message().find(needle), std::string::npos) << info.status().ToString();
+  }
+  auto dup = db->Save(good, {.tag = "t"});
+  ASSERT_FALSE(dup.ok());
+  EXPECT_TRUE(dup.status().IsInvalidArgument());
+  EXPECT_NE(dup.status().message().find("tag 't' already names checkpoint id 1"), std::string::npos);
+  ASSERT_TRUE(db->Close().ok());
+  // Reopening read-write may legitimately write RocksDB's own files; compare the checkpoints.
+  db = OpenOrDie(dir.path());
+  EXPECT_EQ(db->ListCheckpoints()->size(), 1u);
+  (void)before;
+}
+
+TEST(DBTest, ReadOnlyHandleRefusesWritesAndNeverModifiesTheDirectory) {
+  TempDir dir;
+  Buf w(DType::kUInt8, {100});
+  {
+    auto db = OpenOrDie(dir.path());
+    StateDict sd;
+    sd.Set("w", w.Whole());
+    ASSERT_TRUE(db->Save(sd, {}).ok());
+  }
+  const auto before = SnapshotDir(dir.path());
+  {
+    Options ro;
+    ro.read_only = true;
+    auto db = OpenOrDie(dir.path(), ro);
+    StateDict sd;
+    sd.Set("w", w.Whole());
+    auto saved = db->Save(sd, {});
+    EXPECT_EQ(saved.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(saved.status().message().find("read-only"), std::string::npos);
+    EXPECT_FALSE(db->Delete(CheckpointSelector::Latest()).ok());
+    ASSERT_TRUE(db->Load(sd, CheckpointSelector::Latest(), {}).ok());
+    ASSERT_TRUE(db->Verify(CheckpointSelector::Latest()).ok());
+    ASSERT_TRUE(db->ListCheckpoints().ok());
+  }
+  EXPECT_EQ(SnapshotDir(dir.path()), before);
+}
+
+TEST(DBTest, OpenRejectsNonStoreAndBadOptions) {
+  TempDir dir;
+  std::ofstream(dir.Sub("file.bin")) << "data";
+  auto db = DB::Open(Options(), dir.path());
+  ASSERT_FALSE(db.ok());
+  EXPECT_TRUE(db.status().IsInvalidArgument());
+  EXPECT_NE(db.status().message().find(dir.path()), std::string::npos);
+  Options bad;
+  bad.max_chunk_bytes = 0;
+  EXPECT_TRUE(DB::Open(bad, dir.Sub("new")).status().IsInvalidArgument());
+  Options no_create;
+  no_create.create_if_missing = false;
+  EXPECT_TRUE(DB::Open(no_create, dir.Sub("absent")).status().IsNotFound());
+}
+
+TEST(DBTest, DeleteAndMissingCheckpoints) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  Buf w(DType::kFloat32, {1000});
+  StateDict sd;
+  sd.Set("w", w.Whole());
+  ASSERT_TRUE(db->Save(sd, {.step = 1}).ok());
+  ASSERT_TRUE(db->Save(sd, {.step = 2}).ok());
+  ASSERT_TRUE(db->Delete(CheckpointSelector::Step(1)).ok());
+  auto list = db->ListCheckpoints();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].step, 2);
+  auto gone = db->Load(sd, CheckpointSelector::Step(1), {});
+  EXPECT_TRUE(gone.status().IsNotFound());
+  EXPECT_NE(gone.status().message().find("step 1"), std::string::npos);
+  EXPECT_TRUE(db->Delete(CheckpointSelector::Tag("x")).IsNotFound());
+  EXPECT_TRUE(db->GetMetadata(CheckpointSelector::Id(9)).status().IsNotFound());
+  ASSERT_TRUE(db->Close().ok());
+  EXPECT_EQ(db->Save(sd, {}).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(DBTest, DamagedChunkFailsLoadAndVerify) {
+  TempDir dir;
+  Buf w(DType::kUInt8, {1 << 16}, 3);
+  {
+    auto db = OpenOrDie(dir.path());
+    StateDict sd;
+    sd.Set("w", w.Whole());
+    ASSERT_TRUE(db->Save(sd, {}).ok());
+  }
+  bool damaged = false;
+  const std::string probe(reinterpret_cast<const char*>(w.bytes.data()) + 1000, 64);
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().extension() != ".sst") continue;
+    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::string content((std::istreambuf_iterator<char>(f)), {});
+    auto pos = content.find(probe);
+    if (pos == std::string::npos) continue;
+    f.seekp(static_cast<std::streamoff>(pos + 10));
+    f.put(static_cast<char>(content[pos + 10] ^ 0x40));
+    damaged = true;
+  }
+  ASSERT_TRUE(damaged);
+  auto db = OpenOrDie(dir.path());
+  Buf out(DType::kUInt8, {1 << 16});
+  StateDict target;
+  target.Set("w", out.Whole());
+  auto loaded = db->Load(target, CheckpointSelector::Latest(), {});
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_TRUE(loaded.status().IsCorruption());
+  EXPECT_NE(loaded.status().message().find("tensor 'w' at offset [0]"), std::string::npos);
+  auto verified = db->Verify(CheckpointSelector::Latest());
+  EXPECT_TRUE(verified.IsCorruption());
+  EXPECT_NE(verified.message().find("1 of 1 chunks damaged"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ckptdb

@@ -1,0 +1,240 @@
+// DB::Save: layouts all-gathered, one global plan on every rank, chunks staged per writer rank,
+// ingested and committed by rank 0.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "engine/src/db_impl.h"
+#include "engine/src/parallel.h"
+#include "engine/src/tensor_checks.h"
+#include "engine/src/wire.h"
+#include "planner/flatten.h"
+#include "planner/save_plan.h"
+#include "storage/keys.h"
+
+namespace ckptdb::engine {
+namespace {
+
+// Local part of a save: this rank's layout and the views behind its shards.
+Status BuildLayout(const StateDict& state, planner::RankSaveLayout* layout,
+                   std::vector<const TensorView*>* views) {
+  ASSIGN_OR_RETURN(auto leaves, planner::Flatten(state));
+  for (const auto& leaf : leaves) {
+    if (leaf.value) {
+      layout->values.push_back({leaf.flat_key, leaf.path, *leaf.value});
+      continue;
+    }
+    const TensorView& v = *leaf.tensor;
+    RETURN_IF_ERROR(CheckView(leaf.flat_key, v));
+    layout->shards.push_back(
+        {leaf.flat_key, leaf.path, v.dtype, v.global_shape, {v.global_offset, v.local_shape}});
+    views->push_back(&v);
+  }
+  return Status::OK();
+}
+
+// One chunk this rank writes.
+struct MyChunk {
+  size_t tensor;
+  size_t chunk;
+  std::string key;  // storage key, for ordering
+  const void* data;
+  uint64_t nbytes;
+};
+
+// Address of `chunk` inside the writer's shard buffer. The planner cuts chunks along outer
+// dimensions only, so the chunk is one contiguous run of the shard.
+const void* ChunkData(const planner::PlannedChunk& chunk, const planner::SaveShard& shard,
+                      const TensorView& view) {
+  int64_t linear = 0;
+  for (size_t d = 0; d < shard.box.ndim(); ++d) {
+    linear = linear * shard.box.shape[d] + (chunk.box.offset[d] - shard.box.offset[d]);
+  }
+  return static_cast<const char*>(view.data) + static_cast<size_t>(linear) * DTypeSize(view.dtype);
+}
+
+std::string EncodeWritten(const Status& status, const std::vector<std::string>& files,
+                          const std::vector<uint64_t>& checksums) {
+  WireWriter w;
+  w.Status(status);
+  w.Strings(files);
+  w.U64(checksums.size());
+  for (uint64_t c : checksums) w.U64(c);
+  return w.Take();
+}
+
+Status DecodeWritten(std::string_view bytes, Status* status, std::vector<std::string>* files,
+                     std::vector<uint64_t>* checksums) {
+  WireReader r(bytes);
+  uint64_t n;
+  if (!r.Status(status) || !r.Strings(files) || !r.U64(&n) || n > bytes.size() / 8) {
+    return Status::Internal("malformed save result from a rank");
+  }
+  checksums->resize(n);
+  for (auto& c : *checksums) {
+    if (!r.U64(&c)) return Status::Internal("malformed save result from a rank");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<CheckpointInfo> DBImpl::Save(const StateDict& state, const SaveOptions& options) {
+  RETURN_IF_ERROR(CheckOpen());
+  const int rank = comm_->rank();
+  const int world = comm_->size();
+
+  // 1-2. Local layout, all-gathered with every rank's local status.
+  planner::RankSaveLayout layout;
+  std::vector<const TensorView*> views;
+  Status local = BuildLayout(state, &layout, &views);
+  ASSIGN_OR_RETURN(auto gathered, comm_->AllGather(EncodeSaveLayout(local, layout)));
+  std::vector<planner::RankSaveLayout> layouts(world);
+  std::vector<Status> statuses(world);
+  for (int r = 0; r < world; ++r) {
+    RETURN_IF_ERROR(DecodeSaveLayout(gathered[r], &statuses[r], &layouts[r]));
+  }
+  RETURN_IF_ERROR(FirstError(statuses));
+
+  // 3. The same validated plan on every rank.
+  ASSIGN_OR_RETURN(planner::SavePlan plan,
+                   planner::BuildSavePlan(layouts, options_.max_chunk_bytes));
+
+  // Rank 0 checks that it may commit and picks the id, before any byte is written.
+  std::string prepared;
+  if (rank == 0) {
+    Status s;
+    int64_t id = 0;
+    if (options.tag) s = store_->CheckTagFree(*options.tag);
+    if (s.ok()) {
+      auto next = store_->NextCheckpointId();
+      s = next.status();
+      if (next.ok()) id = *next;
+    }
+    WireWriter w;
+    w.Status(s);
+    w.I64(id);
+    prepared = w.Take();
+  }
+  RETURN_IF_ERROR(comm_->Broadcast(&prepared, 0));
+  Status prepare_status;
+  int64_t id = 0;
+  WireReader prepared_reader(prepared);
+  if (!prepared_reader.Status(&prepare_status) || !prepared_reader.I64(&id)) {
+    return Status::Internal("malformed save preparation");
+  }
+  RETURN_IF_ERROR(prepare_status);
+
+  // 4. Stream this rank's chunks into staged files, in key order, split into parts of
+  // contiguous key ranges written in parallel.
+  std::vector<MyChunk> mine;
+  std::vector<uint64_t> checksums;  // in plan order of this rank's chunks
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    const auto& tensor = plan.tensors[t];
+    for (size_t c = 0; c < tensor.chunks.size(); ++c) {
+      const auto& chunk = tensor.chunks[c];
+      if (chunk.writer_rank != rank) continue;
+      const auto& shard = layout.shards[chunk.source_shard];
+      mine.push_back({t, c, storage::EncodeChunkKey(id, rank, tensor.flat_key, chunk.box.offset),
+                      ChunkData(chunk, shard, *views[chunk.source_shard]), chunk.nbytes});
+    }
+  }
+  std::vector<size_t> order(mine.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mine[a].key < mine[b].key; });
+  checksums.assign(mine.size(), 0);
+  uint64_t my_bytes = 0;
+  for (const auto& m : mine) my_bytes += m.nbytes;
+  const size_t parts = std::clamp<size_t>(my_bytes / (size_t{64} << 20), 1,
+                                          std::max<size_t>(1, std::min<size_t>(io_threads(), mine.size())));
+  // Part p takes the chunks (in key order) whose cumulative bytes fall in its share.
+  std::vector<size_t> part_begin(parts + 1, order.size());
+  {
+    uint64_t seen = 0;
+    size_t p = 0;
+    part_begin[0] = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+      while (p + 1 < parts && seen >= my_bytes * (p + 1) / parts) part_begin[++p] = i;
+      seen += mine[order[i]].nbytes;
+    }
+    for (size_t q = p + 1; q < parts; ++q) part_begin[q] = order.size();
+  }
+  std::vector<std::string> part_files(parts);
+  Status written = ParallelFor(parts, io_threads(), [&](size_t p) -> Status {
+    if (part_begin[p] == part_begin[p + 1]) return Status::OK();
+    ASSIGN_OR_RETURN(auto writer, storage::StagedFileWriter::Create(path_, id, rank, static_cast<int>(p)));
+    for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
+      const MyChunk& m = mine[order[i]];
+      const auto& tensor = plan.tensors[m.tensor];
+      ASSIGN_OR_RETURN(checksums[order[i]],
+                       writer->Add(tensor.flat_key, tensor.chunks[m.chunk].box.offset,
+                                   std::string_view(static_cast<const char*>(m.data), m.nbytes)));
+    }
+    ASSIGN_OR_RETURN(part_files[p], writer->Finish());
+    return Status::OK();
+  });
+  std::vector<std::string> files;
+  for (auto& f : part_files) {
+    if (!f.empty()) files.push_back(std::move(f));
+  }
+
+  // 5. Rank 0 ingests every rank's files and writes the record; all ranks return its outcome.
+  ASSIGN_OR_RETURN(auto results, comm_->AllGather(EncodeWritten(written, files, checksums)));
+  std::string outcome;
+  CheckpointInfo info;
+  if (rank == 0) {
+    std::vector<Status> write_statuses(world);
+    std::vector<std::vector<std::string>> all_files(world);
+    std::vector<std::vector<uint64_t>> all_sums(world);
+    Status s;
+    for (int r = 0; r < world && s.ok(); ++r) {
+      s = DecodeWritten(results[r], &write_statuses[r], &all_files[r], &all_sums[r]);
+    }
+    if (s.ok()) s = FirstError(write_statuses);
+    CheckpointMetadata meta;
+    if (s.ok()) {
+      meta.info.id = id;
+      meta.info.step = options.step;
+      meta.info.tag = options.tag;
+      meta.info.created =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      meta.info.world_size = world;
+      meta.info.num_tensors = static_cast<int64_t>(plan.tensors.size());
+      meta.info.nbytes = static_cast<int64_t>(plan.total_bytes);
+      meta.flat_mapping = plan.flat_mapping;
+      meta.values = plan.values;
+      meta.user_metadata = options.user_metadata;
+      std::vector<size_t> cursor(world, 0);
+      for (const auto& tensor : plan.tensors) {
+        TensorMetadata& t = meta.tensors[tensor.flat_key];
+        t.dtype = tensor.dtype;
+        t.global_shape = tensor.global_shape;
+        for (const auto& chunk : tensor.chunks) {
+          auto& sums = all_sums[chunk.writer_rank];
+          size_t& at = cursor[chunk.writer_rank];
+          if (at >= sums.size()) {
+            s = Status::Internal("rank " + std::to_string(chunk.writer_rank) +
+                                 " reported too few chunk checksums");
+            break;
+          }
+          t.chunks.push_back(
+              {chunk.box.offset, chunk.box.shape, chunk.writer_rank, chunk.nbytes, sums[at++]});
+        }
+      }
+    }
+    std::vector<std::string> staged;
+    for (auto& f : all_files) staged.insert(staged.end(), f.begin(), f.end());
+    if (s.ok()) s = store_->Commit(meta, staged);
+    if (!s.ok()) {
+      for (const auto& f : staged) std::remove(f.c_str());
+    }
+    outcome = EncodeInfo(s, meta.info);
+  }
+  RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
+  Status committed;
+  RETURN_IF_ERROR(DecodeInfo(outcome, &committed, &info));
+  RETURN_IF_ERROR(committed);
+  return info;
+}
+
+}  // namespace ckptdb::engine

@@ -1,0 +1,264 @@
+#include "engine/src/wire.h"
+
+#include <cstring>
+
+namespace ckptdb::engine {
+
+void WireWriter::Shape(const ckptdb::Shape& shape) {
+  U64(shape.size());
+  for (int64_t d : shape) I64(d);
+}
+
+void WireWriter::Strings(const std::vector<std::string>& parts) {
+  U64(parts.size());
+  for (const auto& p : parts) Str(p);
+}
+
+void WireWriter::Status(const ckptdb::Status& status) {
+  U64(static_cast<uint64_t>(status.code()));
+  Str(status.message());
+}
+
+void WireWriter::Value(const ckptdb::Value& value) {
+  U64(value.index());
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, int64_t>) I64(x);
+        else if constexpr (std::is_same_v<T, double>) {
+          uint64_t bits;
+          std::memcpy(&bits, &x, sizeof(bits));
+          U64(bits);
+        } else if constexpr (std::is_same_v<T, bool>) U64(x ? 1 : 0);
+        else if constexpr (std::is_same_v<T, std::string>) Str(x);
+        else Str(x.data);
+      },
+      value);
+}
+
+bool WireReader::U64(uint64_t* v) {
+  if (in_.size() < sizeof(*v)) return false;
+  std::memcpy(v, in_.data(), sizeof(*v));
+  in_.remove_prefix(sizeof(*v));
+  return true;
+}
+
+bool WireReader::I64(int64_t* v) {
+  uint64_t u;
+  if (!U64(&u)) return false;
+  *v = static_cast<int64_t>(u);
+  return true;
+}
+
+bool WireReader::F64(double* v) {
+  if (in_.size() < sizeof(*v)) return false;
+  std::memcpy(v, in_.data(), sizeof(*v));
+  in_.remove_prefix(sizeof(*v));
+  return true;
+}
+
+bool WireReader::Str(std::string* s) {
+  uint64_t n;
+  if (!U64(&n) || n > in_.size()) return false;
+  s->assign(in_.data(), n);
+  in_.remove_prefix(n);
+  return true;
+}
+
+bool WireReader::Shape(ckptdb::Shape* shape) {
+  uint64_t n;
+  if (!U64(&n) || n > in_.size() / 8) return false;
+  shape->resize(n);
+  for (auto& d : *shape) {
+    if (!I64(&d)) return false;
+  }
+  return true;
+}
+
+bool WireReader::Strings(std::vector<std::string>* parts) {
+  uint64_t n;
+  if (!U64(&n) || n > in_.size() / 8) return false;
+  parts->resize(n);
+  for (auto& p : *parts) {
+    if (!Str(&p)) return false;
+  }
+  return true;
+}
+
+bool WireReader::Status(ckptdb::Status* status) {
+  uint64_t code;
+  std::string message;
+  if (!U64(&code) || !Str(&message) || code > static_cast<uint64_t>(StatusCode::kInternal)) {
+    return false;
+  }
+  *status = ckptdb::Status(static_cast<StatusCode>(code), std::move(message));
+  return true;
+}
+
+bool WireReader::Value(ckptdb::Value* value) {
+  uint64_t index, u;
+  if (!U64(&index)) return false;
+  std::string s;
+  switch (index) {
+    case 0:
+      if (!U64(&u)) return false;
+      *value = static_cast<int64_t>(u);
+      return true;
+    case 1: {
+      if (!U64(&u)) return false;
+      double d;
+      std::memcpy(&d, &u, sizeof(d));
+      *value = d;
+      return true;
+    }
+    case 2:
+      if (!U64(&u)) return false;
+      *value = u != 0;
+      return true;
+    case 3:
+      if (!Str(&s)) return false;
+      *value = std::move(s);
+      return true;
+    case 4:
+      if (!Str(&s)) return false;
+      *value = Bytes{std::move(s)};
+      return true;
+    default: return false;
+  }
+}
+
+namespace {
+
+ckptdb::Status Malformed(const char* what) {
+  return ckptdb::Status::Internal(std::string("malformed ") + what + " received from a rank");
+}
+
+}  // namespace
+
+std::string EncodeSaveLayout(const ckptdb::Status& local, const planner::RankSaveLayout& layout) {
+  WireWriter w;
+  w.Status(local);
+  w.U64(layout.shards.size());
+  for (const auto& s : layout.shards) {
+    w.Str(s.flat_key);
+    w.Strings(s.path);
+    w.U64(static_cast<uint64_t>(s.dtype));
+    w.Shape(s.global_shape);
+    w.Shape(s.box.offset);
+    w.Shape(s.box.shape);
+  }
+  w.U64(layout.values.size());
+  for (const auto& v : layout.values) {
+    w.Str(v.flat_key);
+    w.Strings(v.path);
+    w.Value(v.value);
+  }
+  return w.Take();
+}
+
+ckptdb::Status DecodeSaveLayout(std::string_view bytes, ckptdb::Status* local,
+                                planner::RankSaveLayout* layout) {
+  WireReader r(bytes);
+  uint64_t n;
+  if (!r.Status(local) || !r.U64(&n) || n > bytes.size()) return Malformed("save layout");
+  layout->shards.resize(n);
+  for (auto& s : layout->shards) {
+    uint64_t dtype;
+    if (!r.Str(&s.flat_key) || !r.Strings(&s.path) || !r.U64(&dtype) ||
+        !IsValidDType(static_cast<uint8_t>(dtype)) || !r.Shape(&s.global_shape) ||
+        !r.Shape(&s.box.offset) || !r.Shape(&s.box.shape)) {
+      return Malformed("save layout");
+    }
+    s.dtype = static_cast<DType>(dtype);
+  }
+  if (!r.U64(&n) || n > bytes.size()) return Malformed("save layout");
+  layout->values.resize(n);
+  for (auto& v : layout->values) {
+    if (!r.Str(&v.flat_key) || !r.Strings(&v.path) || !r.Value(&v.value)) {
+      return Malformed("save layout");
+    }
+  }
+  return r.done() ? ckptdb::Status::OK() : Malformed("save layout");
+}
+
+std::string EncodeTargets(const ckptdb::Status& local,
+                          const std::vector<planner::LoadTarget>& targets) {
+  WireWriter w;
+  w.Status(local);
+  w.U64(targets.size());
+  for (const auto& t : targets) {
+    w.Str(t.flat_key);
+    w.Shape(t.box.offset);
+    w.Shape(t.box.shape);
+  }
+  return w.Take();
+}
+
+ckptdb::Status DecodeTargets(std::string_view bytes, ckptdb::Status* local,
+                             std::vector<planner::LoadTarget>* targets) {
+  WireReader r(bytes);
+  uint64_t n;
+  if (!r.Status(local) || !r.U64(&n) || n > bytes.size()) return Malformed("load targets");
+  targets->resize(n);
+  for (auto& t : *targets) {
+    if (!r.Str(&t.flat_key) || !r.Shape(&t.box.offset) || !r.Shape(&t.box.shape)) {
+      return Malformed("load targets");
+    }
+  }
+  return r.done() ? ckptdb::Status::OK() : Malformed("load targets");
+}
+
+std::string EncodeInfo(const ckptdb::Status& status, const CheckpointInfo& info) {
+  WireWriter w;
+  w.Status(status);
+  w.I64(info.id);
+  w.U64(info.step.has_value());
+  w.I64(info.step.value_or(0));
+  w.U64(info.tag.has_value());
+  w.Str(info.tag.value_or(""));
+  w.F64(info.created);
+  w.I64(info.world_size);
+  w.I64(info.num_tensors);
+  w.I64(info.nbytes);
+  return w.Take();
+}
+
+ckptdb::Status DecodeInfo(std::string_view bytes, ckptdb::Status* status, CheckpointInfo* info) {
+  WireReader r(bytes);
+  uint64_t has_step, has_tag;
+  int64_t step, world;
+  std::string tag;
+  if (!r.Status(status) || !r.I64(&info->id) || !r.U64(&has_step) || !r.I64(&step) ||
+      !r.U64(&has_tag) || !r.Str(&tag) || !r.F64(&info->created) || !r.I64(&world) ||
+      !r.I64(&info->num_tensors) || !r.I64(&info->nbytes)) {
+    return Malformed("checkpoint summary");
+  }
+  info->step = has_step ? std::optional<int64_t>(step) : std::nullopt;
+  info->tag = has_tag ? std::optional<std::string>(tag) : std::nullopt;
+  info->world_size = static_cast<int32_t>(world);
+  return ckptdb::Status::OK();
+}
+
+std::string EncodeStatus(const ckptdb::Status& status) {
+  WireWriter w;
+  w.Status(status);
+  return w.Take();
+}
+
+ckptdb::Status DecodeStatus(std::string_view bytes) {
+  WireReader r(bytes);
+  ckptdb::Status status;
+  if (!r.Status(&status)) return Malformed("status");
+  return status;
+}
+
+ckptdb::Status FirstError(const std::vector<ckptdb::Status>& statuses) {
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    if (statuses[r].ok()) continue;
+    if (statuses.size() == 1) return statuses[r];
+    return statuses[r].WithContext("rank " + std::to_string(r));
+  }
+  return ckptdb::Status::OK();
+}
+
+}  // namespace ckptdb::engine

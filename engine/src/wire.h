@@ -1,0 +1,72 @@
+#pragma once
+
+// Byte encodings of what ranks exchange in collective calls (layouts, targets, statuses). Only
+// ranks of one job read them, but decoding still checks every length.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckptdb/metadata.h"
+#include "ckptdb/status.h"
+#include "planner/load_plan.h"
+#include "planner/save_plan.h"
+
+namespace ckptdb::engine {
+
+class WireWriter {
+ public:
+  void U64(uint64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+  void I64(int64_t v) { U64(static_cast<uint64_t>(v)); }
+  void F64(double v) { out_.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+  void Str(std::string_view s) {
+    U64(s.size());
+    out_.append(s);
+  }
+  void Shape(const ckptdb::Shape& shape);
+  void Strings(const std::vector<std::string>& parts);
+  void Status(const ckptdb::Status& status);
+  void Value(const ckptdb::Value& value);
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class WireReader {
+ public:
+  explicit WireReader(std::string_view in) : in_(in) {}
+  bool U64(uint64_t* v);
+  bool I64(int64_t* v);
+  bool F64(double* v);
+  bool Str(std::string* s);
+  bool Shape(ckptdb::Shape* shape);
+  bool Strings(std::vector<std::string>* parts);
+  bool Status(ckptdb::Status* status);
+  bool Value(ckptdb::Value* value);
+  bool done() const { return in_.empty(); }
+
+ private:
+  std::string_view in_;
+};
+
+// A rank's contribution to a collective step: its local status and payload.
+std::string EncodeSaveLayout(const Status& local, const planner::RankSaveLayout& layout);
+Status DecodeSaveLayout(std::string_view bytes, Status* local, planner::RankSaveLayout* layout);
+
+std::string EncodeTargets(const Status& local, const std::vector<planner::LoadTarget>& targets);
+Status DecodeTargets(std::string_view bytes, Status* local, std::vector<planner::LoadTarget>* targets);
+
+// A status followed by a checkpoint summary (the outcome of a commit).
+std::string EncodeInfo(const Status& status, const CheckpointInfo& info);
+Status DecodeInfo(std::string_view bytes, Status* status, CheckpointInfo* info);
+
+std::string EncodeStatus(const Status& status);
+Status DecodeStatus(std::string_view bytes);
+
+// The first failing status of all ranks (lowest rank), prefixed with its rank when several ranks
+// take part; OK when every rank succeeded.
+Status FirstError(const std::vector<Status>& statuses);
+
+}  // namespace ckptdb::engine
