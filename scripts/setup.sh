@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every Debian package that the build and the tests need (idempotent: apt-get update,
+# then install, which skips what is present) and builds Release into build/.
+# Works on a fresh Debian 12 root with nothing preinstalled. Extra CMake arguments may be given in
+# CKPTDB_CMAKE_ARGS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake pkg-config
+  librocksdb-dev capnproto libcapnp-dev libxxhash-dev
+  libopenmpi-dev openmpi-bin
+  libgtest-dev libgmock-dev libbenchmark-dev
+  pybind11-dev python3-dev python3-numpy python3-mpi4py python3-pytest
+  libcli11-dev nlohmann-json3-dev libfmt-dev
+)
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+echo "setup: apt-get update"
+$sudo apt-get update -q >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}" >/dev/null
+fi
+
+echo "setup: building Release into build/"
+# shellcheck disable=SC2086
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 \
+  ${CKPTDB_CMAKE_ARGS:-} >/dev/null
+cmake --build build -j"$(nproc)"
