@@ -20,6 +20,9 @@
 
 namespace ckptdb {
 
+// The library's version, "major.minor.patch".
+const char* Version();
+
 // Byte counts of one Load on the calling rank.
 struct LoadStats {
   uint64_t bytes_read = 0;    // chunk bytes this rank read from storage
