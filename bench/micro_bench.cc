@@ -1,4 +1,5 @@
-// Micro-benchmarks of the pure parts: load planning, key encoding, metadata codec, box copies.
+// Micro-benchmarks of the pure parts: load planning, key encoding, metadata
+// codec, box copies.
 #include <benchmark/benchmark.h>
 
 #include <numeric>
@@ -11,8 +12,8 @@
 namespace ckptdb {
 namespace {
 
-// `tensors` tensors of `rows` x 1024 stored in single-row chunks; each of `ranks` load ranks
-// wants a column slab of every tensor.
+// `tensors` tensors of `rows` x 1024 stored in single-row chunks; each of
+// `ranks` load ranks wants a column slab of every tensor.
 void BM_BuildLoadPlan(benchmark::State& state) {
   const int64_t chunks_total = state.range(0);
   const int ranks = static_cast<int>(state.range(1));
@@ -21,7 +22,8 @@ void BM_BuildLoadPlan(benchmark::State& state) {
   std::vector<std::vector<planner::LoadTarget>> targets(ranks);
   for (int64_t t = 0; t < tensors; ++t) {
     TensorMetadata meta{DType::kFloat32, {rows, cols}, {}};
-    for (int64_t r = 0; r < rows; ++r) meta.chunks.push_back({{r, 0}, {1, cols}, 0, cols * 4, 0});
+    for (int64_t r = 0; r < rows; ++r)
+      meta.chunks.push_back({{r, 0}, {1, cols}, 0, cols * 4, 0});
     const std::string key = std::string("t").append(std::to_string(t));
     stored[key] = std::move(meta);
     for (int k = 0; k < ranks; ++k) {
@@ -35,12 +37,16 @@ void BM_BuildLoadPlan(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * chunks_total);
 }
-BENCHMARK(BM_BuildLoadPlan)->Args({10'000, 64})->Args({1'000'000, 1024})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BuildLoadPlan)
+    ->Args({10'000, 64})
+    ->Args({1'000'000, 1024})
+    ->Unit(benchmark::kMillisecond);
 
 void BM_EncodeChunkKey(benchmark::State& state) {
   const Shape offset = {4096, 0, 128};
   for (auto _ : state) {
-    benchmark::DoNotOptimize(storage::EncodeChunkKey(42, 3, "optimizer.exp_avg.layers.17.mlp.fc1.weight", offset));
+    benchmark::DoNotOptimize(storage::EncodeChunkKey(
+        42, 3, "optimizer.exp_avg.layers.17.mlp.fc1.weight", offset));
   }
 }
 BENCHMARK(BM_EncodeChunkKey);
@@ -51,7 +57,8 @@ void BM_MetadataRoundTrip(benchmark::State& state) {
   meta.info.world_size = 8;
   for (int t = 0; t < state.range(0); ++t) {
     TensorMetadata tensor{DType::kFloat32, {8192, 1024}, {}};
-    for (int64_t r = 0; r < 8; ++r) tensor.chunks.push_back({{r * 1024, 0}, {1024, 1024}, 0, 4 << 20, 7});
+    for (int64_t r = 0; r < 8; ++r)
+      tensor.chunks.push_back({{r * 1024, 0}, {1024, 1024}, 0, 4 << 20, 7});
     meta.info.nbytes += 32 << 20;
     const std::string key = std::string("t").append(std::to_string(t));
     meta.tensors[key] = tensor;
@@ -67,14 +74,17 @@ BENCHMARK(BM_MetadataRoundTrip)->Arg(1000)->Unit(benchmark::kMillisecond);
 
 // Copies a column half of a 4096 x 4096 fp32 matrix (strided rows).
 void BM_CopyBoxColumns(benchmark::State& state) {
-  const Shape whole = {4096, 4096}, half = {4096, 2048}, zero = {0, 0}, at = {0, 2048};
+  const Shape whole = {4096, 4096}, half = {4096, 2048}, zero = {0, 0},
+              at = {0, 2048};
   std::vector<float> src(4096 * 4096), dst(4096 * 2048);
   std::iota(src.begin(), src.end(), 0.f);
   for (auto _ : state) {
-    engine::CopyBox({src.data(), whole, at}, DType::kFloat32, {dst.data(), half, zero}, DType::kFloat32, half);
+    engine::CopyBox({src.data(), whole, at}, DType::kFloat32,
+                    {dst.data(), half, zero}, DType::kFloat32, half);
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(dst.size() * 4));
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<int64_t>(dst.size() * 4));
 }
 BENCHMARK(BM_CopyBoxColumns)->Unit(benchmark::kMillisecond);
 

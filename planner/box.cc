@@ -5,7 +5,8 @@
 namespace ckptdb::planner {
 
 std::string BoxToString(const Box& box) {
-  return "{offset " + ShapeToString(box.offset) + ", shape " + ShapeToString(box.shape) + "}";
+  return "{offset " + ShapeToString(box.offset) + ", shape " +
+         ShapeToString(box.shape) + "}";
 }
 
 std::optional<Box> Intersect(const Box& a, const Box& b) {
@@ -24,7 +25,8 @@ std::optional<Box> Intersect(const Box& a, const Box& b) {
 
 bool Contains(const Box& outer, const Box& inner) {
   for (size_t d = 0; d < outer.ndim(); ++d) {
-    if (inner.offset[d] < outer.offset[d] || inner.exclusive_max(d) > outer.exclusive_max(d)) {
+    if (inner.offset[d] < outer.offset[d] ||
+        inner.exclusive_max(d) > outer.exclusive_max(d)) {
       return false;
     }
   }
@@ -33,14 +35,17 @@ bool Contains(const Box& outer, const Box& inner) {
 
 std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes) {
   const size_t ndim = box.ndim();
-  if (ndim == 0 || static_cast<size_t>(box.volume()) * elem_size <= max_bytes) return {box};
-  // Find the outermost dimension `cut` such that one index of it (with every inner dimension
-  // whole) fits; dimensions before it are cut into single indices.
+  if (ndim == 0 || static_cast<size_t>(box.volume()) * elem_size <= max_bytes)
+    return {box};
+  // Find the outermost dimension `cut` such that one index of it (with every
+  // inner dimension whole) fits; dimensions before it are cut into single
+  // indices.
   size_t cut = ndim - 1;
   size_t inner_bytes = elem_size;  // bytes of one index of `cut`
   for (size_t d = ndim; d-- > 0;) {
     size_t below = elem_size;
-    for (size_t e = d + 1; e < ndim; ++e) below *= static_cast<size_t>(box.shape[e]);
+    for (size_t e = d + 1; e < ndim; ++e)
+      below *= static_cast<size_t>(box.shape[e]);
     if (below <= max_bytes) {
       cut = d;
       inner_bytes = below;
@@ -48,7 +53,8 @@ std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes) {
       break;
     }
   }
-  const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(max_bytes / inner_bytes));
+  const int64_t step =
+      std::max<int64_t>(1, static_cast<int64_t>(max_bytes / inner_bytes));
   std::vector<Box> out;
   Shape outer_index(cut, 0);  // index in dims [0, cut), relative to box.offset
   while (true) {

@@ -8,8 +8,8 @@
 
 namespace ckptdb::planner {
 
-// A half-open box [offset, offset + shape) in a tensor's global index space. A 0-d box (empty
-// offset and shape) holds one element.
+// A half-open box [offset, offset + shape) in a tensor's global index space. A
+// 0-d box (empty offset and shape) holds one element.
 struct Box {
   Shape offset;
   Shape shape;
@@ -25,15 +25,17 @@ struct Box {
 // "{offset [0, 4], shape [2, 4]}".
 std::string BoxToString(const Box& box);
 
-// The common part of two boxes of the same rank, or nullopt when they share no element.
+// The common part of two boxes of the same rank, or nullopt when they share no
+// element.
 std::optional<Box> Intersect(const Box& a, const Box& b);
 
 // True when `inner` lies inside `outer`.
 bool Contains(const Box& outer, const Box& inner);
 
-// Splits `box` (of elements of `elem_size` bytes) into boxes of at most `max_bytes` each (at
-// least one element each), cutting along outer dimensions only: every piece is a contiguous run of
-// the row-major buffer holding `box`. Returns {box} when it already fits.
+// Splits `box` (of elements of `elem_size` bytes) into boxes of at most
+// `max_bytes` each (at least one element each), cutting along outer dimensions
+// only: every piece is a contiguous run of the row-major buffer holding `box`.
+// Returns {box} when it already fits.
 std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes);
 
 }  // namespace ckptdb::planner

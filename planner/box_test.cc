@@ -30,7 +30,8 @@ TEST(BoxTest, SplitAlongRows) {
 }
 
 TEST(BoxTest, SplitInsideRowsWhenARowIsTooLarge) {
-  Box box{{0, 0, 0}, {2, 3, 8}};  // a row of dim 0 is 3*8*1 = 24 bytes; one of dim 1 is 8
+  Box box{{0, 0, 0},
+          {2, 3, 8}};  // a row of dim 0 is 3*8*1 = 24 bytes; one of dim 1 is 8
   auto pieces = SplitBox(box, 1, 16);
   // dim 1 cut into runs of 2: per outer index {0..2},{2..3} -> 2 * 2 pieces.
   ASSERT_EQ(pieces.size(), 4u);

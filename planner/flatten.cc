@@ -38,13 +38,15 @@ Result<std::vector<Leaf>> FlattenImpl(Dict& state) {
   std::vector<Leaf> leaves;
   Path path;
   Collect(state, path, leaves);
-  std::stable_sort(leaves.begin(), leaves.end(),
-                   [](const Leaf& a, const Leaf& b) { return a.flat_key < b.flat_key; });
+  std::stable_sort(
+      leaves.begin(), leaves.end(),
+      [](const Leaf& a, const Leaf& b) { return a.flat_key < b.flat_key; });
   for (size_t i = 1; i < leaves.size(); ++i) {
     if (leaves[i].flat_key == leaves[i - 1].flat_key) {
-      return Status::InvalidArgument("flat key '" + leaves[i].flat_key + "' collides: paths " +
-                                     QuotePath(leaves[i - 1].path) + " and " +
-                                     QuotePath(leaves[i].path) + " join to the same key");
+      return Status::InvalidArgument(
+          "flat key '" + leaves[i].flat_key + "' collides: paths " +
+          QuotePath(leaves[i - 1].path) + " and " + QuotePath(leaves[i].path) +
+          " join to the same key");
     }
   }
   return leaves;
@@ -75,7 +77,8 @@ Result<StateDict> Unflatten(const std::map<std::string, Value>& values,
   for (const auto& [flat_key, value] : values) {
     auto it = flat_mapping.find(flat_key);
     if (it == flat_mapping.end() || it->second.empty()) {
-      return Status::InvalidArgument("flat key '" + flat_key + "' has no path in the flat mapping");
+      return Status::InvalidArgument("flat key '" + flat_key +
+                                     "' has no path in the flat mapping");
     }
     const Path& path = it->second;
     StateDict* dict = &out;
@@ -83,13 +86,15 @@ Result<StateDict> Unflatten(const std::map<std::string, Value>& values,
       auto existing = dict->items().find(path[i]);
       if (existing != dict->items().end() &&
           !std::holds_alternative<StateDict>(existing->second.node)) {
-        return Status::InvalidArgument("path " + QuotePath(path) + " of flat key '" + flat_key +
+        return Status::InvalidArgument("path " + QuotePath(path) +
+                                       " of flat key '" + flat_key +
                                        "' passes through a leaf");
       }
       dict = &dict->Child(path[i]);
     }
     if (dict->GetChild(path.back()) != nullptr) {
-      return Status::InvalidArgument("path " + QuotePath(path) + " of flat key '" + flat_key +
+      return Status::InvalidArgument("path " + QuotePath(path) +
+                                     " of flat key '" + flat_key +
                                      "' is also a nested dict");
     }
     dict->Set(path.back(), value);

@@ -26,13 +26,14 @@ struct BasicFlatLeaf {
 using FlatLeaf = BasicFlatLeaf<const TensorView*, const Value*>;
 using MutableFlatLeaf = BasicFlatLeaf<TensorView*, Value*>;
 
-// The leaves of `state` sorted by flat key. InvalidArgument when two paths join to the same flat
-// key (naming both). Empty nested dicts have no leaves.
+// The leaves of `state` sorted by flat key. InvalidArgument when two paths join
+// to the same flat key (naming both). Empty nested dicts have no leaves.
 Result<std::vector<FlatLeaf>> Flatten(const StateDict& state);
 Result<std::vector<MutableFlatLeaf>> FlattenMutable(StateDict& state);
 
-// Rebuilds the nesting of flat values from a flat mapping (flat key -> path). InvalidArgument
-// when a key has no mapping or two paths conflict (a leaf where a dict is needed).
+// Rebuilds the nesting of flat values from a flat mapping (flat key -> path).
+// InvalidArgument when a key has no mapping or two paths conflict (a leaf where
+// a dict is needed).
 Result<StateDict> Unflatten(const std::map<std::string, Value>& values,
                             const std::map<std::string, Path>& flat_mapping);
 

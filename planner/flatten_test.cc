@@ -8,7 +8,9 @@ namespace {
 TEST(FlattenTest, SortedLeavesWithPaths) {
   float w = 0;
   StateDict sd;
-  sd.Child("optimizer").Child("master_weights").Set("w1", TensorView::Whole(&w, DType::kFloat32, {}));
+  sd.Child("optimizer")
+      .Child("master_weights")
+      .Set("w1", TensorView::Whole(&w, DType::kFloat32, {}));
   sd.Set("step", Value(int64_t{3}));
   sd.Child("empty");
   auto leaves = Flatten(sd);
@@ -34,7 +36,8 @@ TEST(FlattenTest, CollisionNamesBothPaths) {
 }
 
 TEST(FlattenTest, UnflattenRestoresNesting) {
-  std::map<std::string, Value> values = {{"a.b", Value(int64_t{1})}, {"a.c", Value(true)},
+  std::map<std::string, Value> values = {{"a.b", Value(int64_t{1})},
+                                         {"a.c", Value(true)},
                                          {"x.y", Value(std::string("s"))}};
   std::map<std::string, Path> mapping = {
       {"a.b", {"a", "b"}}, {"a.c", {"a", "c"}}, {"x.y", {"x.y"}}};
@@ -49,7 +52,8 @@ TEST(FlattenTest, UnflattenRestoresNesting) {
 }
 
 TEST(FlattenTest, UnflattenRejectsLeafOnPath) {
-  std::map<std::string, Value> values = {{"a", Value(int64_t{1})}, {"a.b", Value(int64_t{2})}};
+  std::map<std::string, Value> values = {{"a", Value(int64_t{1})},
+                                         {"a.b", Value(int64_t{2})}};
   std::map<std::string, Path> mapping = {{"a", {"a"}}, {"a.b", {"a", "b"}}};
   EXPECT_FALSE(Unflatten(values, mapping).ok());
   EXPECT_FALSE(Unflatten(values, {}).ok());

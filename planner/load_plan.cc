@@ -7,8 +7,9 @@
 namespace ckptdb::planner {
 namespace {
 
-// Chunks of one tensor sorted by their begin in dimension 0, with a running maximum of their end
-// in dimension 0: a static index answering "which chunks meet this box".
+// Chunks of one tensor sorted by their begin in dimension 0, with a running
+// maximum of their end in dimension 0: a static index answering "which chunks
+// meet this box".
 class ChunkIndex {
  public:
   explicit ChunkIndex(const TensorMetadata& tensor) : tensor_(tensor) {
@@ -26,7 +27,8 @@ class ChunkIndex {
     }
   }
 
-  // Calls fn(chunk index, intersection) for every chunk meeting `box`, in ascending chunk order.
+  // Calls fn(chunk index, intersection) for every chunk meeting `box`, in
+  // ascending chunk order.
   template <typename Fn>
   void ForEachOverlap(const Box& box, Fn&& fn) const {
     std::vector<std::pair<size_t, Box>> hits;
@@ -34,15 +36,19 @@ class ChunkIndex {
       for (size_t c : order_) hits.emplace_back(c, Box{});
     } else {
       const int64_t begin = box.offset[0], end = box.exclusive_max(0);
-      // Candidates start before `end`; scan back while an earlier chunk may still reach `begin`.
-      size_t hi = std::partition_point(order_.begin(), order_.end(),
-                                       [&](size_t c) { return Begin(c) < end; }) -
-                  order_.begin();
+      // Candidates start before `end`; scan back while an earlier chunk may
+      // still reach `begin`.
+      size_t hi =
+          std::partition_point(order_.begin(), order_.end(),
+                               [&](size_t c) { return Begin(c) < end; }) -
+          order_.begin();
       for (size_t i = hi; i-- > 0;) {
         if (max_end_[i] <= begin) break;
         const size_t c = order_[i];
-        Box chunk{tensor_.chunks[c].global_offset, tensor_.chunks[c].local_shape};
-        if (auto common = Intersect(chunk, box)) hits.emplace_back(c, std::move(*common));
+        Box chunk{tensor_.chunks[c].global_offset,
+                  tensor_.chunks[c].local_shape};
+        if (auto common = Intersect(chunk, box))
+          hits.emplace_back(c, std::move(*common));
       }
       std::sort(hits.begin(), hits.end(),
                 [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -54,7 +60,8 @@ class ChunkIndex {
   size_t Ndim() const { return tensor_.global_shape.size(); }
   int64_t Begin(size_t c) const { return tensor_.chunks[c].global_offset[0]; }
   int64_t End(size_t c) const {
-    return tensor_.chunks[c].global_offset[0] + tensor_.chunks[c].local_shape[0];
+    return tensor_.chunks[c].global_offset[0] +
+           tensor_.chunks[c].local_shape[0];
   }
 
   const TensorMetadata& tensor_;
@@ -73,19 +80,23 @@ Shape Sub(const Shape& a, const Shape& b) {
 std::string LoadPlan::ToString() const {
   std::ostringstream out;
   for (size_t r = 0; r < reads.size(); ++r) {
-    out << "read " << r << ": " << reads[r].flat_key << " chunk " << reads[r].chunk << " by rank "
-        << reads[r].reader_rank << " (" << reads[r].nbytes << " bytes)\n";
+    out << "read " << r << ": " << reads[r].flat_key << " chunk "
+        << reads[r].chunk << " by rank " << reads[r].reader_rank << " ("
+        << reads[r].nbytes << " bytes)\n";
   }
   for (const auto& item : items) {
-    out << "  item read " << item.read << " -> rank " << item.dest_rank << " target "
-        << item.target << " src " << ShapeToString(item.storage_offset) << " dst "
-        << ShapeToString(item.dest_offset) << " len " << ShapeToString(item.lengths) << "\n";
+    out << "  item read " << item.read << " -> rank " << item.dest_rank
+        << " target " << item.target << " src "
+        << ShapeToString(item.storage_offset) << " dst "
+        << ShapeToString(item.dest_offset) << " len "
+        << ShapeToString(item.lengths) << "\n";
   }
   return out.str();
 }
 
-Result<LoadPlan> BuildLoadPlan(const std::map<std::string, TensorMetadata>& tensors,
-                               const std::vector<std::vector<LoadTarget>>& targets) {
+Result<LoadPlan> BuildLoadPlan(
+    const std::map<std::string, TensorMetadata>& tensors,
+    const std::vector<std::vector<LoadTarget>>& targets) {
   LoadPlan plan;
   const int num_ranks = static_cast<int>(targets.size());
   plan.read_bytes_per_rank.assign(num_ranks, 0);
@@ -104,29 +115,36 @@ Result<LoadPlan> BuildLoadPlan(const std::map<std::string, TensorMetadata>& tens
       const LoadTarget& target = targets[r][t];
       auto it = tensors.find(target.flat_key);
       if (it == tensors.end()) {
-        return Status::InvalidArgument("load target '" + target.flat_key + "' on rank " +
-                                       std::to_string(r) + " is not a tensor of the checkpoint");
+        return Status::InvalidArgument("load target '" + target.flat_key +
+                                       "' on rank " + std::to_string(r) +
+                                       " is not a tensor of the checkpoint");
       }
       const TensorMetadata& tensor = it->second;
-      const Box whole{Shape(tensor.global_shape.size(), 0), tensor.global_shape};
-      if (target.box.ndim() != whole.ndim() || target.box.offset.size() != whole.ndim() ||
+      const Box whole{Shape(tensor.global_shape.size(), 0),
+                      tensor.global_shape};
+      if (target.box.ndim() != whole.ndim() ||
+          target.box.offset.size() != whole.ndim() ||
           !Contains(whole, target.box) ||
           std::any_of(target.box.shape.begin(), target.box.shape.end(),
                       [](int64_t n) { return n < 0; })) {
-        return Status::InvalidArgument("load target '" + target.flat_key + "' on rank " +
-                                       std::to_string(r) + ": " + BoxToString(target.box) +
+        return Status::InvalidArgument("load target '" + target.flat_key +
+                                       "' on rank " + std::to_string(r) + ": " +
+                                       BoxToString(target.box) +
                                        " lies outside the stored shape " +
                                        ShapeToString(tensor.global_shape));
       }
       if (target.box.volume() == 0) continue;
       auto [index, _] = indexes.try_emplace(target.flat_key, tensor);
-      index->second.ForEachOverlap(target.box, [&](size_t chunk, const Box& common) {
-        needs[{target.flat_key, chunk}].push_back({r, t, common, target.box.offset});
-      });
+      index->second.ForEachOverlap(target.box,
+                                   [&](size_t chunk, const Box& common) {
+                                     needs[{target.flat_key, chunk}].push_back(
+                                         {r, t, common, target.box.offset});
+                                   });
     }
   }
 
-  // Readers: largest chunks first, each to the needing rank with the fewest bytes so far.
+  // Readers: largest chunks first, each to the needing rank with the fewest
+  // bytes so far.
   struct Order {
     const std::pair<std::string, size_t>* key;
     uint64_t nbytes;
@@ -135,17 +153,21 @@ Result<LoadPlan> BuildLoadPlan(const std::map<std::string, TensorMetadata>& tens
   order.reserve(needs.size());
   for (const auto& [key, list] : needs) {
     const auto& tensor = tensors.at(key.first);
-    order.push_back({&key, static_cast<uint64_t>(NumElements(tensor.chunks[key.second].local_shape)) *
+    order.push_back({&key, static_cast<uint64_t>(NumElements(
+                               tensor.chunks[key.second].local_shape)) *
                                DTypeSize(tensor.dtype)});
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [](const Order& a, const Order& b) { return a.nbytes > b.nbytes; });
+  std::stable_sort(
+      order.begin(), order.end(),
+      [](const Order& a, const Order& b) { return a.nbytes > b.nbytes; });
   std::map<std::pair<std::string, size_t>, int> reader;
   for (const Order& o : order) {
     const auto& list = needs.at(*o.key);
     int best = list.front().dest_rank;
     for (const Need& n : list) {
-      if (plan.read_bytes_per_rank[n.dest_rank] < plan.read_bytes_per_rank[best]) best = n.dest_rank;
+      if (plan.read_bytes_per_rank[n.dest_rank] <
+          plan.read_bytes_per_rank[best])
+        best = n.dest_rank;
     }
     plan.read_bytes_per_rank[best] += o.nbytes;
     reader[*o.key] = best;
@@ -158,8 +180,10 @@ Result<LoadPlan> BuildLoadPlan(const std::map<std::string, TensorMetadata>& tens
     plan.reads.push_back({key.first, key.second, reader.at(key), 0});
     plan.reads.back().nbytes = chunk.nbytes;
     for (const Need& n : list) {
-      plan.items.push_back({read_index, n.dest_rank, n.target, Sub(n.common.offset, chunk.global_offset),
-                            Sub(n.common.offset, n.target_offset), n.common.shape});
+      plan.items.push_back({read_index, n.dest_rank, n.target,
+                            Sub(n.common.offset, chunk.global_offset),
+                            Sub(n.common.offset, n.target_offset),
+                            n.common.shape});
     }
   }
   return plan;

@@ -24,15 +24,20 @@ struct ChunkRead {
   uint64_t nbytes = 0;
 };
 
-// One box copied from a read chunk into a target shard: the read item of DESIGN.md.
+// One box copied from a read chunk into a target shard: the read item of
+// DESIGN.md.
 struct ReadItem {
-  size_t read = 0;   // index into LoadPlan::reads (gives the chunk and reader rank)
+  size_t read =
+      0;  // index into LoadPlan::reads (gives the chunk and reader rank)
   int dest_rank = 0;
   size_t target = 0;  // index into the dest rank's targets
-  Shape storage_offset;  // begin of the box relative to the chunk's global offset
-  Shape dest_offset;     // begin of the box relative to the target's global offset
+  Shape
+      storage_offset;  // begin of the box relative to the chunk's global offset
+  Shape dest_offset;  // begin of the box relative to the target's global offset
   Shape lengths;
-  uint64_t num_elements() const { return static_cast<uint64_t>(NumElements(lengths)); }
+  uint64_t num_elements() const {
+    return static_cast<uint64_t>(NumElements(lengths));
+  }
 };
 
 struct LoadPlan {
@@ -43,11 +48,13 @@ struct LoadPlan {
   std::string ToString() const;
 };
 
-// Plans a load of `targets` (indexed by load rank) from the stored `tensors` (by flat key).
-// Overlaps are found through a per-tensor index sorted by chunk offset, not by testing every
-// pair. Each needed chunk gets one reader: the rank needing it with the fewest bytes to read so
-// far. InvalidArgument when a target names an unknown key or lies outside its tensor.
-Result<LoadPlan> BuildLoadPlan(const std::map<std::string, TensorMetadata>& tensors,
-                               const std::vector<std::vector<LoadTarget>>& targets);
+// Plans a load of `targets` (indexed by load rank) from the stored `tensors`
+// (by flat key). Overlaps are found through a per-tensor index sorted by chunk
+// offset, not by testing every pair. Each needed chunk gets one reader: the
+// rank needing it with the fewest bytes to read so far. InvalidArgument when a
+// target names an unknown key or lies outside its tensor.
+Result<LoadPlan> BuildLoadPlan(
+    const std::map<std::string, TensorMetadata>& tensors,
+    const std::vector<std::vector<LoadTarget>>& targets);
 
 }  // namespace ckptdb::planner

@@ -5,7 +5,8 @@
 namespace ckptdb::planner {
 namespace {
 
-TensorMetadata RowChunks(Shape global, int64_t rows_per_chunk, DType dtype = DType::kFloat32) {
+TensorMetadata RowChunks(Shape global, int64_t rows_per_chunk,
+                         DType dtype = DType::kFloat32) {
   TensorMetadata t;
   t.dtype = dtype;
   t.global_shape = global;
@@ -31,7 +32,8 @@ TEST(LoadPlanTest, RowsToColumnsOnTwoRanks) {
   auto plan = BuildLoadPlan(stored, targets);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ASSERT_EQ(plan->reads.size(), 2u);  // each chunk once
-  EXPECT_NE(plan->reads[0].reader_rank, plan->reads[1].reader_rank);  // balanced
+  EXPECT_NE(plan->reads[0].reader_rank,
+            plan->reads[1].reader_rank);  // balanced
   ASSERT_EQ(plan->items.size(), 4u);
   const ReadItem& item = plan->items[3];  // chunk 1 -> rank 1
   EXPECT_EQ(item.read, 1u);
@@ -43,7 +45,8 @@ TEST(LoadPlanTest, RowsToColumnsOnTwoRanks) {
 }
 
 TEST(LoadPlanTest, ReadsOnlyChunksThatOverlap) {
-  std::map<std::string, TensorMetadata> stored = {{"w", RowChunks({100, 2}, 10)}};
+  std::map<std::string, TensorMetadata> stored = {
+      {"w", RowChunks({100, 2}, 10)}};
   auto plan = BuildLoadPlan(stored, {{{"w", Box{{35, 0}, {10, 1}}}}});
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->reads.size(), 2u);

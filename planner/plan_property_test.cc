@@ -1,5 +1,5 @@
-// Property tests: random tensors, random N-rank save layouts (with replicas) and random M-rank
-// target layouts, checked against brute-force references.
+// Property tests: random tensors, random N-rank save layouts (with replicas)
+// and random M-rank target layouts, checked against brute-force references.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -11,8 +11,10 @@
 namespace ckptdb::planner {
 namespace {
 
-// Splits `box` recursively at random points into a partition (kd-tree style, not a grid).
-void RandomPartition(const Box& box, std::mt19937& rng, int depth, std::vector<Box>& out) {
+// Splits `box` recursively at random points into a partition (kd-tree style,
+// not a grid).
+void RandomPartition(const Box& box, std::mt19937& rng, int depth,
+                     std::vector<Box>& out) {
   std::vector<size_t> splittable;
   for (size_t d = 0; d < box.ndim(); ++d) {
     if (box.shape[d] > 1) splittable.push_back(d);
@@ -62,10 +64,12 @@ struct Tensor {
 };
 
 Tensor RandomTensor(std::mt19937& rng, int i) {
-  static const DType kTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kInt8, DType::kFloat64};
+  static const DType kTypes[] = {DType::kFloat32, DType::kBFloat16,
+                                 DType::kInt8, DType::kFloat64};
   Tensor t{std::string("t").append(std::to_string(i)), kTypes[rng() % 4], {}};
   const int ndim = static_cast<int>(rng() % 4);
-  for (int d = 0; d < ndim; ++d) t.shape.push_back(static_cast<int64_t>(rng() % 7) + (rng() % 8 ? 1 : 0));
+  for (int d = 0; d < ndim; ++d)
+    t.shape.push_back(static_cast<int64_t>(rng() % 7) + (rng() % 8 ? 1 : 0));
   return t;
 }
 
@@ -79,7 +83,8 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
   std::vector<Tensor> tensors;
   for (int i = 0; i < num_tensors; ++i) tensors.push_back(RandomTensor(rng, i));
 
-  // Save layouts: every cell of a random partition held by 1..num_save ranks (replicas).
+  // Save layouts: every cell of a random partition held by 1..num_save ranks
+  // (replicas).
   std::vector<RankSaveLayout> save(num_save);
   std::map<std::string, std::vector<std::pair<Box, std::set<int>>>> holders;
   for (const Tensor& t : tensors) {
@@ -88,8 +93,10 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
     for (const Box& cell : cells) {
       std::set<int> ranks;
       const int copies = 1 + static_cast<int>(rng() % num_save);
-      while (static_cast<int>(ranks.size()) < copies) ranks.insert(static_cast<int>(rng() % num_save));
-      for (int r : ranks) save[r].shards.push_back({t.key, {t.key}, t.dtype, t.shape, cell});
+      while (static_cast<int>(ranks.size()) < copies)
+        ranks.insert(static_cast<int>(rng() % num_save));
+      for (int r : ranks)
+        save[r].shards.push_back({t.key, {t.key}, t.dtype, t.shape, cell});
       holders[t.key].push_back({cell, ranks});
     }
   }
@@ -97,11 +104,13 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
   auto save_plan = BuildSavePlan(save, max_chunk);
   ASSERT_TRUE(save_plan.ok()) << save_plan.status().ToString();
 
-  // The chunks partition every tensor, each written by a rank holding it, within max_chunk.
+  // The chunks partition every tensor, each written by a rank holding it,
+  // within max_chunk.
   std::map<std::string, TensorMetadata> stored;
   for (const PlannedTensor& pt : save_plan->tensors) {
-    const Tensor& t = *std::find_if(tensors.begin(), tensors.end(),
-                                    [&](const Tensor& x) { return x.key == pt.flat_key; });
+    const Tensor& t =
+        *std::find_if(tensors.begin(), tensors.end(),
+                      [&](const Tensor& x) { return x.key == pt.flat_key; });
     std::vector<int> count(static_cast<size_t>(NumElements(t.shape)), 0);
     TensorMetadata meta{pt.dtype, pt.global_shape, {}};
     for (const PlannedChunk& c : pt.chunks) {
@@ -109,14 +118,17 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
       const SaveShard& src = save[c.writer_rank].shards[c.source_shard];
       EXPECT_EQ(src.flat_key, t.key);
       EXPECT_TRUE(Contains(src.box, c.box));
-      ForEachElement(c.box, [&](const Shape& x) { ++count[Linear(t.shape, x)]; });
-      meta.chunks.push_back({c.box.offset, c.box.shape, c.writer_rank, c.nbytes, 0});
+      ForEachElement(c.box,
+                     [&](const Shape& x) { ++count[Linear(t.shape, x)]; });
+      meta.chunks.push_back(
+          {c.box.offset, c.box.shape, c.writer_rank, c.nbytes, 0});
     }
     for (int n : count) EXPECT_EQ(n, 1);
     stored[t.key] = std::move(meta);
   }
 
-  // Load targets: random partitions again, some cells on several ranks, some on none.
+  // Load targets: random partitions again, some cells on several ranks, some on
+  // none.
   std::vector<std::vector<LoadTarget>> targets(num_load);
   for (const Tensor& t : tensors) {
     std::vector<Box> cells;
@@ -137,7 +149,8 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
       const auto& chunks = stored.at(target.flat_key).chunks;
       for (size_t c = 0; c < chunks.size(); ++c) {
         if (target.box.volume() > 0 &&
-            Intersect(Box{chunks[c].global_offset, chunks[c].local_shape}, target.box)) {
+            Intersect(Box{chunks[c].global_offset, chunks[c].local_shape},
+                      target.box)) {
           needed.insert({target.flat_key, c});
         }
       }
@@ -145,15 +158,19 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
   }
   std::set<std::pair<std::string, size_t>> read;
   std::map<size_t, std::set<int>> needers;
-  for (const ReadItem& item : load_plan->items) needers[item.read].insert(item.dest_rank);
+  for (const ReadItem& item : load_plan->items)
+    needers[item.read].insert(item.dest_rank);
   for (size_t i = 0; i < load_plan->reads.size(); ++i) {
     const ChunkRead& r = load_plan->reads[i];
-    EXPECT_TRUE(read.insert({r.flat_key, r.chunk}).second) << "chunk read twice";
-    EXPECT_TRUE(needers[i].count(r.reader_rank)) << "reader does not need the chunk";
+    EXPECT_TRUE(read.insert({r.flat_key, r.chunk}).second)
+        << "chunk read twice";
+    EXPECT_TRUE(needers[i].count(r.reader_rank))
+        << "reader does not need the chunk";
   }
   EXPECT_EQ(read, needed);
 
-  // Every target element is written exactly once, from the right stored element.
+  // Every target element is written exactly once, from the right stored
+  // element.
   for (int r = 0; r < num_load; ++r) {
     std::vector<std::vector<int>> count(targets[r].size());
     for (size_t t = 0; t < targets[r].size(); ++t) {
@@ -165,17 +182,23 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
       const ChunkRead& cr = load_plan->reads[item.read];
       ASSERT_EQ(cr.flat_key, target.flat_key);
       const ChunkMetadata& chunk = stored.at(cr.flat_key).chunks[cr.chunk];
-      ForEachElement(Box{Shape(item.lengths.size(), 0), item.lengths}, [&](const Shape& i) {
-        Shape from_chunk(i.size()), from_target(i.size()), in_target(i.size());
-        for (size_t d = 0; d < i.size(); ++d) {
-          from_chunk[d] = chunk.global_offset[d] + item.storage_offset[d] + i[d];
-          from_target[d] = target.box.offset[d] + item.dest_offset[d] + i[d];
-          in_target[d] = item.dest_offset[d] + i[d];
-        }
-        EXPECT_EQ(from_chunk, from_target);
-        EXPECT_TRUE(Contains(Box{chunk.global_offset, chunk.local_shape}, Box{from_chunk, Shape(i.size(), 1)}));
-        ++count[item.target][Linear(target.box.shape, in_target)];
-      });
+      ForEachElement(
+          Box{Shape(item.lengths.size(), 0), item.lengths},
+          [&](const Shape& i) {
+            Shape from_chunk(i.size()), from_target(i.size()),
+                in_target(i.size());
+            for (size_t d = 0; d < i.size(); ++d) {
+              from_chunk[d] =
+                  chunk.global_offset[d] + item.storage_offset[d] + i[d];
+              from_target[d] =
+                  target.box.offset[d] + item.dest_offset[d] + i[d];
+              in_target[d] = item.dest_offset[d] + i[d];
+            }
+            EXPECT_EQ(from_chunk, from_target);
+            EXPECT_TRUE(Contains(Box{chunk.global_offset, chunk.local_shape},
+                                 Box{from_chunk, Shape(i.size(), 1)}));
+            ++count[item.target][Linear(target.box.shape, in_target)];
+          });
     }
     for (const auto& c : count) {
       for (int n : c) EXPECT_EQ(n, 1);

@@ -23,36 +23,40 @@ std::string RankBox(int rank, const Box& box) {
 Status CheckInside(const SaveShard& s, int rank) {
   const size_t ndim = s.global_shape.size();
   if (s.box.offset.size() != ndim || s.box.shape.size() != ndim) {
-    return Status::InvalidArgument("tensor '" + s.flat_key + "' on rank " + std::to_string(rank) +
-                                   ": shard " + BoxToString(s.box) + " does not match the " +
+    return Status::InvalidArgument("tensor '" + s.flat_key + "' on rank " +
+                                   std::to_string(rank) + ": shard " +
+                                   BoxToString(s.box) + " does not match the " +
                                    std::to_string(ndim) + "-d global shape " +
                                    ShapeToString(s.global_shape));
   }
   for (size_t d = 0; d < ndim; ++d) {
     if (s.global_shape[d] < 0 || s.box.offset[d] < 0 || s.box.shape[d] < 0 ||
         s.box.exclusive_max(d) > s.global_shape[d]) {
-      return Status::InvalidArgument("tensor '" + s.flat_key + "': shard on " +
-                                     RankBox(rank, s.box) + " lies outside the global shape " +
-                                     ShapeToString(s.global_shape));
+      return Status::InvalidArgument(
+          "tensor '" + s.flat_key + "': shard on " + RankBox(rank, s.box) +
+          " lies outside the global shape " + ShapeToString(s.global_shape));
     }
   }
   return Status::OK();
 }
 
-// Checks that distinct boxes (sorted) are pairwise disjoint. Sweep over dimension 0.
+// Checks that distinct boxes (sorted) are pairwise disjoint. Sweep over
+// dimension 0.
 Status CheckDisjoint(const std::string& key, const std::vector<Box>& boxes,
                      const std::vector<int>& first_rank) {
   if (boxes.empty() || boxes[0].ndim() == 0) return Status::OK();
   std::vector<size_t> active;
   for (size_t i = 0; i < boxes.size(); ++i) {
     const int64_t begin = boxes[i].offset[0];
-    std::erase_if(active, [&](size_t j) { return boxes[j].exclusive_max(0) <= begin; });
+    std::erase_if(active,
+                  [&](size_t j) { return boxes[j].exclusive_max(0) <= begin; });
     for (size_t j : active) {
       if (auto common = Intersect(boxes[j], boxes[i])) {
         return Status::InvalidArgument(
-            "tensor '" + key + "': shards on " + RankBox(first_rank[j], boxes[j]) + " and " +
-            RankBox(first_rank[i], boxes[i]) + " overlap in " + BoxToString(*common) +
-            " but are not identical replicas");
+            "tensor '" + key + "': shards on " +
+            RankBox(first_rank[j], boxes[j]) + " and " +
+            RankBox(first_rank[i], boxes[i]) + " overlap in " +
+            BoxToString(*common) + " but are not identical replicas");
       }
     }
     active.push_back(i);
@@ -65,29 +69,35 @@ Status CheckDisjoint(const std::string& key, const std::vector<Box>& boxes,
 std::string SavePlan::ToString() const {
   std::ostringstream out;
   for (const auto& t : tensors) {
-    out << t.flat_key << " " << DTypeName(t.dtype) << " " << ShapeToString(t.global_shape) << "\n";
+    out << t.flat_key << " " << DTypeName(t.dtype) << " "
+        << ShapeToString(t.global_shape) << "\n";
     for (const auto& c : t.chunks) {
-      out << "  " << BoxToString(c.box) << " writer " << c.writer_rank << " shard "
-          << c.source_shard << " bytes " << c.nbytes << "\n";
+      out << "  " << BoxToString(c.box) << " writer " << c.writer_rank
+          << " shard " << c.source_shard << " bytes " << c.nbytes << "\n";
     }
   }
-  for (const auto& [key, value] : values) out << key << " value " << ValueTypeName(value) << "\n";
+  for (const auto& [key, value] : values)
+    out << key << " value " << ValueTypeName(value) << "\n";
   return out.str();
 }
 
-Result<SavePlan> BuildSavePlan(const std::vector<RankSaveLayout>& ranks, size_t max_chunk_bytes) {
-  if (max_chunk_bytes == 0) return Status::InvalidArgument("max_chunk_bytes must be > 0");
+Result<SavePlan> BuildSavePlan(const std::vector<RankSaveLayout>& ranks,
+                               size_t max_chunk_bytes) {
+  if (max_chunk_bytes == 0)
+    return Status::InvalidArgument("max_chunk_bytes must be > 0");
   SavePlan plan;
   plan.bytes_per_rank.assign(ranks.size(), 0);
 
   // Group shards by key; merge values and the flat mapping.
   std::map<std::string, std::vector<ShardRef>> by_key;
   std::map<std::string, int> value_rank;
-  auto add_path = [&](const std::string& key, const Path& path, int rank) -> Status {
+  auto add_path = [&](const std::string& key, const Path& path,
+                      int rank) -> Status {
     auto [it, inserted] = plan.flat_mapping.emplace(key, path);
     if (!inserted && it->second != path) {
-      return Status::InvalidArgument("flat key '" + key + "' names different paths on rank " +
-                                     std::to_string(rank) + " and another rank");
+      return Status::InvalidArgument(
+          "flat key '" + key + "' names different paths on rank " +
+          std::to_string(rank) + " and another rank");
     }
     return Status::OK();
   };
@@ -100,18 +110,21 @@ Result<SavePlan> BuildSavePlan(const std::vector<RankSaveLayout>& ranks, size_t 
     }
     for (const SaveValue& v : ranks[r].values) {
       RETURN_IF_ERROR(add_path(v.flat_key, v.path, r));
-      if (plan.values.emplace(v.flat_key, v.value).second) value_rank[v.flat_key] = r;
+      if (plan.values.emplace(v.flat_key, v.value).second)
+        value_rank[v.flat_key] = r;
     }
   }
   for (const auto& [key, rank] : value_rank) {
     if (by_key.count(key)) {
-      return Status::InvalidArgument("key '" + key + "' is a small value on rank " +
-                                     std::to_string(rank) + " and a tensor on rank " +
-                                     std::to_string(by_key[key].front().holder.rank));
+      return Status::InvalidArgument(
+          "key '" + key + "' is a small value on rank " + std::to_string(rank) +
+          " and a tensor on rank " +
+          std::to_string(by_key[key].front().holder.rank));
     }
   }
 
-  // Per tensor: check agreement, group replicas, check disjointness and coverage.
+  // Per tensor: check agreement, group replicas, check disjointness and
+  // coverage.
   struct Distinct {
     Box box;
     std::vector<Holder> holders;
@@ -126,18 +139,21 @@ Result<SavePlan> BuildSavePlan(const std::vector<RankSaveLayout>& ranks, size_t 
     const SaveShard& first = *refs.front().shard;
     const int first_rank = refs.front().holder.rank;
     for (const ShardRef& ref : refs) {
-      if (ref.shard->dtype != first.dtype || ref.shard->global_shape != first.global_shape) {
+      if (ref.shard->dtype != first.dtype ||
+          ref.shard->global_shape != first.global_shape) {
         return Status::InvalidArgument(
-            "tensor '" + key + "': rank " + std::to_string(first_rank) + " has " +
-            std::string(DTypeName(first.dtype)) + " " + ShapeToString(first.global_shape) +
-            " but rank " + std::to_string(ref.holder.rank) + " has " +
+            "tensor '" + key + "': rank " + std::to_string(first_rank) +
+            " has " + std::string(DTypeName(first.dtype)) + " " +
+            ShapeToString(first.global_shape) + " but rank " +
+            std::to_string(ref.holder.rank) + " has " +
             std::string(DTypeName(ref.shard->dtype)) + " " +
             ShapeToString(ref.shard->global_shape));
       }
     }
-    std::stable_sort(refs.begin(), refs.end(), [](const ShardRef& a, const ShardRef& b) {
-      return a.shard->box < b.shard->box;
-    });
+    std::stable_sort(refs.begin(), refs.end(),
+                     [](const ShardRef& a, const ShardRef& b) {
+                       return a.shard->box < b.shard->box;
+                     });
     std::vector<Distinct> distinct;
     for (const ShardRef& ref : refs) {
       if (ref.shard->box.volume() == 0) continue;
@@ -157,10 +173,11 @@ Result<SavePlan> BuildSavePlan(const std::vector<RankSaveLayout>& ranks, size_t 
     RETURN_IF_ERROR(CheckDisjoint(key, boxes, first_ranks));
     const int64_t total = NumElements(first.global_shape);
     if (covered != total) {
-      return Status::InvalidArgument("tensor '" + key + "' " + ShapeToString(first.global_shape) +
-                                     ": the shards of all ranks cover " + std::to_string(covered) +
-                                     " of " + std::to_string(total) +
-                                     " elements (a gap: no rank holds the rest)");
+      return Status::InvalidArgument(
+          "tensor '" + key + "' " + ShapeToString(first.global_shape) +
+          ": the shards of all ranks cover " + std::to_string(covered) +
+          " of " + std::to_string(total) +
+          " elements (a gap: no rank holds the rest)");
     }
     plan.tensors.push_back({key, first.dtype, first.global_shape, {}});
     const uint64_t elem = DTypeSize(first.dtype);
@@ -170,29 +187,33 @@ Result<SavePlan> BuildSavePlan(const std::vector<RankSaveLayout>& ranks, size_t 
     }
   }
 
-  // Writers: largest boxes first, each to the holder with the fewest bytes so far (then lowest
-  // rank). Deterministic: the order depends only on the input.
-  std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
-    return a.nbytes > b.nbytes;
-  });
+  // Writers: largest boxes first, each to the holder with the fewest bytes so
+  // far (then lowest rank). Deterministic: the order depends only on the input.
+  std::stable_sort(
+      pending.begin(), pending.end(),
+      [](const Pending& a, const Pending& b) { return a.nbytes > b.nbytes; });
   for (Pending& p : pending) {
     PlannedTensor& tensor = plan.tensors[p.tensor];
     const size_t elem = DTypeSize(tensor.dtype);
     const uint64_t nbytes = p.nbytes;
     const Holder* best = &p.distinct.holders.front();
     for (const Holder& h : p.distinct.holders) {
-      if (plan.bytes_per_rank[h.rank] < plan.bytes_per_rank[best->rank]) best = &h;
+      if (plan.bytes_per_rank[h.rank] < plan.bytes_per_rank[best->rank])
+        best = &h;
     }
     plan.bytes_per_rank[best->rank] += nbytes;
     plan.total_bytes += nbytes;
     for (Box& piece : SplitBox(p.distinct.box, elem, max_chunk_bytes)) {
       const uint64_t piece_bytes = static_cast<uint64_t>(piece.volume()) * elem;
-      tensor.chunks.push_back({std::move(piece), best->rank, best->shard, piece_bytes});
+      tensor.chunks.push_back(
+          {std::move(piece), best->rank, best->shard, piece_bytes});
     }
   }
   for (PlannedTensor& t : plan.tensors) {
     std::sort(t.chunks.begin(), t.chunks.end(),
-              [](const PlannedChunk& a, const PlannedChunk& b) { return a.box < b.box; });
+              [](const PlannedChunk& a, const PlannedChunk& b) {
+                return a.box < b.box;
+              });
   }
   return plan;
 }

@@ -34,8 +34,8 @@ struct RankSaveLayout {
   std::vector<SaveValue> values;
 };
 
-// One chunk to store: a box written by `writer_rank` from its shard `source_shard` (an index into
-// that rank's RankSaveLayout::shards).
+// One chunk to store: a box written by `writer_rank` from its shard
+// `source_shard` (an index into that rank's RankSaveLayout::shards).
 struct PlannedChunk {
   Box box;
   int writer_rank = 0;
@@ -50,24 +50,27 @@ struct PlannedTensor {
   std::vector<PlannedChunk> chunks;  // sorted by box; a partition of the tensor
 };
 
-// The global save plan every rank computes identically from every rank's layout.
+// The global save plan every rank computes identically from every rank's
+// layout.
 struct SavePlan {
-  std::vector<PlannedTensor> tensors;             // sorted by flat key
-  std::map<std::string, Value> values;             // from the lowest rank holding each
-  std::map<std::string, Path> flat_mapping;        // every tensor and value key
-  std::vector<uint64_t> bytes_per_rank;            // bytes each rank writes
+  std::vector<PlannedTensor> tensors;   // sorted by flat key
+  std::map<std::string, Value> values;  // from the lowest rank holding each
+  std::map<std::string, Path> flat_mapping;  // every tensor and value key
+  std::vector<uint64_t> bytes_per_rank;      // bytes each rank writes
   uint64_t total_bytes = 0;
 
   // Multi-line, deterministic description for tests and debugging.
   std::string ToString() const;
 };
 
-// Validates the layouts of all ranks and plans the save: a key must have one dtype and global
-// shape everywhere and be either a tensor or a value everywhere; each box must lie inside its
-// tensor; overlapping boxes must be identical (replicas, stored once, written by the holder that
-// balances bytes across ranks); the boxes must cover each tensor without a gap. Boxes larger than
-// `max_chunk_bytes` are split along outer dimensions. Errors name the key, ranks and shapes.
-// REQUIRES: max_chunk_bytes > 0.
-Result<SavePlan> BuildSavePlan(const std::vector<RankSaveLayout>& ranks, size_t max_chunk_bytes);
+// Validates the layouts of all ranks and plans the save: a key must have one
+// dtype and global shape everywhere and be either a tensor or a value
+// everywhere; each box must lie inside its tensor; overlapping boxes must be
+// identical (replicas, stored once, written by the holder that balances bytes
+// across ranks); the boxes must cover each tensor without a gap. Boxes larger
+// than `max_chunk_bytes` are split along outer dimensions. Errors name the key,
+// ranks and shapes. REQUIRES: max_chunk_bytes > 0.
+Result<SavePlan> BuildSavePlan(const std::vector<RankSaveLayout>& ranks,
+                               size_t max_chunk_bytes);
 
 }  // namespace ckptdb::planner

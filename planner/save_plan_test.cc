@@ -7,14 +7,20 @@ namespace {
 
 SaveShard Shard(const std::string& key, Shape global, Shape offset, Shape shape,
                 DType dtype = DType::kFloat32) {
-  return {key, {key}, dtype, std::move(global), Box{std::move(offset), std::move(shape)}};
+  return {key,
+          {key},
+          dtype,
+          std::move(global),
+          Box{std::move(offset), std::move(shape)}};
 }
 
-void ExpectError(const std::vector<RankSaveLayout>& ranks, const std::string& needle) {
+void ExpectError(const std::vector<RankSaveLayout>& ranks,
+                 const std::string& needle) {
   auto plan = BuildSavePlan(ranks, 1 << 20);
   ASSERT_FALSE(plan.ok()) << plan->ToString();
   EXPECT_TRUE(plan.status().IsInvalidArgument());
-  EXPECT_NE(plan.status().message().find(needle), std::string::npos) << plan.status().ToString();
+  EXPECT_NE(plan.status().message().find(needle), std::string::npos)
+      << plan.status().ToString();
 }
 
 TEST(SavePlanTest, RowShardsOnTwoRanks) {
@@ -35,7 +41,8 @@ TEST(SavePlanTest, ReplicasStoredOnceAndBalanced) {
   // Four replicated tensors of equal size on 2 ranks: each rank writes two.
   std::vector<RankSaveLayout> ranks(2);
   for (auto& r : ranks) {
-    for (const char* key : {"a", "b", "c", "d"}) r.shards.push_back(Shard(key, {8}, {0}, {8}));
+    for (const char* key : {"a", "b", "c", "d"})
+      r.shards.push_back(Shard(key, {8}, {0}, {8}));
   }
   auto plan = BuildSavePlan(ranks, 1 << 20);
   ASSERT_TRUE(plan.ok());
@@ -65,7 +72,8 @@ TEST(SavePlanTest, DifferentKeySetsPerRankAndValues) {
   auto plan = BuildSavePlan(ranks, 1 << 20);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->tensors.size(), 2u);
-  EXPECT_EQ(std::get<double>(plan->values.at("lr")), 0.5);  // lowest rank holding it
+  EXPECT_EQ(std::get<double>(plan->values.at("lr")),
+            0.5);  // lowest rank holding it
   EXPECT_EQ(plan->flat_mapping.size(), 3u);
 }
 
@@ -88,7 +96,8 @@ TEST(SavePlanTest, RejectsDtypeMismatch) {
   std::vector<RankSaveLayout> ranks(2);
   ranks[0].shards.push_back(Shard("w", {4}, {0}, {2}));
   ranks[1].shards.push_back(Shard("w", {4}, {2}, {2}, DType::kFloat16));
-  ExpectError(ranks, "tensor 'w': rank 0 has float32 [4] but rank 1 has float16 [4]");
+  ExpectError(ranks,
+              "tensor 'w': rank 0 has float32 [4] but rank 1 has float16 [4]");
 }
 
 TEST(SavePlanTest, RejectsGlobalShapeMismatch) {
@@ -110,7 +119,9 @@ TEST(SavePlanTest, RejectsPartialOverlap) {
   std::vector<RankSaveLayout> ranks(2);
   ranks[0].shards.push_back(Shard("w", {4, 4}, {0, 0}, {3, 4}));
   ranks[1].shards.push_back(Shard("w", {4, 4}, {2, 0}, {2, 4}));
-  ExpectError(ranks, "overlap in {offset [2, 0], shape [1, 4]} but are not identical replicas");
+  ExpectError(ranks,
+              "overlap in {offset [2, 0], shape [1, 4]} but are not identical "
+              "replicas");
 }
 
 TEST(SavePlanTest, RejectsGap) {
@@ -124,13 +135,16 @@ TEST(SavePlanTest, RejectsTensorAndValueUnderOneKey) {
   std::vector<RankSaveLayout> ranks(2);
   ranks[0].shards.push_back(Shard("w", {4}, {0}, {4}));
   ranks[1].values.push_back({"w", {"w"}, Value(int64_t{1})});
-  ExpectError(ranks, "key 'w' is a small value on rank 1 and a tensor on rank 0");
+  ExpectError(ranks,
+              "key 'w' is a small value on rank 1 and a tensor on rank 0");
 }
 
 TEST(SavePlanTest, RejectsDifferentPathsForOneFlatKey) {
   std::vector<RankSaveLayout> ranks(2);
-  ranks[0].shards.push_back({"a.b", {"a", "b"}, DType::kFloat32, {2}, Box{{0}, {2}}});
-  ranks[1].shards.push_back({"a.b", {"a.b"}, DType::kFloat32, {2}, Box{{0}, {2}}});
+  ranks[0].shards.push_back(
+      {"a.b", {"a", "b"}, DType::kFloat32, {2}, Box{{0}, {2}}});
+  ranks[1].shards.push_back(
+      {"a.b", {"a.b"}, DType::kFloat32, {2}, Box{{0}, {2}}});
   ExpectError(ranks, "flat key 'a.b' names different paths");
 }
 

@@ -3,7 +3,8 @@
 namespace ckptdb::storage {
 
 void PutBigEndian64(std::string* out, uint64_t v) {
-  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
+  for (int shift = 56; shift >= 0; shift -= 8)
+    out->push_back(static_cast<char>(v >> shift));
 }
 
 uint64_t GetBigEndian64(const char* p) {
@@ -15,7 +16,8 @@ uint64_t GetBigEndian64(const char* p) {
 namespace {
 
 void PutBigEndian32(std::string* out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
+  for (int shift = 24; shift >= 0; shift -= 8)
+    out->push_back(static_cast<char>(v >> shift));
 }
 
 }  // namespace
@@ -36,7 +38,8 @@ std::string WriterKeyPrefix(int64_t checkpoint_id, int32_t writer_rank) {
   return out;
 }
 
-std::string EncodeChunkKey(int64_t checkpoint_id, int32_t writer_rank, std::string_view tensor_key,
+std::string EncodeChunkKey(int64_t checkpoint_id, int32_t writer_rank,
+                           std::string_view tensor_key,
                            const Shape& global_offset) {
   std::string out = WriterKeyPrefix(checkpoint_id, writer_rank);
   out.reserve(out.size() + tensor_key.size() + 2 + 8 * global_offset.size());
@@ -46,8 +49,10 @@ std::string EncodeChunkKey(int64_t checkpoint_id, int32_t writer_rank, std::stri
   }
   out.push_back('\0');
   out.push_back('\x01');
-  // Offsets are non-negative: the sign flip keeps the order of signed values anyway.
-  for (int64_t o : global_offset) PutBigEndian64(&out, static_cast<uint64_t>(o) ^ (uint64_t{1} << 63));
+  // Offsets are non-negative: the sign flip keeps the order of signed values
+  // anyway.
+  for (int64_t o : global_offset)
+    PutBigEndian64(&out, static_cast<uint64_t>(o) ^ (uint64_t{1} << 63));
   return out;
 }
 
@@ -57,7 +62,9 @@ bool DecodeCheckpointId(std::string_view key, int64_t* checkpoint_id) {
   return true;
 }
 
-std::string MetaKey(int64_t checkpoint_id) { return CheckpointKeyPrefix(checkpoint_id); }
+std::string MetaKey(int64_t checkpoint_id) {
+  return CheckpointKeyPrefix(checkpoint_id);
+}
 
 bool DecodeMetaKey(std::string_view key, int64_t* checkpoint_id) {
   if (key.size() != 8 || static_cast<uint8_t>(key[0]) == 0xff) return false;

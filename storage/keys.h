@@ -10,30 +10,37 @@ namespace ckptdb::storage {
 
 // Keys of the `chunks` column family: an order-preserving encoding of
 //   (checkpoint id, writer rank, tensor key, global offset)
-// as big-endian id (8 bytes), big-endian rank (4 bytes), the tensor key with 0x00 escaped as
-// 0x00 0xFF and terminated by 0x00 0x01, then each offset as 8 big-endian bytes. One checkpoint's
-// chunks form one key range, and one writer's chunks a sub-range of it, so the files that the
-// writers of a save stage never overlap each other or anything stored before.
-std::string EncodeChunkKey(int64_t checkpoint_id, int32_t writer_rank, std::string_view tensor_key,
+// as big-endian id (8 bytes), big-endian rank (4 bytes), the tensor key with
+// 0x00 escaped as 0x00 0xFF and terminated by 0x00 0x01, then each offset as 8
+// big-endian bytes. One checkpoint's chunks form one key range, and one
+// writer's chunks a sub-range of it, so the files that the writers of a save
+// stage never overlap each other or anything stored before.
+std::string EncodeChunkKey(int64_t checkpoint_id, int32_t writer_rank,
+                           std::string_view tensor_key,
                            const Shape& global_offset);
 
 // [begin, end) of every chunk key of a checkpoint, and of one writer within it.
 std::string CheckpointKeyPrefix(int64_t checkpoint_id);
-// A key after every chunk key of the checkpoint and before the next one's (exclusive end of its
-// range that still decodes to `checkpoint_id`).
+// A key after every chunk key of the checkpoint and before the next one's
+// (exclusive end of its range that still decodes to `checkpoint_id`).
 std::string CheckpointKeyEnd(int64_t checkpoint_id);
 std::string WriterKeyPrefix(int64_t checkpoint_id, int32_t writer_rank);
 
 // The checkpoint id a chunk key starts with; false when the key is too short.
 bool DecodeCheckpointId(std::string_view key, int64_t* checkpoint_id);
 
-// Keys of the `meta` column family: a checkpoint's record is at its big-endian id.
+// Keys of the `meta` column family: a checkpoint's record is at its big-endian
+// id.
 std::string MetaKey(int64_t checkpoint_id);
 bool DecodeMetaKey(std::string_view key, int64_t* checkpoint_id);
 
 // Special meta keys, sorted after every checkpoint record.
-inline constexpr std::string_view kStoreMarkerKey = "\xff" "store";
-inline constexpr std::string_view kNextIdKey = "\xff" "next_id";
+inline constexpr std::string_view kStoreMarkerKey =
+    "\xff"
+    "store";
+inline constexpr std::string_view kNextIdKey =
+    "\xff"
+    "next_id";
 
 void PutBigEndian64(std::string* out, uint64_t v);
 uint64_t GetBigEndian64(const char* p);

@@ -7,10 +7,10 @@ namespace {
 
 TEST(KeysTest, OrderFollowsIdRankKeyOffset) {
   std::vector<std::string> keys = {
-      EncodeChunkKey(1, 0, "a", {0, 0}),   EncodeChunkKey(1, 0, "a", {0, 5}),
-      EncodeChunkKey(1, 0, "a", {3, 0}),   EncodeChunkKey(1, 0, "a.b", {0}),
-      EncodeChunkKey(1, 0, "ab", {0}),     EncodeChunkKey(1, 1, "a", {0, 0}),
-      EncodeChunkKey(2, 0, "", {}),        EncodeChunkKey(256, 0, "a", {0}),
+      EncodeChunkKey(1, 0, "a", {0, 0}), EncodeChunkKey(1, 0, "a", {0, 5}),
+      EncodeChunkKey(1, 0, "a", {3, 0}), EncodeChunkKey(1, 0, "a.b", {0}),
+      EncodeChunkKey(1, 0, "ab", {0}),   EncodeChunkKey(1, 1, "a", {0, 0}),
+      EncodeChunkKey(2, 0, "", {}),      EncodeChunkKey(256, 0, "a", {0}),
   };
   for (size_t i = 1; i < keys.size(); ++i) EXPECT_LT(keys[i - 1], keys[i]) << i;
 }
@@ -18,7 +18,8 @@ TEST(KeysTest, OrderFollowsIdRankKeyOffset) {
 TEST(KeysTest, KeysWithNulBytesStayOrderedAndDistinct) {
   std::string with_nul("a\0b", 3);
   EXPECT_LT(EncodeChunkKey(1, 0, "a", {}), EncodeChunkKey(1, 0, with_nul, {}));
-  EXPECT_LT(EncodeChunkKey(1, 0, with_nul, {}), EncodeChunkKey(1, 0, "a\x01", {}));
+  EXPECT_LT(EncodeChunkKey(1, 0, with_nul, {}),
+            EncodeChunkKey(1, 0, "a\x01", {}));
 }
 
 TEST(KeysTest, WriterRangesDoNotOverlap) {
@@ -26,7 +27,8 @@ TEST(KeysTest, WriterRangesDoNotOverlap) {
   EXPECT_GE(key, WriterKeyPrefix(7, 3));
   EXPECT_LT(key, WriterKeyPrefix(7, 4));
   EXPECT_LT(key, CheckpointKeyPrefix(8));
-  EXPECT_LT(EncodeChunkKey(7, INT32_MAX, "\xff\xff", {INT64_MAX}), CheckpointKeyEnd(7));
+  EXPECT_LT(EncodeChunkKey(7, INT32_MAX, "\xff\xff", {INT64_MAX}),
+            CheckpointKeyEnd(7));
   EXPECT_LT(CheckpointKeyEnd(7), CheckpointKeyPrefix(8));
   int64_t id = 0;
   ASSERT_TRUE(DecodeCheckpointId(key, &id));

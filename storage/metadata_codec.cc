@@ -17,27 +17,36 @@ constexpr int64_t kMaxExtent = int64_t{1} << 48;
 
 template <typename Builder>
 void SetShape(Builder&& list_init, const Shape& shape) {
-  for (size_t i = 0; i < shape.size(); ++i) list_init.set(static_cast<unsigned>(i), shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i)
+    list_init.set(static_cast<unsigned>(i), shape[i]);
 }
 
 template <typename Builder>
 void SetPath(Builder builder, const std::vector<std::string>& path) {
   for (size_t i = 0; i < path.size(); ++i) {
-    builder.set(static_cast<unsigned>(i), capnp::Text::Reader(path[i].data(), path[i].size()));
+    builder.set(static_cast<unsigned>(i),
+                capnp::Text::Reader(path[i].data(), path[i].size()));
   }
 }
 
-capnp::Text::Reader TextOf(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
+capnp::Text::Reader TextOf(const std::string& s) {
+  return capnp::Text::Reader(s.data(), s.size());
+}
 
-Status Bad(const std::string& what) { return Status::Corruption("checkpoint metadata: " + what); }
+Status Bad(const std::string& what) {
+  return Status::Corruption("checkpoint metadata: " + what);
+}
 
-Result<Shape> ReadShape(capnp::List<int64_t>::Reader list, const std::string& what) {
-  if (list.size() > kMaxDims) return Bad(what + " has " + std::to_string(list.size()) + " dims");
+Result<Shape> ReadShape(capnp::List<int64_t>::Reader list,
+                        const std::string& what) {
+  if (list.size() > kMaxDims)
+    return Bad(what + " has " + std::to_string(list.size()) + " dims");
   Shape out;
   out.reserve(list.size());
   for (int64_t v : list) out.push_back(v);
   for (int64_t v : out) {
-    if (v < 0 || v > kMaxExtent) return Bad(what + " has extent " + std::to_string(v));
+    if (v < 0 || v > kMaxExtent)
+      return Bad(what + " has extent " + std::to_string(v));
   }
   return out;
 }
@@ -52,7 +61,8 @@ std::vector<std::string> ReadPath(capnp::List<capnp::Text>::Reader list) {
 bool CheckedVolume(const Shape& shape, uint64_t elem, uint64_t* out) {
   uint64_t n = elem;
   for (int64_t d : shape) {
-    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) || n > (uint64_t{1} << 62)) {
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) ||
+        n > (uint64_t{1} << 62)) {
       return false;
     }
   }
@@ -64,7 +74,8 @@ CheckpointInfo ReadInfo(Checkpoint::Reader r) {
   CheckpointInfo info;
   info.id = r.getId();
   if (r.getHasStep()) info.step = r.getStep();
-  if (r.getHasTag()) info.tag = std::string(r.getTag().cStr(), r.getTag().size());
+  if (r.getHasTag())
+    info.tag = std::string(r.getTag().cStr(), r.getTag().size());
   info.created = r.getCreated();
   info.world_size = r.getWorldSize();
   info.num_tensors = r.getTensors().size();
@@ -72,14 +83,16 @@ CheckpointInfo ReadInfo(Checkpoint::Reader r) {
   return info;
 }
 
-// Runs fn(Checkpoint::Reader) over an aligned copy of `bytes` with limits, mapping every Cap'n
-// Proto exception to Corruption.
+// Runs fn(Checkpoint::Reader) over an aligned copy of `bytes` with limits,
+// mapping every Cap'n Proto exception to Corruption.
 template <typename T, typename Fn>
 Result<T> WithReader(std::string_view bytes, Fn&& fn) {
   if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0) {
-    return Bad("record of " + std::to_string(bytes.size()) + " bytes is not a whole message");
+    return Bad("record of " + std::to_string(bytes.size()) +
+               " bytes is not a whole message");
   }
-  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
+  kj::Array<capnp::word> words =
+      kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
   std::memcpy(words.begin(), bytes.data(), bytes.size());
   capnp::ReaderOptions options;
   options.traversalLimitInWords = words.size() * 4 + 1024;
@@ -89,17 +102,20 @@ Result<T> WithReader(std::string_view bytes, Fn&& fn) {
     capnp::FlatArrayMessageReader reader(words.asPtr(), options);
     result = fn(reader.getRoot<Checkpoint>());
   });
-  KJ_IF_MAYBE(e, error) { return Bad(std::string(e->getDescription().cStr())); }
+  KJ_IF_MAYBE (e, error) {
+    return Bad(std::string(e->getDescription().cStr()));
+  }
   return result;
 }
 
 Status CheckHeader(Checkpoint::Reader r) {
   if (r.getFormatVersion() != kFormatVersion) {
-    return Bad("format version " + std::to_string(r.getFormatVersion()) + " is not supported (" +
-               std::to_string(kFormatVersion) + " is)");
+    return Bad("format version " + std::to_string(r.getFormatVersion()) +
+               " is not supported (" + std::to_string(kFormatVersion) + " is)");
   }
   if (r.getId() <= 0) return Bad("id " + std::to_string(r.getId()));
-  if (r.getWorldSize() <= 0) return Bad("world size " + std::to_string(r.getWorldSize()));
+  if (r.getWorldSize() <= 0)
+    return Bad("world size " + std::to_string(r.getWorldSize()));
   return Status::OK();
 }
 
@@ -111,39 +127,49 @@ Result<CheckpointMetadata> ReadAll(Checkpoint::Reader r) {
   for (auto t : r.getTensors()) {
     std::string key(t.getKey().cStr(), t.getKey().size());
     const std::string what = "tensor '" + key + "'";
-    if (!IsValidDType(t.getDtype())) return Bad(what + " has dtype code " + std::to_string(t.getDtype()));
+    if (!IsValidDType(t.getDtype()))
+      return Bad(what + " has dtype code " + std::to_string(t.getDtype()));
     TensorMetadata tensor;
     tensor.dtype = static_cast<DType>(t.getDtype());
-    ASSIGN_OR_RETURN(tensor.global_shape, ReadShape(t.getGlobalShape(), what + " shape"));
+    ASSIGN_OR_RETURN(tensor.global_shape,
+                     ReadShape(t.getGlobalShape(), what + " shape"));
     const size_t ndim = tensor.global_shape.size();
     const uint64_t elem = DTypeSize(tensor.dtype);
     uint64_t tensor_elems = 0, covered = 0;
-    if (!CheckedVolume(tensor.global_shape, 1, &tensor_elems)) return Bad(what + " is too large");
+    if (!CheckedVolume(tensor.global_shape, 1, &tensor_elems))
+      return Bad(what + " is too large");
     for (auto c : t.getChunks()) {
       ChunkMetadata chunk;
-      ASSIGN_OR_RETURN(chunk.global_offset, ReadShape(c.getGlobalOffset(), what + " chunk offset"));
-      ASSIGN_OR_RETURN(chunk.local_shape, ReadShape(c.getLocalShape(), what + " chunk shape"));
-      if (chunk.global_offset.size() != ndim || chunk.local_shape.size() != ndim) {
+      ASSIGN_OR_RETURN(chunk.global_offset,
+                       ReadShape(c.getGlobalOffset(), what + " chunk offset"));
+      ASSIGN_OR_RETURN(chunk.local_shape,
+                       ReadShape(c.getLocalShape(), what + " chunk shape"));
+      if (chunk.global_offset.size() != ndim ||
+          chunk.local_shape.size() != ndim) {
         return Bad(what + " has a chunk of another rank than its shape");
       }
       for (size_t d = 0; d < ndim; ++d) {
-        if (chunk.global_offset[d] + chunk.local_shape[d] > tensor.global_shape[d]) {
-          return Bad(what + " has a chunk at " + ShapeToString(chunk.global_offset) +
-                     " outside its shape " + ShapeToString(tensor.global_shape));
+        if (chunk.global_offset[d] + chunk.local_shape[d] >
+            tensor.global_shape[d]) {
+          return Bad(
+              what + " has a chunk at " + ShapeToString(chunk.global_offset) +
+              " outside its shape " + ShapeToString(tensor.global_shape));
         }
       }
       uint64_t elems = 0;
-      if (!CheckedVolume(chunk.local_shape, 1, &elems)) return Bad(what + " chunk is too large");
+      if (!CheckedVolume(chunk.local_shape, 1, &elems))
+        return Bad(what + " chunk is too large");
       chunk.writer_rank = c.getWriterRank();
       chunk.nbytes = c.getNbytes();
       chunk.checksum = c.getChecksum();
       if (chunk.nbytes != elems * elem) {
-        return Bad(what + " chunk at " + ShapeToString(chunk.global_offset) + " records " +
-                   std::to_string(chunk.nbytes) + " bytes for " + std::to_string(elems) +
-                   " elements");
+        return Bad(what + " chunk at " + ShapeToString(chunk.global_offset) +
+                   " records " + std::to_string(chunk.nbytes) + " bytes for " +
+                   std::to_string(elems) + " elements");
       }
       if (chunk.writer_rank < 0 || chunk.writer_rank >= meta.info.world_size) {
-        return Bad(what + " chunk writer rank " + std::to_string(chunk.writer_rank));
+        return Bad(what + " chunk writer rank " +
+                   std::to_string(chunk.writer_rank));
       }
       covered += elems;
       total += chunk.nbytes;
@@ -159,31 +185,43 @@ Result<CheckpointMetadata> ReadAll(Checkpoint::Reader r) {
               });
     auto path = ReadPath(t.getPath());
     if (path.empty()) return Bad(what + " has an empty path");
-    if (!meta.tensors.emplace(key, std::move(tensor)).second) return Bad(what + " appears twice");
+    if (!meta.tensors.emplace(key, std::move(tensor)).second)
+      return Bad(what + " appears twice");
     meta.flat_mapping[key] = std::move(path);
   }
   if (total != static_cast<uint64_t>(meta.info.nbytes)) {
-    return Bad("chunks hold " + std::to_string(total) + " bytes, the record says " +
-               std::to_string(meta.info.nbytes));
+    return Bad("chunks hold " + std::to_string(total) +
+               " bytes, the record says " + std::to_string(meta.info.nbytes));
   }
   for (auto v : r.getValues()) {
     std::string key(v.getKey().cStr(), v.getKey().size());
     Value value;
     switch (v.which()) {
-      case SmallValue::INT: value = v.getInt(); break;
-      case SmallValue::FLOAT: value = v.getFloat(); break;
-      case SmallValue::BOOL: value = v.getBool(); break;
-      case SmallValue::TEXT: value = std::string(v.getText().cStr(), v.getText().size()); break;
+      case SmallValue::INT:
+        value = v.getInt();
+        break;
+      case SmallValue::FLOAT:
+        value = v.getFloat();
+        break;
+      case SmallValue::BOOL:
+        value = v.getBool();
+        break;
+      case SmallValue::TEXT:
+        value = std::string(v.getText().cStr(), v.getText().size());
+        break;
       case SmallValue::BYTES: {
         auto data = v.getBytes();
-        value = Bytes{std::string(reinterpret_cast<const char*>(data.begin()), data.size())};
+        value = Bytes{std::string(reinterpret_cast<const char*>(data.begin()),
+                                  data.size())};
         break;
       }
-      default: return Bad("value '" + key + "' has an unknown type");
+      default:
+        return Bad("value '" + key + "' has an unknown type");
     }
     auto path = ReadPath(v.getPath());
     if (path.empty()) return Bad("value '" + key + "' has an empty path");
-    if (meta.tensors.count(key) || !meta.values.emplace(key, std::move(value)).second) {
+    if (meta.tensors.count(key) ||
+        !meta.values.emplace(key, std::move(value)).second) {
       return Bad("key '" + key + "' appears twice");
     }
     meta.flat_mapping[key] = std::move(path);
@@ -216,16 +254,23 @@ std::string EncodeCheckpoint(const CheckpointMetadata& meta) {
     t.setKey(TextOf(key));
     auto path = meta.flat_mapping.find(key);
     if (path != meta.flat_mapping.end()) {
-      SetPath(t.initPath(static_cast<unsigned>(path->second.size())), path->second);
+      SetPath(t.initPath(static_cast<unsigned>(path->second.size())),
+              path->second);
     }
     t.setDtype(static_cast<uint8_t>(tensor.dtype));
-    SetShape(t.initGlobalShape(static_cast<unsigned>(tensor.global_shape.size())), tensor.global_shape);
+    SetShape(
+        t.initGlobalShape(static_cast<unsigned>(tensor.global_shape.size())),
+        tensor.global_shape);
     auto chunks = t.initChunks(static_cast<unsigned>(tensor.chunks.size()));
     for (unsigned c = 0; c < tensor.chunks.size(); ++c) {
       const ChunkMetadata& chunk = tensor.chunks[c];
       auto cb = chunks[c];
-      SetShape(cb.initGlobalOffset(static_cast<unsigned>(chunk.global_offset.size())), chunk.global_offset);
-      SetShape(cb.initLocalShape(static_cast<unsigned>(chunk.local_shape.size())), chunk.local_shape);
+      SetShape(cb.initGlobalOffset(
+                   static_cast<unsigned>(chunk.global_offset.size())),
+               chunk.global_offset);
+      SetShape(
+          cb.initLocalShape(static_cast<unsigned>(chunk.local_shape.size())),
+          chunk.local_shape);
       cb.setWriterRank(chunk.writer_rank);
       cb.setNbytes(chunk.nbytes);
       cb.setChecksum(chunk.checksum);
@@ -238,20 +283,29 @@ std::string EncodeCheckpoint(const CheckpointMetadata& meta) {
     v.setKey(TextOf(key));
     auto path = meta.flat_mapping.find(key);
     if (path != meta.flat_mapping.end()) {
-      SetPath(v.initPath(static_cast<unsigned>(path->second.size())), path->second);
+      SetPath(v.initPath(static_cast<unsigned>(path->second.size())),
+              path->second);
     }
     std::visit(
         [&](const auto& x) {
           using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, int64_t>) v.setInt(x);
-          else if constexpr (std::is_same_v<T, double>) v.setFloat(x);
-          else if constexpr (std::is_same_v<T, bool>) v.setBool(x);
-          else if constexpr (std::is_same_v<T, std::string>) v.setText(TextOf(x));
-          else v.setBytes(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(x.data.data()), x.data.size()));
+          if constexpr (std::is_same_v<T, int64_t>)
+            v.setInt(x);
+          else if constexpr (std::is_same_v<T, double>)
+            v.setFloat(x);
+          else if constexpr (std::is_same_v<T, bool>)
+            v.setBool(x);
+          else if constexpr (std::is_same_v<T, std::string>)
+            v.setText(TextOf(x));
+          else
+            v.setBytes(capnp::Data::Reader(
+                reinterpret_cast<const uint8_t*>(x.data.data()),
+                x.data.size()));
         },
         value);
   }
-  auto user = root.initUserMetadata(static_cast<unsigned>(meta.user_metadata.size()));
+  auto user =
+      root.initUserMetadata(static_cast<unsigned>(meta.user_metadata.size()));
   i = 0;
   for (const auto& [key, value] : meta.user_metadata) {
     user[i].setKey(TextOf(key));
@@ -259,7 +313,8 @@ std::string EncodeCheckpoint(const CheckpointMetadata& meta) {
   }
   kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
   auto bytes = words.asBytes();
-  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  return std::string(reinterpret_cast<const char*>(bytes.begin()),
+                     bytes.size());
 }
 
 Result<CheckpointMetadata> DecodeCheckpoint(std::string_view bytes) {
@@ -267,10 +322,11 @@ Result<CheckpointMetadata> DecodeCheckpoint(std::string_view bytes) {
 }
 
 Result<CheckpointInfo> DecodeCheckpointInfo(std::string_view bytes) {
-  return WithReader<CheckpointInfo>(bytes, [](Checkpoint::Reader r) -> Result<CheckpointInfo> {
-    RETURN_IF_ERROR(CheckHeader(r));
-    return ReadInfo(r);
-  });
+  return WithReader<CheckpointInfo>(
+      bytes, [](Checkpoint::Reader r) -> Result<CheckpointInfo> {
+        RETURN_IF_ERROR(CheckHeader(r));
+        return ReadInfo(r);
+      });
 }
 
 }  // namespace ckptdb::storage

@@ -22,11 +22,18 @@ CheckpointMetadata Sample() {
   meta.tensors["e"] = TensorMetadata{DType::kInt8, {0, 3}, {}};
   meta.info.nbytes = 24;
   meta.info.num_tensors = 3;
-  meta.flat_mapping = {{"model.w", {"model", "w"}}, {"s", {"s"}}, {"e", {"e"}},
-                       {"lr", {"opt", "lr"}}, {"name", {"name"}}, {"blob", {"blob"}},
-                       {"on", {"on"}}, {"n", {"n"}}};
-  meta.values = {{"lr", Value(0.125)}, {"name", Value(std::string("gpt"))},
-                 {"blob", Value(Bytes{std::string("\0\1\2", 3)})}, {"on", Value(true)},
+  meta.flat_mapping = {{"model.w", {"model", "w"}},
+                       {"s", {"s"}},
+                       {"e", {"e"}},
+                       {"lr", {"opt", "lr"}},
+                       {"name", {"name"}},
+                       {"blob", {"blob"}},
+                       {"on", {"on"}},
+                       {"n", {"n"}}};
+  meta.values = {{"lr", Value(0.125)},
+                 {"name", Value(std::string("gpt"))},
+                 {"blob", Value(Bytes{std::string("\0\1\2", 3)})},
+                 {"on", Value(true)},
                  {"n", Value(int64_t{-5})}};
   meta.user_metadata = {{"git", "abc123"}};
   return meta;
@@ -55,7 +62,8 @@ TEST(MetadataCodecTest, RoundTrip) {
   EXPECT_EQ(info->nbytes, 24);
 }
 
-void ExpectCorruption(const CheckpointMetadata& meta, const std::string& needle) {
+void ExpectCorruption(const CheckpointMetadata& meta,
+                      const std::string& needle) {
   auto decoded = DecodeCheckpoint(EncodeCheckpoint(meta));
   ASSERT_FALSE(decoded.ok());
   EXPECT_TRUE(decoded.status().IsCorruption());
@@ -92,11 +100,13 @@ TEST(MetadataCodecTest, HostileBytesNeverCrash) {
   for (int trial = 0; trial < 3000; ++trial) {
     std::string bad = good;
     const int flips = 1 + static_cast<int>(rng() % 8);
-    for (int f = 0; f < flips; ++f) bad[rng() % bad.size()] = static_cast<char>(rng());
+    for (int f = 0; f < flips; ++f)
+      bad[rng() % bad.size()] = static_cast<char>(rng());
     if (trial % 5 == 0) bad.resize((rng() % (bad.size() / 8)) * 8);
     auto decoded = DecodeCheckpoint(bad);
     if (!decoded.ok()) {
-      EXPECT_TRUE(decoded.status().IsCorruption()) << decoded.status().ToString();
+      EXPECT_TRUE(decoded.status().IsCorruption())
+          << decoded.status().ToString();
       ++rejected;
     }
     (void)DecodeCheckpointInfo(bad);

@@ -35,7 +35,8 @@ Status FromRocks(const rocksdb::Status& s, const std::string& context) {
   return Status::Internal(msg);
 }
 
-// Discards RocksDB's info log: read-only opens must not create or rotate LOG files.
+// Discards RocksDB's info log: read-only opens must not create or rotate LOG
+// files.
 class NullLogger : public rocksdb::Logger {
  public:
   using rocksdb::Logger::Logv;
@@ -46,8 +47,8 @@ rocksdb::ColumnFamilyOptions ChunkCfOptions() {
   rocksdb::ColumnFamilyOptions options;
   options.compression = rocksdb::kNoCompression;
   options.bottommost_compression = rocksdb::kNoCompression;
-  // Chunks arrive only by ingestion of non-overlapping files into the bottommost level; nothing
-  // ever needs to rewrite them.
+  // Chunks arrive only by ingestion of non-overlapping files into the
+  // bottommost level; nothing ever needs to rewrite them.
   options.disable_auto_compactions = true;
   rocksdb::BlockBasedTableOptions table;
   table.block_size = 256 << 10;
@@ -62,9 +63,11 @@ rocksdb::ColumnFamilyOptions MetaCfOptions() {
   return options;
 }
 
-std::string ChunkName(int64_t id, std::string_view key, const ChunkMetadata& chunk) {
+std::string ChunkName(int64_t id, std::string_view key,
+                      const ChunkMetadata& chunk) {
   return "chunk of tensor '" + std::string(key) + "' at offset " +
-         ShapeToString(chunk.global_offset) + " (checkpoint id " + std::to_string(id) + ")";
+         ShapeToString(chunk.global_offset) + " (checkpoint id " +
+         std::to_string(id) + ")";
 }
 
 class StagedFileWriterImpl : public StagedFileWriter {
@@ -73,20 +76,25 @@ class StagedFileWriterImpl : public StagedFileWriter {
       : path_(std::move(path)), id_(id), rank_(rank) {
     rocksdb::Options options;
     static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
-    writer_ = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options);
+    writer_ = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(),
+                                                       options);
   }
   ~StagedFileWriterImpl() override {
     if (!finished_) Abandon();
   }
 
-  Status Open() { return FromRocks(writer_->Open(path_), "staging file " + path_); }
+  Status Open() {
+    return FromRocks(writer_->Open(path_), "staging file " + path_);
+  }
 
   Result<uint64_t> Add(std::string_view tensor_key, const Shape& global_offset,
                        std::string_view bytes) override {
     const uint64_t checksum = XXH3_64bits(bytes.data(), bytes.size());
-    const std::string key = EncodeChunkKey(id_, rank_, tensor_key, global_offset);
-    RETURN_IF_ERROR(FromRocks(writer_->Put(key, rocksdb::Slice(bytes.data(), bytes.size())),
-                              "staging chunk of '" + std::string(tensor_key) + "' into " + path_));
+    const std::string key =
+        EncodeChunkKey(id_, rank_, tensor_key, global_offset);
+    RETURN_IF_ERROR(FromRocks(
+        writer_->Put(key, rocksdb::Slice(bytes.data(), bytes.size())),
+        "staging chunk of '" + std::string(tensor_key) + "' into " + path_));
     ++entries_;
     return checksum;
   }
@@ -131,7 +139,8 @@ struct ChunkBuffer::Impl {
 
 class StoreImpl : public Store {
  public:
-  StoreImpl(std::string path, StoreOptions options) : path_(std::move(path)), options_(options) {}
+  StoreImpl(std::string path, StoreOptions options)
+      : path_(std::move(path)), options_(options) {}
   ~StoreImpl() override { CloseDb(); }
 
   Status OpenDb();
@@ -144,8 +153,10 @@ class StoreImpl : public Store {
   Result<CheckpointMetadata> GetMetadata(int64_t checkpoint_id) override;
   Result<int64_t> NextCheckpointId() override;
   Status CheckTagFree(const std::string& tag) override;
-  Status Commit(const CheckpointMetadata& meta, const std::vector<std::string>& staged) override;
-  Result<ChunkBuffer> ReadChunk(int64_t checkpoint_id, std::string_view tensor_key,
+  Status Commit(const CheckpointMetadata& meta,
+                const std::vector<std::string>& staged) override;
+  Result<ChunkBuffer> ReadChunk(int64_t checkpoint_id,
+                                std::string_view tensor_key,
                                 const ChunkMetadata& chunk) override;
   Status Delete(int64_t checkpoint_id) override;
   Status Refresh() override;
@@ -153,7 +164,8 @@ class StoreImpl : public Store {
  private:
   Status RequireWritable(const char* what) const {
     if (options_.read_only) {
-      return Status::FailedPrecondition(std::string(what) + " needs a read-write store; " + path_ +
+      return Status::FailedPrecondition(std::string(what) +
+                                        " needs a read-write store; " + path_ +
                                         " is open read-only");
     }
     return Status::OK();
@@ -163,7 +175,8 @@ class StoreImpl : public Store {
   Status DropChunks(int64_t checkpoint_id);
   // Checkpoint ids that some live chunk file holds keys of.
   std::set<int64_t> LiveChunkIds();
-  // Calls fn(id, record bytes) for every committed checkpoint in id order; fn returns false to stop.
+  // Calls fn(id, record bytes) for every committed checkpoint in id order; fn
+  // returns false to stop.
   template <typename Fn>
   Status ForEachRecord(Fn&& fn);
 
@@ -189,14 +202,16 @@ Status StoreImpl::OpenDb() {
   std::error_code ec;
   const bool exists = fs::exists(path_, ec);
   if (exists && !fs::is_directory(path_, ec)) {
-    return Status::InvalidArgument("'" + path_ + "' is not a directory, so not a ckptdb store");
+    return Status::InvalidArgument(
+        "'" + path_ + "' is not a directory, so not a ckptdb store");
   }
   const bool has_db = exists && fs::exists(fs::path(path_) / "CURRENT", ec);
   if (!has_db) {
     const bool empty = !exists || fs::is_empty(path_, ec);
     if (!empty) {
-      return Status::InvalidArgument("'" + path_ +
-                                     "' is not a ckptdb store (a non-empty directory without one)");
+      return Status::InvalidArgument(
+          "'" + path_ +
+          "' is not a ckptdb store (a non-empty directory without one)");
     }
     if (options_.read_only || !options_.create_if_missing) {
       return Status::NotFound("no ckptdb store at '" + path_ + "'");
@@ -212,17 +227,20 @@ Status StoreImpl::OpenDb() {
 
   if (has_db) {
     std::vector<std::string> families;
-    Status listed = FromRocks(rocksdb::DB::ListColumnFamilies(db_options, path_, &families),
-                              "reading '" + path_ + "'");
+    Status listed =
+        FromRocks(rocksdb::DB::ListColumnFamilies(db_options, path_, &families),
+                  "reading '" + path_ + "'");
     if (!listed.ok()) {
-      return Status::InvalidArgument("'" + path_ + "' is not a ckptdb store: " + listed.message());
+      return Status::InvalidArgument(
+          "'" + path_ + "' is not a ckptdb store: " + listed.message());
     }
     auto has = [&](const char* name) {
-      return std::find(families.begin(), families.end(), name) != families.end();
+      return std::find(families.begin(), families.end(), name) !=
+             families.end();
     };
     if (!has(kChunksCf) || !has(kMetaCf)) {
-      return Status::InvalidArgument("'" + path_ +
-                                     "' is a RocksDB database but not a ckptdb store");
+      return Status::InvalidArgument(
+          "'" + path_ + "' is a RocksDB database but not a ckptdb store");
     }
   }
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
@@ -233,12 +251,14 @@ Status StoreImpl::OpenDb() {
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s =
       options_.read_only
-          ? rocksdb::DB::OpenForReadOnly(db_options, path_, descriptors, &handles_, &raw)
+          ? rocksdb::DB::OpenForReadOnly(db_options, path_, descriptors,
+                                         &handles_, &raw)
           : rocksdb::DB::Open(db_options, path_, descriptors, &handles_, &raw);
   if (!s.ok()) {
     if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-      return Status::FailedPrecondition("store '" + path_ +
-                                        "' is open for writing by another process: " + s.ToString());
+      return Status::FailedPrecondition(
+          "store '" + path_ +
+          "' is open for writing by another process: " + s.ToString());
     }
     return FromRocks(s, "opening store '" + path_ + "'");
   }
@@ -251,10 +271,12 @@ Status StoreImpl::OpenDb() {
   if (s.IsNotFound() && !has_db) {
     rocksdb::WriteOptions wo;
     wo.sync = options_.sync;
-    RETURN_IF_ERROR(FromRocks(db_->Put(wo, meta_, kStoreMarkerKey, kStoreMarker), "creating store"));
+    RETURN_IF_ERROR(FromRocks(
+        db_->Put(wo, meta_, kStoreMarkerKey, kStoreMarker), "creating store"));
   } else if (!s.ok() || marker != kStoreMarker) {
     CloseDb();
-    return Status::InvalidArgument("'" + path_ + "' is not a ckptdb store (no store marker)");
+    return Status::InvalidArgument("'" + path_ +
+                                   "' is not a ckptdb store (no store marker)");
   }
   if (!options_.read_only) RETURN_IF_ERROR(RemoveLeftovers());
   return Status::OK();
@@ -262,11 +284,15 @@ Status StoreImpl::OpenDb() {
 
 template <typename Fn>
 Status StoreImpl::ForEachRecord(Fn&& fn) {
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_));
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), meta_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     int64_t id = 0;
-    if (!DecodeMetaKey(std::string_view(it->key().data(), it->key().size()), &id)) break;
-    if (!fn(id, std::string_view(it->value().data(), it->value().size()))) break;
+    if (!DecodeMetaKey(std::string_view(it->key().data(), it->key().size()),
+                       &id))
+      break;
+    if (!fn(id, std::string_view(it->value().data(), it->value().size())))
+      break;
   }
   return FromRocks(it->status(), "listing checkpoints of '" + path_ + "'");
 }
@@ -276,16 +302,20 @@ Status StoreImpl::DropChunks(int64_t checkpoint_id) {
   const std::string end = CheckpointKeyEnd(checkpoint_id);
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  RETURN_IF_ERROR(FromRocks(db_->DeleteRange(wo, chunks_, begin, end), "deleting chunks"));
+  RETURN_IF_ERROR(
+      FromRocks(db_->DeleteRange(wo, chunks_, begin, end), "deleting chunks"));
   rocksdb::Slice b(begin), e(end);
-  RETURN_IF_ERROR(FromRocks(rocksdb::DeleteFilesInRange(db_.get(), chunks_, &b, &e, false),
-                            "reclaiming chunk files"));
-  // Whole files went above; compacting the range drops the tombstone itself, so that no file
-  // mentions the checkpoint any more. It touches no tensor bytes of other checkpoints: their files
-  // do not overlap the range.
+  RETURN_IF_ERROR(
+      FromRocks(rocksdb::DeleteFilesInRange(db_.get(), chunks_, &b, &e, false),
+                "reclaiming chunk files"));
+  // Whole files went above; compacting the range drops the tombstone itself, so
+  // that no file mentions the checkpoint any more. It touches no tensor bytes
+  // of other checkpoints: their files do not overlap the range.
   rocksdb::CompactRangeOptions compact;
-  compact.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-  return FromRocks(db_->CompactRange(compact, chunks_, &b, &e), "compacting deleted chunks");
+  compact.bottommost_level_compaction =
+      rocksdb::BottommostLevelCompaction::kForce;
+  return FromRocks(db_->CompactRange(compact, chunks_, &b, &e),
+                   "compacting deleted chunks");
 }
 
 std::set<int64_t> StoreImpl::LiveChunkIds() {
@@ -304,14 +334,21 @@ std::set<int64_t> StoreImpl::LiveChunkIds() {
 Status StoreImpl::RemoveLeftovers() {
   std::error_code ec;
   fs::remove_all(StagingDir(path_), ec);
-  if (ec) return Status::IOError("removing staged files in " + StagingDir(path_) + ": " + ec.message());
-  // Chunk files whose checkpoint has no metadata record belong to a save that never committed
-  // (or a delete that did not finish). Found from file metadata alone: no chunk byte is read.
+  if (ec)
+    return Status::IOError("removing staged files in " + StagingDir(path_) +
+                           ": " + ec.message());
+  // Chunk files whose checkpoint has no metadata record belong to a save that
+  // never committed (or a delete that did not finish). Found from file metadata
+  // alone: no chunk byte is read.
   for (int64_t id : LiveChunkIds()) {
     std::string record;
-    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(id), &record);
-    if (s.IsNotFound()) RETURN_IF_ERROR(DropChunks(id));
-    else RETURN_IF_ERROR(FromRocks(s, "checking checkpoint " + std::to_string(id)));
+    rocksdb::Status s =
+        db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(id), &record);
+    if (s.IsNotFound())
+      RETURN_IF_ERROR(DropChunks(id));
+    else
+      RETURN_IF_ERROR(
+          FromRocks(s, "checking checkpoint " + std::to_string(id)));
   }
   return Status::OK();
 }
@@ -338,14 +375,18 @@ Result<int64_t> StoreImpl::Resolve(const CheckpointSelector& which) {
   using Kind = CheckpointSelector::Kind;
   std::optional<int64_t> found;
   for (const CheckpointInfo& info : all) {
-    const bool match = which.kind == Kind::kLatest ||
-                       (which.kind == Kind::kId && info.id == which.number) ||
-                       (which.kind == Kind::kStep && info.step == which.number) ||
-                       (which.kind == Kind::kTag && info.tag == which.tag);
-    if (match) found = info.id;  // the latest match wins (several checkpoints may share a step)
+    const bool match =
+        which.kind == Kind::kLatest ||
+        (which.kind == Kind::kId && info.id == which.number) ||
+        (which.kind == Kind::kStep && info.step == which.number) ||
+        (which.kind == Kind::kTag && info.tag == which.tag);
+    if (match)
+      found = info.id;  // the latest match wins (several checkpoints may share
+                        // a step)
   }
   if (!found) {
-    return Status::NotFound("no checkpoint with " + which.ToString() + " in store '" + path_ + "'");
+    return Status::NotFound("no checkpoint with " + which.ToString() +
+                            " in store '" + path_ + "'");
   }
   return *found;
 }
@@ -353,17 +394,23 @@ Result<int64_t> StoreImpl::Resolve(const CheckpointSelector& which) {
 Result<CheckpointMetadata> StoreImpl::GetMetadata(int64_t checkpoint_id) {
   std::shared_lock lock(mu_);
   rocksdb::PinnableSlice record;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), &record);
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), &record);
   if (s.IsNotFound()) {
-    return Status::NotFound("no checkpoint with id " + std::to_string(checkpoint_id) +
-                            " in store '" + path_ + "'");
+    return Status::NotFound("no checkpoint with id " +
+                            std::to_string(checkpoint_id) + " in store '" +
+                            path_ + "'");
   }
-  RETURN_IF_ERROR(FromRocks(s, "reading checkpoint " + std::to_string(checkpoint_id)));
+  RETURN_IF_ERROR(
+      FromRocks(s, "reading checkpoint " + std::to_string(checkpoint_id)));
   auto meta = DecodeCheckpoint(std::string_view(record.data(), record.size()));
-  if (!meta.ok()) return meta.status().WithContext("checkpoint id " + std::to_string(checkpoint_id));
+  if (!meta.ok())
+    return meta.status().WithContext("checkpoint id " +
+                                     std::to_string(checkpoint_id));
   if (meta->info.id != checkpoint_id) {
-    return Status::Corruption("checkpoint record at id " + std::to_string(checkpoint_id) +
-                              " claims id " + std::to_string(meta->info.id));
+    return Status::Corruption("checkpoint record at id " +
+                              std::to_string(checkpoint_id) + " claims id " +
+                              std::to_string(meta->info.id));
   }
   return meta;
 }
@@ -373,9 +420,12 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
   std::shared_lock lock(mu_);
   int64_t next = 1;
   std::string counter;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, kNextIdKey, &counter);
-  if (s.ok() && counter.size() == 8) next = static_cast<int64_t>(GetBigEndian64(counter.data()));
-  else if (!s.IsNotFound()) RETURN_IF_ERROR(FromRocks(s, "reading the next checkpoint id"));
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), meta_, kNextIdKey, &counter);
+  if (s.ok() && counter.size() == 8)
+    next = static_cast<int64_t>(GetBigEndian64(counter.data()));
+  else if (!s.IsNotFound())
+    RETURN_IF_ERROR(FromRocks(s, "reading the next checkpoint id"));
   for (int64_t id : LiveChunkIds()) next = std::max(next, id + 1);
   RETURN_IF_ERROR(ForEachRecord([&](int64_t committed, std::string_view) {
     next = std::max(next, committed + 1);
@@ -388,14 +438,16 @@ Status StoreImpl::CheckTagFree(const std::string& tag) {
   ASSIGN_OR_RETURN(auto all, List());
   for (const CheckpointInfo& info : all) {
     if (info.tag == tag) {
-      return Status::InvalidArgument("tag '" + tag + "' already names checkpoint id " +
-                                     std::to_string(info.id) + " in store '" + path_ + "'");
+      return Status::InvalidArgument(
+          "tag '" + tag + "' already names checkpoint id " +
+          std::to_string(info.id) + " in store '" + path_ + "'");
     }
   }
   return Status::OK();
 }
 
-Status StoreImpl::Commit(const CheckpointMetadata& meta, const std::vector<std::string>& staged) {
+Status StoreImpl::Commit(const CheckpointMetadata& meta,
+                         const std::vector<std::string>& staged) {
   RETURN_IF_ERROR(RequireWritable("saving"));
   std::shared_lock lock(mu_);
   const int64_t id = meta.info.id;
@@ -403,8 +455,9 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta, const std::vector<std::
     rocksdb::IngestExternalFileOptions ingest;
     ingest.move_files = true;
     ingest.snapshot_consistency = false;
-    Status s = FromRocks(db_->IngestExternalFile(chunks_, staged, ingest),
-                         "ingesting staged chunks of checkpoint " + std::to_string(id));
+    Status s = FromRocks(
+        db_->IngestExternalFile(chunks_, staged, ingest),
+        "ingesting staged chunks of checkpoint " + std::to_string(id));
     if (!s.ok()) {
       DropChunks(id).WithContext("cleanup").ok();
       return s;
@@ -417,32 +470,37 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta, const std::vector<std::
   batch.Put(meta_, kNextIdKey, next);
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  Status s = FromRocks(db_->Write(wo, &batch), "committing checkpoint " + std::to_string(id));
+  Status s = FromRocks(db_->Write(wo, &batch),
+                       "committing checkpoint " + std::to_string(id));
   if (!s.ok()) (void)DropChunks(id);
   return s;
 }
 
-Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id, std::string_view tensor_key,
+Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
+                                         std::string_view tensor_key,
                                          const ChunkMetadata& chunk) {
   std::shared_lock lock(mu_);
   ChunkBuffer buffer;
   rocksdb::ReadOptions ro;
   ro.fill_cache = false;
-  const std::string key =
-      EncodeChunkKey(checkpoint_id, chunk.writer_rank, tensor_key, chunk.global_offset);
+  const std::string key = EncodeChunkKey(checkpoint_id, chunk.writer_rank,
+                                         tensor_key, chunk.global_offset);
   rocksdb::Status s = db_->Get(ro, chunks_, key, &buffer.impl_->slice);
   if (s.IsNotFound()) {
-    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) + " is missing");
+    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
+                              " is missing");
   }
   if (s.IsCorruption()) {
     return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
                               " is damaged: " + s.ToString());
   }
-  RETURN_IF_ERROR(FromRocks(s, "reading " + ChunkName(checkpoint_id, tensor_key, chunk)));
+  RETURN_IF_ERROR(
+      FromRocks(s, "reading " + ChunkName(checkpoint_id, tensor_key, chunk)));
   const auto& slice = buffer.impl_->slice;
   if (slice.size() != chunk.nbytes) {
-    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) + " holds " +
-                              std::to_string(slice.size()) + " bytes, expected " +
+    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
+                              " holds " + std::to_string(slice.size()) +
+                              " bytes, expected " +
                               std::to_string(chunk.nbytes));
   }
   if (XXH3_64bits(slice.data(), slice.size()) != chunk.checksum) {
@@ -456,18 +514,22 @@ Status StoreImpl::Delete(int64_t checkpoint_id) {
   RETURN_IF_ERROR(RequireWritable("deleting"));
   std::shared_lock lock(mu_);
   std::string record;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), &record);
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), &record);
   if (s.IsNotFound()) {
-    return Status::NotFound("no checkpoint with id " + std::to_string(checkpoint_id) +
-                            " in store '" + path_ + "'");
+    return Status::NotFound("no checkpoint with id " +
+                            std::to_string(checkpoint_id) + " in store '" +
+                            path_ + "'");
   }
-  RETURN_IF_ERROR(FromRocks(s, "reading checkpoint " + std::to_string(checkpoint_id)));
+  RETURN_IF_ERROR(
+      FromRocks(s, "reading checkpoint " + std::to_string(checkpoint_id)));
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  RETURN_IF_ERROR(FromRocks(db_->Delete(wo, meta_, MetaKey(checkpoint_id)),
-                            "deleting checkpoint " + std::to_string(checkpoint_id)));
-  // From here the checkpoint is gone; a crash before the chunks are dropped leaves orphans that
-  // the next read-write open removes.
+  RETURN_IF_ERROR(
+      FromRocks(db_->Delete(wo, meta_, MetaKey(checkpoint_id)),
+                "deleting checkpoint " + std::to_string(checkpoint_id)));
+  // From here the checkpoint is gone; a crash before the chunks are dropped
+  // leaves orphans that the next read-write open removes.
   return DropChunks(checkpoint_id);
 }
 
@@ -489,23 +551,27 @@ std::string StagingDir(const std::string& store_path) {
   return (fs::path(store_path) / "staging").string();
 }
 
-Result<std::unique_ptr<StagedFileWriter>> StagedFileWriter::Create(const std::string& store_path,
-                                                                   int64_t checkpoint_id,
-                                                                   int32_t rank, int part) {
+Result<std::unique_ptr<StagedFileWriter>> StagedFileWriter::Create(
+    const std::string& store_path, int64_t checkpoint_id, int32_t rank,
+    int part) {
   std::error_code ec;
   const std::string dir = StagingDir(store_path);
   fs::create_directories(dir, ec);
-  if (ec) return Status::IOError("creating staging directory " + dir + ": " + ec.message());
-  const std::string path = (fs::path(dir) / (std::to_string(checkpoint_id) + "-" +
-                                             std::to_string(rank) + "-" + std::to_string(part) +
-                                             ".sst"))
+  if (ec)
+    return Status::IOError("creating staging directory " + dir + ": " +
+                           ec.message());
+  const std::string path = (fs::path(dir) / (std::to_string(checkpoint_id) +
+                                             "-" + std::to_string(rank) + "-" +
+                                             std::to_string(part) + ".sst"))
                                .string();
-  auto writer = std::make_unique<StagedFileWriterImpl>(path, checkpoint_id, rank);
+  auto writer =
+      std::make_unique<StagedFileWriterImpl>(path, checkpoint_id, rank);
   RETURN_IF_ERROR(writer->Open());
   return std::unique_ptr<StagedFileWriter>(std::move(writer));
 }
 
-Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const StoreOptions& options) {
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path,
+                                           const StoreOptions& options) {
   auto store = std::make_unique<StoreImpl>(path, options);
   RETURN_IF_ERROR(store->OpenDb());
   return std::unique_ptr<Store>(std::move(store));

@@ -19,7 +19,8 @@ struct StoreOptions {
   bool sync = true;
 };
 
-// The bytes of one chunk read from a store, pinned without a copy where possible.
+// The bytes of one chunk read from a store, pinned without a copy where
+// possible.
 class ChunkBuffer {
  public:
   ChunkBuffer();
@@ -34,21 +35,24 @@ class ChunkBuffer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Writes one writer rank's chunks of one checkpoint into a staged SST file inside the store
-// directory, for Store::Commit to ingest. Chunks must be added in increasing EncodeChunkKey
-// order. Usable by any rank, read-only handle or not. Not thread-safe.
+// Writes one writer rank's chunks of one checkpoint into a staged SST file
+// inside the store directory, for Store::Commit to ingest. Chunks must be added
+// in increasing EncodeChunkKey order. Usable by any rank, read-only handle or
+// not. Not thread-safe.
 class StagedFileWriter {
  public:
-  // `part` distinguishes several files of one rank (each covering its own key range).
-  static Result<std::unique_ptr<StagedFileWriter>> Create(const std::string& store_path,
-                                                          int64_t checkpoint_id, int32_t rank,
-                                                          int part);
+  // `part` distinguishes several files of one rank (each covering its own key
+  // range).
+  static Result<std::unique_ptr<StagedFileWriter>> Create(
+      const std::string& store_path, int64_t checkpoint_id, int32_t rank,
+      int part);
   virtual ~StagedFileWriter() = default;
   // Adds a chunk; returns its checksum.
-  virtual Result<uint64_t> Add(std::string_view tensor_key, const Shape& global_offset,
+  virtual Result<uint64_t> Add(std::string_view tensor_key,
+                               const Shape& global_offset,
                                std::string_view bytes) = 0;
-  // Finishes (and syncs) the file; returns its path, or "" when no chunk was added (the file is
-  // removed then).
+  // Finishes (and syncs) the file; returns its path, or "" when no chunk was
+  // added (the file is removed then).
   virtual Result<std::string> Finish() = 0;
   // Removes the file; called on failure.
   virtual void Abandon() = 0;
@@ -57,14 +61,17 @@ class StagedFileWriter {
 // Directory where staged files live (cleared by a read-write open).
 std::string StagingDir(const std::string& store_path);
 
-// One RocksDB database with column families `chunks` (tensor bytes) and `meta` (one Cap'n Proto
-// record per checkpoint: the commit point). Thread-safe for concurrent reads.
+// One RocksDB database with column families `chunks` (tensor bytes) and `meta`
+// (one Cap'n Proto record per checkpoint: the commit point). Thread-safe for
+// concurrent reads.
 class Store {
  public:
-  // Opens the store at `path`. A read-write open takes RocksDB's lock, removes the leftovers of
-  // interrupted saves (staged files, chunks without a metadata record) and creates the store when
-  // absent and asked to. A directory that holds something else is InvalidArgument.
-  static Result<std::unique_ptr<Store>> Open(const std::string& path, const StoreOptions& options);
+  // Opens the store at `path`. A read-write open takes RocksDB's lock, removes
+  // the leftovers of interrupted saves (staged files, chunks without a metadata
+  // record) and creates the store when absent and asked to. A directory that
+  // holds something else is InvalidArgument.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path,
+                                             const StoreOptions& options);
   virtual ~Store() = default;
 
   virtual const std::string& path() const = 0;
@@ -81,19 +88,24 @@ class Store {
   // InvalidArgument when `tag` names a committed checkpoint.
   virtual Status CheckTagFree(const std::string& tag) = 0;
 
-  // Ingests the staged files (which must hold only chunks of meta.info.id) and writes the metadata
-  // record: the commit point. On failure nothing of the checkpoint stays visible. Read-write only.
+  // Ingests the staged files (which must hold only chunks of meta.info.id) and
+  // writes the metadata record: the commit point. On failure nothing of the
+  // checkpoint stays visible. Read-write only.
   virtual Status Commit(const CheckpointMetadata& meta,
                         const std::vector<std::string>& staged_files) = 0;
 
-  // Reads one chunk and verifies its size and checksum (Corruption naming the key and offset).
-  virtual Result<ChunkBuffer> ReadChunk(int64_t checkpoint_id, std::string_view tensor_key,
+  // Reads one chunk and verifies its size and checksum (Corruption naming the
+  // key and offset).
+  virtual Result<ChunkBuffer> ReadChunk(int64_t checkpoint_id,
+                                        std::string_view tensor_key,
                                         const ChunkMetadata& chunk) = 0;
 
-  // Removes a checkpoint's record (atomically) then its chunks, reclaiming their files.
+  // Removes a checkpoint's record (atomically) then its chunks, reclaiming
+  // their files.
   virtual Status Delete(int64_t checkpoint_id) = 0;
 
-  // Read-only handles see the store as of their open; Refresh re-opens to see later commits.
+  // Read-only handles see the store as of their open; Refresh re-opens to see
+  // later commits.
   virtual Status Refresh() = 0;
 };
 

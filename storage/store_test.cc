@@ -14,9 +14,11 @@ namespace {
 using ckptdb::testing::SnapshotDir;
 using ckptdb::testing::TempDir;
 
-// Stages and commits one checkpoint holding tensor "w" = bytes, split over `ranks` writers.
-Result<CheckpointMetadata> SaveBytes(Store& store, const std::string& bytes, int ranks,
-                                     std::optional<std::string> tag = std::nullopt) {
+// Stages and commits one checkpoint holding tensor "w" = bytes, split over
+// `ranks` writers.
+Result<CheckpointMetadata> SaveBytes(
+    Store& store, const std::string& bytes, int ranks,
+    std::optional<std::string> tag = std::nullopt) {
   ASSIGN_OR_RETURN(int64_t id, store.NextCheckpointId());
   CheckpointMetadata meta;
   meta.info.id = id;
@@ -31,10 +33,14 @@ Result<CheckpointMetadata> SaveBytes(Store& store, const std::string& bytes, int
   std::vector<std::string> files;
   const int64_t per = static_cast<int64_t>(bytes.size()) / ranks;
   for (int r = 0; r < ranks; ++r) {
-    ASSIGN_OR_RETURN(auto writer, StagedFileWriter::Create(store.path(), id, r, 0));
+    ASSIGN_OR_RETURN(auto writer,
+                     StagedFileWriter::Create(store.path(), id, r, 0));
     const int64_t begin = r * per;
-    const int64_t len = r + 1 == ranks ? static_cast<int64_t>(bytes.size()) - begin : per;
-    ASSIGN_OR_RETURN(uint64_t sum, writer->Add("w", {begin}, std::string_view(bytes).substr(begin, len)));
+    const int64_t len =
+        r + 1 == ranks ? static_cast<int64_t>(bytes.size()) - begin : per;
+    ASSIGN_OR_RETURN(
+        uint64_t sum,
+        writer->Add("w", {begin}, std::string_view(bytes).substr(begin, len)));
     t.chunks.push_back({{begin}, {len}, r, static_cast<uint64_t>(len), sum});
     ASSIGN_OR_RETURN(std::string file, writer->Finish());
     files.push_back(file);
@@ -77,13 +83,15 @@ TEST(StoreTest, CommitListReadDelete) {
 
   auto sst_files = [&]() {
     int n = 0;
-    for (const auto& e : std::filesystem::directory_iterator(dir.Sub("s"))) n += e.path().extension() == ".sst";
+    for (const auto& e : std::filesystem::directory_iterator(dir.Sub("s")))
+      n += e.path().extension() == ".sst";
     return n;
   };
   const int files_before = sst_files();
   ASSERT_TRUE((*store)->Delete(2).ok());
   EXPECT_EQ((*store)->List()->size(), 1u);
-  // The deleted checkpoint's file is gone (space reclaimed without rewriting other chunks).
+  // The deleted checkpoint's file is gone (space reclaimed without rewriting
+  // other chunks).
   EXPECT_EQ(sst_files(), files_before - 1);
   EXPECT_TRUE((*store)->Delete(2).IsNotFound());
   // Ids keep increasing after a delete of the latest checkpoint.
@@ -137,7 +145,8 @@ TEST(StoreTest, ReadOnlyOpenNeverModifiesTheDirectory) {
     auto meta = (*store)->GetMetadata(1);
     ASSERT_TRUE(meta.ok());
     EXPECT_EQ(ReadAll(**store, *meta), std::string(4096, 'x'));
-    EXPECT_EQ((*store)->NextCheckpointId().status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ((*store)->NextCheckpointId().status().code(),
+              StatusCode::kFailedPrecondition);
     EXPECT_FALSE((*store)->Delete(1).ok());
     ASSERT_TRUE((*store)->Refresh().ok());
   }
@@ -165,9 +174,9 @@ TEST(StoreTest, LeftoversOfAnInterruptedSaveAreRemovedAtOpen) {
     auto store = Store::Open(dir.path(), {});
     ASSERT_TRUE(store.ok());
     ASSERT_TRUE(SaveBytes(**store, "kept", 1).ok());
-    // A save that staged and even ingested chunks but never wrote its record: simulate by
-    // ingesting through Commit of a record and deleting just the record is not possible, so
-    // stage files and leave them.
+    // A save that staged and even ingested chunks but never wrote its record:
+    // simulate by ingesting through Commit of a record and deleting just the
+    // record is not possible, so stage files and leave them.
     auto writer = StagedFileWriter::Create(dir.path(), 2, 0, 0);
     ASSERT_TRUE(writer.ok());
     ASSERT_TRUE((*writer)->Add("w", {0}, "partial").ok());
@@ -195,7 +204,8 @@ TEST(StoreTest, DamagedChunkIsCorruptionNamingKeyAndOffset) {
   bool damaged = false;
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
     if (entry.path().extension() != ".sst") continue;
-    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(entry.path(),
+                   std::ios::in | std::ios::out | std::ios::binary);
     std::string content((std::istreambuf_iterator<char>(f)), {});
     auto pos = content.find(std::string(4096, 'q'));
     if (pos == std::string::npos) continue;
@@ -213,7 +223,8 @@ TEST(StoreTest, DamagedChunkIsCorruptionNamingKeyAndOffset) {
     if (!buffer.ok()) {
       ++bad;
       EXPECT_TRUE(buffer.status().IsCorruption()) << buffer.status().ToString();
-      EXPECT_NE(buffer.status().message().find("tensor 'w' at offset ["), std::string::npos);
+      EXPECT_NE(buffer.status().message().find("tensor 'w' at offset ["),
+                std::string::npos);
     }
   }
   EXPECT_EQ(bad, 1);
@@ -229,7 +240,8 @@ TEST(StoreTest, ChecksumMismatchDetected) {
   chunk.checksum ^= 1;
   auto buffer = (*store)->ReadChunk(meta->info.id, "w", chunk);
   EXPECT_TRUE(buffer.status().IsCorruption());
-  EXPECT_NE(buffer.status().message().find("checksum mismatch"), std::string::npos);
+  EXPECT_NE(buffer.status().message().find("checksum mismatch"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// Kills a child process with SIGKILL at random points while it saves (and deletes) checkpoints,
-// then checks that every committed checkpoint loads bit-exactly, that no partial one is listed and
-// that the leftovers of the interrupted save are gone.
+// Kills a child process with SIGKILL at random points while it saves (and
+// deletes) checkpoints, then checks that every committed checkpoint loads
+// bit-exactly, that no partial one is listed and that the leftovers of the
+// interrupted save are gone.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -32,9 +33,15 @@ struct StepState {
   }
   StateDict Dict() {
     StateDict sd;
-    sd.Child("model").Set("a", TensorView::Whole(a.data(), DType::kUInt8, {static_cast<int64_t>(a.size())}));
-    sd.Child("model").Set("b", TensorView::Whole(b.data(), DType::kInt16, {static_cast<int64_t>(b.size() / 2)}));
-    sd.Child("optimizer").Set("c", TensorView::Whole(c.data(), DType::kInt64, {static_cast<int64_t>(c.size())}));
+    sd.Child("model").Set("a",
+                          TensorView::Whole(a.data(), DType::kUInt8,
+                                            {static_cast<int64_t>(a.size())}));
+    sd.Child("model").Set(
+        "b", TensorView::Whole(b.data(), DType::kInt16,
+                               {static_cast<int64_t>(b.size() / 2)}));
+    sd.Child("optimizer")
+        .Set("c", TensorView::Whole(c.data(), DType::kInt64,
+                                    {static_cast<int64_t>(c.size())}));
     return sd;
   }
 };
@@ -55,7 +62,8 @@ Options StoreOptions() {
     if (step % 4 == 0) {
       auto list = (*db)->ListCheckpoints();
       if (list.ok() && list->size() > 3) {
-        if (!(*db)->Delete(CheckpointSelector::Id(list->front().id)).ok()) _exit(4);
+        if (!(*db)->Delete(CheckpointSelector::Id(list->front().id)).ok())
+          _exit(4);
       }
     }
   }
@@ -82,7 +90,8 @@ TEST(CrashTest, KilledSavesNeverLeavePartialCheckpoints) {
     kill(pid, SIGKILL);
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFSIGNALED(status)) << "child exited with " << WEXITSTATUS(status);
+    ASSERT_TRUE(WIFSIGNALED(status))
+        << "child exited with " << WEXITSTATUS(status);
 
     auto db = DB::Open(StoreOptions(), dir.path());
     ASSERT_TRUE(db.ok()) << db.status().ToString();
@@ -99,17 +108,21 @@ TEST(CrashTest, KilledSavesNeverLeavePartialCheckpoints) {
       std::fill(loaded.c.begin(), loaded.c.end(), 0);
       StateDict target = loaded.Dict();
       auto result = (*db)->Load(target, CheckpointSelector::Id(info.id), {});
-      ASSERT_TRUE(result.ok()) << "checkpoint " << info.id << ": " << result.status().ToString();
+      ASSERT_TRUE(result.ok())
+          << "checkpoint " << info.id << ": " << result.status().ToString();
       ASSERT_EQ(loaded.a, expected.a);
       ASSERT_EQ(loaded.b, expected.b);
       ASSERT_EQ(loaded.c, expected.c);
       committed_bytes += static_cast<uint64_t>(info.nbytes);
     }
     if (!list->empty()) ++killed_with_commits;
-    // Leftovers of the killed save are gone: no staged files, no uncommitted chunk files.
+    // Leftovers of the killed save are gone: no staged files, no uncommitted
+    // chunk files.
     EXPECT_FALSE(std::filesystem::exists(dir.Sub("staging")));
-    EXPECT_LE(SstBytes(dir.path()), committed_bytes + committed_bytes / 10 + (64 << 10));
-    next_step += 1000;  // a killed save's step is never reused, so its bytes cannot be mistaken
+    EXPECT_LE(SstBytes(dir.path()),
+              committed_bytes + committed_bytes / 10 + (64 << 10));
+    next_step += 1000;  // a killed save's step is never reused, so its bytes
+                        // cannot be mistaken
   }
   EXPECT_GT(killed_with_commits, 10);
 }

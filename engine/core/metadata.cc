@@ -4,10 +4,14 @@ namespace ckptdb {
 
 std::string CheckpointSelector::ToString() const {
   switch (kind) {
-    case Kind::kLatest: return "latest";
-    case Kind::kStep: return "step " + std::to_string(number);
-    case Kind::kTag: return "tag '" + tag + "'";
-    case Kind::kId: return "id " + std::to_string(number);
+    case Kind::kLatest:
+      return "latest";
+    case Kind::kStep:
+      return "step " + std::to_string(number);
+    case Kind::kTag:
+      return "tag '" + tag + "'";
+    case Kind::kId:
+      return "id " + std::to_string(number);
   }
   return "?";
 }

@@ -61,7 +61,8 @@ int64_t NumElements(const Shape& shape) {
   return n;
 }
 
-TensorView TensorView::Whole(void* data, DType dtype, Shape shape, Device device) {
+TensorView TensorView::Whole(void* data, DType dtype, Shape shape,
+                             Device device) {
   TensorView v;
   v.data = data;
   v.dtype = dtype;
@@ -72,8 +73,9 @@ TensorView TensorView::Whole(void* data, DType dtype, Shape shape, Device device
   return v;
 }
 
-TensorView TensorView::Shard(void* data, DType dtype, Shape local_shape, Shape global_shape,
-                             Shape global_offset, Device device) {
+TensorView TensorView::Shard(void* data, DType dtype, Shape local_shape,
+                             Shape global_shape, Shape global_offset,
+                             Device device) {
   TensorView v;
   v.data = data;
   v.dtype = dtype;
@@ -85,8 +87,8 @@ TensorView TensorView::Shard(void* data, DType dtype, Shape local_shape, Shape g
 }
 
 std::string_view ValueTypeName(const Value& value) {
-  static constexpr std::array<std::string_view, 5> kNames = {"int", "float", "bool", "str",
-                                                            "bytes"};
+  static constexpr std::array<std::string_view, 5> kNames = {
+      "int", "float", "bool", "str", "bytes"};
   return kNames[value.index()];
 }
 
@@ -117,7 +119,8 @@ StateDict& StateDict::Child(const std::string& key) {
 
 const TensorView* StateDict::GetTensor(std::string_view key) const {
   auto it = items_.find(key);
-  return it == items_.end() ? nullptr : std::get_if<TensorView>(&it->second.node);
+  return it == items_.end() ? nullptr
+                            : std::get_if<TensorView>(&it->second.node);
 }
 
 const Value* StateDict::GetValue(std::string_view key) const {
@@ -127,7 +130,8 @@ const Value* StateDict::GetValue(std::string_view key) const {
 
 const StateDict* StateDict::GetChild(std::string_view key) const {
   auto it = items_.find(key);
-  return it == items_.end() ? nullptr : std::get_if<StateDict>(&it->second.node);
+  return it == items_.end() ? nullptr
+                            : std::get_if<StateDict>(&it->second.node);
 }
 
 }  // namespace ckptdb

@@ -6,8 +6,8 @@
 
 namespace ckptdb::engine {
 
-// A box inside a dense row-major buffer: `data` holds a whole array of `shape`; the box starts at
-// `offset` within it.
+// A box inside a dense row-major buffer: `data` holds a whole array of `shape`;
+// the box starts at `offset` within it.
 struct StridedBox {
   const void* data;
   const Shape& shape;
@@ -20,15 +20,18 @@ struct MutableStridedBox {
   const Shape& offset;
 };
 
-// Copies a box of `lengths` elements from `src` to `dst` without intermediate buffers: the
-// innermost dimensions that are contiguous in both buffers are merged into one memcpy per run.
-// When `src_dtype != dst_dtype` each element is converted (numeric dtypes only). REQUIRES: both
-// boxes lie inside their buffers.
-void CopyBox(StridedBox src, DType src_dtype, MutableStridedBox dst, DType dst_dtype,
-             const Shape& lengths);
+// Copies a box of `lengths` elements from `src` to `dst` without intermediate
+// buffers: the innermost dimensions that are contiguous in both buffers are
+// merged into one memcpy per run. When `src_dtype != dst_dtype` each element is
+// converted (numeric dtypes only). REQUIRES: both boxes lie inside their
+// buffers.
+void CopyBox(StridedBox src, DType src_dtype, MutableStridedBox dst,
+             DType dst_dtype, const Shape& lengths);
 
-// Converts `n` contiguous elements. REQUIRES: IsNumeric(from) && IsNumeric(to), or from == to.
-void ConvertElements(const void* src, DType from, void* dst, DType to, size_t n);
+// Converts `n` contiguous elements. REQUIRES: IsNumeric(from) && IsNumeric(to),
+// or from == to.
+void ConvertElements(const void* src, DType from, void* dst, DType to,
+                     size_t n);
 
 // Minifloat codecs used by ConvertElements, exposed for tests.
 uint16_t FloatToHalf(double v);

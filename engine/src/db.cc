@@ -7,7 +7,8 @@
 
 namespace ckptdb {
 
-Result<std::unique_ptr<DB>> DB::Open(const Options& options, const std::string& path,
+Result<std::unique_ptr<DB>> DB::Open(const Options& options,
+                                     const std::string& path,
                                      std::shared_ptr<Communicator> comm) {
   if (!comm) comm = SingleProcessCommunicator();
   if (options.max_chunk_bytes == 0) {
@@ -20,8 +21,10 @@ Result<std::unique_ptr<DB>> DB::Open(const Options& options, const std::string& 
   storage::StoreOptions store_options;
   store_options.create_if_missing = options.create_if_missing;
   store_options.sync = options.sync;
-  // Rank 0 opens (and maybe creates) the store first; the others then open read-only handles.
-  Result<std::unique_ptr<storage::Store>> store = Status::Internal("not opened");
+  // Rank 0 opens (and maybe creates) the store first; the others then open
+  // read-only handles.
+  Result<std::unique_ptr<storage::Store>> store =
+      Status::Internal("not opened");
   std::string opened;
   if (comm->rank() == 0) {
     store_options.read_only = options.read_only;
@@ -40,13 +43,14 @@ Result<std::unique_ptr<DB>> DB::Open(const Options& options, const std::string& 
   std::vector<Status> statuses;
   for (const auto& bytes : all) statuses.push_back(engine::DecodeStatus(bytes));
   RETURN_IF_ERROR(engine::FirstError(statuses));
-  return std::unique_ptr<DB>(
-      new engine::DBImpl(options, path, std::move(comm), std::move(store).value()));
+  return std::unique_ptr<DB>(new engine::DBImpl(options, path, std::move(comm),
+                                                std::move(store).value()));
 }
 
 namespace engine {
 
-DBImpl::DBImpl(Options options, std::string path, std::shared_ptr<Communicator> comm,
+DBImpl::DBImpl(Options options, std::string path,
+               std::shared_ptr<Communicator> comm,
                std::unique_ptr<storage::Store> store)
     : options_(std::move(options)),
       path_(std::move(path)),
@@ -57,11 +61,13 @@ DBImpl::~DBImpl() = default;
 
 int DBImpl::io_threads() const {
   if (options_.io_threads > 0) return options_.io_threads;
-  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  return static_cast<int>(
+      std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
 }
 
 Status DBImpl::CheckOpen() const {
-  if (!store_) return Status::FailedPrecondition("store '" + path_ + "' is closed");
+  if (!store_)
+    return Status::FailedPrecondition("store '" + path_ + "' is closed");
   return Status::OK();
 }
 
@@ -73,19 +79,23 @@ Status DBImpl::AgreeOnStatus(const Status& local) {
   return FirstError(statuses);
 }
 
-Result<CheckpointMetadata> DBImpl::ResolveLocal(const CheckpointSelector& which) {
+Result<CheckpointMetadata> DBImpl::ResolveLocal(
+    const CheckpointSelector& which) {
   RETURN_IF_ERROR(CheckOpen());
-  // A read-only handle sees the store as of its open: look again for later commits.
+  // A read-only handle sees the store as of its open: look again for later
+  // commits.
   if (store_->read_only()) RETURN_IF_ERROR(store_->Refresh());
   ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
   return store_->GetMetadata(id);
 }
 
-Result<CheckpointMetadata> DBImpl::ResolveCollective(const CheckpointSelector& which) {
+Result<CheckpointMetadata> DBImpl::ResolveCollective(
+    const CheckpointSelector& which) {
   std::string resolved;
   if (comm_->rank() == 0) {
     Status refreshed = store_->read_only() ? store_->Refresh() : Status::OK();
-    Result<int64_t> id = refreshed.ok() ? store_->Resolve(which) : Result<int64_t>(refreshed);
+    Result<int64_t> id =
+        refreshed.ok() ? store_->Resolve(which) : Result<int64_t>(refreshed);
     WireWriter w;
     w.Status(id.status());
     w.I64(id.ok() ? *id : 0);
@@ -95,12 +105,14 @@ Result<CheckpointMetadata> DBImpl::ResolveCollective(const CheckpointSelector& w
   WireReader r(resolved);
   Status status;
   int64_t id = 0;
-  if (!r.Status(&status) || !r.I64(&id)) return Status::Internal("malformed checkpoint id");
+  if (!r.Status(&status) || !r.I64(&id))
+    return Status::Internal("malformed checkpoint id");
   RETURN_IF_ERROR(status);
   Result<CheckpointMetadata> meta = store_->GetMetadata(id);
   if (!meta.ok() && meta.status().IsNotFound() && store_->read_only()) {
     Status refreshed = store_->Refresh();
-    meta = refreshed.ok() ? store_->GetMetadata(id) : Result<CheckpointMetadata>(refreshed);
+    meta = refreshed.ok() ? store_->GetMetadata(id)
+                          : Result<CheckpointMetadata>(refreshed);
   }
   RETURN_IF_ERROR(AgreeOnStatus(meta.status()));
   return meta;
@@ -112,18 +124,20 @@ Result<std::vector<CheckpointInfo>> DBImpl::ListCheckpoints() {
   return store_->List();
 }
 
-Result<CheckpointMetadata> DBImpl::GetMetadata(const CheckpointSelector& which) {
+Result<CheckpointMetadata> DBImpl::GetMetadata(
+    const CheckpointSelector& which) {
   return ResolveLocal(which);
 }
 
-Result<Tensor> DBImpl::Read(const std::string& flat_key, const CheckpointSelector& which) {
+Result<Tensor> DBImpl::Read(const std::string& flat_key,
+                            const CheckpointSelector& which) {
   ASSIGN_OR_RETURN(CheckpointMetadata meta, ResolveLocal(which));
   auto it = meta.tensors.find(flat_key);
   if (it == meta.tensors.end()) {
     if (meta.values.count(flat_key)) {
-      return Status::InvalidArgument("key '" + flat_key + "' of checkpoint id " +
-                                     std::to_string(meta.info.id) +
-                                     " is a small value, not a tensor");
+      return Status::InvalidArgument(
+          "key '" + flat_key + "' of checkpoint id " +
+          std::to_string(meta.info.id) + " is a small value, not a tensor");
     }
     return Status::NotFound("no tensor '" + flat_key + "' in checkpoint id " +
                             std::to_string(meta.info.id));
@@ -132,15 +146,19 @@ Result<Tensor> DBImpl::Read(const std::string& flat_key, const CheckpointSelecto
   Tensor out;
   out.dtype = tensor.dtype;
   out.shape = tensor.global_shape;
-  out.data.resize(static_cast<size_t>(NumElements(tensor.global_shape)) * DTypeSize(tensor.dtype));
+  out.data.resize(static_cast<size_t>(NumElements(tensor.global_shape)) *
+                  DTypeSize(tensor.dtype));
   const Shape zero(tensor.global_shape.size(), 0);
-  RETURN_IF_ERROR(ParallelFor(tensor.chunks.size(), io_threads(), [&](size_t c) -> Status {
-    const ChunkMetadata& chunk = tensor.chunks[c];
-    ASSIGN_OR_RETURN(storage::ChunkBuffer buffer, store_->ReadChunk(meta.info.id, flat_key, chunk));
-    CopyBox({buffer.bytes().data(), chunk.local_shape, zero}, tensor.dtype,
-            {out.data.data(), out.shape, chunk.global_offset}, tensor.dtype, chunk.local_shape);
-    return Status::OK();
-  }));
+  RETURN_IF_ERROR(
+      ParallelFor(tensor.chunks.size(), io_threads(), [&](size_t c) -> Status {
+        const ChunkMetadata& chunk = tensor.chunks[c];
+        ASSIGN_OR_RETURN(storage::ChunkBuffer buffer,
+                         store_->ReadChunk(meta.info.id, flat_key, chunk));
+        CopyBox({buffer.bytes().data(), chunk.local_shape, zero}, tensor.dtype,
+                {out.data.data(), out.shape, chunk.global_offset}, tensor.dtype,
+                chunk.local_shape);
+        return Status::OK();
+      }));
   return out;
 }
 
@@ -165,10 +183,13 @@ Status DBImpl::Verify(const CheckpointSelector& which) {
     for (const auto& chunk : tensor.chunks) chunks.emplace_back(&key, &chunk);
   }
   std::vector<Status> results(chunks.size());
-  RETURN_IF_ERROR(ParallelFor(chunks.size(), io_threads(), [&](size_t i) -> Status {
-    results[i] = store_->ReadChunk(meta.info.id, *chunks[i].first, *chunks[i].second).status();
-    return Status::OK();
-  }));
+  RETURN_IF_ERROR(
+      ParallelFor(chunks.size(), io_threads(), [&](size_t i) -> Status {
+        results[i] =
+            store_->ReadChunk(meta.info.id, *chunks[i].first, *chunks[i].second)
+                .status();
+        return Status::OK();
+      }));
   std::string damaged;
   size_t count = 0;
   for (const Status& s : results) {
@@ -177,7 +198,8 @@ Status DBImpl::Verify(const CheckpointSelector& which) {
     damaged += (damaged.empty() ? "" : "; ") + s.message();
   }
   if (count == 0) return Status::OK();
-  return Status::Corruption(std::to_string(count) + " of " + std::to_string(chunks.size()) +
+  return Status::Corruption(std::to_string(count) + " of " +
+                            std::to_string(chunks.size()) +
                             " chunks damaged: " + damaged);
 }
 

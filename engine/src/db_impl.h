@@ -8,20 +8,24 @@
 
 namespace ckptdb::engine {
 
-// The DB over one Store handle per rank: rank 0 read-write (unless opened read-only), the others
-// read-only. Collective steps exchange statuses so that every rank returns the same result.
+// The DB over one Store handle per rank: rank 0 read-write (unless opened
+// read-only), the others read-only. Collective steps exchange statuses so that
+// every rank returns the same result.
 class DBImpl : public DB {
  public:
   DBImpl(Options options, std::string path, std::shared_ptr<Communicator> comm,
          std::unique_ptr<storage::Store> store);
   ~DBImpl() override;
 
-  Result<CheckpointInfo> Save(const StateDict& state, const SaveOptions& options) override;
+  Result<CheckpointInfo> Save(const StateDict& state,
+                              const SaveOptions& options) override;
   Result<LoadResult> Load(StateDict& state, const CheckpointSelector& which,
                           const LoadOptions& options) override;
   Result<std::vector<CheckpointInfo>> ListCheckpoints() override;
-  Result<CheckpointMetadata> GetMetadata(const CheckpointSelector& which) override;
-  Result<Tensor> Read(const std::string& flat_key, const CheckpointSelector& which) override;
+  Result<CheckpointMetadata> GetMetadata(
+      const CheckpointSelector& which) override;
+  Result<Tensor> Read(const std::string& flat_key,
+                      const CheckpointSelector& which) override;
   Status Delete(const CheckpointSelector& which) override;
   Status Verify(const CheckpointSelector& which) override;
   Status Close() override;
@@ -31,10 +35,12 @@ class DBImpl : public DB {
 
  private:
   Status CheckOpen() const;
-  // Rank 0 resolves the selector; every rank gets the id (or the same error) and its metadata,
-  // refreshing a read-only handle when the checkpoint is newer than it.
+  // Rank 0 resolves the selector; every rank gets the id (or the same error)
+  // and its metadata, refreshing a read-only handle when the checkpoint is
+  // newer than it.
   Result<CheckpointMetadata> ResolveCollective(const CheckpointSelector& which);
-  // Local: resolves against this rank's handle, refreshing it once when nothing matches.
+  // Local: resolves against this rank's handle, refreshing it once when nothing
+  // matches.
   Result<CheckpointMetadata> ResolveLocal(const CheckpointSelector& which);
   // Every rank contributes `local`; all get the first error of any rank.
   Status AgreeOnStatus(const Status& local);

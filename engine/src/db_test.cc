@@ -41,15 +41,20 @@ TEST(DBTest, RoundTripsEveryDtypeIncludingZeroDimAndEmpty) {
   TempDir dir;
   auto db = OpenOrDie(dir.path());
   std::vector<Buf> bufs;
-  const DType all[] = {DType::kFloat64, DType::kFloat32, DType::kFloat16, DType::kBFloat16,
-                       DType::kInt64,   DType::kInt32,   DType::kInt16,   DType::kInt8,
-                       DType::kUInt8,   DType::kBool,    DType::kFloat8E4M3FN, DType::kFloat8E5M2};
-  for (DType t : all) bufs.emplace_back(t, Shape{3, 5}, static_cast<uint32_t>(t));
-  bufs.emplace_back(DType::kFloat32, Shape{}, 99);      // 0-d
-  bufs.emplace_back(DType::kInt64, Shape{0, 4}, 100);   // empty
+  const DType all[] = {
+      DType::kFloat64,  DType::kFloat32,      DType::kFloat16,
+      DType::kBFloat16, DType::kInt64,        DType::kInt32,
+      DType::kInt16,    DType::kInt8,         DType::kUInt8,
+      DType::kBool,     DType::kFloat8E4M3FN, DType::kFloat8E5M2};
+  for (DType t : all)
+    bufs.emplace_back(t, Shape{3, 5}, static_cast<uint32_t>(t));
+  bufs.emplace_back(DType::kFloat32, Shape{}, 99);     // 0-d
+  bufs.emplace_back(DType::kInt64, Shape{0, 4}, 100);  // empty
   StateDict sd;
   for (size_t i = 0; i < bufs.size(); ++i) {
-    sd.Child("t").Set(std::string(DTypeName(bufs[i].dtype)) + "_" + std::to_string(i), bufs[i].Whole());
+    sd.Child("t").Set(
+        std::string(DTypeName(bufs[i].dtype)) + "_" + std::to_string(i),
+        bufs[i].Whole());
   }
   auto info = db->Save(sd, {.step = 7});
   ASSERT_TRUE(info.ok()) << info.status().ToString();
@@ -60,11 +65,14 @@ TEST(DBTest, RoundTripsEveryDtypeIncludingZeroDimAndEmpty) {
   for (auto& b : bufs) out.emplace_back(b.dtype, b.shape, 12345);
   StateDict target;
   for (size_t i = 0; i < out.size(); ++i) {
-    target.Child("t").Set(std::string(DTypeName(out[i].dtype)) + "_" + std::to_string(i), out[i].Whole());
+    target.Child("t").Set(
+        std::string(DTypeName(out[i].dtype)) + "_" + std::to_string(i),
+        out[i].Whole());
   }
   auto loaded = db->Load(target, CheckpointSelector::Latest(), {});
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-  for (size_t i = 0; i < bufs.size(); ++i) EXPECT_EQ(out[i].bytes, bufs[i].bytes) << i;
+  for (size_t i = 0; i < bufs.size(); ++i)
+    EXPECT_EQ(out[i].bytes, bufs[i].bytes) << i;
   EXPECT_TRUE(loaded->missing_keys.empty());
   EXPECT_TRUE(loaded->unexpected_keys.empty());
   EXPECT_EQ(loaded->stats.bytes_read, static_cast<uint64_t>(info->nbytes));
@@ -73,7 +81,8 @@ TEST(DBTest, RoundTripsEveryDtypeIncludingZeroDimAndEmpty) {
 TEST(DBTest, ReshardedLoadIntoColumnShardsReadsOnlyNeededChunks) {
   TempDir dir;
   Options options;
-  options.max_chunk_bytes = 4 * 16;  // 4 rows of 16 floats... of w (64 x 16 floats)
+  options.max_chunk_bytes =
+      4 * 16;  // 4 rows of 16 floats... of w (64 x 16 floats)
   auto db = OpenOrDie(dir.path(), options);
   std::vector<float> w(64 * 16);
   std::iota(w.begin(), w.end(), 0.f);
@@ -83,16 +92,19 @@ TEST(DBTest, ReshardedLoadIntoColumnShardsReadsOnlyNeededChunks) {
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   auto meta = db->GetMetadata(CheckpointSelector::Latest());
   ASSERT_TRUE(meta.ok());
-  EXPECT_EQ(meta->tensors.at("w").chunks.size(), 64u);  // one row (64 bytes) per chunk
+  EXPECT_EQ(meta->tensors.at("w").chunks.size(),
+            64u);  // one row (64 bytes) per chunk
 
   // Rows 10..19, columns 4..11 (a 2-D shard of another layout).
   std::vector<float> part(10 * 8, -1.f);
   StateDict target;
-  target.Set("w", TensorView::Shard(part.data(), DType::kFloat32, {10, 8}, {64, 16}, {10, 4}));
+  target.Set("w", TensorView::Shard(part.data(), DType::kFloat32, {10, 8},
+                                    {64, 16}, {10, 4}));
   auto loaded = db->Load(target, CheckpointSelector::Latest(), {});
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   for (int r = 0; r < 10; ++r) {
-    for (int c = 0; c < 8; ++c) ASSERT_EQ(part[r * 8 + c], w[(10 + r) * 16 + 4 + c]);
+    for (int c = 0; c < 8; ++c)
+      ASSERT_EQ(part[r * 8 + c], w[(10 + r) * 16 + 4 + c]);
   }
   EXPECT_EQ(loaded->stats.chunks_read, 10u);
   EXPECT_EQ(loaded->stats.bytes_read, 10u * 64);
@@ -110,7 +122,10 @@ TEST(DBTest, NestedStateWithValuesAndSelectors) {
   sd.Set("step", Value(int64_t{100}));
   sd.Set("done", Value(false));
   sd.Set("rng", Value(Bytes{std::string("\0\xff", 2)}));
-  ASSERT_TRUE(db->Save(sd, {.step = 100, .tag = "first", .user_metadata = {{"run", "a"}}}).ok());
+  ASSERT_TRUE(
+      db->Save(sd,
+               {.step = 100, .tag = "first", .user_metadata = {{"run", "a"}}})
+          .ok());
   sd.Set("step", Value(int64_t{200}));
   ASSERT_TRUE(db->Save(sd, {.step = 200}).ok());
 
@@ -121,9 +136,12 @@ TEST(DBTest, NestedStateWithValuesAndSelectors) {
   auto loaded = db->Load(target, CheckpointSelector::Tag("first"), {});
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_EQ(std::get<int64_t>(*target.GetValue("step")), 100);
-  EXPECT_EQ(std::get<double>(*target.GetChild("optimizer")->GetValue("lr")), 0.01);
-  EXPECT_EQ(std::get<Bytes>(*target.GetValue("rng")).data, std::string("\0\xff", 2));
-  EXPECT_EQ(loaded->unexpected_keys, (std::vector<std::string>{"done", "model.w", "optimizer.name"}));
+  EXPECT_EQ(std::get<double>(*target.GetChild("optimizer")->GetValue("lr")),
+            0.01);
+  EXPECT_EQ(std::get<Bytes>(*target.GetValue("rng")).data,
+            std::string("\0\xff", 2));
+  EXPECT_EQ(loaded->unexpected_keys,
+            (std::vector<std::string>{"done", "model.w", "optimizer.name"}));
 
   ASSERT_TRUE(db->Load(target, CheckpointSelector::Step(200), {}).ok());
   EXPECT_EQ(std::get<int64_t>(*target.GetValue("step")), 200);
@@ -132,7 +150,8 @@ TEST(DBTest, NestedStateWithValuesAndSelectors) {
 
   auto meta = db->GetMetadata(CheckpointSelector::Tag("first"));
   ASSERT_TRUE(meta.ok());
-  EXPECT_EQ(meta->flat_mapping.at("optimizer.lr"), (std::vector<std::string>{"optimizer", "lr"}));
+  EXPECT_EQ(meta->flat_mapping.at("optimizer.lr"),
+            (std::vector<std::string>{"optimizer", "lr"}));
   EXPECT_EQ(meta->user_metadata.at("run"), "a");
   EXPECT_EQ(meta->info.tag, "first");
 
@@ -146,8 +165,11 @@ TEST(DBTest, NestedStateWithValuesAndSelectors) {
   ASSERT_TRUE(read.ok());
   EXPECT_EQ(std::memcmp(read->data.data(), w.bytes.data(), w.bytes.size()), 0);
   EXPECT_EQ(read->shape, (Shape{4, 4}));
-  EXPECT_TRUE(db->Read("nope", CheckpointSelector::Latest()).status().IsNotFound());
-  EXPECT_TRUE(db->Read("step", CheckpointSelector::Latest()).status().IsInvalidArgument());
+  EXPECT_TRUE(
+      db->Read("nope", CheckpointSelector::Latest()).status().IsNotFound());
+  EXPECT_TRUE(db->Read("step", CheckpointSelector::Latest())
+                  .status()
+                  .IsInvalidArgument());
 }
 
 TEST(DBTest, StrictAndNonStrictMissingKeys) {
@@ -166,7 +188,8 @@ TEST(DBTest, StrictAndNonStrictMissingKeys) {
   ASSERT_FALSE(strict.ok());
   EXPECT_TRUE(strict.status().IsNotFound());
   EXPECT_NE(strict.status().message().find("'extra.b'"), std::string::npos);
-  auto loose = db->Load(target, CheckpointSelector::Latest(), {.strict = false});
+  auto loose =
+      db->Load(target, CheckpointSelector::Latest(), {.strict = false});
   ASSERT_TRUE(loose.ok());
   EXPECT_EQ(loose->missing_keys, (std::vector<std::string>{"extra.b"}));
   EXPECT_EQ(a2.bytes, a.bytes);
@@ -186,9 +209,11 @@ TEST(DBTest, DtypeMismatchNeedsCast) {
   auto refused = db->Load(target, CheckpointSelector::Latest(), {});
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(refused.status().IsInvalidArgument());
-  EXPECT_NE(refused.status().message().find("target dtype float64 differs from stored float32"),
+  EXPECT_NE(refused.status().message().find(
+                "target dtype float64 differs from stored float32"),
             std::string::npos);
-  ASSERT_TRUE(db->Load(target, CheckpointSelector::Latest(), {.cast = true}).ok());
+  ASSERT_TRUE(
+      db->Load(target, CheckpointSelector::Latest(), {.cast = true}).ok());
   EXPECT_EQ(d, (std::vector<double>{1.5, -2, 3.25, 1e5}));
   std::vector<uint8_t> flags(4);
   target.Set("w", TensorView::Whole(flags.data(), DType::kBool, {4}));
@@ -198,7 +223,8 @@ TEST(DBTest, DtypeMismatchNeedsCast) {
   target.Set("w", TensorView::Whole(wrong.data(), DType::kFloat32, {2, 3}));
   auto shape = db->Load(target, CheckpointSelector::Latest(), {});
   EXPECT_TRUE(shape.status().IsInvalidArgument());
-  EXPECT_NE(shape.status().message().find("target global shape [2, 3] differs from stored [4]"),
+  EXPECT_NE(shape.status().message().find(
+                "target global shape [2, 3] differs from stored [4]"),
             std::string::npos);
 }
 
@@ -223,17 +249,20 @@ TEST(DBTest, InvalidSavesLeaveTheStoreUnchanged) {
   }
   {
     StateDict sd;  // gap: only half of a tensor of 4
-    sd.Set("w", TensorView::Shard(part.bytes.data(), DType::kFloat32, {2}, {4}, {0}));
+    sd.Set("w", TensorView::Shard(part.bytes.data(), DType::kFloat32, {2}, {4},
+                                  {0}));
     bad.emplace_back("cover 2 of 4 elements", sd);
   }
   {
     StateDict sd;  // out of bounds
-    sd.Set("w", TensorView::Shard(part.bytes.data(), DType::kFloat32, {2}, {4}, {3}));
+    sd.Set("w", TensorView::Shard(part.bytes.data(), DType::kFloat32, {2}, {4},
+                                  {3}));
     bad.emplace_back("lies outside the global shape [4]", sd);
   }
   {
     StateDict sd;  // ranks disagree
-    sd.Set("w", TensorView::Shard(part.bytes.data(), DType::kFloat32, {2, 1}, {4}, {0}));
+    sd.Set("w", TensorView::Shard(part.bytes.data(), DType::kFloat32, {2, 1},
+                                  {4}, {0}));
     bad.emplace_back("same number of dimensions", sd);
   }
   {
@@ -245,14 +274,18 @@ TEST(DBTest, InvalidSavesLeaveTheStoreUnchanged) {
     auto info = db->Save(sd, {});
     ASSERT_FALSE(info.ok()) << needle;
     EXPECT_TRUE(info.status().IsInvalidArgument()) << info.status().ToString();
-    EXPECT_NE(info.status().message().find(needle), std::string::npos) << info.status().ToString();
+    EXPECT_NE(info.status().message().find(needle), std::string::npos)
+        << info.status().ToString();
   }
   auto dup = db->Save(good, {.tag = "t"});
   ASSERT_FALSE(dup.ok());
   EXPECT_TRUE(dup.status().IsInvalidArgument());
-  EXPECT_NE(dup.status().message().find("tag 't' already names checkpoint id 1"), std::string::npos);
+  EXPECT_NE(
+      dup.status().message().find("tag 't' already names checkpoint id 1"),
+      std::string::npos);
   ASSERT_TRUE(db->Close().ok());
-  // Reopening read-write may legitimately write RocksDB's own files; compare the checkpoints.
+  // Reopening read-write may legitimately write RocksDB's own files; compare
+  // the checkpoints.
   db = OpenOrDie(dir.path());
   EXPECT_EQ(db->ListCheckpoints()->size(), 1u);
   (void)before;
@@ -331,10 +364,12 @@ TEST(DBTest, DamagedChunkFailsLoadAndVerify) {
     ASSERT_TRUE(db->Save(sd, {}).ok());
   }
   bool damaged = false;
-  const std::string probe(reinterpret_cast<const char*>(w.bytes.data()) + 1000, 64);
+  const std::string probe(reinterpret_cast<const char*>(w.bytes.data()) + 1000,
+                          64);
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
     if (entry.path().extension() != ".sst") continue;
-    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(entry.path(),
+                   std::ios::in | std::ios::out | std::ios::binary);
     std::string content((std::istreambuf_iterator<char>(f)), {});
     auto pos = content.find(probe);
     if (pos == std::string::npos) continue;
@@ -350,10 +385,12 @@ TEST(DBTest, DamagedChunkFailsLoadAndVerify) {
   auto loaded = db->Load(target, CheckpointSelector::Latest(), {});
   ASSERT_FALSE(loaded.ok());
   EXPECT_TRUE(loaded.status().IsCorruption());
-  EXPECT_NE(loaded.status().message().find("tensor 'w' at offset [0]"), std::string::npos);
+  EXPECT_NE(loaded.status().message().find("tensor 'w' at offset [0]"),
+            std::string::npos);
   auto verified = db->Verify(CheckpointSelector::Latest());
   EXPECT_TRUE(verified.IsCorruption());
-  EXPECT_NE(verified.message().find("1 of 1 chunks damaged"), std::string::npos);
+  EXPECT_NE(verified.message().find("1 of 1 chunks damaged"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -10,9 +10,9 @@
 
 namespace ckptdb::engine {
 
-// Runs fn(i) for i in [0, n) on up to `threads` threads (the caller's thread among them). Stops
-// handing out work after the first error and returns it (the error of the lowest task index among
-// those that failed).
+// Runs fn(i) for i in [0, n) on up to `threads` threads (the caller's thread
+// among them). Stops handing out work after the first error and returns it (the
+// error of the lowest task index among those that failed).
 template <typename Fn>
 Status ParallelFor(size_t n, int threads, Fn&& fn) {
   std::atomic<size_t> next{0};
@@ -35,7 +35,8 @@ Status ParallelFor(size_t n, int threads, Fn&& fn) {
       }
     }
   };
-  const size_t count = std::min<size_t>(n, static_cast<size_t>(std::max(threads, 1)));
+  const size_t count =
+      std::min<size_t>(n, static_cast<size_t>(std::max(threads, 1)));
   std::vector<std::thread> pool;
   for (size_t t = 1; t < count; ++t) pool.emplace_back(worker);
   worker();

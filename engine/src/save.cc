@@ -1,5 +1,5 @@
-// DB::Save: layouts all-gathered, one global plan on every rank, chunks staged per writer rank,
-// ingested and committed by rank 0.
+// DB::Save: layouts all-gathered, one global plan on every rank, chunks staged
+// per writer rank, ingested and committed by rank 0.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,8 +26,11 @@ Status BuildLayout(const StateDict& state, planner::RankSaveLayout* layout,
     }
     const TensorView& v = *leaf.tensor;
     RETURN_IF_ERROR(CheckView(leaf.flat_key, v));
-    layout->shards.push_back(
-        {leaf.flat_key, leaf.path, v.dtype, v.global_shape, {v.global_offset, v.local_shape}});
+    layout->shards.push_back({leaf.flat_key,
+                              leaf.path,
+                              v.dtype,
+                              v.global_shape,
+                              {v.global_offset, v.local_shape}});
     views->push_back(&v);
   }
   return Status::OK();
@@ -42,18 +45,21 @@ struct MyChunk {
   uint64_t nbytes;
 };
 
-// Address of `chunk` inside the writer's shard buffer. The planner cuts chunks along outer
-// dimensions only, so the chunk is one contiguous run of the shard.
-const void* ChunkData(const planner::PlannedChunk& chunk, const planner::SaveShard& shard,
-                      const TensorView& view) {
+// Address of `chunk` inside the writer's shard buffer. The planner cuts chunks
+// along outer dimensions only, so the chunk is one contiguous run of the shard.
+const void* ChunkData(const planner::PlannedChunk& chunk,
+                      const planner::SaveShard& shard, const TensorView& view) {
   int64_t linear = 0;
   for (size_t d = 0; d < shard.box.ndim(); ++d) {
-    linear = linear * shard.box.shape[d] + (chunk.box.offset[d] - shard.box.offset[d]);
+    linear = linear * shard.box.shape[d] +
+             (chunk.box.offset[d] - shard.box.offset[d]);
   }
-  return static_cast<const char*>(view.data) + static_cast<size_t>(linear) * DTypeSize(view.dtype);
+  return static_cast<const char*>(view.data) +
+         static_cast<size_t>(linear) * DTypeSize(view.dtype);
 }
 
-std::string EncodeWritten(const Status& status, const std::vector<std::string>& files,
+std::string EncodeWritten(const Status& status,
+                          const std::vector<std::string>& files,
                           const std::vector<uint64_t>& checksums) {
   WireWriter w;
   w.Status(status);
@@ -63,23 +69,27 @@ std::string EncodeWritten(const Status& status, const std::vector<std::string>& 
   return w.Take();
 }
 
-Status DecodeWritten(std::string_view bytes, Status* status, std::vector<std::string>* files,
+Status DecodeWritten(std::string_view bytes, Status* status,
+                     std::vector<std::string>* files,
                      std::vector<uint64_t>* checksums) {
   WireReader r(bytes);
   uint64_t n;
-  if (!r.Status(status) || !r.Strings(files) || !r.U64(&n) || n > bytes.size() / 8) {
+  if (!r.Status(status) || !r.Strings(files) || !r.U64(&n) ||
+      n > bytes.size() / 8) {
     return Status::Internal("malformed save result from a rank");
   }
   checksums->resize(n);
   for (auto& c : *checksums) {
-    if (!r.U64(&c)) return Status::Internal("malformed save result from a rank");
+    if (!r.U64(&c))
+      return Status::Internal("malformed save result from a rank");
   }
   return Status::OK();
 }
 
 }  // namespace
 
-Result<CheckpointInfo> DBImpl::Save(const StateDict& state, const SaveOptions& options) {
+Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
+                                    const SaveOptions& options) {
   RETURN_IF_ERROR(CheckOpen());
   const int rank = comm_->rank();
   const int world = comm_->size();
@@ -88,7 +98,8 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state, const SaveOptions& o
   planner::RankSaveLayout layout;
   std::vector<const TensorView*> views;
   Status local = BuildLayout(state, &layout, &views);
-  ASSIGN_OR_RETURN(auto gathered, comm_->AllGather(EncodeSaveLayout(local, layout)));
+  ASSIGN_OR_RETURN(auto gathered,
+                   comm_->AllGather(EncodeSaveLayout(local, layout)));
   std::vector<planner::RankSaveLayout> layouts(world);
   std::vector<Status> statuses(world);
   for (int r = 0; r < world; ++r) {
@@ -100,7 +111,8 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state, const SaveOptions& o
   ASSIGN_OR_RETURN(planner::SavePlan plan,
                    planner::BuildSavePlan(layouts, options_.max_chunk_bytes));
 
-  // Rank 0 checks that it may commit and picks the id, before any byte is written.
+  // Rank 0 checks that it may commit and picks the id, before any byte is
+  // written.
   std::string prepared;
   if (rank == 0) {
     Status s;
@@ -125,8 +137,8 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state, const SaveOptions& o
   }
   RETURN_IF_ERROR(prepare_status);
 
-  // 4. Stream this rank's chunks into staged files, in key order, split into parts of
-  // contiguous key ranges written in parallel.
+  // 4. Stream this rank's chunks into staged files, in key order, split into
+  // parts of contiguous key ranges written in parallel.
   std::vector<MyChunk> mine;
   std::vector<uint64_t> checksums;  // in plan order of this rank's chunks
   for (size_t t = 0; t < plan.tensors.size(); ++t) {
@@ -135,26 +147,32 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state, const SaveOptions& o
       const auto& chunk = tensor.chunks[c];
       if (chunk.writer_rank != rank) continue;
       const auto& shard = layout.shards[chunk.source_shard];
-      mine.push_back({t, c, storage::EncodeChunkKey(id, rank, tensor.flat_key, chunk.box.offset),
-                      ChunkData(chunk, shard, *views[chunk.source_shard]), chunk.nbytes});
+      mine.push_back(
+          {t, c,
+           storage::EncodeChunkKey(id, rank, tensor.flat_key, chunk.box.offset),
+           ChunkData(chunk, shard, *views[chunk.source_shard]), chunk.nbytes});
     }
   }
   std::vector<size_t> order(mine.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mine[a].key < mine[b].key; });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return mine[a].key < mine[b].key; });
   checksums.assign(mine.size(), 0);
   uint64_t my_bytes = 0;
   for (const auto& m : mine) my_bytes += m.nbytes;
-  const size_t parts = std::clamp<size_t>(my_bytes / (size_t{64} << 20), 1,
-                                          std::max<size_t>(1, std::min<size_t>(io_threads(), mine.size())));
-  // Part p takes the chunks (in key order) whose cumulative bytes fall in its share.
+  const size_t parts = std::clamp<size_t>(
+      my_bytes / (size_t{64} << 20), 1,
+      std::max<size_t>(1, std::min<size_t>(io_threads(), mine.size())));
+  // Part p takes the chunks (in key order) whose cumulative bytes fall in its
+  // share.
   std::vector<size_t> part_begin(parts + 1, order.size());
   {
     uint64_t seen = 0;
     size_t p = 0;
     part_begin[0] = 0;
     for (size_t i = 0; i < order.size(); ++i) {
-      while (p + 1 < parts && seen >= my_bytes * (p + 1) / parts) part_begin[++p] = i;
+      while (p + 1 < parts && seen >= my_bytes * (p + 1) / parts)
+        part_begin[++p] = i;
       seen += mine[order[i]].nbytes;
     }
     for (size_t q = p + 1; q < parts; ++q) part_begin[q] = order.size();
@@ -162,13 +180,16 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state, const SaveOptions& o
   std::vector<std::string> part_files(parts);
   Status written = ParallelFor(parts, io_threads(), [&](size_t p) -> Status {
     if (part_begin[p] == part_begin[p + 1]) return Status::OK();
-    ASSIGN_OR_RETURN(auto writer, storage::StagedFileWriter::Create(path_, id, rank, static_cast<int>(p)));
+    ASSIGN_OR_RETURN(auto writer, storage::StagedFileWriter::Create(
+                                      path_, id, rank, static_cast<int>(p)));
     for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
       const MyChunk& m = mine[order[i]];
       const auto& tensor = plan.tensors[m.tensor];
-      ASSIGN_OR_RETURN(checksums[order[i]],
-                       writer->Add(tensor.flat_key, tensor.chunks[m.chunk].box.offset,
-                                   std::string_view(static_cast<const char*>(m.data), m.nbytes)));
+      ASSIGN_OR_RETURN(
+          checksums[order[i]],
+          writer->Add(
+              tensor.flat_key, tensor.chunks[m.chunk].box.offset,
+              std::string_view(static_cast<const char*>(m.data), m.nbytes)));
     }
     ASSIGN_OR_RETURN(part_files[p], writer->Finish());
     return Status::OK();
@@ -178,8 +199,10 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state, const SaveOptions& o
     if (!f.empty()) files.push_back(std::move(f));
   }
 
-  // 5. Rank 0 ingests every rank's files and writes the record; all ranks return its outcome.
-  ASSIGN_OR_RETURN(auto results, comm_->AllGather(EncodeWritten(written, files, checksums)));
+  // 5. Rank 0 ingests every rank's files and writes the record; all ranks
+  // return its outcome.
+  ASSIGN_OR_RETURN(auto results,
+                   comm_->AllGather(EncodeWritten(written, files, checksums)));
   std::string outcome;
   CheckpointInfo info;
   if (rank == 0) {
@@ -188,7 +211,8 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state, const SaveOptions& o
     std::vector<std::vector<uint64_t>> all_sums(world);
     Status s;
     for (int r = 0; r < world && s.ok(); ++r) {
-      s = DecodeWritten(results[r], &write_statuses[r], &all_files[r], &all_sums[r]);
+      s = DecodeWritten(results[r], &write_statuses[r], &all_files[r],
+                        &all_sums[r]);
     }
     if (s.ok()) s = FirstError(write_statuses);
     CheckpointMetadata meta;
@@ -197,7 +221,9 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state, const SaveOptions& o
       meta.info.step = options.step;
       meta.info.tag = options.tag;
       meta.info.created =
-          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+          std::chrono::duration<double>(
+              std::chrono::system_clock::now().time_since_epoch())
+              .count();
       meta.info.world_size = world;
       meta.info.num_tensors = static_cast<int64_t>(plan.tensors.size());
       meta.info.nbytes = static_cast<int64_t>(plan.total_bytes);
@@ -217,8 +243,8 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state, const SaveOptions& o
                                  " reported too few chunk checksums");
             break;
           }
-          t.chunks.push_back(
-              {chunk.box.offset, chunk.box.shape, chunk.writer_rank, chunk.nbytes, sums[at++]});
+          t.chunks.push_back({chunk.box.offset, chunk.box.shape,
+                              chunk.writer_rank, chunk.nbytes, sums[at++]});
         }
       }
     }

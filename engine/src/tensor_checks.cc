@@ -6,22 +6,25 @@ Status CheckView(const std::string& flat_key, const TensorView& view) {
   const std::string what = "tensor '" + flat_key + "'";
   if (view.local_shape.size() != view.global_shape.size() ||
       view.global_offset.size() != view.global_shape.size()) {
-    return Status::InvalidArgument(what + ": local shape " + ShapeToString(view.local_shape) +
-                                   ", global shape " + ShapeToString(view.global_shape) +
-                                   " and global offset " + ShapeToString(view.global_offset) +
-                                   " must have the same number of dimensions");
+    return Status::InvalidArgument(
+        what + ": local shape " + ShapeToString(view.local_shape) +
+        ", global shape " + ShapeToString(view.global_shape) +
+        " and global offset " + ShapeToString(view.global_offset) +
+        " must have the same number of dimensions");
   }
   for (size_t d = 0; d < view.global_shape.size(); ++d) {
-    if (view.local_shape[d] < 0 || view.global_offset[d] < 0 || view.global_shape[d] < 0 ||
+    if (view.local_shape[d] < 0 || view.global_offset[d] < 0 ||
+        view.global_shape[d] < 0 ||
         view.global_offset[d] + view.local_shape[d] > view.global_shape[d]) {
-      return Status::InvalidArgument(what + ": shard of shape " + ShapeToString(view.local_shape) +
-                                     " at offset " + ShapeToString(view.global_offset) +
-                                     " lies outside the global shape " +
-                                     ShapeToString(view.global_shape));
+      return Status::InvalidArgument(
+          what + ": shard of shape " + ShapeToString(view.local_shape) +
+          " at offset " + ShapeToString(view.global_offset) +
+          " lies outside the global shape " + ShapeToString(view.global_shape));
     }
   }
   if (view.device.type != DeviceType::kCPU) {
-    return Status::InvalidArgument(what + ": device tensors need a build with CUDA support");
+    return Status::InvalidArgument(
+        what + ": device tensors need a build with CUDA support");
   }
   if (view.data == nullptr && view.nbytes() > 0) {
     return Status::InvalidArgument(what + ": data pointer is null");

@@ -6,8 +6,9 @@
 
 namespace ckptdb::engine {
 
-// Checks what only the owning rank can: the view's ranks agree, its box lies inside its global
-// shape, its memory is host memory and present when it holds bytes.
+// Checks what only the owning rank can: the view's ranks agree, its box lies
+// inside its global shape, its memory is host memory and present when it holds
+// bytes.
 Status CheckView(const std::string& flat_key, const TensorView& view);
 
 }  // namespace ckptdb::engine

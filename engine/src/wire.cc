@@ -24,14 +24,18 @@ void WireWriter::Value(const ckptdb::Value& value) {
   std::visit(
       [&](const auto& x) {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, int64_t>) I64(x);
+        if constexpr (std::is_same_v<T, int64_t>)
+          I64(x);
         else if constexpr (std::is_same_v<T, double>) {
           uint64_t bits;
           std::memcpy(&bits, &x, sizeof(bits));
           U64(bits);
-        } else if constexpr (std::is_same_v<T, bool>) U64(x ? 1 : 0);
-        else if constexpr (std::is_same_v<T, std::string>) Str(x);
-        else Str(x.data);
+        } else if constexpr (std::is_same_v<T, bool>)
+          U64(x ? 1 : 0);
+        else if constexpr (std::is_same_v<T, std::string>)
+          Str(x);
+        else
+          Str(x.data);
       },
       value);
 }
@@ -88,7 +92,8 @@ bool WireReader::Strings(std::vector<std::string>* parts) {
 bool WireReader::Status(ckptdb::Status* status) {
   uint64_t code;
   std::string message;
-  if (!U64(&code) || !Str(&message) || code > static_cast<uint64_t>(StatusCode::kInternal)) {
+  if (!U64(&code) || !Str(&message) ||
+      code > static_cast<uint64_t>(StatusCode::kInternal)) {
     return false;
   }
   *status = ckptdb::Status(static_cast<StatusCode>(code), std::move(message));
@@ -123,19 +128,22 @@ bool WireReader::Value(ckptdb::Value* value) {
       if (!Str(&s)) return false;
       *value = Bytes{std::move(s)};
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
 namespace {
 
 ckptdb::Status Malformed(const char* what) {
-  return ckptdb::Status::Internal(std::string("malformed ") + what + " received from a rank");
+  return ckptdb::Status::Internal(std::string("malformed ") + what +
+                                  " received from a rank");
 }
 
 }  // namespace
 
-std::string EncodeSaveLayout(const ckptdb::Status& local, const planner::RankSaveLayout& layout) {
+std::string EncodeSaveLayout(const ckptdb::Status& local,
+                             const planner::RankSaveLayout& layout) {
   WireWriter w;
   w.Status(local);
   w.U64(layout.shards.size());
@@ -160,13 +168,15 @@ ckptdb::Status DecodeSaveLayout(std::string_view bytes, ckptdb::Status* local,
                                 planner::RankSaveLayout* layout) {
   WireReader r(bytes);
   uint64_t n;
-  if (!r.Status(local) || !r.U64(&n) || n > bytes.size()) return Malformed("save layout");
+  if (!r.Status(local) || !r.U64(&n) || n > bytes.size())
+    return Malformed("save layout");
   layout->shards.resize(n);
   for (auto& s : layout->shards) {
     uint64_t dtype;
     if (!r.Str(&s.flat_key) || !r.Strings(&s.path) || !r.U64(&dtype) ||
-        !IsValidDType(static_cast<uint8_t>(dtype)) || !r.Shape(&s.global_shape) ||
-        !r.Shape(&s.box.offset) || !r.Shape(&s.box.shape)) {
+        !IsValidDType(static_cast<uint8_t>(dtype)) ||
+        !r.Shape(&s.global_shape) || !r.Shape(&s.box.offset) ||
+        !r.Shape(&s.box.shape)) {
       return Malformed("save layout");
     }
     s.dtype = static_cast<DType>(dtype);
@@ -198,17 +208,20 @@ ckptdb::Status DecodeTargets(std::string_view bytes, ckptdb::Status* local,
                              std::vector<planner::LoadTarget>* targets) {
   WireReader r(bytes);
   uint64_t n;
-  if (!r.Status(local) || !r.U64(&n) || n > bytes.size()) return Malformed("load targets");
+  if (!r.Status(local) || !r.U64(&n) || n > bytes.size())
+    return Malformed("load targets");
   targets->resize(n);
   for (auto& t : *targets) {
-    if (!r.Str(&t.flat_key) || !r.Shape(&t.box.offset) || !r.Shape(&t.box.shape)) {
+    if (!r.Str(&t.flat_key) || !r.Shape(&t.box.offset) ||
+        !r.Shape(&t.box.shape)) {
       return Malformed("load targets");
     }
   }
   return r.done() ? ckptdb::Status::OK() : Malformed("load targets");
 }
 
-std::string EncodeInfo(const ckptdb::Status& status, const CheckpointInfo& info) {
+std::string EncodeInfo(const ckptdb::Status& status,
+                       const CheckpointInfo& info) {
   WireWriter w;
   w.Status(status);
   w.I64(info.id);
@@ -223,14 +236,16 @@ std::string EncodeInfo(const ckptdb::Status& status, const CheckpointInfo& info)
   return w.Take();
 }
 
-ckptdb::Status DecodeInfo(std::string_view bytes, ckptdb::Status* status, CheckpointInfo* info) {
+ckptdb::Status DecodeInfo(std::string_view bytes, ckptdb::Status* status,
+                          CheckpointInfo* info) {
   WireReader r(bytes);
   uint64_t has_step, has_tag;
   int64_t step, world;
   std::string tag;
-  if (!r.Status(status) || !r.I64(&info->id) || !r.U64(&has_step) || !r.I64(&step) ||
-      !r.U64(&has_tag) || !r.Str(&tag) || !r.F64(&info->created) || !r.I64(&world) ||
-      !r.I64(&info->num_tensors) || !r.I64(&info->nbytes)) {
+  if (!r.Status(status) || !r.I64(&info->id) || !r.U64(&has_step) ||
+      !r.I64(&step) || !r.U64(&has_tag) || !r.Str(&tag) ||
+      !r.F64(&info->created) || !r.I64(&world) || !r.I64(&info->num_tensors) ||
+      !r.I64(&info->nbytes)) {
     return Malformed("checkpoint summary");
   }
   info->step = has_step ? std::optional<int64_t>(step) : std::nullopt;

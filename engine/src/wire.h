@@ -1,7 +1,8 @@
 #pragma once
 
-// Byte encodings of what ranks exchange in collective calls (layouts, targets, statuses). Only
-// ranks of one job read them, but decoding still checks every length.
+// Byte encodings of what ranks exchange in collective calls (layouts, targets,
+// statuses). Only ranks of one job read them, but decoding still checks every
+// length.
 
 #include <cstdint>
 #include <string>
@@ -17,9 +18,13 @@ namespace ckptdb::engine {
 
 class WireWriter {
  public:
-  void U64(uint64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+  void U64(uint64_t v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(v));
+  }
   void I64(int64_t v) { U64(static_cast<uint64_t>(v)); }
-  void F64(double v) { out_.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+  void F64(double v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(v));
+  }
   void Str(std::string_view s) {
     U64(s.size());
     out_.append(s);
@@ -52,11 +57,15 @@ class WireReader {
 };
 
 // A rank's contribution to a collective step: its local status and payload.
-std::string EncodeSaveLayout(const Status& local, const planner::RankSaveLayout& layout);
-Status DecodeSaveLayout(std::string_view bytes, Status* local, planner::RankSaveLayout* layout);
+std::string EncodeSaveLayout(const Status& local,
+                             const planner::RankSaveLayout& layout);
+Status DecodeSaveLayout(std::string_view bytes, Status* local,
+                        planner::RankSaveLayout* layout);
 
-std::string EncodeTargets(const Status& local, const std::vector<planner::LoadTarget>& targets);
-Status DecodeTargets(std::string_view bytes, Status* local, std::vector<planner::LoadTarget>* targets);
+std::string EncodeTargets(const Status& local,
+                          const std::vector<planner::LoadTarget>& targets);
+Status DecodeTargets(std::string_view bytes, Status* local,
+                     std::vector<planner::LoadTarget>* targets);
 
 // A status followed by a checkpoint summary (the outcome of a commit).
 std::string EncodeInfo(const Status& status, const CheckpointInfo& info);
@@ -65,8 +74,8 @@ Status DecodeInfo(std::string_view bytes, Status* status, CheckpointInfo* info);
 std::string EncodeStatus(const Status& status);
 Status DecodeStatus(std::string_view bytes);
 
-// The first failing status of all ranks (lowest rank), prefixed with its rank when several ranks
-// take part; OK when every rank succeeded.
+// The first failing status of all ranks (lowest rank), prefixed with its rank
+// when several ranks take part; OK when every rank succeeded.
 Status FirstError(const std::vector<Status>& statuses);
 
 }  // namespace ckptdb::engine

@@ -7,12 +7,15 @@ namespace {
 
 TEST(WireTest, SaveLayoutRoundTrip) {
   planner::RankSaveLayout layout;
-  layout.shards.push_back({"a.b", {"a", "b"}, DType::kBFloat16, {4, 2}, {{2, 0}, {2, 2}}});
+  layout.shards.push_back(
+      {"a.b", {"a", "b"}, DType::kBFloat16, {4, 2}, {{2, 0}, {2, 2}}});
   layout.values.push_back({"lr", {"lr"}, Value(0.5)});
   layout.values.push_back({"blob", {"blob"}, Value(Bytes{"\x01\x02"})});
   Status local;
   planner::RankSaveLayout decoded;
-  ASSERT_TRUE(DecodeSaveLayout(EncodeSaveLayout(Status::NotFound("x"), layout), &local, &decoded).ok());
+  ASSERT_TRUE(DecodeSaveLayout(EncodeSaveLayout(Status::NotFound("x"), layout),
+                               &local, &decoded)
+                  .ok());
   EXPECT_EQ(local, Status::NotFound("x"));
   ASSERT_EQ(decoded.shards.size(), 1u);
   EXPECT_EQ(decoded.shards[0].path, (planner::Path{"a", "b"}));
@@ -32,7 +35,8 @@ TEST(WireTest, TruncatedInputIsAnError) {
 
 TEST(WireTest, FirstErrorNamesRank) {
   EXPECT_TRUE(FirstError({Status::OK(), Status::OK()}).ok());
-  Status s = FirstError({Status::OK(), Status::InvalidArgument("bad"), Status::NotFound("x")});
+  Status s = FirstError(
+      {Status::OK(), Status::InvalidArgument("bad"), Status::NotFound("x")});
   EXPECT_TRUE(s.IsInvalidArgument());
   EXPECT_EQ(s.message(), "rank 1: bad");
 }

@@ -10,7 +10,8 @@
 
 namespace ckptdb::testing {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents on
+// destruction.
 class TempDir {
  public:
   TempDir() {
@@ -29,16 +30,18 @@ class TempDir {
   std::string path_;
 };
 
-// Every file under `dir` with its size, modification time and content: equal snapshots mean the
-// directory was not modified.
+// Every file under `dir` with its size, modification time and content: equal
+// snapshots mean the directory was not modified.
 inline std::map<std::string, std::string> SnapshotDir(const std::string& dir) {
   std::map<std::string, std::string> out;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
     std::ostringstream desc;
     if (entry.is_regular_file()) {
       std::ifstream in(entry.path(), std::ios::binary);
-      desc << entry.file_size() << " " << entry.last_write_time().time_since_epoch().count() << " "
-           << std::hash<std::string>()(std::string(std::istreambuf_iterator<char>(in), {}));
+      desc << entry.file_size() << " "
+           << entry.last_write_time().time_since_epoch().count() << " "
+           << std::hash<std::string>()(
+                  std::string(std::istreambuf_iterator<char>(in), {}));
     } else {
       desc << "dir";
     }

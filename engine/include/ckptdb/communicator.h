@@ -18,17 +18,18 @@ struct SendBuffer {
   size_t nbytes = 0;
 };
 
-// One buffer received from a peer in Communicator::Exchange; `nbytes` must equal what the peer
-// sends, in the same order per (sender, receiver) pair.
+// One buffer received from a peer in Communicator::Exchange; `nbytes` must
+// equal what the peer sends, in the same order per (sender, receiver) pair.
 struct RecvBuffer {
   int peer = 0;
   void* data = nullptr;
   size_t nbytes = 0;
 };
 
-// The group of ranks a collective call runs over. Every collective method must be called by every
-// rank in the same order. Implementations: single process (here), MPI (wraps an MPI_Comm).
-// Thread-safety: one collective at a time per communicator.
+// The group of ranks a collective call runs over. Every collective method must
+// be called by every rank in the same order. Implementations: single process,
+// in-process threads (below), MPI. Thread-safety: one collective at a time per
+// communicator.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -38,15 +39,22 @@ class Communicator {
 
   virtual Status Barrier() = 0;
   // Returns every rank's `bytes`, indexed by rank.
-  virtual Result<std::vector<std::string>> AllGather(std::string_view bytes) = 0;
+  virtual Result<std::vector<std::string>> AllGather(
+      std::string_view bytes) = 0;
   // Replaces `*bytes` on every rank by root's.
   virtual Status Broadcast(std::string* bytes, int root) = 0;
-  // Moves every send to its peer's matching receive (matched in order per peer pair). Returns
-  // when all of this rank's sends and receives are complete.
-  virtual Status Exchange(std::span<const SendBuffer> sends, std::span<const RecvBuffer> recvs) = 0;
+  // Moves every send to its peer's matching receive (matched in order per peer
+  // pair). Returns when all of this rank's sends and receives are complete.
+  virtual Status Exchange(std::span<const SendBuffer> sends,
+                          std::span<const RecvBuffer> recvs) = 0;
 };
 
 // The communicator of a job with one rank.
 std::shared_ptr<Communicator> SingleProcessCommunicator();
+
+// `size` communicators of one group inside this process, one per rank: element
+// r is rank r, to be used by one thread each. Runs several ranks in one process
+// (tests, single-machine tools). REQUIRES: size >= 1.
+std::vector<std::shared_ptr<Communicator>> InProcessCommunicators(int size);
 
 }  // namespace ckptdb

@@ -2,11 +2,12 @@
 
 // Start here: the database of sharded checkpoints.
 //
-//   ASSIGN_OR_RETURN(auto db, ckptdb::DB::Open(ckptdb::Options(), "/ckpt/store"));
-//   ckptdb::StateDict sd;
-//   sd.Child("model").Set("w", ckptdb::TensorView::Whole(w.data(), ckptdb::DType::kFloat32, {4, 8}));
+//   ASSIGN_OR_RETURN(auto db, ckptdb::DB::Open(ckptdb::Options(),
+//   "/ckpt/store")); ckptdb::StateDict sd; sd.Child("model").Set("w",
+//   ckptdb::TensorView::Whole(w.data(), ckptdb::DType::kFloat32, {4, 8}));
 //   ASSIGN_OR_RETURN(auto info, db->Save(sd, {.step = 100}));
-//   ASSIGN_OR_RETURN(auto result, db->Load(sd, ckptdb::CheckpointSelector::Latest(), {}));
+//   ASSIGN_OR_RETURN(auto result, db->Load(sd,
+//   ckptdb::CheckpointSelector::Latest(), {}));
 
 #include <memory>
 #include <string>
@@ -32,7 +33,8 @@ struct LoadStats {
 };
 
 struct LoadResult {
-  std::vector<std::string> missing_keys;     // requested, not in the checkpoint (strict=false)
+  std::vector<std::string>
+      missing_keys;  // requested, not in the checkpoint (strict=false)
   std::vector<std::string> unexpected_keys;  // in the checkpoint, not requested
   LoadStats stats;
 };
@@ -44,42 +46,50 @@ struct Tensor {
   std::vector<std::byte> data;  // C-contiguous
 };
 
-// A store of checkpoints. Non-copyable. Save, Load, Delete and Close are collective over the
-// communicator given to Open: every rank calls them in the same order with the same selectors.
-// ListCheckpoints, GetMetadata and Read are local.
+// A store of checkpoints. Non-copyable. Save, Load, Delete and Close are
+// collective over the communicator given to Open: every rank calls them in the
+// same order with the same selectors. ListCheckpoints, GetMetadata and Read are
+// local.
 class DB {
  public:
-  // Opens (or creates, per options) the store at `path`. Collective. With several ranks, rank 0
-  // holds the store for writing and the others read through read-only handles.
-  static Result<std::unique_ptr<DB>> Open(const Options& options, const std::string& path,
-                                          std::shared_ptr<Communicator> comm = nullptr);
+  // Opens (or creates, per options) the store at `path`. Collective. With
+  // several ranks, rank 0 holds the store for writing and the others read
+  // through read-only handles.
+  static Result<std::unique_ptr<DB>> Open(
+      const Options& options, const std::string& path,
+      std::shared_ptr<Communicator> comm = nullptr);
 
   DB() = default;
   DB(const DB&) = delete;
   DB& operator=(const DB&) = delete;
   virtual ~DB() = default;
 
-  // Saves `state` (this rank's shards, replicas allowed) as one new checkpoint. Invalid input
-  // fails on every rank before any byte is written.
-  virtual Result<CheckpointInfo> Save(const StateDict& state, const SaveOptions& options) = 0;
+  // Saves `state` (this rank's shards, replicas allowed) as one new checkpoint.
+  // Invalid input fails on every rank before any byte is written.
+  virtual Result<CheckpointInfo> Save(const StateDict& state,
+                                      const SaveOptions& options) = 0;
 
-  // Fills every tensor of `state` in place from the selected checkpoint, resharding as needed,
-  // and replaces small values by the stored ones.
-  virtual Result<LoadResult> Load(StateDict& state, const CheckpointSelector& which,
+  // Fills every tensor of `state` in place from the selected checkpoint,
+  // resharding as needed, and replaces small values by the stored ones.
+  virtual Result<LoadResult> Load(StateDict& state,
+                                  const CheckpointSelector& which,
                                   const LoadOptions& options) = 0;
 
   // Committed checkpoints, oldest first.
   virtual Result<std::vector<CheckpointInfo>> ListCheckpoints() = 0;
 
-  virtual Result<CheckpointMetadata> GetMetadata(const CheckpointSelector& which) = 0;
+  virtual Result<CheckpointMetadata> GetMetadata(
+      const CheckpointSelector& which) = 0;
 
   // The whole tensor stored under `flat_key`, assembled from its chunks.
-  virtual Result<Tensor> Read(const std::string& flat_key, const CheckpointSelector& which) = 0;
+  virtual Result<Tensor> Read(const std::string& flat_key,
+                              const CheckpointSelector& which) = 0;
 
   // Removes a checkpoint and reclaims its space.
   virtual Status Delete(const CheckpointSelector& which) = 0;
 
-  // Verifies the checksum of every chunk of a checkpoint; Corruption names each damaged one.
+  // Verifies the checksum of every chunk of a checkpoint; Corruption names each
+  // damaged one.
   virtual Status Verify(const CheckpointSelector& which) = 0;
 
   // Releases the store. Further calls fail with FailedPrecondition.

@@ -10,7 +10,8 @@
 
 namespace ckptdb {
 
-// Which checkpoint an operation addresses: the latest committed one, or one by step, tag or id.
+// Which checkpoint an operation addresses: the latest committed one, or one by
+// step, tag or id.
 struct CheckpointSelector {
   enum class Kind { kLatest, kStep, kTag, kId };
   Kind kind = Kind::kLatest;
@@ -18,8 +19,12 @@ struct CheckpointSelector {
   std::string tag;
 
   static CheckpointSelector Latest() { return {}; }
-  static CheckpointSelector Step(int64_t step) { return {Kind::kStep, step, {}}; }
-  static CheckpointSelector Tag(std::string tag) { return {Kind::kTag, 0, std::move(tag)}; }
+  static CheckpointSelector Step(int64_t step) {
+    return {Kind::kStep, step, {}};
+  }
+  static CheckpointSelector Tag(std::string tag) {
+    return {Kind::kTag, 0, std::move(tag)};
+  }
   static CheckpointSelector Id(int64_t id) { return {Kind::kId, id, {}}; }
 
   // "latest", "step 5", "tag 'best'", "id 3".
@@ -28,13 +33,13 @@ struct CheckpointSelector {
 
 // Summary of one committed checkpoint.
 struct CheckpointInfo {
-  int64_t id = 0;                // increasing within a store
-  std::optional<int64_t> step;   // training step given at save
+  int64_t id = 0;                  // increasing within a store
+  std::optional<int64_t> step;     // training step given at save
   std::optional<std::string> tag;  // unique within a store
-  double created = 0;            // unix seconds
-  int32_t world_size = 1;        // number of ranks that saved it
+  double created = 0;              // unix seconds
+  int32_t world_size = 1;          // number of ranks that saved it
   int64_t num_tensors = 0;
-  int64_t nbytes = 0;            // tensor bytes, each stored box counted once
+  int64_t nbytes = 0;  // tensor bytes, each stored box counted once
 };
 
 // One stored box of a tensor.
@@ -49,15 +54,17 @@ struct ChunkMetadata {
 struct TensorMetadata {
   DType dtype = DType::kFloat32;
   Shape global_shape;
-  std::vector<ChunkMetadata> chunks;  // sorted by global offset; a partition of the tensor
+  std::vector<ChunkMetadata>
+      chunks;  // sorted by global offset; a partition of the tensor
 };
 
 // Everything a checkpoint records besides tensor bytes.
 struct CheckpointMetadata {
   CheckpointInfo info;
-  std::map<std::string, TensorMetadata> tensors;           // by flat key
-  std::map<std::string, std::vector<std::string>> flat_mapping;  // flat key -> path
-  std::map<std::string, Value> values;                      // small values by flat key
+  std::map<std::string, TensorMetadata> tensors;  // by flat key
+  std::map<std::string, std::vector<std::string>>
+      flat_mapping;                     // flat key -> path
+  std::map<std::string, Value> values;  // small values by flat key
   std::map<std::string, std::string> user_metadata;
 };
 

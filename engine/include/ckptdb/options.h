@@ -12,29 +12,36 @@ namespace ckptdb {
 struct Options {
   // Create the store directory and database when absent.
   bool create_if_missing = true;
-  // Open without the right to save or delete. A read-only open never modifies the directory.
+  // Open without the right to save or delete. A read-only open never modifies
+  // the directory.
   bool read_only = false;
-  // Shards larger than this are split into chunks along their outer dimensions, so that a load
-  // needing part of a shard reads only the chunks it needs. REQUIRES: > 0.
+  // Shards larger than this are split into chunks along their outer dimensions,
+  // so that a load needing part of a shard reads only the chunks it needs.
+  // REQUIRES: > 0.
   size_t max_chunk_bytes = size_t{64} << 20;
-  // Threads each rank uses to read or write chunks. 0 picks min(4, hardware threads).
+  // Threads each rank uses to read or write chunks. 0 picks min(4, hardware
+  // threads).
   int io_threads = 0;
-  // fsync staged files and the commit record. Turning it off loses crash safety.
+  // fsync staged files and the commit record. Turning it off loses crash
+  // safety.
   bool sync = true;
 };
 
 // Per-save parameters.
 struct SaveOptions {
-  std::optional<int64_t> step;     // training step recorded with the checkpoint
-  std::optional<std::string> tag;  // unique name; saving an existing tag is InvalidArgument
+  std::optional<int64_t> step;  // training step recorded with the checkpoint
+  std::optional<std::string>
+      tag;  // unique name; saving an existing tag is InvalidArgument
   std::map<std::string, std::string> user_metadata;
 };
 
 // Per-load parameters.
 struct LoadOptions {
-  // A requested key the checkpoint lacks is NotFound (true) or reported in missing_keys (false).
+  // A requested key the checkpoint lacks is NotFound (true) or reported in
+  // missing_keys (false).
   bool strict = true;
-  // Convert between numeric dtypes when the target's dtype differs from the stored one.
+  // Convert between numeric dtypes when the target's dtype differs from the
+  // stored one.
   bool cast = false;
 };
 

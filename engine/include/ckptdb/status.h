@@ -23,34 +23,44 @@ enum class StatusCode {
 // Name of a code, e.g. "InvalidArgument".
 std::string_view StatusCodeName(StatusCode code);
 
-// The outcome of an operation: OK, or a code with a message that names what the caller can fix
-// (the key, the rank, the shapes, the path). Value type; cheap to copy when OK.
+// The outcome of an operation: OK, or a code with a message that names what the
+// caller can fix (the key, the rank, the shapes, the path). Value type; cheap
+// to copy when OK.
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(StatusCode code, std::string message)
+      : code_(code), message_(std::move(message)) {}
 
   static Status OK() { return Status(); }
   static Status InvalidArgument(std::string msg) {
     return Status(StatusCode::kInvalidArgument, std::move(msg));
   }
-  static Status NotFound(std::string msg) { return Status(StatusCode::kNotFound, std::move(msg)); }
+  static Status NotFound(std::string msg) {
+    return Status(StatusCode::kNotFound, std::move(msg));
+  }
   static Status Corruption(std::string msg) {
     return Status(StatusCode::kCorruption, std::move(msg));
   }
-  static Status IOError(std::string msg) { return Status(StatusCode::kIOError, std::move(msg)); }
+  static Status IOError(std::string msg) {
+    return Status(StatusCode::kIOError, std::move(msg));
+  }
   static Status FailedPrecondition(std::string msg) {
     return Status(StatusCode::kFailedPrecondition, std::move(msg));
   }
   static Status AlreadyExists(std::string msg) {
     return Status(StatusCode::kAlreadyExists, std::move(msg));
   }
-  static Status Internal(std::string msg) { return Status(StatusCode::kInternal, std::move(msg)); }
+  static Status Internal(std::string msg) {
+    return Status(StatusCode::kInternal, std::move(msg));
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
-  bool IsInvalidArgument() const { return code_ == StatusCode::kInvalidArgument; }
+  bool IsInvalidArgument() const {
+    return code_ == StatusCode::kInvalidArgument;
+  }
   bool IsNotFound() const { return code_ == StatusCode::kNotFound; }
   bool IsCorruption() const { return code_ == StatusCode::kCorruption; }
   bool IsIOError() const { return code_ == StatusCode::kIOError; }
@@ -75,9 +85,12 @@ template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
-    assert(!status_.ok() && "Result constructed from an OK status without a value");
-    if (status_.ok()) status_ = Status::Internal("Result built from OK status without value");
+  Result(Status status)
+      : status_(std::move(status)) {  // NOLINT: implicit by design
+    assert(!status_.ok() &&
+           "Result constructed from an OK status without a value");
+    if (status_.ok())
+      status_ = Status::Internal("Result built from OK status without value");
   }
 
   bool ok() const { return status_.ok(); }
@@ -103,9 +116,9 @@ class [[nodiscard]] Result {
 #define CKPTDB_CONCAT(a, b) CKPTDB_CONCAT_IMPL(a, b)
 
 // Returns from the enclosing function when `expr` (a Status) is not OK.
-#define RETURN_IF_ERROR(expr)                    \
-  do {                                           \
-    ::ckptdb::Status _ckptdb_status = (expr);    \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::ckptdb::Status _ckptdb_status = (expr);        \
     if (!_ckptdb_status.ok()) return _ckptdb_status; \
   } while (0)
 
@@ -114,6 +127,8 @@ class [[nodiscard]] Result {
   if (!tmp.ok()) return tmp.status();                \
   lhs = std::move(tmp).value()
 
-// `ASSIGN_OR_RETURN(auto x, F())`: binds the value of a Result or returns its Status.
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  CKPTDB_ASSIGN_OR_RETURN_IMPL(CKPTDB_CONCAT(_ckptdb_result_, __LINE__), lhs, expr)
+// `ASSIGN_OR_RETURN(auto x, F())`: binds the value of a Result or returns its
+// Status.
+#define ASSIGN_OR_RETURN(lhs, expr)                                           \
+  CKPTDB_ASSIGN_OR_RETURN_IMPL(CKPTDB_CONCAT(_ckptdb_result_, __LINE__), lhs, \
+                               expr)

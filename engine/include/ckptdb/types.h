@@ -14,7 +14,8 @@
 
 namespace ckptdb {
 
-// Element types a checkpoint can hold. The numeric values are part of the storage format.
+// Element types a checkpoint can hold. The numeric values are part of the
+// storage format.
 enum class DType : uint8_t {
   kFloat64 = 1,
   kFloat32 = 2,
@@ -38,7 +39,8 @@ Result<DType> DTypeFromName(std::string_view name);
 bool IsValidDType(uint8_t raw);
 // Bytes per element.
 size_t DTypeSize(DType dtype);
-// Floating point and integer types (not bool): the types `cast` converts between.
+// Floating point and integer types (not bool): the types `cast` converts
+// between.
 bool IsNumeric(DType dtype);
 
 using Shape = std::vector<int64_t>;
@@ -56,25 +58,31 @@ struct Device {
   friend bool operator==(const Device&, const Device&) = default;
 };
 
-// A rank's piece of a global tensor, borrowed from the caller: `data` points at a dense,
-// C-contiguous buffer of `local_shape` elements of `dtype`. The caller keeps the memory alive and
-// unchanged (Save) or untouched by others (Load) for the duration of the call.
+// A rank's piece of a global tensor, borrowed from the caller: `data` points at
+// a dense, C-contiguous buffer of `local_shape` elements of `dtype`. The caller
+// keeps the memory alive and unchanged (Save) or untouched by others (Load) for
+// the duration of the call.
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::kFloat32;
   Device device;
   Shape local_shape;
   Shape global_shape;
-  Shape global_offset;  // same rank as global_shape; local box = [offset, offset + local_shape)
+  Shape global_offset;  // same rank as global_shape; local box = [offset,
+                        // offset + local_shape)
 
   // The whole tensor: offset 0, local shape == global shape.
-  static TensorView Whole(void* data, DType dtype, Shape shape, Device device = {});
+  static TensorView Whole(void* data, DType dtype, Shape shape,
+                          Device device = {});
   // One shard of a global tensor.
-  static TensorView Shard(void* data, DType dtype, Shape local_shape, Shape global_shape,
-                          Shape global_offset, Device device = {});
+  static TensorView Shard(void* data, DType dtype, Shape local_shape,
+                          Shape global_shape, Shape global_offset,
+                          Device device = {});
 
   int64_t num_elements() const { return NumElements(local_shape); }
-  size_t nbytes() const { return static_cast<size_t>(num_elements()) * DTypeSize(dtype); }
+  size_t nbytes() const {
+    return static_cast<size_t>(num_elements()) * DTypeSize(dtype);
+  }
 };
 
 // Raw bytes, distinct from text.
@@ -83,14 +91,16 @@ struct Bytes {
   friend bool operator==(const Bytes&, const Bytes&) = default;
 };
 
-// A small non-tensor leaf: int, float, bool, text or bytes. Stored in the checkpoint metadata.
+// A small non-tensor leaf: int, float, bool, text or bytes. Stored in the
+// checkpoint metadata.
 using Value = std::variant<int64_t, double, bool, std::string, Bytes>;
 
 // "int", "float", "bool", "str", "bytes".
 std::string_view ValueTypeName(const Value& value);
 
-// A nested state dict: string key -> tensor view, small value, or nested state dict. Keys are kept
-// in sorted order. Value type (copies are deep; tensor data is borrowed, never copied).
+// A nested state dict: string key -> tensor view, small value, or nested state
+// dict. Keys are kept in sorted order. Value type (copies are deep; tensor data
+// is borrowed, never copied).
 class StateDict {
  public:
   struct Entry;
@@ -106,7 +116,8 @@ class StateDict {
   StateDict& Set(std::string key, TensorView tensor);
   StateDict& Set(std::string key, Value value);
   StateDict& Set(std::string key, StateDict child);
-  // Returns the nested dict under `key`, creating it (replacing any leaf) when absent.
+  // Returns the nested dict under `key`, creating it (replacing any leaf) when
+  // absent.
   StateDict& Child(const std::string& key);
 
   // nullptr when absent or of another kind.

@@ -1,0 +1,419 @@
+// Save on N ranks and load on M ranks with other shardings, each rank a thread
+// of this process over InProcessCommunicators: the engine's collective logic
+// (layout gathering, writer choice, one reader per chunk, slices sent between
+// ranks, error agreement) without MPI.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <numeric>
+#include <random>
+
+#include "ckptdb/db.h"
+#include "tests/testing/ranks.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ckptdb {
+namespace {
+
+using testing::GlobalTensor;
+using testing::OwnedShard;
+using testing::Part;
+using testing::RunRanks;
+using testing::ShardOf;
+using testing::TargetOf;
+using testing::TempDir;
+
+std::unique_ptr<DB> OpenRank(const std::string& path,
+                             std::shared_ptr<Communicator> comm,
+                             Options options = {}) {
+  auto db = DB::Open(options, path, std::move(comm));
+  EXPECT_TRUE(db.ok()) << db.status().ToString();
+  return db.ok() ? std::move(db).value() : nullptr;
+}
+
+enum class Layout { kRows, kColumns, kGrid, kReplicated };
+
+// Rank `r` of `m`'s box of a 2-D tensor under `layout`.
+std::pair<Shape, Shape> BoxOf(const Shape& shape, Layout layout, int r, int m) {
+  switch (layout) {
+    case Layout::kRows: {
+      auto [b, e] = Part(shape[0], r, m);
+      return {{b, 0}, {e - b, shape[1]}};
+    }
+    case Layout::kColumns: {
+      auto [b, e] = Part(shape[1], r, m);
+      return {{0, b}, {shape[0], e - b}};
+    }
+    case Layout::kGrid: {
+      const int rows = m >= 4 ? 2 : 1, cols = m / rows;
+      auto [rb, re] = Part(shape[0], r / cols, rows);
+      auto [cb, ce] = Part(shape[1], r % cols, cols);
+      return {{rb, cb}, {re - rb, ce - cb}};
+    }
+    case Layout::kReplicated:
+      return {{0, 0}, shape};
+  }
+  return {};
+}
+
+// The reference framework's scenario: ranks 0-1 hold rows of w1, ranks 2-3 rows
+// of w2; the checkpoint is then loaded on 1, 2, 4 and 8 ranks with row, column,
+// 2-D and replicated layouts.
+TEST(MultiRankTest, ReferenceScenarioReshardsToEveryLayout) {
+  TempDir dir;
+  const GlobalTensor w1(DType::kFloat32, {8, 6}, 1),
+      w2(DType::kFloat32, {8, 6}, 2);
+  int64_t stored = 0;
+  RunRanks(4, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm);
+    const GlobalTensor& g = rank < 2 ? w1 : w2;
+    auto [b, e] = Part(8, rank % 2, 2);
+    OwnedShard shard = ShardOf(g, {b, 0}, {e - b, 6});
+    StateDict sd;
+    sd.Set(rank < 2 ? "w1" : "w2", shard.View(g));
+    auto info = db->Save(sd, {.step = 1});
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    if (info.ok()) {
+      EXPECT_EQ(info->world_size, 4);
+      EXPECT_EQ(info->num_tensors, 2);
+      if (rank == 0) stored = info->nbytes;
+    }
+  });
+  EXPECT_EQ(stored, 2 * 8 * 6 * 4);
+
+  for (int m : {1, 2, 4, 8}) {
+    for (Layout layout : {Layout::kRows, Layout::kColumns, Layout::kGrid,
+                          Layout::kReplicated}) {
+      std::atomic<uint64_t> read{0}, needed{0};
+      RunRanks(m, [&](int rank, std::shared_ptr<Communicator> comm) {
+        auto db = OpenRank(dir.path(), comm);
+        auto [o1, l1] = BoxOf(w1.shape, layout, rank, m);
+        auto [o2, l2] = BoxOf(w2.shape, layout, rank, m);
+        OwnedShard t1 = TargetOf(w1, o1, l1), t2 = TargetOf(w2, o2, l2);
+        StateDict sd;
+        sd.Set("w1", t1.View(w1));
+        sd.Set("w2", t2.View(w2));
+        auto result = db->Load(sd, CheckpointSelector::Latest(), {});
+        EXPECT_TRUE(result.ok()) << result.status().ToString();
+        EXPECT_EQ(t1.bytes, w1.Slice(o1, l1)) << "m=" << m << " rank " << rank;
+        EXPECT_EQ(t2.bytes, w2.Slice(o2, l2)) << "m=" << m << " rank " << rank;
+        if (result.ok()) {
+          read += result->stats.bytes_read;
+          needed += result->stats.bytes_needed;
+        }
+      });
+      // Every stored chunk is read exactly once across all ranks, whatever the
+      // layout.
+      EXPECT_EQ(read.load(), static_cast<uint64_t>(stored)) << "m=" << m;
+      if (layout != Layout::kReplicated)
+        EXPECT_EQ(needed.load(), static_cast<uint64_t>(stored));
+    }
+  }
+}
+
+TEST(MultiRankTest, ReplicasAreStoredOnceByBalancedWriters) {
+  TempDir dir;
+  const GlobalTensor bias(DType::kFloat32, {1000}, 3),
+      w(DType::kBFloat16, {4, 1000}, 4);
+  RunRanks(4, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm);
+    // Data-parallel pairs: ranks {0, 1} hold rows 0-1, ranks {2, 3} rows 2-3;
+    // all hold the bias.
+    OwnedShard b = ShardOf(bias, {0}, {1000});
+    OwnedShard ws = ShardOf(w, {rank < 2 ? 0 : 2, 0}, {2, 1000});
+    StateDict sd;
+    sd.Set("bias", b.View(bias));
+    sd.Set("w", ws.View(w));
+    sd.Set("epoch",
+           Value(int64_t{10 + rank}));  // small values: the lowest rank's wins
+    auto info = db->Save(sd, {});
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    if (info.ok()) EXPECT_EQ(info->nbytes, 1000 * 4 + 4 * 1000 * 2);
+  });
+  auto db = OpenRank(dir.path(), SingleProcessCommunicator());
+  auto meta = db->GetMetadata(CheckpointSelector::Latest());
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(std::get<int64_t>(meta->values.at("epoch")), 10);
+  std::set<int> writers;
+  for (const auto& [key, t] : meta->tensors) {
+    for (const auto& c : t.chunks) writers.insert(c.writer_rank);
+  }
+  EXPECT_EQ(writers.size(),
+            3u);  // three boxes spread over three ranks, not all on rank 0
+  auto read = db->Read("w", CheckpointSelector::Latest());
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(std::memcmp(read->data.data(), w.bytes.data(), w.bytes.size()), 0);
+}
+
+TEST(MultiRankTest, OptimizerWithMasterWeightsLoadsIntoAnotherSharding) {
+  TempDir dir;
+  // bf16 weights, fp32 master weights and Adam moments, tensor-parallel by
+  // columns on 2 ranks.
+  std::map<std::string, GlobalTensor> state = {
+      {"model.fc.weight", GlobalTensor(DType::kBFloat16, {64, 48}, 10)},
+      {"optimizer.master_weights.fc.weight",
+       GlobalTensor(DType::kFloat32, {64, 48}, 11)},
+      {"optimizer.exp_avg.fc.weight",
+       GlobalTensor(DType::kFloat32, {64, 48}, 12)},
+      {"optimizer.exp_avg_sq.fc.weight",
+       GlobalTensor(DType::kFloat32, {64, 48}, 13)},
+  };
+  auto build = [](StateDict& sd, const std::string& key, TensorView view) {
+    StateDict* d = &sd;
+    size_t start = 0, dot;
+    while ((dot = key.find('.', start)) != std::string::npos) {
+      d = &d->Child(key.substr(start, dot - start));
+      start = dot + 1;
+    }
+    d->Set(key.substr(start), view);
+  };
+  Options small_chunks;
+  small_chunks.max_chunk_bytes = 1024;
+  RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm, small_chunks);
+    std::vector<OwnedShard> shards;
+    shards.reserve(state.size());
+    StateDict sd;
+    for (auto& [key, g] : state) {
+      auto [b, e] = Part(48, rank, 2);
+      shards.push_back(ShardOf(g, {0, b}, {64, e - b}));
+      build(sd, key, shards.back().View(g));
+    }
+    sd.Child("optimizer").Set("step", Value(int64_t{500}));
+    EXPECT_TRUE(db->Save(sd, {.step = 500}).ok());
+  });
+  std::atomic<uint64_t> sent{0};
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm, small_chunks);
+    std::vector<OwnedShard> targets;
+    targets.reserve(state.size());
+    StateDict sd;
+    for (auto& [key, g] : state) {
+      auto [b, e] = Part(64, rank, 3);
+      targets.push_back(TargetOf(g, {b, 0}, {e - b, 48}));
+      build(sd, key, targets.back().View(g));
+    }
+    sd.Child("optimizer").Set("step", Value(int64_t{0}));
+    auto result = db->Load(sd, CheckpointSelector::Step(500), {});
+    EXPECT_TRUE(result.ok()) << result.status().ToString();
+    size_t i = 0;
+    for (auto& [key, g] : state) {
+      EXPECT_EQ(targets[i].bytes, g.Slice(targets[i].offset, targets[i].local))
+          << key;
+      ++i;
+    }
+    EXPECT_EQ(std::get<int64_t>(*sd.GetChild("optimizer")->GetValue("step")),
+              500);
+    if (result.ok()) sent += result->stats.bytes_sent;
+  });
+  EXPECT_GT(sent.load(),
+            0u);  // chunks that straddle two ranks' rows are read once and sent
+}
+
+// Random tensors, random N-rank save layouts with replicas, random M-rank
+// targets: bit-exact.
+class RandomReshardTest : public ::testing::TestWithParam<int> {};
+
+void RandomCells(const Shape& shape, std::mt19937& rng, int depth,
+                 std::vector<std::pair<Shape, Shape>>& out, Shape offset = {},
+                 Shape local = {}) {
+  if (offset.empty() && !shape.empty()) {
+    offset.assign(shape.size(), 0);
+    local = shape;
+  }
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < local.size(); ++d) {
+    if (local[d] > 1) dims.push_back(d);
+  }
+  if (depth == 0 || dims.empty() || rng() % 3 == 0) {
+    out.emplace_back(offset, local);
+    return;
+  }
+  const size_t d = dims[rng() % dims.size()];
+  const int64_t cut = 1 + static_cast<int64_t>(rng() % (local[d] - 1));
+  Shape lo = local, hi_off = offset, hi = local;
+  lo[d] = cut;
+  hi_off[d] += cut;
+  hi[d] -= cut;
+  RandomCells(shape, rng, depth - 1, out, offset, lo);
+  RandomCells(shape, rng, depth - 1, out, hi_off, hi);
+}
+
+TEST_P(RandomReshardTest, BitExact) {
+  std::mt19937 rng(static_cast<unsigned>(GetParam()));
+  const int n = 1 + static_cast<int>(rng() % 4),
+            m = 1 + static_cast<int>(rng() % 4);
+  const DType types[] = {DType::kFloat32, DType::kBFloat16, DType::kInt8,
+                         DType::kFloat64};
+  std::vector<GlobalTensor> tensors;
+  for (int t = 0; t < 3; ++t) {
+    Shape shape;
+    const int ndim = static_cast<int>(rng() % 4);
+    for (int d = 0; d < ndim; ++d)
+      shape.push_back(1 + static_cast<int64_t>(rng() % 9));
+    tensors.emplace_back(types[rng() % 4], shape, rng());
+  }
+  // Save cells: each held by 1..n ranks.
+  std::vector<std::vector<std::pair<size_t, std::pair<Shape, Shape>>>> save(n),
+      load(m);
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    std::vector<std::pair<Shape, Shape>> cells;
+    RandomCells(tensors[t].shape, rng, 3, cells);
+    if (tensors[t].shape.empty()) cells = {{{}, {}}};
+    for (const auto& cell : cells) {
+      const int copies = 1 + static_cast<int>(rng() % n);
+      std::set<int> ranks;
+      while (static_cast<int>(ranks.size()) < copies)
+        ranks.insert(static_cast<int>(rng() % n));
+      for (int r : ranks) save[r].push_back({t, cell});
+    }
+    cells.clear();
+    RandomCells(tensors[t].shape, rng, 3, cells);
+    if (tensors[t].shape.empty()) cells = {{{}, {}}};
+    // Load: each rank takes at most one cell of each tensor (a key appears once
+    // per state dict).
+    for (int r = 0; r < m; ++r) {
+      if (rng() % 4 != 0) load[r].push_back({t, cells[rng() % cells.size()]});
+    }
+  }
+  TempDir dir;
+  Options options;
+  options.max_chunk_bytes = 1 + rng() % 64;
+  // A state dict holds one shard per key, so a rank keeps only its first cell
+  // of each tensor; a tensor whose kept cells no longer cover it is saved whole
+  // by one rank instead.
+  std::vector<std::map<size_t, std::pair<Shape, Shape>>> per_rank(n);
+  for (int r = 0; r < n; ++r) {
+    for (auto& [t, cell] : save[r]) per_rank[r].emplace(t, cell);
+  }
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    int64_t covered = 0;
+    std::set<std::pair<Shape, Shape>> distinct;
+    for (int r = 0; r < n; ++r) {
+      auto it = per_rank[r].find(t);
+      if (it != per_rank[r].end()) distinct.insert(it->second);
+    }
+    for (const auto& c : distinct) covered += NumElements(c.second);
+    if (covered != NumElements(tensors[t].shape)) {
+      const int owner = static_cast<int>(rng() % n);
+      for (int r = 0; r < n; ++r) per_rank[r].erase(t);
+      per_rank[owner][t] = {Shape(tensors[t].shape.size(), 0),
+                            tensors[t].shape};
+    }
+  }
+  RunRanks(n, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm, options);
+    std::vector<OwnedShard> shards;
+    shards.reserve(per_rank[rank].size());
+    StateDict sd;
+    for (auto& [t, cell] : per_rank[rank]) {
+      shards.push_back(ShardOf(tensors[t], cell.first, cell.second));
+      sd.Set("t" + std::to_string(t), shards.back().View(tensors[t]));
+    }
+    auto info = db->Save(sd, {});
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+  });
+  RunRanks(m, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm, options);
+    std::vector<OwnedShard> targets;
+    targets.reserve(load[rank].size());
+    StateDict sd;
+    for (auto& [t, cell] : load[rank]) {
+      targets.push_back(TargetOf(tensors[t], cell.first, cell.second));
+      sd.Set("t" + std::to_string(t), targets.back().View(tensors[t]));
+    }
+    auto result = db->Load(sd, CheckpointSelector::Latest(), {.strict = true});
+    EXPECT_TRUE(result.ok()) << result.status().ToString();
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const auto& [t, cell] = load[rank][i];
+      EXPECT_EQ(targets[i].bytes, tensors[t].Slice(cell.first, cell.second))
+          << "tensor " << t;
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, RandomReshardTest, ::testing::Range(0, 40));
+
+TEST(MultiRankTest, ErrorsAreCollectiveAndLeaveTheStoreUnchanged) {
+  TempDir dir;
+  const GlobalTensor w(DType::kFloat32, {4, 4}, 5);
+  auto save_with =
+      [&](const std::function<TensorView(int, OwnedShard&)>& view_of,
+          const std::string& needle) {
+        std::mutex mu;
+        int failures = 0;
+        RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+          auto db = OpenRank(dir.path(), comm);
+          OwnedShard shard = ShardOf(w, {0, 0}, {4, 4});
+          StateDict sd;
+          sd.Set("w", view_of(rank, shard));
+          auto info = db->Save(sd, {});
+          EXPECT_FALSE(info.ok());
+          if (!info.ok()) {
+            EXPECT_TRUE(info.status().IsInvalidArgument())
+                << info.status().ToString();
+            EXPECT_NE(info.status().message().find(needle), std::string::npos)
+                << info.status().ToString();
+            std::lock_guard lock(mu);
+            ++failures;
+          }
+        });
+        EXPECT_EQ(failures, 3) << "every rank must see the error";
+      };
+  // Rank 2 passes a box outside the tensor.
+  save_with(
+      [&](int rank, OwnedShard& s) {
+        return rank == 2 ? TensorView::Shard(s.bytes.data(), DType::kFloat32,
+                                             {2, 4}, {4, 4}, {3, 0})
+                         : s.View(w);
+      },
+      "rank 2");
+  // Rank 1 disagrees on the dtype.
+  save_with(
+      [&](int rank, OwnedShard& s) {
+        TensorView v = s.View(w);
+        if (rank == 1) v.dtype = DType::kInt32;
+        return v;
+      },
+      "rank 1 has int32");
+  // Ranks 0 and 1 overlap partially (rows 0-2 and 2-4), rank 2 holds nothing of
+  // row 3... a gap or overlap, whichever the planner meets first.
+  save_with(
+      [&](int rank, OwnedShard& s) {
+        if (rank == 0)
+          return TensorView::Shard(s.bytes.data(), DType::kFloat32, {3, 4},
+                                   {4, 4}, {0, 0});
+        return TensorView::Shard(s.bytes.data(), DType::kFloat32, {2, 4},
+                                 {4, 4}, {2, 0});
+      },
+      "overlap");
+
+  // A strict load where only rank 1 asks for a missing key fails on every rank.
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm);
+    OwnedShard shard = ShardOf(w, {0, 0}, {4, 4});
+    StateDict sd;
+    sd.Set("w", shard.View(w));
+    EXPECT_TRUE(db->Save(sd, {.tag = "good"}).ok());
+    auto listed = db->ListCheckpoints();
+    EXPECT_TRUE(listed.ok() && listed->size() == 1u)
+        << "failed saves left checkpoints";
+    OwnedShard target = TargetOf(w, {0, 0}, {4, 4});
+    StateDict want;
+    want.Set("w", target.View(w));
+    if (rank == 1) want.Set("missing", target.View(w));
+    auto result = db->Load(want, CheckpointSelector::Latest(), {});
+    EXPECT_FALSE(result.ok());
+    EXPECT_TRUE(result.status().IsNotFound()) << result.status().ToString();
+    EXPECT_NE(result.status().message().find("'missing'"), std::string::npos);
+    // A duplicate tag is refused on every rank too.
+    auto dup = db->Save(sd, {.tag = "good"});
+    EXPECT_TRUE(dup.status().IsInvalidArgument()) << dup.status().ToString();
+    EXPECT_TRUE(db->Delete(CheckpointSelector::Tag("good")).ok());
+    EXPECT_TRUE(db->Close().ok());
+  });
+}
+
+}  // namespace
+}  // namespace ckptdb

@@ -1,0 +1,86 @@
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "ckptdb/communicator.h"
+#include "ckptdb/types.h"
+#include "engine/src/box_copy.h"
+
+namespace ckptdb::testing {
+
+// Runs fn(rank, communicator) on `size` threads, one rank each, over an
+// in-process group. Rank bodies use EXPECT_* (not ASSERT_*), so that every rank
+// reaches every collective call.
+inline void RunRanks(
+    int size,
+    const std::function<void(int, std::shared_ptr<Communicator>)>& fn) {
+  auto comms = InProcessCommunicators(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r)
+    threads.emplace_back([&, r] { fn(r, comms[r]); });
+  for (auto& t : threads) t.join();
+}
+
+// A whole tensor with deterministic contents, from which shards are cut.
+struct GlobalTensor {
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  std::vector<uint8_t> bytes;
+
+  GlobalTensor() = default;
+  GlobalTensor(DType t, Shape s, uint64_t seed)
+      : dtype(t), shape(std::move(s)) {
+    bytes.resize(static_cast<size_t>(NumElements(shape)) * DTypeSize(t));
+    std::mt19937_64 rng(seed);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    if (t == DType::kBool) {
+      for (auto& b : bytes) b &= 1;
+    }
+  }
+
+  // The bytes of the box [offset, offset + local) in row-major order.
+  std::vector<uint8_t> Slice(const Shape& offset, const Shape& local) const {
+    std::vector<uint8_t> out(static_cast<size_t>(NumElements(local)) *
+                             DTypeSize(dtype));
+    const Shape zero(local.size(), 0);
+    engine::CopyBox({bytes.data(), shape, offset}, dtype,
+                    {out.data(), local, zero}, dtype, local);
+    return out;
+  }
+};
+
+// A shard buffer owned by a test rank, with the view that points at it.
+struct OwnedShard {
+  std::vector<uint8_t> bytes;
+  Shape offset, local;
+  TensorView View(const GlobalTensor& g) {
+    return TensorView::Shard(bytes.data(), g.dtype, local, g.shape, offset);
+  }
+};
+
+inline OwnedShard ShardOf(const GlobalTensor& g, Shape offset, Shape local) {
+  OwnedShard s{g.Slice(offset, local), std::move(offset), std::move(local)};
+  return s;
+}
+
+// An empty (zero-filled) target of the same box.
+inline OwnedShard TargetOf(const GlobalTensor& g, Shape offset, Shape local) {
+  OwnedShard s{
+      std::vector<uint8_t>(
+          static_cast<size_t>(NumElements(local)) * DTypeSize(g.dtype), 0),
+      std::move(offset), std::move(local)};
+  return s;
+}
+
+// [begin, end) of part `i` of `n` of an extent.
+inline std::pair<int64_t, int64_t> Part(int64_t extent, int i, int n) {
+  return {extent * i / n, extent * (i + 1) / n};
+}
+
+}  // namespace ckptdb::testing
