@@ -106,8 +106,9 @@ TEST(MultiRankTest, ReferenceScenarioReshardsToEveryLayout) {
       // Every stored chunk is read exactly once across all ranks, whatever the
       // layout.
       EXPECT_EQ(read.load(), static_cast<uint64_t>(stored)) << "m=" << m;
-      if (layout != Layout::kReplicated)
+      if (layout != Layout::kReplicated) {
         EXPECT_EQ(needed.load(), static_cast<uint64_t>(stored));
+      }
     }
   }
 }
@@ -129,7 +130,9 @@ TEST(MultiRankTest, ReplicasAreStoredOnceByBalancedWriters) {
            Value(int64_t{10 + rank}));  // small values: the lowest rank's wins
     auto info = db->Save(sd, {});
     EXPECT_TRUE(info.ok()) << info.status().ToString();
-    if (info.ok()) EXPECT_EQ(info->nbytes, 1000 * 4 + 4 * 1000 * 2);
+    if (info.ok()) {
+      EXPECT_EQ(info->nbytes, 1000 * 4 + 4 * 1000 * 2);
+    }
   });
   auto db = OpenRank(dir.path(), SingleProcessCommunicator());
   auto meta = db->GetMetadata(CheckpointSelector::Latest());
