@@ -171,6 +171,8 @@ class StoreImpl : public Store {
     return Status::OK();
   }
   void CloseDb();
+  // Names, sizes and times of the files a writer changes; equal stamps mean nothing to refresh.
+  std::string VersionStamp() const;
   Status RemoveLeftovers();
   Status DropChunks(int64_t checkpoint_id);
   // Checkpoint ids that some live chunk file holds keys of.
@@ -187,6 +189,7 @@ class StoreImpl : public Store {
   rocksdb::ColumnFamilyHandle* chunks_ = nullptr;
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  std::string stamp_;  // VersionStamp() when a read-only handle was opened
 };
 
 void StoreImpl::CloseDb() {
@@ -199,6 +202,8 @@ void StoreImpl::CloseDb() {
 }
 
 Status StoreImpl::OpenDb() {
+  // Taken before opening, so that a commit racing with the open is seen by the next Refresh.
+  const std::string stamp = options_.read_only ? VersionStamp() : std::string();
   std::error_code ec;
   const bool exists = fs::exists(path_, ec);
   if (exists && !fs::is_directory(path_, ec)) {
@@ -279,6 +284,7 @@ Status StoreImpl::OpenDb() {
                                    "' is not a ckptdb store (no store marker)");
   }
   if (!options_.read_only) RETURN_IF_ERROR(RemoveLeftovers());
+  stamp_ = stamp;
   return Status::OK();
 }
 
@@ -533,9 +539,29 @@ Status StoreImpl::Delete(int64_t checkpoint_id) {
   return DropChunks(checkpoint_id);
 }
 
+std::string StoreImpl::VersionStamp() const {
+  // What a writer changes when it commits or deletes: the WAL (metadata records), the MANIFEST
+  // (ingested and deleted files) and CURRENT.
+  std::string stamp;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(path_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name != "CURRENT" && name.rfind("MANIFEST-", 0) != 0 &&
+        entry.path().extension() != ".log") {
+      continue;
+    }
+    std::error_code size_ec, time_ec;
+    const auto size = entry.file_size(size_ec);
+    const auto time = entry.last_write_time(time_ec).time_since_epoch().count();
+    stamp += name + ":" + std::to_string(size) + ":" + std::to_string(time) + ";";
+  }
+  return stamp;
+}
+
 Status StoreImpl::Refresh() {
   if (!options_.read_only) return Status::OK();
   std::unique_lock lock(mu_);
+  if (db_ && VersionStamp() == stamp_) return Status::OK();
   CloseDb();
   return OpenDb();
 }
