@@ -171,7 +171,8 @@ class StoreImpl : public Store {
     return Status::OK();
   }
   void CloseDb();
-  // Names, sizes and times of the files a writer changes; equal stamps mean nothing to refresh.
+  // Names, sizes and times of the files a writer changes; equal stamps mean
+  // nothing to refresh.
   std::string VersionStamp() const;
   Status RemoveLeftovers();
   Status DropChunks(int64_t checkpoint_id);
@@ -202,7 +203,8 @@ void StoreImpl::CloseDb() {
 }
 
 Status StoreImpl::OpenDb() {
-  // Taken before opening, so that a commit racing with the open is seen by the next Refresh.
+  // Taken before opening, so that a commit racing with the open is seen by the
+  // next Refresh.
   const std::string stamp = options_.read_only ? VersionStamp() : std::string();
   std::error_code ec;
   const bool exists = fs::exists(path_, ec);
@@ -540,8 +542,8 @@ Status StoreImpl::Delete(int64_t checkpoint_id) {
 }
 
 std::string StoreImpl::VersionStamp() const {
-  // What a writer changes when it commits or deletes: the WAL (metadata records), the MANIFEST
-  // (ingested and deleted files) and CURRENT.
+  // What a writer changes when it commits or deletes: the WAL (metadata
+  // records), the MANIFEST (ingested and deleted files) and CURRENT.
   std::string stamp;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(path_, ec)) {
@@ -553,7 +555,8 @@ std::string StoreImpl::VersionStamp() const {
     std::error_code size_ec, time_ec;
     const auto size = entry.file_size(size_ec);
     const auto time = entry.last_write_time(time_ec).time_since_epoch().count();
-    stamp += name + ":" + std::to_string(size) + ":" + std::to_string(time) + ";";
+    stamp +=
+        name + ":" + std::to_string(size) + ":" + std::to_string(time) + ";";
   }
   return stamp;
 }

@@ -1,6 +1,7 @@
 #include "storage/store.h"
 
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 
 #include <filesystem>
 #include <fstream>
@@ -242,6 +243,67 @@ TEST(StoreTest, ChecksumMismatchDetected) {
   EXPECT_TRUE(buffer.status().IsCorruption());
   EXPECT_NE(buffer.status().message().find("checksum mismatch"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace ckptdb::storage
+
+namespace ckptdb::storage {
+namespace {
+
+// Every chunk file sits in the bottommost level, where nothing compacts it:
+// tensor bytes are written once (by the rank that staged them) and never
+// rewritten, through saves, deletes and reopens.
+TEST(StoreTest, IngestedFilesStayInTheBottommostLevelAndAreNeverRewritten) {
+  TempDir dir;
+  std::vector<CheckpointMetadata> saved;
+  {
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok());
+    for (int i = 0; i < 5; ++i) {
+      auto meta = SaveBytes(
+          **store, std::string(100000 + i, static_cast<char>('a' + i)), 3);
+      ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+      saved.push_back(*meta);
+    }
+    ASSERT_TRUE((*store)->Delete(2).ok());
+    ASSERT_TRUE((*store)->Delete(4).ok());
+  }
+  auto chunk_files = [&]() {
+    rocksdb::DBOptions options;
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+        {rocksdb::kDefaultColumnFamilyName, {}}, {"chunks", {}}, {"meta", {}}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    EXPECT_TRUE(
+        rocksdb::DB::OpenForReadOnly(options, dir.path(), cfs, &handles, &raw)
+            .ok());
+    std::vector<rocksdb::LiveFileMetaData> files;
+    raw->GetLiveFilesMetaData(&files);
+    std::map<std::string, int> out;  // file name -> level
+    uint64_t bytes = 0;
+    for (const auto& f : files) {
+      if (f.column_family_name != "chunks") continue;
+      out[f.name] = f.level;
+      bytes += f.size;
+    }
+    for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
+    delete raw;
+    // Write amplification: the chunk files hold the surviving tensor bytes plus
+    // small overhead.
+    EXPECT_LT(bytes, (100000 + 100002 + 100004) * 105 / 100);
+    return out;
+  };
+  const auto before = chunk_files();
+  EXPECT_EQ(before.size(), 9u);  // 3 surviving checkpoints x 3 writers
+  for (const auto& [name, level] : before) EXPECT_EQ(level, 6) << name;
+  {
+    auto store = Store::Open(
+        dir.path(), {});  // read-write reopen: leftover scan, no rewrite
+    ASSERT_TRUE(store.ok());
+    EXPECT_EQ(ReadAll(**store, saved[4]), std::string(100004, 'e'));
+  }
+  EXPECT_EQ(chunk_files(), before);
 }
 
 }  // namespace
