@@ -20,6 +20,7 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+start=$SECONDS
 echo "setup: apt-get update"
 $sudo apt-get update -q >/dev/null
 if [ ${#missing[@]} -gt 0 ]; then
@@ -27,8 +28,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}" >/dev/null
 fi
 
+echo "setup: packages ready in $((SECONDS - start)) s"
+start=$SECONDS
 echo "setup: building Release into build/"
 # shellcheck disable=SC2086
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 \
   ${CKPTDB_CMAKE_ARGS:-} >/dev/null
 cmake --build build -j"$(nproc)"
+echo "setup: build done in $((SECONDS - start)) s"
