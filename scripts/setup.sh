@@ -32,7 +32,8 @@ echo "setup: packages ready in $((SECONDS - start)) s"
 start=$SECONDS
 echo "setup: building Release into build/"
 # shellcheck disable=SC2086
+# Warnings are errors with the compiler these scripts install (Debian 12's g++).
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 \
-  ${CKPTDB_CMAKE_ARGS:-} >/dev/null
+  -DCKPTDB_WERROR=ON ${CKPTDB_CMAKE_ARGS:-} >/dev/null
 cmake --build build -j"$(nproc)"
 echo "setup: build done in $((SECONDS - start)) s"
