@@ -171,6 +171,8 @@ class StoreImpl : public Store {
     return Status::OK();
   }
   void CloseDb();
+  // The metadata record of a checkpoint; NotFound naming it when absent.
+  Status GetRecord(int64_t checkpoint_id, rocksdb::PinnableSlice* record);
   // Names, sizes and times of the files a writer changes; equal stamps mean
   // nothing to refresh.
   std::string VersionStamp() const;
@@ -399,18 +401,22 @@ Result<int64_t> StoreImpl::Resolve(const CheckpointSelector& which) {
   return *found;
 }
 
-Result<CheckpointMetadata> StoreImpl::GetMetadata(int64_t checkpoint_id) {
-  std::shared_lock lock(mu_);
-  rocksdb::PinnableSlice record;
+Status StoreImpl::GetRecord(int64_t checkpoint_id,
+                            rocksdb::PinnableSlice* record) {
   rocksdb::Status s =
-      db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), &record);
+      db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), record);
   if (s.IsNotFound()) {
     return Status::NotFound("no checkpoint with id " +
                             std::to_string(checkpoint_id) + " in store '" +
                             path_ + "'");
   }
-  RETURN_IF_ERROR(
-      FromRocks(s, "reading checkpoint " + std::to_string(checkpoint_id)));
+  return FromRocks(s, "reading checkpoint " + std::to_string(checkpoint_id));
+}
+
+Result<CheckpointMetadata> StoreImpl::GetMetadata(int64_t checkpoint_id) {
+  std::shared_lock lock(mu_);
+  rocksdb::PinnableSlice record;
+  RETURN_IF_ERROR(GetRecord(checkpoint_id, &record));
   auto meta = DecodeCheckpoint(std::string_view(record.data(), record.size()));
   if (!meta.ok())
     return meta.status().WithContext("checkpoint id " +
@@ -521,16 +527,8 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
 Status StoreImpl::Delete(int64_t checkpoint_id) {
   RETURN_IF_ERROR(RequireWritable("deleting"));
   std::shared_lock lock(mu_);
-  std::string record;
-  rocksdb::Status s =
-      db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), &record);
-  if (s.IsNotFound()) {
-    return Status::NotFound("no checkpoint with id " +
-                            std::to_string(checkpoint_id) + " in store '" +
-                            path_ + "'");
-  }
-  RETURN_IF_ERROR(
-      FromRocks(s, "reading checkpoint " + std::to_string(checkpoint_id)));
+  rocksdb::PinnableSlice record;
+  RETURN_IF_ERROR(GetRecord(checkpoint_id, &record));
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
   RETURN_IF_ERROR(
