@@ -231,6 +231,9 @@ Status StoreImpl::OpenDb() {
   db_options.create_if_missing = !has_db;
   db_options.create_missing_column_families = !has_db;
   db_options.keep_log_file_num = 3;
+  // Each checkpoint adds a few files per writer rank; keep descriptors bounded (the table cache
+  // reopens evicted files on demand).
+  db_options.max_open_files = 256;
   db_options.max_manifest_file_size = 64 << 20;
   if (options_.read_only) db_options.info_log = std::make_shared<NullLogger>();
 

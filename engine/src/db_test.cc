@@ -235,9 +235,8 @@ TEST(DBTest, InvalidSavesLeaveTheStoreUnchanged) {
   StateDict good;
   good.Set("w", ok.Whole());
   ASSERT_TRUE(db->Save(good, {.tag = "t"}).ok());
-  ASSERT_TRUE(db->Close().ok());
+  // Every file of the store, byte for byte, while it stays open.
   const auto before = SnapshotDir(dir.path());
-  db = OpenOrDie(dir.path());
 
   Buf part(DType::kFloat32, {2});
   std::vector<std::pair<std::string, StateDict>> bad;
@@ -283,12 +282,8 @@ TEST(DBTest, InvalidSavesLeaveTheStoreUnchanged) {
   EXPECT_NE(
       dup.status().message().find("tag 't' already names checkpoint id 1"),
       std::string::npos);
-  ASSERT_TRUE(db->Close().ok());
-  // Reopening read-write may legitimately write RocksDB's own files; compare
-  // the checkpoints.
-  db = OpenOrDie(dir.path());
+  EXPECT_EQ(SnapshotDir(dir.path()), before);
   EXPECT_EQ(db->ListCheckpoints()->size(), 1u);
-  (void)before;
 }
 
 TEST(DBTest, ReadOnlyHandleRefusesWritesAndNeverModifiesTheDirectory) {
