@@ -40,22 +40,41 @@ Status CheckInside(const SaveShard& s, int rank) {
   return Status::OK();
 }
 
-// Checks that distinct boxes (sorted) are pairwise disjoint. Sweep over
-// dimension 0.
+// Checks that distinct boxes are pairwise disjoint: a sweep along the dimension
+// where their begins differ most (rows for row shards, columns for column
+// shards), comparing each box only with those still open at its begin.
 Status CheckDisjoint(const std::string& key, const std::vector<Box>& boxes,
                      const std::vector<int>& first_rank) {
   if (boxes.empty() || boxes[0].ndim() == 0) return Status::OK();
+  size_t dim = 0, most = 0;
+  for (size_t d = 0; d < boxes[0].ndim(); ++d) {
+    std::vector<int64_t> begins;
+    for (const Box& b : boxes) begins.push_back(b.offset[d]);
+    std::sort(begins.begin(), begins.end());
+    const size_t distinct =
+        std::unique(begins.begin(), begins.end()) - begins.begin();
+    if (distinct > most) {
+      most = distinct;
+      dim = d;
+    }
+  }
+  std::vector<size_t> order(boxes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return boxes[a].offset[dim] < boxes[b].offset[dim];
+  });
   std::vector<size_t> active;
-  for (size_t i = 0; i < boxes.size(); ++i) {
-    const int64_t begin = boxes[i].offset[0];
-    std::erase_if(active,
-                  [&](size_t j) { return boxes[j].exclusive_max(0) <= begin; });
+  for (size_t i : order) {
+    const int64_t begin = boxes[i].offset[dim];
+    std::erase_if(
+        active, [&](size_t j) { return boxes[j].exclusive_max(dim) <= begin; });
     for (size_t j : active) {
       if (auto common = Intersect(boxes[j], boxes[i])) {
+        const size_t a = std::min(i, j), b = std::max(i, j);
         return Status::InvalidArgument(
             "tensor '" + key + "': shards on " +
-            RankBox(first_rank[j], boxes[j]) + " and " +
-            RankBox(first_rank[i], boxes[i]) + " overlap in " +
+            RankBox(first_rank[a], boxes[a]) + " and " +
+            RankBox(first_rank[b], boxes[b]) + " overlap in " +
             BoxToString(*common) + " but are not identical replicas");
       }
     }

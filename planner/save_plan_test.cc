@@ -150,3 +150,28 @@ TEST(SavePlanTest, RejectsDifferentPathsForOneFlatKey) {
 
 }  // namespace
 }  // namespace ckptdb::planner
+
+namespace ckptdb::planner {
+namespace {
+
+TEST(SavePlanTest, ManyColumnShardsAreCheckedQuickly) {
+  // 20000 column shards of one tensor: a sweep along rows would compare all
+  // pairs.
+  std::vector<RankSaveLayout> ranks(1);
+  for (int64_t c = 0; c < 20000; ++c) {
+    ranks[0].shards.push_back(
+        {"w", {"w"}, DType::kFloat32, {4, 20000}, Box{{0, c}, {4, 1}}});
+  }
+  auto plan = BuildSavePlan(ranks, 1 << 20);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->tensors[0].chunks.size(), 20000u);
+  ranks[0].shards.back().box = Box{{0, 19998}, {4, 2}};
+  auto overlap = BuildSavePlan(ranks, 1 << 20);
+  ASSERT_FALSE(overlap.ok());
+  EXPECT_NE(overlap.status().message().find("overlap in {offset [0, 19998]"),
+            std::string::npos)
+      << overlap.status().ToString();
+}
+
+}  // namespace
+}  // namespace ckptdb::planner
