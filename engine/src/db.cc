@@ -71,14 +71,6 @@ Status DBImpl::CheckOpen() const {
   return Status::OK();
 }
 
-Status DBImpl::AgreeOnStatus(const Status& local) {
-  if (comm_->size() == 1) return local;
-  ASSIGN_OR_RETURN(auto all, comm_->AllGather(EncodeStatus(local)));
-  std::vector<Status> statuses;
-  for (const auto& bytes : all) statuses.push_back(DecodeStatus(bytes));
-  return FirstError(statuses);
-}
-
 Result<CheckpointMetadata> DBImpl::ResolveLocal(
     const CheckpointSelector& which) {
   RETURN_IF_ERROR(CheckOpen());
@@ -114,7 +106,7 @@ Result<CheckpointMetadata> DBImpl::ResolveCollective(
     meta = refreshed.ok() ? store_->GetMetadata(id)
                           : Result<CheckpointMetadata>(refreshed);
   }
-  RETURN_IF_ERROR(AgreeOnStatus(meta.status()));
+  RETURN_IF_ERROR(AgreeOnStatus(*comm_, meta.status()));
   return meta;
 }
 

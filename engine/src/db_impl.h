@@ -42,8 +42,6 @@ class DBImpl : public DB {
   // Local: resolves against this rank's handle, refreshing it once when nothing
   // matches.
   Result<CheckpointMetadata> ResolveLocal(const CheckpointSelector& which);
-  // Every rank contributes `local`; all get the first error of any rank.
-  Status AgreeOnStatus(const Status& local);
 
   const Options options_;
   const std::string path_;

@@ -276,4 +276,12 @@ ckptdb::Status FirstError(const std::vector<ckptdb::Status>& statuses) {
   return ckptdb::Status::OK();
 }
 
+ckptdb::Status AgreeOnStatus(Communicator& comm, const ckptdb::Status& local) {
+  if (comm.size() == 1) return local;
+  ASSIGN_OR_RETURN(auto all, comm.AllGather(EncodeStatus(local)));
+  std::vector<ckptdb::Status> statuses;
+  for (const auto& bytes : all) statuses.push_back(DecodeStatus(bytes));
+  return FirstError(statuses);
+}
+
 }  // namespace ckptdb::engine

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ckptdb/communicator.h"
 #include "ckptdb/metadata.h"
 #include "ckptdb/status.h"
 #include "planner/load_plan.h"
@@ -73,6 +74,9 @@ Status DecodeInfo(std::string_view bytes, Status* status, CheckpointInfo* info);
 
 std::string EncodeStatus(const Status& status);
 Status DecodeStatus(std::string_view bytes);
+
+// Every rank contributes `local`; all get FirstError of them. Collective.
+Status AgreeOnStatus(Communicator& comm, const Status& local);
 
 // The first failing status of all ranks (lowest rank), prefixed with its rank
 // when several ranks take part; OK when every rank succeeded.
