@@ -12,7 +12,7 @@ namespace {
 class Group {
  public:
   explicit Group(int size)
-      : size_(size), slots_(size), mailboxes_(size * size) {}
+      : size_(size), slots_(size), mailboxes_(size * size), pending_(size, 0) {}
 
   int size() const { return size_; }
 
@@ -57,27 +57,43 @@ class Group {
     Barrier();
   }
 
+  // Offers a buffer to `to`; it stays the sender's until WaitConsumed returns.
   void Post(int from, int to, const void* data, size_t nbytes) {
     std::lock_guard lock(mu_);
-    mailboxes_[from * size_ + to].emplace_back(static_cast<const char*>(data),
-                                               nbytes);
+    mailboxes_[from * size_ + to].push_back(
+        {static_cast<const char*>(data), nbytes});
+    ++pending_[from];
     cv_.notify_all();
   }
 
+  // Copies the next buffer `from` offered to `to` straight from the sender's
+  // memory.
   Status Take(int from, int to, void* data, size_t nbytes) {
     std::unique_lock lock(mu_);
     auto& box = mailboxes_[from * size_ + to];
     cv_.wait(lock, [&] { return !box.empty(); });
-    std::string message = std::move(box.front());
+    const Message message = box.front();
     box.pop_front();
-    if (message.size() != nbytes) {
-      return Status::Internal("rank " + std::to_string(to) + " expected " +
-                              std::to_string(nbytes) + " bytes from rank " +
-                              std::to_string(from) + ", got " +
-                              std::to_string(message.size()));
+    Status status;
+    if (message.nbytes != nbytes) {
+      status = Status::Internal("rank " + std::to_string(to) + " expected " +
+                                std::to_string(nbytes) + " bytes from rank " +
+                                std::to_string(from) + ", got " +
+                                std::to_string(message.nbytes));
+    } else if (nbytes) {
+      lock.unlock();  // the sender's buffer is stable until it is consumed
+      std::memcpy(data, message.data, nbytes);
+      lock.lock();
     }
-    if (nbytes) std::memcpy(data, message.data(), nbytes);
-    return Status::OK();
+    --pending_[from];
+    cv_.notify_all();
+    return status;
+  }
+
+  // Returns once every buffer `from` posted has been taken.
+  void WaitConsumed(int from) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return pending_[from] == 0; });
   }
 
  private:
@@ -87,8 +103,13 @@ class Group {
   int arrived_ = 0;
   uint64_t generation_ = 0;
   std::vector<std::string> slots_;
-  std::vector<std::deque<std::string>>
-      mailboxes_;  // [from * size + to], in send order
+  struct Message {
+    const char* data;
+    size_t nbytes;
+  };
+  // Buffers offered and not yet taken, [from * size + to], in send order.
+  std::vector<std::deque<Message>> mailboxes_;
+  std::vector<int64_t> pending_;  // per sender: posted and not yet taken
 };
 
 class InProcess : public Communicator {
@@ -113,16 +134,25 @@ class InProcess : public Communicator {
   Status Exchange(std::span<const SendBuffer> sends,
                   std::span<const RecvBuffer> recvs) override {
     for (const SendBuffer& s : sends) {
-      if (s.peer < 0 || s.peer >= size())
+      if (s.peer < 0 || s.peer >= size()) {
         return Status::Internal("send to rank " + std::to_string(s.peer));
-      group_->Post(rank_, s.peer, s.data, s.nbytes);
+      }
     }
     for (const RecvBuffer& r : recvs) {
-      if (r.peer < 0 || r.peer >= size())
+      if (r.peer < 0 || r.peer >= size()) {
         return Status::Internal("receive from rank " + std::to_string(r.peer));
-      RETURN_IF_ERROR(group_->Take(r.peer, rank_, r.data, r.nbytes));
+      }
     }
-    return Status::OK();
+    for (const SendBuffer& s : sends)
+      group_->Post(rank_, s.peer, s.data, s.nbytes);
+    Status status;
+    for (const RecvBuffer& r : recvs) {
+      Status taken = group_->Take(r.peer, rank_, r.data, r.nbytes);
+      if (status.ok()) status = taken;
+    }
+    // Our buffers stay valid until every peer has copied them.
+    group_->WaitConsumed(rank_);
+    return status;
   }
 
  private:
