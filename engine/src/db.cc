@@ -1,3 +1,4 @@
+#include <new>
 #include <thread>
 
 #include "engine/src/box_copy.h"
@@ -138,8 +139,14 @@ Result<Tensor> DBImpl::Read(const std::string& flat_key,
   Tensor out;
   out.dtype = tensor.dtype;
   out.shape = tensor.global_shape;
-  out.data.resize(static_cast<size_t>(NumElements(tensor.global_shape)) *
-                  DTypeSize(tensor.dtype));
+  const size_t nbytes = static_cast<size_t>(NumElements(tensor.global_shape)) *
+                        DTypeSize(tensor.dtype);
+  try {
+    out.data.resize(nbytes);
+  } catch (const std::bad_alloc&) {
+    return Status::Internal("cannot allocate " + std::to_string(nbytes) +
+                            " bytes for tensor '" + flat_key + "'");
+  }
   const Shape zero(tensor.global_shape.size(), 0);
   RETURN_IF_ERROR(
       ParallelFor(tensor.chunks.size(), io_threads(), [&](size_t c) -> Status {

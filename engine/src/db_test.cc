@@ -390,3 +390,53 @@ TEST(DBTest, DamagedChunkFailsLoadAndVerify) {
 
 }  // namespace
 }  // namespace ckptdb
+
+namespace ckptdb {
+namespace {
+
+TEST(DBTest, ValuesOnlyCheckpointAndEmptyLoads) {
+  testing::TempDir dir;
+  auto db = DB::Open(Options(), dir.path());
+  ASSERT_TRUE(db.ok());
+  StateDict sd;
+  sd.Child("trainer").Set("epoch", Value(int64_t{3}));
+  sd.Child("trainer").Set("note", Value(std::string("values only")));
+  auto info = (*db)->Save(sd, {});
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->num_tensors, 0);
+  EXPECT_EQ(info->nbytes, 0);
+  StateDict empty;
+  auto result = (*db)->Load(empty, CheckpointSelector::Latest(), {});
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->unexpected_keys,
+            (std::vector<std::string>{"trainer.epoch", "trainer.note"}));
+  StateDict target;
+  target.Child("trainer").Set("epoch", Value(int64_t{0}));
+  ASSERT_TRUE((*db)->Load(target, CheckpointSelector::Latest(), {}).ok());
+  EXPECT_EQ(std::get<int64_t>(*target.GetChild("trainer")->GetValue("epoch")),
+            3);
+}
+
+TEST(DBTest, RejectsUnknownDtypeAndOverflowingShapes) {
+  testing::TempDir dir;
+  auto db = DB::Open(Options(), dir.path());
+  ASSERT_TRUE(db.ok());
+  float x = 0;
+  StateDict sd;
+  TensorView bad = TensorView::Whole(&x, DType::kFloat32, {1});
+  bad.dtype = static_cast<DType>(77);
+  sd.Set("x", bad);
+  auto info = (*db)->Save(sd, {});
+  EXPECT_TRUE(info.status().IsInvalidArgument());
+  EXPECT_NE(info.status().message().find("unknown dtype code 77"),
+            std::string::npos);
+  sd.Set("x", TensorView::Shard(&x, DType::kFloat32, {1, 1},
+                                {int64_t{1} << 40, int64_t{1} << 40}, {0, 0}));
+  info = (*db)->Save(sd, {});
+  EXPECT_TRUE(info.status().IsInvalidArgument());
+  EXPECT_NE(info.status().message().find("is too large"), std::string::npos)
+      << info.status().ToString();
+}
+
+}  // namespace
+}  // namespace ckptdb

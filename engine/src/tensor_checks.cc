@@ -4,6 +4,11 @@ namespace ckptdb::engine {
 
 Status CheckView(const std::string& flat_key, const TensorView& view) {
   const std::string what = "tensor '" + flat_key + "'";
+  if (!IsValidDType(static_cast<uint8_t>(view.dtype))) {
+    return Status::InvalidArgument(
+        what + ": unknown dtype code " +
+        std::to_string(static_cast<int>(view.dtype)));
+  }
   if (view.local_shape.size() != view.global_shape.size() ||
       view.global_offset.size() != view.global_shape.size()) {
     return Status::InvalidArgument(
@@ -20,6 +25,16 @@ Status CheckView(const std::string& flat_key, const TensorView& view) {
           what + ": shard of shape " + ShapeToString(view.local_shape) +
           " at offset " + ShapeToString(view.global_offset) +
           " lies outside the global shape " + ShapeToString(view.global_shape));
+    }
+  }
+  // Element counts must fit comfortably in 64 bits (2^62 bytes).
+  uint64_t bytes = DTypeSize(view.dtype);
+  for (int64_t d : view.global_shape) {
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) ||
+        bytes > (uint64_t{1} << 62)) {
+      return Status::InvalidArgument(what + ": global shape " +
+                                     ShapeToString(view.global_shape) +
+                                     " is too large");
     }
   }
   if (view.device.type != DeviceType::kCPU) {

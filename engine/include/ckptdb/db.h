@@ -48,8 +48,10 @@ struct Tensor {
 
 // A store of checkpoints. Non-copyable. Save, Load, Delete and Close are
 // collective over the communicator given to Open: every rank calls them in the
-// same order with the same selectors. ListCheckpoints, GetMetadata and Read are
-// local.
+// same order with the same selectors, and every rank gets the same result.
+// ListCheckpoints, GetMetadata, Read and Verify are local.
+// Thread-safety: collective calls must not overlap one another; local calls may
+// run on other threads at any time.
 class DB {
  public:
   // Opens (or creates, per options) the store at `path`. Collective. With
