@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -52,6 +53,8 @@ Options StoreOptions() {
   return options;
 }
 
+constexpr char kChildFlag[] = "--save-forever";
+
 // Child: save forever, deleting old checkpoints now and then. Never returns.
 [[noreturn]] void SaveForever(const std::string& path, int64_t first_step) {
   auto db = DB::Open(StoreOptions(), path);
@@ -82,10 +85,19 @@ TEST(CrashTest, KilledSavesNeverLeavePartialCheckpoints) {
   std::mt19937 rng(2024);
   int64_t next_step = 1;
   int killed_with_commits = 0;
+  int64_t max_id = 0;
+  size_t listed = 0;
   for (int round = 0; round < 24; ++round) {
+    // A fresh process (fork + exec of this binary): RocksDB's background
+    // threads of this one would not exist in a forked child.
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) SaveForever(dir.path(), next_step);
+    if (pid == 0) {
+      const std::string step = std::to_string(next_step);
+      execl("/proc/self/exe", "crash_test", kChildFlag, dir.path().c_str(),
+            step.c_str(), static_cast<char*>(nullptr));
+      _exit(5);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 120));
     kill(pid, SIGKILL);
     int status = 0;
@@ -116,6 +128,8 @@ TEST(CrashTest, KilledSavesNeverLeavePartialCheckpoints) {
       committed_bytes += static_cast<uint64_t>(info.nbytes);
     }
     if (!list->empty()) ++killed_with_commits;
+    for (const CheckpointInfo& info : *list) max_id = std::max(max_id, info.id);
+    listed = list->size();
     // Leftovers of the killed save are gone: no staged files, no uncommitted
     // chunk files.
     EXPECT_FALSE(std::filesystem::exists(dir.Sub("staging")));
@@ -125,7 +139,20 @@ TEST(CrashTest, KilledSavesNeverLeavePartialCheckpoints) {
                         // cannot be mistaken
   }
   EXPECT_GT(killed_with_commits, 10);
+  // The children also deleted checkpoints (ids that are no longer listed).
+  EXPECT_GT(max_id, static_cast<int64_t>(listed));
+  std::printf(
+      "%lld checkpoints committed over 24 kills, %zu listed at the end\n",
+      static_cast<long long>(max_id), listed);
 }
 
 }  // namespace
 }  // namespace ckptdb
+
+int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == ckptdb::kChildFlag) {
+    ckptdb::SaveForever(argv[2], std::stoll(argv[3]));
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
