@@ -225,14 +225,19 @@ Status StoreImpl::OpenDb() {
     if (options_.read_only || !options_.create_if_missing) {
       return Status::NotFound("no ckptdb store at '" + path_ + "'");
     }
+    fs::create_directories(path_, ec);
+    if (ec) {
+      return Status::IOError("creating store directory '" + path_ +
+                             "': " + ec.message());
+    }
   }
 
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = !has_db;
   db_options.create_missing_column_families = !has_db;
   db_options.keep_log_file_num = 3;
-  // Each checkpoint adds a few files per writer rank; keep descriptors bounded (the table cache
-  // reopens evicted files on demand).
+  // Each checkpoint adds a few files per writer rank; keep descriptors bounded
+  // (the table cache reopens evicted files on demand).
   db_options.max_open_files = 256;
   db_options.max_manifest_file_size = 64 << 20;
   if (options_.read_only) db_options.info_log = std::make_shared<NullLogger>();
@@ -278,17 +283,32 @@ Status StoreImpl::OpenDb() {
   chunks_ = handles_[1];
   meta_ = handles_[2];
 
+  // The marker is written right after creation. A store without it is accepted
+  // only while its metadata is empty: a creation interrupted before the marker.
   std::string marker;
   s = db_->Get(rocksdb::ReadOptions(), meta_, kStoreMarkerKey, &marker);
-  if (s.IsNotFound() && !has_db) {
-    rocksdb::WriteOptions wo;
-    wo.sync = options_.sync;
-    RETURN_IF_ERROR(FromRocks(
-        db_->Put(wo, meta_, kStoreMarkerKey, kStoreMarker), "creating store"));
+  if (s.IsNotFound()) {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions(), meta_));
+    it->SeekToFirst();
+    const bool empty = !it->Valid() && it->status().ok();
+    it.reset();
+    if (!empty) {
+      CloseDb();
+      return Status::InvalidArgument(
+          "'" + path_ + "' is not a ckptdb store (no store marker)");
+    }
+    if (!options_.read_only) {
+      rocksdb::WriteOptions wo;
+      wo.sync = options_.sync;
+      RETURN_IF_ERROR(
+          FromRocks(db_->Put(wo, meta_, kStoreMarkerKey, kStoreMarker),
+                    "creating store"));
+    }
   } else if (!s.ok() || marker != kStoreMarker) {
     CloseDb();
-    return Status::InvalidArgument("'" + path_ +
-                                   "' is not a ckptdb store (no store marker)");
+    return Status::InvalidArgument(
+        "'" + path_ + "' is not a ckptdb store (unknown store marker)");
   }
   if (!options_.read_only) RETURN_IF_ERROR(RemoveLeftovers());
   stamp_ = stamp;

@@ -308,3 +308,33 @@ TEST(StoreTest, IngestedFilesStayInTheBottommostLevelAndAreNeverRewritten) {
 
 }  // namespace
 }  // namespace ckptdb::storage
+
+namespace ckptdb::storage {
+namespace {
+
+TEST(StoreTest, CreatesMissingParentDirectories) {
+  TempDir dir;
+  auto store = Store::Open(dir.Sub("a/b/c"), {});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_TRUE(std::filesystem::exists(dir.Sub("a/b/c/CURRENT")));
+}
+
+TEST(StoreTest, RejectsOtherRocksDBDatabases) {
+  TempDir dir;
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(options, dir.path(), &raw).ok());
+  ASSERT_TRUE(raw->Put(rocksdb::WriteOptions(), "k", "v").ok());
+  delete raw;
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_FALSE(store.ok());
+  EXPECT_TRUE(store.status().IsInvalidArgument());
+  EXPECT_NE(store.status().message().find(
+                "is a RocksDB database but not a ckptdb store"),
+            std::string::npos)
+      << store.status().ToString();
+}
+
+}  // namespace
+}  // namespace ckptdb::storage
