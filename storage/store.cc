@@ -1,5 +1,6 @@
 #include "storage/store.h"
 
+#include <fcntl.h>
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
@@ -7,8 +8,11 @@
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/table.h>
 #include <rocksdb/utilities/options_util.h>
+#include <unistd.h>
 #include <xxhash.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -24,6 +28,33 @@ namespace {
 constexpr char kChunksCf[] = "chunks";
 constexpr char kMetaCf[] = "meta";
 constexpr char kStoreMarker[] = "ckptdb-store 1";
+// Present in a store directory while it is being created.
+constexpr char kCreatingFile[] = "CKPTDB_CREATING";
+
+Status SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0)
+    return Status::IOError("opening directory " + dir + ": " +
+                           std::strerror(errno));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0)
+    return Status::IOError("syncing directory " + dir + ": " +
+                           std::strerror(errno));
+  return Status::OK();
+}
+
+// Creates an empty file and makes it and its directory entry durable.
+Status WriteDurably(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+  if (fd < 0)
+    return Status::IOError("creating " + path + ": " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0)
+    return Status::IOError("syncing " + path + ": " + std::strerror(errno));
+  return SyncDirectory(fs::path(path).parent_path().string());
+}
 
 Status FromRocks(const rocksdb::Status& s, const std::string& context) {
   if (s.ok()) return Status::OK();
@@ -214,9 +245,26 @@ Status StoreImpl::OpenDb() {
     return Status::InvalidArgument(
         "'" + path_ + "' is not a directory, so not a ckptdb store");
   }
-  const bool has_db = exists && fs::exists(fs::path(path_) / "CURRENT", ec);
+  // A creation that did not finish (the CREATING file outlives it) left only
+  // parts of a fresh, empty store: start it again.
+  const fs::path creating = fs::path(path_) / kCreatingFile;
+  if (exists && fs::exists(creating, ec)) {
+    if (options_.read_only) {
+      return Status::NotFound(
+          "the creation of the store at '" + path_ +
+          "' was interrupted; open it read-write to redo it");
+    }
+    for (const auto& entry : fs::directory_iterator(path_, ec)) {
+      if (entry.path() != creating) fs::remove_all(entry.path(), ec);
+    }
+  }
+  const bool has_db = exists && fs::exists(fs::path(path_) / "CURRENT", ec) &&
+                      !fs::exists(creating, ec);
   if (!has_db) {
-    const bool empty = !exists || fs::is_empty(path_, ec);
+    const bool empty = !exists || fs::is_empty(path_, ec) ||
+                       (fs::exists(creating, ec) &&
+                        std::distance(fs::directory_iterator(path_, ec),
+                                      fs::directory_iterator()) == 1);
     if (!empty) {
       return Status::InvalidArgument(
           "'" + path_ +
@@ -230,6 +278,7 @@ Status StoreImpl::OpenDb() {
       return Status::IOError("creating store directory '" + path_ +
                              "': " + ec.message());
     }
+    RETURN_IF_ERROR(WriteDurably(creating.string()));
   }
 
   rocksdb::DBOptions db_options;
@@ -309,6 +358,12 @@ Status StoreImpl::OpenDb() {
     CloseDb();
     return Status::InvalidArgument(
         "'" + path_ + "' is not a ckptdb store (unknown store marker)");
+  }
+  if (!has_db) {
+    // The store is complete: from here on, a crash leaves a valid empty store.
+    fs::remove(creating, ec);
+    if (ec) return Status::IOError("finishing store creation: " + ec.message());
+    RETURN_IF_ERROR(SyncDirectory(path_));
   }
   if (!options_.read_only) RETURN_IF_ERROR(RemoveLeftovers());
   stamp_ = stamp;

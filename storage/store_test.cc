@@ -338,3 +338,32 @@ TEST(StoreTest, RejectsOtherRocksDBDatabases) {
 
 }  // namespace
 }  // namespace ckptdb::storage
+
+namespace ckptdb::storage {
+namespace {
+
+TEST(StoreTest, AnInterruptedCreationIsRedone) {
+  TempDir dir;
+  // What a crash between RocksDB's creation and ckptdb's column families
+  // leaves.
+  std::ofstream(dir.Sub("CKPTDB_CREATING")).flush();
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(options, dir.path(), &raw).ok());
+  delete raw;
+  StoreOptions ro;
+  ro.read_only = true;
+  auto read_only = Store::Open(dir.path(), ro);
+  EXPECT_TRUE(read_only.status().IsNotFound());
+  EXPECT_NE(read_only.status().message().find("interrupted"),
+            std::string::npos);
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_TRUE((*store)->List()->empty());
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("CKPTDB_CREATING")));
+  ASSERT_TRUE(SaveBytes(**store, "after", 1).ok());
+}
+
+}  // namespace
+}  // namespace ckptdb::storage

@@ -3,6 +3,7 @@
 // bit-exactly, that no partial one is listed and that the leftovers of the
 // interrupted save are gone.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -55,14 +56,17 @@ Options StoreOptions() {
 
 constexpr char kChildFlag[] = "--save-forever";
 
-// Child: save forever, deleting old checkpoints now and then. Never returns.
-[[noreturn]] void SaveForever(const std::string& path, int64_t first_step) {
+// Child: save forever, deleting old checkpoints now and then, writing one byte
+// to `progress_fd` after each commit. Never returns.
+[[noreturn]] void SaveForever(const std::string& path, int64_t first_step,
+                              int progress_fd) {
   auto db = DB::Open(StoreOptions(), path);
   if (!db.ok()) _exit(2);
   for (int64_t step = first_step;; ++step) {
     StepState state(step);
     if (!(*db)->Save(state.Dict(), {.step = step}).ok()) _exit(3);
-    if (step % 4 == 0) {
+    if (write(progress_fd, "s", 1) != 1) _exit(6);
+    if (step % 3 == 0) {
       auto list = (*db)->ListCheckpoints();
       if (list.ok() && list->size() > 3) {
         if (!(*db)->Delete(CheckpointSelector::Id(list->front().id)).ok())
@@ -70,6 +74,16 @@ constexpr char kChildFlag[] = "--save-forever";
       }
     }
   }
+}
+
+// Waits up to 30 s for `n` progress bytes; false on timeout or end of file.
+bool AwaitCommits(int fd, int n) {
+  for (int i = 0; i < n; ++i) {
+    pollfd p{fd, POLLIN, 0};
+    char byte;
+    if (poll(&p, 1, 30000) != 1 || read(fd, &byte, 1) != 1) return false;
+  }
+  return true;
 }
 
 uint64_t SstBytes(const std::string& dir) {
@@ -90,16 +104,27 @@ TEST(CrashTest, KilledSavesNeverLeavePartialCheckpoints) {
   for (int round = 0; round < 24; ++round) {
     // A fresh process (fork + exec of this binary): RocksDB's background
     // threads of this one would not exist in a forked child.
+    // It reports each commit; the kill comes after 0 to 3 of them plus a random
+    // delay, so it lands anywhere in a save (or a delete), never only in Open.
+    int progress[2];
+    ASSERT_EQ(pipe(progress), 0);
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
+      close(progress[0]);
       const std::string step = std::to_string(next_step);
+      const std::string fd = std::to_string(progress[1]);
       execl("/proc/self/exe", "crash_test", kChildFlag, dir.path().c_str(),
-            step.c_str(), static_cast<char*>(nullptr));
+            step.c_str(), fd.c_str(), static_cast<char*>(nullptr));
       _exit(5);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 120));
+    close(progress[1]);
+    const bool progressed =
+        AwaitCommits(progress[0], static_cast<int>(rng() % 4));
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
     kill(pid, SIGKILL);
+    close(progress[0]);
+    ASSERT_TRUE(progressed) << "the child made no progress";
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     ASSERT_TRUE(WIFSIGNALED(status))
@@ -150,8 +175,8 @@ TEST(CrashTest, KilledSavesNeverLeavePartialCheckpoints) {
 }  // namespace ckptdb
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == ckptdb::kChildFlag) {
-    ckptdb::SaveForever(argv[2], std::stoll(argv[3]));
+  if (argc == 5 && std::string(argv[1]) == ckptdb::kChildFlag) {
+    ckptdb::SaveForever(argv[2], std::stoll(argv[3]), std::stoi(argv[4]));
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
