@@ -12,8 +12,11 @@ Result<std::unique_ptr<DB>> DB::Open(const Options& options,
                                      const std::string& path,
                                      std::shared_ptr<Communicator> comm) {
   if (!comm) comm = SingleProcessCommunicator();
-  if (options.max_chunk_bytes == 0) {
-    return Status::InvalidArgument("Options::max_chunk_bytes must be > 0");
+  if (options.max_chunk_bytes == 0 ||
+      options.max_chunk_bytes > kMaxChunkBytes) {
+    return Status::InvalidArgument("Options::max_chunk_bytes must be in [1, " +
+                                   std::to_string(kMaxChunkBytes) + "], got " +
+                                   std::to_string(options.max_chunk_bytes));
   }
   if (options.io_threads < 0) {
     return Status::InvalidArgument("Options::io_threads must be >= 0, got " +

@@ -323,6 +323,18 @@ TEST(DBTest, OpenRejectsNonStoreAndBadOptions) {
   Options bad;
   bad.max_chunk_bytes = 0;
   EXPECT_TRUE(DB::Open(bad, dir.Sub("new")).status().IsInvalidArgument());
+  bad.max_chunk_bytes = kMaxChunkBytes + 1;
+  EXPECT_TRUE(DB::Open(bad, dir.Sub("new")).status().IsInvalidArgument());
+  // One writer at a time: a second read-write handle is refused, a read-only
+  // one is fine.
+  auto first = DB::Open(Options(), dir.Sub("store"));
+  ASSERT_TRUE(first.ok());
+  auto second = DB::Open(Options(), dir.Sub("store"));
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition)
+      << second.status().ToString();
+  Options ro;
+  ro.read_only = true;
+  EXPECT_TRUE(DB::Open(ro, dir.Sub("store")).ok());
   Options no_create;
   no_create.create_if_missing = false;
   EXPECT_TRUE(DB::Open(no_create, dir.Sub("absent")).status().IsNotFound());

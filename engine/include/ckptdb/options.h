@@ -8,6 +8,9 @@
 
 namespace ckptdb {
 
+// Largest chunk a store holds: one RocksDB value.
+inline constexpr size_t kMaxChunkBytes = size_t{1} << 30;
+
 // How a store is opened. Every field has a default that suits a training job.
 struct Options {
   // Create the store directory and database when absent.
@@ -17,7 +20,7 @@ struct Options {
   bool read_only = false;
   // Shards larger than this are split into chunks along their outer dimensions,
   // so that a load needing part of a shard reads only the chunks it needs.
-  // REQUIRES: > 0.
+  // REQUIRES: 0 < max_chunk_bytes <= kMaxChunkBytes.
   size_t max_chunk_bytes = size_t{64} << 20;
   // Threads each rank uses to read or write chunks. 0 picks min(4, hardware
   // threads).
