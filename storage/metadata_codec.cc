@@ -33,6 +33,19 @@ capnp::Text::Reader TextOf(const std::string& s) {
   return capnp::Text::Reader(s.data(), s.size());
 }
 
+// Sets a tensor's or value's flat key and its path from the flat mapping.
+template <typename Builder>
+void SetKeyAndPath(
+    Builder builder, const std::string& key,
+    const std::map<std::string, std::vector<std::string>>& mapping) {
+  builder.setKey(TextOf(key));
+  auto path = mapping.find(key);
+  if (path != mapping.end()) {
+    SetPath(builder.initPath(static_cast<unsigned>(path->second.size())),
+            path->second);
+  }
+}
+
 Status Bad(const std::string& what) {
   return Status::Corruption("checkpoint metadata: " + what);
 }
@@ -251,12 +264,7 @@ std::string EncodeCheckpoint(const CheckpointMetadata& meta) {
   unsigned i = 0;
   for (const auto& [key, tensor] : meta.tensors) {
     auto t = tensors[i++];
-    t.setKey(TextOf(key));
-    auto path = meta.flat_mapping.find(key);
-    if (path != meta.flat_mapping.end()) {
-      SetPath(t.initPath(static_cast<unsigned>(path->second.size())),
-              path->second);
-    }
+    SetKeyAndPath(t, key, meta.flat_mapping);
     t.setDtype(static_cast<uint8_t>(tensor.dtype));
     SetShape(
         t.initGlobalShape(static_cast<unsigned>(tensor.global_shape.size())),
@@ -280,12 +288,7 @@ std::string EncodeCheckpoint(const CheckpointMetadata& meta) {
   i = 0;
   for (const auto& [key, value] : meta.values) {
     auto v = values[i++];
-    v.setKey(TextOf(key));
-    auto path = meta.flat_mapping.find(key);
-    if (path != meta.flat_mapping.end()) {
-      SetPath(v.initPath(static_cast<unsigned>(path->second.size())),
-              path->second);
-    }
+    SetKeyAndPath(v, key, meta.flat_mapping);
     std::visit(
         [&](const auto& x) {
           using T = std::decay_t<decltype(x)>;
