@@ -104,8 +104,9 @@ class Store {
   // their files.
   virtual Status Delete(int64_t checkpoint_id) = 0;
 
-  // Read-only handles see the store as of their open; Refresh re-opens to see
-  // later commits.
+  // Read-only handles see the store as of their open; Refresh re-opens one to
+  // see later commits. A no-op for a read-write handle, or when the writer has
+  // changed nothing since.
   virtual Status Refresh() = 0;
 };
 

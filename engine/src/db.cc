@@ -29,24 +29,18 @@ Result<std::unique_ptr<DB>> DB::Open(const Options& options,
   // read-only handles.
   Result<std::unique_ptr<storage::Store>> store =
       Status::Internal("not opened");
-  std::string opened;
-  if (comm->rank() == 0) {
+  RETURN_IF_ERROR(engine::StatusFromRoot(*comm, [&] {
     store_options.read_only = options.read_only;
     store = storage::Store::Open(path, store_options);
-    opened = engine::EncodeStatus(store.status());
-  }
-  RETURN_IF_ERROR(comm->Broadcast(&opened, 0));
-  RETURN_IF_ERROR(engine::DecodeStatus(opened));
+    return store.status();
+  }));
   Status local;
   if (comm->rank() != 0) {
     store_options.read_only = true;
     store = storage::Store::Open(path, store_options);
     local = store.status();
   }
-  ASSIGN_OR_RETURN(auto all, comm->AllGather(engine::EncodeStatus(local)));
-  std::vector<Status> statuses;
-  for (const auto& bytes : all) statuses.push_back(engine::DecodeStatus(bytes));
-  RETURN_IF_ERROR(engine::FirstError(statuses));
+  RETURN_IF_ERROR(engine::AgreeOnStatus(*comm, local));
   return std::unique_ptr<DB>(new engine::DBImpl(options, path, std::move(comm),
                                                 std::move(store).value()));
 }
@@ -79,44 +73,29 @@ Result<CheckpointMetadata> DBImpl::ResolveLocal(
     const CheckpointSelector& which) {
   RETURN_IF_ERROR(CheckOpen());
   // A read-only handle sees the store as of its open: look again for later
-  // commits.
-  if (store_->read_only()) RETURN_IF_ERROR(store_->Refresh());
+  // commits (a no-op when nothing changed, or for the read-write handle).
+  RETURN_IF_ERROR(store_->Refresh());
   ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
   return store_->GetMetadata(id);
 }
 
 Result<CheckpointMetadata> DBImpl::ResolveCollective(
     const CheckpointSelector& which) {
-  std::string resolved;
-  if (comm_->rank() == 0) {
-    Status refreshed = store_->read_only() ? store_->Refresh() : Status::OK();
-    Result<int64_t> id =
-        refreshed.ok() ? store_->Resolve(which) : Result<int64_t>(refreshed);
-    WireWriter w;
-    w.Status(id.status());
-    w.I64(id.ok() ? *id : 0);
-    resolved = w.Take();
-  }
-  RETURN_IF_ERROR(comm_->Broadcast(&resolved, 0));
-  WireReader r(resolved);
-  Status status;
-  int64_t id = 0;
-  if (!r.Status(&status) || !r.I64(&id))
-    return Status::Internal("malformed checkpoint id");
-  RETURN_IF_ERROR(status);
-  Result<CheckpointMetadata> meta = store_->GetMetadata(id);
-  if (!meta.ok() && meta.status().IsNotFound() && store_->read_only()) {
-    Status refreshed = store_->Refresh();
-    meta = refreshed.ok() ? store_->GetMetadata(id)
-                          : Result<CheckpointMetadata>(refreshed);
-  }
+  ASSIGN_OR_RETURN(int64_t id, IdFromRoot(*comm_, [&]() -> Result<int64_t> {
+                     RETURN_IF_ERROR(store_->Refresh());
+                     return store_->Resolve(which);
+                   }));
+  Status refreshed = store_->Refresh();
+  Result<CheckpointMetadata> meta = refreshed.ok()
+                                        ? store_->GetMetadata(id)
+                                        : Result<CheckpointMetadata>(refreshed);
   RETURN_IF_ERROR(AgreeOnStatus(*comm_, meta.status()));
   return meta;
 }
 
 Result<std::vector<CheckpointInfo>> DBImpl::ListCheckpoints() {
   RETURN_IF_ERROR(CheckOpen());
-  if (store_->read_only()) RETURN_IF_ERROR(store_->Refresh());
+  RETURN_IF_ERROR(store_->Refresh());
   return store_->List();
 }
 
@@ -166,16 +145,10 @@ Result<Tensor> DBImpl::Read(const std::string& flat_key,
 
 Status DBImpl::Delete(const CheckpointSelector& which) {
   RETURN_IF_ERROR(CheckOpen());
-  std::string outcome;
-  if (comm_->rank() == 0) {
-    Status s = [&]() -> Status {
-      ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
-      return store_->Delete(id);
-    }();
-    outcome = EncodeStatus(s);
-  }
-  RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
-  return DecodeStatus(outcome);
+  return StatusFromRoot(*comm_, [&]() -> Status {
+    ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
+    return store_->Delete(id);
+  });
 }
 
 Status DBImpl::Verify(const CheckpointSelector& which) {

@@ -113,29 +113,13 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
 
   // Rank 0 checks that it may commit and picks the id, before any byte is
   // written.
-  std::string prepared;
-  if (rank == 0) {
-    Status s;
-    int64_t id = 0;
-    if (options.tag) s = store_->CheckTagFree(*options.tag);
-    if (s.ok()) {
-      auto next = store_->NextCheckpointId();
-      s = next.status();
-      if (next.ok()) id = *next;
-    }
-    WireWriter w;
-    w.Status(s);
-    w.I64(id);
-    prepared = w.Take();
-  }
-  RETURN_IF_ERROR(comm_->Broadcast(&prepared, 0));
-  Status prepare_status;
-  int64_t id = 0;
-  WireReader prepared_reader(prepared);
-  if (!prepared_reader.Status(&prepare_status) || !prepared_reader.I64(&id)) {
-    return Status::Internal("malformed save preparation");
-  }
-  RETURN_IF_ERROR(prepare_status);
+  ASSIGN_OR_RETURN(const int64_t id,
+                   IdFromRoot(*comm_, [&]() -> Result<int64_t> {
+                     if (options.tag) {
+                       RETURN_IF_ERROR(store_->CheckTagFree(*options.tag));
+                     }
+                     return store_->NextCheckpointId();
+                   }));
 
   // 4. Stream this rank's chunks into staged files, in key order, split into
   // parts of contiguous key ranges written in parallel.

@@ -26,11 +26,9 @@ void WireWriter::Value(const ckptdb::Value& value) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, int64_t>)
           I64(x);
-        else if constexpr (std::is_same_v<T, double>) {
-          uint64_t bits;
-          std::memcpy(&bits, &x, sizeof(bits));
-          U64(bits);
-        } else if constexpr (std::is_same_v<T, bool>)
+        else if constexpr (std::is_same_v<T, double>)
+          F64(x);
+        else if constexpr (std::is_same_v<T, bool>)
           U64(x ? 1 : 0);
         else if constexpr (std::is_same_v<T, std::string>)
           Str(x);
@@ -40,12 +38,15 @@ void WireWriter::Value(const ckptdb::Value& value) {
       value);
 }
 
-bool WireReader::U64(uint64_t* v) {
-  if (in_.size() < sizeof(*v)) return false;
-  std::memcpy(v, in_.data(), sizeof(*v));
-  in_.remove_prefix(sizeof(*v));
+template <typename T>
+bool WireReader::Fixed(T* v) {
+  if (in_.size() < sizeof(T)) return false;
+  std::memcpy(v, in_.data(), sizeof(T));
+  in_.remove_prefix(sizeof(T));
   return true;
 }
+
+bool WireReader::U64(uint64_t* v) { return Fixed(v); }
 
 bool WireReader::I64(int64_t* v) {
   uint64_t u;
@@ -54,12 +55,7 @@ bool WireReader::I64(int64_t* v) {
   return true;
 }
 
-bool WireReader::F64(double* v) {
-  if (in_.size() < sizeof(*v)) return false;
-  std::memcpy(v, in_.data(), sizeof(*v));
-  in_.remove_prefix(sizeof(*v));
-  return true;
-}
+bool WireReader::F64(double* v) { return Fixed(v); }
 
 bool WireReader::Str(std::string* s) {
   uint64_t n;
@@ -110,9 +106,8 @@ bool WireReader::Value(ckptdb::Value* value) {
       *value = static_cast<int64_t>(u);
       return true;
     case 1: {
-      if (!U64(&u)) return false;
       double d;
-      std::memcpy(&d, &u, sizeof(d));
+      if (!F64(&d)) return false;
       *value = d;
       return true;
     }
@@ -282,6 +277,33 @@ ckptdb::Status AgreeOnStatus(Communicator& comm, const ckptdb::Status& local) {
   std::vector<ckptdb::Status> statuses;
   for (const auto& bytes : all) statuses.push_back(DecodeStatus(bytes));
   return FirstError(statuses);
+}
+
+ckptdb::Status StatusFromRoot(Communicator& comm,
+                              const std::function<ckptdb::Status()>& at_root) {
+  std::string bytes;
+  if (comm.rank() == 0) bytes = EncodeStatus(at_root());
+  RETURN_IF_ERROR(comm.Broadcast(&bytes, 0));
+  return DecodeStatus(bytes);
+}
+
+Result<int64_t> IdFromRoot(Communicator& comm,
+                           const std::function<Result<int64_t>()>& at_root) {
+  std::string bytes;
+  if (comm.rank() == 0) {
+    Result<int64_t> id = at_root();
+    WireWriter w;
+    w.Status(id.status());
+    w.I64(id.ok() ? *id : 0);
+    bytes = w.Take();
+  }
+  RETURN_IF_ERROR(comm.Broadcast(&bytes, 0));
+  WireReader r(bytes);
+  ckptdb::Status status;
+  int64_t id = 0;
+  if (!r.Status(&status) || !r.I64(&id)) return Malformed("checkpoint id");
+  RETURN_IF_ERROR(status);
+  return id;
 }
 
 }  // namespace ckptdb::engine

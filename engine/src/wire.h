@@ -5,6 +5,7 @@
 // length.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,10 @@ class WireReader {
   bool done() const { return in_.empty(); }
 
  private:
+  // Reads sizeof(T) raw bytes.
+  template <typename T>
+  bool Fixed(T* v);
+
   std::string_view in_;
 };
 
@@ -74,6 +79,12 @@ Status DecodeInfo(std::string_view bytes, Status* status, CheckpointInfo* info);
 
 std::string EncodeStatus(const Status& status);
 Status DecodeStatus(std::string_view bytes);
+
+// Runs `at_root` on rank 0 and gives its outcome to every rank. Collective.
+Status StatusFromRoot(Communicator& comm,
+                      const std::function<Status()>& at_root);
+Result<int64_t> IdFromRoot(Communicator& comm,
+                           const std::function<Result<int64_t>()>& at_root);
 
 // Every rank contributes `local`; all get FirstError of them. Collective.
 Status AgreeOnStatus(Communicator& comm, const Status& local);
