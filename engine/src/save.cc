@@ -86,6 +86,43 @@ Status DecodeWritten(std::string_view bytes, Status* status,
   return Status::OK();
 }
 
+// The metadata record rank 0 commits: the plan's tensors with the checksums
+// each writer reported (in plan order of its chunks).
+Result<CheckpointMetadata> CommitRecord(
+    const planner::SavePlan& plan, int64_t id, const SaveOptions& options,
+    int world, const std::vector<std::vector<uint64_t>>& sums_by_rank) {
+  CheckpointMetadata meta;
+  meta.info.id = id;
+  meta.info.step = options.step;
+  meta.info.tag = options.tag;
+  meta.info.created = std::chrono::duration<double>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  meta.info.world_size = world;
+  meta.info.num_tensors = static_cast<int64_t>(plan.tensors.size());
+  meta.info.nbytes = static_cast<int64_t>(plan.total_bytes);
+  meta.flat_mapping = plan.flat_mapping;
+  meta.values = plan.values;
+  meta.user_metadata = options.user_metadata;
+  std::vector<size_t> cursor(world, 0);
+  for (const auto& tensor : plan.tensors) {
+    TensorMetadata& t = meta.tensors[tensor.flat_key];
+    t.dtype = tensor.dtype;
+    t.global_shape = tensor.global_shape;
+    for (const auto& chunk : tensor.chunks) {
+      const auto& sums = sums_by_rank[chunk.writer_rank];
+      size_t& at = cursor[chunk.writer_rank];
+      if (at >= sums.size()) {
+        return Status::Internal("rank " + std::to_string(chunk.writer_rank) +
+                                " reported too few chunk checksums");
+      }
+      t.chunks.push_back({chunk.box.offset, chunk.box.shape, chunk.writer_rank,
+                          chunk.nbytes, sums[at++]});
+    }
+  }
+  return meta;
+}
+
 }  // namespace
 
 Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
@@ -201,36 +238,9 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
     if (s.ok()) s = FirstError(write_statuses);
     CheckpointMetadata meta;
     if (s.ok()) {
-      meta.info.id = id;
-      meta.info.step = options.step;
-      meta.info.tag = options.tag;
-      meta.info.created =
-          std::chrono::duration<double>(
-              std::chrono::system_clock::now().time_since_epoch())
-              .count();
-      meta.info.world_size = world;
-      meta.info.num_tensors = static_cast<int64_t>(plan.tensors.size());
-      meta.info.nbytes = static_cast<int64_t>(plan.total_bytes);
-      meta.flat_mapping = plan.flat_mapping;
-      meta.values = plan.values;
-      meta.user_metadata = options.user_metadata;
-      std::vector<size_t> cursor(world, 0);
-      for (const auto& tensor : plan.tensors) {
-        TensorMetadata& t = meta.tensors[tensor.flat_key];
-        t.dtype = tensor.dtype;
-        t.global_shape = tensor.global_shape;
-        for (const auto& chunk : tensor.chunks) {
-          auto& sums = all_sums[chunk.writer_rank];
-          size_t& at = cursor[chunk.writer_rank];
-          if (at >= sums.size()) {
-            s = Status::Internal("rank " + std::to_string(chunk.writer_rank) +
-                                 " reported too few chunk checksums");
-            break;
-          }
-          t.chunks.push_back({chunk.box.offset, chunk.box.shape,
-                              chunk.writer_rank, chunk.nbytes, sums[at++]});
-        }
-      }
+      auto built = CommitRecord(plan, id, options, world, all_sums);
+      s = built.status();
+      if (built.ok()) meta = std::move(built).value();
     }
     std::vector<std::string> staged;
     for (auto& f : all_files) staged.insert(staged.end(), f.begin(), f.end());
