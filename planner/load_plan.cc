@@ -105,10 +105,13 @@ Result<LoadPlan> BuildLoadPlan(
     int dest_rank;
     size_t target;
     Box common;
-    Shape target_offset;
   };
-  // (flat key, chunk) -> the boxes of it that targets need.
-  std::map<std::pair<std::string, size_t>, std::vector<Need>> needs;
+  struct ChunkNeeds {
+    std::vector<Need> needs;
+    int reader = -1;
+  };
+  // (flat key, chunk) -> the boxes of it that targets need, and its reader.
+  std::map<std::pair<std::string, size_t>, ChunkNeeds> by_chunk;
   std::map<std::string, ChunkIndex> indexes;
   for (int r = 0; r < num_ranks; ++r) {
     for (size_t t = 0; t < targets[r].size(); ++t) {
@@ -135,54 +138,50 @@ Result<LoadPlan> BuildLoadPlan(
       }
       if (target.box.volume() == 0) continue;
       auto [index, _] = indexes.try_emplace(target.flat_key, tensor);
-      index->second.ForEachOverlap(target.box,
-                                   [&](size_t chunk, const Box& common) {
-                                     needs[{target.flat_key, chunk}].push_back(
-                                         {r, t, common, target.box.offset});
-                                   });
+      index->second.ForEachOverlap(
+          target.box, [&](size_t chunk, const Box& common) {
+            by_chunk[{target.flat_key, chunk}].needs.push_back({r, t, common});
+          });
     }
   }
 
   // Readers: largest chunks first, each to the needing rank with the fewest
   // bytes so far.
   struct Order {
-    const std::pair<std::string, size_t>* key;
+    ChunkNeeds* chunk;
     uint64_t nbytes;
   };
   std::vector<Order> order;
-  order.reserve(needs.size());
-  for (const auto& [key, list] : needs) {
-    const auto& tensor = tensors.at(key.first);
-    order.push_back({&key, static_cast<uint64_t>(NumElements(
-                               tensor.chunks[key.second].local_shape)) *
-                               DTypeSize(tensor.dtype)});
+  order.reserve(by_chunk.size());
+  for (auto& [key, chunk] : by_chunk) {
+    order.push_back({&chunk, tensors.at(key.first).chunks[key.second].nbytes});
   }
   std::stable_sort(
       order.begin(), order.end(),
       [](const Order& a, const Order& b) { return a.nbytes > b.nbytes; });
-  std::map<std::pair<std::string, size_t>, int> reader;
   for (const Order& o : order) {
-    const auto& list = needs.at(*o.key);
-    int best = list.front().dest_rank;
-    for (const Need& n : list) {
+    int best = o.chunk->needs.front().dest_rank;
+    for (const Need& n : o.chunk->needs) {
       if (plan.read_bytes_per_rank[n.dest_rank] <
-          plan.read_bytes_per_rank[best])
+          plan.read_bytes_per_rank[best]) {
         best = n.dest_rank;
+      }
     }
     plan.read_bytes_per_rank[best] += o.nbytes;
-    reader[*o.key] = best;
+    o.chunk->reader = best;
   }
 
   // Emit reads in (key, chunk) order and their items.
-  for (const auto& [key, list] : needs) {
+  for (const auto& [key, chunk_needs] : by_chunk) {
     const auto& chunk = tensors.at(key.first).chunks[key.second];
     const size_t read_index = plan.reads.size();
-    plan.reads.push_back({key.first, key.second, reader.at(key), 0});
-    plan.reads.back().nbytes = chunk.nbytes;
-    for (const Need& n : list) {
+    plan.reads.push_back(
+        {key.first, key.second, chunk_needs.reader, chunk.nbytes});
+    for (const Need& n : chunk_needs.needs) {
+      const Shape& target_offset = targets[n.dest_rank][n.target].box.offset;
       plan.items.push_back({read_index, n.dest_rank, n.target,
                             Sub(n.common.offset, chunk.global_offset),
-                            Sub(n.common.offset, n.target_offset),
+                            Sub(n.common.offset, target_offset),
                             n.common.shape});
     }
   }
