@@ -16,6 +16,7 @@ class TempDir {
  public:
   TempDir() {
     std::string base = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
+    // mkdtemp replaces the trailing six X's of the template.
     std::string pattern = base + "/ckptdb-test-XXXXXX";
     path_ = mkdtemp(pattern.data());
   }
