@@ -63,6 +63,11 @@ int DBImpl::io_threads() const {
       std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
 }
 
+uint64_t DBImpl::load_buffer_bytes() const {
+  if (options_.load_buffer_bytes > 0) return options_.load_buffer_bytes;
+  return static_cast<uint64_t>(io_threads()) * options_.max_chunk_bytes;
+}
+
 Status DBImpl::CheckOpen() const {
   if (!store_)
     return Status::FailedPrecondition("store '" + path_ + "' is closed");

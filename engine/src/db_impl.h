@@ -32,6 +32,7 @@ class DBImpl : public DB {
   const Communicator& communicator() const override { return *comm_; }
 
   int io_threads() const;
+  uint64_t load_buffer_bytes() const;
 
  private:
   Status CheckOpen() const;

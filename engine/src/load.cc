@@ -104,18 +104,23 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
   LocalTargets local;
   Status matched = MatchLeaves(state, meta, options, &local, &result);
   ASSIGN_OR_RETURN(auto gathered,
-                   comm_->AllGather(EncodeTargets(matched, local.targets)));
+                   comm_->AllGather(EncodeTargets(matched, local.targets,
+                                                  load_buffer_bytes())));
   std::vector<std::vector<planner::LoadTarget>> targets(world);
   std::vector<Status> statuses(world);
+  uint64_t round_bytes = UINT64_MAX;
   for (int r = 0; r < world; ++r) {
-    RETURN_IF_ERROR(DecodeTargets(gathered[r], &statuses[r], &targets[r]));
+    uint64_t buffer_bytes = 0;
+    RETURN_IF_ERROR(
+        DecodeTargets(gathered[r], &statuses[r], &targets[r], &buffer_bytes));
+    round_bytes = std::min(round_bytes, buffer_bytes);
   }
   RETURN_IF_ERROR(FirstError(statuses));
   ASSIGN_OR_RETURN(planner::LoadPlan plan,
                    planner::BuildLoadPlan(meta.tensors, targets));
 
   RETURN_IF_ERROR(ExecuteLoad(
-      {meta, plan, local.views, *store_, *comm_, io_threads()}, &result.stats));
+      {meta, plan, local.views, *store_, *comm_, io_threads(), round_bytes}, &result.stats));
   for (auto& [leaf, stored] : local.values) *leaf = *stored;
   return result;
 }

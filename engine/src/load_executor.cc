@@ -1,96 +1,298 @@
 #include "engine/src/load_executor.h"
 
 #include <map>
+#include <optional>
+#include <unordered_map>
 
 #include "engine/src/box_copy.h"
 #include "engine/src/parallel.h"
 #include "engine/src/wire.h"
 
 namespace ckptdb::engine {
+namespace {
+
+// Slices of at least this many bytes travel as messages of their own (and may
+// land in place); smaller slices for one peer are packed into one message.
+constexpr uint64_t kOwnMessageBytes = uint64_t{256} << 10;
+
+// The items of each read: plan.items[begin(r), end(r)).
+class ItemRanges {
+ public:
+  explicit ItemRanges(const planner::LoadPlan& plan)
+      : first_(plan.reads.size() + 1, plan.items.size()) {
+    for (size_t i = plan.items.size(); i-- > 0;) first_[plan.items[i].read] = i;
+    for (size_t r = plan.reads.size(); r-- > 0;)
+      first_[r] = std::min(first_[r], first_[r + 1]);
+  }
+  size_t begin(size_t read) const { return first_[read]; }
+  size_t end(size_t read) const { return first_[read + 1]; }
+
+ private:
+  std::vector<size_t> first_;
+};
+
+uint64_t ItemBytes(const CheckpointMetadata& meta,
+                   const planner::LoadPlan& plan, const planner::ReadItem& item) {
+  return item.num_elements() *
+         DTypeSize(meta.tensors.at(plan.reads[item.read].flat_key).dtype);
+}
+
+// One message of a round between this rank and a peer: a packed batch of small
+// slices, or one large slice.
+struct Message {
+  std::vector<char> staged;      // packed bytes (unless sent/received in place)
+  char* in_place = nullptr;      // received straight into a target
+  const char* from = nullptr;    // sent straight from a read chunk
+  uint64_t nbytes = 0;
+};
+
+// Where a slice sits in the messages of a round.
+struct SliceSlot {
+  Message* message;
+  uint64_t offset;  // within the message
+};
+
+// The messages of one round with each peer, in the order both ends post them:
+// the batch first, then the large slices in item order.
+struct PeerMessages {
+  Message batch;
+  std::vector<Message> own;
+};
+
+class Round {
+ public:
+  Round(const LoadExecution& x, const ItemRanges& ranges, LoadStats* stats)
+      : x_(x), ranges_(ranges), stats_(stats), rank_(x.comm.rank()) {}
+
+  Status Run(const std::vector<size_t>& reads) {
+    Layout(reads);
+    Status executed = ParallelFor(mine_.size(), x_.io_threads,
+                                  [&](size_t k) { return ReadOne(k); });
+    if (x_.comm.size() == 1) return executed;
+    // Agree before exchanging, so that no rank waits for slices a failed
+    // reader never sends.
+    RETURN_IF_ERROR(AgreeOnStatus(x_.comm, executed));
+    std::vector<SendBuffer> sends;
+    std::vector<RecvBuffer> recvs;
+    for (auto& [peer, m] : out_) {
+      if (m.batch.nbytes > 0)
+        sends.push_back({peer, m.batch.staged.data(), m.batch.nbytes});
+      for (Message& own : m.own) {
+        sends.push_back({peer, own.from ? own.from : own.staged.data(), own.nbytes});
+      }
+    }
+    for (auto& [peer, m] : in_) {
+      if (m.batch.nbytes > 0)
+        recvs.push_back({peer, m.batch.staged.data(), m.batch.nbytes});
+      for (Message& own : m.own) {
+        recvs.push_back({peer, own.in_place ? own.in_place : own.staged.data(),
+                         own.nbytes});
+      }
+    }
+    RETURN_IF_ERROR(AgreeOnStatus(x_.comm, x_.comm.Exchange(sends, recvs)));
+    for (const auto& [i, slot] : incoming_) {
+      if (slot.message->in_place) continue;
+      const planner::ReadItem& item = x_.plan.items[i];
+      TensorView& view = *x_.targets[item.target];
+      const Shape zero(item.lengths.size(), 0);
+      CopyBox({slot.message->staged.data() + slot.offset, item.lengths, zero},
+              StoredDType(item), {view.data, view.local_shape, item.dest_offset},
+              view.dtype, item.lengths);
+    }
+    return Status::OK();
+  }
+
+ private:
+  DType StoredDType(const planner::ReadItem& item) const {
+    return x_.meta.tensors.at(x_.plan.reads[item.read].flat_key).dtype;
+  }
+
+  // Decides where every slice of this round crossing ranks travels: sizes the
+  // packed batches and large-slice messages of both directions.
+  void Layout(const std::vector<size_t>& reads) {
+    const planner::LoadPlan& plan = x_.plan;
+    // Pointers into PeerMessages::own stay valid only once the vectors stop
+    // growing: slots are resolved after counting.
+    std::vector<std::tuple<size_t, int, bool, uint64_t>> out, in;  // item, peer, own, bytes
+    for (size_t read : reads) {
+      const int reader = plan.reads[read].reader_rank;
+      if (reader == rank_) mine_.push_back(read);
+      for (size_t i = ranges_.begin(read); i < ranges_.end(read); ++i) {
+        const planner::ReadItem& item = plan.items[i];
+        if (item.dest_rank == reader) continue;
+        const uint64_t bytes = ItemBytes(x_.meta, plan, item);
+        const bool own = bytes >= kOwnMessageBytes;
+        if (reader == rank_) {
+          out.emplace_back(i, item.dest_rank, own, bytes);
+          stats_->bytes_sent += bytes;
+        } else if (item.dest_rank == rank_) {
+          in.emplace_back(i, reader, own, bytes);
+        }
+      }
+    }
+    auto place = [](auto& list, std::map<int, PeerMessages>& peers) {
+      for (auto& [i, peer, own, bytes] : list) {
+        PeerMessages& m = peers[peer];
+        if (own) {
+          m.own.emplace_back().nbytes = bytes;
+        } else {
+          m.batch.nbytes += bytes;
+        }
+      }
+      std::vector<SliceSlot> slots;
+      std::map<int, std::pair<uint64_t, size_t>> cursor;  // batch offset, own index
+      for (auto& [i, peer, own, bytes] : list) {
+        PeerMessages& m = peers[peer];
+        auto& [offset, next] = cursor[peer];
+        if (own) {
+          slots.push_back({&m.own[next++], 0});
+        } else {
+          slots.push_back({&m.batch, offset});
+          offset += bytes;
+        }
+      }
+      return slots;
+    };
+    std::vector<SliceSlot> out_slots = place(out, out_);
+    std::vector<SliceSlot> in_slots = place(in, in_);
+    for (size_t k = 0; k < out.size(); ++k) outgoing_.emplace(std::get<0>(out[k]), out_slots[k]);
+    for (size_t k = 0; k < in.size(); ++k) incoming_.emplace_back(std::get<0>(in[k]), in_slots[k]);
+
+    // Large slices land in place when the target holds them as one run of the
+    // stored dtype; everything else is staged.
+    for (auto& [i, slot] : incoming_) {
+      const planner::ReadItem& item = plan.items[i];
+      TensorView& view = *x_.targets[item.target];
+      std::optional<size_t> run;
+      if (slot.message != &in_.at(plan.reads[item.read].reader_rank).batch &&
+          view.dtype == StoredDType(item)) {
+        run = ContiguousRun(view.local_shape, item.dest_offset, item.lengths,
+                            DTypeSize(view.dtype));
+      }
+      if (run) {
+        slot.message->in_place = static_cast<char*>(view.data) + *run;
+      } else {
+        slot.message->staged.resize(slot.message->nbytes);
+      }
+    }
+    for (auto& [peer, m] : out_) m.batch.staged.resize(m.batch.nbytes);
+    held_.resize(mine_.size());
+  }
+
+  // Reads the k-th chunk this rank reads in this round and places its slices.
+  Status ReadOne(size_t k) {
+    const planner::LoadPlan& plan = x_.plan;
+    const size_t read_index = mine_[k];
+    const planner::ChunkRead& read = plan.reads[read_index];
+    const TensorMetadata& tensor = x_.meta.tensors.at(read.flat_key);
+    const ChunkMetadata& chunk = tensor.chunks[read.chunk];
+    ASSIGN_OR_RETURN(storage::ChunkBuffer buffer,
+                     x_.store.ReadChunk(x_.meta.info.id, read.flat_key, chunk));
+    const char* bytes = buffer.bytes().data();
+    bool keep = false;
+    for (size_t i = ranges_.begin(read_index); i < ranges_.end(read_index); ++i) {
+      const planner::ReadItem& item = plan.items[i];
+      const StridedBox src{bytes, chunk.local_shape, item.storage_offset};
+      if (item.dest_rank == rank_) {
+        TensorView& view = *x_.targets[item.target];
+        CopyBox(src, tensor.dtype, {view.data, view.local_shape, item.dest_offset},
+                view.dtype, item.lengths);
+        continue;
+      }
+      const SliceSlot& slot = outgoing_.at(i);
+      if (slot.message != &out_.at(item.dest_rank).batch) {
+        std::optional<size_t> run = ContiguousRun(
+            chunk.local_shape, item.storage_offset, item.lengths, DTypeSize(tensor.dtype));
+        if (run) {  // sent from the chunk buffer, kept until the exchange ends
+          slot.message->from = bytes + *run;
+          keep = true;
+          continue;
+        }
+        slot.message->staged.resize(slot.message->nbytes);
+      }
+      const Shape zero(item.lengths.size(), 0);
+      CopyBox(src, tensor.dtype,
+              {slot.message->staged.data() + slot.offset, item.lengths, zero},
+              tensor.dtype, item.lengths);
+    }
+    if (keep) held_[k] = std::move(buffer);
+    return Status::OK();
+  }
+
+  const LoadExecution& x_;
+  const ItemRanges& ranges_;
+  LoadStats* stats_;
+  const int rank_;
+  std::vector<size_t> mine_;  // reads of this round this rank reads
+  std::map<int, PeerMessages> out_, in_;  // by peer rank
+  std::unordered_map<size_t, SliceSlot> outgoing_;  // by item index
+  std::vector<std::pair<size_t, SliceSlot>> incoming_;  // item index, slot
+  std::vector<storage::ChunkBuffer> held_;  // chunks sent from in place
+};
+
+}  // namespace
+
+std::vector<std::vector<size_t>> AssignRounds(const CheckpointMetadata& meta,
+                                              const planner::LoadPlan& plan,
+                                              int world, uint64_t round_bytes) {
+  const ItemRanges ranges(plan);
+  std::vector<std::vector<size_t>> rounds;
+  std::vector<std::vector<uint64_t>> held(world);  // [rank][round]
+  std::vector<size_t> first_open(world, 0);  // rounds before it are full
+  std::vector<std::pair<int, uint64_t>> costs;
+  for (size_t r = 0; r < plan.reads.size(); ++r) {
+    const int reader = plan.reads[r].reader_rank;
+    costs.clear();
+    for (size_t i = ranges.begin(r); i < ranges.end(r); ++i) {
+      const planner::ReadItem& item = plan.items[i];
+      if (item.dest_rank == reader) continue;
+      const uint64_t bytes = ItemBytes(meta, plan, item);
+      if (!costs.empty() && costs.back().first == item.dest_rank) {
+        costs.back().second += bytes;  // items are sorted by dest rank
+      } else {
+        costs.emplace_back(item.dest_rank, bytes);
+      }
+    }
+    // A chunk read for others is held (or packed) until the exchange.
+    if (!costs.empty()) costs.emplace_back(reader, plan.reads[r].nbytes);
+    size_t round = 0;
+    for (const auto& [rank, _] : costs) round = std::max(round, first_open[rank]);
+    auto fits = [&](size_t round) {
+      for (const auto& [rank, bytes] : costs) {
+        const uint64_t now = round < held[rank].size() ? held[rank][round] : 0;
+        if (now > 0 && now + bytes > round_bytes) return false;
+      }
+      return true;
+    };
+    while (!fits(round)) ++round;
+    if (round >= rounds.size()) rounds.resize(round + 1);
+    rounds[round].push_back(r);
+    for (const auto& [rank, bytes] : costs) {
+      std::vector<uint64_t>& h = held[rank];
+      if (round >= h.size()) h.resize(round + 1, 0);
+      h[round] += bytes;
+      while (first_open[rank] < h.size() && h[first_open[rank]] >= round_bytes)
+        ++first_open[rank];
+    }
+  }
+  return rounds;
+}
 
 Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
   const planner::LoadPlan& plan = x.plan;
   const int rank = x.comm.rank();
-
-  // Items of read i are plan.items[first_item[i], first_item[i + 1]).
-  std::vector<size_t> first_item(plan.reads.size() + 1, plan.items.size());
-  for (size_t i = plan.items.size(); i-- > 0;)
-    first_item[plan.items[i].read] = i;
-  for (size_t r = plan.reads.size(); r-- > 0;) {
-    first_item[r] = std::min(first_item[r], first_item[r + 1]);
+  for (const planner::ReadItem& item : plan.items) {
+    if (item.dest_rank == rank) stats->bytes_needed += ItemBytes(x.meta, plan, item);
   }
-  auto dtype_of = [&](size_t read) {
-    return x.meta.tensors.at(plan.reads[read].flat_key).dtype;
-  };
-
-  // Slices that cross ranks travel packed contiguously, in the stored dtype.
-  std::map<size_t, std::vector<char>> outgoing, incoming;  // by item index
-  std::vector<size_t> my_reads;
-  for (size_t i = 0; i < plan.reads.size(); ++i) {
-    if (plan.reads[i].reader_rank == rank) my_reads.push_back(i);
+  for (const planner::ChunkRead& read : plan.reads) {
+    if (read.reader_rank != rank) continue;
+    stats->bytes_read += read.nbytes;
+    ++stats->chunks_read;
   }
-  for (size_t i = 0; i < plan.items.size(); ++i) {
-    const planner::ReadItem& item = plan.items[i];
-    const int reader = plan.reads[item.read].reader_rank;
-    const size_t bytes = item.num_elements() * DTypeSize(dtype_of(item.read));
-    if (item.dest_rank == rank) stats->bytes_needed += bytes;
-    if (reader == rank && item.dest_rank != rank) {
-      outgoing[i].resize(bytes);
-      stats->bytes_sent += bytes;
-    }
-    if (reader != rank && item.dest_rank == rank) incoming[i].resize(bytes);
-  }
-
-  Status executed =
-      ParallelFor(my_reads.size(), x.io_threads, [&](size_t k) -> Status {
-        const planner::ChunkRead& read = plan.reads[my_reads[k]];
-        const TensorMetadata& tensor = x.meta.tensors.at(read.flat_key);
-        const ChunkMetadata& chunk = tensor.chunks[read.chunk];
-        ASSIGN_OR_RETURN(
-            storage::ChunkBuffer buffer,
-            x.store.ReadChunk(x.meta.info.id, read.flat_key, chunk));
-        for (size_t i = first_item[my_reads[k]];
-             i < first_item[my_reads[k] + 1]; ++i) {
-          const planner::ReadItem& item = plan.items[i];
-          const StridedBox src{buffer.bytes().data(), chunk.local_shape,
-                               item.storage_offset};
-          if (item.dest_rank == rank) {
-            TensorView& view = *x.targets[item.target];
-            CopyBox(src, tensor.dtype,
-                    {view.data, view.local_shape, item.dest_offset}, view.dtype,
-                    item.lengths);
-          } else {
-            const Shape zero(item.lengths.size(), 0);
-            CopyBox(src, tensor.dtype,
-                    {outgoing.at(i).data(), item.lengths, zero}, tensor.dtype,
-                    item.lengths);
-          }
-        }
-        return Status::OK();
-      });
-  for (size_t read : my_reads) stats->bytes_read += plan.reads[read].nbytes;
-  stats->chunks_read = my_reads.size();
-  if (x.comm.size() == 1) return executed;
-
-  // Agree before exchanging, so that no rank waits for slices a failed reader
-  // never sends. The exchange matches slices in item order per pair of ranks.
-  RETURN_IF_ERROR(AgreeOnStatus(x.comm, executed));
-  std::vector<SendBuffer> sends;
-  std::vector<RecvBuffer> recvs;
-  for (auto& [i, buf] : outgoing)
-    sends.push_back({plan.items[i].dest_rank, buf.data(), buf.size()});
-  for (auto& [i, buf] : incoming) {
-    recvs.push_back(
-        {plan.reads[plan.items[i].read].reader_rank, buf.data(), buf.size()});
-  }
-  RETURN_IF_ERROR(AgreeOnStatus(x.comm, x.comm.Exchange(sends, recvs)));
-  for (auto& [i, buf] : incoming) {
-    const planner::ReadItem& item = plan.items[i];
-    TensorView& view = *x.targets[item.target];
-    const Shape zero(item.lengths.size(), 0);
-    CopyBox({buf.data(), item.lengths, zero}, dtype_of(item.read),
-            {view.data, view.local_shape, item.dest_offset}, view.dtype,
-            item.lengths);
+  const ItemRanges ranges(plan);
+  for (const std::vector<size_t>& reads :
+       AssignRounds(x.meta, plan, x.comm.size(), x.round_bytes)) {
+    RETURN_IF_ERROR(Round(x, ranges, stats).Run(reads));
   }
   return Status::OK();
 }

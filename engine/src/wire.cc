@@ -187,9 +187,11 @@ ckptdb::Status DecodeSaveLayout(std::string_view bytes, ckptdb::Status* local,
 }
 
 std::string EncodeTargets(const ckptdb::Status& local,
-                          const std::vector<planner::LoadTarget>& targets) {
+                          const std::vector<planner::LoadTarget>& targets,
+                          uint64_t buffer_bytes) {
   WireWriter w;
   w.Status(local);
+  w.U64(buffer_bytes);
   w.U64(targets.size());
   for (const auto& t : targets) {
     w.Str(t.flat_key);
@@ -200,10 +202,12 @@ std::string EncodeTargets(const ckptdb::Status& local,
 }
 
 ckptdb::Status DecodeTargets(std::string_view bytes, ckptdb::Status* local,
-                             std::vector<planner::LoadTarget>* targets) {
+                             std::vector<planner::LoadTarget>* targets,
+                             uint64_t* buffer_bytes) {
   WireReader r(bytes);
   uint64_t n;
-  if (!r.Status(local) || !r.U64(&n) || n > bytes.size())
+  if (!r.Status(local) || !r.U64(buffer_bytes) || !r.U64(&n) ||
+      n > bytes.size())
     return Malformed("load targets");
   targets->resize(n);
   for (auto& t : *targets) {

@@ -68,10 +68,13 @@ std::string EncodeSaveLayout(const Status& local,
 Status DecodeSaveLayout(std::string_view bytes, Status* local,
                         planner::RankSaveLayout* layout);
 
+// A rank's load targets and its load buffer size (Options::load_buffer_bytes).
 std::string EncodeTargets(const Status& local,
-                          const std::vector<planner::LoadTarget>& targets);
+                          const std::vector<planner::LoadTarget>& targets,
+                          uint64_t buffer_bytes);
 Status DecodeTargets(std::string_view bytes, Status* local,
-                     std::vector<planner::LoadTarget>* targets);
+                     std::vector<planner::LoadTarget>* targets,
+                     uint64_t* buffer_bytes);
 
 // A status followed by a checkpoint summary (the outcome of a commit).
 std::string EncodeInfo(const Status& status, const CheckpointInfo& info);

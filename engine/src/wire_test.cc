@@ -24,13 +24,17 @@ TEST(WireTest, SaveLayoutRoundTrip) {
 }
 
 TEST(WireTest, TruncatedInputIsAnError) {
-  std::string bytes = EncodeTargets(Status::OK(), {{"w", {{0}, {4}}}});
+  std::string bytes = EncodeTargets(Status::OK(), {{"w", {{0}, {4}}}}, 77);
   Status local;
   std::vector<planner::LoadTarget> targets;
+  uint64_t buffer_bytes = 0;
   for (size_t n = 0; n < bytes.size(); ++n) {
-    EXPECT_FALSE(DecodeTargets(bytes.substr(0, n), &local, &targets).ok()) << n;
+    EXPECT_FALSE(
+        DecodeTargets(bytes.substr(0, n), &local, &targets, &buffer_bytes).ok())
+        << n;
   }
-  EXPECT_TRUE(DecodeTargets(bytes, &local, &targets).ok());
+  EXPECT_TRUE(DecodeTargets(bytes, &local, &targets, &buffer_bytes).ok());
+  EXPECT_EQ(buffer_bytes, 77u);
 }
 
 TEST(WireTest, FirstErrorNamesRank) {

@@ -25,6 +25,11 @@ struct Options {
   // Threads each rank uses to read or write chunks. 0 picks min(4, hardware
   // threads).
   int io_threads = 0;
+  // Bytes a rank holds at once during a multi-rank load for slices moving
+  // between ranks (chunks read for others, slices staged before landing in a
+  // target); the load runs in rounds within it. Ranks use the smallest value
+  // any of them passes. 0 picks io_threads x max_chunk_bytes.
+  size_t load_buffer_bytes = 0;
   // fsync staged files and the commit record. Turning it off loses crash
   // safety.
   bool sync = true;
