@@ -3,9 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <functional>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "ckptdb/communicator.h"
@@ -13,19 +11,6 @@
 #include "engine/src/box_copy.h"
 
 namespace ckptdb::testing {
-
-// Runs fn(rank, communicator) on `size` threads, one rank each, over an
-// in-process group. Rank bodies use EXPECT_* (not ASSERT_*), so that every rank
-// reaches every collective call.
-inline void RunRanks(
-    int size,
-    const std::function<void(int, std::shared_ptr<Communicator>)>& fn) {
-  auto comms = InProcessCommunicators(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r)
-    threads.emplace_back([&, r] { fn(r, comms[r]); });
-  for (auto& t : threads) t.join();
-}
 
 // A whole tensor with deterministic contents, from which shards are cut.
 struct GlobalTensor {

@@ -3,6 +3,14 @@
 // The MPI communicator: collective calls of a DB opened with it run over a caller's MPI_Comm.
 // Separate from communicator.h so that code without MPI never includes <mpi.h>.
 
+// The C API is all ckptdb uses; skip the deprecated C++ bindings, which need
+// their own library.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <memory>
