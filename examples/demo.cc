@@ -1,21 +1,21 @@
-// The main job of the quick start: a transformer's training state (bf16
-// weights, fp32 master weights and Adam moments, small values) saved by
-// --save-ranks ranks (tensor-parallel pairs, replicated across data-parallel
-// groups) and loaded back by --load-ranks ranks with another tensor-parallel
-// split. Ranks are threads of this process over InProcessCommunicators. Every
-// loaded byte is verified; a summary is printed.
-#include <atomic>
+// The main job of the quick start, an MPI program run in two mpirun jobs:
+//
+//   mpirun -np 4 ckptdb-demo save --dir D   # tensor-parallel 2 x data-parallel 2
+//   mpirun -np 3 ckptdb-demo load --dir D   # tensor-parallel 3 along the other dim
+//
+// The state is a transformer's training state: bf16 weights, fp32 master
+// weights and Adam moments, small values. Every rank generates only its own
+// shards (each byte a function of its tensor and position), so a load verifies
+// every byte it receives without a copy of the whole state. Rank 0 prints a
+// summary: sizes, the slowest rank's time, GiB/s, bytes read vs needed.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <mutex>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "ckptdb/db.h"
+#include "ckptdb/mpi.h"
 
 namespace {
 
@@ -25,86 +25,83 @@ using ckptdb::StateDict;
 using ckptdb::TensorView;
 
 // One global tensor of the training state.
-struct Tensor {
+struct Param {
   std::string key;
   DType dtype;
-  Shape shape;
-  int split_dim;  // tensor-parallel split dimension (-1: replicated on every
-                  // rank)
-  std::vector<uint8_t> bytes;
+  Shape shape;  // 1-D or 2-D
+  int split_dim;  // tensor-parallel split dimension (-1: replicated)
 };
 
-std::vector<Tensor> TrainingState(int64_t vocab, int64_t hidden, int layers) {
-  struct Param {
-    std::string name;
-    Shape shape;
-    int split_dim;
-  };
-  std::vector<Param> params = {{"embedding.weight", {vocab, hidden}, 0}};
+std::vector<Param> TrainingState(int64_t vocab, int64_t hidden, int layers) {
+  std::vector<Param> params = {{"embedding.weight", {}, {vocab, hidden}, 0}};
   for (int l = 0; l < layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    params.push_back({p + "attn.qkv.weight", {3 * hidden, hidden}, 0});
-    params.push_back({p + "attn.proj.weight", {hidden, hidden}, 1});
-    params.push_back({p + "mlp.fc1.weight", {4 * hidden, hidden}, 0});
-    params.push_back({p + "mlp.fc2.weight", {hidden, 4 * hidden}, 1});
-    params.push_back({p + "norm.weight", {hidden}, -1});
+    params.push_back({p + "attn.qkv.weight", {}, {3 * hidden, hidden}, 0});
+    params.push_back({p + "attn.proj.weight", {}, {hidden, hidden}, 1});
+    params.push_back({p + "mlp.fc1.weight", {}, {4 * hidden, hidden}, 0});
+    params.push_back({p + "mlp.fc2.weight", {}, {hidden, 4 * hidden}, 1});
+    params.push_back({p + "norm.weight", {}, {hidden}, -1});
   }
-  std::vector<Tensor> state;
-  std::mt19937_64 rng(42);
-  auto add = [&](const std::string& key, DType dtype, const Param& p) {
-    Tensor t{key, dtype, p.shape, p.split_dim, {}};
-    t.bytes.resize(static_cast<size_t>(ckptdb::NumElements(p.shape)) *
-                   ckptdb::DTypeSize(dtype));
-    for (size_t i = 0; i + 8 <= t.bytes.size(); i += 8) {
-      const uint64_t r = rng();
-      std::memcpy(&t.bytes[i], &r, 8);
-    }
-    state.push_back(std::move(t));
-  };
+  std::vector<Param> state;
   for (const Param& p : params) {
-    add("model." + p.name, DType::kBFloat16, p);
+    state.push_back({"model." + p.key, DType::kBFloat16, p.shape, p.split_dim});
     for (const char* group : {"master_weights", "exp_avg", "exp_avg_sq"}) {
-      add(std::string("optimizer.") + group + "." + p.name, DType::kFloat32, p);
+      state.push_back({std::string("optimizer.") + group + "." + p.key,
+                       DType::kFloat32, p.shape, p.split_dim});
     }
   }
   return state;
 }
 
-// Rank `part` of `parts`' box of `t` under tensor parallelism along `dim`.
-void BoxOf(const Tensor& t, int dim, int part, int parts, Shape* offset,
-           Shape* local) {
-  *offset = Shape(t.shape.size(), 0);
-  *local = t.shape;
-  if (dim < 0) return;
-  const int64_t n = t.shape[dim];
-  (*offset)[dim] = n * part / parts;
-  (*local)[dim] = n * (part + 1) / parts - (*offset)[dim];
+uint64_t Mix(uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
 }
 
-// Copies the box between a whole tensor and a shard buffer (to_shard: whole ->
-// shard).
-void CopyShard(const Tensor& t, const Shape& offset, const Shape& local,
-               uint8_t* shard, bool to_shard, size_t* mismatches = nullptr) {
-  const size_t elem = ckptdb::DTypeSize(t.dtype);
-  const size_t inner =
-      t.shape.size() == 2
-          ? static_cast<size_t>(local[1]) * elem
-          : static_cast<size_t>(ckptdb::NumElements(local)) * elem;
-  const int64_t rows = t.shape.size() == 2 ? local[0] : 1;
-  for (int64_t r = 0; r < rows; ++r) {
-    const size_t whole_at =
-        t.shape.size() == 2
-            ? (static_cast<size_t>(offset[0] + r) * t.shape[1] + offset[1]) *
-                  elem
-            : static_cast<size_t>(offset[0]) * elem;
-    uint8_t* s = shard + r * inner;
-    const uint8_t* w = t.bytes.data() + whole_at;
-    if (mismatches)
-      *mismatches += std::memcmp(s, w, inner) != 0;
-    else if (to_shard)
-      std::memcpy(s, w, inner);
+// A shard of `p`: its box under tensor parallelism `parts` along `dim`, and
+// its bytes, generated from the tensor's key and each element's position.
+struct Shard {
+  Shape offset, local;
+  std::vector<uint8_t> bytes;
+
+  Shard(const Param& p, int dim, int part, int parts) : offset(p.shape.size(), 0), local(p.shape) {
+    if (dim >= 0) {
+      const int64_t n = p.shape[dim];
+      offset[dim] = n * part / parts;
+      local[dim] = n * (part + 1) / parts - offset[dim];
+    }
+    bytes.resize(static_cast<size_t>(ckptdb::NumElements(local)) * ckptdb::DTypeSize(p.dtype));
   }
-}
+
+  // Fills (or, with `check`, counts elements differing from) the expected bytes.
+  size_t Generate(const Param& p, bool check) {
+    const uint64_t seed = std::hash<std::string>()(p.key);
+    const size_t elem = ckptdb::DTypeSize(p.dtype);
+    const int64_t cols = p.shape.size() == 2 ? p.shape[1] : 1;
+    const int64_t rows = p.shape.size() == 2 ? local[0] : 1;
+    const int64_t width = p.shape.size() == 2 ? local[1] : local[0];
+    size_t bad = 0;
+    uint8_t* at = bytes.data();
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t first = p.shape.size() == 2 ? (offset[0] + r) * cols + offset[1] : offset[0];
+      for (int64_t c = 0; c < width; ++c, at += elem) {
+        const uint64_t v = Mix(seed ^ static_cast<uint64_t>(first + c));
+        if (check) {
+          bad += std::memcmp(at, &v, elem) != 0;
+        } else {
+          std::memcpy(at, &v, elem);
+        }
+      }
+    }
+    return bad;
+  }
+
+  TensorView View(const Param& p) {
+    return TensorView::Shard(bytes.data(), p.dtype, local, p.shape, offset);
+  }
+};
 
 void SetPath(StateDict& sd, const std::string& path, StateDict::Entry entry) {
   StateDict* dict = &sd;
@@ -116,188 +113,172 @@ void SetPath(StateDict& sd, const std::string& path, StateDict::Entry entry) {
   dict->items()[path.substr(start)] = std::move(entry);
 }
 
-// Runs fn(rank, comm) on `size` threads; returns the first error.
-template <typename Fn>
-ckptdb::Status RunRanks(int size, Fn fn) {
-  auto comms = ckptdb::InProcessCommunicators(size);
-  std::vector<ckptdb::Status> statuses(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r)
-    threads.emplace_back([&, r] { statuses[r] = fn(r, comms[r]); });
-  for (auto& t : threads) t.join();
-  for (auto& s : statuses) {
-    if (!s.ok()) return s;
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+uint64_t Sum(uint64_t v) {
+  uint64_t total = 0;
+  MPI_Allreduce(&v, &total, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  return total;
+}
+
+double Max(double v) {
+  double most = 0;
+  MPI_Allreduce(&v, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return most;
+}
+
+constexpr double kMiB = 1024.0 * 1024, kGiB = kMiB * 1024;
+
+int Save(const std::vector<Param>& state, ckptdb::DB& db, int rank, int size) {
+  const int tp = size >= 2 ? 2 : 1;
+  std::vector<Shard> shards;
+  shards.reserve(state.size());
+  StateDict sd;
+  uint64_t held = 0;
+  for (const Param& p : state) {
+    Shard& s = shards.emplace_back(p, p.split_dim, rank % tp, tp);
+    s.Generate(p, false);
+    held += s.bytes.size();
+    SetPath(sd, p.key, {s.View(p)});
   }
-  return ckptdb::Status::OK();
+  SetPath(sd, "optimizer.step", {ckptdb::Value(int64_t{1000})});
+  SetPath(sd, "optimizer.lr", {ckptdb::Value(3e-4)});
+  // A rerun replaces the previous run's checkpoint (tags are unique).
+  ckptdb::Status deleted = db.Delete(ckptdb::CheckpointSelector::Tag("demo"));
+  if (!deleted.ok() && !deleted.IsNotFound()) {
+    std::fprintf(stderr, "ckptdb-demo rank %d: %s\n", rank, deleted.ToString().c_str());
+    return 1;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto started = std::chrono::steady_clock::now();
+  auto info = db.Save(sd, {.step = 1000, .tag = "demo"});
+  const double seconds = Max(Seconds(started));
+  if (!info.ok()) {
+    std::fprintf(stderr, "ckptdb-demo rank %d: save failed: %s\n", rank, info.status().ToString().c_str());
+    return 1;
+  }
+  const uint64_t held_total = Sum(held);
+  if (rank == 0) {
+    auto meta = db.GetMetadata(ckptdb::CheckpointSelector::Id(info->id));
+    size_t chunks = 0;
+    if (meta.ok()) {
+      for (const auto& [key, t] : meta->tensors) chunks += t.chunks.size();
+    }
+    std::printf("  save    %d ranks (tensor-parallel %d x data-parallel %d) held %.1f MiB: "
+                "id %lld, %.1f MiB stored once in %zu chunks, %.2f s, %.2f GiB/s\n",
+                size, tp, size / tp, held_total / kMiB, static_cast<long long>(info->id),
+                info->nbytes / kMiB, chunks, seconds, info->nbytes / kGiB / seconds);
+  }
+  return 0;
 }
 
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-      .count();
+int Load(const std::vector<Param>& state, ckptdb::DB& db, int rank, int size) {
+  std::vector<Shard> targets;
+  targets.reserve(state.size());
+  StateDict sd;
+  for (const Param& p : state) {
+    const int dim = p.split_dim < 0 ? -1 : 1 - p.split_dim;  // the other dimension
+    Shard& t = targets.emplace_back(p, p.shape.size() == 2 ? dim : -1, rank, size);
+    SetPath(sd, p.key, {t.View(p)});
+  }
+  SetPath(sd, "optimizer.step", {ckptdb::Value(int64_t{0})});
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto started = std::chrono::steady_clock::now();
+  auto result = db.Load(sd, ckptdb::CheckpointSelector::Tag("demo"), {});
+  const double seconds = Max(Seconds(started));
+  if (!result.ok()) {
+    std::fprintf(stderr, "ckptdb-demo rank %d: load failed: %s\n", rank, result.status().ToString().c_str());
+    return 1;
+  }
+  size_t bad = 0;
+  for (size_t i = 0; i < state.size(); ++i) bad += targets[i].Generate(state[i], true);
+  if (std::get<int64_t>(*sd.GetChild("optimizer")->GetValue("step")) != 1000) ++bad;
+  const uint64_t read = Sum(result->stats.bytes_read), needed = Sum(result->stats.bytes_needed),
+                 sent = Sum(result->stats.bytes_sent), chunks = Sum(result->stats.chunks_read);
+  bad = Sum(bad);
+  if (rank == 0) {
+    std::printf("  load    %d ranks (tensor-parallel %d along the other dimension): %.2f s, %.2f GiB/s\n",
+                size, size, seconds, needed / kGiB / seconds);
+    std::printf("  bytes   read %.1f MiB in %llu chunks (each once, checksums verified), needed %.1f MiB "
+                "(read/needed %.3f), sent between ranks %.1f MiB\n",
+                read / kMiB, static_cast<unsigned long long>(chunks), needed / kMiB,
+                needed ? static_cast<double>(read) / needed : 0.0, sent / kMiB);
+    std::printf("  verify  %s\n", bad == 0 ? "every loaded byte matches the saved state"
+                                           : "MISMATCH: loaded bytes differ from the saved state");
+  }
+  return bad == 0 ? 0 : 1;
 }
 
-int Fail(const ckptdb::Status& s) {
-  std::fprintf(stderr, "ckptdb-demo: %s\n", s.ToString().c_str());
-  return 1;
+int Usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: mpirun -np N %s save|load [--dir D] [--hidden H] [--layers L] [--vocab V]\n"
+               "  save: N ranks (tensor-parallel 2 x data-parallel N/2) save the state as tag 'demo'\n"
+               "  load: N ranks load tag 'demo', split N ways along the other dimension\n",
+               argv0);
+  return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir = "/tmp/ckptdb-demo";
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::string dir = "/tmp/ckptdb-demo", phase = argc > 1 ? argv[1] : "";
   int64_t hidden = 512, vocab = 32000;
-  int layers = 8, save_ranks = 4, load_ranks = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  int layers = 8;
+  bool ok = phase == "save" || phase == "load";
+  for (int i = 2; ok && i < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--dir")
+    if (i + 1 >= argc) {
+      ok = false;
+    } else if (flag == "--dir") {
       dir = argv[i + 1];
-    else if (flag == "--hidden")
+    } else if (flag == "--hidden") {
       hidden = std::stoll(argv[i + 1]);
-    else if (flag == "--layers")
+    } else if (flag == "--layers") {
       layers = std::stoi(argv[i + 1]);
-    else if (flag == "--vocab")
+    } else if (flag == "--vocab") {
       vocab = std::stoll(argv[i + 1]);
-    else if (flag == "--save-ranks")
-      save_ranks = std::stoi(argv[i + 1]);
-    else if (flag == "--load-ranks")
-      load_ranks = std::stoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr,
-                   "usage: %s [--dir D] [--hidden N] [--layers L] [--vocab V] "
-                   "[--save-ranks N] "
-                   "[--load-ranks M]\n",
-                   argv[0]);
-      return 2;
+    } else {
+      ok = false;
     }
   }
-  if (save_ranks < 1 || load_ranks < 1)
-    return Fail(ckptdb::Status::InvalidArgument("ranks must be >= 1"));
-  std::filesystem::remove_all(dir);
-  const std::vector<Tensor> state = TrainingState(vocab, hidden, layers);
-  uint64_t state_bytes = 0;
-  for (const Tensor& t : state) state_bytes += t.bytes.size();
-
-  // Save: tensor parallelism of 2 (1 for a single rank), data-parallel replicas
-  // of it.
-  const int tp = save_ranks >= 2 ? 2 : 1;
-  ckptdb::Options options;
-  options.max_chunk_bytes = 8 << 20;
-  ckptdb::CheckpointInfo info;
-  std::mutex mu;
-  double save_s = 0, load_s = 0;  // the slowest rank's time in Save / Load
-  ckptdb::Status saved = RunRanks(
-      save_ranks,
-      [&](int rank,
-          std::shared_ptr<ckptdb::Communicator> comm) -> ckptdb::Status {
-        std::vector<std::vector<uint8_t>> shards;
-        shards.reserve(state.size());
-        StateDict sd;
-        for (const Tensor& t : state) {
-          Shape offset, local;
-          BoxOf(t, t.split_dim, rank % tp, tp, &offset, &local);
-          shards.emplace_back(static_cast<size_t>(ckptdb::NumElements(local)) *
-                              ckptdb::DTypeSize(t.dtype));
-          CopyShard(t, offset, local, shards.back().data(), true);
-          SetPath(sd, t.key,
-                  {TensorView::Shard(shards.back().data(), t.dtype, local,
-                                     t.shape, offset)});
+  if (!ok) {
+    if (rank == 0) Usage(argv[0]);
+    MPI_Finalize();
+    return 2;
+  }
+  const std::vector<Param> state = TrainingState(vocab, hidden, layers);
+  int rc = 1;
+  {
+    auto comm = ckptdb::MpiCommunicator(MPI_COMM_WORLD);
+    ckptdb::Options options;
+    options.max_chunk_bytes = 8 << 20;
+    auto db = comm.ok() ? ckptdb::DB::Open(options, dir, *comm) : comm.status();
+    if (!db.ok()) {
+      std::fprintf(stderr, "ckptdb-demo rank %d: %s\n", rank, db.status().ToString().c_str());
+    } else {
+      if (rank == 0 && phase == "save") {
+        uint64_t bytes = 0;
+        for (const Param& p : state) {
+          bytes += static_cast<uint64_t>(ckptdb::NumElements(p.shape)) * ckptdb::DTypeSize(p.dtype);
         }
-        SetPath(sd, "optimizer.step", {ckptdb::Value(int64_t{1000})});
-        SetPath(sd, "optimizer.lr", {ckptdb::Value(3e-4)});
-        ASSIGN_OR_RETURN(auto db, ckptdb::DB::Open(options, dir, comm));
-        const auto started = std::chrono::steady_clock::now();
-        ASSIGN_OR_RETURN(auto result,
-                         db->Save(sd, {.step = 1000, .tag = "demo"}));
-        {
-          std::lock_guard lock(mu);
-          info = result;
-          save_s = std::max(save_s, Since(started));
-        }
-        return db->Close();
-      });
-  if (!saved.ok()) return Fail(saved);
-
-  // Load: tensor parallelism of load_ranks along the other dimension of every
-  // matrix.
-  std::atomic<uint64_t> read{0}, needed{0}, sent{0};
-  std::atomic<size_t> mismatches{0};
-  ckptdb::Status loaded = RunRanks(
-      load_ranks,
-      [&](int rank,
-          std::shared_ptr<ckptdb::Communicator> comm) -> ckptdb::Status {
-        std::vector<std::vector<uint8_t>> targets;
-        std::vector<std::pair<Shape, Shape>> boxes;
-        targets.reserve(state.size());
-        StateDict sd;
-        for (const Tensor& t : state) {
-          Shape offset, local;
-          BoxOf(t, t.split_dim < 0 ? -1 : 1 - t.split_dim, rank, load_ranks,
-                &offset, &local);
-          targets.emplace_back(static_cast<size_t>(ckptdb::NumElements(local)) *
-                               ckptdb::DTypeSize(t.dtype));
-          boxes.emplace_back(offset, local);
-          SetPath(sd, t.key,
-                  {TensorView::Shard(targets.back().data(), t.dtype, local,
-                                     t.shape, offset)});
-        }
-        SetPath(sd, "optimizer.step", {ckptdb::Value(int64_t{0})});
-        ASSIGN_OR_RETURN(auto db, ckptdb::DB::Open(options, dir, comm));
-        const auto started = std::chrono::steady_clock::now();
-        ASSIGN_OR_RETURN(
-            auto result,
-            db->Load(sd, ckptdb::CheckpointSelector::Tag("demo"), {}));
-        {
-          std::lock_guard lock(mu);
-          load_s = std::max(load_s, Since(started));
-        }
-        read += result.stats.bytes_read;
-        needed += result.stats.bytes_needed;
-        sent += result.stats.bytes_sent;
-        size_t bad = 0;
-        for (size_t i = 0; i < state.size(); ++i) {
-          CopyShard(state[i], boxes[i].first, boxes[i].second,
-                    targets[i].data(), false, &bad);
-        }
-        if (std::get<int64_t>(*sd.GetChild("optimizer")->GetValue("step")) !=
-            1000)
-          ++bad;
-        mismatches += bad;
-        return db->Close();
-      });
-  if (!loaded.ok()) return Fail(loaded);
-
-  auto db = ckptdb::DB::Open(options, dir);
-  if (!db.ok()) return Fail(db.status());
-  auto verified = (*db)->Verify(ckptdb::CheckpointSelector::Tag("demo"));
-  if (!verified.ok()) return Fail(verified);
-  auto meta = (*db)->GetMetadata(ckptdb::CheckpointSelector::Tag("demo"));
-  if (!meta.ok()) return Fail(meta.status());
-  size_t chunks = 0;
-  for (const auto& [key, t] : meta->tensors) chunks += t.chunks.size();
-
-  const double gib = 1024.0 * 1024 * 1024, mib = 1024.0 * 1024;
-  std::printf("ckptdb demo: store %s (ranks are threads of one process)\n",
-              dir.c_str());
-  std::printf(
-      "  state   %zu tensors (%d layers, hidden %lld): bf16 weights, fp32 "
-      "master weights and Adam moments, %.1f MiB\n",
-      state.size(), layers, static_cast<long long>(hidden), state_bytes / mib);
-  std::printf(
-      "  save    %d ranks (tensor-parallel %d x data-parallel %d): id %lld, "
-      "%.1f MiB stored once in %zu chunks, %.2f s, %.2f GiB/s\n",
-      save_ranks, tp, save_ranks / tp, static_cast<long long>(info.id),
-      info.nbytes / mib, chunks, save_s, info.nbytes / gib / save_s);
-  std::printf(
-      "  load    %d ranks (tensor-parallel %d, the other dimension): %.2f s, "
-      "%.2f GiB/s\n",
-      load_ranks, load_ranks, load_s, needed.load() / gib / load_s);
-  std::printf(
-      "  bytes   read %.1f MiB, needed %.1f MiB (read/needed %.3f), sent "
-      "between ranks %.1f MiB\n",
-      read.load() / mib, needed.load() / mib,
-      needed ? static_cast<double>(read) / needed : 0.0, sent.load() / mib);
-  std::printf("  verify  %s; every chunk checksum ok\n",
-              mismatches == 0 ? "every loaded byte matches the saved state"
-                              : "MISMATCH");
-  return mismatches == 0 ? 0 : 1;
+        std::printf("ckptdb demo: store %s, %d MPI ranks\n", dir.c_str(), size);
+        std::printf("  state   %zu tensors (%d layers, hidden %lld): bf16 weights, fp32 master "
+                    "weights and Adam moments, %.1f MiB\n",
+                    state.size(), layers, static_cast<long long>(hidden), bytes / kMiB);
+      }
+      rc = phase == "save" ? Save(state, **db, rank, size) : Load(state, **db, rank, size);
+      ckptdb::Status closed = (*db)->Close();
+      if (!closed.ok()) rc = 1;
+    }
+  }
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
 }
