@@ -8,6 +8,8 @@
 // shards (each byte a function of its tensor and position), so a load verifies
 // every byte it receives without a copy of the whole state. Rank 0 prints a
 // summary: sizes, the slowest rank's time, GiB/s, bytes read vs needed.
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -129,6 +131,13 @@ double Max(double v) {
   return most;
 }
 
+// This process's peak resident memory.
+double PeakRssMiB() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;
+}
+
 constexpr double kMiB = 1024.0 * 1024, kGiB = kMiB * 1024;
 
 int Save(const std::vector<Param>& state, ckptdb::DB& db, int rank, int size) {
@@ -192,6 +201,9 @@ int Load(const std::vector<Param>& state, ckptdb::DB& db, int rank, int size) {
     std::fprintf(stderr, "ckptdb-demo rank %d: load failed: %s\n", rank, result.status().ToString().c_str());
     return 1;
   }
+  uint64_t held = 0;
+  for (const Shard& t : targets) held += t.bytes.size();
+  const double held_max = Max(held / kMiB), rss_max = Max(PeakRssMiB());
   size_t bad = 0;
   for (size_t i = 0; i < state.size(); ++i) bad += targets[i].Generate(state[i], true);
   if (std::get<int64_t>(*sd.GetChild("optimizer")->GetValue("step")) != 1000) ++bad;
@@ -205,6 +217,8 @@ int Load(const std::vector<Param>& state, ckptdb::DB& db, int rank, int size) {
                 "(read/needed %.3f), sent between ranks %.1f MiB\n",
                 read / kMiB, static_cast<unsigned long long>(chunks), needed / kMiB,
                 needed ? static_cast<double>(read) / needed : 0.0, sent / kMiB);
+    std::printf("  memory  peak resident %.1f MiB on the largest rank, whose targets are %.1f MiB\n",
+                rss_max, held_max);
     std::printf("  verify  %s\n", bad == 0 ? "every loaded byte matches the saved state"
                                            : "MISMATCH: loaded bytes differ from the saved state");
   }
