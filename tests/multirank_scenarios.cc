@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 #include <random>
 #include <set>
@@ -528,6 +529,51 @@ TEST(MultiRankTest, ErrorsAreCollectiveAndLeaveTheStoreUnchanged) {
     EXPECT_TRUE(dup.status().IsInvalidArgument()) << dup.status().ToString();
     EXPECT_TRUE(db->Delete(CheckpointSelector::Tag("good")).ok());
     EXPECT_TRUE(db->Close().ok());
+  });
+}
+
+// An I/O error on one rank while it writes its chunks (its staged file path is
+// taken by a directory) fails the save on every rank; nothing is committed, no
+// staged bytes are left, and the next save works.
+TEST(MultiRankTest, WriteErrorOnOneRankFailsTheSaveEverywhere) {
+  if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
+  SharedTempDir dir;
+  const GlobalTensor w(DType::kFloat32, {9, 5}, 31);
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm);
+    auto [b, e] = Part(9, rank, 3);
+    OwnedShard shard = ShardOf(w, {b, 0}, {e - b, 5});
+    StateDict sd;
+    sd.Set("w", shard.View(w));
+    auto first = db->Save(sd, {.step = 1});
+    EXPECT_TRUE(first.ok()) << first.status().ToString();
+    const int64_t next = first.ok() ? first->id + 1 : 0;
+    const std::string blocker = dir.path() + "/staging/" + std::to_string(next) + "-1-0.sst";
+    if (rank == 1) std::filesystem::create_directories(blocker);
+    EXPECT_TRUE(comm->Barrier().ok());
+    auto failed = db->Save(sd, {.step = 2});
+    EXPECT_FALSE(failed.ok());
+    EXPECT_TRUE(failed.status().IsIOError()) << failed.status().ToString();
+    EXPECT_NE(failed.status().message().find("rank 1"), std::string::npos)
+        << failed.status().ToString();
+    auto listed = db->ListCheckpoints();
+    EXPECT_TRUE(listed.ok() && listed->size() == 1u);
+    EXPECT_TRUE(comm->Barrier().ok());
+    if (rank == 0) {
+      std::error_code ec;
+      for (const auto& entry : std::filesystem::directory_iterator(dir.path() + "/staging", ec)) {
+        ADD_FAILURE() << "left in staging: " << entry.path();
+      }
+      std::filesystem::remove_all(blocker, ec);
+    }
+    EXPECT_TRUE(comm->Barrier().ok());
+    auto again = db->Save(sd, {.step = 2});
+    EXPECT_TRUE(again.ok()) << again.status().ToString();
+    OwnedShard target = TargetOf(w, {0, 0}, {9, 5});
+    StateDict want;
+    want.Set("w", target.View(w));
+    EXPECT_TRUE(db->Load(want, CheckpointSelector::Step(2), {}).ok());
+    EXPECT_EQ(target.bytes, w.bytes);
   });
 }
 
