@@ -1,0 +1,198 @@
+"""ckptdb: an embedded database for sharded deep-learning checkpoints.
+
+Saves the shards of a training step held by one or many processes as one
+checkpoint (replicas stored once, nested state dicts kept), commits it
+atomically, and loads it back into any number of processes with any other
+sharding, reading each stored byte once. No pickle: tensors are raw bytes with
+checksums, small values are typed.
+
+    import ckptdb, numpy as np
+    with ckptdb.open("/tmp/store") as db:
+        db.save({"model": {"w": np.ones((4, 8), np.float32)}, "step": 10}, step=10)
+        target = {"model": {"w": np.zeros((4, 8), np.float32)}, "step": 0}
+        db.load(target)            # fills arrays in place, replaces small values
+
+Leaves are numpy arrays (C-contiguous), objects with ``__dlpack__`` (torch,
+cupy, jax; zero copy), :class:`Shard` objects for a piece of a global tensor,
+and small values (int, float, bool, str, bytes). numpy has no bfloat16: uint16
+numpy arrays are bfloat16 bits, and bfloat16 tensors read back as uint16.
+With ``comm`` (an mpi4py communicator) every rank calls ``open``, ``save``,
+``load``, ``delete`` and ``close`` together, and an error on any rank is raised
+on every rank.
+"""
+
+import os as _os
+
+from . import _ckptdb
+
+__all__ = [
+    "open", "DB", "Shard", "CheckpointInfo", "LoadResult", "LoadStats",
+    "Error", "NotFoundError", "InvalidArgumentError", "CorruptionError",
+    "__version__",
+]
+
+__version__ = _ckptdb.version()
+
+
+class Error(RuntimeError):
+    """Base class of every ckptdb error (I/O errors, closed stores, read-only
+    handles, MPI failures among them)."""
+
+
+class NotFoundError(Error, KeyError):
+    """A checkpoint, key or store that does not exist; the message names it."""
+
+    def __str__(self):  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidArgumentError(Error, ValueError):
+    """Invalid input: bad layouts, dtype or shape mismatches, duplicate tags,
+    unsupported leaves. Nothing was written."""
+
+
+class CorruptionError(Error):
+    """Stored bytes or metadata failed their checksum or validation."""
+
+
+class Shard:
+    """A rank's piece of a global tensor.
+
+    ``data``: a C-contiguous numpy array or DLPack tensor whose shape is the
+    local shape. ``global_shape`` / ``global_offset``: the whole tensor's shape
+    and where this piece starts in it. ``dtype`` (optional, a ckptdb dtype name
+    such as ``"bfloat16"`` or ``"float8_e4m3fn"``) reinterprets data of the same
+    element size, for dtypes numpy lacks. When several ranks pass the same box
+    of the same key it is a replica: stored once.
+    """
+
+    __slots__ = ("data", "global_shape", "global_offset", "dtype")
+
+    def __init__(self, data, global_shape, global_offset, *, dtype=None):
+        try:
+            self.global_shape = tuple(int(d) for d in global_shape)
+            self.global_offset = tuple(int(d) for d in global_offset)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                "Shard: global_shape and global_offset must be sequences of ints") from None
+        if len(self.global_shape) != len(self.global_offset):
+            raise InvalidArgumentError(
+                f"Shard: global_shape {list(self.global_shape)} and global_offset "
+                f"{list(self.global_offset)} differ in rank")
+        self.data = data
+        self.dtype = dtype
+
+    def __repr__(self):
+        shape = getattr(self.data, "shape", "?")
+        return (f"Shard(local_shape={tuple(shape)}, global_shape={self.global_shape}, "
+                f"global_offset={self.global_offset}"
+                + (f", dtype={self.dtype!r}" if self.dtype else "") + ")")
+
+
+CheckpointInfo = _ckptdb.CheckpointInfo
+LoadResult = _ckptdb.LoadResult
+LoadStats = _ckptdb.LoadStats
+
+_ckptdb._register(Error, NotFoundError, InvalidArgumentError, CorruptionError, Shard)
+
+
+def _state_dict(state_dict):
+    if not isinstance(state_dict, dict):
+        raise InvalidArgumentError(
+            f"state_dict must be a dict, got {type(state_dict).__name__}")
+    return state_dict
+
+
+class DB:
+    """An open store. Use :func:`open`; a context manager that closes it."""
+
+    def __init__(self, path, comm=None, *, create=True, read_only=False, **options):
+        self._db = _ckptdb.DB(_os.fspath(path), comm, create, read_only, options)
+
+    def save(self, state_dict, *, step=None, tag=None, metadata=None):
+        """Saves ``state_dict`` (nested dict of tensors and small values) as a
+        new checkpoint and returns its :class:`CheckpointInfo`. Collective with
+        ``comm``. Ranks may pass different key sets; a small value is taken from
+        the lowest rank that has it. ``tag`` must be unique in the store;
+        ``metadata`` is a dict of str to str kept with the checkpoint. Invalid
+        input raises :class:`InvalidArgumentError` naming the key, before
+        anything is written."""
+        return self._db.save(_state_dict(state_dict), step=step, tag=tag, metadata=metadata)
+
+    def load(self, state_dict, *, step=None, tag=None, id=None, strict=True, cast=False):
+        """Fills every tensor leaf of ``state_dict`` in place from a checkpoint
+        (the latest unless ``step``, ``tag`` or ``id`` selects one), resharding
+        as needed, and replaces small-value leaves by the stored values.
+        ``strict``: a key the checkpoint lacks raises :class:`NotFoundError`;
+        otherwise it is left untouched and listed in ``missing_keys``.
+        ``cast``: convert between numeric dtypes instead of raising. Returns a
+        :class:`LoadResult`. Collective with ``comm``."""
+        return self._db.load(_state_dict(state_dict), step=step, tag=tag, id=id,
+                             strict=strict, cast=cast)
+
+    def checkpoints(self):
+        """Committed checkpoints, oldest first: a list of :class:`CheckpointInfo`. Local."""
+        return self._db.checkpoints()
+
+    def metadata(self, *, step=None, tag=None, id=None):
+        """A checkpoint's layout as a dict: id, step, tag, created, world_size,
+        tensors (dtype, global_shape, chunks with global_offset, local_shape,
+        rank, nbytes), flat_mapping, values, user_metadata. Local."""
+        return self._db.metadata(step=step, tag=tag, id=id)
+
+    def read(self, key, *, step=None, tag=None, id=None):
+        """The whole tensor ``key`` (a flat key such as ``"model.w"`` or a
+        tuple path) as a new numpy array. Local."""
+        return self._db.read(key, step=step, tag=tag, id=id)
+
+    def delete(self, *, step=None, tag=None, id=None):
+        """Deletes a checkpoint (the latest unless selected) and reclaims its
+        space. Collective with ``comm``."""
+        self._db.delete(step=step, tag=tag, id=id)
+
+    def verify(self, *, step=None, tag=None, id=None):
+        """Reads every chunk of a checkpoint and checks its checksum; raises
+        :class:`CorruptionError` naming the first damaged chunk. Local."""
+        self._db.verify(step=step, tag=tag, id=id)
+
+    def close(self):
+        """Releases the store. Collective with ``comm``. Idempotent."""
+        self._db.close()
+
+    @property
+    def closed(self):
+        return self._db.closed
+
+    @property
+    def path(self):
+        return self._db.path
+
+    @property
+    def rank(self):
+        """This process's rank in the store's communicator (0 without comm)."""
+        return self._db.rank
+
+    @property
+    def world_size(self):
+        """Number of ranks of the store's communicator (1 without comm)."""
+        return self._db.size
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"rank {self.rank} of {self.world_size}"
+        return f"<ckptdb.DB {self.path!r} {state}>"
+
+
+def open(path, comm=None, *, create=True, read_only=False, **options):  # noqa: A001
+    """Opens or creates the store at ``path`` (a directory) and returns a
+    :class:`DB`. ``comm=None``: one process; an mpi4py communicator: every rank
+    calls ``open`` together. ``create``: create the store when absent.
+    ``read_only``: never modify it. ``options`` map to the C++ ``Options``
+    fields: ``max_chunk_bytes``, ``io_threads``, ``sync``, ``load_buffer_bytes``."""
+    return DB(path, comm, create=create, read_only=read_only, **options)

@@ -1,0 +1,588 @@
+// _ckptdb: the C++ side of the Python package (bindings/python/ckptdb). Turns
+// nested dicts of numpy arrays, DLPack tensors, Shards and small values into
+// StateDicts of borrowed views (zero copy), runs DB calls without the GIL, and
+// raises the package's exception classes.
+#include <dlpack/dlpack.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <climits>
+#include <optional>
+
+#include "ckptdb/db.h"
+#include "ckptdb/mpi.h"
+#include "mpi4py/mpi4py.h"
+#include "planner/flatten.h"
+
+namespace py = pybind11;
+
+namespace ckptdb::python {
+namespace {
+
+// DLPack type codes newer than the dlpack.h Debian ships (0.6).
+constexpr uint8_t kDLBoolCode = 6;
+constexpr uint8_t kDLFloat8E4M3FNCode = 10;
+constexpr uint8_t kDLFloat8E5M2Code = 12;
+
+// The package's Python classes, registered by ckptdb/__init__.py at import.
+struct Classes {
+  py::object error, not_found, invalid_argument, corruption, shard;
+};
+Classes& classes() {
+  static auto* c = new Classes();  // never destroyed: outlives the interpreter's teardown
+  return *c;
+}
+
+[[noreturn]] void Raise(const Status& s) {
+  const Classes& c = classes();
+  py::object cls = s.IsNotFound()                                     ? c.not_found
+                   : s.IsInvalidArgument() || s.code() == StatusCode::kAlreadyExists ? c.invalid_argument
+                   : s.IsCorruption()                                   ? c.corruption
+                                                                        : c.error;
+  PyErr_SetString(cls.ptr(), s.message().c_str());
+  throw py::error_already_set();
+}
+
+void Check(const Status& s) {
+  if (!s.ok()) Raise(s);
+}
+
+template <typename T>
+T Unwrap(Result<T> r) {
+  if (!r.ok()) Raise(r.status());
+  return std::move(r).value();
+}
+
+[[noreturn]] void Invalid(const std::string& message) { Raise(Status::InvalidArgument(message)); }
+
+std::string Where(const std::string& path) { return path.empty() ? "the state dict" : "'" + path + "'"; }
+
+// ---- dtypes -----------------------------------------------------------------
+
+// numpy has no bfloat16 or float8: those cross numpy as uint16 / uint8 raw bits.
+std::optional<DType> FromNumpy(const py::dtype& dt) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  if (kind == 'f') {
+    if (size == 8) return DType::kFloat64;
+    if (size == 4) return DType::kFloat32;
+    if (size == 2) return DType::kFloat16;
+  } else if (kind == 'i') {
+    if (size == 8) return DType::kInt64;
+    if (size == 4) return DType::kInt32;
+    if (size == 2) return DType::kInt16;
+    if (size == 1) return DType::kInt8;
+  } else if (kind == 'u') {
+    if (size == 1) return DType::kUInt8;
+    if (size == 2) return DType::kBFloat16;  // raw bits
+  } else if (kind == 'b') {
+    return DType::kBool;
+  }
+  return std::nullopt;
+}
+
+py::dtype ToNumpy(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return py::dtype("float64");
+    case DType::kFloat32: return py::dtype("float32");
+    case DType::kFloat16: return py::dtype("float16");
+    case DType::kBFloat16: return py::dtype("uint16");
+    case DType::kInt64: return py::dtype("int64");
+    case DType::kInt32: return py::dtype("int32");
+    case DType::kInt16: return py::dtype("int16");
+    case DType::kInt8: return py::dtype("int8");
+    case DType::kUInt8:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E5M2: return py::dtype("uint8");
+    case DType::kBool: return py::dtype("bool");
+  }
+  return py::dtype("uint8");
+}
+
+std::optional<DType> FromDLPack(DLDataType t) {
+  if (t.lanes != 1) return std::nullopt;
+  switch (t.code) {
+    case kDLFloat:
+      if (t.bits == 64) return DType::kFloat64;
+      if (t.bits == 32) return DType::kFloat32;
+      if (t.bits == 16) return DType::kFloat16;
+      break;
+    case kDLBfloat:
+      if (t.bits == 16) return DType::kBFloat16;
+      break;
+    case kDLInt:
+      if (t.bits == 64) return DType::kInt64;
+      if (t.bits == 32) return DType::kInt32;
+      if (t.bits == 16) return DType::kInt16;
+      if (t.bits == 8) return DType::kInt8;
+      break;
+    case kDLUInt:
+      if (t.bits == 8) return DType::kUInt8;
+      break;
+    case kDLBoolCode:
+      if (t.bits == 8) return DType::kBool;
+      break;
+    case kDLFloat8E4M3FNCode:
+      if (t.bits == 8) return DType::kFloat8E4M3FN;
+      break;
+    case kDLFloat8E5M2Code:
+      if (t.bits == 8) return DType::kFloat8E5M2;
+      break;
+  }
+  return std::nullopt;
+}
+
+// ---- leaves -----------------------------------------------------------------
+
+// What a conversion borrows: Python objects kept alive while views point into
+// them, and where each small value of the dict sits (for load's write-back).
+struct Borrowed {
+  std::vector<py::object> keep;
+  struct ValueSlot {
+    py::dict dict;
+    py::object key;
+    const Value* value;  // filled by a load
+    Value before;        // as converted, to leave untouched what a load did not change
+  };
+  std::vector<ValueSlot> values;
+};
+
+Shape ShapeOf(const py::handle& seq, const std::string& path, const char* what) {
+  Shape shape;
+  try {
+    for (py::handle d : seq) shape.push_back(d.cast<int64_t>());
+  } catch (const py::cast_error&) {
+    Invalid("tensor " + Where(path) + ": " + what + " must be a sequence of ints");
+  }
+  return shape;
+}
+
+// A view of a numpy array's memory.
+TensorView FromArray(const py::array& array, const std::string& path, bool writable) {
+  if (!(array.flags() & py::array::c_style)) {
+    Invalid("tensor " + Where(path) +
+            ": the array is not C-contiguous (pass numpy.ascontiguousarray(a))");
+  }
+  if (writable && !array.writeable()) Invalid("tensor " + Where(path) + ": the array is read-only");
+  std::optional<DType> dtype = FromNumpy(array.dtype());
+  if (!dtype) {
+    Invalid("tensor " + Where(path) + ": numpy dtype " + py::str(array.dtype()).cast<std::string>() +
+            " is not supported (float64 float32 float16 int64 int32 int16 int8 uint8 bool, "
+            "uint16 for bfloat16 bits)");
+  }
+  Shape shape(array.shape(), array.shape() + array.ndim());
+  return TensorView::Whole(const_cast<void*>(array.data()), *dtype, std::move(shape));
+}
+
+// A view of a DLPack tensor's memory; the capsule is kept in `borrowed`.
+TensorView FromDLPackObject(const py::object& obj, const std::string& path, Borrowed& borrowed) {
+  py::object capsule = obj.attr("__dlpack__")();
+  if (!PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
+    Invalid("tensor " + Where(path) + ": __dlpack__ did not return an unused DLPack capsule");
+  }
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  borrowed.keep.push_back(capsule);  // its destructor calls the producer's deleter
+  const DLTensor& t = managed->dl_tensor;
+  if (t.device.device_type == kDLCUDA || t.device.device_type == kDLCUDAManaged) {
+    Invalid("tensor " + Where(path) + ": GPU tensors need a ckptdb built with CUDA (this build is CPU only)");
+  }
+  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost) {
+    Invalid("tensor " + Where(path) + ": DLPack device type " + std::to_string(t.device.device_type) +
+            " is not supported (CPU only)");
+  }
+  std::optional<DType> dtype = FromDLPack(t.dtype);
+  if (!dtype) {
+    Invalid("tensor " + Where(path) + ": DLPack dtype (code " + std::to_string(t.dtype.code) + ", " +
+            std::to_string(t.dtype.bits) + " bits, " + std::to_string(t.dtype.lanes) +
+            " lanes) is not supported");
+  }
+  Shape shape(t.shape, t.shape + t.ndim);
+  if (t.strides != nullptr) {
+    int64_t expected = 1;
+    for (int d = t.ndim; d-- > 0;) {
+      if (shape[d] != 1 && t.strides[d] != expected) {
+        Invalid("tensor " + Where(path) + ": the DLPack tensor is not C-contiguous (call .contiguous())");
+      }
+      expected *= shape[d];
+    }
+  }
+  void* data = static_cast<char*>(t.data) + t.byte_offset;
+  return TensorView::Whole(data, *dtype, std::move(shape));
+}
+
+// A view of any tensor leaf: numpy array, DLPack object, or Shard of one.
+TensorView TensorLeaf(const py::object& obj, const std::string& path, bool writable, Borrowed& borrowed);
+
+TensorView FromShard(const py::object& shard, const std::string& path, bool writable, Borrowed& borrowed) {
+  TensorView view = TensorLeaf(shard.attr("data"), path, writable, borrowed);
+  view.global_shape = ShapeOf(shard.attr("global_shape"), path, "global_shape");
+  view.global_offset = ShapeOf(shard.attr("global_offset"), path, "global_offset");
+  py::object dtype = shard.attr("dtype");
+  if (!dtype.is_none()) {
+    const std::string name = py::str(dtype);
+    Result<DType> as = DTypeFromName(name);
+    if (!as.ok()) Invalid("tensor " + Where(path) + ": " + as.status().message());
+    if (DTypeSize(*as) != DTypeSize(view.dtype)) {
+      Invalid("tensor " + Where(path) + ": dtype " + name + " has " + std::to_string(DTypeSize(*as)) +
+              "-byte elements but the data has " + std::to_string(DTypeSize(view.dtype)));
+    }
+    view.dtype = *as;  // the same bits, read as `name`
+  }
+  return view;
+}
+
+TensorView TensorLeaf(const py::object& obj, const std::string& path, bool writable, Borrowed& borrowed) {
+  if (classes().shard && py::isinstance(obj, classes().shard)) {
+    if (py::isinstance(obj.attr("data"), classes().shard)) Invalid("tensor " + Where(path) + ": a Shard of a Shard");
+    return FromShard(obj, path, writable, borrowed);
+  }
+  borrowed.keep.push_back(obj);
+  if (py::isinstance<py::array>(obj)) return FromArray(obj.cast<py::array>(), path, writable);
+  return FromDLPackObject(obj, path, borrowed);
+}
+
+std::optional<Value> SmallValue(const py::handle& obj, const std::string& path) {
+  if (py::isinstance<py::bool_>(obj)) return Value(obj.cast<bool>());
+  if (py::isinstance<py::int_>(obj)) {
+    try {
+      return Value(obj.cast<int64_t>());
+    } catch (const py::cast_error&) {
+      Invalid("value " + Where(path) + ": int does not fit in 64 bits");
+    }
+  }
+  if (py::isinstance<py::float_>(obj)) return Value(obj.cast<double>());
+  if (py::isinstance<py::str>(obj)) return Value(obj.cast<std::string>());
+  if (py::isinstance<py::bytes>(obj)) return Value(Bytes{obj.cast<std::string>()});
+  // numpy scalars (numpy.int64(3), numpy.float32(0.5), numpy.bool_): their Python value.
+  if (py::isinstance(obj, py::module_::import("numpy").attr("generic"))) {
+    return SmallValue(obj.attr("item")(), path);
+  }
+  return std::nullopt;
+}
+
+bool IsTensorLeaf(const py::handle& obj) {
+  return py::isinstance<py::array>(obj) || (classes().shard && py::isinstance(obj, classes().shard)) ||
+         py::hasattr(obj, "__dlpack__");
+}
+
+// Builds `out` from the nested dict `dict`.
+void Convert(const py::dict& dict, const std::string& path, bool writable, StateDict& out, Borrowed& borrowed) {
+  for (auto [key_handle, item] : dict) {
+    py::object key = py::reinterpret_borrow<py::object>(key_handle);
+    if (!py::isinstance<py::str>(key)) {
+      Invalid("state dict keys must be str, got " + std::string(py::str(key.get_type().attr("__name__"))) +
+              " (" + std::string(py::repr(key)) + ") in " + Where(path));
+    }
+    const std::string name = key.cast<std::string>();
+    const std::string here = path.empty() ? name : path + "." + name;
+    py::object value = py::reinterpret_borrow<py::object>(item);
+    if (py::isinstance<py::dict>(value)) {
+      Convert(value.cast<py::dict>(), here, writable, out.Child(name), borrowed);
+    } else if (IsTensorLeaf(value) && !py::isinstance(value, py::module_::import("numpy").attr("generic"))) {
+      out.Set(name, TensorLeaf(value, here, writable, borrowed));
+    } else if (std::optional<Value> v = SmallValue(value, here)) {
+      out.Set(name, std::move(*v));
+      const Value* slot = out.GetValue(name);
+      borrowed.values.push_back({dict, key, slot, *slot});
+    } else {
+      Invalid("leaf " + Where(here) + " has unsupported type " +
+              std::string(py::str(value.get_type().attr("__name__"))) +
+              " (arrays, DLPack tensors, Shard, int, float, bool, str, bytes or dict)");
+    }
+  }
+}
+
+py::object ToPython(const Value& v) {
+  return std::visit(
+      [](const auto& x) -> py::object {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, Bytes>) {
+          return py::bytes(x.data);
+        } else {
+          return py::cast(x);
+        }
+      },
+      v);
+}
+
+CheckpointSelector Selector(std::optional<int64_t> step, std::optional<std::string> tag, std::optional<int64_t> id) {
+  const int given = step.has_value() + tag.has_value() + id.has_value();
+  if (given > 1) Invalid("pass at most one of step, tag and id");
+  if (step) return CheckpointSelector::Step(*step);
+  if (tag) return CheckpointSelector::Tag(*tag);
+  if (id) return CheckpointSelector::Id(*id);
+  return CheckpointSelector::Latest();
+}
+
+py::list ShapeList(const Shape& s) {
+  py::list out;
+  for (int64_t d : s) out.append(d);
+  return out;
+}
+
+std::string FlatKey(const py::object& key) {
+  if (py::isinstance<py::str>(key)) return key.cast<std::string>();
+  if (py::isinstance<py::tuple>(key) || py::isinstance<py::list>(key)) {
+    planner::Path path;
+    for (py::handle part : key) {
+      if (!py::isinstance<py::str>(part)) Invalid("a key path holds str parts only");
+      path.push_back(part.cast<std::string>());
+    }
+    return planner::JoinPath(path);
+  }
+  Invalid("key must be a flat key (str) or a path (tuple of str)");
+}
+
+// ---- the DB -----------------------------------------------------------------
+
+class PyDB {
+ public:
+  PyDB(const std::string& path, const py::object& comm, bool create, bool read_only, const py::dict& options)
+      : path_(path) {
+    Options o;
+    o.create_if_missing = create;
+    o.read_only = read_only;
+    for (auto [k, v] : options) {
+      const std::string name = py::str(k);
+      try {
+        if (name == "max_chunk_bytes") {
+          o.max_chunk_bytes = v.cast<size_t>();
+        } else if (name == "io_threads") {
+          o.io_threads = v.cast<int>();
+        } else if (name == "sync") {
+          o.sync = v.cast<bool>();
+        } else if (name == "load_buffer_bytes") {
+          o.load_buffer_bytes = v.cast<size_t>();
+        } else {
+          Invalid("unknown option '" + name + "' (max_chunk_bytes, io_threads, sync, load_buffer_bytes)");
+        }
+      } catch (const py::cast_error&) {
+        Invalid("option '" + name + "' has the wrong type: " + std::string(py::repr(v)));
+      }
+    }
+    std::shared_ptr<Communicator> communicator;
+    if (!comm.is_none()) {
+      if (!PyObject_TypeCheck(comm.ptr(), &PyMPIComm_Type)) {
+        Invalid("comm must be an mpi4py communicator (mpi4py.MPI.Comm) or None");
+      }
+      communicator = Unwrap(MpiCommunicator(*PyMPIComm_Get(comm.ptr())));
+    }
+    Result<std::unique_ptr<DB>> db = Status::Internal("not opened");
+    {
+      py::gil_scoped_release release;
+      db = DB::Open(o, path, std::move(communicator));
+    }
+    db_ = Unwrap(std::move(db));
+  }
+
+  DB& db() {
+    if (!db_) Raise(Status::FailedPrecondition("store '" + path_ + "' is closed"));
+    return *db_;
+  }
+
+  py::object Save(const py::dict& state, std::optional<int64_t> step, std::optional<std::string> tag,
+                  std::optional<std::map<std::string, std::string>> metadata) {
+    StateDict sd;
+    Borrowed borrowed;
+    Convert(state, "", false, sd, borrowed);
+    SaveOptions options{step, tag, metadata.value_or(std::map<std::string, std::string>{})};
+    DB& d = db();
+    Result<CheckpointInfo> info = Status::Internal("not saved");
+    {
+      py::gil_scoped_release release;
+      info = d.Save(sd, options);
+    }
+    return py::cast(Unwrap(std::move(info)));
+  }
+
+  LoadResult Load(const py::dict& state, std::optional<int64_t> step, std::optional<std::string> tag,
+                  std::optional<int64_t> id, bool strict, bool cast) {
+    const CheckpointSelector which = Selector(step, tag, id);
+    StateDict sd;
+    Borrowed borrowed;
+    Convert(state, "", true, sd, borrowed);
+    DB& d = db();
+    Result<LoadResult> result = Status::Internal("not loaded");
+    {
+      py::gil_scoped_release release;
+      result = d.Load(sd, which, {.strict = strict, .cast = cast});
+    }
+    LoadResult r = Unwrap(std::move(result));
+    for (const Borrowed::ValueSlot& slot : borrowed.values) {
+      if (*slot.value != slot.before) slot.dict[slot.key] = ToPython(*slot.value);
+    }
+    return r;
+  }
+
+  std::vector<CheckpointInfo> Checkpoints() { return Unwrap(db().ListCheckpoints()); }
+
+  py::dict Metadata(std::optional<int64_t> step, std::optional<std::string> tag, std::optional<int64_t> id) {
+    const CheckpointSelector which = Selector(step, tag, id);
+    CheckpointMetadata m = Unwrap(db().GetMetadata(which));
+    py::dict out;
+    out["id"] = m.info.id;
+    out["step"] = py::cast(m.info.step);
+    out["tag"] = py::cast(m.info.tag);
+    out["created"] = m.info.created;
+    out["world_size"] = m.info.world_size;
+    py::dict tensors;
+    for (const auto& [key, t] : m.tensors) {
+      py::list chunks;
+      for (const ChunkMetadata& c : t.chunks) {
+        py::dict chunk;
+        chunk["global_offset"] = ShapeList(c.global_offset);
+        chunk["local_shape"] = ShapeList(c.local_shape);
+        chunk["rank"] = c.writer_rank;
+        chunk["nbytes"] = c.nbytes;
+        chunks.append(chunk);
+      }
+      py::dict tensor;
+      tensor["dtype"] = std::string(DTypeName(t.dtype));
+      tensor["global_shape"] = ShapeList(t.global_shape);
+      tensor["chunks"] = chunks;
+      tensors[py::str(key)] = tensor;
+    }
+    out["tensors"] = tensors;
+    py::dict mapping;
+    for (const auto& [key, path] : m.flat_mapping) mapping[py::str(key)] = py::cast(path);
+    out["flat_mapping"] = mapping;
+    py::dict values;
+    for (const auto& [key, v] : m.values) values[py::str(key)] = ToPython(v);
+    out["values"] = values;
+    out["user_metadata"] = py::cast(m.user_metadata);
+    return out;
+  }
+
+  py::array Read(const py::object& key, std::optional<int64_t> step, std::optional<std::string> tag,
+                 std::optional<int64_t> id) {
+    const CheckpointSelector which = Selector(step, tag, id);
+    const std::string flat = FlatKey(key);
+    DB& d = db();
+    Result<Tensor> read = Status::Internal("not read");
+    {
+      py::gil_scoped_release release;
+      read = d.Read(flat, which);
+    }
+    auto* tensor = new Tensor(Unwrap(std::move(read)));
+    py::capsule owner(tensor, [](void* p) { delete static_cast<Tensor*>(p); });
+    std::vector<py::ssize_t> shape(tensor->shape.begin(), tensor->shape.end());
+    return py::array(ToNumpy(tensor->dtype), shape, tensor->data.data(), owner);
+  }
+
+  void Delete(std::optional<int64_t> step, std::optional<std::string> tag, std::optional<int64_t> id) {
+    const CheckpointSelector which = Selector(step, tag, id);
+    DB& d = db();
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = d.Delete(which);
+    }
+    Check(s);
+  }
+
+  void Verify(std::optional<int64_t> step, std::optional<std::string> tag, std::optional<int64_t> id) {
+    const CheckpointSelector which = Selector(step, tag, id);
+    DB& d = db();
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = d.Verify(which);
+    }
+    Check(s);
+  }
+
+  void Close() {
+    if (!db_) return;
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = db_->Close();
+    }
+    db_.reset();
+    Check(s);
+  }
+
+  bool closed() const { return db_ == nullptr; }
+  int rank() { return db().communicator().rank(); }
+  int size() { return db().communicator().size(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<DB> db_;
+};
+
+}  // namespace
+}  // namespace ckptdb::python
+
+PYBIND11_MODULE(_ckptdb, m) {
+  using namespace ckptdb;
+  using namespace ckptdb::python;
+  if (import_mpi4py() < 0) throw py::error_already_set();
+  m.doc() = "C++ core of ckptdb; use the ckptdb package.";
+
+  m.def(
+      "_register",
+      [](py::object error, py::object not_found, py::object invalid, py::object corruption, py::object shard) {
+        classes() = {error, not_found, invalid, corruption, shard};
+      },
+      "Called once by ckptdb/__init__.py with the package's classes.");
+  m.def("version", &Version, "The ckptdb library version.");
+
+  py::class_<CheckpointInfo>(m, "CheckpointInfo", "A committed checkpoint's summary.")
+      .def_readonly("id", &CheckpointInfo::id, "int, increasing within a store")
+      .def_readonly("step", &CheckpointInfo::step, "training step given at save, or None")
+      .def_readonly("tag", &CheckpointInfo::tag, "unique name given at save, or None")
+      .def_readonly("created", &CheckpointInfo::created, "unix seconds of the commit")
+      .def_readonly("world_size", &CheckpointInfo::world_size, "number of ranks that saved it")
+      .def_readonly("num_tensors", &CheckpointInfo::num_tensors, "number of tensors")
+      .def_readonly("nbytes", &CheckpointInfo::nbytes, "tensor bytes, each stored box counted once")
+      .def("__repr__", [](const CheckpointInfo& i) {
+        return "CheckpointInfo(id=" + std::to_string(i.id) +
+               ", step=" + (i.step ? std::to_string(*i.step) : "None") +
+               ", tag=" + (i.tag ? "'" + *i.tag + "'" : "None") +
+               ", world_size=" + std::to_string(i.world_size) +
+               ", num_tensors=" + std::to_string(i.num_tensors) + ", nbytes=" + std::to_string(i.nbytes) + ")";
+      });
+
+  py::class_<LoadStats>(m, "LoadStats", "What one rank's load moved.")
+      .def_readonly("bytes_read", &LoadStats::bytes_read, "chunk bytes this rank read from storage")
+      .def_readonly("bytes_needed", &LoadStats::bytes_needed, "bytes this rank's targets received")
+      .def_readonly("bytes_sent", &LoadStats::bytes_sent, "bytes this rank sent to other ranks")
+      .def_readonly("chunks_read", &LoadStats::chunks_read, "chunks this rank read");
+
+  py::class_<LoadResult>(m, "LoadResult", "The outcome of DB.load.")
+      .def_readonly("missing_keys", &LoadResult::missing_keys,
+                    "requested keys the checkpoint lacks (strict=False), flat")
+      .def_readonly("unexpected_keys", &LoadResult::unexpected_keys,
+                    "stored keys that were not requested, flat")
+      .def_readonly("stats", &LoadResult::stats, "LoadStats of this rank")
+      .def("__repr__", [](const LoadResult& r) {
+        return "LoadResult(missing_keys=" + std::string(py::repr(py::cast(r.missing_keys))) +
+               ", unexpected_keys=" + std::string(py::repr(py::cast(r.unexpected_keys))) + ")";
+      });
+
+  py::class_<PyDB>(m, "DB", "An open store; see ckptdb.open.")
+      .def(py::init<const std::string&, const py::object&, bool, bool, const py::dict&>(), py::arg("path"),
+           py::arg("comm"), py::arg("create"), py::arg("read_only"), py::arg("options"))
+      .def("save", &PyDB::Save, py::arg("state_dict"), py::kw_only(), py::arg("step") = py::none(),
+           py::arg("tag") = py::none(), py::arg("metadata") = py::none())
+      .def("load", &PyDB::Load, py::arg("state_dict"), py::kw_only(), py::arg("step") = py::none(),
+           py::arg("tag") = py::none(), py::arg("id") = py::none(), py::arg("strict") = true,
+           py::arg("cast") = false)
+      .def("checkpoints", &PyDB::Checkpoints)
+      .def("metadata", &PyDB::Metadata, py::kw_only(), py::arg("step") = py::none(), py::arg("tag") = py::none(),
+           py::arg("id") = py::none())
+      .def("read", &PyDB::Read, py::arg("key"), py::kw_only(), py::arg("step") = py::none(),
+           py::arg("tag") = py::none(), py::arg("id") = py::none())
+      .def("delete", &PyDB::Delete, py::kw_only(), py::arg("step") = py::none(), py::arg("tag") = py::none(),
+           py::arg("id") = py::none())
+      .def("verify", &PyDB::Verify, py::kw_only(), py::arg("step") = py::none(), py::arg("tag") = py::none(),
+           py::arg("id") = py::none())
+      .def("close", &PyDB::Close)
+      .def_property_readonly("closed", &PyDB::closed)
+      .def_property_readonly("rank", &PyDB::rank)
+      .def_property_readonly("size", &PyDB::size)
+      .def_property_readonly("path", &PyDB::path);
+}
