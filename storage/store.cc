@@ -12,11 +12,13 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
+#include <thread>
 
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
@@ -175,6 +177,11 @@ class StoreImpl : public Store {
   ~StoreImpl() override { CloseDb(); }
 
   Status OpenDb();
+  // OpenDb, retried a few times when a read-only open fails with an I/O error
+  // or corruption: a read-only open reads the MANIFEST, then the files it
+  // names, and a writer committing or deleting meanwhile may replace one of
+  // them. Such an open succeeds once the writer's step is over.
+  Status OpenDbRetrying();
 
   const std::string& path() const override { return path_; }
   bool read_only() const override { return options_.read_only; }
@@ -233,6 +240,17 @@ void StoreImpl::CloseDb() {
   chunks_ = meta_ = nullptr;
   db_->Close().PermitUncheckedError();
   db_.reset();
+}
+
+Status StoreImpl::OpenDbRetrying() {
+  Status s = OpenDb();
+  for (int attempt = 0;
+       options_.read_only && attempt < 8 && (s.IsIOError() || s.IsCorruption());
+       ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 << attempt));
+    s = OpenDb();
+  }
+  return s;
 }
 
 Status StoreImpl::OpenDb() {
@@ -642,7 +660,7 @@ Status StoreImpl::Refresh() {
   std::unique_lock lock(mu_);
   if (db_ && VersionStamp() == stamp_) return Status::OK();
   CloseDb();
-  return OpenDb();
+  return OpenDbRetrying();
 }
 ChunkBuffer::ChunkBuffer() : impl_(std::make_unique<Impl>()) {}
 ChunkBuffer::ChunkBuffer(ChunkBuffer&&) noexcept = default;
@@ -678,7 +696,7 @@ Result<std::unique_ptr<StagedFileWriter>> StagedFileWriter::Create(
 Result<std::unique_ptr<Store>> Store::Open(const std::string& path,
                                            const StoreOptions& options) {
   auto store = std::make_unique<StoreImpl>(path, options);
-  RETURN_IF_ERROR(store->OpenDb());
+  RETURN_IF_ERROR(store->OpenDbRetrying());
   return std::unique_ptr<Store>(std::move(store));
 }
 

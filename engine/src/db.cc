@@ -150,6 +150,9 @@ Result<Tensor> DBImpl::Read(const std::string& flat_key,
 
 Status DBImpl::Delete(const CheckpointSelector& which) {
   RETURN_IF_ERROR(CheckOpen());
+  // The writer changes the store only once every rank is inside the call, so
+  // that no rank's earlier local call (a listing, a read) races with it.
+  RETURN_IF_ERROR(comm_->Barrier());
   return StatusFromRoot(*comm_, [&]() -> Status {
     ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
     return store_->Delete(id);

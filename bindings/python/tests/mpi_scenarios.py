@@ -1,0 +1,207 @@
+"""Multi-rank scenarios of the Python API, run by test_mpi.py as
+`mpirun -np N python3 -m mpi4py mpi_scenarios.py SCENARIO STORE`. Every rank
+asserts; an uncaught exception aborts the whole job (mpi4py's -m runner)."""
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import ckptdb
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+
+
+def tensor(shape, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(-100, 100, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def part(n, i, parts):
+    return n * i // parts, n * (i + 1) // parts
+
+
+W1, W2 = tensor((8, 6), seed=1), tensor((8, 6), seed=2)
+
+
+def reference_save(path):
+    """The reference scenario: ranks 0-1 hold rows of w1, ranks 2-3 rows of w2."""
+    assert size == 4
+    g = W1 if rank < 2 else W2
+    b, e = part(8, rank % 2, 2)
+    with ckptdb.open(path, comm) as db:
+        info = db.save({("w1" if rank < 2 else "w2"): ckptdb.Shard(np.ascontiguousarray(g[b:e]), g.shape, (b, 0))},
+                       step=1)
+        assert info.world_size == 4 and info.num_tensors == 2 and info.nbytes == 2 * 8 * 6 * 4
+
+
+def reference_load(path):
+    """Loaded on `size` ranks with row, column, 2-D and replicated layouts."""
+    for layout in ("rows", "cols", "grid", "replicated"):
+        boxes = []
+        for g in (W1, W2):
+            if layout == "rows":
+                b, e = part(8, rank, size)
+                boxes.append(((b, 0), (e - b, 6)))
+            elif layout == "cols":
+                b, e = part(6, rank, size)
+                boxes.append(((0, b), (8, e - b)))
+            elif layout == "grid":
+                rows = 2 if size >= 4 else 1
+                cols = size // rows
+                rb, re = part(8, rank // cols, rows) if rank < rows * cols else (0, 0)
+                cb, ce = part(6, rank % cols, cols) if rank < rows * cols else (0, 0)
+                boxes.append(((rb, cb), (re - rb, ce - cb)))
+            else:
+                boxes.append(((0, 0), (8, 6)))
+        targets = [np.zeros(shape, np.float32) for _, shape in boxes]
+        with ckptdb.open(path, comm) as db:
+            result = db.load({"w1": ckptdb.Shard(targets[0], (8, 6), boxes[0][0]),
+                              "w2": ckptdb.Shard(targets[1], (8, 6), boxes[1][0])})
+        for g, t, (off, shape) in zip((W1, W2), targets, boxes):
+            np.testing.assert_array_equal(t, g[off[0]:off[0] + shape[0], off[1]:off[1] + shape[1]])
+        read = comm.allreduce(result.stats.bytes_read)
+        assert read == 2 * 8 * 6 * 4, (layout, read)  # every stored chunk read once
+
+
+def replicas_and_values(path):
+    """Replicas stored once by balanced writers; small values from the lowest rank; ranks
+    with different key sets; chunk rank is the writer."""
+    bias = tensor((1000,), seed=3)
+    w = tensor((4, 1000), np.uint16, seed=4)  # bfloat16 bits
+    b = 0 if rank < size // 2 else 2
+    sd = {"bias": bias, "w": ckptdb.Shard(np.ascontiguousarray(w[b:b + 2]), w.shape, (b, 0)),
+          "epoch": 10 + rank}
+    if rank == size - 1:
+        sd["only_last"] = {"x": tensor((3,), seed=5)}  # a key only one rank holds
+    with ckptdb.open(path, comm) as db:
+        info = db.save(sd)
+        assert info.nbytes == 1000 * 4 + 4 * 1000 * 2 + 3 * 4
+        md = db.metadata()
+        assert md["values"]["epoch"] == 10
+        writers = {c["rank"] for t in md["tensors"].values() for c in t["chunks"]}
+        assert len(writers) >= min(3, size), writers  # spread, not all on rank 0
+        assert md["tensors"]["only_last.x"]["chunks"][0]["rank"] == size - 1
+        assert md["tensors"]["w"]["dtype"] == "bfloat16"
+        np.testing.assert_array_equal(db.read("w"), w)
+        np.testing.assert_array_equal(db.read("bias"), bias)
+        got = {"epoch": -1}
+        db.load(got)
+        assert got["epoch"] == 10
+
+
+MASTER = {
+    "model": {"fc": {"weight": tensor((64, 48), np.uint16, seed=10)}},
+    "optimizer": {"master_weights": {"fc": {"weight": tensor((64, 48), seed=11)}},
+                  "exp_avg": {"fc": {"weight": tensor((64, 48), seed=12)}},
+                  "exp_avg_sq": {"fc": {"weight": tensor((64, 48), seed=13)}}},
+}
+
+
+def _walk(d, prefix=()):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _walk(v, prefix + (k,))
+        else:
+            yield prefix + (k,), v
+
+
+def _nest(items):
+    out = {}
+    for path, v in items:
+        d = out
+        for k in path[:-1]:
+            d = d.setdefault(k, {})
+        d[path[-1]] = v
+    return out
+
+
+def master_save(path):
+    """bf16 weights, fp32 master weights and moments, tensor-parallel by columns."""
+    b, e = part(48, rank, size)
+    sd = _nest((p, ckptdb.Shard(np.ascontiguousarray(g[:, b:e]), g.shape, (0, b))) for p, g in _walk(MASTER))
+    sd["optimizer"]["step"] = 500
+    with ckptdb.open(path, comm, max_chunk_bytes=1024) as db:
+        db.save(sd, step=500)
+
+
+def master_load(path):
+    """... loaded on another number of ranks by rows; bytes read once, some sent."""
+    b, e = part(64, rank, size)
+    targets = {p: np.zeros((e - b, 48), g.dtype) for p, g in _walk(MASTER)}
+    sd = _nest((p, ckptdb.Shard(t, (64, 48), (b, 0))) for p, t in targets.items())
+    sd["optimizer"]["step"] = 0
+    with ckptdb.open(path, comm, max_chunk_bytes=1024) as db:
+        result = db.load(sd, step=500)
+    for p, g in _walk(MASTER):
+        np.testing.assert_array_equal(targets[p], g[b:e])
+    assert sd["optimizer"]["step"] == 500
+    total = sum(g.nbytes for _, g in _walk(MASTER))
+    assert comm.allreduce(result.stats.bytes_read) == total
+    if size > 1:
+        assert comm.allreduce(result.stats.bytes_sent) > 0
+
+
+def collective_errors(path):
+    """Errors inside collective calls are raised on every rank; the store is unchanged."""
+    w = tensor((4, 4), seed=5)
+    with ckptdb.open(path, comm) as db:
+        # A Shard outside its tensor on the last rank.
+        try:
+            db.save({"w": ckptdb.Shard(w, (4, 4), (1, 0)) if rank == size - 1 else w})
+            raise AssertionError("shard outside its tensor accepted")
+        except ckptdb.InvalidArgumentError as e:
+            assert "'w'" in str(e)
+        if size > 1:
+            # A rank disagreeing on the dtype.
+            try:
+                db.save({"w": w.astype(np.float64) if rank == 1 else w})
+                raise AssertionError("dtype disagreement accepted")
+            except ckptdb.InvalidArgumentError as e:
+                assert "'w'" in str(e)
+            # Overlapping boxes that are not identical replicas.
+            b = 0 if rank == 0 else 1
+            try:
+                db.save({"w": ckptdb.Shard(np.ascontiguousarray(w[b:b + 3]), (4, 4), (b, 0))})
+                raise AssertionError("overlap accepted")
+            except ckptdb.InvalidArgumentError as e:
+                assert "'w'" in str(e)
+            # Global shapes that disagree.
+            shape = (4, 4) if rank != size - 1 else (4, 5)
+            try:
+                db.save({"w": ckptdb.Shard(w, shape, (0, 0))})
+                raise AssertionError("shape disagreement accepted")
+            except ckptdb.InvalidArgumentError as e:
+                assert "'w'" in str(e)
+        assert db.checkpoints() == []
+        db.save({"w": w}, tag="good")
+        try:
+            db.save({"w": w}, tag="good")
+            raise AssertionError("duplicate tag accepted")
+        except ckptdb.InvalidArgumentError:
+            pass
+        # A strict load where only the last rank asks for a missing key.
+        want = {"w": np.zeros((4, 4), np.float32)}
+        if rank == size - 1:
+            want["missing"] = np.zeros(2, np.float32)
+        try:
+            db.load(want)
+            raise AssertionError("missing key accepted")
+        except ckptdb.NotFoundError as e:
+            assert "'missing'" in str(e)
+        listed = db.checkpoints()
+        assert len(listed) == 1, (rank, listed)
+        db.delete(tag="good")
+        assert db.checkpoints() == []
+
+
+SCENARIOS = {f.__name__: f for f in (reference_save, reference_load, replicas_and_values, master_save,
+                                     master_load, collective_errors)}
+
+if __name__ == "__main__":
+    SCENARIOS[sys.argv[1]](sys.argv[2])
+    comm.Barrier()
+    if rank == 0:
+        print(f"{sys.argv[1]} ok on {size} ranks", flush=True)

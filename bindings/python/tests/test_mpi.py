@@ -1,0 +1,48 @@
+"""The Python API under mpirun (2-4 ranks, 8 oversubscribed for the small
+reference case): collective open/save/load/delete/close over an mpi4py
+communicator. Each case runs mpi_scenarios.py in fresh mpirun jobs."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MPIRUN = shutil.which("mpirun")
+
+pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+
+
+def mpirun(np_, scenario, store):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    cmd = [MPIRUN, "-np", str(np_), "--oversubscribe", sys.executable, "-m", "mpi4py",
+           os.path.join(HERE, "mpi_scenarios.py"), scenario, store]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f"{scenario} on {np_} ranks failed:\n{p.stdout}\n{p.stderr}"
+    assert f"{scenario} ok on {np_} ranks" in p.stdout
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 8])
+def test_reference_scenario_saved_on_4_loaded_on_m(tmp_path, m):
+    store = str(tmp_path / "store")
+    mpirun(4, "reference_save", store)
+    mpirun(m, "reference_load", store)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_replicas_values_and_different_key_sets(tmp_path, n):
+    mpirun(n, "replicas_and_values", str(tmp_path / "store"))
+
+
+@pytest.mark.parametrize("n,m", [(2, 3), (4, 2), (3, 1)])
+def test_master_weights_reshard(tmp_path, n, m):
+    store = str(tmp_path / "store")
+    mpirun(n, "master_save", store)
+    mpirun(m, "master_load", store)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_collective_errors_on_every_rank(tmp_path, n):
+    mpirun(n, "collective_errors", str(tmp_path / "store"))
