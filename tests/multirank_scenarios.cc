@@ -532,6 +532,38 @@ TEST(MultiRankTest, ErrorsAreCollectiveAndLeaveTheStoreUnchanged) {
   });
 }
 
+// Ranks list and read right before collective saves and deletes that rank 0
+// carries out: their read-only handles never see a half-changed store, and
+// every listing after a collective call shows its outcome.
+TEST(MultiRankTest, LocalCallsAroundCollectivesSeeWholeCheckpoints) {
+  if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
+  SharedTempDir dir;
+  const GlobalTensor w(DType::kFloat32, {6, 4}, 41);
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm);
+    auto [b, e] = Part(6, rank, 3);
+    OwnedShard shard = ShardOf(w, {b, 0}, {e - b, 4});
+    StateDict sd;
+    sd.Set("w", shard.View(w));
+    for (int round = 0; round < 15; ++round) {
+      auto saved = db->Save(sd, {.step = round});
+      EXPECT_TRUE(saved.ok()) << saved.status().ToString();
+      auto listed = db->ListCheckpoints();
+      EXPECT_TRUE(listed.ok()) << listed.status().ToString();
+      if (listed.ok()) {
+        EXPECT_EQ(listed->size(), round == 0 ? 1u : 2u) << "rank " << rank;
+      }
+      auto read = db->Read("w", CheckpointSelector::Step(round));
+      EXPECT_TRUE(read.ok()) << read.status().ToString();
+      if (round > 0) {
+        EXPECT_TRUE(db->Delete(CheckpointSelector::Step(round - 1)).ok());
+        listed = db->ListCheckpoints();
+        EXPECT_TRUE(listed.ok() && listed->size() == 1u) << "rank " << rank;
+      }
+    }
+  });
+}
+
 // An I/O error on one rank while it writes its chunks (its staged file path is
 // taken by a directory) fails the save on every rank; nothing is committed, no
 // staged bytes are left, and the next save works.
