@@ -12,7 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-numpy python3-mpi4py python3-pytest
-  libcli11-dev nlohmann-json3-dev libfmt-dev libdlpack-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev libdlpack-dev libzip-dev
 )
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi

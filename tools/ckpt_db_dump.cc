@@ -1,0 +1,468 @@
+// ckpt-db-dump: inspect, verify and export a ckptdb store without writing code.
+// Opens the store read-only (never modifies it); see --help of each command.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/src/box_copy.h"
+#include "storage/store.h"
+#include "tools/dump_formats.h"
+
+namespace ckptdb::tools {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Exit codes: 0 fine, 1 damage found by verify, 2 any other error.
+constexpr int kDamaged = 1;
+constexpr int kError = 2;
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "ckpt-db-dump: %s\n", s.message().c_str());
+  return kError;
+}
+
+struct Selection {
+  std::optional<int64_t> step, id;
+  std::optional<std::string> tag;
+  bool given() const { return step || id || tag; }
+  CheckpointSelector selector() const {
+    if (step) return CheckpointSelector::Step(*step);
+    if (tag) return CheckpointSelector::Tag(*tag);
+    if (id) return CheckpointSelector::Id(*id);
+    return CheckpointSelector::Latest();
+  }
+};
+
+void AddSelection(CLI::App* cmd, Selection* sel, const char* what) {
+  auto* step = cmd->add_option("--step", sel->step, std::string("select the checkpoint of this training step ") + what);
+  auto* tag = cmd->add_option("--tag", sel->tag, "select the checkpoint with this tag");
+  auto* id = cmd->add_option("--id", sel->id, "select the checkpoint with this id");
+  step->excludes(tag)->excludes(id);
+  tag->excludes(id);
+}
+
+Result<std::unique_ptr<storage::Store>> OpenStore(const std::string& path) {
+  storage::StoreOptions options;
+  options.create_if_missing = false;
+  options.read_only = true;
+  return storage::Store::Open(path, options);
+}
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char out[32];
+  std::snprintf(out, sizeof(out), u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return out;
+}
+
+std::string LocalTime(double unix_seconds) {
+  const std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char out[32];
+  std::strftime(out, sizeof(out), "%Y-%m-%d %H:%M:%S", &tm);
+  return out;
+}
+
+// A progress line on stderr when it is a terminal; silent otherwise.
+class Progress {
+ public:
+  Progress(const char* verb, uint64_t total_bytes)
+      : verb_(verb), total_(total_bytes), on_(isatty(STDERR_FILENO) == 1) {}
+  ~Progress() {
+    if (on_ && shown_) std::fprintf(stderr, "\r\033[K");
+  }
+  void Add(uint64_t bytes) {
+    done_ += bytes;
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (shown_ && now - last_ < std::chrono::milliseconds(100) && done_ < total_) return;
+    last_ = now;
+    shown_ = true;
+    std::fprintf(stderr, "\r%s: %s of %s (%.0f%%)\033[K", verb_, HumanBytes(done_).c_str(),
+                 HumanBytes(total_).c_str(), total_ ? 100.0 * done_ / total_ : 100.0);
+  }
+
+ private:
+  const char* verb_;
+  uint64_t total_, done_ = 0;
+  bool on_, shown_ = false;
+  std::chrono::steady_clock::time_point last_;
+};
+
+json ValueJson(const Value& v) {
+  return std::visit(
+      [](const auto& x) -> json {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, Bytes>) {
+          // JSON has no bytes: an array of byte values.
+          return json(std::vector<uint8_t>(x.data.begin(), x.data.end()));
+        } else {
+          return json(x);
+        }
+      },
+      v);
+}
+
+std::string ValueText(const Value& v) {
+  if (const auto* s = std::get_if<std::string>(&v)) return json(*s).dump();
+  if (const auto* b = std::get_if<Bytes>(&v)) return "bytes[" + std::to_string(b->data.size()) + "]";
+  return ValueJson(v).dump();
+}
+
+json InfoJson(const CheckpointInfo& info) {
+  return {{"id", info.id},
+          {"step", info.step ? json(*info.step) : json(nullptr)},
+          {"tag", info.tag ? json(*info.tag) : json(nullptr)},
+          {"created", info.created},
+          {"world_size", info.world_size},
+          {"num_tensors", info.num_tensors},
+          {"nbytes", info.nbytes}};
+}
+
+// The fields of DB.metadata() in the Python API.
+json MetadataJson(const CheckpointMetadata& m) {
+  json tensors = json::object();
+  for (const auto& [key, t] : m.tensors) {
+    json chunks = json::array();
+    for (const ChunkMetadata& c : t.chunks) {
+      chunks.push_back({{"global_offset", c.global_offset},
+                        {"local_shape", c.local_shape},
+                        {"rank", c.writer_rank},
+                        {"nbytes", c.nbytes}});
+    }
+    tensors[key] = {{"dtype", std::string(DTypeName(t.dtype))},
+                    {"global_shape", t.global_shape},
+                    {"chunks", chunks}};
+  }
+  json values = json::object();
+  for (const auto& [key, v] : m.values) values[key] = ValueJson(v);
+  return {{"id", m.info.id},
+          {"step", m.info.step ? json(*m.info.step) : json(nullptr)},
+          {"tag", m.info.tag ? json(*m.info.tag) : json(nullptr)},
+          {"created", m.info.created},
+          {"world_size", m.info.world_size},
+          {"tensors", tensors},
+          {"flat_mapping", m.flat_mapping},
+          {"values", values},
+          {"user_metadata", m.user_metadata}};
+}
+
+// ---- list -------------------------------------------------------------------
+
+int List(const std::string& path, bool as_json) {
+  auto store = OpenStore(path);
+  if (!store.ok()) return Fail(store.status());
+  auto all = (*store)->List();
+  if (!all.ok()) return Fail(all.status());
+  if (as_json) {
+    json out = json::array();
+    for (const CheckpointInfo& info : *all) out.push_back(InfoJson(info));
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%-6s %-10s %-16s %-19s %6s %8s %12s\n", "id", "step", "tag", "created", "ranks", "tensors",
+              "size");
+  for (const CheckpointInfo& info : *all) {
+    std::printf("%-6lld %-10s %-16s %-19s %6d %8lld %12s\n", static_cast<long long>(info.id),
+                info.step ? std::to_string(*info.step).c_str() : "-", info.tag ? info.tag->c_str() : "-",
+                LocalTime(info.created).c_str(), info.world_size, static_cast<long long>(info.num_tensors),
+                HumanBytes(info.nbytes).c_str());
+  }
+  if (all->empty()) std::printf("(no checkpoints)\n");
+  return 0;
+}
+
+// ---- show -------------------------------------------------------------------
+
+int Show(const std::string& path, const Selection& sel, bool as_json, bool chunks) {
+  auto store = OpenStore(path);
+  if (!store.ok()) return Fail(store.status());
+  auto id = (*store)->Resolve(sel.selector());
+  if (!id.ok()) return Fail(id.status());
+  auto meta = (*store)->GetMetadata(*id);
+  if (!meta.ok()) return Fail(meta.status());
+  const CheckpointMetadata& m = *meta;
+  if (as_json) {
+    std::printf("%s\n", MetadataJson(m).dump(2).c_str());
+    return 0;
+  }
+  size_t nchunks = 0;
+  for (const auto& [key, t] : m.tensors) nchunks += t.chunks.size();
+  std::printf("checkpoint %lld", static_cast<long long>(m.info.id));
+  if (m.info.step) std::printf("  step %lld", static_cast<long long>(*m.info.step));
+  if (m.info.tag) std::printf("  tag %s", m.info.tag->c_str());
+  std::printf("  created %s  saved by %d rank%s\n", LocalTime(m.info.created).c_str(), m.info.world_size,
+              m.info.world_size == 1 ? "" : "s");
+  std::printf("%zu tensors, %s in %zu chunks; %zu small values\n\n", m.tensors.size(),
+              HumanBytes(m.info.nbytes).c_str(), nchunks, m.values.size());
+  size_t width = 3;
+  for (const auto& [key, t] : m.tensors) width = std::max(width, key.size());
+  std::printf("%-*s  %-13s %-18s %6s %10s\n", static_cast<int>(width), "key", "dtype", "shape", "chunks", "size");
+  for (const auto& [key, t] : m.tensors) {
+    uint64_t bytes = 0;
+    for (const ChunkMetadata& c : t.chunks) bytes += c.nbytes;
+    std::printf("%-*s  %-13s %-18s %6zu %10s\n", static_cast<int>(width), key.c_str(),
+                std::string(DTypeName(t.dtype)).c_str(), ShapeToString(t.global_shape).c_str(), t.chunks.size(),
+                HumanBytes(bytes).c_str());
+    if (!chunks) continue;
+    for (const ChunkMetadata& c : t.chunks) {
+      std::printf("%*s    offset %-14s shape %-14s rank %-4d %10s  xxh3 %016llx\n", static_cast<int>(width), "",
+                  ShapeToString(c.global_offset).c_str(), ShapeToString(c.local_shape).c_str(), c.writer_rank,
+                  HumanBytes(c.nbytes).c_str(), static_cast<unsigned long long>(c.checksum));
+    }
+  }
+  if (!m.values.empty()) {
+    std::printf("\nvalues\n");
+    for (const auto& [key, v] : m.values) {
+      std::printf("  %s = %s (%s)\n", key.c_str(), ValueText(v).c_str(), std::string(ValueTypeName(v)).c_str());
+    }
+  }
+  if (!m.user_metadata.empty()) {
+    std::printf("\nuser metadata\n");
+    for (const auto& [k, v] : m.user_metadata) std::printf("  %s = %s\n", k.c_str(), v.c_str());
+  }
+  return 0;
+}
+
+// ---- verify -----------------------------------------------------------------
+
+// Problems of a tensor's layout: chunks outside the tensor, sizes that do not
+// match their boxes, overlaps, or gaps (the chunks must partition the tensor).
+std::vector<std::string> LayoutProblems(const std::string& key, const TensorMetadata& t) {
+  std::vector<std::string> problems;
+  const std::string name = "tensor '" + key + "'";
+  int64_t volume = 0;
+  for (const ChunkMetadata& c : t.chunks) {
+    bool inside = c.global_offset.size() == t.global_shape.size() && c.local_shape.size() == t.global_shape.size();
+    for (size_t d = 0; inside && d < t.global_shape.size(); ++d) {
+      inside = c.global_offset[d] >= 0 && c.local_shape[d] >= 0 &&
+               c.global_offset[d] + c.local_shape[d] <= t.global_shape[d];
+    }
+    if (!inside) {
+      problems.push_back(name + ": chunk at offset " + ShapeToString(c.global_offset) + " shape " +
+                         ShapeToString(c.local_shape) + " lies outside " + ShapeToString(t.global_shape));
+      continue;
+    }
+    const uint64_t expected = static_cast<uint64_t>(NumElements(c.local_shape)) * DTypeSize(t.dtype);
+    if (c.nbytes != expected) {
+      problems.push_back(name + ": chunk at offset " + ShapeToString(c.global_offset) + " records " +
+                         std::to_string(c.nbytes) + " bytes, its box holds " + std::to_string(expected));
+    }
+    volume += NumElements(c.local_shape);
+  }
+  if (!problems.empty()) return problems;
+  // Overlaps: chunks sorted by their first offset, each compared with those
+  // that start before it ends along dimension 0.
+  std::vector<const ChunkMetadata*> sorted;
+  for (const ChunkMetadata& c : t.chunks) {
+    if (NumElements(c.local_shape) > 0) sorted.push_back(&c);
+  }
+  if (!t.global_shape.empty()) {
+    std::sort(sorted.begin(), sorted.end(),
+              [](auto* a, auto* b) { return a->global_offset < b->global_offset; });
+  }
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    for (size_t j = i + 1; j < sorted.size(); ++j) {
+      const ChunkMetadata& a = *sorted[i];
+      const ChunkMetadata& b = *sorted[j];
+      if (!t.global_shape.empty() && b.global_offset[0] >= a.global_offset[0] + a.local_shape[0]) break;
+      bool overlap = true;
+      for (size_t d = 0; overlap && d < t.global_shape.size(); ++d) {
+        overlap = std::max(a.global_offset[d], b.global_offset[d]) <
+                  std::min(a.global_offset[d] + a.local_shape[d], b.global_offset[d] + b.local_shape[d]);
+      }
+      if (overlap) {
+        problems.push_back(name + ": chunks at offsets " + ShapeToString(a.global_offset) + " and " +
+                           ShapeToString(b.global_offset) + " overlap");
+      }
+    }
+  }
+  if (problems.empty() && volume != NumElements(t.global_shape)) {
+    problems.push_back(name + ": chunks cover " + std::to_string(volume) + " of " +
+                       std::to_string(NumElements(t.global_shape)) + " elements (a gap)");
+  }
+  return problems;
+}
+
+int Verify(const std::string& path, const Selection& sel) {
+  auto store = OpenStore(path);
+  if (!store.ok()) return Fail(store.status());
+  std::vector<int64_t> ids;
+  if (sel.given()) {
+    auto id = (*store)->Resolve(sel.selector());
+    if (!id.ok()) return Fail(id.status());
+    ids.push_back(*id);
+  } else {
+    auto all = (*store)->List();
+    if (!all.ok()) return Fail(all.status());
+    for (const CheckpointInfo& info : *all) ids.push_back(info.id);
+  }
+  size_t damaged_total = 0;
+  for (int64_t id : ids) {
+    auto meta = (*store)->GetMetadata(id);
+    if (!meta.ok()) {
+      std::printf("checkpoint %lld: DAMAGED metadata: %s\n", static_cast<long long>(id),
+                  meta.status().message().c_str());
+      ++damaged_total;
+      continue;
+    }
+    uint64_t total = 0, chunks = 0;
+    for (const auto& [key, t] : meta->tensors) {
+      for (const ChunkMetadata& c : t.chunks) total += c.nbytes;
+    }
+    std::vector<std::string> damaged;
+    for (const auto& [key, t] : meta->tensors) {
+      for (std::string& p : LayoutProblems(key, t)) damaged.push_back(std::move(p));
+    }
+    {
+      Progress progress("verify", total);
+      for (const auto& [key, t] : meta->tensors) {
+        for (const ChunkMetadata& c : t.chunks) {
+          auto read = (*store)->ReadChunk(id, key, c);
+          if (!read.ok()) damaged.push_back(read.status().message());
+          ++chunks;
+          progress.Add(c.nbytes);
+        }
+      }
+    }
+    if (damaged.empty()) {
+      std::printf("checkpoint %lld: ok (%llu chunks, %s, checksums verified)\n", static_cast<long long>(id),
+                  static_cast<unsigned long long>(chunks), HumanBytes(total).c_str());
+    } else {
+      std::printf("checkpoint %lld: DAMAGED (%zu problems in %llu chunks)\n", static_cast<long long>(id),
+                  damaged.size(), static_cast<unsigned long long>(chunks));
+      for (const std::string& d : damaged) std::printf("  %s\n", d.c_str());
+    }
+    damaged_total += damaged.size();
+  }
+  if (ids.empty()) std::printf("(no checkpoints)\n");
+  return damaged_total == 0 ? 0 : kDamaged;
+}
+
+// ---- export -----------------------------------------------------------------
+
+int Export(const std::string& path, const Selection& sel, const std::string& format, const std::string& output,
+           const std::vector<std::string>& keys) {
+  auto store = OpenStore(path);
+  if (!store.ok()) return Fail(store.status());
+  auto id = (*store)->Resolve(sel.selector());
+  if (!id.ok()) return Fail(id.status());
+  auto meta = (*store)->GetMetadata(*id);
+  if (!meta.ok()) return Fail(meta.status());
+  std::vector<const std::pair<const std::string, TensorMetadata>*> chosen;
+  if (keys.empty()) {
+    for (const auto& entry : meta->tensors) chosen.push_back(&entry);
+  } else {
+    std::set<std::string> seen;
+    for (const std::string& k : keys) {
+      auto it = meta->tensors.find(k);
+      if (it == meta->tensors.end()) {
+        return Fail(Status::NotFound("no tensor '" + k + "' in checkpoint id " + std::to_string(*id) +
+                                     (meta->values.count(k) ? " (it is a small value)" : "")));
+      }
+      if (seen.insert(k).second) chosen.push_back(&*it);
+    }
+  }
+  std::vector<ExportTensor> tensors;
+  uint64_t total = 0;
+  for (const auto* entry : chosen) {
+    const TensorMetadata& t = entry->second;
+    const uint64_t nbytes = static_cast<uint64_t>(NumElements(t.global_shape)) * DTypeSize(t.dtype);
+    tensors.push_back({entry->first, t.dtype, t.global_shape, nbytes});
+    total += nbytes;
+  }
+  Progress progress("export", total);
+  // Assembles one whole tensor from its chunks (each read once, checksum
+  // verified) into `out`.
+  TensorFiller fill = [&](size_t i, std::vector<char>* out) -> Status {
+    const std::string& key = chosen[i]->first;
+    const TensorMetadata& t = chosen[i]->second;
+    for (const ChunkMetadata& c : t.chunks) {
+      ASSIGN_OR_RETURN(storage::ChunkBuffer buffer, (*store)->ReadChunk(*id, key, c));
+      const Shape zero(c.local_shape.size(), 0);
+      engine::CopyBox({buffer.bytes().data(), c.local_shape, zero}, t.dtype,
+                      {out->data(), t.global_shape, c.global_offset}, t.dtype, c.local_shape);
+      progress.Add(c.nbytes);
+    }
+    return Status::OK();
+  };
+  Status written;
+  if (format == "safetensors") {
+    std::map<std::string, std::string> metadata = meta->user_metadata;
+    metadata["ckptdb.checkpoint_id"] = std::to_string(meta->info.id);
+    if (meta->info.step) metadata["ckptdb.step"] = std::to_string(*meta->info.step);
+    if (meta->info.tag) metadata["ckptdb.tag"] = *meta->info.tag;
+    written = WriteSafetensors(output, tensors, metadata, fill);
+  } else {
+    written = WriteNpz(output, tensors, fill);
+  }
+  if (!written.ok()) {
+    std::remove(output.c_str());
+    return Fail(written);
+  }
+  std::printf("exported %zu tensors (%s) of checkpoint %lld to %s\n", tensors.size(), HumanBytes(total).c_str(),
+              static_cast<long long>(*id), output.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace ckptdb::tools
+
+int main(int argc, char** argv) {
+  using namespace ckptdb::tools;
+  CLI::App app{
+      "ckpt-db-dump: inspect, verify and export a ckptdb store.\n"
+      "The store is opened read-only and never modified. Exit status: 0 ok, 1 damage found by\n"
+      "verify, 2 any other error (no store, unknown checkpoint or key, bad arguments)."};
+  app.require_subcommand(1);
+  std::string store, format, output;
+  bool as_json = false, chunks = false;
+  Selection sel;
+  std::vector<std::string> keys;
+
+  auto* list = app.add_subcommand("list", "List the committed checkpoints, one line each (oldest first)");
+  list->add_option("STORE", store, "store directory")->required();
+  list->add_flag("--json", as_json, "print a JSON array of checkpoint summaries");
+
+  auto* show = app.add_subcommand("show", "Show one checkpoint's tensors, values and metadata (default: latest)");
+  show->add_option("STORE", store, "store directory")->required();
+  AddSelection(show, &sel, "(default: the latest checkpoint)");
+  show->add_flag("--json", as_json, "print the fields of the Python API's DB.metadata() as JSON");
+  show->add_flag("--chunks", chunks, "list every stored chunk (offset, shape, writer rank, size, checksum)");
+
+  auto* verify = app.add_subcommand(
+      "verify", "Read every chunk and check checksums and layouts (default: every checkpoint)");
+  verify->add_option("STORE", store, "store directory")->required();
+  AddSelection(verify, &sel, "(default: every checkpoint)");
+
+  auto* exp = app.add_subcommand("export", "Write whole tensors of a checkpoint to a safetensors or .npz file");
+  exp->add_option("STORE", store, "store directory")->required();
+  AddSelection(exp, &sel, "(default: the latest checkpoint)");
+  exp->add_option("--format", format, "safetensors (bfloat16 as BF16) or npz (bfloat16 as uint16 bits)")
+      ->required()
+      ->check(CLI::IsMember({"safetensors", "npz"}));
+  exp->add_option("-o,--output", output, "file to write")->required();
+  exp->add_option("--key", keys, "flat key of a tensor to export (repeatable; default: all)");
+
+  CLI11_PARSE(app, argc, argv);
+  if (*list) return List(store, as_json);
+  if (*show) return Show(store, sel, as_json, chunks);
+  if (*verify) return Verify(store, sel);
+  return Export(store, sel, format, output, keys);
+}
