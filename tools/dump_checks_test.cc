@@ -1,0 +1,43 @@
+#include "tools/dump_checks.h"
+
+#include <gtest/gtest.h>
+
+namespace ckptdb::tools {
+namespace {
+
+TensorMetadata Rows(std::vector<std::pair<int64_t, int64_t>> rows) {  // (begin, count) of [N, 4] float32
+  TensorMetadata t;
+  t.global_shape = {10, 4};
+  for (auto [b, n] : rows) {
+    t.chunks.push_back({{b, 0}, {n, 4}, 0, static_cast<uint64_t>(n) * 16, 0});
+  }
+  return t;
+}
+
+TEST(LayoutProblemsTest, ExactPartitionIsFine) {
+  EXPECT_TRUE(LayoutProblems("w", Rows({{0, 3}, {3, 7}})).empty());
+  TensorMetadata scalar;
+  scalar.chunks.push_back({{}, {}, 0, 4, 0});
+  EXPECT_TRUE(LayoutProblems("s", scalar).empty());
+}
+
+TEST(LayoutProblemsTest, GapOverlapOutsideAndSize) {
+  auto gap = LayoutProblems("w", Rows({{0, 3}, {4, 6}}));
+  ASSERT_EQ(gap.size(), 1u);
+  EXPECT_NE(gap[0].find("gap"), std::string::npos) << gap[0];
+  auto overlap = LayoutProblems("w", Rows({{0, 5}, {3, 7}}));
+  ASSERT_EQ(overlap.size(), 1u);
+  EXPECT_NE(overlap[0].find("overlap"), std::string::npos);
+  EXPECT_NE(overlap[0].find("'w'"), std::string::npos);
+  auto outside = LayoutProblems("w", Rows({{0, 3}, {3, 8}}));
+  ASSERT_EQ(outside.size(), 1u);
+  EXPECT_NE(outside[0].find("outside"), std::string::npos);
+  TensorMetadata sized = Rows({{0, 10}});
+  sized.chunks[0].nbytes = 12;
+  auto size = LayoutProblems("w", sized);
+  ASSERT_EQ(size.size(), 1u);
+  EXPECT_NE(size[0].find("records 12 bytes"), std::string::npos) << size[0];
+}
+
+}  // namespace
+}  // namespace ckptdb::tools

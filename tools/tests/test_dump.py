@@ -1,0 +1,225 @@
+"""ckpt-db-dump on stores made through the Python package: every subcommand,
+JSON against DB.metadata(), exports read back, damage found by verify and load."""
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python", "tests"))
+from conftest import snapshot  # noqa: E402
+
+import ckptdb  # noqa: E402
+
+DUMP = os.environ.get("CKPT_DB_DUMP") or os.path.join(HERE, "..", "..", "build", "tools", "ckpt-db-dump")
+
+
+def dump(*args, check=None):
+    p = subprocess.run([DUMP, *args], capture_output=True, text=True, timeout=120)
+    if check is not None:
+        assert p.returncode == check, p.stdout + p.stderr
+    return p
+
+
+def rng_array(shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype) == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+STATE = {
+    "model": {"w": rng_array((40, 24), np.float32, 1), "bf": rng_array((16, 8), np.uint16, 2)},
+    "optimizer": {"master": rng_array((40, 24), np.float64, 3), "flags": rng_array((7,), np.bool_, 4),
+                  "q": rng_array((5, 3), np.int8, 5), "step": 12, "name": "adam", "blob": b"\x00\x01"},
+    "scalar": np.array(1.5, np.float32),
+}
+F8 = rng_array((9,), np.uint8, 6)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("dump") / "store")
+    with ckptdb.open(path, max_chunk_bytes=512) as db:
+        db.save(STATE, step=1, tag="first", metadata={"run": "r1"})
+        state = dict(STATE, f8=ckptdb.Shard(F8, (9,), (0,), dtype="float8_e4m3fn"))
+        db.save(state, step=2, metadata={"run": "r1"})
+    return path
+
+
+def test_help_for_each_command():
+    assert "list" in dump("--help", check=0).stdout
+    for cmd in ("list", "show", "verify", "export"):
+        out = dump(cmd, "--help", check=0).stdout
+        assert "STORE" in out
+    assert "--chunks" in dump("show", "--help").stdout
+    assert "--format" in dump("export", "--help").stdout
+
+
+def test_list_text_and_json(store):
+    before = snapshot(store)
+    out = dump("list", store, check=0).stdout
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["id", "step", "tag"]
+    assert "first" in lines[1] and lines[2].split()[1] == "2"
+    listed = json.loads(dump("list", store, "--json", check=0).stdout)
+    with ckptdb.open(store, read_only=True) as db:
+        infos = db.checkpoints()
+    assert [c["id"] for c in listed] == [i.id for i in infos]
+    assert [(c["step"], c["tag"], c["world_size"], c["num_tensors"], c["nbytes"]) for c in listed] == \
+           [(i.step, i.tag, i.world_size, i.num_tensors, i.nbytes) for i in infos]
+    assert snapshot(store) == before  # opening for inspection never modifies
+
+
+def as_json_values(md):
+    md = dict(md)
+    md["values"] = {k: list(v) if isinstance(v, bytes) else v for k, v in md["values"].items()}
+    return md
+
+
+@pytest.mark.parametrize("selector", [[], ["--step", "1"], ["--tag", "first"], ["--id", "2"]])
+def test_show_json_has_the_fields_of_metadata(store, selector):
+    shown = json.loads(dump("show", store, *selector, "--json", check=0).stdout)
+    kwargs = {}
+    if selector:
+        kwargs = {selector[0][2:]: selector[1] if selector[0] == "--tag" else int(selector[1])}
+    with ckptdb.open(store, read_only=True) as db:
+        md = db.metadata(**kwargs)
+    assert shown == as_json_values(md)
+
+
+def test_show_text_and_chunks(store):
+    out = dump("show", store, "--step", "1", check=0).stdout
+    assert "checkpoint 1" in out and "tag first" in out
+    assert "model.w" in out and "bfloat16" in out and "[40, 24]" in out
+    assert "optimizer.name = \"adam\"" in out and "run = r1" in out
+    with ckptdb.open(store, read_only=True) as db:
+        chunks = db.metadata(step=1)["tensors"]["model.w"]["chunks"]
+    assert len(chunks) > 1
+    detailed = dump("show", store, "--step", "1", "--chunks", check=0).stdout
+    for c in chunks:
+        assert f"offset [{c['global_offset'][0]}, {c['global_offset'][1]}]" in detailed
+
+
+def test_verify_ok_is_quiet_on_stderr(store):
+    p = dump("verify", store, check=0)
+    assert p.stdout.count(": ok") == 2 and p.stderr == ""
+    assert dump("verify", store, "--tag", "first", check=0).stdout.count(": ok") == 1
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    dtypes = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64,
+              "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
+              "F8_E4M3": np.uint8, "F8_E5M2": np.uint8}
+    meta = header.pop("__metadata__", {})
+    out, end = {}, 0
+    for name, t in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        b, e = t["data_offsets"]
+        assert b == end  # contiguous, in order, as the reference loader requires
+        end = e
+        out[name] = (t["dtype"], np.frombuffer(data[b:e], dtypes[t["dtype"]]).reshape(t["shape"]))
+    assert end == len(data)
+    return out, meta
+
+
+def flat(d, prefix=""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from flat(v, prefix + k + ".")
+        elif isinstance(v, np.ndarray):
+            yield prefix + k, v
+
+
+def test_export_safetensors(store, tmp_path):
+    out = str(tmp_path / "x.safetensors")
+    p = dump("export", store, "--step", "2", "--format", "safetensors", "-o", out, check=0)
+    assert p.stderr == ""
+    tensors, meta = read_safetensors(out)
+    expected = dict(flat(STATE))
+    expected["f8"] = F8
+    assert set(tensors) == set(expected)
+    for name, a in expected.items():
+        np.testing.assert_array_equal(tensors[name][1], a)
+    assert tensors["model.bf"][0] == "BF16" and tensors["f8"][0] == "F8_E4M3"
+    assert tensors["optimizer.flags"][0] == "BOOL"
+    assert meta["run"] == "r1" and meta["ckptdb.step"] == "2"
+
+
+def test_export_npz_and_key_selection(store, tmp_path):
+    out = str(tmp_path / "x.npz")
+    dump("export", store, "--format", "npz", "-o", out, "--key", "model.w", "--key", "model.bf", check=0)
+    with np.load(out) as z:
+        assert sorted(z.files) == ["model.bf", "model.w"]
+        np.testing.assert_array_equal(z["model.w"], STATE["model"]["w"])
+        assert z["model.bf"].dtype == np.uint16  # bfloat16 bits
+        np.testing.assert_array_equal(z["model.bf"], STATE["model"]["bf"])
+    full = str(tmp_path / "all.npz")
+    dump("export", store, "--tag", "first", "--format", "npz", "-o", full, check=0)
+    with np.load(full) as z:
+        for name, a in flat(STATE):
+            np.testing.assert_array_equal(z[name], a)
+        assert z["scalar"].shape == ()
+    assert zipfile.ZipFile(full).testzip() is None
+
+
+def test_errors_are_one_line_and_non_zero(store, tmp_path):
+    before = snapshot(store)
+    cases = [
+        (["show", str(tmp_path / "missing")], "no ckptdb store"),
+        (["show", store, "--step", "99"], "99"),
+        (["export", store, "--format", "npz", "-o", str(tmp_path / "k.npz"), "--key", "nope"], "nope"),
+        (["export", store, "--format", "npz", "-o", str(tmp_path / "k.npz"), "--key", "optimizer.step"],
+         "small value"),
+    ]
+    for args, needle in cases:
+        p = dump(*args)
+        assert p.returncode == 2, args
+        assert len(p.stderr.strip().splitlines()) == 1 and needle in p.stderr, p.stderr
+    assert not os.path.exists(tmp_path / "k.npz")
+    (tmp_path / "notastore").mkdir()
+    (tmp_path / "notastore" / "x").write_text("x")
+    p = dump("list", str(tmp_path / "notastore"))
+    assert p.returncode == 2 and "not a ckptdb store" in p.stderr
+    assert dump("show", store, "--step", "1", "--tag", "first").returncode != 0  # one selector
+    assert dump("export", store, "--format", "zip", "-o", "x").returncode != 0
+    assert snapshot(store) == before
+
+
+def test_damaged_byte_found_by_verify_and_load(tmp_path):
+    path = str(tmp_path / "store")
+    # Chunks of 512 KiB: each in RocksDB blocks of its own (a damaged block makes every
+    # value in it unreadable, so small chunks sharing a block are reported together).
+    w = np.arange(1 << 19, dtype=np.float32)
+    with ckptdb.open(path, max_chunk_bytes=1 << 19) as db:
+        db.save({"w": w, "ok": np.ones(4, np.float32)}, step=1)
+    needle = w[300000:300004].tobytes()  # in the chunk at offset 262144
+    for root, _, files in os.walk(path):
+        for name in files:
+            if name.endswith(".sst"):
+                p = os.path.join(root, name)
+                data = bytearray(open(p, "rb").read())
+                at = data.find(needle)
+                if at >= 0:
+                    data[at] ^= 0x40
+                    open(p, "wb").write(bytes(data))
+    p = dump("verify", path)
+    assert p.returncode == 1
+    assert "DAMAGED" in p.stdout and "'w'" in p.stdout and "[262144]" in p.stdout
+    assert "[0]" not in p.stdout and "[393216]" not in p.stdout  # intact chunks are not named
+    with ckptdb.open(path, read_only=True) as db:
+        np.testing.assert_array_equal(db.read("ok"), np.ones(4, np.float32))
+        with pytest.raises(ckptdb.CorruptionError, match="262144"):
+            db.load({"w": np.zeros_like(w)})
+    assert dump("export", path, "--format", "npz", "-o", str(tmp_path / "d.npz")).returncode == 2
+    assert not os.path.exists(tmp_path / "d.npz")
