@@ -223,3 +223,22 @@ def test_damaged_byte_found_by_verify_and_load(tmp_path):
             db.load({"w": np.zeros_like(w)})
     assert dump("export", path, "--format", "npz", "-o", str(tmp_path / "d.npz")).returncode == 2
     assert not os.path.exists(tmp_path / "d.npz")
+
+
+def test_progress_only_on_a_terminal(store, tmp_path):
+    import pty
+    master, slave = pty.openpty()
+    p = subprocess.run([DUMP, "verify", store], stdout=subprocess.PIPE, stderr=slave, timeout=60)
+    os.close(slave)
+    shown = b""
+    try:
+        while True:
+            chunk = os.read(master, 4096)
+            if not chunk:
+                break
+            shown += chunk
+    except OSError:
+        pass
+    os.close(master)
+    assert p.returncode == 0
+    assert b"verify: " in shown and b"(100%)" in shown
