@@ -59,6 +59,20 @@ Result<std::unique_ptr<storage::Store>> OpenStore(const std::string& path) {
   return storage::Store::Open(path, options);
 }
 
+// A read-only store and the metadata of the selected checkpoint.
+struct Opened {
+  std::unique_ptr<storage::Store> store;
+  CheckpointMetadata meta;
+};
+
+Result<Opened> OpenCheckpoint(const std::string& path, const Selection& sel) {
+  Opened out;
+  ASSIGN_OR_RETURN(out.store, OpenStore(path));
+  ASSIGN_OR_RETURN(int64_t id, out.store->Resolve(sel.selector()));
+  ASSIGN_OR_RETURN(out.meta, out.store->GetMetadata(id));
+  return out;
+}
+
 std::string HumanBytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -192,13 +206,9 @@ int List(const std::string& path, bool as_json) {
 // ---- show -------------------------------------------------------------------
 
 int Show(const std::string& path, const Selection& sel, bool as_json, bool chunks) {
-  auto store = OpenStore(path);
-  if (!store.ok()) return Fail(store.status());
-  auto id = (*store)->Resolve(sel.selector());
-  if (!id.ok()) return Fail(id.status());
-  auto meta = (*store)->GetMetadata(*id);
-  if (!meta.ok()) return Fail(meta.status());
-  const CheckpointMetadata& m = *meta;
+  auto opened = OpenCheckpoint(path, sel);
+  if (!opened.ok()) return Fail(opened.status());
+  const CheckpointMetadata& m = opened->meta;
   if (as_json) {
     std::printf("%s\n", MetadataJson(m).dump(2).c_str());
     return 0;
@@ -302,12 +312,11 @@ int Verify(const std::string& path, const Selection& sel) {
 
 int Export(const std::string& path, const Selection& sel, const std::string& format, const std::string& output,
            const std::vector<std::string>& keys) {
-  auto store = OpenStore(path);
-  if (!store.ok()) return Fail(store.status());
-  auto id = (*store)->Resolve(sel.selector());
-  if (!id.ok()) return Fail(id.status());
-  auto meta = (*store)->GetMetadata(*id);
-  if (!meta.ok()) return Fail(meta.status());
+  auto opened = OpenCheckpoint(path, sel);
+  if (!opened.ok()) return Fail(opened.status());
+  storage::Store& store = *opened->store;
+  const CheckpointMetadata* meta = &opened->meta;
+  const int64_t id = meta->info.id;
   std::vector<const std::pair<const std::string, TensorMetadata>*> chosen;
   if (keys.empty()) {
     for (const auto& entry : meta->tensors) chosen.push_back(&entry);
@@ -316,7 +325,7 @@ int Export(const std::string& path, const Selection& sel, const std::string& for
     for (const std::string& k : keys) {
       auto it = meta->tensors.find(k);
       if (it == meta->tensors.end()) {
-        return Fail(Status::NotFound("no tensor '" + k + "' in checkpoint id " + std::to_string(*id) +
+        return Fail(Status::NotFound("no tensor '" + k + "' in checkpoint id " + std::to_string(id) +
                                      (meta->values.count(k) ? " (it is a small value)" : "")));
       }
       if (seen.insert(k).second) chosen.push_back(&*it);
@@ -337,7 +346,7 @@ int Export(const std::string& path, const Selection& sel, const std::string& for
     const std::string& key = chosen[i]->first;
     const TensorMetadata& t = chosen[i]->second;
     for (const ChunkMetadata& c : t.chunks) {
-      ASSIGN_OR_RETURN(storage::ChunkBuffer buffer, (*store)->ReadChunk(*id, key, c));
+      ASSIGN_OR_RETURN(storage::ChunkBuffer buffer, store.ReadChunk(id, key, c));
       const Shape zero(c.local_shape.size(), 0);
       engine::CopyBox({buffer.bytes().data(), c.local_shape, zero}, t.dtype,
                       {out->data(), t.global_shape, c.global_offset}, t.dtype, c.local_shape);
@@ -360,7 +369,7 @@ int Export(const std::string& path, const Selection& sel, const std::string& for
     return Fail(written);
   }
   std::printf("exported %zu tensors (%s) of checkpoint %lld to %s\n", tensors.size(), HumanBytes(total).c_str(),
-              static_cast<long long>(*id), output.c_str());
+              static_cast<long long>(id), output.c_str());
   return 0;
 }
 

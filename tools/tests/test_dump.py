@@ -11,7 +11,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python", "tests"))
-from conftest import snapshot  # noqa: E402
+from conftest import damage, rand as rng_array, snapshot  # noqa: E402
 
 import ckptdb  # noqa: E402
 
@@ -23,16 +23,6 @@ def dump(*args, check=None):
     if check is not None:
         assert p.returncode == check, p.stdout + p.stderr
     return p
-
-
-def rng_array(shape, dtype, seed):
-    rng = np.random.default_rng(seed)
-    if np.dtype(dtype) == np.bool_:
-        return rng.integers(0, 2, size=shape).astype(np.bool_)
-    if np.dtype(dtype).kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
-    return rng.standard_normal(shape).astype(dtype)
 
 
 STATE = {
@@ -203,16 +193,7 @@ def test_damaged_byte_found_by_verify_and_load(tmp_path):
     w = np.arange(1 << 19, dtype=np.float32)
     with ckptdb.open(path, max_chunk_bytes=1 << 19) as db:
         db.save({"w": w, "ok": np.ones(4, np.float32)}, step=1)
-    needle = w[300000:300004].tobytes()  # in the chunk at offset 262144
-    for root, _, files in os.walk(path):
-        for name in files:
-            if name.endswith(".sst"):
-                p = os.path.join(root, name)
-                data = bytearray(open(p, "rb").read())
-                at = data.find(needle)
-                if at >= 0:
-                    data[at] ^= 0x40
-                    open(p, "wb").write(bytes(data))
+    assert damage(path, w[300000:300004].tobytes())  # in the chunk at offset 262144
     p = dump("verify", path)
     assert p.returncode == 1
     assert "DAMAGED" in p.stdout and "'w'" in p.stdout and "[262144]" in p.stdout

@@ -1,6 +1,7 @@
 import os
 import sys
 
+import numpy as np
 import pytest
 
 # The built package: build/python (set by ctest; default for a run from the source tree).
@@ -28,3 +29,33 @@ def snapshot(path):
                 data = f.read()
             out[p] = (len(data), hash(data))
     return out
+
+
+def rand(shape, dtype=np.float32, seed=0):
+    """Deterministic test data of any supported numpy dtype, full range for integers."""
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype) == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def damage(store, needle):
+    """Flips bits of the first stored byte of `needle` (bytes of a saved tensor) in the
+    store's table files; returns whether it was found."""
+    for root, _, files in os.walk(store):
+        for name in files:
+            if not name.endswith(".sst"):
+                continue
+            p = os.path.join(root, name)
+            with open(p, "rb") as f:
+                data = bytearray(f.read())
+            at = data.find(needle)
+            if at >= 0:
+                data[at] ^= 0x40
+                with open(p, "wb") as f:
+                    f.write(bytes(data))
+                return True
+    return False

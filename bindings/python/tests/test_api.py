@@ -10,17 +10,7 @@ import numpy as np
 import pytest
 
 import ckptdb
-from conftest import snapshot
-
-
-def rand(shape, dtype=np.float32, seed=0):
-    rng = np.random.default_rng(seed)
-    if np.dtype(dtype) == np.bool_:
-        return rng.integers(0, 2, size=shape).astype(np.bool_)
-    if np.dtype(dtype).kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
-    return rng.standard_normal(shape).astype(dtype)
+from conftest import damage, rand, snapshot
 
 
 # --- package and open -------------------------------------------------------
@@ -458,20 +448,7 @@ def test_damaged_chunk_raises_corruption(store):
     w = np.arange(1 << 16, dtype=np.float32)  # a distinctive pattern to find on disk
     with ckptdb.open(store) as db:
         db.save({"w": w})
-    needle = w[1000:1004].tobytes()
-    damaged = False
-    for root, _, files in os.walk(store):
-        for name in files:
-            if not name.endswith(".sst"):
-                continue
-            p = os.path.join(root, name)
-            data = bytearray(open(p, "rb").read())
-            at = data.find(needle)
-            if at >= 0:
-                data[at] ^= 0xFF
-                open(p, "wb").write(bytes(data))
-                damaged = True
-    assert damaged
+    assert damage(store, w[1000:1004].tobytes())
     with ckptdb.open(store, read_only=True) as db:
         with pytest.raises(ckptdb.CorruptionError, match="'w'"):
             db.load({"w": np.zeros_like(w)})
