@@ -28,6 +28,7 @@ constexpr uint8_t kDLFloat8E5M2Code = 12;
 // The package's Python classes, registered by ckptdb/__init__.py at import.
 struct Classes {
   py::object error, not_found, invalid_argument, corruption, shard;
+  py::object numpy_scalar;  // numpy.generic
 };
 Classes& classes() {
   static auto* c = new Classes();  // never destroyed: outlives the interpreter's teardown
@@ -255,7 +256,7 @@ std::optional<Value> SmallValue(const py::handle& obj, const std::string& path) 
   if (py::isinstance<py::str>(obj)) return Value(obj.cast<std::string>());
   if (py::isinstance<py::bytes>(obj)) return Value(Bytes{obj.cast<std::string>()});
   // numpy scalars (numpy.int64(3), numpy.float32(0.5), numpy.bool_): their Python value.
-  if (py::isinstance(obj, py::module_::import("numpy").attr("generic"))) {
+  if (py::isinstance(obj, classes().numpy_scalar)) {
     return SmallValue(obj.attr("item")(), path);
   }
   return std::nullopt;
@@ -279,7 +280,7 @@ void Convert(const py::dict& dict, const std::string& path, bool writable, State
     py::object value = py::reinterpret_borrow<py::object>(item);
     if (py::isinstance<py::dict>(value)) {
       Convert(value.cast<py::dict>(), here, writable, out.Child(name), borrowed);
-    } else if (IsTensorLeaf(value) && !py::isinstance(value, py::module_::import("numpy").attr("generic"))) {
+    } else if (IsTensorLeaf(value) && !py::isinstance(value, classes().numpy_scalar)) {
       out.Set(name, TensorLeaf(value, here, writable, borrowed));
     } else if (std::optional<Value> v = SmallValue(value, here)) {
       out.Set(name, std::move(*v));
@@ -525,7 +526,7 @@ PYBIND11_MODULE(_ckptdb, m) {
   m.def(
       "_register",
       [](py::object error, py::object not_found, py::object invalid, py::object corruption, py::object shard) {
-        classes() = {error, not_found, invalid, corruption, shard};
+        classes() = {error, not_found, invalid, corruption, shard, py::module_::import("numpy").attr("generic")};
       },
       "Called once by ckptdb/__init__.py with the package's classes.");
   m.def("version", &Version, "The ckptdb library version.");

@@ -512,3 +512,12 @@ def test_ctrl_c_during_saves_leaves_store_consistent(store):
             db.verify(id=info.id)
             np.testing.assert_array_equal(db.read("w31", id=info.id), np.full((1 << 20,), 31, np.float32))
     assert not os.listdir(os.path.join(store, "staging")) if os.path.isdir(os.path.join(store, "staging")) else True
+
+
+def test_numpy_scalars_are_small_values(store):
+    with ckptdb.open(store) as db:
+        db.save({"a": np.int64(3), "b": np.float32(0.5), "c": np.bool_(True), "t": np.zeros(2, np.int8)})
+        values = db.metadata()["values"]
+        assert values == {"a": 3, "b": 0.5, "c": True}
+        assert [type(values[k]) for k in "abc"] == [int, float, bool]
+        assert "t" in db.metadata()["tensors"]
