@@ -177,10 +177,12 @@ class StoreImpl : public Store {
   ~StoreImpl() override { CloseDb(); }
 
   Status OpenDb();
-  // OpenDb, retried a few times when a read-only open fails with an I/O error
-  // or corruption: a read-only open reads the MANIFEST, then the files it
-  // names, and a writer committing or deleting meanwhile may replace one of
-  // them. Such an open succeeds once the writer's step is over.
+  // OpenDb, repeated for a read-only handle while a writer changes the store
+  // under it. A read-only open reads the MANIFEST, the files it names, then the
+  // WAL: a writer committing or deleting meanwhile can make it fail (a file
+  // replaced) or see a mixed state (a commit record whose ingested chunks it
+  // missed). An open counts only when the writer's files (VersionStamp) were
+  // the same before and after it.
   Status OpenDbRetrying();
 
   const std::string& path() const override { return path_; }
@@ -244,10 +246,14 @@ void StoreImpl::CloseDb() {
 
 Status StoreImpl::OpenDbRetrying() {
   Status s = OpenDb();
-  for (int attempt = 0;
-       options_.read_only && attempt < 8 && (s.IsIOError() || s.IsCorruption());
-       ++attempt) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5 << attempt));
+  if (!options_.read_only) return s;
+  // Up to ~2.5 s of a writer's activity; past it, the last open stands (a
+  // failure, or a view that the next Refresh replaces).
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    const bool changed_meanwhile = s.ok() && VersionStamp() != stamp_;
+    if (!changed_meanwhile && !s.IsIOError() && !s.IsCorruption()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1 << attempt, 100)));
+    if (db_) CloseDb();
     s = OpenDb();
   }
   return s;

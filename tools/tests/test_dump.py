@@ -223,3 +223,37 @@ def test_progress_only_on_a_terminal(store, tmp_path):
     os.close(master)
     assert p.returncode == 0
     assert b"verify: " in shown and b"(100%)" in shown
+
+
+LIVE_WRITER = r"""
+import sys, time, numpy as np, ckptdb
+db = ckptdb.open(sys.argv[1], max_chunk_bytes=1 << 20, sync=False)
+state = {f"w{i}": np.full((1 << 16,), i, np.float32) for i in range(8)}
+print("ready", flush=True)
+for step in range(int(sys.argv[2])):
+    db.save(state, step=step)
+    if step >= 2:
+        db.delete(step=step - 2)
+    time.sleep(0.005)
+db.close()
+"""
+
+
+def test_inspecting_a_store_while_a_job_writes_it(tmp_path):
+    # A read-only open never sees half a commit or half a delete: every listed checkpoint
+    # verifies, whatever the writer is doing meanwhile.
+    path = str(tmp_path / "live")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    writer = subprocess.Popen([sys.executable, "-c", LIVE_WRITER, path, "150"], stdout=subprocess.PIPE,
+                              env=env, text=True)
+    assert writer.stdout.readline().strip() == "ready"
+    runs = 0
+    try:
+        while writer.poll() is None or runs < 5:
+            p = dump("verify", path)
+            assert p.returncode == 0, p.stdout + p.stderr
+            assert dump("list", path).returncode == 0
+            runs += 1
+    finally:
+        writer.wait(timeout=120)
+    assert writer.returncode == 0 and runs >= 5
