@@ -117,6 +117,10 @@ class DB:
         ``metadata`` is a dict of str to str kept with the checkpoint. Invalid
         input raises :class:`InvalidArgumentError` naming the key, before
         anything is written."""
+        if metadata is not None and not (
+                isinstance(metadata, dict)
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
+            raise InvalidArgumentError("metadata must be a dict of str to str")
         return self._db.save(_state_dict(state_dict), step=step, tag=tag, metadata=metadata)
 
     def load(self, state_dict, *, step=None, tag=None, id=None, strict=True, cast=False):

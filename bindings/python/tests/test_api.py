@@ -284,6 +284,9 @@ def test_user_metadata(store):
     with ckptdb.open(store) as db:
         db.save({"w": rand((2,))}, metadata={"run": "abc", "git": "1234"})
         assert db.metadata()["user_metadata"] == {"run": "abc", "git": "1234"}
+        with pytest.raises(ckptdb.InvalidArgumentError, match="str to str"):
+            db.save({"w": rand((2,))}, metadata={"run": 1})
+        assert len(db.checkpoints()) == 1
 
 
 # --- load -------------------------------------------------------------------
