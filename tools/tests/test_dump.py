@@ -234,7 +234,7 @@ for step in range(int(sys.argv[2])):
     db.save(state, step=step)
     if step >= 2:
         db.delete(step=step - 2)
-    time.sleep(0.005)
+    time.sleep(0.02)
 db.close()
 """
 
