@@ -1,7 +1,8 @@
 // The main job of the quick start, an MPI program run in two mpirun jobs:
 //
-//   mpirun -np 4 ckptdb-demo save --dir D   # tensor-parallel 2 x data-parallel 2
-//   mpirun -np 3 ckptdb-demo load --dir D   # tensor-parallel 3 along the other dim
+//   mpirun -np 4 ckptdb-demo save --dir D   # tensor-parallel 2 x data-parallel
+//   2 mpirun -np 3 ckptdb-demo load --dir D   # tensor-parallel 3 along the
+//   other dim
 //
 // The state is a transformer's training state: bf16 weights, fp32 master
 // weights and Adam moments, small values. Every rank generates only its own
@@ -30,7 +31,7 @@ using ckptdb::TensorView;
 struct Param {
   std::string key;
   DType dtype;
-  Shape shape;  // 1-D or 2-D
+  Shape shape;    // 1-D or 2-D
   int split_dim;  // tensor-parallel split dimension (-1: replicated)
 };
 
@@ -68,16 +69,19 @@ struct Shard {
   Shape offset, local;
   std::vector<uint8_t> bytes;
 
-  Shard(const Param& p, int dim, int part, int parts) : offset(p.shape.size(), 0), local(p.shape) {
+  Shard(const Param& p, int dim, int part, int parts)
+      : offset(p.shape.size(), 0), local(p.shape) {
     if (dim >= 0) {
       const int64_t n = p.shape[dim];
       offset[dim] = n * part / parts;
       local[dim] = n * (part + 1) / parts - offset[dim];
     }
-    bytes.resize(static_cast<size_t>(ckptdb::NumElements(local)) * ckptdb::DTypeSize(p.dtype));
+    bytes.resize(static_cast<size_t>(ckptdb::NumElements(local)) *
+                 ckptdb::DTypeSize(p.dtype));
   }
 
-  // Fills (or, with `check`, counts elements differing from) the expected bytes.
+  // Fills (or, with `check`, counts elements differing from) the expected
+  // bytes.
   size_t Generate(const Param& p, bool check) {
     const uint64_t seed = std::hash<std::string>()(p.key);
     const size_t elem = ckptdb::DTypeSize(p.dtype);
@@ -87,7 +91,8 @@ struct Shard {
     size_t bad = 0;
     uint8_t* at = bytes.data();
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t first = p.shape.size() == 2 ? (offset[0] + r) * cols + offset[1] : offset[0];
+      const int64_t first =
+          p.shape.size() == 2 ? (offset[0] + r) * cols + offset[1] : offset[0];
       for (int64_t c = 0; c < width; ++c, at += elem) {
         const uint64_t v = Mix(seed ^ static_cast<uint64_t>(first + c));
         if (check) {
@@ -116,7 +121,8 @@ void SetPath(StateDict& sd, const std::string& path, StateDict::Entry entry) {
 }
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
 }
 
 uint64_t Sum(uint64_t v) {
@@ -157,7 +163,8 @@ int Save(const std::vector<Param>& state, ckptdb::DB& db, int rank, int size) {
   // A rerun replaces the previous run's checkpoint (tags are unique).
   ckptdb::Status deleted = db.Delete(ckptdb::CheckpointSelector::Tag("demo"));
   if (!deleted.ok() && !deleted.IsNotFound()) {
-    std::fprintf(stderr, "ckptdb-demo rank %d: %s\n", rank, deleted.ToString().c_str());
+    std::fprintf(stderr, "ckptdb-demo rank %d: %s\n", rank,
+                 deleted.ToString().c_str());
     return 1;
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -165,7 +172,8 @@ int Save(const std::vector<Param>& state, ckptdb::DB& db, int rank, int size) {
   auto info = db.Save(sd, {.step = 1000, .tag = "demo"});
   const double seconds = Max(Seconds(started));
   if (!info.ok()) {
-    std::fprintf(stderr, "ckptdb-demo rank %d: save failed: %s\n", rank, info.status().ToString().c_str());
+    std::fprintf(stderr, "ckptdb-demo rank %d: save failed: %s\n", rank,
+                 info.status().ToString().c_str());
     return 1;
   }
   const uint64_t held_total = Sum(held);
@@ -175,10 +183,13 @@ int Save(const std::vector<Param>& state, ckptdb::DB& db, int rank, int size) {
     if (meta.ok()) {
       for (const auto& [key, t] : meta->tensors) chunks += t.chunks.size();
     }
-    std::printf("  save    %d ranks (tensor-parallel %d x data-parallel %d) held %.1f MiB: "
-                "id %lld, %.1f MiB stored once in %zu chunks, %.2f s, %.2f GiB/s\n",
-                size, tp, size / tp, held_total / kMiB, static_cast<long long>(info->id),
-                info->nbytes / kMiB, chunks, seconds, info->nbytes / kGiB / seconds);
+    std::printf(
+        "  save    %d ranks (tensor-parallel %d x data-parallel %d) held %.1f "
+        "MiB: "
+        "id %lld, %.1f MiB stored once in %zu chunks, %.2f s, %.2f GiB/s\n",
+        size, tp, size / tp, held_total / kMiB,
+        static_cast<long long>(info->id), info->nbytes / kMiB, chunks, seconds,
+        info->nbytes / kGiB / seconds);
   }
   return 0;
 }
@@ -188,8 +199,10 @@ int Load(const std::vector<Param>& state, ckptdb::DB& db, int rank, int size) {
   targets.reserve(state.size());
   StateDict sd;
   for (const Param& p : state) {
-    const int dim = p.split_dim < 0 ? -1 : 1 - p.split_dim;  // the other dimension
-    Shard& t = targets.emplace_back(p, p.shape.size() == 2 ? dim : -1, rank, size);
+    const int dim =
+        p.split_dim < 0 ? -1 : 1 - p.split_dim;  // the other dimension
+    Shard& t =
+        targets.emplace_back(p, p.shape.size() == 2 ? dim : -1, rank, size);
     SetPath(sd, p.key, {t.View(p)});
   }
   SetPath(sd, "optimizer.step", {ckptdb::Value(int64_t{0})});
@@ -198,38 +211,54 @@ int Load(const std::vector<Param>& state, ckptdb::DB& db, int rank, int size) {
   auto result = db.Load(sd, ckptdb::CheckpointSelector::Tag("demo"), {});
   const double seconds = Max(Seconds(started));
   if (!result.ok()) {
-    std::fprintf(stderr, "ckptdb-demo rank %d: load failed: %s\n", rank, result.status().ToString().c_str());
+    std::fprintf(stderr, "ckptdb-demo rank %d: load failed: %s\n", rank,
+                 result.status().ToString().c_str());
     return 1;
   }
   uint64_t held = 0;
   for (const Shard& t : targets) held += t.bytes.size();
   const double held_max = Max(held / kMiB), rss_max = Max(PeakRssMiB());
   size_t bad = 0;
-  for (size_t i = 0; i < state.size(); ++i) bad += targets[i].Generate(state[i], true);
-  if (std::get<int64_t>(*sd.GetChild("optimizer")->GetValue("step")) != 1000) ++bad;
-  const uint64_t read = Sum(result->stats.bytes_read), needed = Sum(result->stats.bytes_needed),
-                 sent = Sum(result->stats.bytes_sent), chunks = Sum(result->stats.chunks_read);
+  for (size_t i = 0; i < state.size(); ++i)
+    bad += targets[i].Generate(state[i], true);
+  if (std::get<int64_t>(*sd.GetChild("optimizer")->GetValue("step")) != 1000)
+    ++bad;
+  const uint64_t read = Sum(result->stats.bytes_read),
+                 needed = Sum(result->stats.bytes_needed),
+                 sent = Sum(result->stats.bytes_sent),
+                 chunks = Sum(result->stats.chunks_read);
   bad = Sum(bad);
   if (rank == 0) {
-    std::printf("  load    %d ranks (tensor-parallel %d along the other dimension): %.2f s, %.2f GiB/s\n",
-                size, size, seconds, needed / kGiB / seconds);
-    std::printf("  bytes   read %.1f MiB in %llu chunks (each once, checksums verified), needed %.1f MiB "
-                "(read/needed %.3f), sent between ranks %.1f MiB\n",
-                read / kMiB, static_cast<unsigned long long>(chunks), needed / kMiB,
-                needed ? static_cast<double>(read) / needed : 0.0, sent / kMiB);
-    std::printf("  memory  peak resident %.1f MiB on the largest rank, whose targets are %.1f MiB\n",
-                rss_max, held_max);
-    std::printf("  verify  %s\n", bad == 0 ? "every loaded byte matches the saved state"
-                                           : "MISMATCH: loaded bytes differ from the saved state");
+    std::printf(
+        "  load    %d ranks (tensor-parallel %d along the other dimension): "
+        "%.2f s, %.2f GiB/s\n",
+        size, size, seconds, needed / kGiB / seconds);
+    std::printf(
+        "  bytes   read %.1f MiB in %llu chunks (each once, checksums "
+        "verified), needed %.1f MiB "
+        "(read/needed %.3f), sent between ranks %.1f MiB\n",
+        read / kMiB, static_cast<unsigned long long>(chunks), needed / kMiB,
+        needed ? static_cast<double>(read) / needed : 0.0, sent / kMiB);
+    std::printf(
+        "  memory  peak resident %.1f MiB on the largest rank, whose targets "
+        "are %.1f MiB\n",
+        rss_max, held_max);
+    std::printf("  verify  %s\n",
+                bad == 0
+                    ? "every loaded byte matches the saved state"
+                    : "MISMATCH: loaded bytes differ from the saved state");
   }
   return bad == 0 ? 0 : 1;
 }
 
 int Usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: mpirun -np N %s save|load [--dir D] [--hidden H] [--layers L] [--vocab V]\n"
-               "  save: N ranks (tensor-parallel 2 x data-parallel N/2) save the state as tag 'demo'\n"
-               "  load: N ranks load tag 'demo', split N ways along the other dimension\n",
+               "usage: mpirun -np N %s save|load [--dir D] [--hidden H] "
+               "[--layers L] [--vocab V]\n"
+               "  save: N ranks (tensor-parallel 2 x data-parallel N/2) save "
+               "the state as tag 'demo'\n"
+               "  load: N ranks load tag 'demo', split N ways along the other "
+               "dimension\n",
                argv0);
   return 2;
 }
@@ -274,19 +303,24 @@ int main(int argc, char** argv) {
     options.max_chunk_bytes = 8 << 20;
     auto db = comm.ok() ? ckptdb::DB::Open(options, dir, *comm) : comm.status();
     if (!db.ok()) {
-      std::fprintf(stderr, "ckptdb-demo rank %d: %s\n", rank, db.status().ToString().c_str());
+      std::fprintf(stderr, "ckptdb-demo rank %d: %s\n", rank,
+                   db.status().ToString().c_str());
     } else {
       if (rank == 0 && phase == "save") {
         uint64_t bytes = 0;
         for (const Param& p : state) {
-          bytes += static_cast<uint64_t>(ckptdb::NumElements(p.shape)) * ckptdb::DTypeSize(p.dtype);
+          bytes += static_cast<uint64_t>(ckptdb::NumElements(p.shape)) *
+                   ckptdb::DTypeSize(p.dtype);
         }
         std::printf("ckptdb demo: store %s, %d MPI ranks\n", dir.c_str(), size);
-        std::printf("  state   %zu tensors (%d layers, hidden %lld): bf16 weights, fp32 master "
-                    "weights and Adam moments, %.1f MiB\n",
-                    state.size(), layers, static_cast<long long>(hidden), bytes / kMiB);
+        std::printf(
+            "  state   %zu tensors (%d layers, hidden %lld): bf16 weights, "
+            "fp32 master "
+            "weights and Adam moments, %.1f MiB\n",
+            state.size(), layers, static_cast<long long>(hidden), bytes / kMiB);
       }
-      rc = phase == "save" ? Save(state, **db, rank, size) : Load(state, **db, rank, size);
+      rc = phase == "save" ? Save(state, **db, rank, size)
+                           : Load(state, **db, rank, size);
       ckptdb::Status closed = (*db)->Close();
       if (!closed.ok()) rc = 1;
     }

@@ -252,7 +252,8 @@ Status StoreImpl::OpenDbRetrying() {
   for (int attempt = 0; attempt < 40; ++attempt) {
     const bool changed_meanwhile = s.ok() && VersionStamp() != stamp_;
     if (!changed_meanwhile && !s.IsIOError() && !s.IsCorruption()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1 << attempt, 100)));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::min(1 << attempt, 100)));
     if (db_) CloseDb();
     s = OpenDb();
   }

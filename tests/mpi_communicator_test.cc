@@ -1,8 +1,8 @@
 // The MPI communicator's collectives and transfers, over the whole mpirun job,
 // with messages split into pieces of a few bytes to exercise the splitting.
-#include <gtest/gtest.h>
-
 #include "engine/src/mpi_communicator.h"
+
+#include <gtest/gtest.h>
 
 namespace ckptdb {
 namespace {
@@ -34,7 +34,8 @@ TEST_P(MpiCommunicatorTest, AllGatherOfUnequalAndEmptyBuffers) {
 
 TEST_P(MpiCommunicatorTest, BroadcastFromEveryRoot) {
   for (int root = 0; root < comm_->size(); ++root) {
-    std::string bytes = comm_->rank() == root ? Payload(root, 100 + root) : "stale";
+    std::string bytes =
+        comm_->rank() == root ? Payload(root, 100 + root) : "stale";
     ASSERT_TRUE(comm_->Broadcast(&bytes, root).ok());
     EXPECT_EQ(bytes, Payload(root, 100 + root)) << "root " << root;
   }
@@ -82,7 +83,8 @@ TEST_P(MpiCommunicatorTest, BadPeerIsAnErrorNotAnAbort) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MessageSizes, MpiCommunicatorTest,
-                         ::testing::Values(size_t{1} << 30, size_t{7}, size_t{1}));
+                         ::testing::Values(size_t{1} << 30, size_t{7},
+                                           size_t{1}));
 
 TEST(MpiCommunicatorSetupTest, NullCommunicatorIsRefused) {
   auto comm = MpiCommunicator(MPI_COMM_NULL);

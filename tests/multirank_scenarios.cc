@@ -236,8 +236,9 @@ TEST(MultiRankTest, PipelineStagesWithDifferentKeySets) {
     for (int l = 2 * stage; l < 2 * stage + 2; ++l) {
       auto [b, e] = Part(16, tp, 2);
       shards.push_back(ShardOf(layers[l], {b, 0}, {e - b, 10}));
-      sd.Child("layers").Child(std::to_string(l)).Set("w",
-                                                      shards.back().View(layers[l]));
+      sd.Child("layers")
+          .Child(std::to_string(l))
+          .Set("w", shards.back().View(layers[l]));
     }
     auto info = db->Save(sd, {.step = 3});
     EXPECT_TRUE(info.ok()) << info.status().ToString();
@@ -253,13 +254,15 @@ TEST(MultiRankTest, PipelineStagesWithDifferentKeySets) {
     for (int l = 0; l < 4; ++l) {
       auto [b, e] = Part(10, rank, 2);
       targets.push_back(TargetOf(layers[l], {0, b}, {16, e - b}));
-      sd.Child("layers").Child(std::to_string(l)).Set("w",
-                                                      targets.back().View(layers[l]));
+      sd.Child("layers")
+          .Child(std::to_string(l))
+          .Set("w", targets.back().View(layers[l]));
     }
     auto result = db->Load(sd, CheckpointSelector::Step(3), {});
     EXPECT_TRUE(result.ok()) << result.status().ToString();
     for (int l = 0; l < 4; ++l) {
-      EXPECT_EQ(targets[l].bytes, layers[l].Slice(targets[l].offset, targets[l].local))
+      EXPECT_EQ(targets[l].bytes,
+                layers[l].Slice(targets[l].offset, targets[l].local))
           << "layer " << l;
     }
   });
@@ -273,7 +276,8 @@ TEST(MultiRankTest, LargeSlicesAndManyRoundsStayBitExact) {
   if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
   SharedTempDir dir;
   const GlobalTensor big(DType::kFloat32, {1500, 300}, 21),
-      half(DType::kBFloat16, {1500, 600}, 22), small(DType::kInt16, {40, 7}, 23);
+      half(DType::kBFloat16, {1500, 600}, 22),
+      small(DType::kInt16, {40, 7}, 23);
   Options options;
   options.max_chunk_bytes = 1 << 20;
   RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
@@ -289,7 +293,8 @@ TEST(MultiRankTest, LargeSlicesAndManyRoundsStayBitExact) {
     sd.Set("small", s3.View(small));
     EXPECT_TRUE(db->Save(sd, {}).ok());
   });
-  const uint64_t stored = big.bytes.size() + half.bytes.size() + small.bytes.size();
+  const uint64_t stored =
+      big.bytes.size() + half.bytes.size() + small.bytes.size();
   RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
     Options mine = options;
     mine.load_buffer_bytes = (300 << 10) + (rank == 1 ? 0 : 1 << 20);
@@ -304,8 +309,8 @@ TEST(MultiRankTest, LargeSlicesAndManyRoundsStayBitExact) {
     OwnedShard t3 = TargetOf(small, {sb, 0}, {se - sb, 7});
     StateDict sd;
     sd.Set("big", t1.View(big));
-    sd.Set("half", TensorView::Shard(t2.data(), DType::kFloat32, {1500, ce - cb},
-                                     half.shape, {0, cb}));
+    sd.Set("half", TensorView::Shard(t2.data(), DType::kFloat32,
+                                     {1500, ce - cb}, half.shape, {0, cb}));
     sd.Set("small", t3.View(small));
     auto result = db->Load(sd, CheckpointSelector::Latest(), {.cast = true});
     EXPECT_TRUE(result.ok()) << result.status().ToString();
@@ -362,7 +367,8 @@ TEST_P(RandomReshardTest, BitExact) {
   std::mt19937 rng(static_cast<unsigned>(GetParam()));
   const int n = 1 + static_cast<int>(rng() % 4),
             m = 1 + static_cast<int>(rng() % 4);
-  if (std::max(n, m) > MaxRanks()) GTEST_SKIP() << "needs " << std::max(n, m) << " ranks";
+  if (std::max(n, m) > MaxRanks())
+    GTEST_SKIP() << "needs " << std::max(n, m) << " ranks";
   const DType types[] = {DType::kFloat32, DType::kBFloat16, DType::kInt8,
                          DType::kFloat64};
   std::vector<GlobalTensor> tensors;
@@ -428,7 +434,8 @@ TEST_P(RandomReshardTest, BitExact) {
     StateDict sd;
     for (auto& [t, cell] : per_rank[rank]) {
       shards.push_back(ShardOf(tensors[t], cell.first, cell.second));
-      sd.Set(std::string("t").append(std::to_string(t)), shards.back().View(tensors[t]));
+      sd.Set(std::string("t").append(std::to_string(t)),
+             shards.back().View(tensors[t]));
     }
     auto info = db->Save(sd, {});
     EXPECT_TRUE(info.ok()) << info.status().ToString();
@@ -440,7 +447,8 @@ TEST_P(RandomReshardTest, BitExact) {
     StateDict sd;
     for (auto& [t, cell] : load[rank]) {
       targets.push_back(TargetOf(tensors[t], cell.first, cell.second));
-      sd.Set(std::string("t").append(std::to_string(t)), targets.back().View(tensors[t]));
+      sd.Set(std::string("t").append(std::to_string(t)),
+             targets.back().View(tensors[t]));
     }
     auto result = db->Load(sd, CheckpointSelector::Latest(), {.strict = true});
     EXPECT_TRUE(result.ok()) << result.status().ToString();
@@ -580,7 +588,8 @@ TEST(MultiRankTest, WriteErrorOnOneRankFailsTheSaveEverywhere) {
     auto first = db->Save(sd, {.step = 1});
     EXPECT_TRUE(first.ok()) << first.status().ToString();
     const int64_t next = first.ok() ? first->id + 1 : 0;
-    const std::string blocker = dir.path() + "/staging/" + std::to_string(next) + "-1-0.sst";
+    const std::string blocker =
+        dir.path() + "/staging/" + std::to_string(next) + "-1-0.sst";
     if (rank == 1) std::filesystem::create_directories(blocker);
     EXPECT_TRUE(comm->Barrier().ok());
     auto failed = db->Save(sd, {.step = 2});
@@ -593,7 +602,8 @@ TEST(MultiRankTest, WriteErrorOnOneRankFailsTheSaveEverywhere) {
     EXPECT_TRUE(comm->Barrier().ok());
     if (rank == 0) {
       std::error_code ec;
-      for (const auto& entry : std::filesystem::directory_iterator(dir.path() + "/staging", ec)) {
+      for (const auto& entry :
+           std::filesystem::directory_iterator(dir.path() + "/staging", ec)) {
         ADD_FAILURE() << "left in staging: " << entry.path();
       }
       std::filesystem::remove_all(blocker, ec);

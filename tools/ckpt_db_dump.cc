@@ -45,9 +45,13 @@ struct Selection {
 };
 
 void AddSelection(CLI::App* cmd, Selection* sel, const char* what) {
-  auto* step = cmd->add_option("--step", sel->step, std::string("select the checkpoint of this training step ") + what);
-  auto* tag = cmd->add_option("--tag", sel->tag, "select the checkpoint with this tag");
-  auto* id = cmd->add_option("--id", sel->id, "select the checkpoint with this id");
+  auto* step = cmd->add_option(
+      "--step", sel->step,
+      std::string("select the checkpoint of this training step ") + what);
+  auto* tag =
+      cmd->add_option("--tag", sel->tag, "select the checkpoint with this tag");
+  auto* id =
+      cmd->add_option("--id", sel->id, "select the checkpoint with this id");
   step->excludes(tag)->excludes(id);
   tag->excludes(id);
 }
@@ -81,7 +85,8 @@ std::string HumanBytes(double bytes) {
     ++u;
   }
   char out[32];
-  std::snprintf(out, sizeof(out), u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  std::snprintf(out, sizeof(out), u == 0 ? "%.0f %s" : "%.1f %s", bytes,
+                units[u]);
   return out;
 }
 
@@ -106,11 +111,14 @@ class Progress {
     done_ += bytes;
     if (!on_) return;
     const auto now = std::chrono::steady_clock::now();
-    if (shown_ && now - last_ < std::chrono::milliseconds(100) && done_ < total_) return;
+    if (shown_ && now - last_ < std::chrono::milliseconds(100) &&
+        done_ < total_)
+      return;
     last_ = now;
     shown_ = true;
-    std::fprintf(stderr, "\r%s: %s of %s (%.0f%%)\033[K", verb_, HumanBytes(done_).c_str(),
-                 HumanBytes(total_).c_str(), total_ ? 100.0 * done_ / total_ : 100.0);
+    std::fprintf(stderr, "\r%s: %s of %s (%.0f%%)\033[K", verb_,
+                 HumanBytes(done_).c_str(), HumanBytes(total_).c_str(),
+                 total_ ? 100.0 * done_ / total_ : 100.0);
   }
 
  private:
@@ -136,7 +144,8 @@ json ValueJson(const Value& v) {
 
 std::string ValueText(const Value& v) {
   if (const auto* s = std::get_if<std::string>(&v)) return json(*s).dump();
-  if (const auto* b = std::get_if<Bytes>(&v)) return "bytes[" + std::to_string(b->data.size()) + "]";
+  if (const auto* b = std::get_if<Bytes>(&v))
+    return "bytes[" + std::to_string(b->data.size()) + "]";
   return ValueJson(v).dump();
 }
 
@@ -191,12 +200,15 @@ int List(const std::string& path, bool as_json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
-  std::printf("%-6s %-10s %-16s %-19s %6s %8s %12s\n", "id", "step", "tag", "created", "ranks", "tensors",
-              "size");
+  std::printf("%-6s %-10s %-16s %-19s %6s %8s %12s\n", "id", "step", "tag",
+              "created", "ranks", "tensors", "size");
   for (const CheckpointInfo& info : *all) {
-    std::printf("%-6lld %-10s %-16s %-19s %6d %8lld %12s\n", static_cast<long long>(info.id),
-                info.step ? std::to_string(*info.step).c_str() : "-", info.tag ? info.tag->c_str() : "-",
-                LocalTime(info.created).c_str(), info.world_size, static_cast<long long>(info.num_tensors),
+    std::printf("%-6lld %-10s %-16s %-19s %6d %8lld %12s\n",
+                static_cast<long long>(info.id),
+                info.step ? std::to_string(*info.step).c_str() : "-",
+                info.tag ? info.tag->c_str() : "-",
+                LocalTime(info.created).c_str(), info.world_size,
+                static_cast<long long>(info.num_tensors),
                 HumanBytes(info.nbytes).c_str());
   }
   if (all->empty()) std::printf("(no checkpoints)\n");
@@ -205,7 +217,8 @@ int List(const std::string& path, bool as_json) {
 
 // ---- show -------------------------------------------------------------------
 
-int Show(const std::string& path, const Selection& sel, bool as_json, bool chunks) {
+int Show(const std::string& path, const Selection& sel, bool as_json,
+         bool chunks) {
   auto opened = OpenCheckpoint(path, sel);
   if (!opened.ok()) return Fail(opened.status());
   const CheckpointMetadata& m = opened->meta;
@@ -216,37 +229,47 @@ int Show(const std::string& path, const Selection& sel, bool as_json, bool chunk
   size_t nchunks = 0;
   for (const auto& [key, t] : m.tensors) nchunks += t.chunks.size();
   std::printf("checkpoint %lld", static_cast<long long>(m.info.id));
-  if (m.info.step) std::printf("  step %lld", static_cast<long long>(*m.info.step));
+  if (m.info.step)
+    std::printf("  step %lld", static_cast<long long>(*m.info.step));
   if (m.info.tag) std::printf("  tag %s", m.info.tag->c_str());
-  std::printf("  created %s  saved by %d rank%s\n", LocalTime(m.info.created).c_str(), m.info.world_size,
+  std::printf("  created %s  saved by %d rank%s\n",
+              LocalTime(m.info.created).c_str(), m.info.world_size,
               m.info.world_size == 1 ? "" : "s");
-  std::printf("%zu tensors, %s in %zu chunks; %zu small values\n\n", m.tensors.size(),
-              HumanBytes(m.info.nbytes).c_str(), nchunks, m.values.size());
+  std::printf("%zu tensors, %s in %zu chunks; %zu small values\n\n",
+              m.tensors.size(), HumanBytes(m.info.nbytes).c_str(), nchunks,
+              m.values.size());
   size_t width = 3;
   for (const auto& [key, t] : m.tensors) width = std::max(width, key.size());
-  std::printf("%-*s  %-13s %-18s %6s %10s\n", static_cast<int>(width), "key", "dtype", "shape", "chunks", "size");
+  std::printf("%-*s  %-13s %-18s %6s %10s\n", static_cast<int>(width), "key",
+              "dtype", "shape", "chunks", "size");
   for (const auto& [key, t] : m.tensors) {
     uint64_t bytes = 0;
     for (const ChunkMetadata& c : t.chunks) bytes += c.nbytes;
-    std::printf("%-*s  %-13s %-18s %6zu %10s\n", static_cast<int>(width), key.c_str(),
-                std::string(DTypeName(t.dtype)).c_str(), ShapeToString(t.global_shape).c_str(), t.chunks.size(),
+    std::printf("%-*s  %-13s %-18s %6zu %10s\n", static_cast<int>(width),
+                key.c_str(), std::string(DTypeName(t.dtype)).c_str(),
+                ShapeToString(t.global_shape).c_str(), t.chunks.size(),
                 HumanBytes(bytes).c_str());
     if (!chunks) continue;
     for (const ChunkMetadata& c : t.chunks) {
-      std::printf("%*s    offset %-14s shape %-14s rank %-4d %10s  xxh3 %016llx\n", static_cast<int>(width), "",
-                  ShapeToString(c.global_offset).c_str(), ShapeToString(c.local_shape).c_str(), c.writer_rank,
-                  HumanBytes(c.nbytes).c_str(), static_cast<unsigned long long>(c.checksum));
+      std::printf(
+          "%*s    offset %-14s shape %-14s rank %-4d %10s  xxh3 %016llx\n",
+          static_cast<int>(width), "", ShapeToString(c.global_offset).c_str(),
+          ShapeToString(c.local_shape).c_str(), c.writer_rank,
+          HumanBytes(c.nbytes).c_str(),
+          static_cast<unsigned long long>(c.checksum));
     }
   }
   if (!m.values.empty()) {
     std::printf("\nvalues\n");
     for (const auto& [key, v] : m.values) {
-      std::printf("  %s = %s (%s)\n", key.c_str(), ValueText(v).c_str(), std::string(ValueTypeName(v)).c_str());
+      std::printf("  %s = %s (%s)\n", key.c_str(), ValueText(v).c_str(),
+                  std::string(ValueTypeName(v)).c_str());
     }
   }
   if (!m.user_metadata.empty()) {
     std::printf("\nuser metadata\n");
-    for (const auto& [k, v] : m.user_metadata) std::printf("  %s = %s\n", k.c_str(), v.c_str());
+    for (const auto& [k, v] : m.user_metadata)
+      std::printf("  %s = %s\n", k.c_str(), v.c_str());
   }
   return 0;
 }
@@ -270,8 +293,8 @@ int Verify(const std::string& path, const Selection& sel) {
   for (int64_t id : ids) {
     auto meta = (*store)->GetMetadata(id);
     if (!meta.ok()) {
-      std::printf("checkpoint %lld: DAMAGED metadata: %s\n", static_cast<long long>(id),
-                  meta.status().message().c_str());
+      std::printf("checkpoint %lld: DAMAGED metadata: %s\n",
+                  static_cast<long long>(id), meta.status().message().c_str());
       ++damaged_total;
       continue;
     }
@@ -281,7 +304,8 @@ int Verify(const std::string& path, const Selection& sel) {
     }
     std::vector<std::string> damaged;
     for (const auto& [key, t] : meta->tensors) {
-      for (std::string& p : LayoutProblems(key, t)) damaged.push_back(std::move(p));
+      for (std::string& p : LayoutProblems(key, t))
+        damaged.push_back(std::move(p));
     }
     {
       Progress progress("verify", total);
@@ -295,11 +319,14 @@ int Verify(const std::string& path, const Selection& sel) {
       }
     }
     if (damaged.empty()) {
-      std::printf("checkpoint %lld: ok (%llu chunks, %s, checksums verified)\n", static_cast<long long>(id),
-                  static_cast<unsigned long long>(chunks), HumanBytes(total).c_str());
+      std::printf("checkpoint %lld: ok (%llu chunks, %s, checksums verified)\n",
+                  static_cast<long long>(id),
+                  static_cast<unsigned long long>(chunks),
+                  HumanBytes(total).c_str());
     } else {
-      std::printf("checkpoint %lld: DAMAGED (%zu problems in %llu chunks)\n", static_cast<long long>(id),
-                  damaged.size(), static_cast<unsigned long long>(chunks));
+      std::printf("checkpoint %lld: DAMAGED (%zu problems in %llu chunks)\n",
+                  static_cast<long long>(id), damaged.size(),
+                  static_cast<unsigned long long>(chunks));
       for (const std::string& d : damaged) std::printf("  %s\n", d.c_str());
     }
     damaged_total += damaged.size();
@@ -310,7 +337,8 @@ int Verify(const std::string& path, const Selection& sel) {
 
 // ---- export -----------------------------------------------------------------
 
-int Export(const std::string& path, const Selection& sel, const std::string& format, const std::string& output,
+int Export(const std::string& path, const Selection& sel,
+           const std::string& format, const std::string& output,
            const std::vector<std::string>& keys) {
   auto opened = OpenCheckpoint(path, sel);
   if (!opened.ok()) return Fail(opened.status());
@@ -325,8 +353,9 @@ int Export(const std::string& path, const Selection& sel, const std::string& for
     for (const std::string& k : keys) {
       auto it = meta->tensors.find(k);
       if (it == meta->tensors.end()) {
-        return Fail(Status::NotFound("no tensor '" + k + "' in checkpoint id " + std::to_string(id) +
-                                     (meta->values.count(k) ? " (it is a small value)" : "")));
+        return Fail(Status::NotFound(
+            "no tensor '" + k + "' in checkpoint id " + std::to_string(id) +
+            (meta->values.count(k) ? " (it is a small value)" : "")));
       }
       if (seen.insert(k).second) chosen.push_back(&*it);
     }
@@ -335,7 +364,8 @@ int Export(const std::string& path, const Selection& sel, const std::string& for
   uint64_t total = 0;
   for (const auto* entry : chosen) {
     const TensorMetadata& t = entry->second;
-    const uint64_t nbytes = static_cast<uint64_t>(NumElements(t.global_shape)) * DTypeSize(t.dtype);
+    const uint64_t nbytes =
+        static_cast<uint64_t>(NumElements(t.global_shape)) * DTypeSize(t.dtype);
     tensors.push_back({entry->first, t.dtype, t.global_shape, nbytes});
     total += nbytes;
   }
@@ -346,10 +376,12 @@ int Export(const std::string& path, const Selection& sel, const std::string& for
     const std::string& key = chosen[i]->first;
     const TensorMetadata& t = chosen[i]->second;
     for (const ChunkMetadata& c : t.chunks) {
-      ASSIGN_OR_RETURN(storage::ChunkBuffer buffer, store.ReadChunk(id, key, c));
+      ASSIGN_OR_RETURN(storage::ChunkBuffer buffer,
+                       store.ReadChunk(id, key, c));
       const Shape zero(c.local_shape.size(), 0);
       engine::CopyBox({buffer.bytes().data(), c.local_shape, zero}, t.dtype,
-                      {out->data(), t.global_shape, c.global_offset}, t.dtype, c.local_shape);
+                      {out->data(), t.global_shape, c.global_offset}, t.dtype,
+                      c.local_shape);
       progress.Add(c.nbytes);
     }
     return Status::OK();
@@ -358,7 +390,8 @@ int Export(const std::string& path, const Selection& sel, const std::string& for
   if (format == "safetensors") {
     std::map<std::string, std::string> metadata = meta->user_metadata;
     metadata["ckptdb.checkpoint_id"] = std::to_string(meta->info.id);
-    if (meta->info.step) metadata["ckptdb.step"] = std::to_string(*meta->info.step);
+    if (meta->info.step)
+      metadata["ckptdb.step"] = std::to_string(*meta->info.step);
     if (meta->info.tag) metadata["ckptdb.tag"] = *meta->info.tag;
     written = WriteSafetensors(output, tensors, metadata, fill);
   } else {
@@ -368,7 +401,8 @@ int Export(const std::string& path, const Selection& sel, const std::string& for
     std::remove(output.c_str());
     return Fail(written);
   }
-  std::printf("exported %zu tensors (%s) of checkpoint %lld to %s\n", tensors.size(), HumanBytes(total).c_str(),
+  std::printf("exported %zu tensors (%s) of checkpoint %lld to %s\n",
+              tensors.size(), HumanBytes(total).c_str(),
               static_cast<long long>(id), output.c_str());
   return 0;
 }
@@ -380,37 +414,52 @@ int main(int argc, char** argv) {
   using namespace ckptdb::tools;
   CLI::App app{
       "ckpt-db-dump: inspect, verify and export a ckptdb store.\n"
-      "The store is opened read-only and never modified. Exit status: 0 ok, 1 damage found by\n"
-      "verify, 2 any other error (no store, unknown checkpoint or key, bad arguments)."};
+      "The store is opened read-only and never modified. Exit status: 0 ok, 1 "
+      "damage found by\n"
+      "verify, 2 any other error (no store, unknown checkpoint or key, bad "
+      "arguments)."};
   app.require_subcommand(1);
   std::string store, format, output;
   bool as_json = false, chunks = false;
   Selection sel;
   std::vector<std::string> keys;
 
-  auto* list = app.add_subcommand("list", "List the committed checkpoints, one line each (oldest first)");
+  auto* list = app.add_subcommand(
+      "list", "List the committed checkpoints, one line each (oldest first)");
   list->add_option("STORE", store, "store directory")->required();
-  list->add_flag("--json", as_json, "print a JSON array of checkpoint summaries");
+  list->add_flag("--json", as_json,
+                 "print a JSON array of checkpoint summaries");
 
-  auto* show = app.add_subcommand("show", "Show one checkpoint's tensors, values and metadata (default: latest)");
+  auto* show = app.add_subcommand(
+      "show",
+      "Show one checkpoint's tensors, values and metadata (default: latest)");
   show->add_option("STORE", store, "store directory")->required();
   AddSelection(show, &sel, "(default: the latest checkpoint)");
-  show->add_flag("--json", as_json, "print the fields of the Python API's DB.metadata() as JSON");
-  show->add_flag("--chunks", chunks, "list every stored chunk (offset, shape, writer rank, size, checksum)");
+  show->add_flag("--json", as_json,
+                 "print the fields of the Python API's DB.metadata() as JSON");
+  show->add_flag(
+      "--chunks", chunks,
+      "list every stored chunk (offset, shape, writer rank, size, checksum)");
 
-  auto* verify = app.add_subcommand(
-      "verify", "Read every chunk and check checksums and layouts (default: every checkpoint)");
+  auto* verify = app.add_subcommand("verify",
+                                    "Read every chunk and check checksums and "
+                                    "layouts (default: every checkpoint)");
   verify->add_option("STORE", store, "store directory")->required();
   AddSelection(verify, &sel, "(default: every checkpoint)");
 
-  auto* exp = app.add_subcommand("export", "Write whole tensors of a checkpoint to a safetensors or .npz file");
+  auto* exp = app.add_subcommand(
+      "export",
+      "Write whole tensors of a checkpoint to a safetensors or .npz file");
   exp->add_option("STORE", store, "store directory")->required();
   AddSelection(exp, &sel, "(default: the latest checkpoint)");
-  exp->add_option("--format", format, "safetensors (bfloat16 as BF16) or npz (bfloat16 as uint16 bits)")
+  exp->add_option(
+         "--format", format,
+         "safetensors (bfloat16 as BF16) or npz (bfloat16 as uint16 bits)")
       ->required()
       ->check(CLI::IsMember({"safetensors", "npz"}));
   exp->add_option("-o,--output", output, "file to write")->required();
-  exp->add_option("--key", keys, "flat key of a tensor to export (repeatable; default: all)");
+  exp->add_option("--key", keys,
+                  "flat key of a tensor to export (repeatable; default: all)");
 
   CLI11_PARSE(app, argc, argv);
   if (*list) return List(store, as_json);

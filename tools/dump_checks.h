@@ -11,6 +11,7 @@ namespace ckptdb::tools {
 // chunk: chunks outside the tensor, recorded sizes that do not match their
 // boxes, overlapping chunks, or chunks that leave a gap. Empty when the chunks
 // partition the tensor exactly.
-std::vector<std::string> LayoutProblems(const std::string& key, const TensorMetadata& t);
+std::vector<std::string> LayoutProblems(const std::string& key,
+                                        const TensorMetadata& t);
 
 }  // namespace ckptdb::tools

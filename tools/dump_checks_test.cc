@@ -5,7 +5,8 @@
 namespace ckptdb::tools {
 namespace {
 
-TensorMetadata Rows(std::vector<std::pair<int64_t, int64_t>> rows) {  // (begin, count) of [N, 4] float32
+TensorMetadata Rows(std::vector<std::pair<int64_t, int64_t>>
+                        rows) {  // (begin, count) of [N, 4] float32
   TensorMetadata t;
   t.global_shape = {10, 4};
   for (auto [b, n] : rows) {

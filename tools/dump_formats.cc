@@ -13,41 +13,64 @@ namespace {
 
 const char* SafetensorsDType(DType dtype) {
   switch (dtype) {
-    case DType::kFloat64: return "F64";
-    case DType::kFloat32: return "F32";
-    case DType::kFloat16: return "F16";
-    case DType::kBFloat16: return "BF16";
-    case DType::kInt64: return "I64";
-    case DType::kInt32: return "I32";
-    case DType::kInt16: return "I16";
-    case DType::kInt8: return "I8";
-    case DType::kUInt8: return "U8";
-    case DType::kBool: return "BOOL";
-    case DType::kFloat8E4M3FN: return "F8_E4M3";
-    case DType::kFloat8E5M2: return "F8_E5M2";
+    case DType::kFloat64:
+      return "F64";
+    case DType::kFloat32:
+      return "F32";
+    case DType::kFloat16:
+      return "F16";
+    case DType::kBFloat16:
+      return "BF16";
+    case DType::kInt64:
+      return "I64";
+    case DType::kInt32:
+      return "I32";
+    case DType::kInt16:
+      return "I16";
+    case DType::kInt8:
+      return "I8";
+    case DType::kUInt8:
+      return "U8";
+    case DType::kBool:
+      return "BOOL";
+    case DType::kFloat8E4M3FN:
+      return "F8_E4M3";
+    case DType::kFloat8E5M2:
+      return "F8_E5M2";
   }
   return "U8";
 }
 
 const char* NpyDescr(DType dtype) {
   switch (dtype) {
-    case DType::kFloat64: return "<f8";
-    case DType::kFloat32: return "<f4";
-    case DType::kFloat16: return "<f2";
-    case DType::kBFloat16: return "<u2";
-    case DType::kInt64: return "<i8";
-    case DType::kInt32: return "<i4";
-    case DType::kInt16: return "<i2";
-    case DType::kInt8: return "|i1";
+    case DType::kFloat64:
+      return "<f8";
+    case DType::kFloat32:
+      return "<f4";
+    case DType::kFloat16:
+      return "<f2";
+    case DType::kBFloat16:
+      return "<u2";
+    case DType::kInt64:
+      return "<i8";
+    case DType::kInt32:
+      return "<i4";
+    case DType::kInt16:
+      return "<i2";
+    case DType::kInt8:
+      return "|i1";
     case DType::kUInt8:
     case DType::kFloat8E4M3FN:
-    case DType::kFloat8E5M2: return "|u1";
-    case DType::kBool: return "|b1";
+    case DType::kFloat8E5M2:
+      return "|u1";
+    case DType::kBool:
+      return "|b1";
   }
   return "|u1";
 }
 
-Status WriteAll(std::FILE* f, const void* data, size_t n, const std::string& path) {
+Status WriteAll(std::FILE* f, const void* data, size_t n,
+                const std::string& path) {
   if (n > 0 && std::fwrite(data, 1, n, f) != n) {
     return Status::IOError("writing " + path + ": " + std::strerror(errno));
   }
@@ -56,7 +79,8 @@ Status WriteAll(std::FILE* f, const void* data, size_t n, const std::string& pat
 
 }  // namespace
 
-Status WriteSafetensors(const std::string& path, const std::vector<ExportTensor>& tensors,
+Status WriteSafetensors(const std::string& path,
+                        const std::vector<ExportTensor>& tensors,
                         const std::map<std::string, std::string>& metadata,
                         const TensorFiller& fill) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -69,10 +93,14 @@ Status WriteSafetensors(const std::string& path, const std::vector<ExportTensor>
     at += t.nbytes;
   }
   std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!f) return Status::IOError("creating " + path + ": " + std::strerror(errno));
-  const uint64_t length = text.size();  // little-endian on every platform we build for
+  text.append((8 - text.size() % 8) % 8,
+              ' ');  // the data starts 8-byte aligned
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(
+      std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!f)
+    return Status::IOError("creating " + path + ": " + std::strerror(errno));
+  const uint64_t length =
+      text.size();  // little-endian on every platform we build for
   RETURN_IF_ERROR(WriteAll(f.get(), &length, sizeof(length), path));
   RETURN_IF_ERROR(WriteAll(f.get(), text.data(), text.size(), path));
   std::vector<char> buffer;
@@ -81,12 +109,14 @@ Status WriteSafetensors(const std::string& path, const std::vector<ExportTensor>
     RETURN_IF_ERROR(fill(i, &buffer));
     RETURN_IF_ERROR(WriteAll(f.get(), buffer.data(), buffer.size(), path));
   }
-  if (std::fflush(f.get()) != 0) return Status::IOError("writing " + path + ": " + std::strerror(errno));
+  if (std::fflush(f.get()) != 0)
+    return Status::IOError("writing " + path + ": " + std::strerror(errno));
   return Status::OK();
 }
 
 std::string NpyHeader(DType dtype, const Shape& shape) {
-  std::string dict = std::string("{'descr': '") + NpyDescr(dtype) + "', 'fortran_order': False, 'shape': (";
+  std::string dict = std::string("{'descr': '") + NpyDescr(dtype) +
+                     "', 'fortran_order': False, 'shape': (";
   for (size_t i = 0; i < shape.size(); ++i) {
     dict += std::to_string(shape[i]);
     if (shape.size() == 1 || i + 1 < shape.size()) dict += ", ";
@@ -124,7 +154,8 @@ struct NpySource {
   zip_error_t error;
 };
 
-zip_int64_t NpyCallback(void* user, void* data, zip_uint64_t len, zip_source_cmd_t cmd) {
+zip_int64_t NpyCallback(void* user, void* data, zip_uint64_t len,
+                        zip_source_cmd_t cmd) {
   auto* s = static_cast<NpySource*>(user);
   switch (cmd) {
     case ZIP_SOURCE_OPEN:
@@ -143,7 +174,8 @@ zip_int64_t NpyCallback(void* user, void* data, zip_uint64_t len, zip_source_cmd
       for (uint64_t done = 0; done < n;) {
         const uint64_t at = s->offset + done;
         if (at < s->header.size()) {
-          const uint64_t k = std::min<uint64_t>(n - done, s->header.size() - at);
+          const uint64_t k =
+              std::min<uint64_t>(n - done, s->header.size() - at);
           std::memcpy(out + done, s->header.data() + at, k);
           done += k;
         } else {
@@ -170,8 +202,9 @@ zip_int64_t NpyCallback(void* user, void* data, zip_uint64_t len, zip_source_cmd
     case ZIP_SOURCE_FREE:
       return 0;
     case ZIP_SOURCE_SUPPORTS:
-      return zip_source_make_command_bitmap(ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE,
-                                            ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, -1);
+      return zip_source_make_command_bitmap(
+          ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT,
+          ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, -1);
     default:
       return -1;
   }
@@ -179,37 +212,42 @@ zip_int64_t NpyCallback(void* user, void* data, zip_uint64_t len, zip_source_cmd
 
 }  // namespace
 
-Status WriteNpz(const std::string& path, const std::vector<ExportTensor>& tensors,
+Status WriteNpz(const std::string& path,
+                const std::vector<ExportTensor>& tensors,
                 const TensorFiller& fill) {
   int error = 0;
   zip_t* archive = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
   if (!archive) {
     zip_error_t e;
     zip_error_init_with_code(&e, error);
-    Status s = Status::IOError("creating " + path + ": " + zip_error_strerror(&e));
+    Status s =
+        Status::IOError("creating " + path + ": " + zip_error_strerror(&e));
     zip_error_fini(&e);
     return s;
   }
   std::vector<std::unique_ptr<NpySource>> sources;
   auto fail = [&](const std::string& what) {
-    Status s = Status::IOError(what + " " + path + ": " + zip_strerror(archive));
+    Status s =
+        Status::IOError(what + " " + path + ": " + zip_strerror(archive));
     zip_discard(archive);
     std::remove(path.c_str());
     return s;
   };
   for (size_t i = 0; i < tensors.size(); ++i) {
-    sources.push_back(std::make_unique<NpySource>(
-        NpySource{&tensors[i], i, &fill, NpyHeader(tensors[i].dtype, tensors[i].shape)}));
+    sources.push_back(std::make_unique<NpySource>(NpySource{
+        &tensors[i], i, &fill, NpyHeader(tensors[i].dtype, tensors[i].shape)}));
     zip_error_init(&sources.back()->error);
-    zip_source_t* src = zip_source_function(archive, NpyCallback, sources.back().get());
+    zip_source_t* src =
+        zip_source_function(archive, NpyCallback, sources.back().get());
     if (!src) return fail("adding to");
-    const zip_int64_t entry =
-        zip_file_add(archive, (tensors[i].name + ".npy").c_str(), src, ZIP_FL_ENC_UTF_8);
+    const zip_int64_t entry = zip_file_add(
+        archive, (tensors[i].name + ".npy").c_str(), src, ZIP_FL_ENC_UTF_8);
     if (entry < 0) {
       zip_source_free(src);
       return fail("adding to");
     }
-    zip_set_file_compression(archive, static_cast<zip_uint64_t>(entry), ZIP_CM_STORE, 0);
+    zip_set_file_compression(archive, static_cast<zip_uint64_t>(entry),
+                             ZIP_CM_STORE, 0);
   }
   if (zip_close(archive) != 0) {
     for (const auto& s : sources) {

@@ -23,19 +23,22 @@ struct ExportTensor {
 };
 
 // Fills `out` (already sized to the tensor's bytes) with tensor `index`.
-using TensorFiller = std::function<Status(size_t index, std::vector<char>* out)>;
+using TensorFiller =
+    std::function<Status(size_t index, std::vector<char>* out)>;
 
 // safetensors: an 8-byte little-endian header length, a JSON header (dtype,
 // shape, data_offsets of each tensor, "__metadata__"), then the tensors'
 // bytes in order. bfloat16 is "BF16", float8 "F8_E4M3" / "F8_E5M2".
-Status WriteSafetensors(const std::string& path, const std::vector<ExportTensor>& tensors,
+Status WriteSafetensors(const std::string& path,
+                        const std::vector<ExportTensor>& tensors,
                         const std::map<std::string, std::string>& metadata,
                         const TensorFiller& fill);
 
 // .npz: a zip of NAME.npy files (numpy format 1.0/2.0 headers), stored
 // uncompressed. numpy has no bfloat16 or float8: they are written as uint16 /
 // uint8 raw bits.
-Status WriteNpz(const std::string& path, const std::vector<ExportTensor>& tensors,
+Status WriteNpz(const std::string& path,
+                const std::vector<ExportTensor>& tensors,
                 const TensorFiller& fill);
 
 // The .npy header (magic, version, header dict padded to 64 bytes) of an array.

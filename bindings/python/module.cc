@@ -31,16 +31,19 @@ struct Classes {
   py::object numpy_scalar;  // numpy.generic
 };
 Classes& classes() {
-  static auto* c = new Classes();  // never destroyed: outlives the interpreter's teardown
+  static auto* c =
+      new Classes();  // never destroyed: outlives the interpreter's teardown
   return *c;
 }
 
 [[noreturn]] void Raise(const Status& s) {
   const Classes& c = classes();
-  py::object cls = s.IsNotFound()                                     ? c.not_found
-                   : s.IsInvalidArgument() || s.code() == StatusCode::kAlreadyExists ? c.invalid_argument
-                   : s.IsCorruption()                                   ? c.corruption
-                                                                        : c.error;
+  py::object cls =
+      s.IsNotFound() ? c.not_found
+      : s.IsInvalidArgument() || s.code() == StatusCode::kAlreadyExists
+          ? c.invalid_argument
+      : s.IsCorruption() ? c.corruption
+                         : c.error;
   PyErr_SetString(cls.ptr(), s.message().c_str());
   throw py::error_already_set();
 }
@@ -55,13 +58,18 @@ T Unwrap(Result<T> r) {
   return std::move(r).value();
 }
 
-[[noreturn]] void Invalid(const std::string& message) { Raise(Status::InvalidArgument(message)); }
+[[noreturn]] void Invalid(const std::string& message) {
+  Raise(Status::InvalidArgument(message));
+}
 
-std::string Where(const std::string& path) { return path.empty() ? "the state dict" : "'" + path + "'"; }
+std::string Where(const std::string& path) {
+  return path.empty() ? "the state dict" : "'" + path + "'";
+}
 
 // ---- dtypes -----------------------------------------------------------------
 
-// numpy has no bfloat16 or float8: those cross numpy as uint16 / uint8 raw bits.
+// numpy has no bfloat16 or float8: those cross numpy as uint16 / uint8 raw
+// bits.
 std::optional<DType> FromNumpy(const py::dtype& dt) {
   const char kind = dt.kind();
   const auto size = dt.itemsize();
@@ -85,18 +93,28 @@ std::optional<DType> FromNumpy(const py::dtype& dt) {
 
 py::dtype ToNumpy(DType dtype) {
   switch (dtype) {
-    case DType::kFloat64: return py::dtype("float64");
-    case DType::kFloat32: return py::dtype("float32");
-    case DType::kFloat16: return py::dtype("float16");
-    case DType::kBFloat16: return py::dtype("uint16");
-    case DType::kInt64: return py::dtype("int64");
-    case DType::kInt32: return py::dtype("int32");
-    case DType::kInt16: return py::dtype("int16");
-    case DType::kInt8: return py::dtype("int8");
+    case DType::kFloat64:
+      return py::dtype("float64");
+    case DType::kFloat32:
+      return py::dtype("float32");
+    case DType::kFloat16:
+      return py::dtype("float16");
+    case DType::kBFloat16:
+      return py::dtype("uint16");
+    case DType::kInt64:
+      return py::dtype("int64");
+    case DType::kInt32:
+      return py::dtype("int32");
+    case DType::kInt16:
+      return py::dtype("int16");
+    case DType::kInt8:
+      return py::dtype("int8");
     case DType::kUInt8:
     case DType::kFloat8E4M3FN:
-    case DType::kFloat8E5M2: return py::dtype("uint8");
-    case DType::kBool: return py::dtype("bool");
+    case DType::kFloat8E5M2:
+      return py::dtype("uint8");
+    case DType::kBool:
+      return py::dtype("bool");
   }
   return py::dtype("uint8");
 }
@@ -144,58 +162,76 @@ struct Borrowed {
     py::dict dict;
     py::object key;
     const Value* value;  // filled by a load
-    Value before;        // as converted, to leave untouched what a load did not change
+    Value
+        before;  // as converted, to leave untouched what a load did not change
   };
   std::vector<ValueSlot> values;
 };
 
-Shape ShapeOf(const py::handle& seq, const std::string& path, const char* what) {
+Shape ShapeOf(const py::handle& seq, const std::string& path,
+              const char* what) {
   Shape shape;
   try {
     for (py::handle d : seq) shape.push_back(d.cast<int64_t>());
   } catch (const py::cast_error&) {
-    Invalid("tensor " + Where(path) + ": " + what + " must be a sequence of ints");
+    Invalid("tensor " + Where(path) + ": " + what +
+            " must be a sequence of ints");
   }
   return shape;
 }
 
 // A view of a numpy array's memory.
-TensorView FromArray(const py::array& array, const std::string& path, bool writable) {
+TensorView FromArray(const py::array& array, const std::string& path,
+                     bool writable) {
   if (!(array.flags() & py::array::c_style)) {
-    Invalid("tensor " + Where(path) +
-            ": the array is not C-contiguous (pass numpy.ascontiguousarray(a))");
+    Invalid(
+        "tensor " + Where(path) +
+        ": the array is not C-contiguous (pass numpy.ascontiguousarray(a))");
   }
-  if (writable && !array.writeable()) Invalid("tensor " + Where(path) + ": the array is read-only");
+  if (writable && !array.writeable())
+    Invalid("tensor " + Where(path) + ": the array is read-only");
   std::optional<DType> dtype = FromNumpy(array.dtype());
   if (!dtype) {
-    Invalid("tensor " + Where(path) + ": numpy dtype " + py::str(array.dtype()).cast<std::string>() +
-            " is not supported (float64 float32 float16 int64 int32 int16 int8 uint8 bool, "
+    Invalid("tensor " + Where(path) + ": numpy dtype " +
+            py::str(array.dtype()).cast<std::string>() +
+            " is not supported (float64 float32 float16 int64 int32 int16 int8 "
+            "uint8 bool, "
             "uint16 for bfloat16 bits)");
   }
   Shape shape(array.shape(), array.shape() + array.ndim());
-  return TensorView::Whole(const_cast<void*>(array.data()), *dtype, std::move(shape));
+  return TensorView::Whole(const_cast<void*>(array.data()), *dtype,
+                           std::move(shape));
 }
 
 // A view of a DLPack tensor's memory; the capsule is kept in `borrowed`.
-TensorView FromDLPackObject(const py::object& obj, const std::string& path, Borrowed& borrowed) {
+TensorView FromDLPackObject(const py::object& obj, const std::string& path,
+                            Borrowed& borrowed) {
   py::object capsule = obj.attr("__dlpack__")();
   if (!PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
-    Invalid("tensor " + Where(path) + ": __dlpack__ did not return an unused DLPack capsule");
+    Invalid("tensor " + Where(path) +
+            ": __dlpack__ did not return an unused DLPack capsule");
   }
-  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
-  borrowed.keep.push_back(capsule);  // its destructor calls the producer's deleter
+  auto* managed = static_cast<DLManagedTensor*>(
+      PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  borrowed.keep.push_back(
+      capsule);  // its destructor calls the producer's deleter
   const DLTensor& t = managed->dl_tensor;
-  if (t.device.device_type == kDLCUDA || t.device.device_type == kDLCUDAManaged) {
-    Invalid("tensor " + Where(path) + ": GPU tensors need a ckptdb built with CUDA (this build is CPU only)");
+  if (t.device.device_type == kDLCUDA ||
+      t.device.device_type == kDLCUDAManaged) {
+    Invalid(
+        "tensor " + Where(path) +
+        ": GPU tensors need a ckptdb built with CUDA (this build is CPU only)");
   }
   if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost) {
-    Invalid("tensor " + Where(path) + ": DLPack device type " + std::to_string(t.device.device_type) +
+    Invalid("tensor " + Where(path) + ": DLPack device type " +
+            std::to_string(t.device.device_type) +
             " is not supported (CPU only)");
   }
   std::optional<DType> dtype = FromDLPack(t.dtype);
   if (!dtype) {
-    Invalid("tensor " + Where(path) + ": DLPack dtype (code " + std::to_string(t.dtype.code) + ", " +
-            std::to_string(t.dtype.bits) + " bits, " + std::to_string(t.dtype.lanes) +
+    Invalid("tensor " + Where(path) + ": DLPack dtype (code " +
+            std::to_string(t.dtype.code) + ", " + std::to_string(t.dtype.bits) +
+            " bits, " + std::to_string(t.dtype.lanes) +
             " lanes) is not supported");
   }
   Shape shape(t.shape, t.shape + t.ndim);
@@ -203,7 +239,8 @@ TensorView FromDLPackObject(const py::object& obj, const std::string& path, Borr
     int64_t expected = 1;
     for (int d = t.ndim; d-- > 0;) {
       if (shape[d] != 1 && t.strides[d] != expected) {
-        Invalid("tensor " + Where(path) + ": the DLPack tensor is not C-contiguous (call .contiguous())");
+        Invalid("tensor " + Where(path) +
+                ": the DLPack tensor is not C-contiguous (call .contiguous())");
       }
       expected *= shape[d];
     }
@@ -213,37 +250,47 @@ TensorView FromDLPackObject(const py::object& obj, const std::string& path, Borr
 }
 
 // A view of any tensor leaf: numpy array, DLPack object, or Shard of one.
-TensorView TensorLeaf(const py::object& obj, const std::string& path, bool writable, Borrowed& borrowed);
+TensorView TensorLeaf(const py::object& obj, const std::string& path,
+                      bool writable, Borrowed& borrowed);
 
-TensorView FromShard(const py::object& shard, const std::string& path, bool writable, Borrowed& borrowed) {
+TensorView FromShard(const py::object& shard, const std::string& path,
+                     bool writable, Borrowed& borrowed) {
   TensorView view = TensorLeaf(shard.attr("data"), path, writable, borrowed);
   view.global_shape = ShapeOf(shard.attr("global_shape"), path, "global_shape");
-  view.global_offset = ShapeOf(shard.attr("global_offset"), path, "global_offset");
+  view.global_offset =
+      ShapeOf(shard.attr("global_offset"), path, "global_offset");
   py::object dtype = shard.attr("dtype");
   if (!dtype.is_none()) {
     const std::string name = py::str(dtype);
     Result<DType> as = DTypeFromName(name);
-    if (!as.ok()) Invalid("tensor " + Where(path) + ": " + as.status().message());
+    if (!as.ok())
+      Invalid("tensor " + Where(path) + ": " + as.status().message());
     if (DTypeSize(*as) != DTypeSize(view.dtype)) {
-      Invalid("tensor " + Where(path) + ": dtype " + name + " has " + std::to_string(DTypeSize(*as)) +
-              "-byte elements but the data has " + std::to_string(DTypeSize(view.dtype)));
+      Invalid("tensor " + Where(path) + ": dtype " + name + " has " +
+              std::to_string(DTypeSize(*as)) +
+              "-byte elements but the data has " +
+              std::to_string(DTypeSize(view.dtype)));
     }
     view.dtype = *as;  // the same bits, read as `name`
   }
   return view;
 }
 
-TensorView TensorLeaf(const py::object& obj, const std::string& path, bool writable, Borrowed& borrowed) {
+TensorView TensorLeaf(const py::object& obj, const std::string& path,
+                      bool writable, Borrowed& borrowed) {
   if (classes().shard && py::isinstance(obj, classes().shard)) {
-    if (py::isinstance(obj.attr("data"), classes().shard)) Invalid("tensor " + Where(path) + ": a Shard of a Shard");
+    if (py::isinstance(obj.attr("data"), classes().shard))
+      Invalid("tensor " + Where(path) + ": a Shard of a Shard");
     return FromShard(obj, path, writable, borrowed);
   }
   borrowed.keep.push_back(obj);
-  if (py::isinstance<py::array>(obj)) return FromArray(obj.cast<py::array>(), path, writable);
+  if (py::isinstance<py::array>(obj))
+    return FromArray(obj.cast<py::array>(), path, writable);
   return FromDLPackObject(obj, path, borrowed);
 }
 
-std::optional<Value> SmallValue(const py::handle& obj, const std::string& path) {
+std::optional<Value> SmallValue(const py::handle& obj,
+                                const std::string& path) {
   if (py::isinstance<py::bool_>(obj)) return Value(obj.cast<bool>());
   if (py::isinstance<py::int_>(obj)) {
     try {
@@ -254,8 +301,10 @@ std::optional<Value> SmallValue(const py::handle& obj, const std::string& path) 
   }
   if (py::isinstance<py::float_>(obj)) return Value(obj.cast<double>());
   if (py::isinstance<py::str>(obj)) return Value(obj.cast<std::string>());
-  if (py::isinstance<py::bytes>(obj)) return Value(Bytes{obj.cast<std::string>()});
-  // numpy scalars (numpy.int64(3), numpy.float32(0.5), numpy.bool_): their Python value.
+  if (py::isinstance<py::bytes>(obj))
+    return Value(Bytes{obj.cast<std::string>()});
+  // numpy scalars (numpy.int64(3), numpy.float32(0.5), numpy.bool_): their
+  // Python value.
   if (py::isinstance(obj, classes().numpy_scalar)) {
     return SmallValue(obj.attr("item")(), path);
   }
@@ -263,24 +312,29 @@ std::optional<Value> SmallValue(const py::handle& obj, const std::string& path) 
 }
 
 bool IsTensorLeaf(const py::handle& obj) {
-  return py::isinstance<py::array>(obj) || (classes().shard && py::isinstance(obj, classes().shard)) ||
+  return py::isinstance<py::array>(obj) ||
+         (classes().shard && py::isinstance(obj, classes().shard)) ||
          py::hasattr(obj, "__dlpack__");
 }
 
 // Builds `out` from the nested dict `dict`.
-void Convert(const py::dict& dict, const std::string& path, bool writable, StateDict& out, Borrowed& borrowed) {
+void Convert(const py::dict& dict, const std::string& path, bool writable,
+             StateDict& out, Borrowed& borrowed) {
   for (auto [key_handle, item] : dict) {
     py::object key = py::reinterpret_borrow<py::object>(key_handle);
     if (!py::isinstance<py::str>(key)) {
-      Invalid("state dict keys must be str, got " + std::string(py::str(key.get_type().attr("__name__"))) +
-              " (" + std::string(py::repr(key)) + ") in " + Where(path));
+      Invalid("state dict keys must be str, got " +
+              std::string(py::str(key.get_type().attr("__name__"))) + " (" +
+              std::string(py::repr(key)) + ") in " + Where(path));
     }
     const std::string name = key.cast<std::string>();
     const std::string here = path.empty() ? name : path + "." + name;
     py::object value = py::reinterpret_borrow<py::object>(item);
     if (py::isinstance<py::dict>(value)) {
-      Convert(value.cast<py::dict>(), here, writable, out.Child(name), borrowed);
-    } else if (IsTensorLeaf(value) && !py::isinstance(value, classes().numpy_scalar)) {
+      Convert(value.cast<py::dict>(), here, writable, out.Child(name),
+              borrowed);
+    } else if (IsTensorLeaf(value) &&
+               !py::isinstance(value, classes().numpy_scalar)) {
       out.Set(name, TensorLeaf(value, here, writable, borrowed));
     } else if (std::optional<Value> v = SmallValue(value, here)) {
       out.Set(name, std::move(*v));
@@ -289,7 +343,8 @@ void Convert(const py::dict& dict, const std::string& path, bool writable, State
     } else {
       Invalid("leaf " + Where(here) + " has unsupported type " +
               std::string(py::str(value.get_type().attr("__name__"))) +
-              " (arrays, DLPack tensors, Shard, int, float, bool, str, bytes or dict)");
+              " (arrays, DLPack tensors, Shard, int, float, bool, str, bytes "
+              "or dict)");
     }
   }
 }
@@ -307,7 +362,9 @@ py::object ToPython(const Value& v) {
       v);
 }
 
-CheckpointSelector Selector(std::optional<int64_t> step, std::optional<std::string> tag, std::optional<int64_t> id) {
+CheckpointSelector Selector(std::optional<int64_t> step,
+                            std::optional<std::string> tag,
+                            std::optional<int64_t> id) {
   const int given = step.has_value() + tag.has_value() + id.has_value();
   if (given > 1) Invalid("pass at most one of step, tag and id");
   if (step) return CheckpointSelector::Step(*step);
@@ -327,7 +384,8 @@ std::string FlatKey(const py::object& key) {
   if (py::isinstance<py::tuple>(key) || py::isinstance<py::list>(key)) {
     planner::Path path;
     for (py::handle part : key) {
-      if (!py::isinstance<py::str>(part)) Invalid("a key path holds str parts only");
+      if (!py::isinstance<py::str>(part))
+        Invalid("a key path holds str parts only");
       path.push_back(part.cast<std::string>());
     }
     return planner::JoinPath(path);
@@ -339,7 +397,8 @@ std::string FlatKey(const py::object& key) {
 
 class PyDB {
  public:
-  PyDB(const std::string& path, const py::object& comm, bool create, bool read_only, const py::dict& options)
+  PyDB(const std::string& path, const py::object& comm, bool create,
+       bool read_only, const py::dict& options)
       : path_(path) {
     Options o;
     o.create_if_missing = create;
@@ -356,16 +415,19 @@ class PyDB {
         } else if (name == "load_buffer_bytes") {
           o.load_buffer_bytes = v.cast<size_t>();
         } else {
-          Invalid("unknown option '" + name + "' (max_chunk_bytes, io_threads, sync, load_buffer_bytes)");
+          Invalid("unknown option '" + name +
+                  "' (max_chunk_bytes, io_threads, sync, load_buffer_bytes)");
         }
       } catch (const py::cast_error&) {
-        Invalid("option '" + name + "' has the wrong type: " + std::string(py::repr(v)));
+        Invalid("option '" + name +
+                "' has the wrong type: " + std::string(py::repr(v)));
       }
     }
     std::shared_ptr<Communicator> communicator;
     if (!comm.is_none()) {
       if (!PyObject_TypeCheck(comm.ptr(), &PyMPIComm_Type)) {
-        Invalid("comm must be an mpi4py communicator (mpi4py.MPI.Comm) or None");
+        Invalid(
+            "comm must be an mpi4py communicator (mpi4py.MPI.Comm) or None");
       }
       communicator = Unwrap(MpiCommunicator(*PyMPIComm_Get(comm.ptr())));
     }
@@ -378,16 +440,19 @@ class PyDB {
   }
 
   DB& db() {
-    if (!db_) Raise(Status::FailedPrecondition("store '" + path_ + "' is closed"));
+    if (!db_)
+      Raise(Status::FailedPrecondition("store '" + path_ + "' is closed"));
     return *db_;
   }
 
-  py::object Save(const py::dict& state, std::optional<int64_t> step, std::optional<std::string> tag,
+  py::object Save(const py::dict& state, std::optional<int64_t> step,
+                  std::optional<std::string> tag,
                   std::optional<std::map<std::string, std::string>> metadata) {
     StateDict sd;
     Borrowed borrowed;
     Convert(state, "", false, sd, borrowed);
-    SaveOptions options{step, tag, metadata.value_or(std::map<std::string, std::string>{})};
+    SaveOptions options{
+        step, tag, metadata.value_or(std::map<std::string, std::string>{})};
     DB& d = db();
     Result<CheckpointInfo> info = Status::Internal("not saved");
     {
@@ -397,8 +462,9 @@ class PyDB {
     return py::cast(Unwrap(std::move(info)));
   }
 
-  LoadResult Load(const py::dict& state, std::optional<int64_t> step, std::optional<std::string> tag,
-                  std::optional<int64_t> id, bool strict, bool cast) {
+  LoadResult Load(const py::dict& state, std::optional<int64_t> step,
+                  std::optional<std::string> tag, std::optional<int64_t> id,
+                  bool strict, bool cast) {
     const CheckpointSelector which = Selector(step, tag, id);
     StateDict sd;
     Borrowed borrowed;
@@ -411,14 +477,18 @@ class PyDB {
     }
     LoadResult r = Unwrap(std::move(result));
     for (const Borrowed::ValueSlot& slot : borrowed.values) {
-      if (*slot.value != slot.before) slot.dict[slot.key] = ToPython(*slot.value);
+      if (*slot.value != slot.before)
+        slot.dict[slot.key] = ToPython(*slot.value);
     }
     return r;
   }
 
-  std::vector<CheckpointInfo> Checkpoints() { return Unwrap(db().ListCheckpoints()); }
+  std::vector<CheckpointInfo> Checkpoints() {
+    return Unwrap(db().ListCheckpoints());
+  }
 
-  py::dict Metadata(std::optional<int64_t> step, std::optional<std::string> tag, std::optional<int64_t> id) {
+  py::dict Metadata(std::optional<int64_t> step, std::optional<std::string> tag,
+                    std::optional<int64_t> id) {
     const CheckpointSelector which = Selector(step, tag, id);
     CheckpointMetadata m = Unwrap(db().GetMetadata(which));
     py::dict out;
@@ -446,7 +516,8 @@ class PyDB {
     }
     out["tensors"] = tensors;
     py::dict mapping;
-    for (const auto& [key, path] : m.flat_mapping) mapping[py::str(key)] = py::cast(path);
+    for (const auto& [key, path] : m.flat_mapping)
+      mapping[py::str(key)] = py::cast(path);
     out["flat_mapping"] = mapping;
     py::dict values;
     for (const auto& [key, v] : m.values) values[py::str(key)] = ToPython(v);
@@ -455,8 +526,8 @@ class PyDB {
     return out;
   }
 
-  py::array Read(const py::object& key, std::optional<int64_t> step, std::optional<std::string> tag,
-                 std::optional<int64_t> id) {
+  py::array Read(const py::object& key, std::optional<int64_t> step,
+                 std::optional<std::string> tag, std::optional<int64_t> id) {
     const CheckpointSelector which = Selector(step, tag, id);
     const std::string flat = FlatKey(key);
     DB& d = db();
@@ -471,7 +542,8 @@ class PyDB {
     return py::array(ToNumpy(tensor->dtype), shape, tensor->data.data(), owner);
   }
 
-  void Delete(std::optional<int64_t> step, std::optional<std::string> tag, std::optional<int64_t> id) {
+  void Delete(std::optional<int64_t> step, std::optional<std::string> tag,
+              std::optional<int64_t> id) {
     const CheckpointSelector which = Selector(step, tag, id);
     DB& d = db();
     Status s;
@@ -482,7 +554,8 @@ class PyDB {
     Check(s);
   }
 
-  void Verify(std::optional<int64_t> step, std::optional<std::string> tag, std::optional<int64_t> id) {
+  void Verify(std::optional<int64_t> step, std::optional<std::string> tag,
+              std::optional<int64_t> id) {
     const CheckpointSelector which = Selector(step, tag, id);
     DB& d = db();
     Status s;
@@ -525,33 +598,48 @@ PYBIND11_MODULE(_ckptdb, m) {
 
   m.def(
       "_register",
-      [](py::object error, py::object not_found, py::object invalid, py::object corruption, py::object shard) {
-        classes() = {error, not_found, invalid, corruption, shard, py::module_::import("numpy").attr("generic")};
+      [](py::object error, py::object not_found, py::object invalid,
+         py::object corruption, py::object shard) {
+        classes() = {error,   not_found,
+                     invalid, corruption,
+                     shard,   py::module_::import("numpy").attr("generic")};
       },
       "Called once by ckptdb/__init__.py with the package's classes.");
   m.def("version", &Version, "The ckptdb library version.");
 
-  py::class_<CheckpointInfo>(m, "CheckpointInfo", "A committed checkpoint's summary.")
+  py::class_<CheckpointInfo>(m, "CheckpointInfo",
+                             "A committed checkpoint's summary.")
       .def_readonly("id", &CheckpointInfo::id, "int, increasing within a store")
-      .def_readonly("step", &CheckpointInfo::step, "training step given at save, or None")
-      .def_readonly("tag", &CheckpointInfo::tag, "unique name given at save, or None")
-      .def_readonly("created", &CheckpointInfo::created, "unix seconds of the commit")
-      .def_readonly("world_size", &CheckpointInfo::world_size, "number of ranks that saved it")
-      .def_readonly("num_tensors", &CheckpointInfo::num_tensors, "number of tensors")
-      .def_readonly("nbytes", &CheckpointInfo::nbytes, "tensor bytes, each stored box counted once")
+      .def_readonly("step", &CheckpointInfo::step,
+                    "training step given at save, or None")
+      .def_readonly("tag", &CheckpointInfo::tag,
+                    "unique name given at save, or None")
+      .def_readonly("created", &CheckpointInfo::created,
+                    "unix seconds of the commit")
+      .def_readonly("world_size", &CheckpointInfo::world_size,
+                    "number of ranks that saved it")
+      .def_readonly("num_tensors", &CheckpointInfo::num_tensors,
+                    "number of tensors")
+      .def_readonly("nbytes", &CheckpointInfo::nbytes,
+                    "tensor bytes, each stored box counted once")
       .def("__repr__", [](const CheckpointInfo& i) {
         return "CheckpointInfo(id=" + std::to_string(i.id) +
                ", step=" + (i.step ? std::to_string(*i.step) : "None") +
                ", tag=" + (i.tag ? "'" + *i.tag + "'" : "None") +
                ", world_size=" + std::to_string(i.world_size) +
-               ", num_tensors=" + std::to_string(i.num_tensors) + ", nbytes=" + std::to_string(i.nbytes) + ")";
+               ", num_tensors=" + std::to_string(i.num_tensors) +
+               ", nbytes=" + std::to_string(i.nbytes) + ")";
       });
 
   py::class_<LoadStats>(m, "LoadStats", "What one rank's load moved.")
-      .def_readonly("bytes_read", &LoadStats::bytes_read, "chunk bytes this rank read from storage")
-      .def_readonly("bytes_needed", &LoadStats::bytes_needed, "bytes this rank's targets received")
-      .def_readonly("bytes_sent", &LoadStats::bytes_sent, "bytes this rank sent to other ranks")
-      .def_readonly("chunks_read", &LoadStats::chunks_read, "chunks this rank read");
+      .def_readonly("bytes_read", &LoadStats::bytes_read,
+                    "chunk bytes this rank read from storage")
+      .def_readonly("bytes_needed", &LoadStats::bytes_needed,
+                    "bytes this rank's targets received")
+      .def_readonly("bytes_sent", &LoadStats::bytes_sent,
+                    "bytes this rank sent to other ranks")
+      .def_readonly("chunks_read", &LoadStats::chunks_read,
+                    "chunks this rank read");
 
   py::class_<LoadResult>(m, "LoadResult", "The outcome of DB.load.")
       .def_readonly("missing_keys", &LoadResult::missing_keys,
@@ -560,27 +648,35 @@ PYBIND11_MODULE(_ckptdb, m) {
                     "stored keys that were not requested, flat")
       .def_readonly("stats", &LoadResult::stats, "LoadStats of this rank")
       .def("__repr__", [](const LoadResult& r) {
-        return "LoadResult(missing_keys=" + std::string(py::repr(py::cast(r.missing_keys))) +
-               ", unexpected_keys=" + std::string(py::repr(py::cast(r.unexpected_keys))) + ")";
+        return "LoadResult(missing_keys=" +
+               std::string(py::repr(py::cast(r.missing_keys))) +
+               ", unexpected_keys=" +
+               std::string(py::repr(py::cast(r.unexpected_keys))) + ")";
       });
 
   py::class_<PyDB>(m, "DB", "An open store; see ckptdb.open.")
-      .def(py::init<const std::string&, const py::object&, bool, bool, const py::dict&>(), py::arg("path"),
-           py::arg("comm"), py::arg("create"), py::arg("read_only"), py::arg("options"))
-      .def("save", &PyDB::Save, py::arg("state_dict"), py::kw_only(), py::arg("step") = py::none(),
-           py::arg("tag") = py::none(), py::arg("metadata") = py::none())
-      .def("load", &PyDB::Load, py::arg("state_dict"), py::kw_only(), py::arg("step") = py::none(),
-           py::arg("tag") = py::none(), py::arg("id") = py::none(), py::arg("strict") = true,
+      .def(py::init<const std::string&, const py::object&, bool, bool,
+                    const py::dict&>(),
+           py::arg("path"), py::arg("comm"), py::arg("create"),
+           py::arg("read_only"), py::arg("options"))
+      .def("save", &PyDB::Save, py::arg("state_dict"), py::kw_only(),
+           py::arg("step") = py::none(), py::arg("tag") = py::none(),
+           py::arg("metadata") = py::none())
+      .def("load", &PyDB::Load, py::arg("state_dict"), py::kw_only(),
+           py::arg("step") = py::none(), py::arg("tag") = py::none(),
+           py::arg("id") = py::none(), py::arg("strict") = true,
            py::arg("cast") = false)
       .def("checkpoints", &PyDB::Checkpoints)
-      .def("metadata", &PyDB::Metadata, py::kw_only(), py::arg("step") = py::none(), py::arg("tag") = py::none(),
+      .def("metadata", &PyDB::Metadata, py::kw_only(),
+           py::arg("step") = py::none(), py::arg("tag") = py::none(),
            py::arg("id") = py::none())
-      .def("read", &PyDB::Read, py::arg("key"), py::kw_only(), py::arg("step") = py::none(),
+      .def("read", &PyDB::Read, py::arg("key"), py::kw_only(),
+           py::arg("step") = py::none(), py::arg("tag") = py::none(),
+           py::arg("id") = py::none())
+      .def("delete", &PyDB::Delete, py::kw_only(), py::arg("step") = py::none(),
            py::arg("tag") = py::none(), py::arg("id") = py::none())
-      .def("delete", &PyDB::Delete, py::kw_only(), py::arg("step") = py::none(), py::arg("tag") = py::none(),
-           py::arg("id") = py::none())
-      .def("verify", &PyDB::Verify, py::kw_only(), py::arg("step") = py::none(), py::arg("tag") = py::none(),
-           py::arg("id") = py::none())
+      .def("verify", &PyDB::Verify, py::kw_only(), py::arg("step") = py::none(),
+           py::arg("tag") = py::none(), py::arg("id") = py::none())
       .def("close", &PyDB::Close)
       .def_property_readonly("closed", &PyDB::closed)
       .def_property_readonly("rank", &PyDB::rank)

@@ -120,7 +120,8 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
                    planner::BuildLoadPlan(meta.tensors, targets));
 
   RETURN_IF_ERROR(ExecuteLoad(
-      {meta, plan, local.views, *store_, *comm_, io_threads(), round_bytes}, &result.stats));
+      {meta, plan, local.views, *store_, *comm_, io_threads(), round_bytes},
+      &result.stats));
   for (auto& [leaf, stored] : local.values) *leaf = *stored;
   return result;
 }

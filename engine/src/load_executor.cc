@@ -32,7 +32,8 @@ class ItemRanges {
 };
 
 uint64_t ItemBytes(const CheckpointMetadata& meta,
-                   const planner::LoadPlan& plan, const planner::ReadItem& item) {
+                   const planner::LoadPlan& plan,
+                   const planner::ReadItem& item) {
   return item.num_elements() *
          DTypeSize(meta.tensors.at(plan.reads[item.read].flat_key).dtype);
 }
@@ -40,9 +41,9 @@ uint64_t ItemBytes(const CheckpointMetadata& meta,
 // One message of a round between this rank and a peer: a packed batch of small
 // slices, or one large slice.
 struct Message {
-  std::vector<char> staged;      // packed bytes (unless sent/received in place)
-  char* in_place = nullptr;      // received straight into a target
-  const char* from = nullptr;    // sent straight from a read chunk
+  std::vector<char> staged;    // packed bytes (unless sent/received in place)
+  char* in_place = nullptr;    // received straight into a target
+  const char* from = nullptr;  // sent straight from a read chunk
   uint64_t nbytes = 0;
 };
 
@@ -78,7 +79,8 @@ class Round {
       if (m.batch.nbytes > 0)
         sends.push_back({peer, m.batch.staged.data(), m.batch.nbytes});
       for (Message& own : m.own) {
-        sends.push_back({peer, own.from ? own.from : own.staged.data(), own.nbytes});
+        sends.push_back(
+            {peer, own.from ? own.from : own.staged.data(), own.nbytes});
       }
     }
     for (auto& [peer, m] : in_) {
@@ -96,8 +98,9 @@ class Round {
       TensorView& view = *x_.targets[item.target];
       const Shape zero(item.lengths.size(), 0);
       CopyBox({slot.message->staged.data() + slot.offset, item.lengths, zero},
-              StoredDType(item), {view.data, view.local_shape, item.dest_offset},
-              view.dtype, item.lengths);
+              StoredDType(item),
+              {view.data, view.local_shape, item.dest_offset}, view.dtype,
+              item.lengths);
     }
     return Status::OK();
   }
@@ -113,7 +116,8 @@ class Round {
     const planner::LoadPlan& plan = x_.plan;
     // Pointers into PeerMessages::own stay valid only once the vectors stop
     // growing: slots are resolved after counting.
-    std::vector<std::tuple<size_t, int, bool, uint64_t>> out, in;  // item, peer, own, bytes
+    std::vector<std::tuple<size_t, int, bool, uint64_t>> out,
+        in;  // item, peer, own, bytes
     for (size_t read : reads) {
       const int reader = plan.reads[read].reader_rank;
       if (reader == rank_) mine_.push_back(read);
@@ -140,7 +144,8 @@ class Round {
         }
       }
       std::vector<SliceSlot> slots;
-      std::map<int, std::pair<uint64_t, size_t>> cursor;  // batch offset, own index
+      std::map<int, std::pair<uint64_t, size_t>>
+          cursor;  // batch offset, own index
       for (auto& [i, peer, own, bytes] : list) {
         PeerMessages& m = peers[peer];
         auto& [offset, next] = cursor[peer];
@@ -155,8 +160,10 @@ class Round {
     };
     std::vector<SliceSlot> out_slots = place(out, out_);
     std::vector<SliceSlot> in_slots = place(in, in_);
-    for (size_t k = 0; k < out.size(); ++k) outgoing_.emplace(std::get<0>(out[k]), out_slots[k]);
-    for (size_t k = 0; k < in.size(); ++k) incoming_.emplace_back(std::get<0>(in[k]), in_slots[k]);
+    for (size_t k = 0; k < out.size(); ++k)
+      outgoing_.emplace(std::get<0>(out[k]), out_slots[k]);
+    for (size_t k = 0; k < in.size(); ++k)
+      incoming_.emplace_back(std::get<0>(in[k]), in_slots[k]);
 
     // Large slices land in place when the target holds them as one run of the
     // stored dtype; everything else is staged.
@@ -190,19 +197,22 @@ class Round {
                      x_.store.ReadChunk(x_.meta.info.id, read.flat_key, chunk));
     const char* bytes = buffer.bytes().data();
     bool keep = false;
-    for (size_t i = ranges_.begin(read_index); i < ranges_.end(read_index); ++i) {
+    for (size_t i = ranges_.begin(read_index); i < ranges_.end(read_index);
+         ++i) {
       const planner::ReadItem& item = plan.items[i];
       const StridedBox src{bytes, chunk.local_shape, item.storage_offset};
       if (item.dest_rank == rank_) {
         TensorView& view = *x_.targets[item.target];
-        CopyBox(src, tensor.dtype, {view.data, view.local_shape, item.dest_offset},
-                view.dtype, item.lengths);
+        CopyBox(src, tensor.dtype,
+                {view.data, view.local_shape, item.dest_offset}, view.dtype,
+                item.lengths);
         continue;
       }
       const SliceSlot& slot = outgoing_.at(i);
       if (slot.message != &out_.at(item.dest_rank).batch) {
-        std::optional<size_t> run = ContiguousRun(
-            chunk.local_shape, item.storage_offset, item.lengths, DTypeSize(tensor.dtype));
+        std::optional<size_t> run =
+            ContiguousRun(chunk.local_shape, item.storage_offset, item.lengths,
+                          DTypeSize(tensor.dtype));
         if (run) {  // sent from the chunk buffer, kept until the exchange ends
           slot.message->from = bytes + *run;
           keep = true;
@@ -223,9 +233,9 @@ class Round {
   const ItemRanges& ranges_;
   LoadStats* stats_;
   const int rank_;
-  std::vector<size_t> mine_;  // reads of this round this rank reads
+  std::vector<size_t> mine_;              // reads of this round this rank reads
   std::map<int, PeerMessages> out_, in_;  // by peer rank
-  std::unordered_map<size_t, SliceSlot> outgoing_;  // by item index
+  std::unordered_map<size_t, SliceSlot> outgoing_;      // by item index
   std::vector<std::pair<size_t, SliceSlot>> incoming_;  // item index, slot
   std::vector<storage::ChunkBuffer> held_;  // chunks sent from in place
 };
@@ -238,7 +248,7 @@ std::vector<std::vector<size_t>> AssignRounds(const CheckpointMetadata& meta,
   const ItemRanges ranges(plan);
   std::vector<std::vector<size_t>> rounds;
   std::vector<std::vector<uint64_t>> held(world);  // [rank][round]
-  std::vector<size_t> first_open(world, 0);  // rounds before it are full
+  std::vector<size_t> first_open(world, 0);        // rounds before it are full
   std::vector<std::pair<int, uint64_t>> costs;
   for (size_t r = 0; r < plan.reads.size(); ++r) {
     const int reader = plan.reads[r].reader_rank;
@@ -256,7 +266,8 @@ std::vector<std::vector<size_t>> AssignRounds(const CheckpointMetadata& meta,
     // A chunk read for others is held (or packed) until the exchange.
     if (!costs.empty()) costs.emplace_back(reader, plan.reads[r].nbytes);
     size_t round = 0;
-    for (const auto& [rank, _] : costs) round = std::max(round, first_open[rank]);
+    for (const auto& [rank, _] : costs)
+      round = std::max(round, first_open[rank]);
     auto fits = [&](size_t round) {
       for (const auto& [rank, bytes] : costs) {
         const uint64_t now = round < held[rank].size() ? held[rank][round] : 0;
@@ -282,7 +293,8 @@ Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
   const planner::LoadPlan& plan = x.plan;
   const int rank = x.comm.rank();
   for (const planner::ReadItem& item : plan.items) {
-    if (item.dest_rank == rank) stats->bytes_needed += ItemBytes(x.meta, plan, item);
+    if (item.dest_rank == rank)
+      stats->bytes_needed += ItemBytes(x.meta, plan, item);
   }
   for (const planner::ChunkRead& read : plan.reads) {
     if (read.reader_rank != rank) continue;

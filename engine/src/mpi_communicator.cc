@@ -16,12 +16,14 @@ Status FromMpi(int code, const char* what) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(code, text, &len);
-  return Status::IOError(std::string("MPI ").append(what).append(" failed: ").append(text, len));
+  return Status::IOError(
+      std::string("MPI ").append(what).append(" failed: ").append(text, len));
 }
 
 class Mpi : public Communicator {
  public:
-  Mpi(MPI_Comm comm, size_t max_message) : comm_(comm), max_message_(max_message) {
+  Mpi(MPI_Comm comm, size_t max_message)
+      : comm_(comm), max_message_(max_message) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
@@ -39,9 +41,9 @@ class Mpi : public Communicator {
   Result<std::vector<std::string>> AllGather(std::string_view bytes) override {
     const uint64_t mine = bytes.size();
     std::vector<uint64_t> sizes(size_);
-    RETURN_IF_ERROR(FromMpi(
-        MPI_Allgather(&mine, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, comm_),
-        "all-gather of sizes"));
+    RETURN_IF_ERROR(FromMpi(MPI_Allgather(&mine, 1, MPI_UINT64_T, sizes.data(),
+                                          1, MPI_UINT64_T, comm_),
+                            "all-gather of sizes"));
     uint64_t total = 0;
     for (uint64_t s : sizes) total += s;
     std::vector<std::string> out(size_);
@@ -53,10 +55,11 @@ class Mpi : public Communicator {
         at += counts[r];
       }
       std::string flat(total, '\0');
-      RETURN_IF_ERROR(FromMpi(
-          MPI_Allgatherv(bytes.data(), static_cast<int>(mine), MPI_BYTE, flat.data(),
-                         counts.data(), displs.data(), MPI_BYTE, comm_),
-          "all-gather"));
+      RETURN_IF_ERROR(
+          FromMpi(MPI_Allgatherv(bytes.data(), static_cast<int>(mine), MPI_BYTE,
+                                 flat.data(), counts.data(), displs.data(),
+                                 MPI_BYTE, comm_),
+                  "all-gather"));
       for (int r = 0; r < size_; ++r) out[r].assign(flat, displs[r], sizes[r]);
       return out;
     }
@@ -71,7 +74,8 @@ class Mpi : public Communicator {
 
   Status Broadcast(std::string* bytes, int root) override {
     uint64_t n = bytes->size();
-    RETURN_IF_ERROR(FromMpi(MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm_), "broadcast of size"));
+    RETURN_IF_ERROR(FromMpi(MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm_),
+                            "broadcast of size"));
     bytes->resize(n);
     return BroadcastBuffer(bytes->data(), n, root);
   }
@@ -82,50 +86,62 @@ class Mpi : public Communicator {
     Status posted = Post(sends, recvs, &requests);
     // Complete whatever was posted, even after an error, so that no request
     // outlives its buffer.
-    Status done = FromMpi(
-        MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-        "exchange");
+    Status done = FromMpi(MPI_Waitall(static_cast<int>(requests.size()),
+                                      requests.data(), MPI_STATUSES_IGNORE),
+                          "exchange");
     return posted.ok() ? done : posted;
   }
 
  private:
-  // Messages of ckptdb never meet the caller's: the communicator is a duplicate.
+  // Messages of ckptdb never meet the caller's: the communicator is a
+  // duplicate.
   static constexpr int kTag = 0;
 
   // Posts every receive (first, so that eager sends find them) and send in
   // pieces of at most max_message_ bytes. An empty buffer is one empty message.
-  Status Post(std::span<const SendBuffer> sends, std::span<const RecvBuffer> recvs,
+  Status Post(std::span<const SendBuffer> sends,
+              std::span<const RecvBuffer> recvs,
               std::vector<MPI_Request>* requests) {
-    auto pieces = [&](int peer, size_t nbytes, const char* what, auto&& post) -> Status {
+    auto pieces = [&](int peer, size_t nbytes, const char* what,
+                      auto&& post) -> Status {
       if (peer < 0 || peer >= size_) {
-        return Status::Internal(std::string(what).append(" rank ").append(std::to_string(peer)));
+        return Status::Internal(
+            std::string(what).append(" rank ").append(std::to_string(peer)));
       }
       size_t off = 0;
       do {
         const size_t n = std::min(max_message_, nbytes - off);
         requests->emplace_back();
-        RETURN_IF_ERROR(FromMpi(post(off, static_cast<int>(n), &requests->back()), what));
+        RETURN_IF_ERROR(
+            FromMpi(post(off, static_cast<int>(n), &requests->back()), what));
         off += n;
       } while (off < nbytes);
       return Status::OK();
     };
     for (const RecvBuffer& r : recvs) {
-      RETURN_IF_ERROR(pieces(r.peer, r.nbytes, "receive from", [&](size_t off, int n, MPI_Request* q) {
-        return MPI_Irecv(static_cast<char*>(r.data) + off, n, MPI_BYTE, r.peer, kTag, comm_, q);
-      }));
+      RETURN_IF_ERROR(pieces(r.peer, r.nbytes, "receive from",
+                             [&](size_t off, int n, MPI_Request* q) {
+                               return MPI_Irecv(
+                                   static_cast<char*>(r.data) + off, n,
+                                   MPI_BYTE, r.peer, kTag, comm_, q);
+                             }));
     }
     for (const SendBuffer& s : sends) {
-      RETURN_IF_ERROR(pieces(s.peer, s.nbytes, "send to", [&](size_t off, int n, MPI_Request* q) {
-        return MPI_Isend(static_cast<const char*>(s.data) + off, n, MPI_BYTE, s.peer, kTag, comm_, q);
-      }));
+      RETURN_IF_ERROR(pieces(
+          s.peer, s.nbytes, "send to", [&](size_t off, int n, MPI_Request* q) {
+            return MPI_Isend(static_cast<const char*>(s.data) + off, n,
+                             MPI_BYTE, s.peer, kTag, comm_, q);
+          }));
     }
     return Status::OK();
   }
 
   Status BroadcastBuffer(char* data, uint64_t n, int root) {
     for (uint64_t off = 0; off < n; off += max_message_) {
-      const int count = static_cast<int>(std::min<uint64_t>(max_message_, n - off));
-      RETURN_IF_ERROR(FromMpi(MPI_Bcast(data + off, count, MPI_BYTE, root, comm_), "broadcast"));
+      const int count =
+          static_cast<int>(std::min<uint64_t>(max_message_, n - off));
+      RETURN_IF_ERROR(FromMpi(
+          MPI_Bcast(data + off, count, MPI_BYTE, root, comm_), "broadcast"));
     }
     return Status::OK();
   }
@@ -138,7 +154,8 @@ class Mpi : public Communicator {
 
 }  // namespace
 
-Result<std::shared_ptr<Communicator>> NewMpiCommunicator(MPI_Comm comm, size_t max_message) {
+Result<std::shared_ptr<Communicator>> NewMpiCommunicator(MPI_Comm comm,
+                                                         size_t max_message) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -147,12 +164,14 @@ Result<std::shared_ptr<Communicator>> NewMpiCommunicator(MPI_Comm comm, size_t m
         "MPI is not initialized (or already finalized): call MPI_Init before "
         "creating an MPI communicator");
   }
-  if (comm == MPI_COMM_NULL) return Status::InvalidArgument("MPI communicator is MPI_COMM_NULL");
+  if (comm == MPI_COMM_NULL)
+    return Status::InvalidArgument("MPI communicator is MPI_COMM_NULL");
   if (max_message == 0 || max_message > INT_MAX) {
     return Status::InvalidArgument("MPI message size must be in [1, INT_MAX]");
   }
   MPI_Comm dup;
-  RETURN_IF_ERROR(FromMpi(MPI_Comm_dup(comm, &dup), "communicator duplication"));
+  RETURN_IF_ERROR(
+      FromMpi(MPI_Comm_dup(comm, &dup), "communicator duplication"));
   // Errors come back as codes rather than aborting the job.
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
   return std::shared_ptr<Communicator>(std::make_shared<Mpi>(dup, max_message));

@@ -22,10 +22,11 @@ int MaxRanks();
 
 // Runs fn(rank, communicator) on ranks 0..size-1 of a new group and returns
 // when all have finished; with MPI, processes beyond `size` wait. Rank bodies
-// use EXPECT_* (not ASSERT_*), so that every rank reaches every collective call.
-// REQUIRES: 1 <= size <= MaxRanks().
-void RunRanks(int size,
-              const std::function<void(int, std::shared_ptr<Communicator>)>& fn);
+// use EXPECT_* (not ASSERT_*), so that every rank reaches every collective
+// call. REQUIRES: 1 <= size <= MaxRanks().
+void RunRanks(
+    int size,
+    const std::function<void(int, std::shared_ptr<Communicator>)>& fn);
 
 // A fresh directory every rank of the job sees under the same path, removed
 // when the scenario ends.

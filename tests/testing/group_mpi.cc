@@ -41,8 +41,9 @@ int MaxRanks() {
   return size;
 }
 
-void RunRanks(int size,
-              const std::function<void(int, std::shared_ptr<Communicator>)>& fn) {
+void RunRanks(
+    int size,
+    const std::function<void(int, std::shared_ptr<Communicator>)>& fn) {
   const int rank = WorldRank();
   MPI_Comm group;
   MPI_Comm_split(MPI_COMM_WORLD, rank < size ? 0 : MPI_UNDEFINED, rank, &group);

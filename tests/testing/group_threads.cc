@@ -8,8 +8,9 @@ namespace ckptdb::testing {
 
 int MaxRanks() { return 64; }
 
-void RunRanks(int size,
-              const std::function<void(int, std::shared_ptr<Communicator>)>& fn) {
+void RunRanks(
+    int size,
+    const std::function<void(int, std::shared_ptr<Communicator>)>& fn) {
   auto comms = InProcessCommunicators(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r)

@@ -1,7 +1,8 @@
 #pragma once
 
-// The MPI communicator: collective calls of a DB opened with it run over a caller's MPI_Comm.
-// Separate from communicator.h so that code without MPI never includes <mpi.h>.
+// The MPI communicator: collective calls of a DB opened with it run over a
+// caller's MPI_Comm. Separate from communicator.h so that code without MPI
+// never includes <mpi.h>.
 
 // The C API is all ckptdb uses; skip the deprecated C++ bindings, which need
 // their own library.
@@ -19,10 +20,10 @@
 
 namespace ckptdb {
 
-// Wraps `comm` (duplicated, so that ckptdb's messages never match the caller's). MPI must be
-// initialized by the caller, who also finalizes it after the last DB using this communicator is
-// closed; ckptdb never initializes or finalizes MPI. Collective calls are made from the calling
-// thread only.
+// Wraps `comm` (duplicated, so that ckptdb's messages never match the
+// caller's). MPI must be initialized by the caller, who also finalizes it after
+// the last DB using this communicator is closed; ckptdb never initializes or
+// finalizes MPI. Collective calls are made from the calling thread only.
 Result<std::shared_ptr<Communicator>> MpiCommunicator(MPI_Comm comm);
 
 }  // namespace ckptdb
