@@ -31,11 +31,15 @@ class ItemRanges {
   std::vector<size_t> first_;
 };
 
+DType StoredDType(const CheckpointMetadata& meta, const planner::LoadPlan& plan,
+                  const planner::ReadItem& item) {
+  return meta.tensors.at(plan.reads[item.read].flat_key).dtype;
+}
+
 uint64_t ItemBytes(const CheckpointMetadata& meta,
                    const planner::LoadPlan& plan,
                    const planner::ReadItem& item) {
-  return item.num_elements() *
-         DTypeSize(meta.tensors.at(plan.reads[item.read].flat_key).dtype);
+  return item.num_elements() * DTypeSize(StoredDType(meta, plan, item));
 }
 
 // One message of a round between this rank and a peer: a packed batch of small
@@ -51,6 +55,15 @@ struct Message {
 struct SliceSlot {
   Message* message;
   uint64_t offset;  // within the message
+  bool own;         // the message holds this slice alone
+};
+
+// A slice of this round that crosses ranks, seen from this rank.
+struct Crossing {
+  size_t item;
+  int peer;  // the rank it goes to or comes from
+  uint64_t bytes;
+  bool own() const { return bytes >= kOwnMessageBytes; }
 };
 
 // The messages of one round with each peer, in the order both ends post them:
@@ -98,7 +111,7 @@ class Round {
       TensorView& view = *x_.targets[item.target];
       const Shape zero(item.lengths.size(), 0);
       CopyBox({slot.message->staged.data() + slot.offset, item.lengths, zero},
-              StoredDType(item),
+              StoredDType(x_.meta, x_.plan, item),
               {view.data, view.local_shape, item.dest_offset}, view.dtype,
               item.lengths);
     }
@@ -106,18 +119,13 @@ class Round {
   }
 
  private:
-  DType StoredDType(const planner::ReadItem& item) const {
-    return x_.meta.tensors.at(x_.plan.reads[item.read].flat_key).dtype;
-  }
-
   // Decides where every slice of this round crossing ranks travels: sizes the
   // packed batches and large-slice messages of both directions.
   void Layout(const std::vector<size_t>& reads) {
     const planner::LoadPlan& plan = x_.plan;
     // Pointers into PeerMessages::own stay valid only once the vectors stop
     // growing: slots are resolved after counting.
-    std::vector<std::tuple<size_t, int, bool, uint64_t>> out,
-        in;  // item, peer, own, bytes
+    std::vector<Crossing> out, in;
     for (size_t read : reads) {
       const int reader = plan.reads[read].reader_rank;
       if (reader == rank_) mine_.push_back(read);
@@ -125,45 +133,45 @@ class Round {
         const planner::ReadItem& item = plan.items[i];
         if (item.dest_rank == reader) continue;
         const uint64_t bytes = ItemBytes(x_.meta, plan, item);
-        const bool own = bytes >= kOwnMessageBytes;
         if (reader == rank_) {
-          out.emplace_back(i, item.dest_rank, own, bytes);
+          out.push_back({i, item.dest_rank, bytes});
           stats_->bytes_sent += bytes;
         } else if (item.dest_rank == rank_) {
-          in.emplace_back(i, reader, own, bytes);
+          in.push_back({i, reader, bytes});
         }
       }
     }
-    auto place = [](auto& list, std::map<int, PeerMessages>& peers) {
-      for (auto& [i, peer, own, bytes] : list) {
-        PeerMessages& m = peers[peer];
-        if (own) {
-          m.own.emplace_back().nbytes = bytes;
+    // Sizes every peer's messages, then gives each slice its place in them.
+    auto place = [](const std::vector<Crossing>& list,
+                    std::map<int, PeerMessages>& peers, auto&& add) {
+      for (const Crossing& c : list) {
+        PeerMessages& m = peers[c.peer];
+        if (c.own()) {
+          m.own.emplace_back().nbytes = c.bytes;
         } else {
-          m.batch.nbytes += bytes;
+          m.batch.nbytes += c.bytes;
         }
       }
-      std::vector<SliceSlot> slots;
-      std::map<int, std::pair<uint64_t, size_t>>
-          cursor;  // batch offset, own index
-      for (auto& [i, peer, own, bytes] : list) {
-        PeerMessages& m = peers[peer];
-        auto& [offset, next] = cursor[peer];
-        if (own) {
-          slots.push_back({&m.own[next++], 0});
+      struct Cursor {
+        uint64_t batch_offset = 0;
+        size_t next_own = 0;
+      };
+      std::map<int, Cursor> cursors;
+      for (const Crossing& c : list) {
+        PeerMessages& m = peers[c.peer];
+        Cursor& at = cursors[c.peer];
+        if (c.own()) {
+          add(c.item, SliceSlot{&m.own[at.next_own++], 0, true});
         } else {
-          slots.push_back({&m.batch, offset});
-          offset += bytes;
+          add(c.item, SliceSlot{&m.batch, at.batch_offset, false});
+          at.batch_offset += c.bytes;
         }
       }
-      return slots;
     };
-    std::vector<SliceSlot> out_slots = place(out, out_);
-    std::vector<SliceSlot> in_slots = place(in, in_);
-    for (size_t k = 0; k < out.size(); ++k)
-      outgoing_.emplace(std::get<0>(out[k]), out_slots[k]);
-    for (size_t k = 0; k < in.size(); ++k)
-      incoming_.emplace_back(std::get<0>(in[k]), in_slots[k]);
+    place(out, out_,
+          [&](size_t i, SliceSlot slot) { outgoing_.emplace(i, slot); });
+    place(in, in_,
+          [&](size_t i, SliceSlot slot) { incoming_.emplace_back(i, slot); });
 
     // Large slices land in place when the target holds them as one run of the
     // stored dtype; everything else is staged.
@@ -171,8 +179,7 @@ class Round {
       const planner::ReadItem& item = plan.items[i];
       TensorView& view = *x_.targets[item.target];
       std::optional<size_t> run;
-      if (slot.message != &in_.at(plan.reads[item.read].reader_rank).batch &&
-          view.dtype == StoredDType(item)) {
+      if (slot.own && view.dtype == StoredDType(x_.meta, plan, item)) {
         run = ContiguousRun(view.local_shape, item.dest_offset, item.lengths,
                             DTypeSize(view.dtype));
       }
@@ -209,7 +216,7 @@ class Round {
         continue;
       }
       const SliceSlot& slot = outgoing_.at(i);
-      if (slot.message != &out_.at(item.dest_rank).batch) {
+      if (slot.own) {
         std::optional<size_t> run =
             ContiguousRun(chunk.local_shape, item.storage_offset, item.lengths,
                           DTypeSize(tensor.dtype));
@@ -242,10 +249,12 @@ class Round {
 
 }  // namespace
 
+namespace {
+
 std::vector<std::vector<size_t>> AssignRounds(const CheckpointMetadata& meta,
                                               const planner::LoadPlan& plan,
+                                              const ItemRanges& ranges,
                                               int world, uint64_t round_bytes) {
-  const ItemRanges ranges(plan);
   std::vector<std::vector<size_t>> rounds;
   std::vector<std::vector<uint64_t>> held(world);  // [rank][round]
   std::vector<size_t> first_open(world, 0);        // rounds before it are full
@@ -289,6 +298,14 @@ std::vector<std::vector<size_t>> AssignRounds(const CheckpointMetadata& meta,
   return rounds;
 }
 
+}  // namespace
+
+std::vector<std::vector<size_t>> AssignRounds(const CheckpointMetadata& meta,
+                                              const planner::LoadPlan& plan,
+                                              int world, uint64_t round_bytes) {
+  return AssignRounds(meta, plan, ItemRanges(plan), world, round_bytes);
+}
+
 Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
   const planner::LoadPlan& plan = x.plan;
   const int rank = x.comm.rank();
@@ -303,7 +320,7 @@ Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
   }
   const ItemRanges ranges(plan);
   for (const std::vector<size_t>& reads :
-       AssignRounds(x.meta, plan, x.comm.size(), x.round_bytes)) {
+       AssignRounds(x.meta, plan, ranges, x.comm.size(), x.round_bytes)) {
     RETURN_IF_ERROR(Round(x, ranges, stats).Run(reads));
   }
   return Status::OK();
