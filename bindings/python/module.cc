@@ -395,6 +395,14 @@ std::string FlatKey(const py::object& key) {
 
 // ---- the DB -----------------------------------------------------------------
 
+// Runs fn() without the GIL, so that other Python threads run while bytes
+// move. fn must not touch Python objects.
+template <typename Fn>
+auto WithoutGil(Fn&& fn) -> decltype(fn()) {
+  py::gil_scoped_release release;
+  return fn();
+}
+
 class PyDB {
  public:
   PyDB(const std::string& path, const py::object& comm, bool create,
@@ -431,11 +439,8 @@ class PyDB {
       }
       communicator = Unwrap(MpiCommunicator(*PyMPIComm_Get(comm.ptr())));
     }
-    Result<std::unique_ptr<DB>> db = Status::Internal("not opened");
-    {
-      py::gil_scoped_release release;
-      db = DB::Open(o, path, std::move(communicator));
-    }
+    Result<std::unique_ptr<DB>> db =
+        WithoutGil([&] { return DB::Open(o, path, std::move(communicator)); });
     db_ = Unwrap(std::move(db));
   }
 
@@ -454,11 +459,8 @@ class PyDB {
     SaveOptions options{
         step, tag, metadata.value_or(std::map<std::string, std::string>{})};
     DB& d = db();
-    Result<CheckpointInfo> info = Status::Internal("not saved");
-    {
-      py::gil_scoped_release release;
-      info = d.Save(sd, options);
-    }
+    Result<CheckpointInfo> info =
+        WithoutGil([&] { return d.Save(sd, options); });
     return py::cast(Unwrap(std::move(info)));
   }
 
@@ -470,11 +472,8 @@ class PyDB {
     Borrowed borrowed;
     Convert(state, "", true, sd, borrowed);
     DB& d = db();
-    Result<LoadResult> result = Status::Internal("not loaded");
-    {
-      py::gil_scoped_release release;
-      result = d.Load(sd, which, {.strict = strict, .cast = cast});
-    }
+    Result<LoadResult> result = WithoutGil(
+        [&] { return d.Load(sd, which, {.strict = strict, .cast = cast}); });
     LoadResult r = Unwrap(std::move(result));
     for (const Borrowed::ValueSlot& slot : borrowed.values) {
       if (*slot.value != slot.before)
@@ -531,11 +530,7 @@ class PyDB {
     const CheckpointSelector which = Selector(step, tag, id);
     const std::string flat = FlatKey(key);
     DB& d = db();
-    Result<Tensor> read = Status::Internal("not read");
-    {
-      py::gil_scoped_release release;
-      read = d.Read(flat, which);
-    }
+    Result<Tensor> read = WithoutGil([&] { return d.Read(flat, which); });
     auto* tensor = new Tensor(Unwrap(std::move(read)));
     py::capsule owner(tensor, [](void* p) { delete static_cast<Tensor*>(p); });
     std::vector<py::ssize_t> shape(tensor->shape.begin(), tensor->shape.end());
@@ -546,11 +541,7 @@ class PyDB {
               std::optional<int64_t> id) {
     const CheckpointSelector which = Selector(step, tag, id);
     DB& d = db();
-    Status s;
-    {
-      py::gil_scoped_release release;
-      s = d.Delete(which);
-    }
+    Status s = WithoutGil([&] { return d.Delete(which); });
     Check(s);
   }
 
@@ -558,21 +549,13 @@ class PyDB {
               std::optional<int64_t> id) {
     const CheckpointSelector which = Selector(step, tag, id);
     DB& d = db();
-    Status s;
-    {
-      py::gil_scoped_release release;
-      s = d.Verify(which);
-    }
+    Status s = WithoutGil([&] { return d.Verify(which); });
     Check(s);
   }
 
   void Close() {
     if (!db_) return;
-    Status s;
-    {
-      py::gil_scoped_release release;
-      s = db_->Close();
-    }
+    Status s = WithoutGil([&] { return db_->Close(); });
     db_.reset();
     Check(s);
   }
