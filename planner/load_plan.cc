@@ -110,9 +110,16 @@ Result<LoadPlan> BuildLoadPlan(
     std::vector<Need> needs;
     int reader = -1;
   };
-  // (flat key, chunk) -> the boxes of it that targets need, and its reader.
-  std::map<std::pair<std::string, size_t>, ChunkNeeds> by_chunk;
-  std::map<std::string, ChunkIndex> indexes;
+  // Per requested tensor, in key order: its chunk index and, per chunk, the
+  // boxes of it that targets need and its reader.
+  struct TensorNeeds {
+    const TensorMetadata* meta;
+    ChunkIndex index;
+    std::vector<ChunkNeeds> chunks;
+    explicit TensorNeeds(const TensorMetadata& m)
+        : meta(&m), index(m), chunks(m.chunks.size()) {}
+  };
+  std::map<std::string_view, TensorNeeds> by_tensor;
   for (int r = 0; r < num_ranks; ++r) {
     for (size_t t = 0; t < targets[r].size(); ++t) {
       const LoadTarget& target = targets[r][t];
@@ -137,52 +144,65 @@ Result<LoadPlan> BuildLoadPlan(
                                        ShapeToString(tensor.global_shape));
       }
       if (target.box.volume() == 0) continue;
-      auto [index, _] = indexes.try_emplace(target.flat_key, tensor);
-      index->second.ForEachOverlap(
+      auto [entry, _] = by_tensor.try_emplace(it->first, tensor);
+      TensorNeeds& needs = entry->second;
+      needs.index.ForEachOverlap(
           target.box, [&](size_t chunk, const Box& common) {
-            by_chunk[{target.flat_key, chunk}].needs.push_back({r, t, common});
+            needs.chunks[chunk].needs.push_back({r, t, common});
           });
+    }
+  }
+
+  // Needed chunks in (key, chunk) order.
+  struct Needed {
+    const std::string_view* key;
+    TensorNeeds* tensor;
+    size_t chunk;
+    uint64_t nbytes;
+  };
+  std::vector<Needed> needed;
+  for (auto& [key, tensor] : by_tensor) {
+    for (size_t c = 0; c < tensor.chunks.size(); ++c) {
+      if (!tensor.chunks[c].needs.empty())
+        needed.push_back({&key, &tensor, c, tensor.meta->chunks[c].nbytes});
     }
   }
 
   // Readers: largest chunks first, each to the needing rank with the fewest
   // bytes so far.
-  struct Order {
-    ChunkNeeds* chunk;
-    uint64_t nbytes;
-  };
-  std::vector<Order> order;
-  order.reserve(by_chunk.size());
-  for (auto& [key, chunk] : by_chunk) {
-    order.push_back({&chunk, tensors.at(key.first).chunks[key.second].nbytes});
-  }
-  std::stable_sort(
-      order.begin(), order.end(),
-      [](const Order& a, const Order& b) { return a.nbytes > b.nbytes; });
-  for (const Order& o : order) {
-    int best = o.chunk->needs.front().dest_rank;
-    for (const Need& n : o.chunk->needs) {
+  std::vector<uint32_t> order(needed.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return needed[a].nbytes > needed[b].nbytes;
+  });
+  for (const uint32_t i : order) {
+    ChunkNeeds& chunk = needed[i].tensor->chunks[needed[i].chunk];
+    int best = chunk.needs.front().dest_rank;
+    for (const Need& n : chunk.needs) {
       if (plan.read_bytes_per_rank[n.dest_rank] <
           plan.read_bytes_per_rank[best]) {
         best = n.dest_rank;
       }
     }
-    plan.read_bytes_per_rank[best] += o.nbytes;
-    o.chunk->reader = best;
+    plan.read_bytes_per_rank[best] += needed[i].nbytes;
+    chunk.reader = best;
   }
 
   // Emit reads in (key, chunk) order and their items.
-  for (const auto& [key, chunk_needs] : by_chunk) {
-    const auto& chunk = tensors.at(key.first).chunks[key.second];
+  plan.reads.reserve(needed.size());
+  for (const Needed& n : needed) {
+    const ChunkNeeds& chunk_needs = n.tensor->chunks[n.chunk];
+    const auto& chunk = n.tensor->meta->chunks[n.chunk];
     const size_t read_index = plan.reads.size();
     plan.reads.push_back(
-        {key.first, key.second, chunk_needs.reader, chunk.nbytes});
-    for (const Need& n : chunk_needs.needs) {
-      const Shape& target_offset = targets[n.dest_rank][n.target].box.offset;
-      plan.items.push_back({read_index, n.dest_rank, n.target,
-                            Sub(n.common.offset, chunk.global_offset),
-                            Sub(n.common.offset, target_offset),
-                            n.common.shape});
+        {std::string(*n.key), n.chunk, chunk_needs.reader, chunk.nbytes});
+    for (const Need& need : chunk_needs.needs) {
+      const Shape& target_offset =
+          targets[need.dest_rank][need.target].box.offset;
+      plan.items.push_back({read_index, need.dest_rank, need.target,
+                            Sub(need.common.offset, chunk.global_offset),
+                            Sub(need.common.offset, target_offset),
+                            need.common.shape});
     }
   }
   return plan;

@@ -20,8 +20,12 @@ struct Options {
   bool read_only = false;
   // Shards larger than this are split into chunks along their outer dimensions,
   // so that a load needing part of a shard reads only the chunks it needs.
+  // The default keeps a chunk within a core's L2 cache while it is read,
+  // checksummed and copied: larger chunks cost each pass a trip to memory
+  // (bench/README.md has the measurements). A chunk is never smaller than one
+  // slice along its outermost dimension.
   // REQUIRES: 0 < max_chunk_bytes <= kMaxChunkBytes.
-  size_t max_chunk_bytes = size_t{64} << 20;
+  size_t max_chunk_bytes = size_t{512} << 10;
   // Threads each rank uses to read or write chunks. 0 picks min(4, hardware
   // threads).
   int io_threads = 0;

@@ -1,0 +1,659 @@
+// ckpt-bench: end-to-end save / load / reshard throughput of ckptdb, next to
+// the same bytes moved as plain files by the same ranks, in the same run.
+//
+//   mpirun -np 2 build/bench/ckpt-bench --dir /dev/shm/b --size 2G
+//
+// The state is `--tensors` 2-D tensors of `--dtype`, split by rows over the
+// ranks. Workloads:
+//   save     Save of every rank's shards   vs  each rank writes its shards to
+//                                              one file, then fsync
+//   load     Load into the same layout     vs  each rank reads its file back
+//   reshard  Load split by columns over    vs  those ranks read an equal share
+//            --reshard-ranks ranks             of the files
+// Loads run warm (page cache full) and, where caches can be dropped (not on
+// tmpfs), cold: every file of the store or of the baseline is fsynced and
+// dropped with posix_fadvise(DONTNEED) first. Each measurement is the median of
+// --repeat runs, ckptdb and baseline alternating. Loaded bytes are verified.
+#include <fcntl.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ckptdb/db.h"
+#include "ckptdb/mpi.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ckptdb::DType;
+using ckptdb::Shape;
+using ckptdb::StateDict;
+using ckptdb::TensorView;
+
+constexpr double kMiB = 1024.0 * 1024, kGiB = kMiB * 1024;
+
+struct Config {
+  std::string dir;
+  std::string size = "2G";
+  uint64_t bytes = 0;
+  int tensors = 64;
+  std::string dtype_name = "float32";
+  DType dtype = DType::kFloat32;
+  std::vector<std::string> workloads = {"save", "load", "reshard"};
+  int reshard_ranks = 0;
+  int repeat = 3;
+  int io_threads = 0;
+  std::string chunk = "0";  // 0: the library's default
+  uint64_t chunk_bytes = 0;
+  std::string load_buffer = "0";
+  uint64_t load_buffer_bytes = 0;
+  bool json = false;
+  bool verify = true;
+  bool keep = false;
+};
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "ckpt-bench: %s\n", what.c_str());
+  MPI_Abort(MPI_COMM_WORLD, 2);
+  std::abort();
+}
+
+void Check(const ckptdb::Status& s, const char* what) {
+  if (!s.ok()) Die(std::string(what) + ": " + s.ToString());
+}
+
+uint64_t ParseSize(const std::string& text, const std::string& option) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw CLI::ValidationError(option, "not a size: '" + text + "'");
+  }
+  const std::string unit = text.substr(used);
+  double scale = 1;
+  if (unit == "K" || unit == "KiB") scale = 1024;
+  if (unit == "M" || unit == "MiB") scale = kMiB;
+  if (unit == "G" || unit == "GiB") scale = kGiB;
+  if (scale == 1 && !unit.empty() && unit != "B")
+    throw CLI::ValidationError(option, "unknown unit in '" + text + "'");
+  if (value <= 0) throw CLI::ValidationError(option, "must be positive");
+  return static_cast<uint64_t>(value * scale);
+}
+
+uint64_t Mix(uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A row-major box [r0, r0 + rows) x [c0, c0 + cols) of tensor `t`
+// ([total_rows, total_cols] elements of `esize` bytes). Each element's bytes
+// are a function of (t, its global position): a load checks what it got
+// without another copy of the state.
+struct Box {
+  int t;
+  int64_t r0, rows, c0, cols;
+};
+
+void Generate(const Box& b, int64_t total_cols, size_t esize, uint8_t* out) {
+  for (int64_t i = 0; i < b.rows; ++i) {
+    uint8_t* row = out + static_cast<size_t>(i * b.cols) * esize;
+    const uint64_t base = (static_cast<uint64_t>(b.t) << 40) +
+                          static_cast<uint64_t>((b.r0 + i) * total_cols + b.c0);
+    for (int64_t j = 0; j < b.cols; ++j) {
+      const uint64_t v = Mix(base + j);
+      std::memcpy(row + j * esize, &v, esize);
+    }
+  }
+}
+
+bool Matches(const Box& b, int64_t total_cols, size_t esize,
+             const uint8_t* data) {
+  std::vector<uint8_t> want(static_cast<size_t>(b.cols) * esize);
+  for (int64_t i = 0; i < b.rows; ++i) {
+    Generate({b.t, b.r0 + i, 1, b.c0, b.cols}, total_cols, esize, want.data());
+    if (std::memcmp(want.data(), data + i * want.size(), want.size()) != 0)
+      return false;
+  }
+  return true;
+}
+
+// The benchmark state: tensor shape and this rank's buffers.
+struct Layout {
+  int64_t rows = 0, cols = 0;
+  size_t esize = 0;
+  std::vector<Box> boxes;
+  std::vector<std::vector<uint8_t>> buffers;
+
+  uint64_t bytes() const {
+    uint64_t n = 0;
+    for (const auto& b : buffers) n += b.size();
+    return n;
+  }
+  StateDict Dict(DType dtype) {
+    StateDict sd;
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      const Box& b = boxes[i];
+      sd.Child("layers").Set(
+          "t" + std::to_string(b.t),
+          TensorView::Shard(buffers[i].data(), dtype, {b.rows, b.cols},
+                            {rows, cols}, {b.r0, b.c0}));
+    }
+    return sd;
+  }
+};
+
+// Tensors split by rows (dim 0) or columns (dim 1) into `parts`; this rank
+// holds part `part`.
+Layout MakeLayout(const Config& c, int dim, int part, int parts) {
+  Layout l;
+  l.esize = ckptdb::DTypeSize(c.dtype);
+  l.cols = 2048;
+  l.rows = std::max<int64_t>(
+      1, static_cast<int64_t>(c.bytes / c.tensors / (l.cols * l.esize)));
+  for (int t = 0; t < c.tensors; ++t) {
+    const int64_t n = dim == 0 ? l.rows : l.cols;
+    const int64_t begin = n * part / parts, end = n * (part + 1) / parts;
+    Box b = dim == 0 ? Box{t, begin, end - begin, 0, l.cols}
+                     : Box{t, 0, l.rows, begin, end - begin};
+    l.boxes.push_back(b);
+    l.buffers.emplace_back(static_cast<size_t>(b.rows * b.cols) * l.esize);
+  }
+  return l;
+}
+
+// --- measurements ---------------------------------------------------------
+
+double Now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+template <typename T>
+T Reduce(T v, MPI_Op op, MPI_Comm comm = MPI_COMM_WORLD) {
+  T out{};
+  MPI_Datatype type =
+      std::is_same_v<T, double> ? MPI_DOUBLE : MPI_UNSIGNED_LONG_LONG;
+  MPI_Allreduce(&v, &out, 1, type, op, comm);
+  return out;
+}
+
+// Resident memory of this process from /proc/self/status ("VmRSS", "VmHWM").
+double ProcMiB(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0)
+      return std::stod(line.substr(std::strlen(field) + 1)) / 1024.0;
+  }
+  return 0;
+}
+
+// Peak resident memory of a phase, beyond what the process held when it
+// began. The kernel's high-water mark is reset (clear_refs 5) at the start.
+class RssProbe {
+ public:
+  RssProbe() {
+    std::ofstream("/proc/self/clear_refs") << "5";
+    start_ = ProcMiB("VmRSS:");
+  }
+  double ExtraMiB() const { return std::max(0.0, ProcMiB("VmHWM:") - start_); }
+
+ private:
+  double start_;
+};
+
+bool IsTmpfs(const std::string& dir) {
+  struct statfs st {};
+  return statfs(dir.c_str(), &st) == 0 && st.f_type == 0x01021994;
+}
+
+// fsync and drop from the page cache every file under `dir`.
+void DropCaches(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+    if (!e.is_regular_file()) continue;
+    const int fd = ::open(e.path().c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+// One timed collective phase: barrier, run, barrier; the slowest rank's time.
+double Timed(MPI_Comm comm, const std::function<void()>& body) {
+  MPI_Barrier(comm);
+  const double start = Now();
+  body();
+  MPI_Barrier(comm);
+  return Now() - start;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Row {
+  std::string workload, cache;
+  int ranks = 0;
+  uint64_t bytes = 0;
+  double seconds = 0, baseline_seconds = 0;
+  std::string baseline;
+  uint64_t read = 0, needed = 0, sent = 0;
+  bool has_read = false;
+  std::vector<double> extra_mib;  // per rank
+  std::vector<double> held_mib;   // per rank: its shards or targets
+};
+
+// --- plain-file baselines ---------------------------------------------------
+
+void WriteAll(int fd, const uint8_t* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
+    if (w < 0) Die("writing " + path + ": " + std::strerror(errno));
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void ReadAll(int fd, uint8_t* p, size_t n, off_t at, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, std::min<size_t>(n, size_t{1} << 30), at);
+    if (r <= 0) Die("reading " + path + ": short read");
+    p += r;
+    at += r;
+    n -= static_cast<size_t>(r);
+  }
+}
+
+std::string BaselineFile(const Config& c, int rank) {
+  return c.dir + "/baseline/rank-" + std::to_string(rank) + ".bin";
+}
+
+void BaselineWrite(const Config& c, int rank, const Layout& l) {
+  const std::string path = BaselineFile(c, rank);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) Die("creating " + path + ": " + std::strerror(errno));
+  for (const auto& b : l.buffers) WriteAll(fd, b.data(), b.size(), path);
+  if (::fsync(fd) != 0) Die("fsync " + path + ": " + std::strerror(errno));
+  ::close(fd);
+}
+
+// Reads `want` bytes starting at byte `from` of the concatenated rank files
+// into `l`'s buffers, in order.
+void BaselineRead(const Config& c, int writers, uint64_t per_writer,
+                  uint64_t from, Layout& l) {
+  size_t buf = 0, in_buf = 0;
+  uint64_t at = from, left = l.bytes();
+  while (left > 0) {
+    const int file = static_cast<int>(at / per_writer);
+    const uint64_t off = at % per_writer;
+    const std::string path = BaselineFile(c, std::min(file, writers - 1));
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) Die("opening " + path + ": " + std::strerror(errno));
+    uint64_t in_file = std::min(left, per_writer - off);
+    uint64_t pos = off;
+    while (in_file > 0) {
+      auto& b = l.buffers[buf];
+      const size_t n = std::min<uint64_t>(in_file, b.size() - in_buf);
+      ReadAll(fd, b.data() + in_buf, n, static_cast<off_t>(pos), path);
+      pos += n;
+      in_buf += n;
+      in_file -= n;
+      left -= n;
+      at += n;
+      if (in_buf == b.size()) {
+        ++buf;
+        in_buf = 0;
+      }
+    }
+    ::close(fd);
+  }
+}
+
+// --- workloads --------------------------------------------------------------
+
+class Bench {
+ public:
+  Bench(Config c, int rank, int world)
+      : c_(std::move(c)), rank_(rank), world_(world) {
+    tmpfs_ = IsTmpfs(c_.dir);
+  }
+
+  void Run() {
+    ckptdb::Options options;
+    options.io_threads = c_.io_threads;
+    if (c_.chunk_bytes > 0) options.max_chunk_bytes = c_.chunk_bytes;
+    options.load_buffer_bytes = c_.load_buffer_bytes;
+    store_ = c_.dir + "/store";
+    if (rank_ == 0) {
+      std::error_code ec;
+      fs::remove_all(store_, ec);
+      fs::remove_all(c_.dir + "/baseline", ec);
+      fs::create_directories(c_.dir + "/baseline");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto comm = ckptdb::MpiCommunicator(MPI_COMM_WORLD);
+    Check(comm.status(), "communicator");
+    auto db = ckptdb::DB::Open(options, store_, *comm);
+    Check(db.status(), "opening the store");
+
+    source_ = MakeLayout(c_, 0, rank_, world_);
+    for (size_t i = 0; i < source_.boxes.size(); ++i)
+      Generate(source_.boxes[i], source_.cols, source_.esize,
+               source_.buffers[i].data());
+    per_writer_ = source_.bytes();  // every rank holds an equal share
+    total_ = Reduce<uint64_t>(source_.bytes(), MPI_SUM);
+
+    // Always save once: the load workloads read this checkpoint.
+    const bool want_save = Wants("save");
+    SaveWorkload(**db, want_save);
+    if (Wants("load")) LoadWorkload(**db);
+    db->reset();
+    if (Wants("reshard")) ReshardWorkload(options);
+    source_ = Layout();
+    if (rank_ == 0 && !c_.keep) {
+      std::error_code ec;
+      fs::remove_all(store_, ec);
+      fs::remove_all(c_.dir + "/baseline", ec);
+    }
+    Print();
+  }
+
+ private:
+  bool Wants(const std::string& w) const {
+    return std::find(c_.workloads.begin(), c_.workloads.end(), w) !=
+           c_.workloads.end();
+  }
+
+  std::vector<double> Gather(double v, MPI_Comm comm) {
+    int n = 0;
+    MPI_Comm_size(comm, &n);
+    std::vector<double> all(n);
+    MPI_Allgather(&v, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm);
+    return all;
+  }
+
+  void SaveWorkload(ckptdb::DB& db, bool record) {
+    StateDict sd = source_.Dict(c_.dtype);
+    std::vector<double> ours, base;
+    double extra = 0;
+    const int runs = record ? c_.repeat : 1;
+    for (int i = 0; i < runs; ++i) {
+      const ckptdb::Status deleted =
+          db.Delete(ckptdb::CheckpointSelector::Tag("bench"));
+      if (!deleted.IsNotFound()) Check(deleted, "deleting the previous run");
+      RssProbe probe;
+      ours.push_back(Timed(MPI_COMM_WORLD, [&] {
+        auto info = db.Save(sd, {.step = i, .tag = "bench"});
+        Check(info.status(), "save");
+      }));
+      extra = std::max(extra, probe.ExtraMiB());
+      base.push_back(
+          Timed(MPI_COMM_WORLD, [&] { BaselineWrite(c_, rank_, source_); }));
+    }
+    if (!record) return;
+    Row row{"save", tmpfs_ ? "tmpfs" : "disk", world_, total_};
+    row.seconds = Median(ours);
+    row.baseline_seconds = Median(base);
+    row.baseline = "write+fsync";
+    row.extra_mib = Gather(extra, MPI_COMM_WORLD);
+    row.held_mib = Gather(source_.bytes() / kMiB, MPI_COMM_WORLD);
+    rows_.push_back(row);
+  }
+
+  // Loads into `target` on `comm` and reads the same number of bytes from the
+  // baseline files; warm and (off tmpfs) cold.
+  void MeasureLoad(const std::string& name, ckptdb::DB& db, Layout& target,
+                   MPI_Comm comm) {
+    int rank = 0, ranks = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &ranks);
+    StateDict sd = target.Dict(c_.dtype);
+    const uint64_t mine = target.bytes();
+    uint64_t from = 0;
+    MPI_Exscan(&mine, &from, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm);
+    if (rank == 0) from = 0;
+    // Same layout as saved: each rank reads its own file.
+    const bool own_files = name == "load";
+    for (const bool cold : {false, true}) {
+      if (cold && tmpfs_) continue;
+      std::vector<double> ours, base;
+      double extra = 0;
+      ckptdb::LoadStats stats;
+      for (int i = 0; i < c_.repeat; ++i) {
+        if (cold && rank == 0) DropCaches(store_);
+        RssProbe probe;
+        ours.push_back(Timed(comm, [&] {
+          auto result =
+              db.Load(sd, ckptdb::CheckpointSelector::Tag("bench"), {});
+          Check(result.status(), "load");
+          stats = result->stats;
+        }));
+        extra = std::max(extra, probe.ExtraMiB());
+        if (c_.verify) VerifyTargets(target, comm);
+        if (cold && rank == 0) DropCaches(c_.dir + "/baseline");
+        base.push_back(Timed(comm, [&] {
+          BaselineRead(c_, world_, per_writer_,
+                       own_files ? per_writer_ * rank : from, target);
+        }));
+      }
+      Row row{name, tmpfs_ ? "tmpfs" : (cold ? "disk, cold" : "disk, warm"),
+              ranks, Reduce<uint64_t>(mine, MPI_SUM, comm)};
+      row.seconds = Median(ours);
+      row.baseline_seconds = Median(base);
+      row.baseline = cold ? "read, cold" : "read, warm";
+      row.has_read = true;
+      row.read = Reduce<uint64_t>(stats.bytes_read, MPI_SUM, comm);
+      row.needed = Reduce<uint64_t>(stats.bytes_needed, MPI_SUM, comm);
+      row.sent = Reduce<uint64_t>(stats.bytes_sent, MPI_SUM, comm);
+      row.extra_mib = Gather(extra, comm);
+      row.held_mib = Gather(mine / kMiB, comm);
+      if (rank == 0) rows_.push_back(row);
+    }
+  }
+
+  void VerifyTargets(Layout& target, MPI_Comm comm) {
+    uint64_t bad = 0;
+    for (size_t i = 0; i < target.boxes.size(); ++i) {
+      if (!Matches(target.boxes[i], target.cols, target.esize,
+                   target.buffers[i].data()))
+        ++bad;
+      std::fill(target.buffers[i].begin(), target.buffers[i].end(), 0);
+    }
+    if (Reduce<uint64_t>(bad, MPI_SUM, comm) != 0)
+      Die("loaded bytes differ from the saved ones");
+  }
+
+  void LoadWorkload(ckptdb::DB& db) {
+    Layout target = MakeLayout(c_, 0, rank_, world_);
+    MeasureLoad("load", db, target, MPI_COMM_WORLD);
+  }
+
+  // Columns over the first --reshard-ranks ranks, through their own handle.
+  void ReshardWorkload(const ckptdb::Options& base_options) {
+    const int ranks = c_.reshard_ranks > 0 ? c_.reshard_ranks : world_;
+    MPI_Comm sub;
+    MPI_Comm_split(MPI_COMM_WORLD, rank_ < ranks ? 0 : MPI_UNDEFINED, rank_,
+                   &sub);
+    if (sub != MPI_COMM_NULL) {
+      // A source layout is not needed by the loaders: free it first so the
+      // memory figures show the load alone.
+      source_ = Layout();
+      ckptdb::Options options = base_options;
+      options.create_if_missing = false;
+      auto comm = ckptdb::MpiCommunicator(sub);
+      Check(comm.status(), "communicator");
+      auto db = ckptdb::DB::Open(options, store_, *comm);
+      Check(db.status(), "opening the store for resharding");
+      Layout target = MakeLayout(c_, 1, rank_, ranks);
+      MeasureLoad("reshard", **db, target, sub);
+      db->reset();
+      MPI_Comm_free(&sub);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+
+  void Print() {
+    if (rank_ != 0) return;
+    if (c_.json) {
+      for (const Row& r : rows_) {
+        nlohmann::json j = {
+            {"workload", r.workload},
+            {"storage", r.cache},
+            {"dir", c_.dir},
+            {"ranks", r.ranks},
+            {"writer_ranks", world_},
+            {"tensors", c_.tensors},
+            {"dtype", c_.dtype_name},
+            {"bytes", r.bytes},
+            {"seconds", r.seconds},
+            {"gib_per_s", r.bytes / kGiB / r.seconds},
+            {"baseline", r.baseline},
+            {"baseline_seconds", r.baseline_seconds},
+            {"baseline_gib_per_s", r.bytes / kGiB / r.baseline_seconds},
+            {"ratio", r.baseline_seconds / r.seconds},
+            {"bytes_sent", r.sent},
+            {"extra_rss_mib_per_rank", r.extra_mib},
+            {"held_mib_per_rank", r.held_mib},
+        };
+        if (r.has_read) {
+          j["bytes_read"] = r.read;
+          j["bytes_needed"] = r.needed;
+          j["read_over_needed"] = static_cast<double>(r.read) / r.needed;
+        }
+        std::printf("%s\n", j.dump().c_str());
+      }
+      return;
+    }
+    std::printf(
+        "ckpt-bench: %s of %s in %d tensors over %d writer ranks, %s, median "
+        "of %d\n",
+        FormatBytes(total_).c_str(), c_.dtype_name.c_str(), c_.tensors, world_,
+        c_.dir.c_str(), c_.repeat);
+    std::printf("%-8s %-11s %5s %9s %8s %8s %12s %9s %6s %11s %10s %12s\n",
+                "workload", "storage", "ranks", "size", "seconds", "GiB/s",
+                "baseline", "base GiB/s", "ratio", "read/needed", "sent",
+                "extra RSS");
+    for (const Row& r : rows_) {
+      char read[32] = "-";
+      if (r.has_read)
+        std::snprintf(read, sizeof read, "%.3f",
+                      static_cast<double>(r.read) / r.needed);
+      const double extra =
+          *std::max_element(r.extra_mib.begin(), r.extra_mib.end());
+      std::printf(
+          "%-8s %-11s %5d %9s %8.3f %8.2f %12s %9.2f %6.2f %11s %10s %8.1f "
+          "MiB\n",
+          r.workload.c_str(), r.cache.c_str(), r.ranks,
+          FormatBytes(r.bytes).c_str(), r.seconds, r.bytes / kGiB / r.seconds,
+          r.baseline.c_str(), r.bytes / kGiB / r.baseline_seconds,
+          r.baseline_seconds / r.seconds, read, FormatBytes(r.sent).c_str(),
+          extra);
+    }
+    std::printf(
+        "ratio = baseline seconds / ckptdb seconds; extra RSS = the largest "
+        "rank's peak resident memory beyond its state at the start\n");
+  }
+
+  static std::string FormatBytes(uint64_t n) {
+    char out[32];
+    if (n >= kGiB)
+      std::snprintf(out, sizeof out, "%.2f GiB", n / kGiB);
+    else
+      std::snprintf(out, sizeof out, "%.1f MiB", n / kMiB);
+    return out;
+  }
+
+  Config c_;
+  int rank_, world_;
+  bool tmpfs_ = false;
+  std::string store_;
+  Layout source_;
+  uint64_t per_writer_ = 0, total_ = 0;
+  std::vector<Row> rows_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+
+  Config c;
+  CLI::App app{
+      "ckpt-bench: ckptdb save/load/reshard throughput against plain files "
+      "of the same bytes; run under mpirun"};
+  app.add_option("--dir", c.dir, "directory for the store and baseline files")
+      ->required();
+  app.add_option("--size", c.size, "total state size (K/M/G suffixes)")
+      ->capture_default_str();
+  app.add_option("--tensors", c.tensors, "number of tensors")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--dtype", c.dtype_name, "element dtype")
+      ->capture_default_str();
+  app.add_option("--workloads", c.workloads, "save, load, reshard")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"save", "load", "reshard"}))
+      ->capture_default_str();
+  app.add_option("--reshard-ranks", c.reshard_ranks,
+                 "ranks that load in the reshard workload (default: all)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--repeat", c.repeat, "runs per measurement (median)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--io-threads", c.io_threads, "Options::io_threads");
+  app.add_option("--chunk", c.chunk,
+                 "Options::max_chunk_bytes (K/M/G suffixes; default: the "
+                 "library's)");
+  app.add_option("--load-buffer", c.load_buffer,
+                 "Options::load_buffer_bytes (K/M/G suffixes; default: the "
+                 "library's)");
+  app.add_flag("--json", c.json, "one JSON object per measurement");
+  app.add_flag("!--no-verify", c.verify, "skip checking loaded bytes");
+  app.add_flag("--keep", c.keep, "keep the store and baseline files");
+  try {
+    app.parse(argc, argv);
+    c.bytes = ParseSize(c.size, "--size");
+    if (c.chunk != "0") c.chunk_bytes = ParseSize(c.chunk, "--chunk");
+    if (c.load_buffer != "0")
+      c.load_buffer_bytes = ParseSize(c.load_buffer, "--load-buffer");
+    auto dtype = ckptdb::DTypeFromName(c.dtype_name);
+    if (!dtype.ok())
+      throw CLI::ValidationError("--dtype", dtype.status().ToString());
+    c.dtype = *dtype;
+    if (c.reshard_ranks > world)
+      throw CLI::ValidationError(
+          "--reshard-ranks",
+          "more than the " + std::to_string(world) + " ranks of this job");
+  } catch (const CLI::ParseError& e) {
+    const int rc = rank == 0 ? app.exit(e) : (e.get_exit_code() ? 2 : 0);
+    MPI_Finalize();
+    return rc == 0 ? 0 : 2;
+  }
+  std::error_code ec;
+  if (rank == 0) fs::create_directories(c.dir, ec);
+  MPI_Barrier(MPI_COMM_WORLD);
+  Bench(c, rank, world).Run();
+  MPI_Finalize();
+  return 0;
+}
