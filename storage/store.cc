@@ -331,6 +331,9 @@ Status StoreImpl::OpenDb() {
   // (the table cache reopens evicted files on demand).
   db_options.max_open_files = 256;
   db_options.max_manifest_file_size = 64 << 20;
+  // Chunks are read in key order, which is file order: let the kernel read
+  // ahead (RocksDB would otherwise advise random access on every table).
+  db_options.advise_random_on_open = false;
   if (options_.read_only) db_options.info_log = std::make_shared<NullLogger>();
 
   if (has_db) {
