@@ -11,7 +11,9 @@
 #include <set>
 
 #include "ckptdb/db.h"
+#include "engine/src/device.h"
 #include "tests/testing/group.h"
+#include "tests/testing/host_device.h"
 #include "tests/testing/ranks.h"
 
 namespace ckptdb {
@@ -616,6 +618,103 @@ TEST(MultiRankTest, WriteErrorOnOneRankFailsTheSaveEverywhere) {
     want.Set("w", target.View(w));
     EXPECT_TRUE(db->Load(want, CheckpointSelector::Step(2), {}).ok());
     EXPECT_EQ(target.bytes, w.bytes);
+  });
+}
+
+// A process-wide counter summed over the ranks of `comm`.
+uint64_t Total(Communicator& comm, uint64_t process_count) {
+  return testing::RanksShareProcess() ? process_count
+                                      : SumOver(comm, process_count);
+}
+
+TensorView OnDevice(TensorView v) {
+  v.device = {DeviceType::kCUDA, 0};
+  return v;
+}
+
+// Device tensors go through the device copier: saved from device shards
+// through staging, loaded into strided device targets (3-D grid boxes, a cast
+// on the way) next to host targets, across a 2 -> 3 reshard.
+TEST(MultiRankTest, DeviceTensorsSaveAndReshardThroughTheCopier) {
+  if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
+  testing::HostAsDevice device;
+  SharedTempDir dir;
+  const GlobalTensor w(DType::kBFloat16, {40, 24}, 1);
+  const GlobalTensor cube(DType::kFloat32, {6, 10, 8}, 2);
+  const GlobalTensor host(DType::kInt32, {30, 5}, 3);
+  Options options;
+  options.max_chunk_bytes = 256;  // many chunks, several per shard
+  RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm, options);
+    auto [b, e] = Part(40, rank, 2);
+    auto [cb, ce] = Part(6, rank, 2);
+    auto [hb, he] = Part(30, rank, 2);
+    OwnedShard ws = ShardOf(w, {b, 0}, {e - b, 24});
+    OwnedShard cs = ShardOf(cube, {cb, 0, 0}, {ce - cb, 10, 8});
+    OwnedShard hs = ShardOf(host, {hb, 0}, {he - hb, 5});
+    StateDict sd;
+    sd.Set("w", OnDevice(ws.View(w)));
+    sd.Set("cube", OnDevice(cs.View(cube)));
+    sd.Set("host", hs.View(host));
+    auto info = db->Save(sd, {.step = 1});
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    // Every device byte was staged once (replicas none here).
+    EXPECT_TRUE(comm->Barrier().ok());
+    EXPECT_EQ(Total(*comm, device.to_host_bytes.load()),
+              w.bytes.size() + cube.bytes.size());
+  });
+
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm, options);
+    // w by columns, as float32 on the device (cast); the cube by a grid of
+    // its inner dimensions on the device; the host tensor by columns.
+    auto [b, e] = Part(24, rank, 3);
+    auto [rb, re] = Part(10, rank, 3);
+    auto [hb, he] = Part(5, rank, 3);
+    const GlobalTensor w32 = [&] {
+      GlobalTensor g(DType::kFloat32, {40, 24}, 0);
+      engine::ConvertElements(w.bytes.data(), DType::kBFloat16, g.bytes.data(),
+                              DType::kFloat32, 40 * 24);
+      return g;
+    }();
+    OwnedShard wt = TargetOf(w32, {0, b}, {40, e - b});
+    OwnedShard ct = TargetOf(cube, {1, rb, 2}, {4, re - rb, 5});
+    OwnedShard ht = TargetOf(host, {0, hb}, {30, he - hb});
+    StateDict sd;
+    sd.Set("w", OnDevice(wt.View(w32)));
+    sd.Set("cube", OnDevice(ct.View(cube)));
+    sd.Set("host", ht.View(host));
+    auto result = db->Load(sd, CheckpointSelector::Latest(),
+                           {.strict = false, .cast = true});
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    EXPECT_EQ(wt.bytes, w32.Slice(wt.offset, wt.local));
+    EXPECT_EQ(ct.bytes, cube.Slice(ct.offset, ct.local));
+    EXPECT_EQ(ht.bytes, host.Slice(ht.offset, ht.local));
+    EXPECT_TRUE(comm->Barrier().ok());
+    EXPECT_GT(Total(*comm, device.copies_2d.load()), 0u);
+    EXPECT_EQ(Total(*comm, device.to_device_bytes.load()),
+              w.bytes.size() * 2 + 4 * 10 * 5 * sizeof(float));
+  });
+}
+
+TEST(MultiRankTest, DeviceTensorsWithoutACopierAreRefused) {
+  if (engine::CurrentDeviceCopier() != nullptr)
+    GTEST_SKIP() << "this machine has a CUDA device";
+  SharedTempDir dir;
+  const GlobalTensor w(DType::kFloat32, {4, 4}, 1);
+  RunRanks(1, [&](int, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm);
+    OwnedShard s = ShardOf(w, {0, 0}, {4, 4});
+    StateDict sd;
+    sd.Set("w", OnDevice(s.View(w)));
+    auto info = db->Save(sd, {});
+    ASSERT_FALSE(info.ok());
+    EXPECT_TRUE(info.status().IsInvalidArgument());
+    EXPECT_NE(info.status().message().find("'w'"), std::string::npos)
+        << info.status().ToString();
+    auto listed = db->ListCheckpoints();
+    ASSERT_TRUE(listed.ok());
+    EXPECT_TRUE(listed->empty());
   });
 }
 

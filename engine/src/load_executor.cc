@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "engine/src/box_copy.h"
+#include "engine/src/device.h"
 #include "engine/src/parallel.h"
 #include "engine/src/wire.h"
 
@@ -75,8 +76,13 @@ struct PeerMessages {
 
 class Round {
  public:
-  Round(const LoadExecution& x, const ItemRanges& ranges, LoadStats* stats)
-      : x_(x), ranges_(ranges), stats_(stats), rank_(x.comm.rank()) {}
+  Round(const LoadExecution& x, const ItemRanges& ranges, StagingPool* staging,
+        LoadStats* stats)
+      : x_(x),
+        ranges_(ranges),
+        staging_(staging),
+        stats_(stats),
+        rank_(x.comm.rank()) {}
 
   Status Run(const std::vector<size_t>& reads) {
     Layout(reads);
@@ -105,17 +111,20 @@ class Round {
       }
     }
     RETURN_IF_ERROR(AgreeOnStatus(x_.comm, x_.comm.Exchange(sends, recvs)));
+    StagingBuffer staging = staging_->Take();
+    Status placed;
     for (const auto& [i, slot] : incoming_) {
       if (slot.message->in_place) continue;
       const planner::ReadItem& item = x_.plan.items[i];
-      TensorView& view = *x_.targets[item.target];
       const Shape zero(item.lengths.size(), 0);
-      CopyBox({slot.message->staged.data() + slot.offset, item.lengths, zero},
-              StoredDType(x_.meta, x_.plan, item),
-              {view.data, view.local_shape, item.dest_offset}, view.dtype,
-              item.lengths);
+      placed = PlaceBox(
+          {slot.message->staged.data() + slot.offset, item.lengths, zero},
+          StoredDType(x_.meta, x_.plan, item), *x_.targets[item.target],
+          item.dest_offset, item.lengths, &staging);
+      if (!placed.ok()) break;
     }
-    return Status::OK();
+    staging_->Give(std::move(staging));
+    return AgreeOnStatus(x_.comm, placed);
   }
 
  private:
@@ -179,7 +188,8 @@ class Round {
       const planner::ReadItem& item = plan.items[i];
       TensorView& view = *x_.targets[item.target];
       std::optional<size_t> run;
-      if (slot.own && view.dtype == StoredDType(x_.meta, plan, item)) {
+      if (slot.own && view.device.type == DeviceType::kCPU &&
+          view.dtype == StoredDType(x_.meta, plan, item)) {
         run = ContiguousRun(view.local_shape, item.dest_offset, item.lengths,
                             DTypeSize(view.dtype));
       }
@@ -204,15 +214,16 @@ class Round {
                      x_.store.ReadChunk(x_.meta.info.id, read.flat_key, chunk));
     const char* bytes = buffer.bytes().data();
     bool keep = false;
+    StagingBuffer staging = staging_->Take();
+    Status placed;
     for (size_t i = ranges_.begin(read_index); i < ranges_.end(read_index);
          ++i) {
       const planner::ReadItem& item = plan.items[i];
       const StridedBox src{bytes, chunk.local_shape, item.storage_offset};
       if (item.dest_rank == rank_) {
-        TensorView& view = *x_.targets[item.target];
-        CopyBox(src, tensor.dtype,
-                {view.data, view.local_shape, item.dest_offset}, view.dtype,
-                item.lengths);
+        placed = PlaceBox(src, tensor.dtype, *x_.targets[item.target],
+                          item.dest_offset, item.lengths, &staging);
+        if (!placed.ok()) break;
         continue;
       }
       const SliceSlot& slot = outgoing_.at(i);
@@ -232,12 +243,14 @@ class Round {
               {slot.message->staged.data() + slot.offset, item.lengths, zero},
               tensor.dtype, item.lengths);
     }
+    staging_->Give(std::move(staging));
     if (keep) held_[k] = std::move(buffer);
-    return Status::OK();
+    return placed;
   }
 
   const LoadExecution& x_;
   const ItemRanges& ranges_;
+  StagingPool* staging_;  // host staging for device targets
   LoadStats* stats_;
   const int rank_;
   std::vector<size_t> mine_;              // reads of this round this rank reads
@@ -319,9 +332,10 @@ Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
     ++stats->chunks_read;
   }
   const ItemRanges ranges(plan);
+  StagingPool staging;
   for (const std::vector<size_t>& reads :
        AssignRounds(x.meta, plan, ranges, x.comm.size(), x.round_bytes)) {
-    RETURN_IF_ERROR(Round(x, ranges, stats).Run(reads));
+    RETURN_IF_ERROR(Round(x, ranges, &staging, stats).Run(reads));
   }
   return Status::OK();
 }

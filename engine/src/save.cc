@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "engine/src/db_impl.h"
+#include "engine/src/device.h"
 #include "engine/src/parallel.h"
 #include "engine/src/tensor_checks.h"
 #include "engine/src/wire.h"
@@ -43,6 +44,7 @@ struct MyChunk {
   std::string key;  // storage key, for ordering
   const void* data;
   uint64_t nbytes;
+  const Device* device;  // nullptr: host memory
 };
 
 // Address of `chunk` inside the writer's shard buffer. The planner cuts chunks
@@ -57,6 +59,63 @@ const void* ChunkData(const planner::PlannedChunk& chunk,
   return static_cast<const char*>(view.data) +
          static_cast<size_t>(linear) * DTypeSize(view.dtype);
 }
+
+// Host bytes of a part's chunks, in write order. Device chunks come through
+// two page-locked staging buffers: the copy of the next device chunk runs
+// while the current one is written.
+class DeviceChunks {
+ public:
+  DeviceChunks(const std::vector<MyChunk>& mine,
+               const std::vector<size_t>& order)
+      : mine_(mine), order_(order) {}
+  DeviceChunks(const DeviceChunks&) = delete;
+  DeviceChunks& operator=(const DeviceChunks&) = delete;
+  // Copies in flight must finish before their buffers go.
+  ~DeviceChunks() {
+    for (int slot = 0; slot < 2; ++slot) {
+      if (pending_[slot] != nullptr) (void)copier_->Wait(*pending_[slot], slot);
+    }
+  }
+
+  // The bytes of chunk `i` (an index into `order`); `end` bounds the part.
+  Result<const char*> HostBytes(size_t i, size_t end) {
+    const MyChunk& m = mine_[order_[i]];
+    if (m.device == nullptr) return static_cast<const char*>(m.data);
+    if (started_ != i) RETURN_IF_ERROR(Start(i));  // the part's first
+    const int slot = static_cast<int>(i % 2);
+    RETURN_IF_ERROR(copier_->Wait(*m.device, slot));
+    pending_[slot] = nullptr;
+    // Start the next device chunk of the part, into the other buffer.
+    for (size_t j = i + 1; j < end; ++j) {
+      if (mine_[order_[j]].device == nullptr) continue;
+      if (j % 2 != i % 2) RETURN_IF_ERROR(Start(j));
+      break;
+    }
+    return staging_[slot].data();
+  }
+
+ private:
+  Status Start(size_t i) {
+    const MyChunk& m = mine_[order_[i]];
+    if (copier_ == nullptr) copier_ = CurrentDeviceCopier();
+    if (copier_ == nullptr)
+      return Status::InvalidArgument("no device copier for a device tensor");
+    const int slot = static_cast<int>(i % 2);
+    staging_[slot].Reserve(copier_, m.nbytes);
+    RETURN_IF_ERROR(copier_->StartToHost(
+        *m.device, m.data, staging_[slot].data(), m.nbytes, slot));
+    pending_[slot] = m.device;
+    started_ = i;
+    return Status::OK();
+  }
+
+  const std::vector<MyChunk>& mine_;
+  const std::vector<size_t>& order_;
+  DeviceCopier* copier_ = nullptr;
+  StagingBuffer staging_[2];
+  const Device* pending_[2] = {nullptr, nullptr};
+  size_t started_ = SIZE_MAX;  // the last chunk whose copy was started
+};
 
 std::string EncodeWritten(const Status& status,
                           const std::vector<std::string>& files,
@@ -171,7 +230,10 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
       mine.push_back(
           {t, c,
            storage::EncodeChunkKey(id, rank, tensor.flat_key, chunk.box.offset),
-           ChunkData(chunk, shard, *views[chunk.source_shard]), chunk.nbytes});
+           ChunkData(chunk, shard, *views[chunk.source_shard]), chunk.nbytes,
+           views[chunk.source_shard]->device.type == DeviceType::kCPU
+               ? nullptr
+               : &views[chunk.source_shard]->device});
     }
   }
   std::vector<size_t> order(mine.size());
@@ -203,14 +265,16 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
     if (part_begin[p] == part_begin[p + 1]) return Status::OK();
     ASSIGN_OR_RETURN(auto writer, storage::StagedFileWriter::Create(
                                       path_, id, rank, static_cast<int>(p)));
+    DeviceChunks device(mine, order);
     for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
       const MyChunk& m = mine[order[i]];
       const auto& tensor = plan.tensors[m.tensor];
+      ASSIGN_OR_RETURN(const char* data,
+                       device.HostBytes(i, part_begin[p + 1]));
       ASSIGN_OR_RETURN(
           checksums[order[i]],
-          writer->Add(
-              tensor.flat_key, tensor.chunks[m.chunk].box.offset,
-              std::string_view(static_cast<const char*>(m.data), m.nbytes)));
+          writer->Add(tensor.flat_key, tensor.chunks[m.chunk].box.offset,
+                      std::string_view(data, m.nbytes)));
     }
     ASSIGN_OR_RETURN(part_files[p], writer->Finish());
     return Status::OK();

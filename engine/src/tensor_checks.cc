@@ -1,5 +1,7 @@
 #include "engine/src/tensor_checks.h"
 
+#include "engine/src/device.h"
+
 namespace ckptdb::engine {
 
 Status CheckView(const std::string& flat_key, const TensorView& view) {
@@ -38,8 +40,18 @@ Status CheckView(const std::string& flat_key, const TensorView& view) {
     }
   }
   if (view.device.type != DeviceType::kCPU) {
-    return Status::InvalidArgument(
-        what + ": device tensors need a build with CUDA support");
+    if (view.device.type != DeviceType::kCUDA || view.device.index < 0) {
+      return Status::InvalidArgument(what + ": unknown device");
+    }
+    if (CurrentDeviceCopier() == nullptr) {
+#ifdef CKPTDB_WITH_CUDA
+      return Status::InvalidArgument(
+          what + ": a CUDA tensor, but no CUDA device is available");
+#else
+      return Status::InvalidArgument(
+          what + ": device tensors need a build with CUDA support");
+#endif
+    }
   }
   if (view.data == nullptr && view.nbytes() > 0) {
     return Status::InvalidArgument(what + ": data pointer is null");

@@ -20,6 +20,10 @@ namespace ckptdb::testing {
 // The largest group RunRanks can form (unbounded for threads: 64).
 int MaxRanks();
 
+// Whether the ranks of RunRanks are threads of this process (one process
+// sees every rank's side effects) rather than processes of their own.
+bool RanksShareProcess();
+
 // Runs fn(rank, communicator) on ranks 0..size-1 of a new group and returns
 // when all have finished; with MPI, processes beyond `size` wait. Rank bodies
 // use EXPECT_* (not ASSERT_*), so that every rank reaches every collective

@@ -35,6 +35,8 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 
 }  // namespace
 
+bool RanksShareProcess() { return false; }
+
 int MaxRanks() {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -8,6 +8,8 @@ namespace ckptdb::testing {
 
 int MaxRanks() { return 64; }
 
+bool RanksShareProcess() { return true; }
+
 void RunRanks(
     int size,
     const std::function<void(int, std::shared_ptr<Communicator>)>& fn) {

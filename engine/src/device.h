@@ -1,0 +1,112 @@
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "ckptdb/status.h"
+#include "ckptdb/types.h"
+#include "engine/src/box_copy.h"
+
+namespace ckptdb::engine {
+
+// The seam between the save/load orchestration and device memory. Save and
+// load never touch device memory themselves: they stage bytes in host buffers
+// from StagingBuffer() and ask the copier to move them. A CUDA build installs
+// the CUDA copier (device_cuda.cc) when a device is present; tests install a
+// stand-in that treats "device" memory as host memory, so that every device
+// branch of save and load runs on machines without a GPU.
+class DeviceCopier {
+ public:
+  virtual ~DeviceCopier() = default;
+
+  // Host memory for staging (page-locked for CUDA). Never null.
+  virtual void* AllocHost(size_t n) = 0;
+  virtual void FreeHost(void* p) = 0;
+
+  // Starts copying `n` contiguous device bytes at `src` into host `dst` on
+  // the calling thread's queue `slot` (0 or 1); Wait(slot) completes it.
+  // Copies on different slots may overlap each other and host work.
+  virtual Status StartToHost(const Device& device, const void* src, void* dst,
+                             size_t n, int slot) = 0;
+  virtual Status Wait(const Device& device, int slot) = 0;
+
+  // Copies a box of `lengths` elements of `elem_size` bytes, packed densely
+  // at host `src`, into the box of device array `dst` at its offset; returns
+  // when `src` may be reused.
+  virtual Status BoxToDevice(const Device& device, const void* src,
+                             MutableStridedBox dst, size_t elem_size,
+                             const Shape& lengths) = 0;
+};
+
+// One 2-D copy into a dense row-major array: `rows` runs of `width` bytes,
+// `pitch` bytes apart, the first at byte `offset`.
+struct Copy2D {
+  size_t offset, pitch, width, rows;
+};
+
+// The 2-D copies that fill the box [offset, offset + lengths) of a dense array
+// of `shape` from a packed source, in source order: the source advances by
+// width x rows per copy. Whole trailing dimensions merge into one run, the
+// next dimension gives the rows, and the dimensions before it are iterated.
+// REQUIRES: the box is non-empty and lies inside the array.
+std::vector<Copy2D> BoxAsCopies2D(const Shape& shape, const Shape& offset,
+                                  const Shape& lengths, size_t elem_size);
+
+// The copier device tensors use, or nullptr: without one, device tensors are
+// InvalidArgument.
+DeviceCopier* CurrentDeviceCopier();
+
+// Installs `copier` (nullptr restores the build's own) for tests.
+void SetDeviceCopierForTesting(DeviceCopier* copier);
+
+// Host staging memory from `copier`, freed on destruction.
+class StagingBuffer {
+ public:
+  StagingBuffer() = default;
+  StagingBuffer(DeviceCopier* copier, size_t n)
+      : copier_(copier), data_(copier->AllocHost(n)), size_(n) {}
+  StagingBuffer(StagingBuffer&& o) noexcept { *this = std::move(o); }
+  StagingBuffer& operator=(StagingBuffer&& o) noexcept {
+    std::swap(copier_, o.copier_);
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  ~StagingBuffer() {
+    if (data_ != nullptr) copier_->FreeHost(data_);
+  }
+  char* data() const { return static_cast<char*>(data_); }
+  size_t size() const { return size_; }
+  // Grows to at least `n` bytes (contents not kept).
+  void Reserve(DeviceCopier* copier, size_t n) {
+    if (size_ < n) *this = StagingBuffer(copier, n);
+  }
+
+ private:
+  DeviceCopier* copier_ = nullptr;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Staging buffers shared by a load's threads: page-locked memory is slow to
+// allocate, so each buffer is reused for the whole load. Thread-safe.
+class StagingPool {
+ public:
+  StagingBuffer Take();
+  void Give(StagingBuffer buffer);
+
+ private:
+  std::mutex mu_;
+  std::vector<StagingBuffer> free_;
+};
+
+// Places a box of a host buffer into a target that may live on a device:
+// host targets get CopyBox; device targets get the box packed (and converted
+// to the target's dtype) into `staging`, then copied to the device.
+Status PlaceBox(StridedBox src, DType src_dtype, const TensorView& target,
+                const Shape& dest_offset, const Shape& lengths,
+                StagingBuffer* staging);
+
+}  // namespace ckptdb::engine

@@ -1,0 +1,97 @@
+// The CUDA device copier: page-locked staging, per-thread streams, and 2-D
+// copies for boxes of strided device arrays.
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <new>
+
+#include "engine/src/device.h"
+
+namespace ckptdb::engine {
+namespace {
+
+Status FromCuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::OK();
+  return Status::IOError(std::string("CUDA ") + what + ": " +
+                         cudaGetErrorString(e));
+}
+
+// Two streams per device for the calling thread (created on first use).
+cudaStream_t StreamFor(int device, int slot) {
+  struct Streams {
+    int device = -1;
+    std::array<cudaStream_t, 2> s{};
+    ~Streams() {
+      for (cudaStream_t x : s) {
+        if (x != nullptr) cudaStreamDestroy(x);
+      }
+    }
+  };
+  thread_local Streams streams;
+  if (streams.device != device) {
+    for (cudaStream_t& x : streams.s) {
+      if (x != nullptr) cudaStreamDestroy(x);
+      x = nullptr;
+      cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking);
+    }
+    streams.device = device;
+  }
+  return streams.s[slot & 1];
+}
+
+class CudaCopier : public DeviceCopier {
+ public:
+  void* AllocHost(size_t n) override {
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, n == 0 ? 1 : n, cudaHostAllocDefault) !=
+        cudaSuccess) {
+      throw std::bad_alloc();
+    }
+    return p;
+  }
+  void FreeHost(void* p) override { cudaFreeHost(p); }
+
+  Status StartToHost(const Device& device, const void* src, void* dst, size_t n,
+                     int slot) override {
+    RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
+    return FromCuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost,
+                                    StreamFor(device.index, slot)),
+                    "device-to-host copy");
+  }
+
+  Status Wait(const Device& device, int slot) override {
+    RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
+    return FromCuda(cudaStreamSynchronize(StreamFor(device.index, slot)),
+                    "waiting for a copy");
+  }
+
+  Status BoxToDevice(const Device& device, const void* src,
+                     MutableStridedBox dst, size_t elem,
+                     const Shape& lengths) override {
+    RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
+    cudaStream_t stream = StreamFor(device.index, 0);
+    const char* from = static_cast<const char*>(src);
+    char* base = static_cast<char*>(dst.data);
+    for (const Copy2D& c :
+         BoxAsCopies2D(dst.shape, dst.offset, lengths, elem)) {
+      RETURN_IF_ERROR(FromCuda(
+          cudaMemcpy2DAsync(base + c.offset, c.pitch, from, c.width, c.width,
+                            c.rows, cudaMemcpyHostToDevice, stream),
+          "host-to-device copy"));
+      from += c.width * c.rows;
+    }
+    return FromCuda(cudaStreamSynchronize(stream), "host-to-device copy");
+  }
+};
+
+}  // namespace
+
+// Without a usable device (no GPU, no driver), device tensors are refused.
+DeviceCopier* BuildDeviceCopier() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return nullptr;
+  static CudaCopier copier;
+  return &copier;
+}
+
+}  // namespace ckptdb::engine
