@@ -3,6 +3,9 @@
 // StateDicts of borrowed views (zero copy), runs DB calls without the GIL, and
 // raises the package's exception classes.
 #include <dlpack/dlpack.h>
+#ifdef CKPTDB_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -216,16 +219,27 @@ TensorView FromDLPackObject(const py::object& obj, const std::string& path,
   borrowed.keep.push_back(
       capsule);  // its destructor calls the producer's deleter
   const DLTensor& t = managed->dl_tensor;
+  Device device;
   if (t.device.device_type == kDLCUDA ||
       t.device.device_type == kDLCUDAManaged) {
+#ifdef CKPTDB_WITH_CUDA
+    device = {DeviceType::kCUDA, static_cast<int>(t.device.device_id)};
+    // The producer's queued work on the tensor must finish before ckptdb's
+    // own streams read or write it.
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+      Invalid("tensor " + Where(path) +
+              ": a CUDA tensor, but the CUDA device cannot be used");
+    }
+#else
     Invalid(
         "tensor " + Where(path) +
         ": GPU tensors need a ckptdb built with CUDA (this build is CPU only)");
-  }
-  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost) {
+#endif
+  } else if (t.device.device_type != kDLCPU &&
+             t.device.device_type != kDLCUDAHost) {
     Invalid("tensor " + Where(path) + ": DLPack device type " +
             std::to_string(t.device.device_type) +
-            " is not supported (CPU only)");
+            " is not supported (CPU and CUDA only)");
   }
   std::optional<DType> dtype = FromDLPack(t.dtype);
   if (!dtype) {
@@ -246,7 +260,7 @@ TensorView FromDLPackObject(const py::object& obj, const std::string& path,
     }
   }
   void* data = static_cast<char*>(t.data) + t.byte_offset;
-  return TensorView::Whole(data, *dtype, std::move(shape));
+  return TensorView::Whole(data, *dtype, std::move(shape), device);
 }
 
 // A view of any tensor leaf: numpy array, DLPack object, or Shard of one.

@@ -1,0 +1,127 @@
+// ckpt-gpu-bench: device save and load throughput against plain pinned
+// cudaMemcpy of the same bytes (device -> pinned host for save, pinned host ->
+// device for load), one process, one GPU.
+//
+//   build/bench/ckpt-gpu-bench --dir /dev/shm/gpu-bench --size 2G
+#include <cuda_runtime_api.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ckptdb/db.h"
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+double Now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void Check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "ckpt-gpu-bench: %s: %s\n", what,
+                 cudaGetErrorString(e));
+    std::exit(2);
+  }
+}
+
+void Check(const ckptdb::Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "ckpt-gpu-bench: %s: %s\n", what,
+                 s.ToString().c_str());
+    std::exit(2);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir;
+  double gib = 2;
+  int tensors = 64, repeat = 3;
+  CLI::App app{"ckpt-gpu-bench: device save/load vs pinned cudaMemcpy"};
+  app.add_option("--dir", dir, "store directory")->required();
+  app.add_option("--gib", gib, "state size in GiB")->capture_default_str();
+  app.add_option("--tensors", tensors)->capture_default_str();
+  app.add_option("--repeat", repeat)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("ckpt-gpu-bench: no CUDA device, nothing measured\n");
+    return 0;
+  }
+  const size_t per = static_cast<size_t>(gib * kGiB / tensors) / 4096 * 4096;
+  const size_t total = per * tensors;
+  std::vector<void*> device(tensors), target(tensors);
+  for (int t = 0; t < tensors; ++t) {
+    Check(cudaMalloc(&device[t], per), "cudaMalloc");
+    Check(cudaMalloc(&target[t], per), "cudaMalloc");
+    Check(cudaMemset(device[t], t + 1, per), "cudaMemset");
+  }
+  // Baselines: the same bytes through one pinned buffer of each tensor's size.
+  void* pinned = nullptr;
+  Check(cudaHostAlloc(&pinned, per, cudaHostAllocDefault), "cudaHostAlloc");
+  auto copy_all = [&](cudaMemcpyKind kind) {
+    const double start = Now();
+    for (int t = 0; t < tensors; ++t) {
+      if (kind == cudaMemcpyDeviceToHost)
+        Check(cudaMemcpy(pinned, device[t], per, kind), "cudaMemcpy");
+      else
+        Check(cudaMemcpy(target[t], pinned, per, kind), "cudaMemcpy");
+    }
+    return Now() - start;
+  };
+
+  std::filesystem::remove_all(dir);
+  auto db = ckptdb::DB::Open(ckptdb::Options(), dir);
+  Check(db.status(), "open");
+  ckptdb::StateDict save, load;
+  for (int t = 0; t < tensors; ++t) {
+    const ckptdb::Shape shape{static_cast<int64_t>(per / 4)};
+    save.Set("t" + std::to_string(t),
+             ckptdb::TensorView::Whole(device[t], ckptdb::DType::kFloat32,
+                                       shape, {ckptdb::DeviceType::kCUDA, 0}));
+    load.Set("t" + std::to_string(t),
+             ckptdb::TensorView::Whole(target[t], ckptdb::DType::kFloat32,
+                                       shape, {ckptdb::DeviceType::kCUDA, 0}));
+  }
+  double best_save = 1e30, best_load = 1e30, best_d2h = 1e30, best_h2d = 1e30;
+  for (int i = 0; i < repeat; ++i) {
+    (void)(*db)->Delete(ckptdb::CheckpointSelector::Latest());
+    double start = Now();
+    Check((*db)->Save(save, {}).status(), "save");
+    best_save = std::min(best_save, Now() - start);
+    start = Now();
+    Check((*db)->Load(load, ckptdb::CheckpointSelector::Latest(), {}).status(),
+          "load");
+    best_load = std::min(best_load, Now() - start);
+    best_d2h = std::min(best_d2h, copy_all(cudaMemcpyDeviceToHost));
+    best_h2d = std::min(best_h2d, copy_all(cudaMemcpyHostToDevice));
+  }
+  // Check one loaded tensor.
+  std::vector<unsigned char> probe(4096);
+  Check(
+      cudaMemcpy(probe.data(), target[1], probe.size(), cudaMemcpyDeviceToHost),
+      "check");
+  const bool ok = probe[0] == 2 && probe[4095] == 2;
+  std::printf("%-6s %10s %9s %18s %9s %7s\n", "phase", "GiB", "seconds",
+              "baseline", "base GiB/s", "ratio");
+  std::printf("%-6s %10.2f %9.3f %18s %9.2f %7.2f  (%.2f GiB/s)\n", "save",
+              total / kGiB, best_save, "cudaMemcpy D2H",
+              total / kGiB / best_d2h, best_d2h / best_save,
+              total / kGiB / best_save);
+  std::printf("%-6s %10.2f %9.3f %18s %9.2f %7.2f  (%.2f GiB/s)  %s\n", "load",
+              total / kGiB, best_load, "cudaMemcpy H2D",
+              total / kGiB / best_h2d, best_h2d / best_load,
+              total / kGiB / best_load, ok ? "bytes checked" : "BYTES WRONG");
+  std::filesystem::remove_all(dir);
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,125 @@
+// Real CUDA round trips (ctest label gpu). Skipped, saying why, on machines
+// without a usable CUDA device.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include "ckptdb/db.h"
+#include "engine/src/device.h"
+#include "tests/testing/group.h"
+#include "tests/testing/ranks.h"
+
+namespace ckptdb {
+namespace {
+
+using testing::GlobalTensor;
+using testing::Part;
+using testing::RunRanks;
+using testing::SharedTempDir;
+
+// A device copy of host bytes, freed on destruction.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t n = 0;
+  explicit DeviceBuffer(size_t bytes) : n(bytes) {
+    EXPECT_EQ(cudaMalloc(&ptr, n == 0 ? 1 : n), cudaSuccess);
+    EXPECT_EQ(cudaMemset(ptr, 0, n), cudaSuccess);
+  }
+  DeviceBuffer(const std::vector<uint8_t>& host) : DeviceBuffer(host.size()) {
+    EXPECT_EQ(cudaMemcpy(ptr, host.data(), n, cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  std::vector<uint8_t> ToHost() const {
+    std::vector<uint8_t> out(n);
+    EXPECT_EQ(cudaMemcpy(out.data(), ptr, n, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return out;
+  }
+};
+
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+      GTEST_SKIP() << "no CUDA device on this machine ("
+                   << (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices")
+                   << "): GPU tests skipped";
+    }
+    ASSERT_NE(engine::CurrentDeviceCopier(), nullptr);
+  }
+};
+
+TensorView Cuda(void* p, DType t, Shape local, Shape global, Shape offset) {
+  return TensorView::Shard(p, t, std::move(local), std::move(global),
+                           std::move(offset), {DeviceType::kCUDA, 0});
+}
+
+// 2 ranks save device row shards; 3 ranks load device column shards, a cast
+// target and a host target of the same tensor.
+TEST_F(GpuTest, DeviceSaveAndReshardedLoadWithMixedTargets) {
+  SharedTempDir dir;
+  const GlobalTensor w(DType::kFloat32, {96, 80}, 1);
+  const GlobalTensor b(DType::kBFloat16, {80}, 2);
+  Options options;
+  options.max_chunk_bytes = 4096;
+  RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = DB::Open(options, dir.path(), comm);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    auto [r0, r1] = Part(96, rank, 2);
+    DeviceBuffer ws(w.Slice({r0, 0}, {r1 - r0, 80}));
+    DeviceBuffer bs(b.bytes);
+    StateDict sd;
+    sd.Set("w", Cuda(ws.ptr, w.dtype, {r1 - r0, 80}, w.shape, {r0, 0}));
+    sd.Set("b", Cuda(bs.ptr, b.dtype, {80}, b.shape, {0}));  // replicated
+    auto info = (*db)->Save(sd, {.step = 7});
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+  });
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = DB::Open(options, dir.path(), comm);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    auto [c0, c1] = Part(80, rank, 3);
+    DeviceBuffer wt(static_cast<size_t>(96 * (c1 - c0)) * 4);
+    DeviceBuffer bt(80 * 4);  // float32 from bfloat16
+    std::vector<uint8_t> host_w(static_cast<size_t>(96 * 80) * 4);
+    StateDict sd;
+    sd.Set("w", Cuda(wt.ptr, w.dtype, {96, c1 - c0}, w.shape, {0, c0}));
+    sd.Set("b", Cuda(bt.ptr, DType::kFloat32, {80}, b.shape, {0}));
+    sd.Child("host").Set(
+        "w", TensorView::Whole(host_w.data(), DType::kFloat32, {96, 80}));
+    auto result = (*db)->Load(sd, CheckpointSelector::Step(7),
+                              {.strict = false, .cast = true});
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    EXPECT_EQ(wt.ToHost(), w.Slice({0, c0}, {96, c1 - c0}));
+    std::vector<uint8_t> b32(80 * 4);
+    engine::ConvertElements(b.bytes.data(), DType::kBFloat16, b32.data(),
+                            DType::kFloat32, 80);
+    EXPECT_EQ(bt.ToHost(), b32);
+  });
+}
+
+// A 3-D device target receiving an inner box: the strided 2-D copies.
+TEST_F(GpuTest, StridedDeviceTargets) {
+  SharedTempDir dir;
+  const GlobalTensor cube(DType::kInt16, {5, 12, 9}, 3);
+  RunRanks(1, [&](int, std::shared_ptr<Communicator> comm) {
+    auto db = DB::Open(Options(), dir.path(), comm);
+    ASSERT_TRUE(db.ok());
+    DeviceBuffer all(cube.bytes);
+    StateDict sd;
+    sd.Set("cube",
+           Cuda(all.ptr, cube.dtype, cube.shape, cube.shape, {0, 0, 0}));
+    ASSERT_TRUE((*db)->Save(sd, {}).ok());
+    DeviceBuffer part(static_cast<size_t>(3 * 7 * 4) * 2);
+    StateDict target;
+    target.Set("cube",
+               Cuda(part.ptr, cube.dtype, {3, 7, 4}, cube.shape, {1, 2, 5}));
+    auto result = (*db)->Load(target, CheckpointSelector::Latest(), {});
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    EXPECT_EQ(part.ToHost(), cube.Slice({1, 2, 5}, {3, 7, 4}));
+  });
+}
+
+}  // namespace
+}  // namespace ckptdb
