@@ -72,15 +72,20 @@ class CudaCopier : public DeviceCopier {
     cudaStream_t stream = StreamFor(device.index, 0);
     const char* from = static_cast<const char*>(src);
     char* base = static_cast<char*>(dst.data);
+    cudaError_t queued = cudaSuccess;
     for (const Copy2D& c :
          BoxAsCopies2D(dst.shape, dst.offset, lengths, elem)) {
-      RETURN_IF_ERROR(FromCuda(
+      queued =
           cudaMemcpy2DAsync(base + c.offset, c.pitch, from, c.width, c.width,
-                            c.rows, cudaMemcpyHostToDevice, stream),
-          "host-to-device copy"));
+                            c.rows, cudaMemcpyHostToDevice, stream);
+      if (queued != cudaSuccess) break;
       from += c.width * c.rows;
     }
-    return FromCuda(cudaStreamSynchronize(stream), "host-to-device copy");
+    // Copies already queued read `src`: they finish before it is reused, even
+    // when a later one could not be queued.
+    const cudaError_t done = cudaStreamSynchronize(stream);
+    RETURN_IF_ERROR(FromCuda(queued, "host-to-device copy"));
+    return FromCuda(done, "host-to-device copy");
   }
 };
 

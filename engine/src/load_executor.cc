@@ -3,6 +3,7 @@
 #include <map>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include "engine/src/box_copy.h"
 #include "engine/src/device.h"
@@ -84,13 +85,17 @@ class Round {
         stats_(stats),
         rank_(x.comm.rank()) {}
 
-  Status Run(const std::vector<size_t>& reads) {
+  // `deferred` carries a failure to place received slices: it joins the next
+  // agreement (this round's below, or the load's last), not a collective of
+  // its own every round.
+  Status Run(const std::vector<size_t>& reads, Status* deferred) {
     Layout(reads);
     Status executed = ParallelFor(mine_.size(), x_.io_threads,
                                   [&](size_t k) { return ReadOne(k); });
     if (x_.comm.size() == 1) return executed;
     // Agree before exchanging, so that no rank waits for slices a failed
     // reader never sends.
+    if (executed.ok()) executed = std::exchange(*deferred, Status::OK());
     RETURN_IF_ERROR(AgreeOnStatus(x_.comm, executed));
     std::vector<SendBuffer> sends;
     std::vector<RecvBuffer> recvs;
@@ -124,7 +129,8 @@ class Round {
       if (!placed.ok()) break;
     }
     staging_->Give(std::move(staging));
-    return AgreeOnStatus(x_.comm, placed);
+    *deferred = placed;
+    return Status::OK();
   }
 
  private:
@@ -333,10 +339,12 @@ Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
   }
   const ItemRanges ranges(plan);
   StagingPool staging;
+  Status deferred;
   for (const std::vector<size_t>& reads :
        AssignRounds(x.meta, plan, ranges, x.comm.size(), x.round_bytes)) {
-    RETURN_IF_ERROR(Round(x, ranges, &staging, stats).Run(reads));
+    RETURN_IF_ERROR(Round(x, ranges, &staging, stats).Run(reads, &deferred));
   }
+  if (x.comm.size() > 1) return AgreeOnStatus(x.comm, deferred);
   return Status::OK();
 }
 
