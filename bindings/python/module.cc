@@ -635,6 +635,8 @@ PYBIND11_MODULE(_ckptdb, m) {
                     "bytes this rank's targets received")
       .def_readonly("bytes_sent", &LoadStats::bytes_sent,
                     "bytes this rank sent to other ranks")
+      .def_readonly("device_bytes_sent", &LoadStats::device_bytes_sent,
+                    "of bytes_sent, those sent device to device (NCCL)")
       .def_readonly("chunks_read", &LoadStats::chunks_read,
                     "chunks this rank read");
 

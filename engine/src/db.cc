@@ -191,6 +191,7 @@ Status DBImpl::Verify(const CheckpointSelector& which) {
 Status DBImpl::Close() {
   if (!store_) return Status::OK();
   Status barrier = comm_->Barrier();
+  transport_.reset();
   store_.reset();
   return barrier;
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ckptdb/db.h"
+#include "engine/src/device_transport.h"
 #include "storage/store.h"
 
 namespace ckptdb::engine {
@@ -44,10 +45,23 @@ class DBImpl : public DB {
   // matches.
   Result<CheckpointMetadata> ResolveLocal(const CheckpointSelector& which);
 
+  // The device index this rank's transport would use for a load into `views`
+  // (its first device target's, else the current device), or -1 when it has
+  // no device.
+  int TransportDevice(const std::vector<TensorView*>& views) const;
+  // The transport over `devices` (every rank's TransportDevice), created on
+  // first use. nullptr, on every rank alike, when some rank has no device or
+  // creating it failed somewhere. Collective.
+  Result<DeviceTransport*> TransportFor(const std::vector<int>& devices);
+
   const Options options_;
   const std::string path_;
   std::shared_ptr<Communicator> comm_;
   std::unique_ptr<storage::Store> store_;
+  // Declared after comm_: destroyed before it.
+  std::unique_ptr<DeviceTransport> transport_;
+  std::vector<int> transport_devices_;
+  Status transport_failure_;  // why this DB has none, once creating one failed
 };
 
 }  // namespace ckptdb::engine

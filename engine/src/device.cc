@@ -19,6 +19,8 @@ DeviceCopier* CurrentDeviceCopier() {
 
 void SetDeviceCopierForTesting(DeviceCopier* copier) { test_copier = copier; }
 
+bool IsTestDeviceCopier() { return test_copier.load() != nullptr; }
+
 std::vector<Copy2D> BoxAsCopies2D(const Shape& shape, const Shape& offset,
                                   const Shape& lengths, size_t elem) {
   const size_t n = lengths.size();
@@ -47,6 +49,16 @@ std::vector<Copy2D> BoxAsCopies2D(const Shape& shape, const Shape& offset,
     if (d == 0) break;
   }
   return copies;
+}
+
+Status DeviceBuffer::Reserve(size_t n) {
+  if (n <= size_) return Status::OK();
+  if (data_ != nullptr) copier_->FreeDevice(device_, data_);
+  data_ = nullptr;
+  size_ = 0;
+  ASSIGN_OR_RETURN(data_, copier_->AllocDevice(device_, n));
+  size_ = n;
+  return Status::OK();
 }
 
 StagingBuffer StagingPool::Take() {

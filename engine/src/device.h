@@ -38,6 +38,24 @@ class DeviceCopier {
   virtual Status BoxToDevice(const Device& device, const void* src,
                              MutableStridedBox dst, size_t elem_size,
                              const Shape& lengths) = 0;
+
+  // Like BoxToDevice, from a packed box at device address `src` (on the same
+  // device); returns when done.
+  virtual Status DeviceBoxToDevice(const Device& device, const void* src,
+                                   MutableStridedBox dst, size_t elem_size,
+                                   const Shape& lengths) = 0;
+
+  // Device memory for transfers between ranks (DeviceTransport).
+  virtual Result<void*> AllocDevice(const Device& device, size_t n) = 0;
+  virtual void FreeDevice(const Device& device, void* p) = 0;
+
+  // Copies `n` bytes from host `src` to device `dst`; returns when done.
+  virtual Status ToDevice(const Device& device, const void* src, void* dst,
+                          size_t n) = 0;
+
+  // The device a rank works on when none of its tensors names one (CUDA: the
+  // calling thread's current device).
+  virtual Result<Device> DefaultDevice() = 0;
 };
 
 // One 2-D copy into a dense row-major array: `rows` runs of `width` bytes,
@@ -60,6 +78,7 @@ DeviceCopier* CurrentDeviceCopier();
 
 // Installs `copier` (nullptr restores the build's own) for tests.
 void SetDeviceCopierForTesting(DeviceCopier* copier);
+bool IsTestDeviceCopier();
 
 // Host staging memory from `copier`, freed on destruction.
 class StagingBuffer {
@@ -100,6 +119,28 @@ class StagingPool {
  private:
   std::mutex mu_;
   std::vector<StagingBuffer> free_;
+};
+
+// Device memory from `copier`, freed on destruction; grows on demand and is
+// reused across the rounds of a load (cudaMalloc is slow).
+class DeviceBuffer {
+ public:
+  DeviceBuffer(DeviceCopier* copier, Device device)
+      : copier_(copier), device_(device) {}
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (data_ != nullptr) copier_->FreeDevice(device_, data_);
+  }
+  // Grows to at least `n` bytes (contents not kept).
+  Status Reserve(size_t n);
+  char* data() const { return static_cast<char*>(data_); }
+
+ private:
+  DeviceCopier* copier_;
+  Device device_;
+  void* data_ = nullptr;
+  size_t size_ = 0;
 };
 
 // Places a box of a host buffer into a target that may live on a device:

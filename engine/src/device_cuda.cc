@@ -68,6 +68,50 @@ class CudaCopier : public DeviceCopier {
   Status BoxToDevice(const Device& device, const void* src,
                      MutableStridedBox dst, size_t elem,
                      const Shape& lengths) override {
+    return CopyBox(device, src, dst, elem, lengths, cudaMemcpyHostToDevice);
+  }
+
+  Status DeviceBoxToDevice(const Device& device, const void* src,
+                           MutableStridedBox dst, size_t elem,
+                           const Shape& lengths) override {
+    return CopyBox(device, src, dst, elem, lengths, cudaMemcpyDeviceToDevice);
+  }
+
+  Result<void*> AllocDevice(const Device& device, size_t n) override {
+    RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
+    void* p = nullptr;
+    RETURN_IF_ERROR(
+        FromCuda(cudaMalloc(&p, n == 0 ? 1 : n), "allocating transfer memory"));
+    return p;
+  }
+
+  void FreeDevice(const Device& device, void* p) override {
+    cudaSetDevice(device.index);
+    cudaFree(p);
+  }
+
+  Status ToDevice(const Device& device, const void* src, void* dst,
+                  size_t n) override {
+    RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
+    cudaStream_t stream = StreamFor(device.index, 0);
+    const cudaError_t queued =
+        cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream);
+    const cudaError_t done = cudaStreamSynchronize(stream);
+    RETURN_IF_ERROR(FromCuda(queued, "host-to-device copy"));
+    return FromCuda(done, "host-to-device copy");
+  }
+
+  Result<Device> DefaultDevice() override {
+    int index = 0;
+    RETURN_IF_ERROR(FromCuda(cudaGetDevice(&index), "finding the device"));
+    return Device{DeviceType::kCUDA, index};
+  }
+
+ private:
+  // The 2-D copies of a box from packed `src` (host or device, per `kind`).
+  static Status CopyBox(const Device& device, const void* src,
+                        MutableStridedBox dst, size_t elem,
+                        const Shape& lengths, cudaMemcpyKind kind) {
     RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
     cudaStream_t stream = StreamFor(device.index, 0);
     const char* from = static_cast<const char*>(src);
@@ -75,17 +119,16 @@ class CudaCopier : public DeviceCopier {
     cudaError_t queued = cudaSuccess;
     for (const Copy2D& c :
          BoxAsCopies2D(dst.shape, dst.offset, lengths, elem)) {
-      queued =
-          cudaMemcpy2DAsync(base + c.offset, c.pitch, from, c.width, c.width,
-                            c.rows, cudaMemcpyHostToDevice, stream);
+      queued = cudaMemcpy2DAsync(base + c.offset, c.pitch, from, c.width,
+                                 c.width, c.rows, kind, stream);
       if (queued != cudaSuccess) break;
       from += c.width * c.rows;
     }
     // Copies already queued read `src`: they finish before it is reused, even
     // when a later one could not be queued.
     const cudaError_t done = cudaStreamSynchronize(stream);
-    RETURN_IF_ERROR(FromCuda(queued, "host-to-device copy"));
-    return FromCuda(done, "host-to-device copy");
+    RETURN_IF_ERROR(FromCuda(queued, "box copy to the device"));
+    return FromCuda(done, "box copy to the device");
   }
 };
 

@@ -1,9 +1,15 @@
 // Built without CUDA: device tensors are refused unless a test installs a
-// stand-in copier.
+// stand-in copier, and device slices never travel device to device.
 #include "engine/src/device.h"
+#include "engine/src/device_transport.h"
 
 namespace ckptdb::engine {
 
 DeviceCopier* BuildDeviceCopier() { return nullptr; }
+
+Result<std::unique_ptr<DeviceTransport>> BuildDeviceTransport(Communicator&,
+                                                              const Device&) {
+  return Status::FailedPrecondition("ckptdb was built without CUDA and NCCL");
+}
 
 }  // namespace ckptdb::engine

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "engine/src/db_impl.h"
+#include "engine/src/device.h"
 #include "engine/src/load_executor.h"
 #include "engine/src/tensor_checks.h"
 #include "engine/src/wire.h"
@@ -93,6 +94,36 @@ Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
 
 }  // namespace
 
+int DBImpl::TransportDevice(const std::vector<TensorView*>& views) const {
+  DeviceCopier* copier = CurrentDeviceCopier();
+  if (copier == nullptr || !transport_failure_.ok()) return -1;
+  for (const TensorView* view : views) {
+    if (view->device.type == DeviceType::kCUDA) return view->device.index;
+  }
+  Result<Device> device = copier->DefaultDevice();
+  return device.ok() ? device->index : -1;
+}
+
+Result<DeviceTransport*> DBImpl::TransportFor(const std::vector<int>& devices) {
+  for (int device : devices) {
+    if (device < 0) return nullptr;  // some rank cannot reach device memory
+  }
+  if (transport_ != nullptr && transport_devices_ == devices)
+    return transport_.get();
+  transport_.reset();
+  auto created = CreateDeviceTransport(
+      *comm_, {DeviceType::kCUDA, devices[comm_->rank()]});
+  const Status agreed = AgreeOnStatus(*comm_, created.status());
+  if (!agreed.ok()) {
+    // Not retried by this DB: loads move device slices through host memory.
+    transport_failure_ = agreed;
+    return nullptr;
+  }
+  transport_ = std::move(created).value();
+  transport_devices_ = devices;
+  return transport_.get();
+}
+
 Result<LoadResult> DBImpl::Load(StateDict& state,
                                 const CheckpointSelector& which,
                                 const LoadOptions& options) {
@@ -102,26 +133,46 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
 
   LoadResult result;
   LocalTargets local;
-  Status matched = MatchLeaves(state, meta, options, &local, &result);
-  ASSIGN_OR_RETURN(auto gathered,
-                   comm_->AllGather(EncodeTargets(matched, local.targets,
-                                                  load_buffer_bytes())));
+  RankTargets mine;
+  mine.status = MatchLeaves(state, meta, options, &local, &result);
+  mine.buffer_bytes = load_buffer_bytes();
+  mine.device = TransportDevice(local.views);
+  mine.targets = std::move(local.targets);
+  for (const TensorView* view : local.views) {
+    mine.placements.push_back(
+        {view->dtype, view->device.type == DeviceType::kCUDA &&
+                          view->device.index == mine.device});
+  }
+  ASSIGN_OR_RETURN(auto gathered, comm_->AllGather(EncodeTargets(mine)));
   std::vector<std::vector<planner::LoadTarget>> targets(world);
+  std::vector<std::vector<TargetPlacement>> placements(world);
   std::vector<Status> statuses(world);
+  std::vector<int> devices(world);
+  bool any_on_device = false;
   uint64_t round_bytes = UINT64_MAX;
   for (int r = 0; r < world; ++r) {
-    uint64_t buffer_bytes = 0;
-    RETURN_IF_ERROR(
-        DecodeTargets(gathered[r], &statuses[r], &targets[r], &buffer_bytes));
-    round_bytes = std::min(round_bytes, buffer_bytes);
+    RankTargets theirs;
+    RETURN_IF_ERROR(DecodeTargets(gathered[r], &theirs));
+    statuses[r] = std::move(theirs.status);
+    round_bytes = std::min(round_bytes, theirs.buffer_bytes);
+    devices[r] = theirs.device;
+    for (const TargetPlacement& p : theirs.placements)
+      any_on_device |= p.on_device;
+    targets[r] = std::move(theirs.targets);
+    placements[r] = std::move(theirs.placements);
   }
   RETURN_IF_ERROR(FirstError(statuses));
   ASSIGN_OR_RETURN(planner::LoadPlan plan,
                    planner::BuildLoadPlan(meta.tensors, targets));
+  DeviceTransport* transport = nullptr;
+  if (world > 1 && any_on_device) {
+    ASSIGN_OR_RETURN(transport, TransportFor(devices));
+  }
 
-  RETURN_IF_ERROR(ExecuteLoad(
-      {meta, plan, local.views, *store_, *comm_, io_threads(), round_bytes},
-      &result.stats));
+  RETURN_IF_ERROR(
+      ExecuteLoad({meta, plan, local.views, *store_, *comm_, io_threads(),
+                   round_bytes, placements, transport},
+                  &result.stats));
   for (auto& [leaf, stored] : local.values) *leaf = *stored;
   return result;
 }

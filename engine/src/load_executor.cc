@@ -1,5 +1,6 @@
 #include "engine/src/load_executor.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -75,13 +76,41 @@ struct PeerMessages {
   std::vector<Message> own;
 };
 
+// A box for device targets of other ranks (DeviceTransport): the slices of
+// one read with the same box and target dtype, seen from this rank.
+struct DeviceBox {
+  size_t read;
+  size_t first_item;  // the reader packs the box for this item
+  DType dtype;        // of the targets: what travels
+  uint64_t bytes;
+  std::vector<int> receivers;  // in item order
+  std::vector<size_t> items;   // parallel to receivers
+  bool broadcast = false;      // every other rank receives it
+  std::vector<DeviceHop> hops;
+  // This rank's copy of the box: packed in the outgoing buffer (reader),
+  // received in place in its target, or staged in the incoming buffer.
+  char* region = nullptr;
+  uint64_t offset = 0;            // in the outgoing or incoming buffer
+  size_t staged_item = SIZE_MAX;  // this rank's item, when staged
+};
+
+// Buffers of a load's device route, reused across rounds.
+struct DeviceRoute {
+  DeviceRoute(DeviceCopier* copier, Device device)
+      : copier(copier), out(copier, device), in(copier, device) {}
+  DeviceCopier* copier;
+  DeviceBuffer out, in;    // device memory: boxes sent, boxes staged
+  StagingBuffer host_out;  // pinned: boxes packed by the reader
+};
+
 class Round {
  public:
   Round(const LoadExecution& x, const ItemRanges& ranges, StagingPool* staging,
-        LoadStats* stats)
+        DeviceRoute* route, LoadStats* stats)
       : x_(x),
         ranges_(ranges),
         staging_(staging),
+        route_(route),
         stats_(stats),
         rank_(x.comm.rank()) {}
 
@@ -89,9 +118,16 @@ class Round {
   // agreement (this round's below, or the load's last), not a collective of
   // its own every round.
   Status Run(const std::vector<size_t>& reads, Status* deferred) {
-    Layout(reads);
-    Status executed = ParallelFor(mine_.size(), x_.io_threads,
-                                  [&](size_t k) { return ReadOne(k); });
+    Status executed = Layout(reads);
+    if (executed.ok()) {
+      executed = ParallelFor(mine_.size(), x_.io_threads,
+                             [&](size_t k) { return ReadOne(k); });
+    }
+    if (executed.ok() && out_bytes_ > 0) {
+      executed = route_->copier->ToDevice(x_.transport->device(),
+                                          route_->host_out.data(),
+                                          route_->out.data(), out_bytes_);
+    }
     if (x_.comm.size() == 1) return executed;
     // Agree before exchanging, so that no rank waits for slices a failed
     // reader never sends.
@@ -116,6 +152,7 @@ class Round {
       }
     }
     RETURN_IF_ERROR(AgreeOnStatus(x_.comm, x_.comm.Exchange(sends, recvs)));
+    RETURN_IF_ERROR(MoveDeviceBoxes());
     StagingBuffer staging = staging_->Take();
     Status placed;
     for (const auto& [i, slot] : incoming_) {
@@ -129,6 +166,16 @@ class Round {
       if (!placed.ok()) break;
     }
     staging_->Give(std::move(staging));
+    for (const DeviceBox& box : boxes_) {
+      if (!placed.ok()) break;
+      if (box.staged_item == SIZE_MAX) continue;
+      const planner::ReadItem& item = x_.plan.items[box.staged_item];
+      const TensorView& target = *x_.targets[item.target];
+      placed = route_->copier->DeviceBoxToDevice(
+          target.device, box.region,
+          {target.data, target.local_shape, item.dest_offset},
+          DTypeSize(box.dtype), item.lengths);
+    }
     *deferred = placed;
     return Status::OK();
   }
@@ -136,7 +183,7 @@ class Round {
  private:
   // Decides where every slice of this round crossing ranks travels: sizes the
   // packed batches and large-slice messages of both directions.
-  void Layout(const std::vector<size_t>& reads) {
+  Status Layout(const std::vector<size_t>& reads) {
     const planner::LoadPlan& plan = x_.plan;
     // Pointers into PeerMessages::own stay valid only once the vectors stop
     // growing: slots are resolved after counting.
@@ -144,9 +191,16 @@ class Round {
     for (size_t read : reads) {
       const int reader = plan.reads[read].reader_rank;
       if (reader == rank_) mine_.push_back(read);
+      const size_t first_box = boxes_.size();
       for (size_t i = ranges_.begin(read); i < ranges_.end(read); ++i) {
         const planner::ReadItem& item = plan.items[i];
         if (item.dest_rank == reader) continue;
+        const TargetPlacement& placement =
+            x_.placements[item.dest_rank][item.target];
+        if (x_.transport != nullptr && placement.on_device) {
+          AddToDeviceBox(first_box, i, placement.dtype);
+          continue;
+        }
         const uint64_t bytes = ItemBytes(x_.meta, plan, item);
         if (reader == rank_) {
           out.push_back({i, item.dest_rank, bytes});
@@ -207,6 +261,122 @@ class Round {
     }
     for (auto& [peer, m] : out_) m.batch.staged.resize(m.batch.nbytes);
     held_.resize(mine_.size());
+    return LayOutDeviceBoxes();
+  }
+
+  // Adds item `i` (for a device target of dtype `dtype`) to the box of this
+  // read's boxes (from `first_box` on) with the same box and dtype, or to a new
+  // one.
+  void AddToDeviceBox(size_t first_box, size_t i, DType dtype) {
+    const planner::ReadItem& item = x_.plan.items[i];
+    for (size_t b = first_box; b < boxes_.size(); ++b) {
+      DeviceBox& box = boxes_[b];
+      const planner::ReadItem& first = x_.plan.items[box.first_item];
+      if (box.dtype == dtype && first.storage_offset == item.storage_offset &&
+          first.lengths == item.lengths) {
+        box.receivers.push_back(item.dest_rank);
+        box.items.push_back(i);
+        box_of_item_.emplace(i, b);
+        return;
+      }
+    }
+    DeviceBox& box = boxes_.emplace_back();
+    box.read = item.read;
+    box.first_item = i;
+    box.dtype = dtype;
+    box.bytes = item.num_elements() * DTypeSize(dtype);
+    box.receivers.push_back(item.dest_rank);
+    box.items.push_back(i);
+    box_of_item_.emplace(i, boxes_.size() - 1);
+  }
+
+  // Gives every device box its route (a broadcast when every other rank needs
+  // it, else binomial-tree hops) and this rank's copy of it its place.
+  Status LayOutDeviceBoxes() {
+    const planner::LoadPlan& plan = x_.plan;
+    const int world = x_.comm.size();
+    uint64_t in_bytes = 0;
+    std::vector<DeviceBox*> staged;
+    for (size_t b = 0; b < boxes_.size(); ++b) {
+      DeviceBox& box = boxes_[b];
+      const int reader = plan.reads[box.read].reader_rank;
+      box.broadcast = box.receivers.size() >= 2 &&
+                      box.receivers.size() == static_cast<size_t>(world - 1);
+      if (!box.broadcast) box.hops = DeviceHops(reader, box.receivers);
+      for (const DeviceHop& hop : box.hops)
+        steps_ = std::max(steps_, hop.step + 1);
+      if (box.broadcast) steps_ = std::max(steps_, 1);
+      uint64_t sends = box.broadcast && reader == rank_ ? 1 : 0;
+      for (const DeviceHop& hop : box.hops) sends += hop.from == rank_;
+      stats_->bytes_sent += sends * box.bytes;
+      stats_->device_bytes_sent += sends * box.bytes;
+      if (reader == rank_) {
+        box.offset = out_bytes_;
+        out_bytes_ += box.bytes;
+        continue;
+      }
+      const size_t k = static_cast<size_t>(
+          std::find(box.receivers.begin(), box.receivers.end(), rank_) -
+          box.receivers.begin());
+      if (k == box.receivers.size()) continue;
+      const size_t i = box.items[k];
+      const planner::ReadItem& item = plan.items[i];
+      TensorView& view = *x_.targets[item.target];
+      std::optional<size_t> run =
+          ContiguousRun(view.local_shape, item.dest_offset, item.lengths,
+                        DTypeSize(box.dtype));
+      if (run) {
+        box.region = static_cast<char*>(view.data) + *run;
+      } else {
+        box.offset = in_bytes;
+        box.staged_item = i;
+        in_bytes += box.bytes;
+        staged.push_back(&box);
+      }
+    }
+    if (out_bytes_ > 0) {
+      route_->host_out.Reserve(route_->copier, out_bytes_);
+      RETURN_IF_ERROR(route_->out.Reserve(out_bytes_));
+      for (DeviceBox& box : boxes_) {
+        if (plan.reads[box.read].reader_rank == rank_)
+          box.region = route_->out.data() + box.offset;
+      }
+    }
+    if (in_bytes > 0) {
+      RETURN_IF_ERROR(route_->in.Reserve(in_bytes));
+      for (DeviceBox* box : staged)
+        box->region = route_->in.data() + box->offset;
+    }
+    return Status::OK();
+  }
+
+  // Moves the device boxes of this round: one transport step per tree level,
+  // every step agreed on, so that no rank waits on a failed peer.
+  Status MoveDeviceBoxes() {
+    std::vector<SendBuffer> sends;
+    std::vector<RecvBuffer> recvs;
+    std::vector<DeviceBroadcast> broadcasts;
+    for (int step = 0; step < steps_; ++step) {
+      sends.clear();
+      recvs.clear();
+      broadcasts.clear();
+      for (const DeviceBox& box : boxes_) {
+        if (box.broadcast && step == 0) {
+          broadcasts.push_back(
+              {x_.plan.reads[box.read].reader_rank, box.region, box.bytes});
+        }
+        for (const DeviceHop& hop : box.hops) {
+          if (hop.step != step) continue;
+          if (hop.from == rank_)
+            sends.push_back({hop.to, box.region, box.bytes});
+          if (hop.to == rank_)
+            recvs.push_back({hop.from, box.region, box.bytes});
+        }
+      }
+      RETURN_IF_ERROR(
+          AgreeOnStatus(x_.comm, x_.transport->Run(sends, recvs, broadcasts)));
+    }
+    return Status::OK();
   }
 
   // Reads the k-th chunk this rank reads in this round and places its slices.
@@ -230,6 +400,15 @@ class Round {
         placed = PlaceBox(src, tensor.dtype, *x_.targets[item.target],
                           item.dest_offset, item.lengths, &staging);
         if (!placed.ok()) break;
+        continue;
+      }
+      if (auto box = box_of_item_.find(i); box != box_of_item_.end()) {
+        const DeviceBox& b = boxes_[box->second];
+        if (b.first_item != i) continue;  // packed once for all receivers
+        const Shape zero(item.lengths.size(), 0);
+        CopyBox(src, tensor.dtype,
+                {route_->host_out.data() + b.offset, item.lengths, zero},
+                b.dtype, item.lengths);
         continue;
       }
       const SliceSlot& slot = outgoing_.at(i);
@@ -257,6 +436,7 @@ class Round {
   const LoadExecution& x_;
   const ItemRanges& ranges_;
   StagingPool* staging_;  // host staging for device targets
+  DeviceRoute* route_;    // set when x_.transport is
   LoadStats* stats_;
   const int rank_;
   std::vector<size_t> mine_;              // reads of this round this rank reads
@@ -264,6 +444,10 @@ class Round {
   std::unordered_map<size_t, SliceSlot> outgoing_;      // by item index
   std::vector<std::pair<size_t, SliceSlot>> incoming_;  // item index, slot
   std::vector<storage::ChunkBuffer> held_;  // chunks sent from in place
+  std::vector<DeviceBox> boxes_;            // in plan order, on every rank
+  std::unordered_map<size_t, size_t> box_of_item_;  // item index -> box
+  uint64_t out_bytes_ = 0;  // boxes this rank reads for device targets
+  int steps_ = 0;           // transport steps of this round
 };
 
 }  // namespace
@@ -325,6 +509,21 @@ std::vector<std::vector<size_t>> AssignRounds(const CheckpointMetadata& meta,
   return AssignRounds(meta, plan, ItemRanges(plan), world, round_bytes);
 }
 
+std::vector<DeviceHop> DeviceHops(int reader,
+                                  const std::vector<int>& receivers) {
+  std::vector<DeviceHop> hops;
+  std::vector<int> holders{reader};
+  size_t next = 0;
+  for (int step = 0; next < receivers.size(); ++step) {
+    const size_t holding = holders.size();
+    for (size_t h = 0; h < holding && next < receivers.size(); ++h) {
+      hops.push_back({step, holders[h], receivers[next]});
+      holders.push_back(receivers[next++]);
+    }
+  }
+  return hops;
+}
+
 Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
   const planner::LoadPlan& plan = x.plan;
   const int rank = x.comm.rank();
@@ -339,10 +538,14 @@ Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
   }
   const ItemRanges ranges(plan);
   StagingPool staging;
+  std::optional<DeviceRoute> route;
+  if (x.transport != nullptr)
+    route.emplace(CurrentDeviceCopier(), x.transport->device());
   Status deferred;
   for (const std::vector<size_t>& reads :
        AssignRounds(x.meta, plan, ranges, x.comm.size(), x.round_bytes)) {
-    RETURN_IF_ERROR(Round(x, ranges, &staging, stats).Run(reads, &deferred));
+    RETURN_IF_ERROR(Round(x, ranges, &staging, route ? &*route : nullptr, stats)
+                        .Run(reads, &deferred));
   }
   if (x.comm.size() > 1) return AgreeOnStatus(x.comm, deferred);
   return Status::OK();

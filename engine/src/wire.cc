@@ -1,5 +1,6 @@
 #include "engine/src/wire.h"
 
+#include <cstdint>
 #include <cstring>
 
 namespace ckptdb::engine {
@@ -186,35 +187,42 @@ ckptdb::Status DecodeSaveLayout(std::string_view bytes, ckptdb::Status* local,
   return r.done() ? ckptdb::Status::OK() : Malformed("save layout");
 }
 
-std::string EncodeTargets(const ckptdb::Status& local,
-                          const std::vector<planner::LoadTarget>& targets,
-                          uint64_t buffer_bytes) {
+std::string EncodeTargets(const RankTargets& t) {
   WireWriter w;
-  w.Status(local);
-  w.U64(buffer_bytes);
-  w.U64(targets.size());
-  for (const auto& t : targets) {
-    w.Str(t.flat_key);
-    w.Shape(t.box.offset);
-    w.Shape(t.box.shape);
+  w.Status(t.status);
+  w.U64(t.buffer_bytes);
+  w.I64(t.device);
+  w.U64(t.targets.size());
+  for (size_t i = 0; i < t.targets.size(); ++i) {
+    w.Str(t.targets[i].flat_key);
+    w.Shape(t.targets[i].box.offset);
+    w.Shape(t.targets[i].box.shape);
+    w.U64(static_cast<uint64_t>(t.placements[i].dtype));
+    w.U64(t.placements[i].on_device);
   }
   return w.Take();
 }
 
-ckptdb::Status DecodeTargets(std::string_view bytes, ckptdb::Status* local,
-                             std::vector<planner::LoadTarget>* targets,
-                             uint64_t* buffer_bytes) {
+ckptdb::Status DecodeTargets(std::string_view bytes, RankTargets* t) {
   WireReader r(bytes);
   uint64_t n;
-  if (!r.Status(local) || !r.U64(buffer_bytes) || !r.U64(&n) ||
-      n > bytes.size())
+  int64_t device;
+  if (!r.Status(&t->status) || !r.U64(&t->buffer_bytes) || !r.I64(&device) ||
+      device < -1 || device > INT32_MAX || !r.U64(&n) || n > bytes.size())
     return Malformed("load targets");
-  targets->resize(n);
-  for (auto& t : *targets) {
-    if (!r.Str(&t.flat_key) || !r.Shape(&t.box.offset) ||
-        !r.Shape(&t.box.shape)) {
+  t->device = static_cast<int>(device);
+  t->targets.resize(n);
+  t->placements.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t dtype, on_device;
+    if (!r.Str(&t->targets[i].flat_key) ||
+        !r.Shape(&t->targets[i].box.offset) ||
+        !r.Shape(&t->targets[i].box.shape) || !r.U64(&dtype) ||
+        !IsValidDType(static_cast<uint8_t>(dtype)) || !r.U64(&on_device) ||
+        on_device > 1) {
       return Malformed("load targets");
     }
+    t->placements[i] = {static_cast<DType>(dtype), on_device == 1};
   }
   return r.done() ? ckptdb::Status::OK() : Malformed("load targets");
 }

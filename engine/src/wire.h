@@ -68,13 +68,29 @@ std::string EncodeSaveLayout(const Status& local,
 Status DecodeSaveLayout(std::string_view bytes, Status* local,
                         planner::RankSaveLayout* layout);
 
-// A rank's load targets and its load buffer size (Options::load_buffer_bytes).
-std::string EncodeTargets(const Status& local,
-                          const std::vector<planner::LoadTarget>& targets,
-                          uint64_t buffer_bytes);
-Status DecodeTargets(std::string_view bytes, Status* local,
-                     std::vector<planner::LoadTarget>* targets,
-                     uint64_t* buffer_bytes);
+// Where a load target lives, as every rank learns it: the reader of a slice
+// converts it to `dtype`, and sends it device to device when the target is in
+// memory of its rank's DeviceTransport device.
+struct TargetPlacement {
+  DType dtype = DType::kFloat32;
+  bool on_device = false;
+  friend bool operator==(const TargetPlacement&,
+                         const TargetPlacement&) = default;
+};
+
+// What a rank contributes to a load: its local status, load buffer size
+// (Options::load_buffer_bytes), the device its DeviceTransport would use (-1:
+// none), and its targets.
+struct RankTargets {
+  Status status;
+  uint64_t buffer_bytes = 0;
+  int device = -1;
+  std::vector<planner::LoadTarget> targets;
+  std::vector<TargetPlacement> placements;  // parallel to targets
+};
+
+std::string EncodeTargets(const RankTargets& targets);
+Status DecodeTargets(std::string_view bytes, RankTargets* targets);
 
 // A status followed by a checkpoint summary (the outcome of a commit).
 std::string EncodeInfo(const Status& status, const CheckpointInfo& info);

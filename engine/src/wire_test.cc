@@ -24,17 +24,24 @@ TEST(WireTest, SaveLayoutRoundTrip) {
 }
 
 TEST(WireTest, TruncatedInputIsAnError) {
-  std::string bytes = EncodeTargets(Status::OK(), {{"w", {{0}, {4}}}}, 77);
-  Status local;
-  std::vector<planner::LoadTarget> targets;
-  uint64_t buffer_bytes = 0;
-  for (size_t n = 0; n < bytes.size(); ++n) {
-    EXPECT_FALSE(
-        DecodeTargets(bytes.substr(0, n), &local, &targets, &buffer_bytes).ok())
-        << n;
-  }
-  EXPECT_TRUE(DecodeTargets(bytes, &local, &targets, &buffer_bytes).ok());
-  EXPECT_EQ(buffer_bytes, 77u);
+  RankTargets sent;
+  sent.status = Status::NotFound("gone");
+  sent.buffer_bytes = 77;
+  sent.device = 3;
+  sent.targets = {{"w", {{0}, {4}}}, {"b", {{2, 0}, {1, 5}}}};
+  sent.placements = {{DType::kBFloat16, true}, {DType::kInt32, false}};
+  const std::string bytes = EncodeTargets(sent);
+  RankTargets got;
+  for (size_t n = 0; n < bytes.size(); ++n)
+    EXPECT_FALSE(DecodeTargets(bytes.substr(0, n), &got).ok()) << n;
+  ASSERT_TRUE(DecodeTargets(bytes, &got).ok());
+  EXPECT_EQ(got.status.ToString(), sent.status.ToString());
+  EXPECT_EQ(got.buffer_bytes, 77u);
+  EXPECT_EQ(got.device, 3);
+  ASSERT_EQ(got.targets.size(), 2u);
+  EXPECT_EQ(got.targets[1].flat_key, "b");
+  EXPECT_EQ(got.targets[1].box, (planner::Box{{2, 0}, {1, 5}}));
+  EXPECT_EQ(got.placements, sent.placements);
 }
 
 TEST(WireTest, FirstErrorNamesRank) {

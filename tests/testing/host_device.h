@@ -1,13 +1,20 @@
 #pragma once
 
-// A stand-in for a GPU: "device" memory is host memory, and every copy goes
-// through the same 2-D copy decomposition the CUDA copier uses. Installed, it
-// lets the device branches of save and load run on machines without a GPU.
+// Stand-ins for a GPU and for NCCL: "device" memory is host memory, every
+// copy goes through the same 2-D copy decomposition the CUDA copier uses, and
+// device-to-device transfers go over the host Communicator. Installed, they
+// let the device branches of save and load run on machines without a GPU.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "engine/src/device.h"
+#include "engine/src/device_transport.h"
 
 namespace ckptdb::testing {
 
@@ -49,7 +56,96 @@ class HostAsDevice : public engine::DeviceCopier {
     return Status::OK();
   }
 
-  std::atomic<uint64_t> to_host_bytes{0}, to_device_bytes{0}, copies_2d{0};
+  Status DeviceBoxToDevice(const Device& device, const void* src,
+                           engine::MutableStridedBox dst, size_t elem_size,
+                           const Shape& lengths) override {
+    RETURN_IF_ERROR(BoxToDevice(device, src, dst, elem_size, lengths));
+    // Not a host-to-device copy: move the count over.
+    const uint64_t n = static_cast<uint64_t>(NumElements(lengths)) * elem_size;
+    to_device_bytes -= n;
+    within_device_bytes += n;
+    return Status::OK();
+  }
+
+  Result<void*> AllocDevice(const Device& device, size_t n) override {
+    if (device.type != DeviceType::kCUDA)
+      return Status::Internal("bad device allocation");
+    return std::malloc(n == 0 ? 1 : n);
+  }
+  void FreeDevice(const Device&, void* p) override { std::free(p); }
+
+  Status ToDevice(const Device& device, const void* src, void* dst,
+                  size_t n) override {
+    if (device.type != DeviceType::kCUDA)
+      return Status::Internal("bad device copy");
+    std::memcpy(dst, src, n);
+    to_device_bytes += n;
+    return Status::OK();
+  }
+
+  Result<Device> DefaultDevice() override {
+    return Device{DeviceType::kCUDA, 0};
+  }
+
+  std::atomic<uint64_t> to_host_bytes{0}, to_device_bytes{0}, copies_2d{0},
+      within_device_bytes{0};
+};
+
+// Installs a DeviceTransport over each rank's host Communicator, counting what
+// it moves. `fail_rank` >= 0 makes that rank's creation fail.
+class HostTransports {
+ public:
+  explicit HostTransports(int fail_rank = -1) {
+    engine::SetDeviceTransportFactoryForTesting(
+        [this, fail_rank](Communicator& comm, const Device& device)
+            -> Result<std::unique_ptr<engine::DeviceTransport>> {
+          if (comm.rank() == fail_rank)
+            return Status::FailedPrecondition("no transport on this rank");
+          ++created;
+          return std::unique_ptr<engine::DeviceTransport>(
+              new Transport(comm, device, this));
+        });
+  }
+  ~HostTransports() { engine::SetDeviceTransportFactoryForTesting(nullptr); }
+
+  std::atomic<uint64_t> created{0}, runs{0}, sends{0}, broadcasts{0},
+      bytes_sent{0};
+
+ private:
+  class Transport : public engine::DeviceTransport {
+   public:
+    Transport(Communicator& comm, Device device, HostTransports* counts)
+        : comm_(comm), device_(device), counts_(counts) {}
+    const Device& device() const override { return device_; }
+    Status Run(std::span<const SendBuffer> sends,
+               std::span<const RecvBuffer> recvs,
+               std::span<const engine::DeviceBroadcast> broadcasts) override {
+      ++counts_->runs;
+      for (const SendBuffer& s : sends) {
+        ++counts_->sends;
+        counts_->bytes_sent += s.nbytes;
+      }
+      RETURN_IF_ERROR(comm_.Exchange(sends, recvs));
+      for (const engine::DeviceBroadcast& b : broadcasts) {
+        std::string bytes;
+        if (comm_.rank() == b.root) {
+          ++counts_->broadcasts;
+          counts_->bytes_sent += b.nbytes;
+          bytes.assign(static_cast<const char*>(b.data), b.nbytes);
+        }
+        RETURN_IF_ERROR(comm_.Broadcast(&bytes, b.root));
+        if (bytes.size() != b.nbytes)
+          return Status::Internal("broadcast sizes differ between ranks");
+        if (comm_.rank() != b.root) std::memcpy(b.data, bytes.data(), b.nbytes);
+      }
+      return Status::OK();
+    }
+
+   private:
+    Communicator& comm_;
+    const Device device_;
+    HostTransports* counts_;
+  };
 };
 
 }  // namespace ckptdb::testing

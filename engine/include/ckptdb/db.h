@@ -26,9 +26,10 @@ const char* Version();
 
 // Byte counts of one Load on the calling rank.
 struct LoadStats {
-  uint64_t bytes_read = 0;    // chunk bytes this rank read from storage
-  uint64_t bytes_needed = 0;  // bytes this rank's targets received
-  uint64_t bytes_sent = 0;    // bytes this rank sent to other ranks
+  uint64_t bytes_read = 0;         // chunk bytes this rank read from storage
+  uint64_t bytes_needed = 0;       // bytes this rank's targets received
+  uint64_t bytes_sent = 0;         // bytes this rank sent to other ranks
+  uint64_t device_bytes_sent = 0;  // of those, sent device to device (NCCL)
   uint64_t chunks_read = 0;
 };
 
