@@ -34,7 +34,9 @@ void* BufferPool::Allocate(size_t size) {
     }
   }
   if (base == nullptr) {
-    base = std::aligned_alloc(kHeader, kHeader + capacity);
+    // aligned_alloc wants a multiple of the alignment.
+    base = std::aligned_alloc(
+        kHeader, (kHeader + capacity + kHeader - 1) / kHeader * kHeader);
     if (base == nullptr) throw std::bad_alloc();
     CapacityOf(base) = capacity;
   }

@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "ckptdb/db.h"
 #include "engine/src/device.h"
 #include "tests/testing/group.h"
@@ -118,6 +120,59 @@ TEST_F(GpuTest, StridedDeviceTargets) {
     auto result = (*db)->Load(target, CheckpointSelector::Latest(), {});
     ASSERT_TRUE(result.ok()) << result.status().ToString();
     EXPECT_EQ(part.ToHost(), cube.Slice({1, 2, 5}, {3, 7, 4}));
+  });
+}
+
+// Ranks on GPUs of their own move slices for each other's device targets
+// with NCCL: strided column targets (staged, placed by 2-D copies), a cast
+// target, and a replicated tensor every rank loads whole (broadcast from 3
+// ranks on). With one GPU, two ranks share it: NCCL refuses that, and every
+// rank falls back to host transfers, still bit-exact.
+TEST_F(GpuTest, SlicesForOtherRanksMoveByNcclOrFallBack) {
+  int gpus = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
+  const int ranks = std::max(2, std::min(gpus, 4));
+  SharedTempDir dir;
+  const GlobalTensor w(DType::kFloat32, {64, 96}, 4);
+  const GlobalTensor b(DType::kBFloat16, {96}, 5);
+  Options options;
+  options.max_chunk_bytes = 2048;
+  RunRanks(1, [&](int, std::shared_ptr<Communicator> comm) {
+    auto db = DB::Open(options, dir.path(), comm);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    std::vector<uint8_t> wh = w.bytes, bh = b.bytes;
+    StateDict sd;
+    sd.Set("w", TensorView::Whole(wh.data(), w.dtype, w.shape));
+    sd.Set("b", TensorView::Whole(bh.data(), b.dtype, b.shape));
+    ASSERT_TRUE((*db)->Save(sd, {}).ok());
+  });
+  RunRanks(ranks, [&](int rank, std::shared_ptr<Communicator> comm) {
+    const int gpu = rank % gpus;
+    ASSERT_EQ(cudaSetDevice(gpu), cudaSuccess);
+    auto db = DB::Open(options, dir.path(), comm);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    auto [c0, c1] = Part(96, rank, ranks);
+    DeviceBuffer wt(static_cast<size_t>(64 * (c1 - c0)) * 4);
+    DeviceBuffer bt(96 * 4);  // float32 from bfloat16
+    StateDict sd;
+    sd.Set("w", TensorView::Shard(wt.ptr, w.dtype, {64, c1 - c0}, w.shape,
+                                  {0, c0}, {DeviceType::kCUDA, gpu}));
+    sd.Set("b", TensorView::Shard(bt.ptr, DType::kFloat32, {96}, b.shape, {0},
+                                  {DeviceType::kCUDA, gpu}));
+    auto result = (*db)->Load(sd, CheckpointSelector::Latest(), {.cast = true});
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    EXPECT_EQ(wt.ToHost(), w.Slice({0, c0}, {64, c1 - c0}));
+    std::vector<uint8_t> b32(96 * 4);
+    engine::ConvertElements(b.bytes.data(), DType::kBFloat16, b32.data(),
+                            DType::kFloat32, 96);
+    EXPECT_EQ(bt.ToHost(), b32);
+    const uint64_t device_sent =
+        testing::SumOver(*comm, result->stats.device_bytes_sent);
+    if (gpus >= 2) {
+      EXPECT_GT(device_sent, 0u);
+    } else {
+      EXPECT_EQ(device_sent, 0u);
+    }
   });
 }
 

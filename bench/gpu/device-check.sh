@@ -31,7 +31,16 @@ if [[ "${1:-}" == prepare ]]; then
   exit 0
 fi
 
-export LD_LIBRARY_PATH="$root/.device-libs/usr/lib/x86_64-linux-gnu:$root/.device-libs/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# libnccl.so.2 (218 MB) is too large to carry: use the machine's own, from the
+# CUDA toolkit or from the nvidia-nccl / nvidia-cuda-runtime Python wheels.
+extra=/usr/local/cuda/lib64
+for mod in nvidia.nccl nvidia.cuda_runtime; do
+  dir=$(python3 -c "import os, $mod as m; print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null) || continue
+  extra="$extra:$dir"
+done
+export LD_LIBRARY_PATH="$root/.device-libs/usr/lib/x86_64-linux-gnu:$root/.device-libs/lib/x86_64-linux-gnu:$extra:${LD_LIBRARY_PATH:-}"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+ldd build-gpu/tests/gpu_test | grep -E "nccl|cudart|not found" || true
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 echo "== gpu tests"
