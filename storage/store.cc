@@ -10,7 +10,6 @@
 #include <rocksdb/table.h>
 #include <rocksdb/utilities/options_util.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <cerrno>
 #include <chrono>
@@ -22,6 +21,7 @@
 #include <thread>
 
 #include "storage/buffer_pool.h"
+#include "storage/checksum.h"
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
 
@@ -139,7 +139,7 @@ class StagedFileWriterImpl : public StagedFileWriter {
 
   Result<uint64_t> Add(std::string_view tensor_key, const Shape& global_offset,
                        std::string_view bytes) override {
-    const uint64_t checksum = XXH3_64bits(bytes.data(), bytes.size());
+    const uint64_t checksum = ChunkChecksum(bytes.data(), bytes.size());
     const std::string key =
         EncodeChunkKey(id_, rank_, tensor_key, global_offset);
     RETURN_IF_ERROR(FromRocks(
@@ -643,7 +643,7 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
                               " bytes, expected " +
                               std::to_string(chunk.nbytes));
   }
-  if (XXH3_64bits(slice.data(), slice.size()) != chunk.checksum) {
+  if (ChunkChecksum(slice.data(), slice.size()) != chunk.checksum) {
     return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
                               " is damaged: checksum mismatch");
   }
