@@ -5,9 +5,11 @@
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
+#include <rocksdb/flush_block_policy.h>
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/table.h>
+#include <rocksdb/table_properties.h>
 #include <rocksdb/utilities/options_util.h>
 #include <unistd.h>
 
@@ -15,10 +17,13 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
 #include <thread>
+#include <unordered_map>
+#include <utility>
 
 #include "storage/buffer_pool.h"
 #include "storage/checksum.h"
@@ -78,6 +83,128 @@ class NullLogger : public rocksdb::Logger {
   void Logv(const char*, va_list) override {}
 };
 
+// The user property of a chunk table file that says where chunk values start
+// (ValueOffsetCollector): per entry, a 4-byte little-endian key length, the
+// key, and the 8-byte little-endian file offset of its value.
+constexpr char kValueOffsetsProperty[] = "ckptdb.value-offsets";
+
+size_t VarintLength(uint64_t v) {
+  size_t n = 1;
+  while (v >= 128) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+template <typename T>
+void PutLittleEndian(std::string* out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i)
+    out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+template <typename T>
+T GetLittleEndian(const char* p) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i)
+    v |= static_cast<T>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+// Records, while a chunk file is written, where each chunk's value lands, so
+// that loads can read it straight into its target (StoreImpl::ReadDirect)
+// instead of through RocksDB's block buffer. RocksDB reports every key with
+// the file offset of the data block it joins. A key that starts a block (the
+// first one, or the offset moved since the previous key: the previous block
+// was written) has its value right after the entry header: the varints of the
+// shared key length (0), the internal key length and the value length, then
+// the internal key (user key + 8 bytes). Keys that share a block (small
+// chunks) get no entry. A wrong offset costs nothing but speed: every direct
+// read is checked against the chunk's checksum and falls back to Get.
+class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
+ public:
+  rocksdb::Status AddUserKey(const rocksdb::Slice& key,
+                             const rocksdb::Slice& value,
+                             rocksdb::EntryType type, rocksdb::SequenceNumber,
+                             uint64_t file_size) override {
+    if (type != rocksdb::kEntryPut) return rocksdb::Status::OK();
+    if (entries_ == 0 || file_size != last_block_) {
+      const uint64_t internal_key = key.size() + 8;
+      const uint64_t at = file_size + VarintLength(0) +
+                          VarintLength(internal_key) +
+                          VarintLength(value.size()) + internal_key;
+      PutLittleEndian<uint32_t>(&offsets_, static_cast<uint32_t>(key.size()));
+      offsets_.append(key.data(), key.size());
+      PutLittleEndian<uint64_t>(&offsets_, at);
+    }
+    last_block_ = file_size;
+    ++entries_;
+    return rocksdb::Status::OK();
+  }
+
+  rocksdb::Status Finish(rocksdb::UserCollectedProperties* props) override {
+    (*props)[kValueOffsetsProperty] = std::move(offsets_);
+    return rocksdb::Status::OK();
+  }
+
+  rocksdb::UserCollectedProperties GetReadableProperties() const override {
+    return {};
+  }
+  const char* Name() const override { return "ckptdb.ValueOffsetCollector"; }
+
+ private:
+  std::string offsets_;
+  uint64_t last_block_ = 0;
+  uint64_t entries_ = 0;
+};
+
+class ValueOffsetCollectorFactory
+    : public rocksdb::TablePropertiesCollectorFactory {
+ public:
+  rocksdb::TablePropertiesCollector* CreateTablePropertiesCollector(
+      rocksdb::TablePropertiesCollectorFactory::Context) override {
+    return new ValueOffsetCollector();
+  }
+  const char* Name() const override {
+    return "ckptdb.ValueOffsetCollectorFactory";
+  }
+};
+
+// Ends a data block at the block size, as RocksDB's default policy does, and
+// also before every chunk of at least kOwnBlock bytes: such a chunk starts a
+// block of its own, so its value's offset is known (ValueOffsetCollector) and
+// loads read it directly. (By default a large value joins a block holding
+// small ones whenever that block is under 90 % full.) Block sizes are tracked
+// from the entries, as the builder's own estimate is not public.
+class ChunkFlushBlockPolicy : public rocksdb::FlushBlockPolicy {
+ public:
+  static constexpr size_t kOwnBlock = BufferPool::kMinPooled;
+
+  explicit ChunkFlushBlockPolicy(size_t block_size) : block_size_(block_size) {}
+
+  bool Update(const rocksdb::Slice& key, const rocksdb::Slice& value) override {
+    const size_t entry = key.size() + value.size() + 24;  // + header, seqno
+    const bool flush =
+        bytes_ > 0 && (bytes_ >= block_size_ || value.size() >= kOwnBlock);
+    bytes_ = flush ? entry : bytes_ + entry;
+    return flush;
+  }
+
+ private:
+  const size_t block_size_;
+  size_t bytes_ = 0;
+};
+
+class ChunkFlushBlockPolicyFactory : public rocksdb::FlushBlockPolicyFactory {
+ public:
+  const char* Name() const override { return "ckptdb.ChunkFlushBlockPolicy"; }
+  rocksdb::FlushBlockPolicy* NewFlushBlockPolicy(
+      const rocksdb::BlockBasedTableOptions& options,
+      const rocksdb::BlockBuilder&) const override {
+    return new ChunkFlushBlockPolicy(options.block_size);
+  }
+};
+
 // `block_cache` holds the allocator chunk reads use; chunks themselves never
 // enter it (reads pass fill_cache = false).
 rocksdb::ColumnFamilyOptions ChunkCfOptions(
@@ -91,16 +218,21 @@ rocksdb::ColumnFamilyOptions ChunkCfOptions(
   rocksdb::BlockBasedTableOptions table;
   table.block_size = 256 << 10;
   table.checksum = rocksdb::kXXH3;
+  table.flush_block_policy_factory =
+      std::make_shared<ChunkFlushBlockPolicyFactory>();
   if (block_cache) table.block_cache = std::move(block_cache);
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  options.table_properties_collector_factories.push_back(
+      std::make_shared<ValueOffsetCollectorFactory>());
   return options;
 }
 
 // A small block cache whose allocator pools the buffers chunk reads land in.
-std::shared_ptr<rocksdb::Cache> ChunkReadCache() {
+std::shared_ptr<rocksdb::Cache> ChunkReadCache(
+    std::shared_ptr<BufferPool> pool) {
   rocksdb::LRUCacheOptions cache;
   cache.capacity = size_t{8} << 20;
-  cache.memory_allocator = std::make_shared<BufferPool>(size_t{256} << 20);
+  cache.memory_allocator = std::move(pool);
   return rocksdb::NewLRUCache(cache);
 }
 
@@ -184,7 +316,27 @@ class StagedFileWriterImpl : public StagedFileWriter {
 }  // namespace
 
 struct ChunkBuffer::Impl {
+  ~Impl() {
+    if (owned != nullptr) pool->Deallocate(owned);
+  }
   rocksdb::PinnableSlice slice;
+  // Read directly from the table file: a buffer of `pool`.
+  std::shared_ptr<BufferPool> pool;
+  char* owned = nullptr;
+  size_t owned_size = 0;
+};
+
+// Where each chunk value of one checkpoint sits in its table files
+// (ValueOffsetCollector), with the files open.
+struct DirectIndex {
+  DirectIndex() = default;
+  DirectIndex(const DirectIndex&) = delete;
+  DirectIndex& operator=(const DirectIndex&) = delete;
+  ~DirectIndex() {
+    for (int fd : fds) ::close(fd);
+  }
+  std::vector<int> fds;
+  std::unordered_map<std::string, std::pair<int, uint64_t>> where;  // fd, at
 };
 
 class StoreImpl : public Store {
@@ -215,6 +367,8 @@ class StoreImpl : public Store {
   Result<ChunkBuffer> ReadChunk(int64_t checkpoint_id,
                                 std::string_view tensor_key,
                                 const ChunkMetadata& chunk) override;
+  Status ReadChunkInto(int64_t checkpoint_id, std::string_view tensor_key,
+                       const ChunkMetadata& chunk, void* dst) override;
   Status Delete(int64_t checkpoint_id) override;
   Status Refresh() override;
 
@@ -235,6 +389,19 @@ class StoreImpl : public Store {
   std::string VersionStamp() const;
   Status RemoveLeftovers();
   Status DropChunks(int64_t checkpoint_id);
+  // The checkpoint's value offsets, read from its table files' properties on
+  // first use; nullptr when RocksDB cannot list them.
+  std::shared_ptr<const DirectIndex> IndexFor(int64_t checkpoint_id);
+  void ForgetIndex(int64_t checkpoint_id);
+  // Reads the chunk's value straight from its table file into `dst` and
+  // verifies it; false (nothing to report) when that is not possible, so that
+  // the caller reads it through RocksDB.
+  bool ReadDirect(int64_t checkpoint_id, const std::string& key,
+                  const ChunkMetadata& chunk, char* dst);
+  // Reads the chunk through RocksDB into `buffer` and verifies it.
+  Status ReadThroughRocks(int64_t checkpoint_id, std::string_view tensor_key,
+                          const ChunkMetadata& chunk, const std::string& key,
+                          ChunkBuffer* buffer);
   // Checkpoint ids that some live chunk file holds keys of.
   std::set<int64_t> LiveChunkIds();
   // Calls fn(id, record bytes) for every committed checkpoint in id order; fn
@@ -250,9 +417,18 @@ class StoreImpl : public Store {
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::string stamp_;  // VersionStamp() when a read-only handle was opened
+  // Buffers of chunk reads, RocksDB's and direct ones.
+  const std::shared_ptr<BufferPool> pool_ =
+      std::make_shared<BufferPool>(size_t{256} << 20);
+  std::mutex direct_mu_;
+  std::map<int64_t, std::shared_ptr<const DirectIndex>> direct_;
 };
 
 void StoreImpl::CloseDb() {
+  {
+    std::lock_guard lock(direct_mu_);
+    direct_.clear();
+  }
   if (!db_) return;
   for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
   handles_.clear();
@@ -356,7 +532,7 @@ Status StoreImpl::OpenDb() {
   }
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
       {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
-      {kChunksCf, ChunkCfOptions(ChunkReadCache())},
+      {kChunksCf, ChunkCfOptions(ChunkReadCache(pool_))},
       {kMetaCf, MetaCfOptions()},
   };
   rocksdb::DB* raw = nullptr;
@@ -431,6 +607,7 @@ Status StoreImpl::ForEachRecord(Fn&& fn) {
 }
 
 Status StoreImpl::DropChunks(int64_t checkpoint_id) {
+  ForgetIndex(checkpoint_id);
   const std::string begin = CheckpointKeyPrefix(checkpoint_id);
   const std::string end = CheckpointKeyEnd(checkpoint_id);
   rocksdb::WriteOptions wo;
@@ -588,6 +765,7 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   RETURN_IF_ERROR(RequireWritable("saving"));
   std::shared_lock lock(mu_);
   const int64_t id = meta.info.id;
+  ForgetIndex(id);  // an id whose earlier commit failed is used again
   if (!staged.empty()) {
     rocksdb::IngestExternalFileOptions ingest;
     ingest.move_files = true;
@@ -613,19 +791,70 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   return s;
 }
 
-Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
-                                         std::string_view tensor_key,
-                                         const ChunkMetadata& chunk) {
-  std::shared_lock lock(mu_);
-  ChunkBuffer buffer;
+std::shared_ptr<const DirectIndex> StoreImpl::IndexFor(int64_t id) {
+  std::lock_guard lock(direct_mu_);
+  if (auto it = direct_.find(id); it != direct_.end()) return it->second;
+  const std::string begin = CheckpointKeyPrefix(id);
+  const std::string end = CheckpointKeyEnd(id);
+  const rocksdb::Range range(begin, end);
+  rocksdb::TablePropertiesCollection tables;
+  if (!db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables).ok())
+    return nullptr;
+  auto index = std::make_shared<DirectIndex>();
+  for (const auto& [file, props] : tables) {
+    auto found = props->user_collected_properties.find(kValueOffsetsProperty);
+    if (found == props->user_collected_properties.end()) continue;
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    index->fds.push_back(fd);
+    const std::string& bytes = found->second;
+    for (size_t at = 0; at + 4 <= bytes.size();) {
+      const uint32_t n = GetLittleEndian<uint32_t>(bytes.data() + at);
+      if (at + 4 + n + 8 > bytes.size()) break;  // malformed: ignore the rest
+      index->where.emplace(
+          bytes.substr(at + 4, n),
+          std::pair(fd, GetLittleEndian<uint64_t>(bytes.data() + at + 4 + n)));
+      at += 4 + n + 8;
+    }
+  }
+  // A few checkpoints' indexes are kept (each holds its files open).
+  if (direct_.size() >= 4) direct_.erase(direct_.begin());
+  direct_.emplace(id, index);
+  return index;
+}
+
+void StoreImpl::ForgetIndex(int64_t id) {
+  std::lock_guard lock(direct_mu_);
+  direct_.erase(id);
+}
+
+bool StoreImpl::ReadDirect(int64_t id, const std::string& key,
+                           const ChunkMetadata& chunk, char* dst) {
+  std::shared_ptr<const DirectIndex> index = IndexFor(id);
+  if (index == nullptr) return false;
+  auto found = index->where.find(key);
+  if (found == index->where.end()) return false;
+  const auto [fd, at] = found->second;
+  for (uint64_t done = 0; done < chunk.nbytes;) {
+    const ssize_t r = ::pread(fd, dst + done, chunk.nbytes - done,
+                              static_cast<off_t>(at + done));
+    if (r <= 0) return false;
+    done += static_cast<uint64_t>(r);
+  }
+  return ChunkChecksum(dst, chunk.nbytes) == chunk.checksum;
+}
+
+Status StoreImpl::ReadThroughRocks(int64_t checkpoint_id,
+                                   std::string_view tensor_key,
+                                   const ChunkMetadata& chunk,
+                                   const std::string& key,
+                                   ChunkBuffer* buffer) {
   rocksdb::ReadOptions ro;
   ro.fill_cache = false;
   // The chunk's own checksum, over the whole value, is verified below: a
   // second pass over the block for RocksDB's would only cost time.
   ro.verify_checksums = false;
-  const std::string key = EncodeChunkKey(checkpoint_id, chunk.writer_rank,
-                                         tensor_key, chunk.global_offset);
-  rocksdb::Status s = db_->Get(ro, chunks_, key, &buffer.impl_->slice);
+  rocksdb::Status s = db_->Get(ro, chunks_, key, &buffer->impl_->slice);
   if (s.IsNotFound()) {
     return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
                               " is missing");
@@ -636,7 +865,7 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
   }
   RETURN_IF_ERROR(
       FromRocks(s, "reading " + ChunkName(checkpoint_id, tensor_key, chunk)));
-  const auto& slice = buffer.impl_->slice;
+  const auto& slice = buffer->impl_->slice;
   if (slice.size() != chunk.nbytes) {
     return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
                               " holds " + std::to_string(slice.size()) +
@@ -647,7 +876,44 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
     return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
                               " is damaged: checksum mismatch");
   }
+  return Status::OK();
+}
+
+Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
+                                         std::string_view tensor_key,
+                                         const ChunkMetadata& chunk) {
+  std::shared_lock lock(mu_);
+  const std::string key = EncodeChunkKey(checkpoint_id, chunk.writer_rank,
+                                         tensor_key, chunk.global_offset);
+  ChunkBuffer buffer;
+  if (chunk.nbytes >= BufferPool::kMinPooled) {
+    ChunkBuffer::Impl& impl = *buffer.impl_;
+    impl.pool = pool_;
+    impl.owned = static_cast<char*>(pool_->Allocate(chunk.nbytes));
+    if (ReadDirect(checkpoint_id, key, chunk, impl.owned)) {
+      impl.owned_size = chunk.nbytes;
+      return buffer;
+    }
+    pool_->Deallocate(std::exchange(impl.owned, nullptr));
+  }
+  RETURN_IF_ERROR(
+      ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));
   return buffer;
+}
+
+Status StoreImpl::ReadChunkInto(int64_t checkpoint_id,
+                                std::string_view tensor_key,
+                                const ChunkMetadata& chunk, void* dst) {
+  std::shared_lock lock(mu_);
+  const std::string key = EncodeChunkKey(checkpoint_id, chunk.writer_rank,
+                                         tensor_key, chunk.global_offset);
+  if (ReadDirect(checkpoint_id, key, chunk, static_cast<char*>(dst)))
+    return Status::OK();
+  ChunkBuffer buffer;
+  RETURN_IF_ERROR(
+      ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));
+  std::memcpy(dst, buffer.impl_->slice.data(), chunk.nbytes);
+  return Status::OK();
 }
 
 Status StoreImpl::Delete(int64_t checkpoint_id) {
@@ -697,8 +963,11 @@ ChunkBuffer::ChunkBuffer(ChunkBuffer&&) noexcept = default;
 ChunkBuffer& ChunkBuffer::operator=(ChunkBuffer&&) noexcept = default;
 ChunkBuffer::~ChunkBuffer() = default;
 std::string_view ChunkBuffer::bytes() const {
+  if (impl_->owned != nullptr)
+    return std::string_view(impl_->owned, impl_->owned_size);
   return std::string_view(impl_->slice.data(), impl_->slice.size());
 }
+bool ChunkBuffer::read_directly() const { return impl_->owned != nullptr; }
 
 std::string StagingDir(const std::string& store_path) {
   return (fs::path(store_path) / "staging").string();

@@ -28,6 +28,8 @@ class ChunkBuffer {
   ChunkBuffer& operator=(ChunkBuffer&&) noexcept;
   ~ChunkBuffer();
   std::string_view bytes() const;
+  // Read straight from its table file rather than through RocksDB.
+  bool read_directly() const;
 
  private:
   friend class StoreImpl;
@@ -99,6 +101,12 @@ class Store {
   virtual Result<ChunkBuffer> ReadChunk(int64_t checkpoint_id,
                                         std::string_view tensor_key,
                                         const ChunkMetadata& chunk) = 0;
+  // Like ReadChunk, into `dst` (chunk.nbytes bytes): a chunk that starts a
+  // data block of its table file is read straight from the file, with no
+  // intermediate buffer. `dst` may be partly written on error.
+  virtual Status ReadChunkInto(int64_t checkpoint_id,
+                               std::string_view tensor_key,
+                               const ChunkMetadata& chunk, void* dst) = 0;
 
   // Removes a checkpoint's record (atomically) then its chunks, reclaiming
   // their files.

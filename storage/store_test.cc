@@ -231,6 +231,144 @@ TEST(StoreTest, DamagedChunkIsCorruptionNamingKeyAndOffset) {
   EXPECT_EQ(bad, 1);
 }
 
+// Chunks that start a data block of their file are read straight from it,
+// into a pooled buffer or a caller's memory, bit-exact; chunks that share a
+// block (small ones) and everything after a failed direct read go through
+// RocksDB. Direct reads work on read-only handles and after reopening.
+TEST(StoreTest, LargeChunksAreReadStraightFromTheirFiles) {
+  TempDir dir;
+  std::string payload(3 << 20, '\0');
+  for (size_t i = 0; i < payload.size(); ++i)
+    payload[i] = static_cast<char>((i * 2654435761u) >> 13);
+  CheckpointMetadata meta;
+  {
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok());
+    auto saved = SaveBytes(**store, payload, 3);
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    meta = *saved;
+    auto small = SaveBytes(**store, "tiny bytes", 2);
+    ASSERT_TRUE(small.ok());
+    for (const auto& chunk : small->tensors.at("w").chunks) {
+      auto buffer = (*store)->ReadChunk(small->info.id, "w", chunk);
+      ASSERT_TRUE(buffer.ok());
+      EXPECT_FALSE(buffer->read_directly());
+    }
+    EXPECT_EQ(ReadAll(**store, *small), "tiny bytes");
+  }
+  for (bool read_only : {false, true}) {
+    auto store = Store::Open(dir.path(), {.read_only = read_only});
+    ASSERT_TRUE(store.ok());
+    std::string whole, into(payload.size(), '\0');
+    for (const auto& chunk : meta.tensors.at("w").chunks) {
+      auto buffer = (*store)->ReadChunk(meta.info.id, "w", chunk);
+      ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
+      EXPECT_TRUE(buffer->read_directly());
+      whole += buffer->bytes();
+      ASSERT_TRUE((*store)
+                      ->ReadChunkInto(meta.info.id, "w", chunk,
+                                      into.data() + chunk.global_offset[0])
+                      .ok());
+    }
+    EXPECT_TRUE(whole == payload) << read_only;
+    EXPECT_TRUE(into == payload) << read_only;
+  }
+}
+
+// One file with small chunks sharing blocks and large chunks between them:
+// every chunk reads back exactly, by whichever path, and the large ones that
+// start a block are read directly.
+TEST(StoreTest, SmallAndLargeChunksOfOneFileReadBackExactly) {
+  TempDir dir;
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  const std::vector<int64_t> sizes = {1000, 1000,      1000, 300 << 10, 1000,
+                                      1000, 200 << 10, 1000, 700 << 10, 5};
+  CheckpointMetadata meta;
+  meta.info.id = 1;
+  meta.info.world_size = 1;
+  TensorMetadata& t = meta.tensors["w"];
+  t.dtype = DType::kUInt8;
+  meta.flat_mapping["w"] = {"w"};
+  std::string all;
+  auto writer = StagedFileWriter::Create((*store)->path(), 1, 0, 0);
+  ASSERT_TRUE(writer.ok());
+  for (int64_t n : sizes) {
+    std::string bytes(static_cast<size_t>(n), '\0');
+    for (auto& c : bytes)
+      c = static_cast<char>(all.size() * 7 + (&c - bytes.data()));
+    const int64_t at = static_cast<int64_t>(all.size());
+    auto sum = (*writer)->Add("w", {at}, bytes);
+    ASSERT_TRUE(sum.ok());
+    t.chunks.push_back({{at}, {n}, 0, static_cast<uint64_t>(n), *sum});
+    all += bytes;
+  }
+  t.global_shape = {static_cast<int64_t>(all.size())};
+  auto file = (*writer)->Finish();
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE((*store)->Commit(meta, {*file}).ok());
+  std::string into(all.size(), '\0');
+  for (const auto& chunk : t.chunks) {
+    auto buffer = (*store)->ReadChunk(1, "w", chunk);
+    ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
+    EXPECT_TRUE(buffer->bytes() == std::string_view(all).substr(
+                                       chunk.global_offset[0], chunk.nbytes));
+    if (chunk.nbytes == (300 << 10) || chunk.nbytes == (700 << 10)) {
+      EXPECT_TRUE(buffer->read_directly()) << chunk.nbytes;
+    }
+    ASSERT_TRUE(
+        (*store)
+            ->ReadChunkInto(1, "w", chunk, into.data() + chunk.global_offset[0])
+            .ok());
+  }
+  EXPECT_TRUE(into == all);
+}
+
+// A damaged value fails the direct read's checksum, then RocksDB's read:
+// Corruption either way, and other chunks still read directly.
+TEST(StoreTest, DamagedChunkIsCorruptionThroughEveryReadPath) {
+  TempDir dir;
+  const std::string payload(1 << 20, 'q');
+  CheckpointMetadata meta;
+  {
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok());
+    auto saved = SaveBytes(**store, payload, 2);
+    ASSERT_TRUE(saved.ok());
+    meta = *saved;
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().extension() != ".sst") continue;
+    std::fstream f(entry.path(),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    std::string content((std::istreambuf_iterator<char>(f)), {});
+    auto pos = content.find(std::string(4096, 'q'));
+    if (pos == std::string::npos) continue;
+    f.seekp(static_cast<std::streamoff>(pos + 100));
+    f.put('Z');
+    break;
+  }
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  int bad = 0;
+  std::string into(payload.size() / 2, '\0');
+  for (const auto& chunk : meta.tensors.at("w").chunks) {
+    auto buffer = (*store)->ReadChunk(meta.info.id, "w", chunk);
+    Status direct =
+        (*store)->ReadChunkInto(meta.info.id, "w", chunk, into.data());
+    EXPECT_EQ(buffer.ok(), direct.ok());
+    if (buffer.ok()) {
+      EXPECT_TRUE(buffer->read_directly());
+      continue;
+    }
+    ++bad;
+    EXPECT_TRUE(buffer.status().IsCorruption());
+    EXPECT_TRUE(direct.IsCorruption()) << direct.ToString();
+    EXPECT_NE(direct.message().find("checksum mismatch"), std::string::npos);
+  }
+  EXPECT_EQ(bad, 1);
+}
+
 TEST(StoreTest, ChecksumMismatchDetected) {
   TempDir dir;
   auto store = Store::Open(dir.path(), {});

@@ -379,6 +379,22 @@ class Round {
     return Status::OK();
   }
 
+  // Where the whole chunk of read `r` lands as it is stored: the read's only
+  // slice is the whole chunk, for a host target of this rank of the stored
+  // dtype that holds it as one run. nullptr otherwise.
+  char* WholeChunkTarget(size_t r, const ChunkMetadata& chunk, DType dtype) {
+    if (ranges_.end(r) - ranges_.begin(r) != 1) return nullptr;
+    const planner::ReadItem& item = x_.plan.items[ranges_.begin(r)];
+    if (item.dest_rank != rank_ || item.lengths != chunk.local_shape)
+      return nullptr;
+    TensorView& view = *x_.targets[item.target];
+    if (view.device.type != DeviceType::kCPU || view.dtype != dtype)
+      return nullptr;
+    std::optional<size_t> run = ContiguousRun(
+        view.local_shape, item.dest_offset, item.lengths, DTypeSize(dtype));
+    return run ? static_cast<char*>(view.data) + *run : nullptr;
+  }
+
   // Reads the k-th chunk this rank reads in this round and places its slices.
   Status ReadOne(size_t k) {
     const planner::LoadPlan& plan = x_.plan;
@@ -386,6 +402,11 @@ class Round {
     const planner::ChunkRead& read = plan.reads[read_index];
     const TensorMetadata& tensor = x_.meta.tensors.at(read.flat_key);
     const ChunkMetadata& chunk = tensor.chunks[read.chunk];
+    if (char* whole = WholeChunkTarget(read_index, chunk, tensor.dtype)) {
+      // The chunk is one run of a host target of this rank: no buffer.
+      return x_.store.ReadChunkInto(x_.meta.info.id, read.flat_key, chunk,
+                                    whole);
+    }
     ASSIGN_OR_RETURN(storage::ChunkBuffer buffer,
                      x_.store.ReadChunk(x_.meta.info.id, read.flat_key, chunk));
     const char* bytes = buffer.bytes().data();
