@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <thread>
@@ -326,17 +327,27 @@ struct ChunkBuffer::Impl {
   size_t owned_size = 0;
 };
 
-// Where each chunk value of one checkpoint sits in its table files
-// (ValueOffsetCollector), with the files open.
-struct DirectIndex {
-  DirectIndex() = default;
-  DirectIndex(const DirectIndex&) = delete;
-  DirectIndex& operator=(const DirectIndex&) = delete;
-  ~DirectIndex() {
-    for (int fd : fds) ::close(fd);
+// Where the chunk values of one table file start (ValueOffsetCollector), with
+// the file open. Keys without an entry share a block with others.
+struct FileOffsets {
+  FileOffsets() = default;
+  FileOffsets(const FileOffsets&) = delete;
+  FileOffsets& operator=(const FileOffsets&) = delete;
+  ~FileOffsets() {
+    if (fd >= 0) ::close(fd);
   }
-  std::vector<int> fds;
-  std::unordered_map<std::string, std::pair<int, uint64_t>> where;  // fd, at
+  std::string path;
+  int fd = -1;
+  std::string first, last;  // the keys with entries span [first, last]
+  std::unordered_map<std::string, uint64_t> at;
+};
+
+// The table files of one checkpoint that this handle has read chunks from.
+// Files are looked up and parsed as reads reach them, so that a rank holds
+// only the offsets (and open files) of the chunks it reads, not of the whole
+// checkpoint.
+struct DirectIndex {
+  std::vector<std::shared_ptr<const FileOffsets>> files;
 };
 
 class StoreImpl : public Store {
@@ -389,9 +400,11 @@ class StoreImpl : public Store {
   std::string VersionStamp() const;
   Status RemoveLeftovers();
   Status DropChunks(int64_t checkpoint_id);
-  // The checkpoint's value offsets, read from its table files' properties on
-  // first use; nullptr when RocksDB cannot list them.
-  std::shared_ptr<const DirectIndex> IndexFor(int64_t checkpoint_id);
+  // The open table file holding the chunk value under `key` and the value's
+  // offset in it, when the chunk starts a data block; files are parsed on the
+  // first read that reaches them.
+  std::optional<std::pair<std::shared_ptr<const FileOffsets>, uint64_t>>
+  LocateValue(int64_t checkpoint_id, const std::string& key);
   void ForgetIndex(int64_t checkpoint_id);
   // Reads the chunk's value straight from its table file into `dst` and
   // verifies it; false (nothing to report) when that is not possible, so that
@@ -421,7 +434,7 @@ class StoreImpl : public Store {
   const std::shared_ptr<BufferPool> pool_ =
       std::make_shared<BufferPool>(size_t{256} << 20);
   std::mutex direct_mu_;
-  std::map<int64_t, std::shared_ptr<const DirectIndex>> direct_;
+  std::map<int64_t, DirectIndex> direct_;
 };
 
 void StoreImpl::CloseDb() {
@@ -791,36 +804,74 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   return s;
 }
 
-std::shared_ptr<const DirectIndex> StoreImpl::IndexFor(int64_t id) {
-  std::lock_guard lock(direct_mu_);
-  if (auto it = direct_.find(id); it != direct_.end()) return it->second;
-  const std::string begin = CheckpointKeyPrefix(id);
-  const std::string end = CheckpointKeyEnd(id);
-  const rocksdb::Range range(begin, end);
-  rocksdb::TablePropertiesCollection tables;
-  if (!db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables).ok())
-    return nullptr;
-  auto index = std::make_shared<DirectIndex>();
-  for (const auto& [file, props] : tables) {
-    auto found = props->user_collected_properties.find(kValueOffsetsProperty);
-    if (found == props->user_collected_properties.end()) continue;
-    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    index->fds.push_back(fd);
-    const std::string& bytes = found->second;
-    for (size_t at = 0; at + 4 <= bytes.size();) {
-      const uint32_t n = GetLittleEndian<uint32_t>(bytes.data() + at);
-      if (at + 4 + n + 8 > bytes.size()) break;  // malformed: ignore the rest
-      index->where.emplace(
-          bytes.substr(at + 4, n),
-          std::pair(fd, GetLittleEndian<uint64_t>(bytes.data() + at + 4 + n)));
-      at += 4 + n + 8;
-    }
+namespace {
+
+// Parses one file's value offsets and opens it; nullptr when it has none or
+// cannot be opened (its chunks are then read through RocksDB).
+std::shared_ptr<const FileOffsets> ParseFileOffsets(
+    const std::string& path, const rocksdb::TableProperties& props) {
+  auto found = props.user_collected_properties.find(kValueOffsetsProperty);
+  if (found == props.user_collected_properties.end()) return nullptr;
+  auto file = std::make_shared<FileOffsets>();
+  file->path = path;
+  const std::string& bytes = found->second;
+  for (size_t at = 0; at + 4 <= bytes.size();) {
+    const uint32_t n = GetLittleEndian<uint32_t>(bytes.data() + at);
+    if (at + 4 + n + 8 > bytes.size()) break;  // malformed: ignore the rest
+    std::string key = bytes.substr(at + 4, n);
+    if (file->at.empty()) file->first = key;
+    file->last = key;
+    file->at.emplace(std::move(key),
+                     GetLittleEndian<uint64_t>(bytes.data() + at + 4 + n));
+    at += 4 + n + 8;
   }
-  // A few checkpoints' indexes are kept (each holds its files open).
-  if (direct_.size() >= 4) direct_.erase(direct_.begin());
-  direct_.emplace(id, index);
-  return index;
+  if (file->at.empty()) return nullptr;
+  file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (file->fd < 0) return nullptr;
+  return file;
+}
+
+}  // namespace
+
+std::optional<std::pair<std::shared_ptr<const FileOffsets>, uint64_t>>
+StoreImpl::LocateValue(int64_t id, const std::string& key) {
+  std::lock_guard lock(direct_mu_);
+  auto [it, fresh] = direct_.try_emplace(id);
+  if (fresh && direct_.size() > 4) {
+    // A few checkpoints' indexes are kept (each holds its files open).
+    direct_.erase(direct_.begin() == it ? std::next(it) : direct_.begin());
+  }
+  DirectIndex& index = it->second;
+  auto in = [&](const FileOffsets& f) {
+    return f.first <= key && key <= f.last;
+  };
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (const auto& file : index.files) {
+      if (!in(*file)) continue;
+      auto found = file->at.find(key);
+      if (found == file->at.end()) return std::nullopt;  // shares a block
+      return std::pair(file, found->second);
+    }
+    if (attempt == 1) break;
+    // Not in a file seen so far: ask RocksDB which file holds the key.
+    const std::string end = key + '\0';
+    const rocksdb::Range range(key, end);
+    rocksdb::TablePropertiesCollection tables;
+    if (!db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables).ok())
+      return std::nullopt;
+    bool added = false;
+    for (const auto& [path, props] : tables) {
+      bool known = false;
+      for (const auto& file : index.files) known |= file->path == path;
+      if (known) continue;
+      if (auto file = ParseFileOffsets(path, *props)) {
+        index.files.push_back(std::move(file));
+        added = true;
+      }
+    }
+    if (!added) return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 void StoreImpl::ForgetIndex(int64_t id) {
@@ -830,13 +881,11 @@ void StoreImpl::ForgetIndex(int64_t id) {
 
 bool StoreImpl::ReadDirect(int64_t id, const std::string& key,
                            const ChunkMetadata& chunk, char* dst) {
-  std::shared_ptr<const DirectIndex> index = IndexFor(id);
-  if (index == nullptr) return false;
-  auto found = index->where.find(key);
-  if (found == index->where.end()) return false;
-  const auto [fd, at] = found->second;
+  const auto located = LocateValue(id, key);
+  if (!located) return false;
+  const auto& [file, at] = *located;
   for (uint64_t done = 0; done < chunk.nbytes;) {
-    const ssize_t r = ::pread(fd, dst + done, chunk.nbytes - done,
+    const ssize_t r = ::pread(file->fd, dst + done, chunk.nbytes - done,
                               static_cast<off_t>(at + done));
     if (r <= 0) return false;
     done += static_cast<uint64_t>(r);
