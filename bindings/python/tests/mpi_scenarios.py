@@ -142,6 +142,8 @@ def master_load(path):
     assert comm.allreduce(result.stats.bytes_read) == total
     if size > 1:
         assert comm.allreduce(result.stats.bytes_sent) > 0
+    # Host arrays: nothing travels device to device.
+    assert result.stats.device_bytes_sent == 0
 
 
 def collective_errors(path):
