@@ -28,6 +28,7 @@
 
 #include "storage/buffer_pool.h"
 #include "storage/checksum.h"
+#include "storage/chunk_files.h"
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
 
@@ -84,128 +85,6 @@ class NullLogger : public rocksdb::Logger {
   void Logv(const char*, va_list) override {}
 };
 
-// The user property of a chunk table file that says where chunk values start
-// (ValueOffsetCollector): per entry, a 4-byte little-endian key length, the
-// key, and the 8-byte little-endian file offset of its value.
-constexpr char kValueOffsetsProperty[] = "ckptdb.value-offsets";
-
-size_t VarintLength(uint64_t v) {
-  size_t n = 1;
-  while (v >= 128) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
-template <typename T>
-void PutLittleEndian(std::string* out, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i)
-    out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-template <typename T>
-T GetLittleEndian(const char* p) {
-  T v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i)
-    v |= static_cast<T>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
-}
-
-// Records, while a chunk file is written, where each chunk's value lands, so
-// that loads can read it straight into its target (StoreImpl::ReadDirect)
-// instead of through RocksDB's block buffer. RocksDB reports every key with
-// the file offset of the data block it joins. A key that starts a block (the
-// first one, or the offset moved since the previous key: the previous block
-// was written) has its value right after the entry header: the varints of the
-// shared key length (0), the internal key length and the value length, then
-// the internal key (user key + 8 bytes). Keys that share a block (small
-// chunks) get no entry. A wrong offset costs nothing but speed: every direct
-// read is checked against the chunk's checksum and falls back to Get.
-class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
- public:
-  rocksdb::Status AddUserKey(const rocksdb::Slice& key,
-                             const rocksdb::Slice& value,
-                             rocksdb::EntryType type, rocksdb::SequenceNumber,
-                             uint64_t file_size) override {
-    if (type != rocksdb::kEntryPut) return rocksdb::Status::OK();
-    if (entries_ == 0 || file_size != last_block_) {
-      const uint64_t internal_key = key.size() + 8;
-      const uint64_t at = file_size + VarintLength(0) +
-                          VarintLength(internal_key) +
-                          VarintLength(value.size()) + internal_key;
-      PutLittleEndian<uint32_t>(&offsets_, static_cast<uint32_t>(key.size()));
-      offsets_.append(key.data(), key.size());
-      PutLittleEndian<uint64_t>(&offsets_, at);
-    }
-    last_block_ = file_size;
-    ++entries_;
-    return rocksdb::Status::OK();
-  }
-
-  rocksdb::Status Finish(rocksdb::UserCollectedProperties* props) override {
-    (*props)[kValueOffsetsProperty] = std::move(offsets_);
-    return rocksdb::Status::OK();
-  }
-
-  rocksdb::UserCollectedProperties GetReadableProperties() const override {
-    return {};
-  }
-  const char* Name() const override { return "ckptdb.ValueOffsetCollector"; }
-
- private:
-  std::string offsets_;
-  uint64_t last_block_ = 0;
-  uint64_t entries_ = 0;
-};
-
-class ValueOffsetCollectorFactory
-    : public rocksdb::TablePropertiesCollectorFactory {
- public:
-  rocksdb::TablePropertiesCollector* CreateTablePropertiesCollector(
-      rocksdb::TablePropertiesCollectorFactory::Context) override {
-    return new ValueOffsetCollector();
-  }
-  const char* Name() const override {
-    return "ckptdb.ValueOffsetCollectorFactory";
-  }
-};
-
-// Ends a data block at the block size, as RocksDB's default policy does, and
-// also before every chunk of at least kOwnBlock bytes: such a chunk starts a
-// block of its own, so its value's offset is known (ValueOffsetCollector) and
-// loads read it directly. (By default a large value joins a block holding
-// small ones whenever that block is under 90 % full.) Block sizes are tracked
-// from the entries, as the builder's own estimate is not public.
-class ChunkFlushBlockPolicy : public rocksdb::FlushBlockPolicy {
- public:
-  static constexpr size_t kOwnBlock = BufferPool::kMinPooled;
-
-  explicit ChunkFlushBlockPolicy(size_t block_size) : block_size_(block_size) {}
-
-  bool Update(const rocksdb::Slice& key, const rocksdb::Slice& value) override {
-    const size_t entry = key.size() + value.size() + 24;  // + header, seqno
-    const bool flush =
-        bytes_ > 0 && (bytes_ >= block_size_ || value.size() >= kOwnBlock);
-    bytes_ = flush ? entry : bytes_ + entry;
-    return flush;
-  }
-
- private:
-  const size_t block_size_;
-  size_t bytes_ = 0;
-};
-
-class ChunkFlushBlockPolicyFactory : public rocksdb::FlushBlockPolicyFactory {
- public:
-  const char* Name() const override { return "ckptdb.ChunkFlushBlockPolicy"; }
-  rocksdb::FlushBlockPolicy* NewFlushBlockPolicy(
-      const rocksdb::BlockBasedTableOptions& options,
-      const rocksdb::BlockBuilder&) const override {
-    return new ChunkFlushBlockPolicy(options.block_size);
-  }
-};
-
 // `block_cache` holds the allocator chunk reads use; chunks themselves never
 // enter it (reads pass fill_cache = false).
 rocksdb::ColumnFamilyOptions ChunkCfOptions(
@@ -219,12 +98,11 @@ rocksdb::ColumnFamilyOptions ChunkCfOptions(
   rocksdb::BlockBasedTableOptions table;
   table.block_size = 256 << 10;
   table.checksum = rocksdb::kXXH3;
-  table.flush_block_policy_factory =
-      std::make_shared<ChunkFlushBlockPolicyFactory>();
+  table.flush_block_policy_factory = NewChunkFlushBlockPolicyFactory();
   if (block_cache) table.block_cache = std::move(block_cache);
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   options.table_properties_collector_factories.push_back(
-      std::make_shared<ValueOffsetCollectorFactory>());
+      NewValueOffsetCollectorFactory());
   return options;
 }
 
@@ -325,21 +203,6 @@ struct ChunkBuffer::Impl {
   std::shared_ptr<BufferPool> pool;
   char* owned = nullptr;
   size_t owned_size = 0;
-};
-
-// Where the chunk values of one table file start (ValueOffsetCollector), with
-// the file open. Keys without an entry share a block with others.
-struct FileOffsets {
-  FileOffsets() = default;
-  FileOffsets(const FileOffsets&) = delete;
-  FileOffsets& operator=(const FileOffsets&) = delete;
-  ~FileOffsets() {
-    if (fd >= 0) ::close(fd);
-  }
-  std::string path;
-  int fd = -1;
-  std::string first, last;  // the keys with entries span [first, last]
-  std::unordered_map<std::string, uint64_t> at;
 };
 
 // The table files of one checkpoint that this handle has read chunks from.
@@ -803,35 +666,6 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   if (!s.ok()) (void)DropChunks(id);
   return s;
 }
-
-namespace {
-
-// Parses one file's value offsets and opens it; nullptr when it has none or
-// cannot be opened (its chunks are then read through RocksDB).
-std::shared_ptr<const FileOffsets> ParseFileOffsets(
-    const std::string& path, const rocksdb::TableProperties& props) {
-  auto found = props.user_collected_properties.find(kValueOffsetsProperty);
-  if (found == props.user_collected_properties.end()) return nullptr;
-  auto file = std::make_shared<FileOffsets>();
-  file->path = path;
-  const std::string& bytes = found->second;
-  for (size_t at = 0; at + 4 <= bytes.size();) {
-    const uint32_t n = GetLittleEndian<uint32_t>(bytes.data() + at);
-    if (at + 4 + n + 8 > bytes.size()) break;  // malformed: ignore the rest
-    std::string key = bytes.substr(at + 4, n);
-    if (file->at.empty()) file->first = key;
-    file->last = key;
-    file->at.emplace(std::move(key),
-                     GetLittleEndian<uint64_t>(bytes.data() + at + 4 + n));
-    at += 4 + n + 8;
-  }
-  if (file->at.empty()) return nullptr;
-  file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (file->fd < 0) return nullptr;
-  return file;
-}
-
-}  // namespace
 
 std::optional<std::pair<std::shared_ptr<const FileOffsets>, uint64_t>>
 StoreImpl::LocateValue(int64_t id, const std::string& key) {

@@ -60,6 +60,23 @@ std::string ReadAll(Store& store, const CheckpointMetadata& meta) {
   return out;
 }
 
+// Flips one byte inside the first run of 4096 `fill` bytes of a table file of
+// the store at `dir`: one chunk's value is damaged.
+bool DamageOneChunk(const std::string& dir, char fill) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".sst") continue;
+    std::fstream f(entry.path(),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    std::string content((std::istreambuf_iterator<char>(f)), {});
+    auto pos = content.find(std::string(4096, fill));
+    if (pos == std::string::npos) continue;
+    f.seekp(static_cast<std::streamoff>(pos + 100));
+    f.put(static_cast<char>(fill ^ 1));
+    return true;
+  }
+  return false;
+}
+
 TEST(StoreTest, CommitListReadDelete) {
   TempDir dir;
   auto store = Store::Open(dir.Sub("s"), {});
@@ -201,21 +218,7 @@ TEST(StoreTest, DamagedChunkIsCorruptionNamingKeyAndOffset) {
     ASSERT_TRUE(saved.ok());
     meta = *saved;
   }
-  // Flip one payload byte in the SST file holding the chunks.
-  bool damaged = false;
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-    if (entry.path().extension() != ".sst") continue;
-    std::fstream f(entry.path(),
-                   std::ios::in | std::ios::out | std::ios::binary);
-    std::string content((std::istreambuf_iterator<char>(f)), {});
-    auto pos = content.find(std::string(4096, 'q'));
-    if (pos == std::string::npos) continue;
-    f.seekp(static_cast<std::streamoff>(pos + 100));
-    f.put('Z');
-    damaged = true;
-    break;
-  }
-  ASSERT_TRUE(damaged);
+  ASSERT_TRUE(DamageOneChunk(dir.path(), 'q'));
   auto store = Store::Open(dir.path(), {});
   ASSERT_TRUE(store.ok());
   int bad = 0;
@@ -337,17 +340,7 @@ TEST(StoreTest, DamagedChunkIsCorruptionThroughEveryReadPath) {
     ASSERT_TRUE(saved.ok());
     meta = *saved;
   }
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-    if (entry.path().extension() != ".sst") continue;
-    std::fstream f(entry.path(),
-                   std::ios::in | std::ios::out | std::ios::binary);
-    std::string content((std::istreambuf_iterator<char>(f)), {});
-    auto pos = content.find(std::string(4096, 'q'));
-    if (pos == std::string::npos) continue;
-    f.seekp(static_cast<std::streamoff>(pos + 100));
-    f.put('Z');
-    break;
-  }
+  ASSERT_TRUE(DamageOneChunk(dir.path(), 'q'));
   auto store = Store::Open(dir.path(), {});
   ASSERT_TRUE(store.ok());
   int bad = 0;

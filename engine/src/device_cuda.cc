@@ -5,16 +5,11 @@
 #include <array>
 #include <new>
 
+#include "engine/src/cuda_status.h"
 #include "engine/src/device.h"
 
 namespace ckptdb::engine {
 namespace {
-
-Status FromCuda(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::OK();
-  return Status::IOError(std::string("CUDA ") + what + ": " +
-                         cudaGetErrorString(e));
-}
 
 // Two streams per device for the calling thread (created on first use).
 cudaStream_t StreamFor(int device, int slot) {

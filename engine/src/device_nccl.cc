@@ -8,16 +8,11 @@
 #include <cstring>
 #include <map>
 
+#include "engine/src/cuda_status.h"
 #include "engine/src/device_transport.h"
 
 namespace ckptdb::engine {
 namespace {
-
-Status FromCuda(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::OK();
-  return Status::IOError(std::string("CUDA ") + what + ": " +
-                         cudaGetErrorString(e));
-}
 
 Status FromNccl(ncclResult_t r, ncclComm_t comm, const char* what) {
   if (r == ncclSuccess) return Status::OK();

@@ -1,0 +1,172 @@
+#include "storage/chunk_files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace ckptdb::storage {
+namespace {
+
+// The user property of a chunk table file that says where chunk values start
+// (ValueOffsetCollector): per entry, a 4-byte little-endian key length, the
+// key, and the 8-byte little-endian file offset of its value.
+constexpr char kValueOffsetsProperty[] = "ckptdb.value-offsets";
+
+size_t VarintLength(uint64_t v) {
+  size_t n = 1;
+  while (v >= 128) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+template <typename T>
+void PutLittleEndian(std::string* out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i)
+    out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+template <typename T>
+T GetLittleEndian(const char* p) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i)
+    v |= static_cast<T>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+// Records, while a chunk file is written, where each chunk's value lands, so
+// that loads can read it straight into its target (StoreImpl::ReadDirect)
+// instead of through RocksDB's block buffer. RocksDB reports every key with
+// the file offset of the data block it joins. A key that starts a block (the
+// first one, or the offset moved since the previous key: the previous block
+// was written) has its value right after the entry header: the varints of the
+// shared key length (0), the internal key length and the value length, then
+// the internal key (user key + 8 bytes). Keys that share a block (small
+// chunks) get no entry. A wrong offset costs nothing but speed: every direct
+// read is checked against the chunk's checksum and falls back to Get.
+class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
+ public:
+  rocksdb::Status AddUserKey(const rocksdb::Slice& key,
+                             const rocksdb::Slice& value,
+                             rocksdb::EntryType type, rocksdb::SequenceNumber,
+                             uint64_t file_size) override {
+    if (type != rocksdb::kEntryPut) return rocksdb::Status::OK();
+    if (entries_ == 0 || file_size != last_block_) {
+      const uint64_t internal_key = key.size() + 8;
+      const uint64_t at = file_size + VarintLength(0) +
+                          VarintLength(internal_key) +
+                          VarintLength(value.size()) + internal_key;
+      PutLittleEndian<uint32_t>(&offsets_, static_cast<uint32_t>(key.size()));
+      offsets_.append(key.data(), key.size());
+      PutLittleEndian<uint64_t>(&offsets_, at);
+    }
+    last_block_ = file_size;
+    ++entries_;
+    return rocksdb::Status::OK();
+  }
+
+  rocksdb::Status Finish(rocksdb::UserCollectedProperties* props) override {
+    (*props)[kValueOffsetsProperty] = std::move(offsets_);
+    return rocksdb::Status::OK();
+  }
+
+  rocksdb::UserCollectedProperties GetReadableProperties() const override {
+    return {};
+  }
+  const char* Name() const override { return "ckptdb.ValueOffsetCollector"; }
+
+ private:
+  std::string offsets_;
+  uint64_t last_block_ = 0;
+  uint64_t entries_ = 0;
+};
+
+class ValueOffsetCollectorFactory
+    : public rocksdb::TablePropertiesCollectorFactory {
+ public:
+  rocksdb::TablePropertiesCollector* CreateTablePropertiesCollector(
+      rocksdb::TablePropertiesCollectorFactory::Context) override {
+    return new ValueOffsetCollector();
+  }
+  const char* Name() const override {
+    return "ckptdb.ValueOffsetCollectorFactory";
+  }
+};
+
+// Ends a data block at the block size, as RocksDB's default policy does, and
+// also before every chunk of at least kOwnBlock bytes: such a chunk starts a
+// block of its own, so its value's offset is known (ValueOffsetCollector) and
+// loads read it directly. (By default a large value joins a block holding
+// small ones whenever that block is under 90 % full.) Block sizes are tracked
+// from the entries, as the builder's own estimate is not public.
+class ChunkFlushBlockPolicy : public rocksdb::FlushBlockPolicy {
+ public:
+  static constexpr size_t kOwnBlock = kOwnBlockBytes;
+
+  explicit ChunkFlushBlockPolicy(size_t block_size) : block_size_(block_size) {}
+
+  bool Update(const rocksdb::Slice& key, const rocksdb::Slice& value) override {
+    const size_t entry = key.size() + value.size() + 24;  // + header, seqno
+    const bool flush =
+        bytes_ > 0 && (bytes_ >= block_size_ || value.size() >= kOwnBlock);
+    bytes_ = flush ? entry : bytes_ + entry;
+    return flush;
+  }
+
+ private:
+  const size_t block_size_;
+  size_t bytes_ = 0;
+};
+
+class ChunkFlushBlockPolicyFactory : public rocksdb::FlushBlockPolicyFactory {
+ public:
+  const char* Name() const override { return "ckptdb.ChunkFlushBlockPolicy"; }
+  rocksdb::FlushBlockPolicy* NewFlushBlockPolicy(
+      const rocksdb::BlockBasedTableOptions& options,
+      const rocksdb::BlockBuilder&) const override {
+    return new ChunkFlushBlockPolicy(options.block_size);
+  }
+};
+
+}  // namespace
+
+FileOffsets::~FileOffsets() {
+  if (fd >= 0) ::close(fd);
+}
+
+std::shared_ptr<rocksdb::FlushBlockPolicyFactory>
+NewChunkFlushBlockPolicyFactory() {
+  return std::make_shared<ChunkFlushBlockPolicyFactory>();
+}
+
+std::shared_ptr<rocksdb::TablePropertiesCollectorFactory>
+NewValueOffsetCollectorFactory() {
+  return std::make_shared<ValueOffsetCollectorFactory>();
+}
+
+// Parses one file's value offsets and opens it; nullptr when it has none or
+// cannot be opened (its chunks are then read through RocksDB).
+std::shared_ptr<const FileOffsets> ParseFileOffsets(
+    const std::string& path, const rocksdb::TableProperties& props) {
+  auto found = props.user_collected_properties.find(kValueOffsetsProperty);
+  if (found == props.user_collected_properties.end()) return nullptr;
+  auto file = std::make_shared<FileOffsets>();
+  file->path = path;
+  const std::string& bytes = found->second;
+  for (size_t at = 0; at + 4 <= bytes.size();) {
+    const uint32_t n = GetLittleEndian<uint32_t>(bytes.data() + at);
+    if (at + 4 + n + 8 > bytes.size()) break;  // malformed: ignore the rest
+    std::string key = bytes.substr(at + 4, n);
+    if (file->at.empty()) file->first = key;
+    file->last = key;
+    file->at.emplace(std::move(key),
+                     GetLittleEndian<uint64_t>(bytes.data() + at + 4 + n));
+    at += 4 + n + 8;
+  }
+  if (file->at.empty()) return nullptr;
+  file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (file->fd < 0) return nullptr;
+  return file;
+}
+
+}  // namespace ckptdb::storage
