@@ -715,6 +715,8 @@ TEST(MultiRankTest, DeviceSlicesForOtherRanksTravelDeviceToDevice) {
   const GlobalTensor host(DType::kInt32, {30, 5}, 5);
   Options options;
   options.max_chunk_bytes = 256;  // many chunks, several per shard
+  // One round per load, whatever the machine's default I/O threads.
+  options.load_buffer_bytes = size_t{1} << 20;
   RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
     auto db = OpenRank(dir.path(), comm, options);
     auto [b, e] = Part(24, rank, 2);
@@ -798,7 +800,7 @@ TEST(MultiRankTest, DeviceSlicesForOtherRanksTravelDeviceToDevice) {
               3 * emb.bytes.size());
     EXPECT_EQ(again->stats.bytes_sent, again->stats.device_bytes_sent);
     EXPECT_TRUE(comm->Barrier().ok());
-    // One round (the default load buffer holds everything), two steps.
+    // One round (the load buffer holds everything), two steps.
     EXPECT_EQ(Total(*comm, transports.runs.load()) - runs_before, 2u * 5);
     // The transport was made once per DB and kept for the second load.
     EXPECT_EQ(Total(*comm, transports.created.load()), 5u);

@@ -27,7 +27,7 @@ struct Options {
   // REQUIRES: 0 < max_chunk_bytes <= kMaxChunkBytes.
   size_t max_chunk_bytes = size_t{512} << 10;
   // Threads each rank uses to read or write chunks. 0 picks the hardware
-  // threads, at least 4 and at most 8.
+  // threads, at least 2 and at most 8.
   int io_threads = 0;
   // Bytes a rank holds at once during a multi-rank load for slices moving
   // between ranks (chunks read for others, slices staged before landing in a
