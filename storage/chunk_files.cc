@@ -3,13 +3,24 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <string_view>
+
+#include "storage/checksum.h"
+
 namespace ckptdb::storage {
 namespace {
 
 // The user property of a chunk table file that says where chunk values start
-// (ValueOffsetCollector): per entry, a 4-byte little-endian key length, the
-// key, and the 8-byte little-endian file offset of its value.
-constexpr char kValueOffsetsProperty[] = "ckptdb.value-offsets";
+// (ValueOffsetCollector), little-endian: the file's first and last keys (each
+// a 4-byte length and the bytes), then per chunk that starts a block the
+// 8-byte hash of its key (KeyHash) and the 8-byte file offset of its value.
+// 16 bytes per chunk of at least 64 KiB: RocksDB keeps the properties of every
+// open table file in memory.
+constexpr char kValueOffsetsProperty[] = "ckptdb.chunk-value-offsets";
+
+uint64_t KeyHash(std::string_view key) {
+  return ChunkChecksum(key.data(), key.size());
+}
 
 size_t VarintLength(uint64_t v) {
   size_t n = 1;
@@ -56,17 +67,23 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
       const uint64_t at = file_size + VarintLength(0) +
                           VarintLength(internal_key) +
                           VarintLength(value.size()) + internal_key;
-      PutLittleEndian<uint32_t>(&offsets_, static_cast<uint32_t>(key.size()));
-      offsets_.append(key.data(), key.size());
+      PutLittleEndian<uint64_t>(&offsets_, KeyHash(key.ToStringView()));
       PutLittleEndian<uint64_t>(&offsets_, at);
     }
+    if (entries_ == 0) first_ = key.ToString();
+    last_ = key.ToString();
     last_block_ = file_size;
     ++entries_;
     return rocksdb::Status::OK();
   }
 
   rocksdb::Status Finish(rocksdb::UserCollectedProperties* props) override {
-    (*props)[kValueOffsetsProperty] = std::move(offsets_);
+    std::string out;
+    for (const std::string* key : {&first_, &last_}) {
+      PutLittleEndian<uint32_t>(&out, static_cast<uint32_t>(key->size()));
+      out += *key;
+    }
+    (*props)[kValueOffsetsProperty] = out + offsets_;
     return rocksdb::Status::OK();
   }
 
@@ -77,6 +94,7 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
 
  private:
   std::string offsets_;
+  std::string first_, last_;
   uint64_t last_block_ = 0;
   uint64_t entries_ = 0;
 };
@@ -134,6 +152,16 @@ FileOffsets::~FileOffsets() {
   if (fd >= 0) ::close(fd);
 }
 
+bool FileOffsets::Holds(std::string_view key) const {
+  return first <= key && key <= last;
+}
+
+std::optional<uint64_t> FileOffsets::ValueOffset(std::string_view key) const {
+  auto found = at.find(KeyHash(key));
+  if (found == at.end()) return std::nullopt;
+  return found->second;
+}
+
 std::shared_ptr<rocksdb::FlushBlockPolicyFactory>
 NewChunkFlushBlockPolicyFactory() {
   return std::make_shared<ChunkFlushBlockPolicyFactory>();
@@ -152,18 +180,21 @@ std::shared_ptr<const FileOffsets> ParseFileOffsets(
   if (found == props.user_collected_properties.end()) return nullptr;
   auto file = std::make_shared<FileOffsets>();
   file->path = path;
-  const std::string& bytes = found->second;
-  for (size_t at = 0; at + 4 <= bytes.size();) {
-    const uint32_t n = GetLittleEndian<uint32_t>(bytes.data() + at);
-    if (at + 4 + n + 8 > bytes.size()) break;  // malformed: ignore the rest
-    std::string key = bytes.substr(at + 4, n);
-    if (file->at.empty()) file->first = key;
-    file->last = key;
-    file->at.emplace(std::move(key),
-                     GetLittleEndian<uint64_t>(bytes.data() + at + 4 + n));
-    at += 4 + n + 8;
+  std::string_view bytes = found->second;
+  for (std::string* key : {&file->first, &file->last}) {
+    if (bytes.size() < 4) return nullptr;
+    const uint32_t n = GetLittleEndian<uint32_t>(bytes.data());
+    if (bytes.size() < 4 + size_t{n}) return nullptr;
+    key->assign(bytes.substr(4, n));
+    bytes.remove_prefix(4 + size_t{n});
   }
-  if (file->at.empty()) return nullptr;
+  for (; bytes.size() >= 16; bytes.remove_prefix(16)) {
+    file->at.emplace(GetLittleEndian<uint64_t>(bytes.data()),
+                     GetLittleEndian<uint64_t>(bytes.data() + 8));
+  }
+  // A file of small chunks only is kept too: its range answers "not direct"
+  // without asking RocksDB again.
+  if (file->at.empty()) return file;
   file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (file->fd < 0) return nullptr;
   return file;

@@ -11,7 +11,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "storage/buffer_pool.h"
@@ -39,14 +41,23 @@ struct FileOffsets {
   FileOffsets(const FileOffsets&) = delete;
   FileOffsets& operator=(const FileOffsets&) = delete;
   ~FileOffsets();
+
+  // Whether `key` lies in the file's key range.
+  bool Holds(std::string_view key) const;
+  // Where the value under `key` starts, when that chunk starts a block.
+  // REQUIRES: Holds(key). (Keys are matched by a 64-bit hash; a mismatch
+  // could only point at other bytes, which the read's checksum rejects.)
+  std::optional<uint64_t> ValueOffset(std::string_view key) const;
+
   std::string path;
   int fd = -1;
-  std::string first, last;  // the keys with entries span [first, last]
-  std::unordered_map<std::string, uint64_t> at;
+  std::string first, last;                    // the file's key range
+  std::unordered_map<uint64_t, uint64_t> at;  // key hash -> value offset
 };
 
-// Parses one file's value offsets and opens it; nullptr when it has none or
-// cannot be opened (its chunks are then read through RocksDB).
+// Parses one file's value offsets and opens it (when it has any); nullptr
+// when it has no such property or cannot be opened (its chunks are then read
+// through RocksDB).
 std::shared_ptr<const FileOffsets> ParseFileOffsets(
     const std::string& path, const rocksdb::TableProperties& props);
 

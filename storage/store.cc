@@ -676,15 +676,12 @@ StoreImpl::LocateValue(int64_t id, const std::string& key) {
     direct_.erase(direct_.begin() == it ? std::next(it) : direct_.begin());
   }
   DirectIndex& index = it->second;
-  auto in = [&](const FileOffsets& f) {
-    return f.first <= key && key <= f.last;
-  };
   for (int attempt = 0; attempt < 2; ++attempt) {
     for (const auto& file : index.files) {
-      if (!in(*file)) continue;
-      auto found = file->at.find(key);
-      if (found == file->at.end()) return std::nullopt;  // shares a block
-      return std::pair(file, found->second);
+      if (!file->Holds(key)) continue;
+      std::optional<uint64_t> at = file->ValueOffset(key);
+      if (!at) return std::nullopt;  // shares a block
+      return std::pair(file, *at);
     }
     if (attempt == 1) break;
     // Not in a file seen so far: ask RocksDB which file holds the key.
