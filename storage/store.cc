@@ -243,6 +243,8 @@ class StoreImpl : public Store {
                                 const ChunkMetadata& chunk) override;
   Status ReadChunkInto(int64_t checkpoint_id, std::string_view tensor_key,
                        const ChunkMetadata& chunk, void* dst) override;
+  Status VerifyChunk(int64_t checkpoint_id, std::string_view tensor_key,
+                     const ChunkMetadata& chunk) override;
   Status Delete(int64_t checkpoint_id) override;
   Status Refresh() override;
 
@@ -274,10 +276,11 @@ class StoreImpl : public Store {
   // the caller reads it through RocksDB.
   bool ReadDirect(int64_t checkpoint_id, const std::string& key,
                   const ChunkMetadata& chunk, char* dst);
-  // Reads the chunk through RocksDB into `buffer` and verifies it.
+  // Reads the chunk through RocksDB into `buffer` and verifies it (and, with
+  // `verify_blocks`, RocksDB's block checksums too).
   Status ReadThroughRocks(int64_t checkpoint_id, std::string_view tensor_key,
                           const ChunkMetadata& chunk, const std::string& key,
-                          ChunkBuffer* buffer);
+                          ChunkBuffer* buffer, bool verify_blocks = false);
   // Checkpoint ids that some live chunk file holds keys of.
   std::set<int64_t> LiveChunkIds();
   // Calls fn(id, record bytes) for every committed checkpoint in id order; fn
@@ -727,13 +730,13 @@ bool StoreImpl::ReadDirect(int64_t id, const std::string& key,
 Status StoreImpl::ReadThroughRocks(int64_t checkpoint_id,
                                    std::string_view tensor_key,
                                    const ChunkMetadata& chunk,
-                                   const std::string& key,
-                                   ChunkBuffer* buffer) {
+                                   const std::string& key, ChunkBuffer* buffer,
+                                   bool verify_blocks) {
   rocksdb::ReadOptions ro;
   ro.fill_cache = false;
-  // The chunk's own checksum, over the whole value, is verified below: a
-  // second pass over the block for RocksDB's would only cost time.
-  ro.verify_checksums = false;
+  // The chunk's own checksum, over the whole value, is verified below: for
+  // loads, a second pass over the block for RocksDB's would only cost time.
+  ro.verify_checksums = verify_blocks;
   rocksdb::Status s = db_->Get(ro, chunks_, key, &buffer->impl_->slice);
   if (s.IsNotFound()) {
     return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
@@ -779,6 +782,17 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
   RETURN_IF_ERROR(
       ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));
   return buffer;
+}
+
+Status StoreImpl::VerifyChunk(int64_t checkpoint_id,
+                              std::string_view tensor_key,
+                              const ChunkMetadata& chunk) {
+  std::shared_lock lock(mu_);
+  const std::string key = EncodeChunkKey(checkpoint_id, chunk.writer_rank,
+                                         tensor_key, chunk.global_offset);
+  ChunkBuffer buffer;
+  return ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer,
+                          /*verify_blocks=*/true);
 }
 
 Status StoreImpl::ReadChunkInto(int64_t checkpoint_id,

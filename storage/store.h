@@ -107,6 +107,12 @@ class Store {
   virtual Status ReadChunkInto(int64_t checkpoint_id,
                                std::string_view tensor_key,
                                const ChunkMetadata& chunk, void* dst) = 0;
+  // Reads one chunk through RocksDB with its block checksums verified, then
+  // checks the chunk's own checksum: what DB::Verify runs, so that damage to a
+  // table file outside chunk values (which direct reads never touch) is found
+  // too.
+  virtual Status VerifyChunk(int64_t checkpoint_id, std::string_view tensor_key,
+                             const ChunkMetadata& chunk) = 0;
 
   // Removes a checkpoint's record (atomically) then its chunks, reclaiming
   // their files.

@@ -358,6 +358,9 @@ TEST(StoreTest, DamagedChunkIsCorruptionThroughEveryReadPath) {
     EXPECT_TRUE(buffer.status().IsCorruption());
     EXPECT_TRUE(direct.IsCorruption()) << direct.ToString();
     EXPECT_NE(direct.message().find("checksum mismatch"), std::string::npos);
+    // RocksDB's block checksum catches it too when verifying.
+    Status verified = (*store)->VerifyChunk(meta.info.id, "w", chunk);
+    EXPECT_TRUE(verified.IsCorruption()) << verified.ToString();
   }
   EXPECT_EQ(bad, 1);
 }

@@ -311,8 +311,8 @@ int Verify(const std::string& path, const Selection& sel) {
       Progress progress("verify", total);
       for (const auto& [key, t] : meta->tensors) {
         for (const ChunkMetadata& c : t.chunks) {
-          auto read = (*store)->ReadChunk(id, key, c);
-          if (!read.ok()) damaged.push_back(read.status().message());
+          Status read = (*store)->VerifyChunk(id, key, c);
+          if (!read.ok()) damaged.push_back(read.message());
           ++chunks;
           progress.Add(c.nbytes);
         }

@@ -172,9 +172,8 @@ Status DBImpl::Verify(const CheckpointSelector& which) {
   std::vector<Status> results(chunks.size());
   RETURN_IF_ERROR(
       ParallelFor(chunks.size(), io_threads(), [&](size_t i) -> Status {
-        results[i] =
-            store_->ReadChunk(meta.info.id, *chunks[i].first, *chunks[i].second)
-                .status();
+        results[i] = store_->VerifyChunk(meta.info.id, *chunks[i].first,
+                                         *chunks[i].second);
         return Status::OK();
       }));
   std::string damaged;
