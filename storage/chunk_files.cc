@@ -112,21 +112,19 @@ class ValueOffsetCollectorFactory
 };
 
 // Ends a data block at the block size, as RocksDB's default policy does, and
-// also before every chunk of at least kOwnBlock bytes: such a chunk starts a
+// also before every chunk of at least kOwnBlockBytes: such a chunk starts a
 // block of its own, so its value's offset is known (ValueOffsetCollector) and
 // loads read it directly. (By default a large value joins a block holding
 // small ones whenever that block is under 90 % full.) Block sizes are tracked
 // from the entries, as the builder's own estimate is not public.
 class ChunkFlushBlockPolicy : public rocksdb::FlushBlockPolicy {
  public:
-  static constexpr size_t kOwnBlock = kOwnBlockBytes;
-
   explicit ChunkFlushBlockPolicy(size_t block_size) : block_size_(block_size) {}
 
   bool Update(const rocksdb::Slice& key, const rocksdb::Slice& value) override {
     const size_t entry = key.size() + value.size() + 24;  // + header, seqno
     const bool flush =
-        bytes_ > 0 && (bytes_ >= block_size_ || value.size() >= kOwnBlock);
+        bytes_ > 0 && (bytes_ >= block_size_ || value.size() >= kOwnBlockBytes);
     bytes_ = flush ? entry : bytes_ + entry;
     return flush;
   }

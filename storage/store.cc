@@ -121,6 +121,12 @@ rocksdb::ColumnFamilyOptions MetaCfOptions() {
   return options;
 }
 
+// The key a chunk of `tensor_key` is stored under.
+std::string ChunkKey(int64_t id, std::string_view tensor_key,
+                     const ChunkMetadata& chunk) {
+  return EncodeChunkKey(id, chunk.writer_rank, tensor_key, chunk.global_offset);
+}
+
 std::string ChunkName(int64_t id, std::string_view key,
                       const ChunkMetadata& chunk) {
   return "chunk of tensor '" + std::string(key) + "' at offset " +
@@ -766,10 +772,9 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
                                          std::string_view tensor_key,
                                          const ChunkMetadata& chunk) {
   std::shared_lock lock(mu_);
-  const std::string key = EncodeChunkKey(checkpoint_id, chunk.writer_rank,
-                                         tensor_key, chunk.global_offset);
+  const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
   ChunkBuffer buffer;
-  if (chunk.nbytes >= BufferPool::kMinPooled) {
+  if (chunk.nbytes >= kOwnBlockBytes) {  // may start a block of its own
     ChunkBuffer::Impl& impl = *buffer.impl_;
     impl.pool = pool_;
     impl.owned = static_cast<char*>(pool_->Allocate(chunk.nbytes));
@@ -788,8 +793,7 @@ Status StoreImpl::VerifyChunk(int64_t checkpoint_id,
                               std::string_view tensor_key,
                               const ChunkMetadata& chunk) {
   std::shared_lock lock(mu_);
-  const std::string key = EncodeChunkKey(checkpoint_id, chunk.writer_rank,
-                                         tensor_key, chunk.global_offset);
+  const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
   ChunkBuffer buffer;
   return ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer,
                           /*verify_blocks=*/true);
@@ -799,8 +803,7 @@ Status StoreImpl::ReadChunkInto(int64_t checkpoint_id,
                                 std::string_view tensor_key,
                                 const ChunkMetadata& chunk, void* dst) {
   std::shared_lock lock(mu_);
-  const std::string key = EncodeChunkKey(checkpoint_id, chunk.writer_rank,
-                                         tensor_key, chunk.global_offset);
+  const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
   if (ReadDirect(checkpoint_id, key, chunk, static_cast<char*>(dst)))
     return Status::OK();
   ChunkBuffer buffer;

@@ -77,6 +77,21 @@ bool DamageOneChunk(const std::string& dir, char fill) {
   return false;
 }
 
+// Saves `payload` (runs of 'q') over 2 writers into a store at `dir`, then
+// damages one chunk's value in its file.
+void SaveOverTwoWritersAndDamageOne(const std::string& dir,
+                                    const std::string& payload,
+                                    CheckpointMetadata* meta) {
+  {
+    auto store = Store::Open(dir, {});
+    ASSERT_TRUE(store.ok());
+    auto saved = SaveBytes(**store, payload, 2);
+    ASSERT_TRUE(saved.ok());
+    *meta = *saved;
+  }
+  ASSERT_TRUE(DamageOneChunk(dir, 'q'));
+}
+
 TEST(StoreTest, CommitListReadDelete) {
   TempDir dir;
   auto store = Store::Open(dir.Sub("s"), {});
@@ -211,14 +226,8 @@ TEST(StoreTest, DamagedChunkIsCorruptionNamingKeyAndOffset) {
   TempDir dir;
   const std::string payload(1 << 16, 'q');
   CheckpointMetadata meta;
-  {
-    auto store = Store::Open(dir.path(), {});
-    ASSERT_TRUE(store.ok());
-    auto saved = SaveBytes(**store, payload, 2);
-    ASSERT_TRUE(saved.ok());
-    meta = *saved;
-  }
-  ASSERT_TRUE(DamageOneChunk(dir.path(), 'q'));
+  ASSERT_NO_FATAL_FAILURE(
+      SaveOverTwoWritersAndDamageOne(dir.path(), payload, &meta));
   auto store = Store::Open(dir.path(), {});
   ASSERT_TRUE(store.ok());
   int bad = 0;
@@ -333,14 +342,8 @@ TEST(StoreTest, DamagedChunkIsCorruptionThroughEveryReadPath) {
   TempDir dir;
   const std::string payload(1 << 20, 'q');
   CheckpointMetadata meta;
-  {
-    auto store = Store::Open(dir.path(), {});
-    ASSERT_TRUE(store.ok());
-    auto saved = SaveBytes(**store, payload, 2);
-    ASSERT_TRUE(saved.ok());
-    meta = *saved;
-  }
-  ASSERT_TRUE(DamageOneChunk(dir.path(), 'q'));
+  ASSERT_NO_FATAL_FAILURE(
+      SaveOverTwoWritersAndDamageOne(dir.path(), payload, &meta));
   auto store = Store::Open(dir.path(), {});
   ASSERT_TRUE(store.ok());
   int bad = 0;
