@@ -49,10 +49,6 @@ class DeviceCopier {
   virtual Result<void*> AllocDevice(const Device& device, size_t n) = 0;
   virtual void FreeDevice(const Device& device, void* p) = 0;
 
-  // Copies `n` bytes from host `src` to device `dst`; returns when done.
-  virtual Status ToDevice(const Device& device, const void* src, void* dst,
-                          size_t n) = 0;
-
   // The device a rank works on when none of its tensors names one (CUDA: the
   // calling thread's current device).
   virtual Result<Device> DefaultDevice() = 0;

@@ -85,17 +85,6 @@ class CudaCopier : public DeviceCopier {
     cudaFree(p);
   }
 
-  Status ToDevice(const Device& device, const void* src, void* dst,
-                  size_t n) override {
-    RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
-    cudaStream_t stream = StreamFor(device.index, 0);
-    const cudaError_t queued =
-        cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream);
-    const cudaError_t done = cudaStreamSynchronize(stream);
-    RETURN_IF_ERROR(FromCuda(queued, "host-to-device copy"));
-    return FromCuda(done, "host-to-device copy");
-  }
-
   Result<Device> DefaultDevice() override {
     int index = 0;
     RETURN_IF_ERROR(FromCuda(cudaGetDevice(&index), "finding the device"));

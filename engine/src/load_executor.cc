@@ -124,9 +124,11 @@ class Round {
                              [&](size_t k) { return ReadOne(k); });
     }
     if (executed.ok() && out_bytes_ > 0) {
-      executed = route_->copier->ToDevice(x_.transport->device(),
-                                          route_->host_out.data(),
-                                          route_->out.data(), out_bytes_);
+      // The boxes this rank sends, packed, go to its device in one copy.
+      const Shape all{static_cast<int64_t>(out_bytes_)};
+      executed = route_->copier->BoxToDevice(
+          x_.transport->device(), route_->host_out.data(),
+          {route_->out.data(), all, Shape{0}}, 1, all);
     }
     if (x_.comm.size() == 1) return executed;
     // Agree before exchanging, so that no rank waits for slices a failed

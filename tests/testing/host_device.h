@@ -39,6 +39,36 @@ class HostAsDevice : public engine::DeviceCopier {
   Status BoxToDevice(const Device& device, const void* src,
                      engine::MutableStridedBox dst, size_t elem_size,
                      const Shape& lengths) override {
+    return CopyPacked(device, src, dst, elem_size, lengths, to_device_bytes);
+  }
+
+  Status DeviceBoxToDevice(const Device& device, const void* src,
+                           engine::MutableStridedBox dst, size_t elem_size,
+                           const Shape& lengths) override {
+    return CopyPacked(device, src, dst, elem_size, lengths,
+                      within_device_bytes);
+  }
+
+  Result<void*> AllocDevice(const Device& device, size_t n) override {
+    if (device.type != DeviceType::kCUDA)
+      return Status::Internal("bad device allocation");
+    return std::malloc(n == 0 ? 1 : n);
+  }
+  void FreeDevice(const Device&, void* p) override { std::free(p); }
+
+  Result<Device> DefaultDevice() override {
+    return Device{DeviceType::kCUDA, 0};
+  }
+
+  std::atomic<uint64_t> to_host_bytes{0}, to_device_bytes{0}, copies_2d{0},
+      within_device_bytes{0};
+
+ private:
+  // A packed box into a "device" array through the 2-D copies, counted in
+  // `bytes`.
+  Status CopyPacked(const Device& device, const void* src,
+                    engine::MutableStridedBox dst, size_t elem_size,
+                    const Shape& lengths, std::atomic<uint64_t>& bytes) {
     if (device.type != DeviceType::kCUDA)
       return Status::Internal("bad device copy");
     const char* from = static_cast<const char*>(src);
@@ -51,44 +81,9 @@ class HostAsDevice : public engine::DeviceCopier {
       }
       ++copies_2d;
     }
-    to_device_bytes +=
-        static_cast<uint64_t>(from - static_cast<const char*>(src));
+    bytes += static_cast<uint64_t>(from - static_cast<const char*>(src));
     return Status::OK();
   }
-
-  Status DeviceBoxToDevice(const Device& device, const void* src,
-                           engine::MutableStridedBox dst, size_t elem_size,
-                           const Shape& lengths) override {
-    RETURN_IF_ERROR(BoxToDevice(device, src, dst, elem_size, lengths));
-    // Not a host-to-device copy: move the count over.
-    const uint64_t n = static_cast<uint64_t>(NumElements(lengths)) * elem_size;
-    to_device_bytes -= n;
-    within_device_bytes += n;
-    return Status::OK();
-  }
-
-  Result<void*> AllocDevice(const Device& device, size_t n) override {
-    if (device.type != DeviceType::kCUDA)
-      return Status::Internal("bad device allocation");
-    return std::malloc(n == 0 ? 1 : n);
-  }
-  void FreeDevice(const Device&, void* p) override { std::free(p); }
-
-  Status ToDevice(const Device& device, const void* src, void* dst,
-                  size_t n) override {
-    if (device.type != DeviceType::kCUDA)
-      return Status::Internal("bad device copy");
-    std::memcpy(dst, src, n);
-    to_device_bytes += n;
-    return Status::OK();
-  }
-
-  Result<Device> DefaultDevice() override {
-    return Device{DeviceType::kCUDA, 0};
-  }
-
-  std::atomic<uint64_t> to_host_bytes{0}, to_device_bytes{0}, copies_2d{0},
-      within_device_bytes{0};
 };
 
 // Installs a DeviceTransport over each rank's host Communicator, counting what
