@@ -2,16 +2,26 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace ckptdb::storage {
 
 // The checksum of a chunk's bytes: XXH3-64 (seed 0), as stored in the
-// checkpoint metadata. On x86-64 CPUs with AVX2 it runs xxHash's AVX2 code
-// (compiled here, since the Debian library is built for baseline x86-64 and
-// hashes at about half the speed); the value is the same on every CPU.
+// checkpoint metadata. On x86-64 it runs xxHash's AVX-512 or AVX2 code where
+// the CPU has it (compiled here, since the Debian library is built for
+// baseline x86-64 and hashes at about a quarter of the speed); the value is
+// the same on every CPU.
 uint64_t ChunkChecksum(const void* data, size_t n);
 
-// The library's portable XXH3-64, for tests.
-uint64_t ReferenceChecksum(const void* data, size_t n);
+// One way of computing ChunkChecksum.
+struct ChecksumImpl {
+  const char* name;
+  uint64_t (*fn)(const void* data, size_t n);
+};
+
+// Every implementation this CPU can run, fastest first (ChunkChecksum uses
+// the first), ending with the library's portable one: for tests and
+// benchmarks.
+std::vector<ChecksumImpl> ChecksumImpls();
 
 }  // namespace ckptdb::storage

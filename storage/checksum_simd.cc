@@ -1,0 +1,25 @@
+// XXH3-64 compiled for one x86 instruction set (only this file gets the
+// flags): CMake builds it once per set, naming the function with
+// CKPTDB_CHECKSUM_FN, and ChunkChecksum calls it once the CPU is known to
+// have that set. XXH_INLINE_ALL keeps every xxHash symbol of this file
+// private, apart from the library's.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#if !defined(CKPTDB_CHECKSUM_FN) || !defined(CKPTDB_XXH3_VECTOR)
+#error "built by storage/CMakeLists.txt with a function name and vector set"
+#endif
+#if XXH_VECTOR != CKPTDB_XXH3_VECTOR
+#error "xxHash did not pick the instruction set this file is compiled for"
+#endif
+
+namespace ckptdb::storage {
+
+uint64_t CKPTDB_CHECKSUM_FN(const void* data, size_t n) {
+  return XXH3_64bits(data, n);
+}
+
+}  // namespace ckptdb::storage
