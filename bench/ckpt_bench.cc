@@ -250,12 +250,25 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The median over runs of baseline seconds / ckptdb seconds, each run's pair
+// measured back to back: on a shared machine (a VM's disk, its host's cache)
+// the speed of both drifts from run to run, and pairing cancels the drift.
+double MedianRatio(const std::vector<double>& baseline,
+                   const std::vector<double>& ours) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < ours.size(); ++i)
+    ratios.push_back(baseline[i] / ours[i]);
+  return Median(ratios);
+}
+
 struct Row {
   std::string workload, cache;
   int ranks = 0;
   uint64_t bytes = 0;
-  double seconds = 0, baseline_seconds = 0;
+  double seconds = 0, baseline_seconds = 0;  // medians
+  double ratio = 0;                          // MedianRatio
   double checked_seconds = 0;  // loads: the baseline read plus checksums
+  double checked_ratio = 0;
   std::string baseline;
   uint64_t read = 0, needed = 0, sent = 0;
   bool has_read = false;
@@ -414,19 +427,24 @@ class Bench {
       const ckptdb::Status deleted =
           db.Delete(ckptdb::CheckpointSelector::Tag("bench"));
       if (!deleted.IsNotFound()) Check(deleted, "deleting the previous run");
+      auto baseline = [&] {
+        base.push_back(
+            Timed(MPI_COMM_WORLD, [&] { BaselineWrite(c_, rank_, source_); }));
+      };
+      if (i % 2 == 1) baseline();  // every other run goes first
       RssProbe probe;
       ours.push_back(Timed(MPI_COMM_WORLD, [&] {
         auto info = db.Save(sd, {.step = i, .tag = "bench"});
         Check(info.status(), "save");
       }));
       extra = std::max(extra, probe.ExtraMiB());
-      base.push_back(
-          Timed(MPI_COMM_WORLD, [&] { BaselineWrite(c_, rank_, source_); }));
+      if (i % 2 == 0) baseline();
     }
     if (!record) return;
     Row row{"save", tmpfs_ ? "tmpfs" : "disk", world_, total_};
     row.seconds = Median(ours);
     row.baseline_seconds = Median(base);
+    row.ratio = MedianRatio(base, ours);
     row.baseline = "write+fsync";
     row.extra_mib = Gather(extra, MPI_COMM_WORLD);
     row.held_mib = Gather(source_.bytes() / kMiB, MPI_COMM_WORLD);
@@ -453,6 +471,20 @@ class Bench {
       double extra = 0;
       ckptdb::LoadStats stats;
       for (int i = 0; i < c_.repeat; ++i) {
+        auto baselines = [&] {
+          if (cold && rank == 0) DropCaches(c_.dir + "/baseline");
+          base.push_back(Timed(comm, [&] {
+            BaselineRead(c_, world_, per_writer_,
+                         own_files ? per_writer_ * rank : from, target);
+          }));
+          if (cold && rank == 0) DropCaches(c_.dir + "/baseline");
+          checked.push_back(Timed(comm, [&] {
+            BaselineRead(c_, world_, per_writer_,
+                         own_files ? per_writer_ * rank : from, target,
+                         /*check=*/true);
+          }));
+        };
+        if (i % 2 == 1) baselines();  // every other run goes first
         if (cold && rank == 0) DropCaches(store_);
         RssProbe probe;
         ours.push_back(Timed(comm, [&] {
@@ -463,23 +495,15 @@ class Bench {
         }));
         extra = std::max(extra, probe.ExtraMiB());
         if (c_.verify) VerifyTargets(target, comm);
-        if (cold && rank == 0) DropCaches(c_.dir + "/baseline");
-        base.push_back(Timed(comm, [&] {
-          BaselineRead(c_, world_, per_writer_,
-                       own_files ? per_writer_ * rank : from, target);
-        }));
-        if (cold && rank == 0) DropCaches(c_.dir + "/baseline");
-        checked.push_back(Timed(comm, [&] {
-          BaselineRead(c_, world_, per_writer_,
-                       own_files ? per_writer_ * rank : from, target,
-                       /*check=*/true);
-        }));
+        if (i % 2 == 0) baselines();
       }
       Row row{name, tmpfs_ ? "tmpfs" : (cold ? "disk, cold" : "disk, warm"),
               ranks, Reduce<uint64_t>(mine, MPI_SUM, comm)};
       row.seconds = Median(ours);
       row.baseline_seconds = Median(base);
       row.checked_seconds = Median(checked);
+      row.ratio = MedianRatio(base, ours);
+      row.checked_ratio = MedianRatio(checked, ours);
       row.baseline = cold ? "read, cold" : "read, warm";
       row.has_read = true;
       row.read = Reduce<uint64_t>(stats.bytes_read, MPI_SUM, comm);
@@ -550,14 +574,14 @@ class Bench {
             {"baseline", r.baseline},
             {"baseline_seconds", r.baseline_seconds},
             {"baseline_gib_per_s", r.bytes / kGiB / r.baseline_seconds},
-            {"ratio", r.baseline_seconds / r.seconds},
+            {"ratio", r.ratio},
             {"bytes_sent", r.sent},
             {"extra_rss_mib_per_rank", r.extra_mib},
             {"held_mib_per_rank", r.held_mib},
         };
         if (r.has_read) {
           j["checked_baseline_seconds"] = r.checked_seconds;
-          j["checked_ratio"] = r.checked_seconds / r.seconds;
+          j["checked_ratio"] = r.checked_ratio;
           j["bytes_read"] = r.read;
           j["bytes_needed"] = r.needed;
           j["read_over_needed"] = static_cast<double>(r.read) / r.needed;
@@ -580,8 +604,7 @@ class Bench {
       if (r.has_read) {
         std::snprintf(read, sizeof read, "%.3f",
                       static_cast<double>(r.read) / r.needed);
-        std::snprintf(checked, sizeof checked, "%.2f",
-                      r.checked_seconds / r.seconds);
+        std::snprintf(checked, sizeof checked, "%.2f", r.checked_ratio);
       }
       const double extra =
           *std::max_element(r.extra_mib.begin(), r.extra_mib.end());
@@ -590,15 +613,16 @@ class Bench {
           "%8.1f MiB\n",
           r.workload.c_str(), r.cache.c_str(), r.ranks,
           FormatBytes(r.bytes).c_str(), r.seconds, r.bytes / kGiB / r.seconds,
-          r.baseline.c_str(), r.bytes / kGiB / r.baseline_seconds,
-          r.baseline_seconds / r.seconds, checked, read,
-          FormatBytes(r.sent).c_str(), extra);
+          r.baseline.c_str(), r.bytes / kGiB / r.baseline_seconds, r.ratio,
+          checked, read, FormatBytes(r.sent).c_str(), extra);
     }
     std::printf(
-        "ratio = baseline seconds / ckptdb seconds; checked = the same for a "
-        "baseline read that also checksums each chunk-sized piece (XXH3, as "
-        "ckptdb verifies every chunk); extra RSS = the largest rank's peak "
-        "resident memory beyond its state at the start\n");
+        "seconds = medians; ratio = the median over runs of baseline seconds "
+        "/ ckptdb seconds, each run's pair measured back to back (alternating "
+        "which goes first); checked = the same for a baseline read that also "
+        "checksums each chunk-sized piece (XXH3, as ckptdb verifies every "
+        "chunk); extra RSS = the largest rank's peak resident memory beyond "
+        "its state at the start\n");
   }
 
   static std::string FormatBytes(uint64_t n) {
