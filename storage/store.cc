@@ -10,6 +10,7 @@
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/table.h>
 #include <rocksdb/table_properties.h>
+#include <rocksdb/transaction_log.h>
 #include <rocksdb/utilities/options_util.h>
 #include <unistd.h>
 
@@ -532,6 +533,25 @@ Status StoreImpl::RemoveLeftovers() {
   if (ec)
     return Status::IOError("removing staged files in " + StagingDir(path_) +
                            ": " + ec.message());
+  // Every read-write open starts a new write-ahead log. RocksDB 7.x keeps the
+  // earlier ones until a flush, which a store that is opened without being
+  // written never runs, so empty logs pile up and each open recovers them all
+  // (fixed upstream in RocksDB 8.3). An empty log older than the current one
+  // holds no write; removing it is what that fix does. (RocksDB's own listing
+  // skips empty logs, so the directory is read.)
+  std::unique_ptr<rocksdb::LogFile> current;
+  if (db_->GetCurrentWalFile(&current).ok()) {
+    for (const auto& entry : fs::directory_iterator(path_, ec)) {
+      const fs::path& file = entry.path();
+      const std::string stem = file.stem().string();
+      if (file.extension() != ".log" || stem.empty() || stem.size() > 18 ||
+          stem.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoull(stem) >= current->LogNumber() ||
+          !entry.is_regular_file(ec) || entry.file_size(ec) != 0)
+        continue;
+      fs::remove(file, ec);
+    }
+  }
   // Chunk files whose checkpoint has no metadata record belong to a save that
   // never committed (or a delete that did not finish). Found from file metadata
   // alone: no chunk byte is read.
