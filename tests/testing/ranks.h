@@ -3,14 +3,27 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ckptdb/communicator.h"
+#include "ckptdb/db.h"
 #include "ckptdb/types.h"
 #include "engine/src/box_copy.h"
 
 namespace ckptdb::testing {
+
+// Opens the store at `path` as one rank of `comm`; nullptr (and a test
+// failure) when that fails.
+inline std::unique_ptr<DB> OpenRank(const std::string& path,
+                                    std::shared_ptr<Communicator> comm,
+                                    Options options = {}) {
+  auto db = DB::Open(options, path, std::move(comm));
+  EXPECT_TRUE(db.ok()) << db.status().ToString();
+  return db.ok() ? std::move(db).value() : nullptr;
+}
 
 // A whole tensor with deterministic contents, from which shards are cut.
 struct GlobalTensor {
