@@ -6,32 +6,27 @@
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/flush_block_policy.h>
-#include <rocksdb/slice_transform.h>
-#include <rocksdb/sst_file_writer.h>
 #include <rocksdb/table.h>
 #include <rocksdb/table_properties.h>
 #include <rocksdb/transaction_log.h>
-#include <rocksdb/utilities/options_util.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <shared_mutex>
 #include <thread>
-#include <unordered_map>
 #include <utility>
 
 #include "storage/buffer_pool.h"
-#include "storage/checksum.h"
 #include "storage/chunk_files.h"
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
+#include "storage/store_impl.h"
 
 namespace ckptdb::storage {
 namespace fs = std::filesystem;
@@ -68,16 +63,6 @@ Status WriteDurably(const std::string& path) {
   return SyncDirectory(fs::path(path).parent_path().string());
 }
 
-Status FromRocks(const rocksdb::Status& s, const std::string& context) {
-  if (s.ok()) return Status::OK();
-  const std::string msg = context + ": " + s.ToString();
-  if (s.IsNotFound()) return Status::NotFound(msg);
-  if (s.IsCorruption()) return Status::Corruption(msg);
-  if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
-  if (s.IsIOError()) return Status::IOError(msg);
-  return Status::Internal(msg);
-}
-
 // Discards RocksDB's info log: read-only opens must not create or rotate LOG
 // files.
 class NullLogger : public rocksdb::Logger {
@@ -85,27 +70,6 @@ class NullLogger : public rocksdb::Logger {
   using rocksdb::Logger::Logv;
   void Logv(const char*, va_list) override {}
 };
-
-// `block_cache` holds the allocator chunk reads use; chunks themselves never
-// enter it (reads pass fill_cache = false).
-rocksdb::ColumnFamilyOptions ChunkCfOptions(
-    std::shared_ptr<rocksdb::Cache> block_cache = nullptr) {
-  rocksdb::ColumnFamilyOptions options;
-  options.compression = rocksdb::kNoCompression;
-  options.bottommost_compression = rocksdb::kNoCompression;
-  // Chunks arrive only by ingestion of non-overlapping files into the
-  // bottommost level; nothing ever needs to rewrite them.
-  options.disable_auto_compactions = true;
-  rocksdb::BlockBasedTableOptions table;
-  table.block_size = 256 << 10;
-  table.checksum = rocksdb::kXXH3;
-  table.flush_block_policy_factory = NewChunkFlushBlockPolicyFactory();
-  if (block_cache) table.block_cache = std::move(block_cache);
-  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  options.table_properties_collector_factories.push_back(
-      NewValueOffsetCollectorFactory());
-  return options;
-}
 
 // A small block cache whose allocator pools the buffers chunk reads land in.
 std::shared_ptr<rocksdb::Cache> ChunkReadCache(
@@ -122,193 +86,36 @@ rocksdb::ColumnFamilyOptions MetaCfOptions() {
   return options;
 }
 
-// The key a chunk of `tensor_key` is stored under.
-std::string ChunkKey(int64_t id, std::string_view tensor_key,
-                     const ChunkMetadata& chunk) {
-  return EncodeChunkKey(id, chunk.writer_rank, tensor_key, chunk.global_offset);
-}
-
-std::string ChunkName(int64_t id, std::string_view key,
-                      const ChunkMetadata& chunk) {
-  return "chunk of tensor '" + std::string(key) + "' at offset " +
-         ShapeToString(chunk.global_offset) + " (checkpoint id " +
-         std::to_string(id) + ")";
-}
-
-class StagedFileWriterImpl : public StagedFileWriter {
- public:
-  StagedFileWriterImpl(std::string path, int64_t id, int32_t rank)
-      : path_(std::move(path)), id_(id), rank_(rank) {
-    rocksdb::Options options;
-    static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
-    // Written pages stay cached, as for any file write: a load soon after a
-    // save reads them from memory.
-    writer_ = std::make_unique<rocksdb::SstFileWriter>(
-        rocksdb::EnvOptions(), options, /*column_family=*/nullptr,
-        /*invalidate_page_cache=*/false);
-  }
-  ~StagedFileWriterImpl() override {
-    if (!finished_) Abandon();
-  }
-
-  Status Open() {
-    return FromRocks(writer_->Open(path_), "staging file " + path_);
-  }
-
-  Result<uint64_t> Add(std::string_view tensor_key, const Shape& global_offset,
-                       std::string_view bytes) override {
-    const uint64_t checksum = ChunkChecksum(bytes.data(), bytes.size());
-    const std::string key =
-        EncodeChunkKey(id_, rank_, tensor_key, global_offset);
-    RETURN_IF_ERROR(FromRocks(
-        writer_->Put(key, rocksdb::Slice(bytes.data(), bytes.size())),
-        "staging chunk of '" + std::string(tensor_key) + "' into " + path_));
-    ++entries_;
-    return checksum;
-  }
-
-  Result<std::string> Finish() override {
-    finished_ = true;
-    if (entries_ == 0) {
-      writer_.reset();
-      std::error_code ec;
-      fs::remove(path_, ec);
-      return std::string();
-    }
-    Status s = FromRocks(writer_->Finish(), "finishing staged file " + path_);
-    if (!s.ok()) {
-      Abandon();
-      return s;
-    }
-    return path_;
-  }
-
-  void Abandon() override {
-    finished_ = true;
-    writer_.reset();
-    std::error_code ec;
-    fs::remove(path_, ec);
-  }
-
- private:
-  std::string path_;
-  int64_t id_;
-  int32_t rank_;
-  std::unique_ptr<rocksdb::SstFileWriter> writer_;
-  size_t entries_ = 0;
-  bool finished_ = false;
-};
-
 }  // namespace
 
-struct ChunkBuffer::Impl {
-  ~Impl() {
-    if (owned != nullptr) pool->Deallocate(owned);
-  }
-  rocksdb::PinnableSlice slice;
-  // Read directly from the table file: a buffer of `pool`.
-  std::shared_ptr<BufferPool> pool;
-  char* owned = nullptr;
-  size_t owned_size = 0;
-};
+Status FromRocks(const rocksdb::Status& s, const std::string& context) {
+  if (s.ok()) return Status::OK();
+  const std::string msg = context + ": " + s.ToString();
+  if (s.IsNotFound()) return Status::NotFound(msg);
+  if (s.IsCorruption()) return Status::Corruption(msg);
+  if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
+  if (s.IsIOError()) return Status::IOError(msg);
+  return Status::Internal(msg);
+}
 
-// The table files of one checkpoint that this handle has read chunks from.
-// Files are looked up and parsed as reads reach them, so that a rank holds
-// only the offsets (and open files) of the chunks it reads, not of the whole
-// checkpoint.
-struct DirectIndex {
-  std::vector<std::shared_ptr<const FileOffsets>> files;
-};
-
-class StoreImpl : public Store {
- public:
-  StoreImpl(std::string path, StoreOptions options)
-      : path_(std::move(path)), options_(options) {}
-  ~StoreImpl() override { CloseDb(); }
-
-  Status OpenDb();
-  // OpenDb, repeated for a read-only handle while a writer changes the store
-  // under it. A read-only open reads the MANIFEST, the files it names, then the
-  // WAL: a writer committing or deleting meanwhile can make it fail (a file
-  // replaced) or see a mixed state (a commit record whose ingested chunks it
-  // missed). An open counts only when the writer's files (VersionStamp) were
-  // the same before and after it.
-  Status OpenDbRetrying();
-
-  const std::string& path() const override { return path_; }
-  bool read_only() const override { return options_.read_only; }
-
-  Result<std::vector<CheckpointInfo>> List() override;
-  Result<int64_t> Resolve(const CheckpointSelector& which) override;
-  Result<CheckpointMetadata> GetMetadata(int64_t checkpoint_id) override;
-  Result<int64_t> NextCheckpointId() override;
-  Status CheckTagFree(const std::string& tag) override;
-  Status Commit(const CheckpointMetadata& meta,
-                const std::vector<std::string>& staged) override;
-  Result<ChunkBuffer> ReadChunk(int64_t checkpoint_id,
-                                std::string_view tensor_key,
-                                const ChunkMetadata& chunk) override;
-  Status ReadChunkInto(int64_t checkpoint_id, std::string_view tensor_key,
-                       const ChunkMetadata& chunk, void* dst) override;
-  Status VerifyChunk(int64_t checkpoint_id, std::string_view tensor_key,
-                     const ChunkMetadata& chunk) override;
-  Status Delete(int64_t checkpoint_id) override;
-  Status Refresh() override;
-
- private:
-  Status RequireWritable(const char* what) const {
-    if (options_.read_only) {
-      return Status::FailedPrecondition(std::string(what) +
-                                        " needs a read-write store; " + path_ +
-                                        " is open read-only");
-    }
-    return Status::OK();
-  }
-  void CloseDb();
-  // The metadata record of a checkpoint; NotFound naming it when absent.
-  Status GetRecord(int64_t checkpoint_id, rocksdb::PinnableSlice* record);
-  // Names, sizes and times of the files a writer changes; equal stamps mean
-  // nothing to refresh.
-  std::string VersionStamp() const;
-  Status RemoveLeftovers();
-  Status DropChunks(int64_t checkpoint_id);
-  // The open table file holding the chunk value under `key` and the value's
-  // offset in it, when the chunk starts a data block; files are parsed on the
-  // first read that reaches them.
-  std::optional<std::pair<std::shared_ptr<const FileOffsets>, uint64_t>>
-  LocateValue(int64_t checkpoint_id, const std::string& key);
-  void ForgetIndex(int64_t checkpoint_id);
-  // Reads the chunk's value straight from its table file into `dst` and
-  // verifies it; false (nothing to report) when that is not possible, so that
-  // the caller reads it through RocksDB.
-  bool ReadDirect(int64_t checkpoint_id, const std::string& key,
-                  const ChunkMetadata& chunk, char* dst);
-  // Reads the chunk through RocksDB into `buffer` and verifies it (and, with
-  // `verify_blocks`, RocksDB's block checksums too).
-  Status ReadThroughRocks(int64_t checkpoint_id, std::string_view tensor_key,
-                          const ChunkMetadata& chunk, const std::string& key,
-                          ChunkBuffer* buffer, bool verify_blocks = false);
-  // Checkpoint ids that some live chunk file holds keys of.
-  std::set<int64_t> LiveChunkIds();
-  // Calls fn(id, record bytes) for every committed checkpoint in id order; fn
-  // returns false to stop.
-  template <typename Fn>
-  Status ForEachRecord(Fn&& fn);
-
-  const std::string path_;
-  const StoreOptions options_;
-  std::shared_mutex mu_;  // exclusive for Refresh, shared for everything else
-  std::unique_ptr<rocksdb::DB> db_;
-  rocksdb::ColumnFamilyHandle* chunks_ = nullptr;
-  rocksdb::ColumnFamilyHandle* meta_ = nullptr;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
-  std::string stamp_;  // VersionStamp() when a read-only handle was opened
-  // Buffers of chunk reads, RocksDB's and direct ones.
-  const std::shared_ptr<BufferPool> pool_ =
-      std::make_shared<BufferPool>(size_t{256} << 20);
-  std::mutex direct_mu_;
-  std::map<int64_t, DirectIndex> direct_;
-};
+rocksdb::ColumnFamilyOptions ChunkCfOptions(
+    std::shared_ptr<rocksdb::Cache> block_cache) {
+  rocksdb::ColumnFamilyOptions options;
+  options.compression = rocksdb::kNoCompression;
+  options.bottommost_compression = rocksdb::kNoCompression;
+  // Chunks arrive only by ingestion of non-overlapping files into the
+  // bottommost level; nothing ever needs to rewrite them.
+  options.disable_auto_compactions = true;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_size = 256 << 10;
+  table.checksum = rocksdb::kXXH3;
+  table.flush_block_policy_factory = NewChunkFlushBlockPolicyFactory();
+  if (block_cache) table.block_cache = std::move(block_cache);
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  options.table_properties_collector_factories.push_back(
+      NewValueOffsetCollectorFactory());
+  return options;
+}
 
 void StoreImpl::CloseDb() {
   {
@@ -696,143 +503,6 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   return s;
 }
 
-std::optional<std::pair<std::shared_ptr<const FileOffsets>, uint64_t>>
-StoreImpl::LocateValue(int64_t id, const std::string& key) {
-  std::lock_guard lock(direct_mu_);
-  auto [it, fresh] = direct_.try_emplace(id);
-  if (fresh && direct_.size() > 4) {
-    // A few checkpoints' indexes are kept (each holds its files open).
-    direct_.erase(direct_.begin() == it ? std::next(it) : direct_.begin());
-  }
-  DirectIndex& index = it->second;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    for (const auto& file : index.files) {
-      if (!file->Holds(key)) continue;
-      std::optional<uint64_t> at = file->ValueOffset(key);
-      if (!at) return std::nullopt;  // shares a block
-      return std::pair(file, *at);
-    }
-    if (attempt == 1) break;
-    // Not in a file seen so far: ask RocksDB which file holds the key.
-    const std::string end = key + '\0';
-    const rocksdb::Range range(key, end);
-    rocksdb::TablePropertiesCollection tables;
-    if (!db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables).ok())
-      return std::nullopt;
-    bool added = false;
-    for (const auto& [path, props] : tables) {
-      bool known = false;
-      for (const auto& file : index.files) known |= file->path == path;
-      if (known) continue;
-      if (auto file = ParseFileOffsets(path, *props)) {
-        index.files.push_back(std::move(file));
-        added = true;
-      }
-    }
-    if (!added) return std::nullopt;
-  }
-  return std::nullopt;
-}
-
-void StoreImpl::ForgetIndex(int64_t id) {
-  std::lock_guard lock(direct_mu_);
-  direct_.erase(id);
-}
-
-bool StoreImpl::ReadDirect(int64_t id, const std::string& key,
-                           const ChunkMetadata& chunk, char* dst) {
-  const auto located = LocateValue(id, key);
-  if (!located) return false;
-  const auto& [file, at] = *located;
-  for (uint64_t done = 0; done < chunk.nbytes;) {
-    const ssize_t r = ::pread(file->fd, dst + done, chunk.nbytes - done,
-                              static_cast<off_t>(at + done));
-    if (r <= 0) return false;
-    done += static_cast<uint64_t>(r);
-  }
-  return ChunkChecksum(dst, chunk.nbytes) == chunk.checksum;
-}
-
-Status StoreImpl::ReadThroughRocks(int64_t checkpoint_id,
-                                   std::string_view tensor_key,
-                                   const ChunkMetadata& chunk,
-                                   const std::string& key, ChunkBuffer* buffer,
-                                   bool verify_blocks) {
-  rocksdb::ReadOptions ro;
-  ro.fill_cache = false;
-  // The chunk's own checksum, over the whole value, is verified below: for
-  // loads, a second pass over the block for RocksDB's would only cost time.
-  ro.verify_checksums = verify_blocks;
-  rocksdb::Status s = db_->Get(ro, chunks_, key, &buffer->impl_->slice);
-  if (s.IsNotFound()) {
-    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
-                              " is missing");
-  }
-  if (s.IsCorruption()) {
-    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
-                              " is damaged: " + s.ToString());
-  }
-  RETURN_IF_ERROR(
-      FromRocks(s, "reading " + ChunkName(checkpoint_id, tensor_key, chunk)));
-  const auto& slice = buffer->impl_->slice;
-  if (slice.size() != chunk.nbytes) {
-    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
-                              " holds " + std::to_string(slice.size()) +
-                              " bytes, expected " +
-                              std::to_string(chunk.nbytes));
-  }
-  if (ChunkChecksum(slice.data(), slice.size()) != chunk.checksum) {
-    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
-                              " is damaged: checksum mismatch");
-  }
-  return Status::OK();
-}
-
-Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
-                                         std::string_view tensor_key,
-                                         const ChunkMetadata& chunk) {
-  std::shared_lock lock(mu_);
-  const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
-  ChunkBuffer buffer;
-  if (chunk.nbytes >= kOwnBlockBytes) {  // may start a block of its own
-    ChunkBuffer::Impl& impl = *buffer.impl_;
-    impl.pool = pool_;
-    impl.owned = static_cast<char*>(pool_->Allocate(chunk.nbytes));
-    if (ReadDirect(checkpoint_id, key, chunk, impl.owned)) {
-      impl.owned_size = chunk.nbytes;
-      return buffer;
-    }
-    pool_->Deallocate(std::exchange(impl.owned, nullptr));
-  }
-  RETURN_IF_ERROR(
-      ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));
-  return buffer;
-}
-
-Status StoreImpl::VerifyChunk(int64_t checkpoint_id,
-                              std::string_view tensor_key,
-                              const ChunkMetadata& chunk) {
-  std::shared_lock lock(mu_);
-  const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
-  ChunkBuffer buffer;
-  return ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer,
-                          /*verify_blocks=*/true);
-}
-
-Status StoreImpl::ReadChunkInto(int64_t checkpoint_id,
-                                std::string_view tensor_key,
-                                const ChunkMetadata& chunk, void* dst) {
-  std::shared_lock lock(mu_);
-  const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
-  if (ReadDirect(checkpoint_id, key, chunk, static_cast<char*>(dst)))
-    return Status::OK();
-  ChunkBuffer buffer;
-  RETURN_IF_ERROR(
-      ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));
-  std::memcpy(dst, buffer.impl_->slice.data(), chunk.nbytes);
-  return Status::OK();
-}
-
 Status StoreImpl::Delete(int64_t checkpoint_id) {
   RETURN_IF_ERROR(RequireWritable("deleting"));
   std::shared_lock lock(mu_);
@@ -875,40 +545,6 @@ Status StoreImpl::Refresh() {
   CloseDb();
   return OpenDbRetrying();
 }
-ChunkBuffer::ChunkBuffer() : impl_(std::make_unique<Impl>()) {}
-ChunkBuffer::ChunkBuffer(ChunkBuffer&&) noexcept = default;
-ChunkBuffer& ChunkBuffer::operator=(ChunkBuffer&&) noexcept = default;
-ChunkBuffer::~ChunkBuffer() = default;
-std::string_view ChunkBuffer::bytes() const {
-  if (impl_->owned != nullptr)
-    return std::string_view(impl_->owned, impl_->owned_size);
-  return std::string_view(impl_->slice.data(), impl_->slice.size());
-}
-bool ChunkBuffer::read_directly() const { return impl_->owned != nullptr; }
-
-std::string StagingDir(const std::string& store_path) {
-  return (fs::path(store_path) / "staging").string();
-}
-
-Result<std::unique_ptr<StagedFileWriter>> StagedFileWriter::Create(
-    const std::string& store_path, int64_t checkpoint_id, int32_t rank,
-    int part) {
-  std::error_code ec;
-  const std::string dir = StagingDir(store_path);
-  fs::create_directories(dir, ec);
-  if (ec)
-    return Status::IOError("creating staging directory " + dir + ": " +
-                           ec.message());
-  const std::string path = (fs::path(dir) / (std::to_string(checkpoint_id) +
-                                             "-" + std::to_string(rank) + "-" +
-                                             std::to_string(part) + ".sst"))
-                               .string();
-  auto writer =
-      std::make_unique<StagedFileWriterImpl>(path, checkpoint_id, rank);
-  RETURN_IF_ERROR(writer->Open());
-  return std::unique_ptr<StagedFileWriter>(std::move(writer));
-}
-
 Result<std::unique_ptr<Store>> Store::Open(const std::string& path,
                                            const StoreOptions& options) {
   auto store = std::make_unique<StoreImpl>(path, options);

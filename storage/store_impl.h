@@ -1,0 +1,147 @@
+#pragma once
+
+// The store's implementation, shared by store.cc (opening, commits, listings,
+// deletes), store_reads.cc (chunk reads) and staged_file_writer.cc. Private
+// to storage/.
+
+#include <rocksdb/cache.h>
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "storage/buffer_pool.h"
+#include "storage/chunk_files.h"
+#include "storage/store.h"
+
+namespace ckptdb::storage {
+
+// RocksDB's status as ours, `context` first in its message.
+Status FromRocks(const rocksdb::Status& s, const std::string& context);
+
+// Options of the `chunks` column family, which staged files are written with
+// too. `block_cache` holds the allocator chunk reads use; chunks themselves
+// never enter it (reads pass fill_cache = false).
+rocksdb::ColumnFamilyOptions ChunkCfOptions(
+    std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
+
+struct ChunkBuffer::Impl {
+  ~Impl() {
+    if (owned != nullptr) pool->Deallocate(owned);
+  }
+  rocksdb::PinnableSlice slice;
+  // Read directly from the table file: a buffer of `pool`.
+  std::shared_ptr<BufferPool> pool;
+  char* owned = nullptr;
+  size_t owned_size = 0;
+};
+
+// The table files of one checkpoint that this handle has read chunks from.
+// Files are looked up and parsed as reads reach them, so that a rank holds
+// only the offsets (and open files) of the chunks it reads, not of the whole
+// checkpoint.
+struct DirectIndex {
+  std::vector<std::shared_ptr<const FileOffsets>> files;
+};
+
+class StoreImpl : public Store {
+ public:
+  StoreImpl(std::string path, StoreOptions options)
+      : path_(std::move(path)), options_(options) {}
+  ~StoreImpl() override { CloseDb(); }
+
+  Status OpenDb();
+  // OpenDb, repeated for a read-only handle while a writer changes the store
+  // under it. A read-only open reads the MANIFEST, the files it names, then the
+  // WAL: a writer committing or deleting meanwhile can make it fail (a file
+  // replaced) or see a mixed state (a commit record whose ingested chunks it
+  // missed). An open counts only when the writer's files (VersionStamp) were
+  // the same before and after it.
+  Status OpenDbRetrying();
+
+  const std::string& path() const override { return path_; }
+  bool read_only() const override { return options_.read_only; }
+
+  Result<std::vector<CheckpointInfo>> List() override;
+  Result<int64_t> Resolve(const CheckpointSelector& which) override;
+  Result<CheckpointMetadata> GetMetadata(int64_t checkpoint_id) override;
+  Result<int64_t> NextCheckpointId() override;
+  Status CheckTagFree(const std::string& tag) override;
+  Status Commit(const CheckpointMetadata& meta,
+                const std::vector<std::string>& staged) override;
+  Result<ChunkBuffer> ReadChunk(int64_t checkpoint_id,
+                                std::string_view tensor_key,
+                                const ChunkMetadata& chunk) override;
+  Status ReadChunkInto(int64_t checkpoint_id, std::string_view tensor_key,
+                       const ChunkMetadata& chunk, void* dst) override;
+  Status VerifyChunk(int64_t checkpoint_id, std::string_view tensor_key,
+                     const ChunkMetadata& chunk) override;
+  Status Delete(int64_t checkpoint_id) override;
+  Status Refresh() override;
+
+ private:
+  Status RequireWritable(const char* what) const {
+    if (options_.read_only) {
+      return Status::FailedPrecondition(std::string(what) +
+                                        " needs a read-write store; " + path_ +
+                                        " is open read-only");
+    }
+    return Status::OK();
+  }
+  void CloseDb();
+  // The metadata record of a checkpoint; NotFound naming it when absent.
+  Status GetRecord(int64_t checkpoint_id, rocksdb::PinnableSlice* record);
+  // Names, sizes and times of the files a writer changes; equal stamps mean
+  // nothing to refresh.
+  std::string VersionStamp() const;
+  Status RemoveLeftovers();
+  Status DropChunks(int64_t checkpoint_id);
+  // The open table file holding the chunk value under `key` and the value's
+  // offset in it, when the chunk starts a data block; files are parsed on the
+  // first read that reaches them.
+  std::optional<std::pair<std::shared_ptr<const FileOffsets>, uint64_t>>
+  LocateValue(int64_t checkpoint_id, const std::string& key);
+  void ForgetIndex(int64_t checkpoint_id);
+  // Reads the chunk's value straight from its table file into `dst` and
+  // verifies it; false (nothing to report) when that is not possible, so that
+  // the caller reads it through RocksDB.
+  bool ReadDirect(int64_t checkpoint_id, const std::string& key,
+                  const ChunkMetadata& chunk, char* dst);
+  // Reads the chunk through RocksDB into `buffer` and verifies it (and, with
+  // `verify_blocks`, RocksDB's block checksums too).
+  Status ReadThroughRocks(int64_t checkpoint_id, std::string_view tensor_key,
+                          const ChunkMetadata& chunk, const std::string& key,
+                          ChunkBuffer* buffer, bool verify_blocks = false);
+  // Checkpoint ids that some live chunk file holds keys of.
+  std::set<int64_t> LiveChunkIds();
+  // Calls fn(id, record bytes) for every committed checkpoint in id order; fn
+  // returns false to stop.
+  template <typename Fn>
+  Status ForEachRecord(Fn&& fn);
+
+  const std::string path_;
+  const StoreOptions options_;
+  std::shared_mutex mu_;  // exclusive for Refresh, shared for everything else
+  std::unique_ptr<rocksdb::DB> db_;
+  rocksdb::ColumnFamilyHandle* chunks_ = nullptr;
+  rocksdb::ColumnFamilyHandle* meta_ = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  std::string stamp_;  // VersionStamp() when a read-only handle was opened
+  // Buffers of chunk reads, RocksDB's and direct ones.
+  const std::shared_ptr<BufferPool> pool_ =
+      std::make_shared<BufferPool>(size_t{256} << 20);
+  std::mutex direct_mu_;
+  std::map<int64_t, DirectIndex> direct_;
+};
+
+}  // namespace ckptdb::storage

@@ -1,0 +1,182 @@
+// Chunk reads: straight from table files where a chunk starts a block
+// (chunk_files.h), through RocksDB otherwise; every read checksum-checked.
+#include <rocksdb/db.h>
+
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "storage/checksum.h"
+#include "storage/keys.h"
+#include "storage/store_impl.h"
+
+namespace ckptdb::storage {
+namespace {
+
+// The key a chunk of `tensor_key` is stored under.
+std::string ChunkKey(int64_t id, std::string_view tensor_key,
+                     const ChunkMetadata& chunk) {
+  return EncodeChunkKey(id, chunk.writer_rank, tensor_key, chunk.global_offset);
+}
+
+std::string ChunkName(int64_t id, std::string_view key,
+                      const ChunkMetadata& chunk) {
+  return "chunk of tensor '" + std::string(key) + "' at offset " +
+         ShapeToString(chunk.global_offset) + " (checkpoint id " +
+         std::to_string(id) + ")";
+}
+
+}  // namespace
+
+std::optional<std::pair<std::shared_ptr<const FileOffsets>, uint64_t>>
+StoreImpl::LocateValue(int64_t id, const std::string& key) {
+  std::lock_guard lock(direct_mu_);
+  auto [it, fresh] = direct_.try_emplace(id);
+  if (fresh && direct_.size() > 4) {
+    // A few checkpoints' indexes are kept (each holds its files open).
+    direct_.erase(direct_.begin() == it ? std::next(it) : direct_.begin());
+  }
+  DirectIndex& index = it->second;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (const auto& file : index.files) {
+      if (!file->Holds(key)) continue;
+      std::optional<uint64_t> at = file->ValueOffset(key);
+      if (!at) return std::nullopt;  // shares a block
+      return std::pair(file, *at);
+    }
+    if (attempt == 1) break;
+    // Not in a file seen so far: ask RocksDB which file holds the key.
+    const std::string end = key + '\0';
+    const rocksdb::Range range(key, end);
+    rocksdb::TablePropertiesCollection tables;
+    if (!db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables).ok())
+      return std::nullopt;
+    bool added = false;
+    for (const auto& [path, props] : tables) {
+      bool known = false;
+      for (const auto& file : index.files) known |= file->path == path;
+      if (known) continue;
+      if (auto file = ParseFileOffsets(path, *props)) {
+        index.files.push_back(std::move(file));
+        added = true;
+      }
+    }
+    if (!added) return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+void StoreImpl::ForgetIndex(int64_t id) {
+  std::lock_guard lock(direct_mu_);
+  direct_.erase(id);
+}
+
+bool StoreImpl::ReadDirect(int64_t id, const std::string& key,
+                           const ChunkMetadata& chunk, char* dst) {
+  const auto located = LocateValue(id, key);
+  if (!located) return false;
+  const auto& [file, at] = *located;
+  for (uint64_t done = 0; done < chunk.nbytes;) {
+    const ssize_t r = ::pread(file->fd, dst + done, chunk.nbytes - done,
+                              static_cast<off_t>(at + done));
+    if (r <= 0) return false;
+    done += static_cast<uint64_t>(r);
+  }
+  return ChunkChecksum(dst, chunk.nbytes) == chunk.checksum;
+}
+
+Status StoreImpl::ReadThroughRocks(int64_t checkpoint_id,
+                                   std::string_view tensor_key,
+                                   const ChunkMetadata& chunk,
+                                   const std::string& key, ChunkBuffer* buffer,
+                                   bool verify_blocks) {
+  rocksdb::ReadOptions ro;
+  ro.fill_cache = false;
+  // The chunk's own checksum, over the whole value, is verified below: for
+  // loads, a second pass over the block for RocksDB's would only cost time.
+  ro.verify_checksums = verify_blocks;
+  rocksdb::Status s = db_->Get(ro, chunks_, key, &buffer->impl_->slice);
+  if (s.IsNotFound()) {
+    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
+                              " is missing");
+  }
+  if (s.IsCorruption()) {
+    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
+                              " is damaged: " + s.ToString());
+  }
+  RETURN_IF_ERROR(
+      FromRocks(s, "reading " + ChunkName(checkpoint_id, tensor_key, chunk)));
+  const auto& slice = buffer->impl_->slice;
+  if (slice.size() != chunk.nbytes) {
+    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
+                              " holds " + std::to_string(slice.size()) +
+                              " bytes, expected " +
+                              std::to_string(chunk.nbytes));
+  }
+  if (ChunkChecksum(slice.data(), slice.size()) != chunk.checksum) {
+    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
+                              " is damaged: checksum mismatch");
+  }
+  return Status::OK();
+}
+
+Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
+                                         std::string_view tensor_key,
+                                         const ChunkMetadata& chunk) {
+  std::shared_lock lock(mu_);
+  const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
+  ChunkBuffer buffer;
+  if (chunk.nbytes >= kOwnBlockBytes) {  // may start a block of its own
+    ChunkBuffer::Impl& impl = *buffer.impl_;
+    impl.pool = pool_;
+    impl.owned = static_cast<char*>(pool_->Allocate(chunk.nbytes));
+    if (ReadDirect(checkpoint_id, key, chunk, impl.owned)) {
+      impl.owned_size = chunk.nbytes;
+      return buffer;
+    }
+    pool_->Deallocate(std::exchange(impl.owned, nullptr));
+  }
+  RETURN_IF_ERROR(
+      ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));
+  return buffer;
+}
+
+Status StoreImpl::VerifyChunk(int64_t checkpoint_id,
+                              std::string_view tensor_key,
+                              const ChunkMetadata& chunk) {
+  std::shared_lock lock(mu_);
+  const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
+  ChunkBuffer buffer;
+  return ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer,
+                          /*verify_blocks=*/true);
+}
+
+Status StoreImpl::ReadChunkInto(int64_t checkpoint_id,
+                                std::string_view tensor_key,
+                                const ChunkMetadata& chunk, void* dst) {
+  std::shared_lock lock(mu_);
+  const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
+  if (ReadDirect(checkpoint_id, key, chunk, static_cast<char*>(dst)))
+    return Status::OK();
+  ChunkBuffer buffer;
+  RETURN_IF_ERROR(
+      ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));
+  std::memcpy(dst, buffer.impl_->slice.data(), chunk.nbytes);
+  return Status::OK();
+}
+
+ChunkBuffer::ChunkBuffer() : impl_(std::make_unique<Impl>()) {}
+ChunkBuffer::ChunkBuffer(ChunkBuffer&&) noexcept = default;
+ChunkBuffer& ChunkBuffer::operator=(ChunkBuffer&&) noexcept = default;
+ChunkBuffer::~ChunkBuffer() = default;
+std::string_view ChunkBuffer::bytes() const {
+  if (impl_->owned != nullptr)
+    return std::string_view(impl_->owned, impl_->owned_size);
+  return std::string_view(impl_->slice.data(), impl_->slice.size());
+}
+bool ChunkBuffer::read_directly() const { return impl_->owned != nullptr; }
+
+}  // namespace ckptdb::storage
