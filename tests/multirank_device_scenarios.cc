@@ -75,12 +75,7 @@ TEST(MultiRankTest, DeviceTensorsSaveAndReshardThroughTheCopier) {
     auto [b, e] = Part(24, rank, 3);
     auto [rb, re] = Part(10, rank, 3);
     auto [hb, he] = Part(5, rank, 3);
-    const GlobalTensor w32 = [&] {
-      GlobalTensor g(DType::kFloat32, {40, 24}, 0);
-      engine::ConvertElements(w.bytes.data(), DType::kBFloat16, g.bytes.data(),
-                              DType::kFloat32, 40 * 24);
-      return g;
-    }();
+    const GlobalTensor w32 = w.As(DType::kFloat32);
     OwnedShard wt = TargetOf(w32, {0, b}, {40, e - b});
     OwnedShard ct = TargetOf(cube, {1, rb, 2}, {4, re - rb, 5});
     OwnedShard ht = TargetOf(host, {0, hb}, {30, he - hb});
@@ -141,12 +136,7 @@ TEST(MultiRankTest, DeviceSlicesForOtherRanksTravelDeviceToDevice) {
     EXPECT_TRUE(info.ok()) << info.status().ToString();
   });
 
-  const GlobalTensor w32 = [&] {
-    GlobalTensor g(DType::kFloat32, {40, 24}, 0);
-    engine::ConvertElements(w.bytes.data(), DType::kBFloat16, g.bytes.data(),
-                            DType::kFloat32, 40 * 24);
-    return g;
-  }();
+  const GlobalTensor w32 = w.As(DType::kFloat32);
   RunRanks(5, [&](int rank, std::shared_ptr<Communicator> comm) {
     auto db = OpenRank(dir.path(), comm, options);
     // w (saved by columns) by rows as float32 (strided: staged, cast by the

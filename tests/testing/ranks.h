@@ -42,6 +42,17 @@ struct GlobalTensor {
     }
   }
 
+  // The same values converted to `to`: what a cast load yields.
+  GlobalTensor As(DType to) const {
+    GlobalTensor out;
+    out.dtype = to;
+    out.shape = shape;
+    out.bytes.resize(static_cast<size_t>(NumElements(shape)) * DTypeSize(to));
+    engine::ConvertElements(bytes.data(), dtype, out.bytes.data(), to,
+                            static_cast<size_t>(NumElements(shape)));
+    return out;
+  }
+
   // The bytes of the box [offset, offset + local) in row-major order.
   std::vector<uint8_t> Slice(const Shape& offset, const Shape& local) const {
     std::vector<uint8_t> out(static_cast<size_t>(NumElements(local)) *
