@@ -20,10 +20,17 @@ namespace {
 
 class StagedFileWriterImpl : public StagedFileWriter {
  public:
-  StagedFileWriterImpl(std::string path, int64_t id, int32_t rank)
-      : path_(std::move(path)), id_(id), rank_(rank) {
+  StagedFileWriterImpl(std::string path, int64_t id, int32_t rank,
+                       std::shared_ptr<StoreFileSystem> fs,
+                       std::shared_ptr<rocksdb::Env> env)
+      : path_(std::move(path)),
+        id_(id),
+        rank_(rank),
+        fs_(std::move(fs)),
+        env_(std::move(env)) {
     rocksdb::Options options;
     static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
+    options.env = env_.get();
     // Written pages stay cached, as for any file write: a load soon after a
     // save reads them from memory.
     writer_ = std::make_unique<rocksdb::SstFileWriter>(
@@ -54,8 +61,7 @@ class StagedFileWriterImpl : public StagedFileWriter {
     finished_ = true;
     if (entries_ == 0) {
       writer_.reset();
-      std::error_code ec;
-      fs::remove(path_, ec);
+      RETURN_IF_ERROR(fs_->Remove(path_));
       return std::string();
     }
     Status s = FromRocks(writer_->Finish(), "finishing staged file " + path_);
@@ -69,14 +75,16 @@ class StagedFileWriterImpl : public StagedFileWriter {
   void Abandon() override {
     finished_ = true;
     writer_.reset();
-    std::error_code ec;
-    fs::remove(path_, ec);
+    (void)fs_->Remove(path_);
   }
 
  private:
   std::string path_;
   int64_t id_;
   int32_t rank_;
+  std::shared_ptr<StoreFileSystem> fs_;
+  // Outlives writer_, which writes through it.
+  std::shared_ptr<rocksdb::Env> env_;
   std::unique_ptr<rocksdb::SstFileWriter> writer_;
   size_t entries_ = 0;
   bool finished_ = false;
@@ -88,23 +96,26 @@ std::string StagingDir(const std::string& store_path) {
   return (fs::path(store_path) / "staging").string();
 }
 
-Result<std::unique_ptr<StagedFileWriter>> StagedFileWriter::Create(
-    const std::string& store_path, int64_t checkpoint_id, int32_t rank,
-    int part) {
-  std::error_code ec;
-  const std::string dir = StagingDir(store_path);
-  fs::create_directories(dir, ec);
-  if (ec)
-    return Status::IOError("creating staging directory " + dir + ": " +
-                           ec.message());
+Result<std::unique_ptr<StagedFileWriter>> StoreImpl::NewStagedFile(
+    int64_t checkpoint_id, int32_t rank, int part) {
+  std::shared_lock lock(mu_);
+  RETURN_IF_ERROR(CheckOpen());
+  const std::string dir = StagingDir(path_);
+  RETURN_IF_ERROR(fs_->CreateDirIfMissing(dir));
   const std::string path = (fs::path(dir) / (std::to_string(checkpoint_id) +
                                              "-" + std::to_string(rank) + "-" +
                                              std::to_string(part) + ".sst"))
                                .string();
-  auto writer =
-      std::make_unique<StagedFileWriterImpl>(path, checkpoint_id, rank);
+  auto writer = std::make_unique<StagedFileWriterImpl>(path, checkpoint_id,
+                                                       rank, fs_, env_);
   RETURN_IF_ERROR(writer->Open());
   return std::unique_ptr<StagedFileWriter>(std::move(writer));
+}
+
+void StoreImpl::RemoveStaged(const std::vector<std::string>& staged_files) {
+  std::shared_lock lock(mu_);
+  // Best effort: a read-write open clears the staging directory anyway.
+  for (const auto& file : staged_files) (void)fs_->Remove(file);
 }
 
 }  // namespace ckptdb::storage

@@ -6,12 +6,15 @@
 #include <string_view>
 #include <vector>
 
+#include "ckptdb/fault_injection.h"
 #include "ckptdb/metadata.h"
 #include "ckptdb/status.h"
 
 namespace ckptdb::storage {
 
 struct StoreOptions {
+  // Testing hook: fails file operations on demand.
+  std::shared_ptr<FaultInjector> fault_injector;
   bool create_if_missing = true;
   // Never modifies the directory: no lock, no log files, no cleanup.
   bool read_only = false;
@@ -43,11 +46,6 @@ class ChunkBuffer {
 // not. Not thread-safe.
 class StagedFileWriter {
  public:
-  // `part` distinguishes several files of one rank (each covering its own key
-  // range).
-  static Result<std::unique_ptr<StagedFileWriter>> Create(
-      const std::string& store_path, int64_t checkpoint_id, int32_t rank,
-      int part);
   virtual ~StagedFileWriter() = default;
   // Adds a chunk; returns its checksum.
   virtual Result<uint64_t> Add(std::string_view tensor_key,
@@ -62,6 +60,16 @@ class StagedFileWriter {
 
 // Directory where staged files live (cleared by a read-write open).
 std::string StagingDir(const std::string& store_path);
+
+// What Store::Check finds beyond single checkpoints.
+struct StoreReport {
+  // Checkpoint ids with chunk data but no record, kept because they may have
+  // been committed (chunks of ids that provably never were are removed at a
+  // read-write open).
+  std::vector<int64_t> unaccounted_chunk_ids;
+  // Commit journal copies that are damaged (the other one is in use).
+  std::vector<std::string> damaged_journal_copies;
+};
 
 // One RocksDB database with column families `chunks` (tensor bytes) and `meta`
 // (one Cap'n Proto record per checkpoint: the commit point). Thread-safe for
@@ -91,8 +99,12 @@ class Store {
   virtual Status CheckTagFree(const std::string& tag) = 0;
 
   // Ingests the staged files (which must hold only chunks of meta.info.id) and
-  // writes the metadata record: the commit point. On failure nothing of the
-  // checkpoint stays visible. Read-write only.
+  // writes the metadata record: the commit point. Returns OK only once the
+  // record is in a synced table file and the commit journal names it. On
+  // failure the store is reopened to learn what reached the disk: OK when the
+  // checkpoint turns out committed; otherwise nothing of it stays and its
+  // staged files are removed; an error that cannot tell says the checkpoint
+  // may be committed. Read-write only.
   virtual Status Commit(const CheckpointMetadata& meta,
                         const std::vector<std::string>& staged_files) = 0;
 
@@ -114,14 +126,28 @@ class Store {
   virtual Status VerifyChunk(int64_t checkpoint_id, std::string_view tensor_key,
                              const ChunkMetadata& chunk) = 0;
 
-  // Removes a checkpoint's record (atomically) then its chunks, reclaiming
-  // their files.
+  // Removes a checkpoint: marks it deleting in the journal, removes its
+  // record, then its chunks, reclaiming their files. Interrupted, the next
+  // read-write open finishes it.
   virtual Status Delete(int64_t checkpoint_id) = 0;
 
   // Read-only handles see the store as of their open; Refresh re-opens one to
   // see later commits. A no-op for a read-write handle, or when the writer has
   // changed nothing since.
   virtual Status Refresh() = 0;
+
+  // A writer for one writer rank's chunks of one checkpoint; `part`
+  // distinguishes several files of one rank (each covering its own key
+  // range). Usable on read-only handles.
+  virtual Result<std::unique_ptr<StagedFileWriter>> NewStagedFile(
+      int64_t checkpoint_id, int32_t rank, int part) = 0;
+
+  // Removes staged files of a save that will not be committed.
+  virtual void RemoveStaged(const std::vector<std::string>& staged_files) = 0;
+
+  // The store as a whole: chunk data no record accounts for, damaged journal
+  // copies.
+  virtual Result<StoreReport> Check() = 0;
 };
 
 }  // namespace ckptdb::storage

@@ -22,6 +22,9 @@
 
 #include "storage/buffer_pool.h"
 #include "storage/chunk_files.h"
+#include "storage/commit_journal.h"
+#include "storage/file_system.h"
+#include "storage/keys.h"
 #include "storage/store.h"
 
 namespace ckptdb::storage {
@@ -57,9 +60,12 @@ struct DirectIndex {
 class StoreImpl : public Store {
  public:
   StoreImpl(std::string path, StoreOptions options)
-      : path_(std::move(path)), options_(options) {}
+      : path_(std::move(path)), options_(std::move(options)) {}
   ~StoreImpl() override { CloseDb(); }
 
+  // Opens RocksDB over a fresh StoreFileSystem, checks it against the commit
+  // journal and, read-write, finishes or removes what interrupted saves and
+  // deletes left (RecoverCommits).
   Status OpenDb();
   // OpenDb, repeated for a read-only handle while a writer changes the store
   // under it. A read-only open reads the MANIFEST, the files it names, then the
@@ -88,6 +94,11 @@ class StoreImpl : public Store {
                      const ChunkMetadata& chunk) override;
   Status Delete(int64_t checkpoint_id) override;
   Status Refresh() override;
+  Result<std::unique_ptr<StagedFileWriter>> NewStagedFile(int64_t checkpoint_id,
+                                                          int32_t rank,
+                                                          int part) override;
+  Result<StoreReport> Check() override;
+  void RemoveStaged(const std::vector<std::string>& staged_files) override;
 
  private:
   Status RequireWritable(const char* what) const {
@@ -99,12 +110,61 @@ class StoreImpl : public Store {
     return Status::OK();
   }
   void CloseDb();
+  // OpenDb's steps.
+  // Whether the directory holds a database; creates it (and the CREATING
+  // marker) when absent and asked to.
+  Result<bool> PrepareDirectory();
+  Status OpenRocks(bool has_db, bool read_only);
+  Status CheckStoreMarker(bool has_db);
+  // Reads the journal and checks every committed checkpoint has its record
+  // (Corruption naming the files otherwise). Read-write, also adopts records
+  // committed after the journal's last write and finishes interrupted
+  // deletes, then removes chunks of ids that provably never committed.
+  Status RecoverCommits();
+  Status CheckJournal(const std::set<int64_t>& records);
+  // Read-write opens check the database read-only first: RocksDB's
+  // read-write recovery rewrites the MANIFEST and removes the files it does
+  // not name, which would make a loss it did not report permanent.
+  Status PreCheckReadOnly(bool has_db);
+  // Ids of the checkpoint records in the `meta` column family.
+  Result<std::set<int64_t>> RecordIds();
+  Status SaveJournal(CommitJournal journal);
+  // Removes a checkpoint's record, durably.
+  Status DeleteRecord(int64_t checkpoint_id);
+  // Writes `batch` to the meta column family and flushes it into a table file:
+  // metadata never lives in RocksDB's write-ahead log, whose damage RocksDB
+  // recovers from by dropping what follows it.
+  Status WriteMeta(rocksdb::WriteBatch* batch, const std::string& what);
+  // After a failed commit or delete: the database is reopened, which reads
+  // what reached the disk and recovers it; `happened` then tells whether the
+  // operation took effect (OK) or not (`error`). When the reopen fails too,
+  // the error says the operation may have happened.
+  template <typename Happened>
+  Status Reopen(Status error, std::shared_lock<std::shared_mutex>& lock,
+                const std::string& what, Happened&& happened);
+  // Opens the database if a failed reopen left it closed.
+  Status EnsureOpen();
+  // EnsureOpen from under a shared lock (taken exclusively meanwhile).
+  Status EnsureOpenShared(std::shared_lock<std::shared_mutex>& lock);
+  // IOError while a failed reopen left the database closed.
+  Status CheckOpen() const;
+  // False for a checkpoint whose deletion began (its record may remain).
+  bool Visible(int64_t checkpoint_id) const;
   // The metadata record of a checkpoint; NotFound naming it when absent.
   Status GetRecord(int64_t checkpoint_id, rocksdb::PinnableSlice* record);
   // Names, sizes and times of the files a writer changes; equal stamps mean
   // nothing to refresh.
   std::string VersionStamp() const;
   Status RemoveLeftovers();
+  // RocksDB 7.8 ingests a file whose key range it failed to read (an I/O
+  // error while it scans the file) with an empty range: reads then miss its
+  // chunks, and deletions over it trip assertions. Each such file is taken
+  // out of the database and, with `reingest`, ingested again (its bytes are
+  // intact), or else dropped.
+  Status RepairBoundlessFiles(bool reingest);
+  // After an ingestion: every chunk of `meta` is in a file of its
+  // checkpoint's key range.
+  Status CheckIngested(const CheckpointMetadata& meta);
   Status DropChunks(int64_t checkpoint_id);
   // The open table file holding the chunk value under `key` and the value's
   // offset in it, when the chunk starts a data block; files are parsed on the
@@ -131,6 +191,14 @@ class StoreImpl : public Store {
 
   const std::string path_;
   const StoreOptions options_;
+  // Made anew by each OpenDb; the Env over it outlives the database.
+  std::shared_ptr<StoreFileSystem> fs_;
+  std::shared_ptr<rocksdb::Env> env_;
+  // The journal as last read or written; empty for a read-only handle on a
+  // store written before journals.
+  std::optional<CommitJournal> journal_;
+  // Checkpoint ids whose chunks have no record but may have committed (kept).
+  std::set<int64_t> uncertain_;
   std::shared_mutex mu_;  // exclusive for Refresh, shared for everything else
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* chunks_ = nullptr;
@@ -143,5 +211,20 @@ class StoreImpl : public Store {
   std::mutex direct_mu_;
   std::map<int64_t, DirectIndex> direct_;
 };
+
+template <typename Fn>
+Status StoreImpl::ForEachRecord(Fn&& fn) {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), meta_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    int64_t id = 0;
+    if (!DecodeMetaKey(std::string_view(it->key().data(), it->key().size()),
+                       &id))
+      break;
+    if (!fn(id, std::string_view(it->value().data(), it->value().size())))
+      break;
+  }
+  return FromRocks(it->status(), "listing checkpoints of '" + path_ + "'");
+}
 
 }  // namespace ckptdb::storage

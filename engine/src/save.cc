@@ -263,8 +263,8 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
   std::vector<std::string> part_files(parts);
   Status written = ParallelFor(parts, io_threads(), [&](size_t p) -> Status {
     if (part_begin[p] == part_begin[p + 1]) return Status::OK();
-    ASSIGN_OR_RETURN(auto writer, storage::StagedFileWriter::Create(
-                                      path_, id, rank, static_cast<int>(p)));
+    ASSIGN_OR_RETURN(auto writer,
+                     store_->NewStagedFile(id, rank, static_cast<int>(p)));
     DeviceChunks device(mine, order);
     for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
       const MyChunk& m = mine[order[i]];
@@ -309,9 +309,7 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
     std::vector<std::string> staged;
     for (auto& f : all_files) staged.insert(staged.end(), f.begin(), f.end());
     if (s.ok()) s = store_->Commit(meta, staged);
-    if (!s.ok()) {
-      for (const auto& f : staged) std::remove(f.c_str());
-    }
+    if (!s.ok()) store_->RemoveStaged(staged);
     outcome = EncodeInfo(s, meta.info);
   }
   RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));

@@ -10,12 +10,13 @@
 
 namespace ckptdb::testing {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents on
-// destruction.
+// A fresh directory under `base` (default $TMPDIR, else /tmp), removed with
+// its contents on destruction.
 class TempDir {
  public:
-  TempDir() {
-    std::string base = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
+  explicit TempDir(std::string base = "") {
+    if (base.empty())
+      base = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
     // mkdtemp replaces the trailing six X's of the template.
     std::string pattern = base + "/ckptdb-test-XXXXXX";
     path_ = mkdtemp(pattern.data());

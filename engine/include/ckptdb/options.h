@@ -3,10 +3,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
 namespace ckptdb {
+
+class FaultInjector;
 
 // Largest chunk a store holds: one RocksDB value.
 inline constexpr size_t kMaxChunkBytes = size_t{1} << 30;
@@ -37,6 +40,9 @@ struct Options {
   // fsync staged files and the commit record. Turning it off loses crash
   // safety.
   bool sync = true;
+  // Testing hook (ckptdb/fault_injection.h): fails the store's file operations
+  // on demand. nullptr in production.
+  std::shared_ptr<FaultInjector> fault_injector;
 };
 
 // Per-save parameters.

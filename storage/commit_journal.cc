@@ -1,0 +1,130 @@
+#include "storage/commit_journal.h"
+
+#include <cstring>
+
+#include "storage/checksum.h"
+
+namespace ckptdb::storage {
+namespace {
+
+constexpr char kMagic[8] = {'C', 'K', 'P', 'T', 'J', 'R', 'N', 'L'};
+constexpr uint32_t kVersion = 1;
+// magic, version, sequence, high water, two counts.
+constexpr size_t kHeaderBytes = 8 + 4 + 8 + 8 + 4 + 4;
+constexpr char kJournalFile[] = "CKPTDB_JOURNAL";
+
+template <typename T>
+void Put(std::string* out, T v) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &v, sizeof(T));
+  out->append(bytes, sizeof(T));
+}
+
+template <typename T>
+T Get(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+std::string EncodeJournal(const CommitJournal& journal) {
+  std::string out(kMagic, sizeof(kMagic));
+  Put<uint32_t>(&out, kVersion);
+  Put<uint64_t>(&out, journal.sequence);
+  Put<int64_t>(&out, journal.high_water);
+  Put<uint32_t>(&out, static_cast<uint32_t>(journal.committed.size()));
+  Put<uint32_t>(&out, static_cast<uint32_t>(journal.deleting.size()));
+  for (int64_t id : journal.committed) Put<int64_t>(&out, id);
+  for (int64_t id : journal.deleting) Put<int64_t>(&out, id);
+  Put<uint64_t>(&out, ChunkChecksum(out.data(), out.size()));
+  return out;
+}
+
+Result<CommitJournal> DecodeJournal(std::string_view bytes) {
+  if (bytes.size() < kHeaderBytes + 8 ||
+      std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    return Status::Corruption("not a commit journal (" +
+                              std::to_string(bytes.size()) + " bytes)");
+  }
+  const size_t body = bytes.size() - 8;
+  if (Get<uint64_t>(bytes.data() + body) != ChunkChecksum(bytes.data(), body)) {
+    return Status::Corruption("commit journal checksum mismatch");
+  }
+  const char* p = bytes.data() + sizeof(kMagic);
+  if (const uint32_t version = Get<uint32_t>(p); version != kVersion) {
+    return Status::Corruption("commit journal version " +
+                              std::to_string(version) + " is not supported");
+  }
+  CommitJournal journal;
+  journal.sequence = Get<uint64_t>(p + 4);
+  journal.high_water = Get<int64_t>(p + 12);
+  const uint64_t committed = Get<uint32_t>(p + 20);
+  const uint64_t deleting = Get<uint32_t>(p + 24);
+  if (body != kHeaderBytes + 8 * (committed + deleting)) {
+    return Status::Corruption(
+        "commit journal length does not match its "
+        "counts");
+  }
+  const char* ids = bytes.data() + kHeaderBytes;
+  for (uint64_t i = 0; i < committed + deleting; ++i) {
+    const int64_t id = Get<int64_t>(ids + 8 * i);
+    if (id <= 0 || id > journal.high_water) {
+      return Status::Corruption("commit journal lists checkpoint id " +
+                                std::to_string(id) +
+                                " above its high-water "
+                                "mark " +
+                                std::to_string(journal.high_water));
+    }
+    (i < committed ? journal.committed : journal.deleting).insert(id);
+  }
+  return journal;
+}
+
+std::vector<std::string> JournalPaths(const std::string& store_path) {
+  return {store_path + "/" + kJournalFile + ".0",
+          store_path + "/" + kJournalFile + ".1"};
+}
+
+Result<JournalState> ReadJournal(StoreFileSystem& fs,
+                                 const std::string& store_path) {
+  JournalState state;
+  bool any = false;
+  for (const std::string& path : JournalPaths(store_path)) {
+    auto bytes = fs.ReadWholeFile(path);
+    if (bytes.status().IsNotFound()) continue;
+    any = true;
+    // An I/O error says nothing about the copy's contents: the open fails.
+    if (!bytes.ok()) return bytes.status();
+    auto journal = DecodeJournal(*bytes);
+    if (!journal.ok()) {
+      state.damaged.push_back(path + ": " + journal.status().message());
+      continue;
+    }
+    if (!state.journal || journal->sequence > state.journal->sequence)
+      state.journal = std::move(journal).value();
+  }
+  if (any && !state.journal) {
+    std::string why;
+    for (const auto& d : state.damaged) why += (why.empty() ? "" : "; ") + d;
+    return Status::Corruption(
+        "both copies of the commit journal of '" + store_path +
+        "' are damaged, so the store cannot tell which checkpoints it "
+        "committed: " +
+        why);
+  }
+  return state;
+}
+
+Status WriteJournal(StoreFileSystem& fs, const std::string& store_path,
+                    const CommitJournal& journal) {
+  const std::string bytes = EncodeJournal(journal);
+  for (const std::string& path : JournalPaths(store_path)) {
+    RETURN_IF_ERROR(fs.WriteFileSynced(path, bytes)
+                        .WithContext("writing the commit journal"));
+  }
+  return fs.SyncDir(store_path);
+}
+
+}  // namespace ckptdb::storage

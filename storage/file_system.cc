@@ -1,0 +1,427 @@
+#include "storage/file_system.h"
+
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+namespace ckptdb::storage {
+namespace {
+
+using rocksdb::IODebugContext;
+using rocksdb::IOOptions;
+using rocksdb::IOStatus;
+using rocksdb::Slice;
+
+bool Mutates(FileOp op) { return (kMutatingFileOps & FileOpMask(op)) != 0; }
+
+// RocksDB's info log: its failures lose diagnostics, never data.
+bool IsInfoLog(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return path.compare(slash == std::string::npos ? 0 : slash + 1, 3, "LOG") ==
+         0;
+}
+
+// Every call that reaches the disk asks the file system first.
+class WritableFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  WritableFile(std::unique_ptr<rocksdb::FSWritableFile> file,
+               StoreFileSystem* fs, std::string path)
+      : FSWritableFileOwnerWrapper(std::move(file)),
+        fs_(fs),
+        path_(std::move(path)) {}
+
+  IOStatus Append(const Slice& data, const IOOptions& o,
+                  IODebugContext* dbg) override {
+    IOStatus s = fs_->Check(FileOp::kWrite, path_, data.size());
+    return fs_->Done(FileOp::kWrite, path_,
+                     s.ok() ? target()->Append(data, o, dbg) : s);
+  }
+  IOStatus Append(const Slice& data, const IOOptions& o,
+                  const rocksdb::DataVerificationInfo& info,
+                  IODebugContext* dbg) override {
+    IOStatus s = fs_->Check(FileOp::kWrite, path_, data.size());
+    return fs_->Done(FileOp::kWrite, path_,
+                     s.ok() ? target()->Append(data, o, info, dbg) : s);
+  }
+  IOStatus PositionedAppend(const Slice& data, uint64_t offset,
+                            const IOOptions& o, IODebugContext* dbg) override {
+    IOStatus s = fs_->Check(FileOp::kWrite, path_, data.size());
+    return fs_->Done(
+        FileOp::kWrite, path_,
+        s.ok() ? target()->PositionedAppend(data, offset, o, dbg) : s);
+  }
+  IOStatus PositionedAppend(const Slice& data, uint64_t offset,
+                            const IOOptions& o,
+                            const rocksdb::DataVerificationInfo& info,
+                            IODebugContext* dbg) override {
+    IOStatus s = fs_->Check(FileOp::kWrite, path_, data.size());
+    return fs_->Done(
+        FileOp::kWrite, path_,
+        s.ok() ? target()->PositionedAppend(data, offset, o, info, dbg) : s);
+  }
+  IOStatus Truncate(uint64_t size, const IOOptions& o,
+                    IODebugContext* dbg) override {
+    IOStatus s = fs_->Check(FileOp::kWrite, path_);
+    return fs_->Done(FileOp::kWrite, path_,
+                     s.ok() ? target()->Truncate(size, o, dbg) : s);
+  }
+  IOStatus Close(const IOOptions& o, IODebugContext* dbg) override {
+    IOStatus s = fs_->Check(FileOp::kClose, path_);
+    // The descriptor is released even when the close "fails".
+    IOStatus closed = target()->Close(o, dbg);
+    return fs_->Done(FileOp::kClose, path_, s.ok() ? closed : s);
+  }
+  IOStatus Sync(const IOOptions& o, IODebugContext* dbg) override {
+    IOStatus s = fs_->Check(FileOp::kSync, path_);
+    return fs_->Done(FileOp::kSync, path_, s.ok() ? target()->Sync(o, dbg) : s);
+  }
+  IOStatus Fsync(const IOOptions& o, IODebugContext* dbg) override {
+    IOStatus s = fs_->Check(FileOp::kSync, path_);
+    return fs_->Done(FileOp::kSync, path_,
+                     s.ok() ? target()->Fsync(o, dbg) : s);
+  }
+  IOStatus RangeSync(uint64_t offset, uint64_t nbytes, const IOOptions& o,
+                     IODebugContext* dbg) override {
+    IOStatus s = fs_->Check(FileOp::kSync, path_);
+    return fs_->Done(FileOp::kSync, path_,
+                     s.ok() ? target()->RangeSync(offset, nbytes, o, dbg) : s);
+  }
+
+ private:
+  StoreFileSystem* fs_;
+  std::string path_;
+};
+
+class RandomAccessFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
+ public:
+  RandomAccessFile(std::unique_ptr<rocksdb::FSRandomAccessFile> file,
+                   StoreFileSystem* fs, std::string path)
+      : FSRandomAccessFileOwnerWrapper(std::move(file)),
+        fs_(fs),
+        path_(std::move(path)) {}
+
+  IOStatus Read(uint64_t offset, size_t n, const IOOptions& o, Slice* result,
+                char* scratch, IODebugContext* dbg) const override {
+    IOStatus s = fs_->Check(FileOp::kRead, path_);
+    return fs_->Done(
+        FileOp::kRead, path_,
+        s.ok() ? target()->Read(offset, n, o, result, scratch, dbg) : s);
+  }
+  IOStatus MultiRead(rocksdb::FSReadRequest* reqs, size_t num_reqs,
+                     const IOOptions& o, IODebugContext* dbg) override {
+    // Each request is a read; a failed one fails alone, as on a disk.
+    for (size_t i = 0; i < num_reqs; ++i) {
+      reqs[i].status = Read(reqs[i].offset, reqs[i].len, o, &reqs[i].result,
+                            reqs[i].scratch, dbg);
+    }
+    return IOStatus::OK();
+  }
+
+ private:
+  StoreFileSystem* fs_;
+  std::string path_;
+};
+
+class SequentialFile : public rocksdb::FSSequentialFileOwnerWrapper {
+ public:
+  SequentialFile(std::unique_ptr<rocksdb::FSSequentialFile> file,
+                 StoreFileSystem* fs, std::string path)
+      : FSSequentialFileOwnerWrapper(std::move(file)),
+        fs_(fs),
+        path_(std::move(path)) {}
+
+  IOStatus Read(size_t n, const IOOptions& o, Slice* result, char* scratch,
+                IODebugContext* dbg) override {
+    IOStatus s = fs_->Check(FileOp::kRead, path_);
+    return fs_->Done(FileOp::kRead, path_,
+                     s.ok() ? target()->Read(n, o, result, scratch, dbg) : s);
+  }
+  IOStatus PositionedRead(uint64_t offset, size_t n, const IOOptions& o,
+                          Slice* result, char* scratch,
+                          IODebugContext* dbg) override {
+    IOStatus s = fs_->Check(FileOp::kRead, path_);
+    return fs_->Done(
+        FileOp::kRead, path_,
+        s.ok() ? target()->PositionedRead(offset, n, o, result, scratch, dbg)
+               : s);
+  }
+
+ private:
+  StoreFileSystem* fs_;
+  std::string path_;
+};
+
+class Directory : public rocksdb::FSDirectoryWrapper {
+ public:
+  Directory(std::unique_ptr<rocksdb::FSDirectory> dir, StoreFileSystem* fs,
+            std::string path)
+      : FSDirectoryWrapper(std::move(dir)), fs_(fs), path_(std::move(path)) {}
+
+  IOStatus Fsync(const IOOptions& o, IODebugContext* dbg) override {
+    IOStatus s = fs_->Check(FileOp::kSyncDir, path_);
+    return fs_->Done(FileOp::kSyncDir, path_,
+                     s.ok() ? FSDirectoryWrapper::Fsync(o, dbg) : s);
+  }
+  IOStatus FsyncWithDirOptions(
+      const IOOptions& o, IODebugContext* dbg,
+      const rocksdb::DirFsyncOptions& dir_options) override {
+    IOStatus s = fs_->Check(FileOp::kSyncDir, path_);
+    return fs_->Done(
+        FileOp::kSyncDir, path_,
+        s.ok() ? FSDirectoryWrapper::FsyncWithDirOptions(o, dbg, dir_options)
+               : s);
+  }
+
+ private:
+  StoreFileSystem* fs_;
+  std::string path_;
+};
+
+// Opens with `open` once the injector allows it, and wraps what it returns.
+template <typename Wrapped, typename File, typename Open>
+IOStatus OpenChecked(StoreFileSystem* fs, const std::string& path,
+                     std::unique_ptr<File>* out, Open&& open) {
+  IOStatus s = fs->Check(FileOp::kOpen, path);
+  if (!s.ok()) return s;
+  std::unique_ptr<File> file;
+  s = open(&file);
+  if (s.ok()) *out = std::make_unique<Wrapped>(std::move(file), fs, path);
+  return s;
+}
+
+}  // namespace
+
+Status FromIo(const rocksdb::IOStatus& s, const std::string& context) {
+  if (s.ok()) return Status::OK();
+  const std::string msg = context + ": " + s.ToString();
+  if (s.IsNotFound() || s.IsPathNotFound()) return Status::NotFound(msg);
+  if (s.IsCorruption()) return Status::Corruption(msg);
+  return Status::IOError(msg);
+}
+
+StoreFileSystem::StoreFileSystem(std::shared_ptr<FaultInjector> faults)
+    : FileSystemWrapper(rocksdb::FileSystem::Default()),
+      faults_(std::move(faults)) {}
+
+IOStatus StoreFileSystem::Done(FileOp op, const std::string& path, IOStatus s) {
+  if (!s.ok() && Mutates(op) && !IsInfoLog(path)) write_failed_ = true;
+  return s;
+}
+
+IOStatus StoreFileSystem::Check(FileOp op, const std::string& path,
+                                uint64_t bytes) {
+  const int error = faults_ ? faults_->Check(op, path, bytes) : 0;
+  if (error == 0) return IOStatus::OK();
+  if (Mutates(op) && !IsInfoLog(path)) write_failed_ = true;
+  const std::string what =
+      std::string("While ") + FileOpName(op) + " " + path + " (injected)";
+  if (error == ENOSPC) return IOStatus::NoSpace(what, std::strerror(error));
+  return IOStatus::IOError(what, std::strerror(error));
+}
+
+// ckptdb's own operations --------------------------------------------------
+
+Status StoreFileSystem::WriteFileSynced(const std::string& path,
+                                        const std::string& contents) {
+  std::unique_ptr<rocksdb::FSWritableFile> file;
+  IOOptions io;
+  IOStatus s = NewWritableFile(path, rocksdb::FileOptions(), &file, nullptr);
+  if (s.ok()) s = file->Append(contents, io, nullptr);
+  if (s.ok()) s = file->Fsync(io, nullptr);
+  IOStatus closed = file ? file->Close(io, nullptr) : IOStatus::OK();
+  if (s.ok()) s = closed;
+  if (!s.ok()) write_failed_ = true;
+  return FromIo(s, "writing " + path);
+}
+
+Result<std::string> StoreFileSystem::ReadWholeFile(const std::string& path) {
+  std::unique_ptr<rocksdb::FSSequentialFile> file;
+  IOStatus s = NewSequentialFile(path, rocksdb::FileOptions(), &file, nullptr);
+  if (s.IsPathNotFound() || s.IsNotFound())
+    return Status::NotFound("no file " + path);
+  RETURN_IF_ERROR(FromIo(s, "reading " + path));
+  std::string out;
+  std::string scratch(64 << 10, '\0');
+  for (;;) {
+    Slice got;
+    RETURN_IF_ERROR(FromIo(
+        file->Read(scratch.size(), IOOptions(), &got, scratch.data(), nullptr),
+        "reading " + path));
+    if (got.empty()) break;
+    out.append(got.data(), got.size());
+  }
+  return out;
+}
+
+Status StoreFileSystem::SyncDir(const std::string& dir) {
+  std::unique_ptr<rocksdb::FSDirectory> handle;
+  IOStatus s = NewDirectory(dir, IOOptions(), &handle, nullptr);
+  if (s.ok()) s = handle->Fsync(IOOptions(), nullptr);
+  if (!s.ok()) write_failed_ = true;
+  return FromIo(s, "syncing directory " + dir);
+}
+
+Status StoreFileSystem::Remove(const std::string& path) {
+  if (FileExists(path, IOOptions(), nullptr).IsNotFound()) return Status::OK();
+  return FromIo(DeleteFile(path, IOOptions(), nullptr), "removing " + path);
+}
+
+Status StoreFileSystem::CreateDirIfMissing(const std::string& dir) {
+  const std::string parent = std::filesystem::path(dir).parent_path().string();
+  if (!parent.empty() && parent != dir &&
+      FileExists(parent, IOOptions(), nullptr).IsNotFound()) {
+    RETURN_IF_ERROR(CreateDirIfMissing(parent));
+  }
+  return FromIo(CreateDirIfMissing(dir, IOOptions(), nullptr),
+                "creating directory " + dir);
+}
+
+Status StoreFileSystem::CheckRead(const std::string& path, uint64_t bytes) {
+  (void)bytes;
+  return FromIo(Check(FileOp::kRead, path), "reading " + path);
+}
+
+// RocksDB's operations -----------------------------------------------------
+
+IOStatus StoreFileSystem::NewSequentialFile(
+    const std::string& f, const rocksdb::FileOptions& opts,
+    std::unique_ptr<rocksdb::FSSequentialFile>* r, IODebugContext* dbg) {
+  return OpenChecked<SequentialFile>(this, f, r, [&](auto* file) {
+    return target()->NewSequentialFile(f, opts, file, dbg);
+  });
+}
+
+IOStatus StoreFileSystem::NewRandomAccessFile(
+    const std::string& f, const rocksdb::FileOptions& opts,
+    std::unique_ptr<rocksdb::FSRandomAccessFile>* r, IODebugContext* dbg) {
+  return OpenChecked<RandomAccessFile>(this, f, r, [&](auto* file) {
+    return target()->NewRandomAccessFile(f, opts, file, dbg);
+  });
+}
+
+IOStatus StoreFileSystem::NewWritableFile(
+    const std::string& f, const rocksdb::FileOptions& opts,
+    std::unique_ptr<rocksdb::FSWritableFile>* r, IODebugContext* dbg) {
+  return OpenChecked<WritableFile>(this, f, r, [&](auto* file) {
+    return target()->NewWritableFile(f, opts, file, dbg);
+  });
+}
+
+IOStatus StoreFileSystem::ReopenWritableFile(
+    const std::string& f, const rocksdb::FileOptions& opts,
+    std::unique_ptr<rocksdb::FSWritableFile>* r, IODebugContext* dbg) {
+  return OpenChecked<WritableFile>(this, f, r, [&](auto* file) {
+    return target()->ReopenWritableFile(f, opts, file, dbg);
+  });
+}
+
+IOStatus StoreFileSystem::ReuseWritableFile(
+    const std::string& f, const std::string& old,
+    const rocksdb::FileOptions& opts,
+    std::unique_ptr<rocksdb::FSWritableFile>* r, IODebugContext* dbg) {
+  return OpenChecked<WritableFile>(this, f, r, [&](auto* file) {
+    return target()->ReuseWritableFile(f, old, opts, file, dbg);
+  });
+}
+
+IOStatus StoreFileSystem::NewRandomRWFile(
+    const std::string& f, const rocksdb::FileOptions& opts,
+    std::unique_ptr<rocksdb::FSRandomRWFile>* r, IODebugContext* dbg) {
+  IOStatus s = Check(FileOp::kOpen, f);
+  return s.ok() ? target()->NewRandomRWFile(f, opts, r, dbg) : s;
+}
+
+IOStatus StoreFileSystem::NewDirectory(const std::string& name,
+                                       const IOOptions& io_opts,
+                                       std::unique_ptr<rocksdb::FSDirectory>* r,
+                                       IODebugContext* dbg) {
+  return OpenChecked<Directory>(this, name, r, [&](auto* dir) {
+    return target()->NewDirectory(name, io_opts, dir, dbg);
+  });
+}
+
+IOStatus StoreFileSystem::GetChildren(const std::string& dir,
+                                      const IOOptions& io_opts,
+                                      std::vector<std::string>* r,
+                                      IODebugContext* dbg) {
+  IOStatus s = Check(FileOp::kStat, dir);
+  return s.ok() ? target()->GetChildren(dir, io_opts, r, dbg) : s;
+}
+
+IOStatus StoreFileSystem::Deleting(const std::string& path) {
+  IOStatus s = Check(FileOp::kDelete, path);
+  if (!s.ok()) return s;
+  uint64_t size = 0;
+  if (faults_ && !target()->GetFileSize(path, IOOptions(), &size, nullptr).ok())
+    size = 0;
+  if (faults_) faults_->Freed(size);
+  return IOStatus::OK();
+}
+
+IOStatus StoreFileSystem::DeleteFile(const std::string& f,
+                                     const IOOptions& options,
+                                     IODebugContext* dbg) {
+  // See the class comment: after a failed write the files on disk, not
+  // RocksDB's view of them, decide what is unused.
+  if (write_failed_) return IOStatus::OK();
+  IOStatus s = Deleting(f);
+  return s.ok() ? target()->DeleteFile(f, options, dbg) : s;
+}
+
+IOStatus StoreFileSystem::Truncate(const std::string& fname, size_t size,
+                                   const IOOptions& options,
+                                   IODebugContext* dbg) {
+  IOStatus s = Check(FileOp::kWrite, fname);
+  if (!s.ok()) return s;
+  s = target()->Truncate(fname, size, options, dbg);
+  if (!s.ok()) write_failed_ = true;
+  return s;
+}
+
+IOStatus StoreFileSystem::CreateDir(const std::string& d,
+                                    const IOOptions& options,
+                                    IODebugContext* dbg) {
+  IOStatus s = Check(FileOp::kCreateDir, d);
+  return Done(FileOp::kCreateDir, d,
+              s.ok() ? target()->CreateDir(d, options, dbg) : s);
+}
+
+IOStatus StoreFileSystem::CreateDirIfMissing(const std::string& d,
+                                             const IOOptions& options,
+                                             IODebugContext* dbg) {
+  IOStatus s = Check(FileOp::kCreateDir, d);
+  return s.ok() ? target()->CreateDirIfMissing(d, options, dbg) : s;
+}
+
+IOStatus StoreFileSystem::DeleteDir(const std::string& d,
+                                    const IOOptions& options,
+                                    IODebugContext* dbg) {
+  if (write_failed_) return IOStatus::OK();
+  IOStatus s = Check(FileOp::kDelete, d);
+  return s.ok() ? target()->DeleteDir(d, options, dbg) : s;
+}
+
+IOStatus StoreFileSystem::GetFileSize(const std::string& f,
+                                      const IOOptions& options, uint64_t* s,
+                                      IODebugContext* dbg) {
+  IOStatus st = Check(FileOp::kStat, f);
+  return st.ok() ? target()->GetFileSize(f, options, s, dbg) : st;
+}
+
+IOStatus StoreFileSystem::RenameFile(const std::string& s, const std::string& t,
+                                     const IOOptions& options,
+                                     IODebugContext* dbg) {
+  IOStatus st = Check(FileOp::kRename, t);
+  return Done(FileOp::kRename, t,
+              st.ok() ? target()->RenameFile(s, t, options, dbg) : st);
+}
+
+IOStatus StoreFileSystem::LinkFile(const std::string& s, const std::string& t,
+                                   const IOOptions& options,
+                                   IODebugContext* dbg) {
+  IOStatus st = Check(FileOp::kLink, t);
+  return Done(FileOp::kLink, t,
+              st.ok() ? target()->LinkFile(s, t, options, dbg) : st);
+}
+
+}  // namespace ckptdb::storage

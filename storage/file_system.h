@@ -1,0 +1,126 @@
+#pragma once
+
+// The one file system a store's files go through: RocksDB's (as its Env) and
+// ckptdb's own (staged files, the commit journal, markers, directory syncs,
+// direct chunk reads). Private to storage/.
+
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "ckptdb/fault_injection.h"
+#include "ckptdb/status.h"
+
+namespace ckptdb::storage {
+
+// Wraps the default file system to
+// - consult a FaultInjector (tests) before every operation;
+// - hold back deletions once a write, sync, rename or link has failed. After a
+//   failed MANIFEST sync RocksDB removes files that the MANIFEST on disk may
+//   already name (the table file a failed ingestion linked in), which makes the
+//   store unopenable. The store reopens its database after any failure, and
+//   that recovery, which reads the files as they are, removes what is unused.
+// Thread-safe.
+class StoreFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  explicit StoreFileSystem(std::shared_ptr<FaultInjector> faults);
+
+  static const char* kClassName() { return "CkptdbStoreFileSystem"; }
+  const char* Name() const override { return kClassName(); }
+
+  // A write, sync, rename or link failed since this file system was made.
+  bool write_failed() const { return write_failed_.load(); }
+
+  // ckptdb's own operations. Errors are IOError naming the operation and path.
+  // Writes `contents` to `path` (replacing it) and syncs it.
+  Status WriteFileSynced(const std::string& path, const std::string& contents);
+  // NotFound when absent.
+  Result<std::string> ReadWholeFile(const std::string& path);
+  Status SyncDir(const std::string& dir);
+  // Removes a file; absent is not an error.
+  Status Remove(const std::string& path);
+  Status CreateDirIfMissing(const std::string& dir);
+  // Asks whether a read of `path` (a direct chunk read) may run: the injector's
+  // verdict, as an IOError.
+  Status CheckRead(const std::string& path, uint64_t bytes);
+
+  // Called by the wrappers: the injector's verdict on one operation.
+  rocksdb::IOStatus Check(FileOp op, const std::string& path,
+                          uint64_t bytes = 0);
+  // `s`, the outcome of a call of kind `op` on `path`, remembered when it is a
+  // failed write, sync, rename or link (of any file but the info log).
+  rocksdb::IOStatus Done(FileOp op, const std::string& path,
+                         rocksdb::IOStatus s);
+
+  rocksdb::IOStatus NewSequentialFile(
+      const std::string& f, const rocksdb::FileOptions& opts,
+      std::unique_ptr<rocksdb::FSSequentialFile>* r,
+      rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus NewRandomAccessFile(
+      const std::string& f, const rocksdb::FileOptions& opts,
+      std::unique_ptr<rocksdb::FSRandomAccessFile>* r,
+      rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus NewWritableFile(const std::string& f,
+                                    const rocksdb::FileOptions& opts,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                    rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus ReopenWritableFile(
+      const std::string& f, const rocksdb::FileOptions& opts,
+      std::unique_ptr<rocksdb::FSWritableFile>* r,
+      rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus ReuseWritableFile(
+      const std::string& f, const std::string& old,
+      const rocksdb::FileOptions& opts,
+      std::unique_ptr<rocksdb::FSWritableFile>* r,
+      rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus NewRandomRWFile(const std::string& f,
+                                    const rocksdb::FileOptions& opts,
+                                    std::unique_ptr<rocksdb::FSRandomRWFile>* r,
+                                    rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus NewDirectory(const std::string& name,
+                                 const rocksdb::IOOptions& io_opts,
+                                 std::unique_ptr<rocksdb::FSDirectory>* r,
+                                 rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus GetChildren(const std::string& dir,
+                                const rocksdb::IOOptions& io_opts,
+                                std::vector<std::string>* r,
+                                rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus DeleteFile(const std::string& f,
+                               const rocksdb::IOOptions& options,
+                               rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus Truncate(const std::string& fname, size_t size,
+                             const rocksdb::IOOptions& options,
+                             rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus CreateDir(const std::string& d,
+                              const rocksdb::IOOptions& options,
+                              rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus CreateDirIfMissing(const std::string& d,
+                                       const rocksdb::IOOptions& options,
+                                       rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus DeleteDir(const std::string& d,
+                              const rocksdb::IOOptions& options,
+                              rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus GetFileSize(const std::string& f,
+                                const rocksdb::IOOptions& options, uint64_t* s,
+                                rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus RenameFile(const std::string& s, const std::string& t,
+                               const rocksdb::IOOptions& options,
+                               rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus LinkFile(const std::string& s, const std::string& t,
+                             const rocksdb::IOOptions& options,
+                             rocksdb::IODebugContext* dbg) override;
+
+ private:
+  rocksdb::IOStatus Deleting(const std::string& path);
+
+  const std::shared_ptr<FaultInjector> faults_;
+  std::atomic<bool> write_failed_{false};
+};
+
+// RocksDB's IOStatus as ours, `context` first.
+Status FromIo(const rocksdb::IOStatus& s, const std::string& context);
+
+}  // namespace ckptdb::storage

@@ -1,0 +1,350 @@
+// Opening a store: the directory, RocksDB, the store marker, and recovery
+// against the commit journal.
+#include <rocksdb/convenience.h>
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/transaction_log.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "storage/commit_journal.h"
+#include "storage/info_log.h"
+#include "storage/keys.h"
+#include "storage/store_impl.h"
+
+namespace ckptdb::storage {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kChunksCf[] = "chunks";
+constexpr char kMetaCf[] = "meta";
+constexpr char kStoreMarker[] = "ckptdb-store 1";
+// Present in a store directory while it is being created.
+constexpr char kCreatingFile[] = "CKPTDB_CREATING";
+
+// A small block cache whose allocator pools the buffers chunk reads land in.
+std::shared_ptr<rocksdb::Cache> ChunkReadCache(
+    std::shared_ptr<BufferPool> pool) {
+  rocksdb::LRUCacheOptions cache;
+  cache.capacity = size_t{8} << 20;
+  cache.memory_allocator = std::move(pool);
+  return rocksdb::NewLRUCache(cache);
+}
+
+rocksdb::ColumnFamilyOptions MetaCfOptions() {
+  rocksdb::ColumnFamilyOptions options;
+  options.compression = rocksdb::kNoCompression;
+  return options;
+}
+
+// Files RocksDB writes while creating a database, before CURRENT names it: a
+// creation interrupted then left only these (and the CREATING marker).
+bool IsCreationFile(const std::string& name) {
+  for (const char* prefix :
+       {"LOCK", "LOG", "IDENTITY", "MANIFEST-", "OPTIONS", kCreatingFile}) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  return name.size() > 6 &&
+         (name.ends_with(".dbtmp") || name.ends_with(".log"));
+}
+
+std::string Join(const std::set<int64_t>& ids) {
+  std::string out;
+  for (int64_t id : ids) out += (out.empty() ? "" : ", ") + std::to_string(id);
+  return out;
+}
+
+}  // namespace
+
+Status StoreImpl::OpenDbRetrying() {
+  Status s = OpenDb();
+  if (!options_.read_only) return s;
+  // Up to ~2.5 s of a writer's activity; past it, the last open stands (a
+  // failure, or a view that the next Refresh replaces).
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    const bool changed_meanwhile = s.ok() && VersionStamp() != stamp_;
+    if (!changed_meanwhile && !s.IsIOError() && !s.IsCorruption()) break;
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::min(1 << attempt, 100)));
+    if (db_) CloseDb();
+    s = OpenDb();
+  }
+  return s;
+}
+
+Result<bool> StoreImpl::PrepareDirectory() {
+  std::error_code ec;
+  const bool exists = fs::exists(path_, ec);
+  if (exists && !fs::is_directory(path_, ec)) {
+    return Status::InvalidArgument(
+        "'" + path_ + "' is not a directory, so not a ckptdb store");
+  }
+  bool creating = false, current = false, data = false, foreign = false;
+  std::vector<std::string> files;
+  if (exists) {
+    for (const auto& entry : fs::directory_iterator(path_, ec)) {
+      const std::string name = entry.path().filename().string();
+      files.push_back(entry.path().string());
+      creating |= name == kCreatingFile;
+      current |= name == "CURRENT";
+      data |= name.ends_with(".sst") || name.rfind("CKPTDB_JOURNAL", 0) == 0;
+      foreign |= !IsCreationFile(name) && name != "CURRENT";
+    }
+  }
+  // A database counts unless a creation was interrupted before it held
+  // anything: the creation writes the store marker into a table file before
+  // it removes the CREATING marker. A stray CREATING file changes nothing.
+  if (current && !(creating && !data)) return true;
+  if (data) {
+    return Status::Corruption("store '" + path_ +
+                              "' holds checkpoint files but its database is "
+                              "missing (no CURRENT file)");
+  }
+  if (foreign || (!files.empty() && !creating)) {
+    return Status::InvalidArgument("'" + path_ +
+                                   "' is not a ckptdb store (a non-empty "
+                                   "directory without one)");
+  }
+  if (options_.read_only && creating) {
+    return Status::NotFound("the creation of the store at '" + path_ +
+                            "' was interrupted; open it read-write to redo it");
+  }
+  if (options_.read_only || !options_.create_if_missing) {
+    return Status::NotFound("no ckptdb store at '" + path_ + "'");
+  }
+  // Only what an interrupted creation writes is here: start it again.
+  const std::string marker = (fs::path(path_) / kCreatingFile).string();
+  for (const auto& file : files) {
+    if (file != marker) RETURN_IF_ERROR(fs_->Remove(file));
+  }
+  RETURN_IF_ERROR(fs_->CreateDirIfMissing(path_));
+  RETURN_IF_ERROR(fs_->WriteFileSynced(marker, ""));
+  RETURN_IF_ERROR(fs_->SyncDir(fs::path(path_).parent_path().string()));
+  RETURN_IF_ERROR(fs_->SyncDir(path_));
+  return false;
+}
+
+Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
+  rocksdb::DBOptions db_options;
+  db_options.env = env_.get();
+  db_options.create_if_missing = !has_db;
+  db_options.create_missing_column_families = !has_db;
+  // Each checkpoint adds a few files per writer rank; keep descriptors bounded
+  // (the table cache reopens evicted files on demand).
+  db_options.max_open_files = 256;
+  db_options.max_manifest_file_size = 64 << 20;
+  // Chunks are read in key order, which is file order: let the kernel read
+  // ahead (RocksDB would otherwise advise random access on every table).
+  db_options.advise_random_on_open = false;
+  // Metadata is flushed into table files at once and nothing else is logged
+  // (WriteMeta), so the write-ahead log is empty at rest: any damage to one is
+  // an error at open, never a silently shorter history.
+  db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kAbsoluteConsistency;
+  db_options.paranoid_checks = true;
+  // After a failed write the store reopens the database itself; RocksDB's
+  // own retries would only delay that (by a second each).
+  db_options.max_bgerror_resume_count = 0;
+  db_options.info_log = read_only ? NewNullInfoLog() : NewInfoLog(*fs_, path_);
+  if (has_db) {
+    std::vector<std::string> families;
+    Status listed =
+        FromRocks(rocksdb::DB::ListColumnFamilies(db_options, path_, &families),
+                  "reading '" + path_ + "'");
+    if (listed.IsIOError()) return listed;
+    if (!listed.ok()) {
+      return Status::Corruption("store '" + path_ +
+                                "' cannot be read: " + listed.message());
+    }
+    auto has = [&](const char* name) {
+      return std::find(families.begin(), families.end(), name) !=
+             families.end();
+    };
+    if (!has(kChunksCf) || !has(kMetaCf)) {
+      return Status::InvalidArgument(
+          "'" + path_ + "' is a RocksDB database but not a ckptdb store");
+    }
+  }
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+      {kChunksCf, ChunkCfOptions(ChunkReadCache(pool_))},
+      {kMetaCf, MetaCfOptions()},
+  };
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s =
+      read_only
+          ? rocksdb::DB::OpenForReadOnly(db_options, path_, descriptors,
+                                         &handles_, &raw)
+          : rocksdb::DB::Open(db_options, path_, descriptors, &handles_, &raw);
+  if (!s.ok()) {
+    if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+      return Status::FailedPrecondition(
+          "store '" + path_ +
+          "' is open for writing by another process: " + s.ToString());
+    }
+    return FromRocks(s, "opening store '" + path_ + "'");
+  }
+  db_.reset(raw);
+  chunks_ = handles_[1];
+  meta_ = handles_[2];
+  return Status::OK();
+}
+
+Status StoreImpl::CheckStoreMarker(bool has_db) {
+  // The marker is written right after creation. A store without it is accepted
+  // only while its metadata is empty: a creation interrupted before the marker.
+  std::string marker;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), meta_, kStoreMarkerKey, &marker);
+  if (s.IsNotFound()) {
+    ASSIGN_OR_RETURN(auto records, RecordIds());
+    if (!records.empty()) {
+      return Status::InvalidArgument("'" + path_ +
+                                     "' is not a ckptdb store (no store "
+                                     "marker)");
+    }
+    if (!options_.read_only) {
+      rocksdb::WriteBatch batch;
+      batch.Put(meta_, kStoreMarkerKey, kStoreMarker);
+      RETURN_IF_ERROR(WriteMeta(&batch, "creating store"));
+    }
+  } else if (!s.ok()) {
+    return FromRocks(s, "reading the store marker of '" + path_ + "'");
+  } else if (marker != kStoreMarker) {
+    return Status::InvalidArgument("'" + path_ +
+                                   "' is not a ckptdb store (unknown store "
+                                   "marker)");
+  }
+  // The store is complete: from here on, a crash leaves a valid store. A
+  // CREATING file beside a complete store is stray and changes nothing.
+  const std::string creating = (fs::path(path_) / kCreatingFile).string();
+  std::error_code ec;
+  if (!options_.read_only && (!has_db || fs::exists(creating, ec))) {
+    RETURN_IF_ERROR(fs_->Remove(creating));
+    RETURN_IF_ERROR(fs_->SyncDir(path_));
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::OpenDb() {
+  // Taken before opening, so that a commit racing with the open is seen by the
+  // next Refresh.
+  const std::string stamp = options_.read_only ? VersionStamp() : std::string();
+  fs_ = std::make_shared<StoreFileSystem>(options_.fault_injector);
+  env_ = rocksdb::NewCompositeEnv(fs_);
+  ASSIGN_OR_RETURN(const bool has_db, PrepareDirectory());
+  if (!options_.read_only && has_db) RETURN_IF_ERROR(PreCheckReadOnly(has_db));
+  Status s = OpenRocks(has_db, options_.read_only);
+  if (s.ok()) s = CheckStoreMarker(has_db);
+  if (s.ok()) s = RecoverCommits();
+  if (!s.ok()) {
+    CloseDb();
+    return s;
+  }
+  stamp_ = stamp;
+  return Status::OK();
+}
+
+Status StoreImpl::PreCheckReadOnly(bool has_db) {
+  Status s = OpenRocks(has_db, /*read_only=*/true);
+  if (s.ok()) {
+    ASSIGN_OR_RETURN(auto journal, ReadJournal(*fs_, path_));
+    journal_ = journal.journal;
+    auto records = RecordIds();
+    s = records.ok() ? CheckJournal(*records) : records.status();
+  }
+  CloseDb();
+  return s;
+}
+
+Result<std::set<int64_t>> StoreImpl::RecordIds() {
+  std::set<int64_t> ids;
+  RETURN_IF_ERROR(ForEachRecord([&](int64_t id, std::string_view) {
+    ids.insert(id);
+    return true;
+  }));
+  return ids;
+}
+
+Status StoreImpl::CheckJournal(const std::set<int64_t>& records) {
+  if (!journal_) return Status::OK();
+  std::set<int64_t> lost;
+  for (int64_t id : journal_->committed) {
+    if (!records.contains(id)) lost.insert(id);
+  }
+  if (lost.empty()) return Status::OK();
+  std::string files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(path_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "CURRENT" || name.rfind("MANIFEST-", 0) == 0 ||
+        name.ends_with(".log"))
+      files += (files.empty() ? "" : ", ") + name;
+  }
+  return Status::Corruption(
+      "store '" + path_ + "': checkpoint id(s) " + Join(lost) +
+      " committed (commit journal " + JournalPaths(path_)[0] +
+      ") but their records are missing from the database: its files (" + files +
+      ") are damaged or were replaced. Nothing was changed.");
+}
+
+Status StoreImpl::SaveJournal(CommitJournal journal) {
+  journal.sequence = journal_ ? journal_->sequence + 1 : 1;
+  RETURN_IF_ERROR(WriteJournal(*fs_, path_, journal));
+  journal_ = std::move(journal);
+  return Status::OK();
+}
+
+Status StoreImpl::RecoverCommits() {
+  ASSIGN_OR_RETURN(JournalState state, ReadJournal(*fs_, path_));
+  journal_ = state.journal;
+  ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
+  RETURN_IF_ERROR(CheckJournal(records));
+  if (options_.read_only) return Status::OK();
+  RETURN_IF_ERROR(RepairBoundlessFiles(/*reingest=*/true));
+  const std::set<int64_t> live = LiveChunkIds();
+  CommitJournal next;
+  if (journal_) {
+    next = *journal_;
+  } else {
+    // A store written before journals (or just created): every record counts
+    // as committed, and chunks without one are kept: nothing proves they never
+    // committed.
+    for (int64_t id : records) next.high_water = std::max(next.high_water, id);
+    if (!live.empty())
+      next.high_water = std::max(next.high_water, *live.rbegin());
+  }
+  // Records the journal does not know committed after its last write (a save
+  // that died before writing it); records marked deleting lose their record.
+  for (int64_t id : records) {
+    if (next.deleting.contains(id)) {
+      RETURN_IF_ERROR(DeleteRecord(id));
+    } else {
+      next.committed.insert(id);
+      next.high_water = std::max(next.high_water, id);
+    }
+  }
+  // Chunks without a record: of a save above the high-water mark (never
+  // committed) or of a deletion: removed. Anything else is kept.
+  uncertain_.clear();
+  for (int64_t id : live) {
+    if (next.committed.contains(id)) continue;
+    if (id > next.high_water || next.deleting.contains(id))
+      RETURN_IF_ERROR(DropChunks(id));
+    else
+      uncertain_.insert(id);
+  }
+  next.deleting.clear();
+  if (!journal_ || next != *journal_ || !state.damaged.empty())
+    RETURN_IF_ERROR(SaveJournal(std::move(next)));
+  return RemoveLeftovers();
+}
+
+Status StoreImpl::EnsureOpen() {
+  if (db_) return Status::OK();
+  return OpenDb().WithContext("reopening store '" + path_ + "'");
+}
+
+}  // namespace ckptdb::storage

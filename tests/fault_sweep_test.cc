@@ -1,0 +1,330 @@
+// Fault sweeps: every file operation of a save, a delete, an open and a load
+// is failed in turn (EIO once, EIO from then on, ENOSPC from then on), then
+// the store is reopened without faults and checked: every checkpoint committed
+// before the fault loads bit-exactly, the one under way is absent or whole, the
+// process did not abort, and the error named the operation and the path.
+//
+// CKPTDB_FAULT_SWEEP_SEEDS=n (default 1) repeats the sweeps over n different
+// states (shapes, chunk sizes and contents).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "ckptdb/db.h"
+#include "ckptdb/fault_injection.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ckptdb {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+// One state dict's tensors, owned.
+struct State {
+  std::vector<std::vector<float>> tensors;
+  std::vector<Shape> shapes;
+
+  static State Make(uint32_t seed) {
+    std::mt19937 rng(seed);
+    State s;
+    const int n = 2 + static_cast<int>(rng() % 2);
+    for (int i = 0; i < n; ++i) {
+      Shape shape = {static_cast<int64_t>(8 + rng() % 24),
+                     static_cast<int64_t>(16 + rng() % 32)};
+      std::vector<float> values(static_cast<size_t>(shape[0] * shape[1]));
+      for (auto& v : values) v = static_cast<float>(rng() % 1000) / 7.0f;
+      s.shapes.push_back(shape);
+      s.tensors.push_back(std::move(values));
+    }
+    return s;
+  }
+  StateDict Dict() {
+    StateDict sd;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      sd.Child("model").Set(
+          "w" + std::to_string(i),
+          TensorView::Whole(tensors[i].data(), DType::kFloat32, shapes[i]));
+    }
+    return sd;
+  }
+  // A zeroed state of the same layout.
+  State Empty() const {
+    State s = *this;
+    for (auto& t : s.tensors) std::fill(t.begin(), t.end(), 0.0f);
+    return s;
+  }
+};
+
+int Seeds() {
+  const char* env = std::getenv("CKPTDB_FAULT_SWEEP_SEEDS");
+  return env ? std::max(1, std::atoi(env)) : 1;
+}
+
+struct Mode {
+  const char* name;
+  FaultRule rule;
+};
+
+std::vector<Mode> Modes() {
+  return {
+      {"EIO once", {.error = EIO}},
+      {"EIO from then on", {.from_nth_on = true, .error = EIO}},
+      {"ENOSPC on every write from then on",
+       {.from_nth_on = true,
+        .ops = FileOpMask(FileOp::kWrite) | FileOpMask(FileOp::kSync),
+        .error = ENOSPC}},
+  };
+}
+
+class FaultSweep : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_.max_chunk_bytes = 1024;
+    options_.io_threads = 1;
+    options_.fault_injector = faults_;
+  }
+
+  // A store at `dir` holding `states` (ids 1, 2, ...), written without faults.
+  void Build(const std::string& dir, std::vector<State>& states) {
+    faults_->Disarm();
+    auto db = DB::Open(options_, dir);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    for (auto& s : states) {
+      StateDict sd = s.Dict();
+      ASSERT_TRUE((*db)->Save(sd, {}).ok());
+    }
+  }
+
+  // Copies the template store to a fresh directory.
+  std::string Fresh(const std::string& from) {
+    const std::string to = tmp_.Sub("run" + std::to_string(++runs_));
+    fs::copy(from, to, fs::copy_options::recursive);
+    return to;
+  }
+
+  // Checks, without faults, that checkpoint `id` holds `expected` exactly.
+  void ExpectLoads(DB& db, int64_t id, State& expected,
+                   const std::string& ctx) {
+    State got = expected.Empty();
+    StateDict sd = got.Dict();
+    auto loaded = db.Load(sd, CheckpointSelector::Id(id), {});
+    ASSERT_TRUE(loaded.ok()) << ctx << ": " << loaded.status().ToString();
+    EXPECT_EQ(got.tensors, expected.tensors) << ctx << ": checkpoint " << id;
+  }
+
+  // Reopens `dir` without faults; checks that `committed` (id -> state) load
+  // exactly and that `maybe` is absent or loads exactly. Returns the ids.
+  std::vector<int64_t> Verify(const std::string& dir,
+                              std::map<int64_t, State*> committed,
+                              std::map<int64_t, State*> maybe,
+                              const std::string& ctx) {
+    faults_->Disarm();
+    auto db = DB::Open(options_, dir);
+    EXPECT_TRUE(db.ok()) << ctx << ": reopen: " << db.status().ToString();
+    if (!db.ok()) return {};
+    auto list = (*db)->ListCheckpoints();
+    EXPECT_TRUE(list.ok()) << ctx;
+    std::vector<int64_t> ids;
+    for (const auto& info : *list) ids.push_back(info.id);
+    for (auto& [id, state] : committed) {
+      EXPECT_TRUE(std::count(ids.begin(), ids.end(), id))
+          << ctx << ": lost " << id;
+      ExpectLoads(**db, id, *state, ctx);
+    }
+    for (auto& [id, state] : maybe) {
+      if (std::count(ids.begin(), ids.end(), id))
+        ExpectLoads(**db, id, *state, ctx + " (partly done)");
+    }
+    EXPECT_TRUE((*db)->Verify(CheckpointSelector::Latest()).ok() || ids.empty())
+        << ctx;
+    return ids;
+  }
+
+  // An error from an injected fault names the store's path (every file is in
+  // it) and, when it may have taken effect, says so.
+  void ExpectNamed(const Status& s, const std::string& dir,
+                   const std::string& ctx) {
+    if (s.ok() || faults_->injected().empty()) return;
+    EXPECT_NE(s.message().find(dir), std::string::npos)
+        << ctx << ": error does not name the path: " << s.ToString();
+  }
+
+  // Runs `op` once per file operation it makes, failing that operation under
+  // each mode; `check` inspects the store afterwards.
+  template <typename Op, typename Check>
+  void Sweep(const std::string& templ, const char* what, Op&& op,
+             Check&& check) {
+    // Count the operation's calls.
+    {
+      const std::string dir = Fresh(templ);
+      faults_->Disarm();
+      auto db = DB::Open(options_, dir);
+      ASSERT_TRUE(db.ok());
+      faults_->Arm({});
+      ASSERT_TRUE(op(db->get(), dir).ok());
+      calls_ = faults_->calls();
+      faults_->Disarm();
+    }
+    ASSERT_GT(calls_, 0);
+    for (const Mode& mode : Modes()) {
+      for (int64_t n = 1; n <= calls_; ++n) {
+        const std::string dir = Fresh(templ);
+        std::string ctx = std::string(what) + ", " + mode.name + " at call " +
+                          std::to_string(n) + " of " + std::to_string(calls_);
+        Status s;
+        if (std::getenv("CKPTDB_FAULT_SWEEP_VERBOSE"))
+          std::fprintf(stderr, "%s\n", ctx.c_str());
+        {
+          faults_->Disarm();
+          auto db = DB::Open(options_, dir);
+          ASSERT_TRUE(db.ok()) << ctx;
+          FaultRule rule = mode.rule;
+          rule.nth = n;
+          faults_->Arm(rule);
+          s = op(db->get(), dir);
+          for (const auto& f : faults_->injected()) {
+            ctx += std::string(" [") + FileOpName(f.op) + " " +
+                   f.path.substr(dir.size()) + "]";
+          }
+          ++injected_runs_;
+          injected_faults_ += static_cast<int64_t>(faults_->injected().size());
+          ExpectNamed(s, dir, ctx);
+          if (!s.ok()) ctx += ": " + s.ToString();
+          faults_->Disarm();
+          // The handle stays usable.
+          check(db->get(), dir, s, ctx, /*same_handle=*/true);
+        }
+        check(nullptr, dir, s, ctx, /*same_handle=*/false);
+        fs::remove_all(dir);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+
+  void TearDown() override {
+    std::printf("fault sweep: %lld runs, %lld faults injected\n",
+                static_cast<long long>(injected_runs_),
+                static_cast<long long>(injected_faults_));
+  }
+
+  // On tmpfs where there is one: the sweeps sync thousands of times.
+  TempDir tmp_{std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : ""};
+  std::shared_ptr<FaultInjector> faults_ = std::make_shared<FaultInjector>();
+  Options options_;
+  int runs_ = 0;
+  int64_t calls_ = 0;
+  int64_t injected_runs_ = 0;
+  int64_t injected_faults_ = 0;
+};
+
+TEST_F(FaultSweep, EveryCallOfASave) {
+  for (int seed = 1; seed <= Seeds(); ++seed) {
+    std::vector<State> before = {State::Make(seed)};
+    State next = State::Make(1000 + seed);
+    State after = State::Make(2000 + seed);
+    const std::string templ = tmp_.Sub("template" + std::to_string(seed));
+    Build(templ, before);
+    Sweep(
+        templ, "save",
+        [&](DB* db, const std::string&) {
+          StateDict sd = next.Dict();
+          return db->Save(sd, {.step = 2}).status();
+        },
+        [&](DB* db, const std::string& dir, const Status& s,
+            const std::string& ctx, bool same_handle) {
+          if (same_handle) {
+            // A later save on the same handle works, whatever happened.
+            StateDict sd = after.Dict();
+            auto saved = db->Save(sd, {.step = 3});
+            EXPECT_TRUE(saved.ok())
+                << ctx << ": next save: " << saved.status().ToString();
+            return;
+          }
+          Verify(dir, {{1, &before[0]}}, {}, ctx);
+          // The faulted save has step 2, the next one step 3.
+          auto db2 = DB::Open(options_, dir);
+          ASSERT_TRUE(db2.ok());
+          auto list = (*db2)->ListCheckpoints();
+          ASSERT_TRUE(list.ok());
+          std::optional<int64_t> faulted, later;
+          for (const auto& info : *list) {
+            if (info.step == 2) faulted = info.id;
+            if (info.step == 3) later = info.id;
+          }
+          EXPECT_TRUE(!s.ok() || faulted) << ctx << ": returned OK but absent";
+          if (!s.ok() && faulted) {
+            EXPECT_NE(s.message().find("may have taken effect"),
+                      std::string::npos)
+                << ctx << ": failed, yet committed: " << s.ToString();
+          }
+          if (faulted) ExpectLoads(**db2, *faulted, next, ctx);
+          ASSERT_TRUE(later) << ctx << ": the next save is missing";
+          ExpectLoads(**db2, *later, after, ctx + " (the next save)");
+        });
+  }
+}
+
+TEST_F(FaultSweep, EveryCallOfADelete) {
+  for (int seed = 1; seed <= Seeds(); ++seed) {
+    std::vector<State> states = {State::Make(seed), State::Make(100 + seed)};
+    const std::string templ = tmp_.Sub("template" + std::to_string(seed));
+    Build(templ, states);
+    Sweep(
+        templ, "delete",
+        [&](DB* db, const std::string&) {
+          return db->Delete(CheckpointSelector::Id(1));
+        },
+        [&](DB* db, const std::string& dir, const Status& s,
+            const std::string& ctx, bool same_handle) {
+          if (same_handle) {
+            // Deleting again on the same handle finishes the job.
+            auto list = db->ListCheckpoints();
+            ASSERT_TRUE(list.ok()) << ctx << ": " << list.status().ToString();
+            if (!list->empty() && list->front().id == 1) {
+              EXPECT_FALSE(s.ok()) << ctx << ": returned OK but still listed";
+              Status again = db->Delete(CheckpointSelector::Id(1));
+              EXPECT_TRUE(again.ok()) << ctx << ": " << again.ToString();
+            }
+            return;
+          }
+          auto ids = Verify(dir, {{2, &states[1]}}, {}, ctx);
+          EXPECT_EQ(ids, std::vector<int64_t>{2}) << ctx;
+        });
+  }
+}
+
+TEST_F(FaultSweep, EveryCallOfAnOpenAndALoad) {
+  for (int seed = 1; seed <= Seeds(); ++seed) {
+    std::vector<State> states = {State::Make(seed), State::Make(100 + seed)};
+    const std::string templ = tmp_.Sub("template" + std::to_string(seed));
+    Build(templ, states);
+    State target = states[1].Empty();
+    Sweep(
+        templ, "open and load",
+        [&](DB* db, const std::string& dir) {
+          // Closing the sweep's own handle first: the open under test is a
+          // fresh read-write one.
+          RETURN_IF_ERROR(db->Close());
+          auto reopened = DB::Open(options_, dir);
+          RETURN_IF_ERROR(reopened.status());
+          StateDict sd = target.Dict();
+          return (*reopened)
+              ->Load(sd, CheckpointSelector::Latest(), {})
+              .status();
+        },
+        [&](DB*, const std::string& dir, const Status& s,
+            const std::string& ctx, bool same_handle) {
+          if (same_handle) return;
+          if (s.ok()) {
+            EXPECT_EQ(target.tensors, states[1].tensors) << ctx;
+          }
+          Verify(dir, {{1, &states[0]}, {2, &states[1]}}, {}, ctx);
+        });
+  }
+}
+
+}  // namespace
+}  // namespace ckptdb
