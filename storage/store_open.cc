@@ -60,16 +60,21 @@ std::string Join(const std::set<int64_t>& ids) {
 }  // namespace
 
 Status StoreImpl::OpenDbRetrying() {
+  std::string before = VersionStamp();
   Status s = OpenDb();
   if (!options_.read_only) return s;
   // Up to ~2.5 s of a writer's activity; past it, the last open stands (a
-  // failure, or a view that the next Refresh replaces).
+  // failure, or a view that the next Refresh replaces). A failure while no
+  // writer changed anything is the store's state, not a race: it stands.
   for (int attempt = 0; attempt < 40; ++attempt) {
-    const bool changed_meanwhile = s.ok() && VersionStamp() != stamp_;
-    if (!changed_meanwhile && !s.IsIOError() && !s.IsCorruption()) break;
+    const std::string now = VersionStamp();
+    const bool changed_meanwhile = s.ok() && now != stamp_;
+    const bool raced = (s.IsIOError() || s.IsCorruption()) && now != before;
+    if (!changed_meanwhile && !raced) break;
     std::this_thread::sleep_for(
         std::chrono::milliseconds(std::min(1 << attempt, 100)));
     if (db_) CloseDb();
+    before = VersionStamp();
     s = OpenDb();
   }
   return s;
