@@ -65,8 +65,15 @@ T Unwrap(Result<T> r) {
   Raise(Status::InvalidArgument(message));
 }
 
+// A path as messages show it: quoted, its middle elided when it is long (a
+// path of a thousand levels).
 std::string Where(const std::string& path) {
-  return path.empty() ? "the state dict" : "'" + path + "'";
+  if (path.empty()) return "the state dict";
+  constexpr size_t kHead = 96, kTail = 64;
+  if (path.size() <= kHead + kTail + 32) return "'" + path + "'";
+  return "'" + path.substr(0, kHead) + "...(" +
+         std::to_string(path.size() - kHead - kTail) + " more characters)..." +
+         path.substr(path.size() - kTail) + "'";
 }
 
 // ---- dtypes -----------------------------------------------------------------
@@ -331,9 +338,34 @@ bool IsTensorLeaf(const py::handle& obj) {
          py::hasattr(obj, "__dlpack__");
 }
 
-// Builds `out` from the nested dict `dict`.
+// How many dicts deep a state dict may nest, itself included (API.md). A
+// deeper one is refused before Convert recurses further: no input exhausts the
+// C stack.
+constexpr size_t kMaxNesting = 1000;
+
+// The dicts from the state dict down to the one being converted, with their
+// paths: a dict met again among them is a cycle.
+using Ancestors = std::vector<std::pair<PyObject*, std::string>>;
+
+// Refuses to descend into `child` (at `path`) when it is one of `ancestors`
+// or would nest too deep.
+void CheckDescent(const py::handle& child, const std::string& path,
+                  const Ancestors& ancestors) {
+  for (const auto& [dict, where] : ancestors) {
+    if (dict == child.ptr()) {
+      Invalid("the state dict contains itself: " + Where(path) + " is " +
+              Where(where) + ", which holds it");
+    }
+  }
+  if (ancestors.size() >= kMaxNesting) {
+    Invalid("the state dict nests deeper than " + std::to_string(kMaxNesting) +
+            " levels at " + Where(path));
+  }
+}
+
+// Builds `out` from the nested dict `dict`, the last of `ancestors`.
 void Convert(const py::dict& dict, const std::string& path, bool writable,
-             StateDict& out, Borrowed& borrowed) {
+             StateDict& out, Borrowed& borrowed, Ancestors& ancestors) {
   for (auto [key_handle, item] : dict) {
     py::object key = py::reinterpret_borrow<py::object>(key_handle);
     if (!py::isinstance<py::str>(key)) {
@@ -345,8 +377,11 @@ void Convert(const py::dict& dict, const std::string& path, bool writable,
     const std::string here = path.empty() ? name : path + "." + name;
     py::object value = py::reinterpret_borrow<py::object>(item);
     if (py::isinstance<py::dict>(value)) {
-      Convert(value.cast<py::dict>(), here, writable, out.Child(name),
-              borrowed);
+      CheckDescent(value, here, ancestors);
+      ancestors.emplace_back(value.ptr(), here);
+      Convert(value.cast<py::dict>(), here, writable, out.Child(name), borrowed,
+              ancestors);
+      ancestors.pop_back();
     } else if (IsTensorLeaf(value) &&
                !py::isinstance(value, classes().numpy_scalar)) {
       out.Set(name, TensorLeaf(value, here, writable, borrowed));
@@ -469,7 +504,8 @@ class PyDB {
                   std::optional<std::map<std::string, std::string>> metadata) {
     StateDict sd;
     Borrowed borrowed;
-    Convert(state, "", false, sd, borrowed);
+    Ancestors ancestors{{state.ptr(), ""}};
+    Convert(state, "", false, sd, borrowed, ancestors);
     SaveOptions options{
         step, tag, metadata.value_or(std::map<std::string, std::string>{})};
     DB& d = db();
@@ -484,7 +520,8 @@ class PyDB {
     const CheckpointSelector which = Selector(step, tag, id);
     StateDict sd;
     Borrowed borrowed;
-    Convert(state, "", true, sd, borrowed);
+    Ancestors ancestors{{state.ptr(), ""}};
+    Convert(state, "", true, sd, borrowed, ancestors);
     DB& d = db();
     Result<LoadResult> result = WithoutGil(
         [&] { return d.Load(sd, which, {.strict = strict, .cast = cast}); });
