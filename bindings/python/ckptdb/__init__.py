@@ -18,7 +18,9 @@ and small values (int, float, bool, str, bytes). numpy has no bfloat16: uint16
 numpy arrays are bfloat16 bits, and bfloat16 tensors read back as uint16.
 With ``comm`` (an mpi4py communicator) every rank calls ``open``, ``save``,
 ``load``, ``delete`` and ``close`` together, and an error on any rank is raised
-on every rank.
+on every rank; ranks that pass different ``step``, ``tag``, ``metadata``,
+selectors, ``strict`` or ``cast`` all raise :class:`InvalidArgumentError`.
+Every bad argument raises :class:`InvalidArgumentError` naming it.
 """
 
 import functools as _functools
