@@ -13,10 +13,10 @@
 #include <climits>
 #include <optional>
 
+#include "bindings/python/arguments.h"
 #include "ckptdb/db.h"
 #include "ckptdb/mpi.h"
 #include "mpi4py/mpi4py.h"
-#include "planner/flatten.h"
 
 namespace py = pybind11;
 
@@ -47,7 +47,14 @@ Classes& classes() {
           ? c.invalid_argument
       : s.IsCorruption() ? c.corruption
                          : c.error;
-  PyErr_SetString(cls.ptr(), s.message().c_str());
+  // Messages may quote bytes that are not UTF-8 (a path): escaped, not lost.
+  PyObject* message = PyUnicode_DecodeUTF8(
+      s.message().data(), static_cast<Py_ssize_t>(s.message().size()),
+      "backslashreplace");
+  if (message != nullptr) {
+    PyErr_SetObject(cls.ptr(), message);
+    Py_DECREF(message);
+  }
   throw py::error_already_set();
 }
 
@@ -65,8 +72,15 @@ T Unwrap(Result<T> r) {
   Raise(Status::InvalidArgument(message));
 }
 
+// A path as messages show it: quoted, its middle elided when it is long (a
+// path of a thousand levels).
 std::string Where(const std::string& path) {
-  return path.empty() ? "the state dict" : "'" + path + "'";
+  if (path.empty()) return "the state dict";
+  constexpr size_t kHead = 96, kTail = 64;
+  if (path.size() <= kHead + kTail + 32) return "'" + path + "'";
+  return "'" + path.substr(0, kHead) + "...(" +
+         std::to_string(path.size() - kHead - kTail) + " more characters)..." +
+         path.substr(path.size() - kTail) + "'";
 }
 
 // ---- dtypes -----------------------------------------------------------------
@@ -173,13 +187,12 @@ struct Borrowed {
 
 Shape ShapeOf(const py::handle& seq, const std::string& path,
               const char* what) {
-  Shape shape;
-  try {
-    for (py::handle d : seq) shape.push_back(d.cast<int64_t>());
-  } catch (const py::cast_error&) {
-    Invalid("tensor " + Where(path) + ": " + what +
-            " must be a sequence of ints");
+  const std::string name = "tensor " + Where(path) + ": Shard " + what;
+  if (!PyTuple_Check(seq.ptr()) && !PyList_Check(seq.ptr())) {
+    Invalid(name + " must be a tuple of ints, got " + TypeName(seq));
   }
+  Shape shape;
+  for (py::handle d : seq) shape.push_back(Unwrap(Int(d, name + " item")));
   return shape;
 }
 
@@ -209,7 +222,18 @@ TensorView FromArray(const py::array& array, const std::string& path,
 // A view of a DLPack tensor's memory; the capsule is kept in `borrowed`.
 TensorView FromDLPackObject(const py::object& obj, const std::string& path,
                             Borrowed& borrowed) {
-  py::object capsule = obj.attr("__dlpack__")();
+  py::object capsule;
+  try {
+    capsule = obj.attr("__dlpack__")();
+  } catch (py::error_already_set& e) {
+    // The producer refuses to export it (torch: a tensor that requires grad).
+    if (!e.matches(PyExc_Exception) || e.matches(PyExc_MemoryError)) throw;
+    const std::string message = "tensor " + Where(path) +
+                                ": its __dlpack__() raised " +
+                                TypeName(e.value()) + ": " + Str(e.value());
+    py::raise_from(e, classes().invalid_argument.ptr(), message.c_str());
+    throw py::error_already_set();
+  }
   if (!PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
     Invalid("tensor " + Where(path) +
             ": __dlpack__ did not return an unused DLPack capsule");
@@ -275,7 +299,8 @@ TensorView FromShard(const py::object& shard, const std::string& path,
       ShapeOf(shard.attr("global_offset"), path, "global_offset");
   py::object dtype = shard.attr("dtype");
   if (!dtype.is_none()) {
-    const std::string name = py::str(dtype);
+    const std::string name =
+        Unwrap(Text(dtype, "tensor " + Where(path) + ": Shard dtype"));
     Result<DType> as = DTypeFromName(name);
     if (!as.ok())
       Invalid("tensor " + Where(path) + ": " + as.status().message());
@@ -300,6 +325,12 @@ TensorView TensorLeaf(const py::object& obj, const std::string& path,
   borrowed.keep.push_back(obj);
   if (py::isinstance<py::array>(obj))
     return FromArray(obj.cast<py::array>(), path, writable);
+  if (!py::hasattr(obj, "__dlpack__")) {
+    Invalid("tensor " + Where(path) +
+            ": Shard data must be a numpy array or a DLPack tensor (an object "
+            "with __dlpack__), got " +
+            TypeName(obj));
+  }
   return FromDLPackObject(obj, path, borrowed);
 }
 
@@ -314,7 +345,8 @@ std::optional<Value> SmallValue(const py::handle& obj,
     }
   }
   if (py::isinstance<py::float_>(obj)) return Value(obj.cast<double>());
-  if (py::isinstance<py::str>(obj)) return Value(obj.cast<std::string>());
+  if (py::isinstance<py::str>(obj))
+    return Value(Unwrap(Text(obj, "value " + Where(path))));
   if (py::isinstance<py::bytes>(obj))
     return Value(Bytes{obj.cast<std::string>()});
   // numpy scalars (numpy.int64(3), numpy.float32(0.5), numpy.bool_): their
@@ -331,9 +363,34 @@ bool IsTensorLeaf(const py::handle& obj) {
          py::hasattr(obj, "__dlpack__");
 }
 
-// Builds `out` from the nested dict `dict`.
+// How many dicts deep a state dict may nest, itself included (API.md). A
+// deeper one is refused before Convert recurses further: no input exhausts the
+// C stack.
+constexpr size_t kMaxNesting = 1000;
+
+// The dicts from the state dict down to the one being converted, with their
+// paths: a dict met again among them is a cycle.
+using Ancestors = std::vector<std::pair<PyObject*, std::string>>;
+
+// Refuses to descend into `child` (at `path`) when it is one of `ancestors`
+// or would nest too deep.
+void CheckDescent(const py::handle& child, const std::string& path,
+                  const Ancestors& ancestors) {
+  for (const auto& [dict, where] : ancestors) {
+    if (dict == child.ptr()) {
+      Invalid("the state dict contains itself: " + Where(path) + " is " +
+              Where(where) + ", which holds it");
+    }
+  }
+  if (ancestors.size() >= kMaxNesting) {
+    Invalid("the state dict nests deeper than " + std::to_string(kMaxNesting) +
+            " levels at " + Where(path));
+  }
+}
+
+// Builds `out` from the nested dict `dict`, the last of `ancestors`.
 void Convert(const py::dict& dict, const std::string& path, bool writable,
-             StateDict& out, Borrowed& borrowed) {
+             StateDict& out, Borrowed& borrowed, Ancestors& ancestors) {
   for (auto [key_handle, item] : dict) {
     py::object key = py::reinterpret_borrow<py::object>(key_handle);
     if (!py::isinstance<py::str>(key)) {
@@ -341,12 +398,15 @@ void Convert(const py::dict& dict, const std::string& path, bool writable,
               std::string(py::str(key.get_type().attr("__name__"))) + " (" +
               std::string(py::repr(key)) + ") in " + Where(path));
     }
-    const std::string name = key.cast<std::string>();
+    const std::string name = Unwrap(Text(key, "a key of " + Where(path)));
     const std::string here = path.empty() ? name : path + "." + name;
     py::object value = py::reinterpret_borrow<py::object>(item);
     if (py::isinstance<py::dict>(value)) {
-      Convert(value.cast<py::dict>(), here, writable, out.Child(name),
-              borrowed);
+      CheckDescent(value, here, ancestors);
+      ancestors.emplace_back(value.ptr(), here);
+      Convert(value.cast<py::dict>(), here, writable, out.Child(name), borrowed,
+              ancestors);
+      ancestors.pop_back();
     } else if (IsTensorLeaf(value) &&
                !py::isinstance(value, classes().numpy_scalar)) {
       out.Set(name, TensorLeaf(value, here, writable, borrowed));
@@ -376,38 +436,20 @@ py::object ToPython(const Value& v) {
       v);
 }
 
-CheckpointSelector Selector(std::optional<int64_t> step,
-                            std::optional<std::string> tag,
-                            std::optional<int64_t> id) {
-  const int given = step.has_value() + tag.has_value() + id.has_value();
-  if (given > 1) Invalid("pass at most one of step, tag and id");
-  if (step) return CheckpointSelector::Step(*step);
-  if (tag) return CheckpointSelector::Tag(*tag);
-  if (id) return CheckpointSelector::Id(*id);
-  return CheckpointSelector::Latest();
-}
-
 py::list ShapeList(const Shape& s) {
   py::list out;
   for (int64_t d : s) out.append(d);
   return out;
 }
 
-std::string FlatKey(const py::object& key) {
-  if (py::isinstance<py::str>(key)) return key.cast<std::string>();
-  if (py::isinstance<py::tuple>(key) || py::isinstance<py::list>(key)) {
-    planner::Path path;
-    for (py::handle part : key) {
-      if (!py::isinstance<py::str>(part))
-        Invalid("a key path holds str parts only");
-      path.push_back(part.cast<std::string>());
-    }
-    return planner::JoinPath(path);
-  }
-  Invalid("key must be a flat key (str) or a path (tuple of str)");
-}
-
 // ---- the DB -----------------------------------------------------------------
+
+// The state_dict argument of save and load.
+py::dict StateDictArgument(const py::object& state) {
+  if (!PyDict_Check(state.ptr()))
+    Invalid("state_dict must be a dict, got " + TypeName(state));
+  return py::reinterpret_borrow<py::dict>(state);
+}
 
 // Runs fn() without the GIL, so that other Python threads run while bytes
 // move. fn must not touch Python objects.
@@ -419,32 +461,14 @@ auto WithoutGil(Fn&& fn) -> decltype(fn()) {
 
 class PyDB {
  public:
-  PyDB(const std::string& path, const py::object& comm, bool create,
-       bool read_only, const py::dict& options)
+  // `path`: bytes (os.fsencode) or str.
+  PyDB(const std::string& path, const py::object& comm,
+       const py::object& create, const py::object& read_only,
+       const py::dict& options)
       : path_(path) {
-    Options o;
-    o.create_if_missing = create;
-    o.read_only = read_only;
-    for (auto [k, v] : options) {
-      const std::string name = py::str(k);
-      try {
-        if (name == "max_chunk_bytes") {
-          o.max_chunk_bytes = v.cast<size_t>();
-        } else if (name == "io_threads") {
-          o.io_threads = v.cast<int>();
-        } else if (name == "sync") {
-          o.sync = v.cast<bool>();
-        } else if (name == "load_buffer_bytes") {
-          o.load_buffer_bytes = v.cast<size_t>();
-        } else {
-          Invalid("unknown option '" + name +
-                  "' (max_chunk_bytes, io_threads, sync, load_buffer_bytes)");
-        }
-      } catch (const py::cast_error&) {
-        Invalid("option '" + name +
-                "' has the wrong type: " + std::string(py::repr(v)));
-      }
-    }
+    if (path.find('\0') != std::string::npos)
+      Invalid("path " + Repr(py::bytes(path)) + " contains a NUL character");
+    const Options o = Unwrap(OpenOptions(create, read_only, options));
     std::shared_ptr<Communicator> communicator;
     if (!comm.is_none()) {
       if (!PyObject_TypeCheck(comm.ptr(), &PyMPIComm_Type)) {
@@ -464,30 +488,38 @@ class PyDB {
     return *db_;
   }
 
-  py::object Save(const py::dict& state, std::optional<int64_t> step,
-                  std::optional<std::string> tag,
-                  std::optional<std::map<std::string, std::string>> metadata) {
+  py::object Save(const py::object& state, const py::object& step,
+                  const py::object& tag, const py::object& metadata) {
+    SaveOptions options;
+    options.step = Unwrap(OptionalInt(step, "step"));
+    options.tag = Unwrap(OptionalText(tag, "tag"));
+    if (!metadata.is_none())
+      options.user_metadata = Unwrap(TextMap(metadata, "metadata"));
+    const py::dict dict = StateDictArgument(state);
     StateDict sd;
     Borrowed borrowed;
-    Convert(state, "", false, sd, borrowed);
-    SaveOptions options{
-        step, tag, metadata.value_or(std::map<std::string, std::string>{})};
+    Ancestors ancestors{{dict.ptr(), ""}};
+    Convert(dict, "", false, sd, borrowed, ancestors);
     DB& d = db();
     Result<CheckpointInfo> info =
         WithoutGil([&] { return d.Save(sd, options); });
     return py::cast(Unwrap(std::move(info)));
   }
 
-  LoadResult Load(const py::dict& state, std::optional<int64_t> step,
-                  std::optional<std::string> tag, std::optional<int64_t> id,
-                  bool strict, bool cast) {
-    const CheckpointSelector which = Selector(step, tag, id);
+  LoadResult Load(const py::object& state, const py::object& step,
+                  const py::object& tag, const py::object& id,
+                  const py::object& strict, const py::object& cast) {
+    const CheckpointSelector which = Unwrap(Selector(step, tag, id));
+    const LoadOptions options{.strict = Unwrap(Flag(strict, "strict")),
+                              .cast = Unwrap(Flag(cast, "cast"))};
+    const py::dict dict = StateDictArgument(state);
     StateDict sd;
     Borrowed borrowed;
-    Convert(state, "", true, sd, borrowed);
+    Ancestors ancestors{{dict.ptr(), ""}};
+    Convert(dict, "", true, sd, borrowed, ancestors);
     DB& d = db();
-    Result<LoadResult> result = WithoutGil(
-        [&] { return d.Load(sd, which, {.strict = strict, .cast = cast}); });
+    Result<LoadResult> result =
+        WithoutGil([&] { return d.Load(sd, which, options); });
     LoadResult r = Unwrap(std::move(result));
     for (const Borrowed::ValueSlot& slot : borrowed.values) {
       if (*slot.value != slot.before)
@@ -500,9 +532,9 @@ class PyDB {
     return Unwrap(db().ListCheckpoints());
   }
 
-  py::dict Metadata(std::optional<int64_t> step, std::optional<std::string> tag,
-                    std::optional<int64_t> id) {
-    const CheckpointSelector which = Selector(step, tag, id);
+  py::dict Metadata(const py::object& step, const py::object& tag,
+                    const py::object& id) {
+    const CheckpointSelector which = Unwrap(Selector(step, tag, id));
     CheckpointMetadata m = Unwrap(db().GetMetadata(which));
     py::dict out;
     out["id"] = m.info.id;
@@ -539,10 +571,10 @@ class PyDB {
     return out;
   }
 
-  py::array Read(const py::object& key, std::optional<int64_t> step,
-                 std::optional<std::string> tag, std::optional<int64_t> id) {
-    const CheckpointSelector which = Selector(step, tag, id);
-    const std::string flat = FlatKey(key);
+  py::array Read(const py::object& key, const py::object& step,
+                 const py::object& tag, const py::object& id) {
+    const CheckpointSelector which = Unwrap(Selector(step, tag, id));
+    const std::string flat = Unwrap(FlatKey(key));
     DB& d = db();
     Result<Tensor> read = WithoutGil([&] { return d.Read(flat, which); });
     auto* tensor = new Tensor(Unwrap(std::move(read)));
@@ -551,17 +583,17 @@ class PyDB {
     return py::array(ToNumpy(tensor->dtype), shape, tensor->data.data(), owner);
   }
 
-  void Delete(std::optional<int64_t> step, std::optional<std::string> tag,
-              std::optional<int64_t> id) {
-    const CheckpointSelector which = Selector(step, tag, id);
+  void Delete(const py::object& step, const py::object& tag,
+              const py::object& id) {
+    const CheckpointSelector which = Unwrap(Selector(step, tag, id));
     DB& d = db();
     Status s = WithoutGil([&] { return d.Delete(which); });
     Check(s);
   }
 
-  void Verify(std::optional<int64_t> step, std::optional<std::string> tag,
-              std::optional<int64_t> id) {
-    const CheckpointSelector which = Selector(step, tag, id);
+  void Verify(const py::object& step, const py::object& tag,
+              const py::object& id) {
+    const CheckpointSelector which = Unwrap(Selector(step, tag, id));
     DB& d = db();
     Status s = WithoutGil([&] { return d.Verify(which); });
     Check(s);
@@ -654,8 +686,8 @@ PYBIND11_MODULE(_ckptdb, m) {
       });
 
   py::class_<PyDB>(m, "DB", "An open store; see ckptdb.open.")
-      .def(py::init<const std::string&, const py::object&, bool, bool,
-                    const py::dict&>(),
+      .def(py::init<const std::string&, const py::object&, const py::object&,
+                    const py::object&, const py::dict&>(),
            py::arg("path"), py::arg("comm"), py::arg("create"),
            py::arg("read_only"), py::arg("options"))
       .def("save", &PyDB::Save, py::arg("state_dict"), py::kw_only(),

@@ -90,8 +90,9 @@ Result<CheckpointMetadata> DBImpl::ResolveLocal(
 }
 
 Result<CheckpointMetadata> DBImpl::ResolveCollective(
-    const CheckpointSelector& which) {
-  ASSIGN_OR_RETURN(int64_t id, IdFromRoot(*comm_, [&]() -> Result<int64_t> {
+    const CheckpointSelector& which, const CallArguments& args) {
+  ASSIGN_OR_RETURN(int64_t id,
+                   IdFromRootAgreed(*comm_, args, [&]() -> Result<int64_t> {
                      RETURN_IF_ERROR(store_->Refresh());
                      return store_->Resolve(which);
                    }));
@@ -155,9 +156,10 @@ Result<Tensor> DBImpl::Read(const std::string& flat_key,
 
 Status DBImpl::Delete(const CheckpointSelector& which) {
   RETURN_IF_ERROR(CheckOpen());
-  // The writer changes the store only once every rank is inside the call, so
-  // that no rank's earlier local call (a listing, a read) races with it.
-  RETURN_IF_ERROR(comm_->Barrier());
+  // The writer changes the store only once every rank is inside the call (the
+  // all-gather that checks the selector), so that no rank's earlier local call
+  // (a listing, a read) races with it.
+  RETURN_IF_ERROR(AllGatherAgreed(*comm_, DeleteArguments(which), "").status());
   return StatusFromRoot(*comm_, [&]() -> Status {
     ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
     return store_->Delete(id);

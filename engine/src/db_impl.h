@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ckptdb/db.h"
+#include "engine/src/agreement.h"
 #include "engine/src/device_transport.h"
 #include "storage/store.h"
 
@@ -39,8 +40,9 @@ class DBImpl : public DB {
   Status CheckOpen() const;
   // Rank 0 resolves the selector; every rank gets the id (or the same error)
   // and its metadata, refreshing a read-only handle when the checkpoint is
-  // newer than it.
-  Result<CheckpointMetadata> ResolveCollective(const CheckpointSelector& which);
+  // newer than it. Fails alike on every rank when the ranks' `args` differ.
+  Result<CheckpointMetadata> ResolveCollective(const CheckpointSelector& which,
+                                               const CallArguments& args);
   // Local: resolves against this rank's handle, refreshing it once when nothing
   // matches.
   Result<CheckpointMetadata> ResolveLocal(const CheckpointSelector& which);

@@ -3,6 +3,7 @@
 // sent to the ranks that need them.
 #include <map>
 
+#include "engine/src/agreement.h"
 #include "engine/src/db_impl.h"
 #include "engine/src/device.h"
 #include "engine/src/load_executor.h"
@@ -129,7 +130,8 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
                                 const LoadOptions& options) {
   RETURN_IF_ERROR(CheckOpen());
   const int world = comm_->size();
-  ASSIGN_OR_RETURN(CheckpointMetadata meta, ResolveCollective(which));
+  ASSIGN_OR_RETURN(CheckpointMetadata meta,
+                   ResolveCollective(which, LoadArguments(which, options)));
 
   LoadResult result;
   LocalTargets local;

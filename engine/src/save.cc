@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "engine/src/agreement.h"
 #include "engine/src/db_impl.h"
 #include "engine/src/device.h"
 #include "engine/src/parallel.h"
@@ -190,12 +191,14 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
   const int rank = comm_->rank();
   const int world = comm_->size();
 
-  // 1-2. Local layout, all-gathered with every rank's local status.
+  // 1-2. Local layout, all-gathered with every rank's local status, once the
+  // ranks agree on step, tag and user metadata.
   planner::RankSaveLayout layout;
   std::vector<const TensorView*> views;
   Status local = BuildLayout(state, &layout, &views);
   ASSIGN_OR_RETURN(auto gathered,
-                   comm_->AllGather(EncodeSaveLayout(local, layout)));
+                   AllGatherAgreed(*comm_, SaveArguments(options),
+                                   EncodeSaveLayout(local, layout)));
   std::vector<planner::RankSaveLayout> layouts(world);
   std::vector<Status> statuses(world);
   for (int r = 0; r < world; ++r) {

@@ -18,9 +18,14 @@ and small values (int, float, bool, str, bytes). numpy has no bfloat16: uint16
 numpy arrays are bfloat16 bits, and bfloat16 tensors read back as uint16.
 With ``comm`` (an mpi4py communicator) every rank calls ``open``, ``save``,
 ``load``, ``delete`` and ``close`` together, and an error on any rank is raised
-on every rank.
+on every rank; ranks that pass different ``step``, ``tag``, ``metadata``,
+selectors, ``strict`` or ``cast`` all raise :class:`InvalidArgumentError`.
+Every bad argument raises :class:`InvalidArgumentError` naming it.
 """
 
+import functools as _functools
+import inspect as _inspect
+import operator as _operator
 import os as _os
 
 from . import _ckptdb
@@ -55,6 +60,39 @@ class CorruptionError(Error):
     """Stored bytes or metadata failed their checksum or validation."""
 
 
+def _api(fn):
+    """Makes every failure of a call of ``fn`` for a bad argument a ckptdb error:
+    a call that does not match the signature, or a Python error from an
+    argument's own methods (a ``__dlpack__`` that raises, say), becomes
+    :class:`InvalidArgumentError` naming the call. ckptdb errors, MemoryError
+    and KeyboardInterrupt pass unchanged."""
+    signature = _inspect.signature(fn)
+    name = fn.__qualname__.replace("__init__", "").rstrip(".") or fn.__name__
+
+    @_functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (Error, MemoryError):
+            raise
+        except Exception as e:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as mismatch:
+                raise InvalidArgumentError(f"{name}(): {mismatch}") from None
+            raise InvalidArgumentError(f"{name}(): {type(e).__name__}: {e}") from e
+
+    return call
+
+
+def _ints(values, what):
+    try:
+        return tuple(_operator.index(d) for d in values)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"Shard: {what} must be a sequence of ints, got {values!r}") from None
+
+
 class Shard:
     """A rank's piece of a global tensor.
 
@@ -68,13 +106,17 @@ class Shard:
 
     __slots__ = ("data", "global_shape", "global_offset", "dtype")
 
+    @_api
     def __init__(self, data, global_shape, global_offset, *, dtype=None):
-        try:
-            self.global_shape = tuple(int(d) for d in global_shape)
-            self.global_offset = tuple(int(d) for d in global_offset)
-        except (TypeError, ValueError):
+        if not hasattr(data, "__dlpack__"):  # numpy arrays have it too
             raise InvalidArgumentError(
-                "Shard: global_shape and global_offset must be sequences of ints") from None
+                "Shard: data must be a numpy array or a DLPack tensor (an object with "
+                f"__dlpack__), got {type(data).__name__}")
+        if dtype is not None and not isinstance(dtype, str):
+            raise InvalidArgumentError(
+                f"Shard: dtype must be None or a dtype name (str), got {type(dtype).__name__}")
+        self.global_shape = _ints(global_shape, "global_shape")
+        self.global_offset = _ints(global_offset, "global_offset")
         if len(self.global_shape) != len(self.global_offset):
             raise InvalidArgumentError(
                 f"Shard: global_shape {list(self.global_shape)} and global_offset "
@@ -96,19 +138,20 @@ LoadStats = _ckptdb.LoadStats
 _ckptdb._register(Error, NotFoundError, InvalidArgumentError, CorruptionError, Shard)
 
 
-def _state_dict(state_dict):
-    if not isinstance(state_dict, dict):
-        raise InvalidArgumentError(
-            f"state_dict must be a dict, got {type(state_dict).__name__}")
-    return state_dict
-
-
 class DB:
     """An open store. Use :func:`open`; a context manager that closes it."""
 
+    @_api
     def __init__(self, path, comm=None, *, create=True, read_only=False, **options):
-        self._db = _ckptdb.DB(_os.fspath(path), comm, create, read_only, options)
+        try:
+            encoded = _os.fsencode(path)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(
+                f"path must be a str, bytes or os.PathLike naming a directory: {e}") from None
+        self._path = _os.fspath(path)
+        self._db = _ckptdb.DB(encoded, comm, create, read_only, options)
 
+    @_api
     def save(self, state_dict, *, step=None, tag=None, metadata=None):
         """Saves ``state_dict`` (nested dict of tensors and small values) as a
         new checkpoint and returns its :class:`CheckpointInfo`. Collective with
@@ -117,12 +160,9 @@ class DB:
         ``metadata`` is a dict of str to str kept with the checkpoint. Invalid
         input raises :class:`InvalidArgumentError` naming the key, before
         anything is written."""
-        if metadata is not None and not (
-                isinstance(metadata, dict)
-                and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
-            raise InvalidArgumentError("metadata must be a dict of str to str")
-        return self._db.save(_state_dict(state_dict), step=step, tag=tag, metadata=metadata)
+        return self._db.save(state_dict, step=step, tag=tag, metadata=metadata)
 
+    @_api
     def load(self, state_dict, *, step=None, tag=None, id=None, strict=True, cast=False):
         """Fills every tensor leaf of ``state_dict`` in place from a checkpoint
         (the latest unless ``step``, ``tag`` or ``id`` selects one), resharding
@@ -131,34 +171,39 @@ class DB:
         otherwise it is left untouched and listed in ``missing_keys``.
         ``cast``: convert between numeric dtypes instead of raising. Returns a
         :class:`LoadResult`. Collective with ``comm``."""
-        return self._db.load(_state_dict(state_dict), step=step, tag=tag, id=id,
-                             strict=strict, cast=cast)
+        return self._db.load(state_dict, step=step, tag=tag, id=id, strict=strict, cast=cast)
 
+    @_api
     def checkpoints(self):
         """Committed checkpoints, oldest first: a list of :class:`CheckpointInfo`. Local."""
         return self._db.checkpoints()
 
+    @_api
     def metadata(self, *, step=None, tag=None, id=None):
         """A checkpoint's layout as a dict: id, step, tag, created, world_size,
         tensors (dtype, global_shape, chunks with global_offset, local_shape,
         rank, nbytes), flat_mapping, values, user_metadata. Local."""
         return self._db.metadata(step=step, tag=tag, id=id)
 
+    @_api
     def read(self, key, *, step=None, tag=None, id=None):
         """The whole tensor ``key`` (a flat key such as ``"model.w"`` or a
         tuple path) as a new numpy array. Local."""
         return self._db.read(key, step=step, tag=tag, id=id)
 
+    @_api
     def delete(self, *, step=None, tag=None, id=None):
         """Deletes a checkpoint (the latest unless selected) and reclaims its
         space. Collective with ``comm``."""
         self._db.delete(step=step, tag=tag, id=id)
 
+    @_api
     def verify(self, *, step=None, tag=None, id=None):
         """Reads every chunk of a checkpoint and checks its checksum; raises
         :class:`CorruptionError` naming the first damaged chunk. Local."""
         self._db.verify(step=step, tag=tag, id=id)
 
+    @_api
     def close(self):
         """Releases the store. Collective with ``comm``. Idempotent."""
         self._db.close()
@@ -169,7 +214,7 @@ class DB:
 
     @property
     def path(self):
-        return self._db.path
+        return self._path
 
     @property
     def rank(self):
@@ -193,6 +238,7 @@ class DB:
         return f"<ckptdb.DB {self.path!r} {state}>"
 
 
+@_api
 def open(path, comm=None, *, create=True, read_only=False, **options):  # noqa: A001
     """Opens or creates the store at ``path`` (a directory) and returns a
     :class:`DB`. ``comm=None``: one process; an mpi4py communicator: every rank

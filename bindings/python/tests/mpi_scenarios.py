@@ -199,8 +199,54 @@ def collective_errors(path):
         assert db.checkpoints() == []
 
 
+def _refused(call, *needles):
+    """Expects `call` to raise InvalidArgumentError holding every needle, on every rank."""
+    try:
+        call()
+        raised = None
+    except ckptdb.InvalidArgumentError as e:
+        raised = str(e)
+    assert comm.allreduce(raised is not None) == size, ("not refused on every rank", rank, raised)
+    assert all(n in raised for n in needles), (rank, raised)
+
+
+def argument_disagreement(path):
+    """Arguments that must agree across ranks (step, tag, metadata; selector, strict,
+    cast): a disagreement is InvalidArgumentError on every rank naming the argument
+    and the ranks, and nothing is written."""
+    assert size >= 2
+    last = size - 1
+    w = tensor((size * 2, 3), seed=6)
+    b, e = 2 * rank, 2 * rank + 2
+    sd = {"w": ckptdb.Shard(np.ascontiguousarray(w[b:e]), w.shape, (b, 0))}
+    with ckptdb.open(path, comm) as db:
+        _refused(lambda: db.save(sd, tag="b" if rank == last else "a"),
+                 "ranks disagree on the save's tag", f"rank {last} passed 'b'", "passed 'a'")
+        _refused(lambda: db.save(sd, step=rank), "the save's step", "rank 0 passed 0",
+                 f"rank {last} passed {last}")
+        _refused(lambda: db.save(sd, metadata={"lr": str(rank == 0)}),
+                 "the save's user metadata 'lr'", "rank 0 passed 'True'")
+        assert db.checkpoints() == []
+        db.save(sd, step=1, tag="one")
+        target = {"w": ckptdb.Shard(np.zeros((2, 3), np.float32), w.shape, (b, 0))}
+        _refused(lambda: db.load(target, step=99 if rank == 0 else 1),
+                 "the load's selector", "rank 0 passed step 99")
+        _refused(lambda: db.load(target, tag="one") if rank == last else db.load(target),
+                 "the load's selector", f"rank {last} passed tag 'one'")
+        _refused(lambda: db.load(target, strict=rank != last), "the load's strict")
+        _refused(lambda: db.load(target, cast=rank == 0), "the load's cast")
+        assert not target["w"].data.any()
+        _refused(lambda: db.delete(tag="one") if rank == 0 else db.delete(step=1),
+                 "the delete's selector", "rank 0 passed tag 'one'")
+        assert [c.tag for c in db.checkpoints()] == ["one"]
+        db.load(target, tag="one")
+        np.testing.assert_array_equal(target["w"].data, w[b:e])
+        db.delete(tag="one")
+        assert db.checkpoints() == []
+
+
 SCENARIOS = {f.__name__: f for f in (reference_save, reference_load, replicas_and_values, master_save,
-                                     master_load, collective_errors)}
+                                     master_load, collective_errors, argument_disagreement)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](sys.argv[2])

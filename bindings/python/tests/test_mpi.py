@@ -48,6 +48,13 @@ def test_collective_errors_on_every_rank(tmp_path, n):
     mpirun(n, "collective_errors", str(tmp_path / "store"))
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_ranks_that_disagree_on_arguments_all_raise(tmp_path, n):
+    # "Arguments of a collective call that must agree across ranks (step, tag, metadata,
+    # selectors, strict, cast) are checked: ranks that disagree all raise InvalidArgumentError."
+    mpirun(n, "argument_disagreement", str(tmp_path / "store"))
+
+
 TRAIN = os.path.join(HERE, "..", "..", "..", "examples", "train.py")
 
 

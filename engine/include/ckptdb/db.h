@@ -49,7 +49,10 @@ struct Tensor {
 
 // A store of checkpoints. Non-copyable. Save, Load, Delete and Close are
 // collective over the communicator given to Open: every rank calls them in the
-// same order with the same selectors, and every rank gets the same result.
+// same order with the same arguments, and every rank gets the same result.
+// Ranks that pass a different step, tag or user metadata (Save), selector,
+// strict or cast (Load) or selector (Delete) all get InvalidArgument naming the
+// argument and the ranks, before anything is written.
 // ListCheckpoints, GetMetadata, Read and Verify are local.
 // Thread-safety: collective calls must not overlap one another; local calls may
 // run on other threads at any time.

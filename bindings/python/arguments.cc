@@ -1,0 +1,186 @@
+#include "bindings/python/arguments.h"
+
+#include <climits>
+#include <cstring>
+
+#include "planner/flatten.h"
+
+namespace py = pybind11;
+
+namespace ckptdb::python {
+namespace {
+
+bool IsNumpyBool(py::handle obj) {
+  return std::strcmp(Py_TYPE(obj.ptr())->tp_name, "numpy.bool_") == 0;
+}
+
+Status WrongType(const std::string& what, const char* wanted, py::handle obj) {
+  return Status::InvalidArgument(what + " must be " + wanted + ", got " +
+                                 TypeName(obj) + " " + Repr(obj));
+}
+
+// An Int in [min, max]; `wanted` describes the range for messages.
+Result<int64_t> IntIn(py::handle obj, const std::string& what, int64_t min,
+                      int64_t max, const char* wanted) {
+  ASSIGN_OR_RETURN(int64_t v, Int(obj, what));
+  if (v < min || v > max) return WrongType(what, wanted, obj);
+  return v;
+}
+
+// `show`(obj) (repr or str) as UTF-8, lone surrogates escaped, at most 200
+// bytes; a placeholder when `show` fails.
+std::string Shown(py::handle obj, PyObject* (*show)(PyObject*)) {
+  PyObject* text = show(obj.ptr());
+  PyObject* utf8 = text != nullptr ? PyUnicode_AsEncodedString(
+                                         text, "utf-8", "backslashreplace")
+                                   : nullptr;
+  std::string out = utf8 != nullptr ? PyBytes_AsString(utf8)
+                                    : "<" + TypeName(obj) + " object>";
+  Py_XDECREF(utf8);
+  Py_XDECREF(text);
+  PyErr_Clear();
+  size_t keep = 197;
+  if (out.size() <= keep + 3) return out;
+  while (keep > 0 && (out[keep] & 0xC0) == 0x80) --keep;  // a whole character
+  return out.substr(0, keep) + "...";
+}
+
+}  // namespace
+
+std::string TypeName(py::handle obj) { return Py_TYPE(obj.ptr())->tp_name; }
+
+std::string Repr(py::handle obj) { return Shown(obj, PyObject_Repr); }
+
+std::string Str(py::handle obj) { return Shown(obj, PyObject_Str); }
+
+Result<std::string> Text(py::handle obj, const std::string& what) {
+  if (!PyUnicode_Check(obj.ptr())) return WrongType(what, "a str", obj);
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(obj.ptr(), &size);
+  if (data == nullptr) {
+    PyErr_Clear();
+    return Status::InvalidArgument(
+        what + " is not valid text: " + Repr(obj) +
+        " holds a lone surrogate, which UTF-8 cannot encode");
+  }
+  return std::string(data, static_cast<size_t>(size));
+}
+
+Result<std::optional<std::string>> OptionalText(py::handle obj,
+                                                const std::string& what) {
+  if (obj.is_none()) return std::optional<std::string>();
+  ASSIGN_OR_RETURN(std::string text, Text(obj, what));
+  return std::optional<std::string>(std::move(text));
+}
+
+Result<int64_t> Int(py::handle obj, const std::string& what) {
+  if (PyBool_Check(obj.ptr()) || IsNumpyBool(obj) ||
+      !PyIndex_Check(obj.ptr())) {
+    return WrongType(what, "an int", obj);
+  }
+  PyObject* index = PyNumber_Index(obj.ptr());
+  int overflow = 0;
+  const long long v =
+      index != nullptr ? PyLong_AsLongLongAndOverflow(index, &overflow) : -1;
+  Py_XDECREF(index);
+  if (index == nullptr || overflow != 0 || (v == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return WrongType(what, "an int of at most 64 bits", obj);
+  }
+  return static_cast<int64_t>(v);
+}
+
+Result<std::optional<int64_t>> OptionalInt(py::handle obj,
+                                           const std::string& what) {
+  if (obj.is_none()) return std::optional<int64_t>();
+  ASSIGN_OR_RETURN(int64_t v, Int(obj, what));
+  return std::optional<int64_t>(v);
+}
+
+Result<bool> Flag(py::handle obj, const std::string& what) {
+  if (!PyBool_Check(obj.ptr()) && !IsNumpyBool(obj))
+    return WrongType(what, "True or False", obj);
+  return PyObject_IsTrue(obj.ptr()) == 1;
+}
+
+Result<std::map<std::string, std::string>> TextMap(py::handle obj,
+                                                   const std::string& what) {
+  const std::string wanted = what + " must be a dict of str to str";
+  if (!PyDict_Check(obj.ptr())) {
+    return Status::InvalidArgument(wanted + ", got " + TypeName(obj));
+  }
+  std::map<std::string, std::string> out;
+  for (auto [key, value] : py::reinterpret_borrow<py::dict>(obj)) {
+    if (!PyUnicode_Check(key.ptr())) {
+      return Status::InvalidArgument(wanted + ": key " + Repr(key) + " is " +
+                                     TypeName(key));
+    }
+    ASSIGN_OR_RETURN(std::string k, Text(key, what + " key"));
+    const std::string entry = what + "[" + Repr(key) + "]";
+    if (!PyUnicode_Check(value.ptr())) {
+      return Status::InvalidArgument(wanted + ": " + entry + " is " +
+                                     TypeName(value));
+    }
+    ASSIGN_OR_RETURN(out[std::move(k)], Text(value, entry));
+  }
+  return out;
+}
+
+Result<CheckpointSelector> Selector(py::handle step, py::handle tag,
+                                    py::handle id) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> s, OptionalInt(step, "step"));
+  ASSIGN_OR_RETURN(std::optional<std::string> t, OptionalText(tag, "tag"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> i, OptionalInt(id, "id"));
+  if (s.has_value() + t.has_value() + i.has_value() > 1)
+    return Status::InvalidArgument("pass at most one of step, tag and id");
+  if (s) return CheckpointSelector::Step(*s);
+  if (t) return CheckpointSelector::Tag(std::move(*t));
+  if (i) return CheckpointSelector::Id(*i);
+  return CheckpointSelector::Latest();
+}
+
+Result<std::string> FlatKey(py::handle key) {
+  if (PyUnicode_Check(key.ptr())) return Text(key, "key");
+  if (!PyTuple_Check(key.ptr()) && !PyList_Check(key.ptr())) {
+    return WrongType("key", "a flat key (str) or a path (tuple of str)", key);
+  }
+  planner::Path path;
+  for (py::handle part : key) {
+    ASSIGN_OR_RETURN(std::string text,
+                     Text(part, "key part " + std::to_string(path.size()) +
+                                    " of " + Repr(key)));
+    path.push_back(std::move(text));
+  }
+  return planner::JoinPath(path);
+}
+
+Result<Options> OpenOptions(py::handle create, py::handle read_only,
+                            const py::dict& options) {
+  Options o;
+  ASSIGN_OR_RETURN(o.create_if_missing, Flag(create, "create"));
+  ASSIGN_OR_RETURN(o.read_only, Flag(read_only, "read_only"));
+  const char* kSize = "an int >= 0";
+  for (auto [key, value] : options) {
+    ASSIGN_OR_RETURN(std::string name, Text(key, "option name"));
+    const std::string what = "option '" + name + "'";
+    if (name == "max_chunk_bytes") {
+      ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT64_MAX, kSize));
+      o.max_chunk_bytes = static_cast<size_t>(v);
+    } else if (name == "io_threads") {
+      ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT_MAX, kSize));
+      o.io_threads = static_cast<int>(v);
+    } else if (name == "load_buffer_bytes") {
+      ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT64_MAX, kSize));
+      o.load_buffer_bytes = static_cast<size_t>(v);
+    } else if (name == "sync") {
+      ASSIGN_OR_RETURN(o.sync, Flag(value, what));
+    } else {
+      return Status::InvalidArgument(
+          "unknown option '" + name +
+          "' (max_chunk_bytes, io_threads, sync, load_buffer_bytes)");
+    }
+  }
+  return o;
+}
+
+}  // namespace ckptdb::python

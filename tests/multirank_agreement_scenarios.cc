@@ -1,0 +1,161 @@
+// Arguments of collective calls that every rank must pass alike: a rank that
+// passes another step, tag, user metadata, selector, strict or cast makes every
+// rank fail with InvalidArgument naming the argument and the ranks, before
+// anything is written. Built twice (tests/testing/group.h): ranks as threads
+// (multirank_test) and ranks as mpirun processes (mpi_multirank_test).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+
+#include "ckptdb/db.h"
+#include "tests/testing/group.h"
+#include "tests/testing/ranks.h"
+
+namespace ckptdb {
+namespace {
+
+using testing::GlobalTensor;
+using testing::MaxRanks;
+using testing::OpenRank;
+using testing::OwnedShard;
+using testing::Part;
+using testing::RunRanks;
+using testing::ShardOf;
+using testing::SharedTempDir;
+using testing::SumOver;
+using testing::TargetOf;
+
+// Expects `status` to be InvalidArgument holding `needle`, on every rank.
+void ExpectDisagreement(Communicator& comm, const Status& status,
+                        const std::string& needle) {
+  EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+  EXPECT_NE(status.message().find(needle), std::string::npos)
+      << status.ToString();
+  EXPECT_EQ(testing::SumOver(comm, status.IsInvalidArgument() ? 1 : 0),
+            static_cast<uint64_t>(comm.size()))
+      << "every rank must see the error";
+}
+
+// Expects the store to hold the checkpoints of `steps` and no staged file.
+void ExpectStore(DB& db, Communicator& comm, const std::string& dir,
+                 const std::vector<std::optional<int64_t>>& steps) {
+  auto listed = db.ListCheckpoints();
+  EXPECT_TRUE(listed.ok()) << listed.status().ToString();
+  std::vector<std::optional<int64_t>> got;
+  if (listed.ok()) {
+    for (const CheckpointInfo& info : *listed) got.push_back(info.step);
+  }
+  EXPECT_EQ(got, steps);
+  EXPECT_TRUE(comm.Barrier().ok());
+  std::error_code ec;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(dir + "/staging", ec)) {
+    ADD_FAILURE() << "left in staging: " << entry.path();
+  }
+}
+
+TEST(MultiRankAgreementTest, SaveArgumentsMustAgree) {
+  if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
+  SharedTempDir dir;
+  const GlobalTensor w(DType::kFloat32, {6, 4}, 51);
+  struct Case {
+    std::function<SaveOptions(int rank)> options;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {[](int rank) { return SaveOptions{.tag = rank == 1 ? "b" : "a"}; },
+       "ranks disagree on the save's tag: ranks 0 and 2 passed 'a', rank 1 "
+       "passed 'b'"},
+      {[](int rank) { return SaveOptions{.step = rank}; },
+       "the save's step: rank 0 passed 0, rank 1 passed 1, rank 2 passed 2"},
+      {[](int rank) {
+         return SaveOptions{.step = rank == 2 ? std::optional<int64_t>(7)
+                                              : std::nullopt};
+       },
+       "the save's step: ranks 0-1 passed none, rank 2 passed 7"},
+      {[](int rank) {
+         return SaveOptions{.user_metadata = {{"lr", rank == 2 ? "2" : "1"}}};
+       },
+       "the save's user metadata 'lr': ranks 0-1 passed '1', rank 2 passed "
+       "'2'"},
+      {[](int rank) {
+         SaveOptions o;
+         if (rank == 0) o.user_metadata = {{"run", "x"}};
+         return o;
+       },
+       "user metadata 'run': rank 0 passed 'x', ranks 1-2 passed none"},
+  };
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm);
+    auto [b, e] = Part(6, rank, 3);
+    OwnedShard shard = ShardOf(w, {b, 0}, {e - b, 4});
+    StateDict sd;
+    sd.Set("w", shard.View(w));
+    for (const Case& c : cases) {
+      auto info = db->Save(sd, c.options(rank));
+      ExpectDisagreement(*comm, info.status(), c.needle);
+    }
+    ExpectStore(*db, *comm, dir.path(), {});
+    auto agreed = db->Save(sd, {.step = 3, .tag = "a"});
+    EXPECT_TRUE(agreed.ok()) << agreed.status().ToString();
+    ExpectStore(*db, *comm, dir.path(), {3});
+  });
+}
+
+TEST(MultiRankAgreementTest, LoadAndDeleteArgumentsMustAgree) {
+  if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
+  SharedTempDir dir;
+  const GlobalTensor w(DType::kFloat32, {6, 4}, 52);
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm);
+    auto [b, e] = Part(6, rank, 3);
+    OwnedShard shard = ShardOf(w, {b, 0}, {e - b, 4});
+    StateDict sd;
+    sd.Set("w", shard.View(w));
+    EXPECT_TRUE(db->Save(sd, {.step = 1, .tag = "one"}).ok());
+    OwnedShard target = TargetOf(w, {b, 0}, {e - b, 4});
+    StateDict want;
+    want.Set("w", target.View(w));
+    // Rank 0 selects a checkpoint that does not exist: still a disagreement,
+    // not NotFound.
+    auto which =
+        rank == 0 ? CheckpointSelector::Step(99) : CheckpointSelector::Step(1);
+    ExpectDisagreement(*comm, db->Load(want, which, {}).status(),
+                       "ranks disagree on the load's selector (step, tag or "
+                       "id): rank 0 passed step 99, ranks 1-2 passed step 1");
+    which = rank == 2 ? CheckpointSelector::Tag("one")
+                      : CheckpointSelector::Latest();
+    ExpectDisagreement(*comm, db->Load(want, which, {}).status(),
+                       "ranks 0-1 passed none (the latest), rank 2 passed tag "
+                       "'one'");
+    ExpectDisagreement(
+        *comm,
+        db->Load(want, CheckpointSelector::Latest(), {.strict = rank != 1})
+            .status(),
+        "the load's strict: ranks 0 and 2 passed true, rank 1 passed false");
+    ExpectDisagreement(
+        *comm,
+        db->Load(want, CheckpointSelector::Latest(), {.cast = rank == 0})
+            .status(),
+        "the load's cast: rank 0 passed true, ranks 1-2 passed false");
+    EXPECT_EQ(target.bytes, std::vector<uint8_t>(target.bytes.size(), 0))
+        << "a refused load filled its target";
+    // The same checkpoint selected two ways is still a disagreement.
+    which = rank == 1 ? CheckpointSelector::Tag("one")
+                      : CheckpointSelector::Step(1);
+    ExpectDisagreement(*comm, db->Delete(which),
+                       "ranks disagree on the delete's selector (step, tag or "
+                       "id): ranks 0 and 2 passed step 1, rank 1 passed tag "
+                       "'one'");
+    ExpectStore(*db, *comm, dir.path(), {1});
+    auto loaded = db->Load(want, CheckpointSelector::Tag("one"), {});
+    EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+    EXPECT_EQ(target.bytes, w.Slice({b, 0}, {e - b, 4}));
+    EXPECT_TRUE(db->Delete(CheckpointSelector::Tag("one")).ok());
+    ExpectStore(*db, *comm, dir.path(), {});
+  });
+}
+
+}  // namespace
+}  // namespace ckptdb
