@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -339,6 +340,7 @@ Status StoreImpl::Reopen(Status error,
     std::unique_lock exclusive(mu_);
     CloseDb();
     reopened = OpenDb();
+    if (IsNoSpace(reopened) && ReleaseReserve()) reopened = OpenDb();
   }
   lock.lock();
   if (!reopened.ok()) {
@@ -391,6 +393,14 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
 
 Status StoreImpl::Delete(int64_t checkpoint_id) {
   RETURN_IF_ERROR(RequireWritable("deleting"));
+  Status s = DeleteOnce(checkpoint_id);
+  // On a full disk, the reserve makes room for the few writes a delete needs.
+  if (IsNoSpace(s) && ReleaseReserve()) s = DeleteOnce(checkpoint_id);
+  if (s.ok()) EnsureReserve();
+  return s;
+}
+
+Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
   std::shared_lock lock(mu_);
   RETURN_IF_ERROR(EnsureOpenShared(lock));
   rocksdb::PinnableSlice record;
@@ -424,6 +434,10 @@ Result<StoreReport> StoreImpl::Check() {
   StoreReport report;
   ASSIGN_OR_RETURN(JournalState state, ReadJournal(*fs_, path_));
   report.damaged_journal_copies = state.damaged;
+  // Without a journal (a store written before them) nothing is provably a
+  // leftover.
+  report.high_water = state.journal ? state.journal->high_water
+                                    : std::numeric_limits<int64_t>::max();
   ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   for (int64_t id : LiveChunkIds()) {
     if (!records.contains(id) || !Visible(id))

@@ -67,6 +67,9 @@ struct StoreReport {
   // been committed (chunks of ids that provably never were are removed at a
   // read-write open).
   std::vector<int64_t> unaccounted_chunk_ids;
+  // No checkpoint above it ever committed: chunks of higher ids are leftovers
+  // of interrupted saves, which a read-write open removes.
+  int64_t high_water = 0;
   // Commit journal copies that are damaged (the other one is in use).
   std::vector<std::string> damaged_journal_copies;
 };

@@ -29,6 +29,9 @@
 
 namespace ckptdb::storage {
 
+// An I/O error from a full file system.
+bool IsNoSpace(const Status& s);
+
 // RocksDB's status as ours, `context` first in its message.
 Status FromRocks(const rocksdb::Status& s, const std::string& context);
 
@@ -142,6 +145,13 @@ class StoreImpl : public Store {
   template <typename Happened>
   Status Reopen(Status error, std::shared_lock<std::shared_mutex>& lock,
                 const std::string& what, Happened&& happened);
+  Status DeleteOnce(int64_t checkpoint_id);
+  // The reserve: a file of kReserveBytes kept in the store so that on a full
+  // disk an open and a delete still find room for their few writes.
+  // EnsureReserve writes it when absent (best effort); ReleaseReserve removes
+  // it and says whether there was one.
+  void EnsureReserve();
+  bool ReleaseReserve();
   // Opens the database if a failed reopen left it closed.
   Status EnsureOpen();
   // EnsureOpen from under a shared lock (taken exclusively meanwhile).

@@ -24,6 +24,10 @@ constexpr char kMetaCf[] = "meta";
 constexpr char kStoreMarker[] = "ckptdb-store 1";
 // Present in a store directory while it is being created.
 constexpr char kCreatingFile[] = "CKPTDB_CREATING";
+constexpr char kReserveFile[] = "CKPTDB_RESERVE";
+// Room for an open's new MANIFEST and OPTIONS files, the journal and a
+// delete's edits, with a wide margin.
+constexpr size_t kReserveBytes = size_t{4} << 20;
 
 // A small block cache whose allocator pools the buffers chunk reads land in.
 std::shared_ptr<rocksdb::Cache> ChunkReadCache(
@@ -59,10 +63,42 @@ std::string Join(const std::set<int64_t>& ids) {
 
 }  // namespace
 
+bool IsNoSpace(const Status& s) {
+  return s.IsIOError() && (s.message().find("No space") != std::string::npos ||
+                           s.message().find("no space") != std::string::npos);
+}
+
+void StoreImpl::EnsureReserve() {
+  std::shared_lock lock(mu_);
+  if (options_.read_only || !db_) return;
+  const std::string path = path_ + "/" + kReserveFile;
+  std::error_code ec;
+  if (fs::exists(path, ec)) return;
+  // Its own file system: a failure here (a disk still full) must not hold
+  // back the database's deletions.
+  StoreFileSystem fs(options_.fault_injector);
+  if (!fs.WriteFileSynced(path, std::string(kReserveBytes, '\0')).ok())
+    (void)fs.Remove(path);
+}
+
+bool StoreImpl::ReleaseReserve() {
+  const std::string path = path_ + "/" + kReserveFile;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return false;
+  // A fresh file system: the failed one holds deletions back.
+  StoreFileSystem fs(options_.fault_injector);
+  return fs.Remove(path).ok() && !fs::exists(path, ec);
+}
+
 Status StoreImpl::OpenDbRetrying() {
   std::string before = VersionStamp();
   Status s = OpenDb();
-  if (!options_.read_only) return s;
+  if (!options_.read_only) {
+    // On a full disk the reserve makes room for the open's own writes.
+    if (IsNoSpace(s) && ReleaseReserve()) s = OpenDb();
+    if (s.ok()) EnsureReserve();
+    return s;
+  }
   // Up to ~2.5 s of a writer's activity; past it, the last open stands (a
   // failure, or a view that the next Refresh replaces). A failure while no
   // writer changed anything is the store's state, not a race: it stands.
@@ -95,7 +131,8 @@ Result<bool> StoreImpl::PrepareDirectory() {
       files.push_back(entry.path().string());
       creating |= name == kCreatingFile;
       current |= name == "CURRENT";
-      data |= name.ends_with(".sst") || name.rfind("CKPTDB_JOURNAL", 0) == 0;
+      data |= name.ends_with(".sst") || name == kReserveFile ||
+              name.rfind("CKPTDB_JOURNAL", 0) == 0;
       foreign |= !IsCreationFile(name) && name != "CURRENT";
     }
   }

@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <numeric>
 #include <random>
 
 #include "ckptdb/db.h"
@@ -324,6 +325,53 @@ TEST_F(FaultSweep, EveryCallOfAnOpenAndALoad) {
           Verify(dir, {{1, &states[0]}, {2, &states[1]}}, {}, ctx);
         });
   }
+}
+
+TEST_F(FaultSweep, AFullDiskStillOpensDeletesAndFailsSavesCleanly) {
+  // Checkpoints of 1 MiB, so that deleting one frees more than it writes.
+  options_.max_chunk_bytes = 256 << 10;
+  std::vector<State> states = {State::Make(1), State::Make(2)};
+  for (State& s : states) {
+    s.shapes = {{512, 512}};
+    s.tensors = {std::vector<float>(512 * 512)};
+    std::iota(s.tensors[0].begin(), s.tensors[0].end(), s.tensors.size());
+  }
+  const std::string dir = tmp_.Sub("full");
+  Build(dir, states);
+  auto bytes_in = [&] {
+    uint64_t n = 0;
+    for (const auto& e : fs::recursive_directory_iterator(dir))
+      if (e.is_regular_file()) n += e.file_size();
+    return n;
+  };
+  // Not one byte free.
+  faults_->Arm({.free_bytes = 0});
+  {
+    auto db = DB::Open(options_, dir);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    EXPECT_EQ((*db)->ListCheckpoints()->size(), 2u);
+    ExpectLoads(**db, 2, states[1], "full disk");
+    const uint64_t before = bytes_in();
+    Status deleted = (*db)->Delete(CheckpointSelector::Id(1));
+    ASSERT_TRUE(deleted.ok()) << deleted.ToString();
+    EXPECT_LT(bytes_in(), before);
+    EXPECT_EQ((*db)->ListCheckpoints()->size(), 1u);
+    // A save larger than what the delete freed fails, and says why.
+    State big;
+    big.shapes = {{2048, 1024}};
+    big.tensors = {std::vector<float>(2048 * 1024, 1.0f)};
+    StateDict sd = big.Dict();
+    auto saved = (*db)->Save(sd, {.step = 9});
+    ASSERT_FALSE(saved.ok());
+    EXPECT_NE(saved.status().message().find("No space"), std::string::npos)
+        << saved.status().ToString();
+    EXPECT_NE(saved.status().message().find(dir), std::string::npos)
+        << saved.status().ToString();
+    // The handle still works for what fits.
+    EXPECT_EQ((*db)->ListCheckpoints()->size(), 1u);
+  }
+  auto ids = Verify(dir, {{2, &states[1]}}, {}, "after a full disk");
+  EXPECT_EQ(ids, std::vector<int64_t>{2});
 }
 
 }  // namespace

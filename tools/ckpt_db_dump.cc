@@ -276,6 +276,32 @@ int Show(const std::string& path, const Selection& sel, bool as_json,
 
 // ---- verify -----------------------------------------------------------------
 
+// The store as a whole: chunk data no record accounts for, damaged journal
+// copies. Returns the number of problems, each printed.
+size_t VerifyStore(storage::Store& store) {
+  auto report = store.Check();
+  if (!report.ok()) {
+    std::printf("store: DAMAGED: %s\n", report.status().message().c_str());
+    return 1;
+  }
+  for (int64_t id : report->unaccounted_chunk_ids) {
+    std::printf(
+        "store: chunk data of checkpoint id %lld has no record%s\n",
+        static_cast<long long>(id),
+        id > report->high_water
+            ? " (an interrupted save's leftovers: the next read-write open "
+              "removes them)"
+            : " (kept: it may have been committed)");
+  }
+  for (const std::string& copy : report->damaged_journal_copies)
+    std::printf("store: commit journal copy DAMAGED: %s\n", copy.c_str());
+  const size_t problems = report->unaccounted_chunk_ids.size() +
+                          report->damaged_journal_copies.size();
+  if (problems == 0)
+    std::printf("store: ok (every chunk file belongs to a checkpoint)\n");
+  return problems;
+}
+
 int Verify(const std::string& path, const Selection& sel) {
   auto store = OpenStore(path);
   if (!store.ok()) return Fail(store.status());
@@ -332,6 +358,7 @@ int Verify(const std::string& path, const Selection& sel) {
     damaged_total += damaged.size();
   }
   if (ids.empty()) std::printf("(no checkpoints)\n");
+  if (!sel.given()) damaged_total += VerifyStore(**store);
   return damaged_total == 0 ? 0 : kDamaged;
 }
 
