@@ -431,16 +431,18 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
 Result<StoreReport> StoreImpl::Check() {
   std::shared_lock lock(mu_);
   RETURN_IF_ERROR(CheckOpen());
+  // The journal as read with this handle's view of the database: a writer
+  // may have moved on since.
   StoreReport report;
-  ASSIGN_OR_RETURN(JournalState state, ReadJournal(*fs_, path_));
-  report.damaged_journal_copies = state.damaged;
+  report.damaged_journal_copies = journal_damaged_;
   // Without a journal (a store written before them) nothing is provably a
   // leftover.
-  report.high_water = state.journal ? state.journal->high_water
-                                    : std::numeric_limits<int64_t>::max();
+  report.high_water =
+      journal_ ? journal_->high_water : std::numeric_limits<int64_t>::max();
   ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   for (int64_t id : LiveChunkIds()) {
-    if (!records.contains(id) || !Visible(id))
+    // A deletion under way is not a problem.
+    if (!records.contains(id) && Visible(id))
       report.unaccounted_chunk_ids.push_back(id);
   }
   return report;

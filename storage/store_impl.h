@@ -207,6 +207,8 @@ class StoreImpl : public Store {
   // The journal as last read or written; empty for a read-only handle on a
   // store written before journals.
   std::optional<CommitJournal> journal_;
+  // Journal copies found damaged at the last open (the other one is in use).
+  std::vector<std::string> journal_damaged_;
   // Checkpoint ids whose chunks have no record but may have committed (kept).
   std::set<int64_t> uncertain_;
   std::shared_mutex mu_;  // exclusive for Refresh, shared for everything else

@@ -342,6 +342,7 @@ Status StoreImpl::SaveJournal(CommitJournal journal) {
 Status StoreImpl::RecoverCommits() {
   ASSIGN_OR_RETURN(JournalState state, ReadJournal(*fs_, path_));
   journal_ = state.journal;
+  journal_damaged_ = state.damaged;
   ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   RETURN_IF_ERROR(CheckJournal(records));
   if (options_.read_only) return Status::OK();
@@ -379,8 +380,10 @@ Status StoreImpl::RecoverCommits() {
       uncertain_.insert(id);
   }
   next.deleting.clear();
-  if (!journal_ || next != *journal_ || !state.damaged.empty())
+  if (!journal_ || next != *journal_ || !state.damaged.empty()) {
     RETURN_IF_ERROR(SaveJournal(std::move(next)));
+    journal_damaged_.clear();
+  }
   return RemoveLeftovers();
 }
 

@@ -284,21 +284,33 @@ size_t VerifyStore(storage::Store& store) {
     std::printf("store: DAMAGED: %s\n", report.status().message().c_str());
     return 1;
   }
+  size_t problems = 0;
   for (int64_t id : report->unaccounted_chunk_ids) {
+    // Above the high-water mark: a save under way or interrupted, whose
+    // leftovers the next read-write open removes. Not damage.
+    if (id > report->high_water) {
+      std::printf(
+          "store: chunk data of checkpoint id %lld without a record: "
+          "a save under way or interrupted (a read-write open removes "
+          "its leftovers)\n",
+          static_cast<long long>(id));
+      continue;
+    }
     std::printf(
-        "store: chunk data of checkpoint id %lld has no record%s\n",
-        static_cast<long long>(id),
-        id > report->high_water
-            ? " (an interrupted save's leftovers: the next read-write open "
-              "removes them)"
-            : " (kept: it may have been committed)");
+        "store: DAMAGED: chunk data of checkpoint id %lld has no "
+        "record; kept, since it may have been committed\n",
+        static_cast<long long>(id));
+    ++problems;
   }
-  for (const std::string& copy : report->damaged_journal_copies)
-    std::printf("store: commit journal copy DAMAGED: %s\n", copy.c_str());
-  const size_t problems = report->unaccounted_chunk_ids.size() +
-                          report->damaged_journal_copies.size();
+  for (const std::string& copy : report->damaged_journal_copies) {
+    std::printf(
+        "store: DAMAGED commit journal copy (the other is in use): "
+        "%s\n",
+        copy.c_str());
+    ++problems;
+  }
   if (problems == 0)
-    std::printf("store: ok (every chunk file belongs to a checkpoint)\n");
+    std::printf("store: consistent (all chunk data belongs to checkpoints)\n");
   return problems;
 }
 

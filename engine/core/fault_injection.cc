@@ -46,6 +46,9 @@ void FaultInjector::Disarm() {
 int FaultInjector::Check(FileOp op, std::string_view path, uint64_t bytes) {
   std::lock_guard lock(mu_);
   if ((rule_.ops & FileOpMask(op)) == 0) return 0;
+  if (!rule_.path_contains.empty() &&
+      path.find(rule_.path_contains) == std::string_view::npos)
+    return 0;
   const int64_t n = ++calls_;
   if (!armed_) return 0;
   int error = 0;

@@ -69,6 +69,9 @@ struct FaultRule {
   bool from_nth_on = false;
   // The operations counted (FileOpMask bits).
   uint32_t ops = kAllFileOps;
+  // Only calls on paths containing this are counted ("" counts all), e.g.
+  // "MANIFEST" or "/LOG".
+  std::string path_contains;
   // The errno a failed call reports: EIO or ENOSPC.
   int error = EIO;
   // A file system with this many free bytes: writes that do not fit fail with
