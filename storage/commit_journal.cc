@@ -121,8 +121,13 @@ Status WriteJournal(StoreFileSystem& fs, const std::string& store_path,
                     const CommitJournal& journal) {
   const std::string bytes = EncodeJournal(journal);
   for (const std::string& path : JournalPaths(store_path)) {
-    RETURN_IF_ERROR(fs.WriteFileSynced(path, bytes)
+    // Renamed into place, so that a reader never sees a copy half written.
+    const std::string tmp = path + ".tmp";
+    RETURN_IF_ERROR(fs.WriteFileSynced(tmp, bytes)
                         .WithContext("writing the commit journal"));
+    RETURN_IF_ERROR(
+        FromIo(fs.RenameFile(tmp, path, rocksdb::IOOptions(), nullptr),
+               "writing the commit journal: renaming " + tmp));
   }
   return fs.SyncDir(store_path);
 }

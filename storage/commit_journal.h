@@ -54,8 +54,9 @@ struct JournalState {
 Result<JournalState> ReadJournal(StoreFileSystem& fs,
                                  const std::string& store_path);
 
-// Writes `journal` to both copies, one after the other, each synced, then the
-// directory: a crash or failure leaves at least one valid copy, old or new.
+// Writes `journal` to both copies, one after the other, each synced and
+// renamed into place, then syncs the directory: a crash or failure leaves at
+// least one valid copy, old or new, and readers never see a partial one.
 Status WriteJournal(StoreFileSystem& fs, const std::string& store_path,
                     const CommitJournal& journal);
 
