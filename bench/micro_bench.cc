@@ -7,6 +7,7 @@
 
 #include "engine/src/box_copy.h"
 #include "planner/load_plan.h"
+#include "planner/partition.h"
 #include "planner/save_plan.h"
 #include "storage/checksum.h"
 #include "storage/keys.h"
@@ -102,6 +103,45 @@ BENCHMARK(BM_BuildSavePlanGrid)
     ->Arg(300)
     ->Arg(1000)
     ->Unit(benchmark::kMillisecond);
+
+// The partition check alone on 10^6 boxes of one tensor: arg 0 = 10^6 row
+// chunks, 1 = a 1000 x 1000 grid, 2 = 500 x 1000 row blocks held twice
+// (replicas allowed).
+void BM_CheckPartition(benchmark::State& state) {
+  std::vector<planner::Box> boxes;
+  Shape shape;
+  planner::PartitionOptions options;
+  switch (state.range(0)) {
+    case 0:
+      shape = {1'000'000, 1024};
+      for (int64_t r = 0; r < 1'000'000; ++r)
+        boxes.push_back({{r, 0}, {1, 1024}});
+      break;
+    case 1:
+      shape = {4000, 4000};
+      for (int64_t i = 0; i < 1000; ++i) {
+        for (int64_t j = 0; j < 1000; ++j)
+          boxes.push_back({{i * 4, j * 4}, {4, 4}});
+      }
+      break;
+    default:
+      shape = {500'000, 1024};
+      options.allow_replicas = true;
+      for (int copy = 0; copy < 2; ++copy) {
+        for (int64_t r = 0; r < 500'000; ++r)
+          boxes.push_back({{r, 0}, {1, 1024}});
+      }
+      break;
+  }
+  for (auto _ : state) {
+    auto problem = planner::CheckPartition(shape, boxes, options);
+    if (!problem.ok()) state.SkipWithError(problem.ToString().c_str());
+    benchmark::DoNotOptimize(problem);
+  }
+  state.SetItemsProcessed(state.iterations() *
+                          static_cast<int64_t>(boxes.size()));
+}
+BENCHMARK(BM_CheckPartition)->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 
 void BM_EncodeChunkKey(benchmark::State& state) {
   const Shape offset = {4096, 0, 128};

@@ -8,6 +8,8 @@
 namespace ckptdb::planner {
 namespace {
 
+using BoxPtrs = std::vector<const Box*>;
+
 // How the corner method works. The indicator of a box [a, b) is the product
 // over dimensions of (H(x - a_d) - H(x - b_d)) with H the unit step, so a sum
 // of box indicators equals a signed sum of "orthants" H(x - c) at the boxes'
@@ -43,15 +45,14 @@ PartitionProblem BoxProblem(PartitionError error, size_t box) {
 }
 
 // Checks every box in input order; `live` gets the non-empty ones, ascending.
-PartitionProblem CheckEachBox(const Shape& global_shape,
-                              const std::vector<Box>& boxes,
+PartitionProblem CheckEachBox(const Shape& global_shape, const BoxPtrs& boxes,
                               const PartitionOptions& options,
                               std::vector<size_t>* live) {
   live->reserve(boxes.size());
   for (size_t i = 0; i < boxes.size(); ++i) {
-    const PartitionError inside = CheckBoxInside(global_shape, boxes[i]);
+    const PartitionError inside = CheckBoxInside(global_shape, *boxes[i]);
     if (inside != PartitionError::kNone) return BoxProblem(inside, i);
-    if (boxes[i].volume() > 0) {
+    if (boxes[i]->volume() > 0) {
       live->push_back(i);
     } else if (!options.allow_empty_boxes) {
       return BoxProblem(PartitionError::kEmptyBox, i);
@@ -60,16 +61,48 @@ PartitionProblem CheckEachBox(const Shape& global_shape,
   return {};
 }
 
-// Keeps, of each set of identical boxes in `live`, the lowest index.
-void DropReplicas(const std::vector<Box>& boxes, std::vector<size_t>* live) {
-  std::vector<size_t> order = *live;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const auto c = boxes[a] <=> boxes[b];
-    return c != 0 ? c < 0 : a < b;
-  });
+Shape RowMajorStrides(const Shape& global_shape) {
+  Shape strides(global_shape.size(), 1);
+  for (size_t d = global_shape.size(); d-- > 1;)
+    strides[d - 1] = strides[d] * global_shape[d];
+  return strides;
+}
+
+// The row-major index of a live box's first element.
+uint64_t Origin(const Shape& strides, const Box& box) {
+  uint64_t linear = 0;
+  for (size_t d = 0; d < box.ndim(); ++d)
+    linear += static_cast<uint64_t>(box.offset[d] * strides[d]);
+  return linear;
+}
+
+// Keeps, of each set of identical boxes in `live`, the lowest index. Sorts by
+// first element (integers), then by shape only among boxes that share it.
+void DropReplicas(const Shape& global_shape, const BoxPtrs& boxes,
+                  std::vector<size_t>* live) {
+  const Shape strides = RowMajorStrides(global_shape);
+  std::vector<std::pair<uint64_t, size_t>> order;
+  order.reserve(live->size());
+  for (size_t i : *live) order.emplace_back(Origin(strides, *boxes[i]), i);
+  std::sort(order.begin(), order.end());
   std::vector<bool> replica(boxes.size(), false);
-  for (size_t i = 1; i < order.size(); ++i)
-    replica[order[i]] = boxes[order[i]] == boxes[order[i - 1]];
+  for (size_t run = 0; run < order.size();) {
+    size_t end = run + 1;
+    while (end < order.size() && order[end].first == order[run].first) ++end;
+    if (end - run > 1) {
+      std::sort(order.begin() + run, order.begin() + end,
+                [&](const auto& a, const auto& b) {
+                  const auto c =
+                      boxes[a.second]->shape <=> boxes[b.second]->shape;
+                  return c != 0 ? c < 0 : a.second < b.second;
+                });
+      for (size_t i = run + 1; i < end; ++i) {
+        replica[order[i].second] =
+            boxes[order[i].second]->shape == boxes[order[i - 1].second]->shape;
+      }
+    }
+    run = end;
+  }
   std::erase_if(*live, [&](size_t i) { return replica[i]; });
 }
 
@@ -82,23 +115,16 @@ size_t CountCutDims(const Shape& global_shape, const Box& box) {
 }
 
 // The corners of the live boxes, saturating at SIZE_MAX.
-size_t CountCorners(const Shape& global_shape, const std::vector<Box>& boxes,
+size_t CountCorners(const Shape& global_shape, const BoxPtrs& boxes,
                     const std::vector<size_t>& live) {
   size_t corners = 0;
   for (size_t i : live) {
-    const size_t k = CountCutDims(global_shape, boxes[i]);
+    const size_t k = CountCutDims(global_shape, *boxes[i]);
     if (k >= 63 || __builtin_add_overflow(corners, size_t{1} << k, &corners)) {
       return std::numeric_limits<size_t>::max();
     }
   }
   return corners;
-}
-
-Shape RowMajorStrides(const Shape& global_shape) {
-  Shape strides(global_shape.size(), 1);
-  for (size_t d = global_shape.size(); d-- > 1;)
-    strides[d - 1] = strides[d] * global_shape[d];
-  return strides;
 }
 
 // Appends the kept corners of `box` as (row-major index << 1 | positive).
@@ -159,27 +185,25 @@ Shape Unlinear(uint64_t linear, const Shape& global_shape) {
   return element;
 }
 
-int64_t CoveredElements(const std::vector<Box>& boxes,
-                        const std::vector<size_t>& live) {
+int64_t CoveredElements(const BoxPtrs& boxes, const std::vector<size_t>& live) {
   int64_t covered = 0;
   for (size_t i : live) {
-    if (__builtin_add_overflow(covered, boxes[i].volume(), &covered))
+    if (__builtin_add_overflow(covered, boxes[i]->volume(), &covered))
       return std::numeric_limits<int64_t>::max();
   }
   return covered;
 }
 
-PartitionProblem OverlapProblem(const std::vector<Box>& boxes, size_t a,
-                                size_t b) {
+PartitionProblem OverlapProblem(const BoxPtrs& boxes, size_t a, size_t b) {
   PartitionProblem problem = BoxProblem(PartitionError::kOverlap, a);
   problem.other_box = b;
-  std::optional<Box> common = Intersect(boxes[a], boxes[b]);
+  std::optional<Box> common = Intersect(*boxes[a], *boxes[b]);
   assert(common.has_value());
   problem.overlap = std::move(*common);
   return problem;
 }
 
-PartitionProblem GapProblem(const std::vector<Box>& boxes,
+PartitionProblem GapProblem(const BoxPtrs& boxes,
                             const std::vector<size_t>& live, int64_t total,
                             std::optional<Shape> missing) {
   PartitionProblem problem;
@@ -191,13 +215,13 @@ PartitionProblem GapProblem(const std::vector<Box>& boxes,
 }
 
 PartitionProblem CheckByCorners(const Shape& global_shape, int64_t total,
-                                const std::vector<Box>& boxes,
+                                const BoxPtrs& boxes,
                                 const std::vector<size_t>& live,
                                 size_t corners) {
   const Shape strides = RowMajorStrides(global_shape);
   std::vector<uint64_t> keys;
   keys.reserve(corners);
-  for (size_t i : live) AppendCorners(global_shape, strides, boxes[i], &keys);
+  for (size_t i : live) AppendCorners(global_shape, strides, *boxes[i], &keys);
   std::sort(keys.begin(), keys.end());
   int64_t held = 1;
   const std::optional<uint64_t> first = FirstOffCorner(keys, &held);
@@ -208,19 +232,18 @@ PartitionProblem CheckByCorners(const Shape& global_shape, int64_t total,
   const Box point{element, Shape(element.size(), 1)};
   std::vector<size_t> holders;
   for (size_t i : live) {
-    if (Contains(boxes[i], point)) holders.push_back(i);
+    if (Contains(*boxes[i], point)) holders.push_back(i);
   }
   assert(holders.size() == static_cast<size_t>(held));
   return OverlapProblem(boxes, holders[0], holders[1]);
 }
 
 // The dimension in which the boxes' begins take the most values.
-size_t SweepDim(const std::vector<Box>& boxes,
-                const std::vector<size_t>& live) {
+size_t SweepDim(const BoxPtrs& boxes, const std::vector<size_t>& live) {
   size_t dim = 0, most = 0;
-  for (size_t d = 0; d < boxes[live[0]].ndim(); ++d) {
+  for (size_t d = 0; d < boxes[live[0]]->ndim(); ++d) {
     std::vector<int64_t> begins;
-    for (size_t i : live) begins.push_back(boxes[i].offset[d]);
+    for (size_t i : live) begins.push_back(boxes[i]->offset[d]);
     std::sort(begins.begin(), begins.end());
     const size_t distinct =
         std::unique(begins.begin(), begins.end()) - begins.begin();
@@ -234,21 +257,22 @@ size_t SweepDim(const std::vector<Box>& boxes,
 
 // The fallback for boxes cut in many dimensions: a sweep along SweepDim that
 // compares each box with those still open at its begin, then the volumes.
-PartitionProblem CheckBySweep(int64_t total, const std::vector<Box>& boxes,
+PartitionProblem CheckBySweep(int64_t total, const BoxPtrs& boxes,
                               const std::vector<size_t>& live) {
   if (!live.empty()) {
     const size_t dim = SweepDim(boxes, live);
     std::vector<size_t> order = live;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return boxes[a].offset[dim] < boxes[b].offset[dim];
+      return boxes[a]->offset[dim] < boxes[b]->offset[dim];
     });
     std::vector<size_t> open;
     for (size_t i : order) {
-      const int64_t begin = boxes[i].offset[dim];
-      std::erase_if(
-          open, [&](size_t j) { return boxes[j].exclusive_max(dim) <= begin; });
+      const int64_t begin = boxes[i]->offset[dim];
+      std::erase_if(open, [&](size_t j) {
+        return boxes[j]->exclusive_max(dim) <= begin;
+      });
       for (size_t j : open) {
-        if (Intersect(boxes[i], boxes[j]))
+        if (Intersect(*boxes[i], *boxes[j]))
           return OverlapProblem(boxes, std::min(i, j), std::max(i, j));
       }
       open.push_back(i);
@@ -332,15 +356,15 @@ PartitionError CheckBoxInside(const Shape& global_shape, const Box& box) {
   return PartitionError::kNone;
 }
 
-PartitionProblem CheckPartition(const Shape& global_shape,
-                                const std::vector<Box>& boxes,
-                                const PartitionOptions& options) {
+PartitionProblem CheckPartitionOfPointers(const Shape& global_shape,
+                                          const std::vector<const Box*>& boxes,
+                                          const PartitionOptions& options) {
   const int64_t total = CheckedElements(global_shape);
   if (total < 0) return BoxProblem(PartitionError::kBadShape, 0);
   std::vector<size_t> live;
   PartitionProblem problem = CheckEachBox(global_shape, boxes, options, &live);
   if (!problem.ok()) return problem;
-  if (options.allow_replicas) DropReplicas(boxes, &live);
+  if (options.allow_replicas) DropReplicas(global_shape, boxes, &live);
   if (total == 0) {
     assert(live.empty());  // every box inside an empty tensor is empty
     return {};
@@ -349,6 +373,14 @@ PartitionProblem CheckPartition(const Shape& global_shape,
   if (UseCorners(corners, live.size(), global_shape.size(), options))
     return CheckByCorners(global_shape, total, boxes, live, corners);
   return CheckBySweep(total, boxes, live);
+}
+
+PartitionProblem CheckPartition(const Shape& global_shape,
+                                const std::vector<Box>& boxes,
+                                const PartitionOptions& options) {
+  BoxPtrs pointers(boxes.size());
+  for (size_t i = 0; i < boxes.size(); ++i) pointers[i] = &boxes[i];
+  return CheckPartitionOfPointers(global_shape, pointers, options);
 }
 
 }  // namespace ckptdb::planner

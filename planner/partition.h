@@ -91,4 +91,10 @@ PartitionProblem CheckPartition(const Shape& global_shape,
                                 const std::vector<Box>& boxes,
                                 const PartitionOptions& options = {});
 
+// CheckPartition over boxes held elsewhere (the shards of a layout), without
+// copying them. REQUIRES: no pointer is null.
+PartitionProblem CheckPartitionOfPointers(const Shape& global_shape,
+                                          const std::vector<const Box*>& boxes,
+                                          const PartitionOptions& options = {});
+
 }  // namespace ckptdb::planner

@@ -134,10 +134,10 @@ Status LayoutError(const std::string& key, const Shape& shape,
 // Checks that the shards of `key`, replicas counted once, partition it.
 Status CheckLayout(const std::string& key, const std::vector<ShardRef>& refs) {
   const Shape& shape = refs.front().shard->global_shape;
-  std::vector<Box> boxes;
+  std::vector<const Box*> boxes;
   boxes.reserve(refs.size());
-  for (const ShardRef& ref : refs) boxes.push_back(ref.shard->box);
-  const PartitionProblem problem = CheckPartition(
+  for (const ShardRef& ref : refs) boxes.push_back(&ref.shard->box);
+  const PartitionProblem problem = CheckPartitionOfPointers(
       shape, boxes, {.allow_replicas = true, .allow_empty_boxes = true});
   return LayoutError(key, shape, refs, problem);
 }
