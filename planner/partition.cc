@@ -137,8 +137,10 @@ void AppendCorners(const Shape& global_shape, const Shape& strides,
   uint64_t linear = 0;
   for (size_t d = 0; d < box.ndim(); ++d) {
     linear += static_cast<uint64_t>(box.offset[d] * strides[d]);
-    if (box.exclusive_max(d) < global_shape[d])
+    if (box.exclusive_max(d) < global_shape[d]) {
+      assert(k < steps.size());
       steps[k++] = static_cast<uint64_t>(box.shape[d] * strides[d]);
+    }
   }
   // Gray code: step m flips bit ctz(m), one corner to the next.
   uint64_t gray = 0;
