@@ -1,5 +1,5 @@
-// Micro-benchmarks of the pure parts: load planning, key encoding, metadata
-// codec, box copies.
+// Micro-benchmarks of the pure parts: save and load planning, key encoding,
+// metadata codec, box copies.
 #include <benchmark/benchmark.h>
 
 #include <numeric>
@@ -7,6 +7,8 @@
 
 #include "engine/src/box_copy.h"
 #include "planner/load_plan.h"
+#include "planner/partition.h"
+#include "planner/save_plan.h"
 #include "storage/checksum.h"
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
@@ -43,6 +45,103 @@ BENCHMARK(BM_BuildLoadPlan)
     ->Args({10'000, 64})
     ->Args({1'000'000, 1024})
     ->Unit(benchmark::kMillisecond);
+
+// `shards` shards in all over `ranks` ranks: tensors of (ranks / 2 * 16) x
+// 1024 float32 split by rows over half the ranks, each row block held by two
+// ranks (data-parallel replicas).
+void BM_BuildSavePlan(benchmark::State& state) {
+  const int64_t shards = state.range(0);
+  const int ranks = static_cast<int>(state.range(1));
+  const int64_t tensors = shards / ranks, blocks = ranks / 2, rows = 16;
+  std::vector<planner::RankSaveLayout> layouts(ranks);
+  for (int64_t t = 0; t < tensors; ++t) {
+    const std::string key = std::string("t").append(std::to_string(t));
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t block = r % blocks;
+      layouts[r].shards.push_back({key,
+                                   {key},
+                                   DType::kFloat32,
+                                   {blocks * rows, 1024},
+                                   {{block * rows, 0}, {rows, 1024}}});
+    }
+  }
+  for (auto _ : state) {
+    auto plan = planner::BuildSavePlan(layouts, 512 << 10);
+    benchmark::DoNotOptimize(plan);
+  }
+  state.SetItemsProcessed(state.iterations() * shards);
+}
+BENCHMARK(BM_BuildSavePlan)
+    ->Args({10'000, 64})
+    ->Args({1'000'000, 1024})
+    ->Unit(benchmark::kMillisecond);
+
+// One tensor split into a side x side grid of 4 x 4 boxes, dealt round-robin
+// to 1024 ranks: the layout where a sweep along one dimension meets `side`
+// open boxes at every step.
+void BM_BuildSavePlanGrid(benchmark::State& state) {
+  const int64_t side = state.range(0);
+  std::vector<planner::RankSaveLayout> layouts(1024);
+  for (int64_t i = 0; i < side; ++i) {
+    for (int64_t j = 0; j < side; ++j) {
+      layouts[(i * side + j) % 1024].shards.push_back(
+          {"w",
+           {"w"},
+           DType::kFloat32,
+           {side * 4, side * 4},
+           {{i * 4, j * 4}, {4, 4}}});
+    }
+  }
+  for (auto _ : state) {
+    auto plan = planner::BuildSavePlan(layouts, 512 << 10);
+    benchmark::DoNotOptimize(plan);
+  }
+  state.SetItemsProcessed(state.iterations() * side * side);
+}
+BENCHMARK(BM_BuildSavePlanGrid)
+    ->Arg(100)
+    ->Arg(300)
+    ->Arg(1000)
+    ->Unit(benchmark::kMillisecond);
+
+// The partition check alone on 10^6 boxes of one tensor: arg 0 = 10^6 row
+// chunks, 1 = a 1000 x 1000 grid, 2 = 500 x 1000 row blocks held twice
+// (replicas allowed).
+void BM_CheckPartition(benchmark::State& state) {
+  std::vector<planner::Box> boxes;
+  Shape shape;
+  planner::PartitionOptions options;
+  switch (state.range(0)) {
+    case 0:
+      shape = {1'000'000, 1024};
+      for (int64_t r = 0; r < 1'000'000; ++r)
+        boxes.push_back({{r, 0}, {1, 1024}});
+      break;
+    case 1:
+      shape = {4000, 4000};
+      for (int64_t i = 0; i < 1000; ++i) {
+        for (int64_t j = 0; j < 1000; ++j)
+          boxes.push_back({{i * 4, j * 4}, {4, 4}});
+      }
+      break;
+    default:
+      shape = {500'000, 1024};
+      options.allow_replicas = true;
+      for (int copy = 0; copy < 2; ++copy) {
+        for (int64_t r = 0; r < 500'000; ++r)
+          boxes.push_back({{r, 0}, {1, 1024}});
+      }
+      break;
+  }
+  for (auto _ : state) {
+    auto problem = planner::CheckPartition(shape, boxes, options);
+    if (!problem.ok()) state.SkipWithError(problem.ToString().c_str());
+    benchmark::DoNotOptimize(problem);
+  }
+  state.SetItemsProcessed(state.iterations() *
+                          static_cast<int64_t>(boxes.size()));
+}
+BENCHMARK(BM_CheckPartition)->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 
 void BM_EncodeChunkKey(benchmark::State& state) {
   const Shape offset = {4096, 0, 128};

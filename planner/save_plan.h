@@ -67,9 +67,11 @@ struct SavePlan {
 // dtype and global shape everywhere and be either a tensor or a value
 // everywhere; each box must lie inside its tensor; overlapping boxes must be
 // identical (replicas, stored once, written by the holder that balances bytes
-// across ranks); the boxes must cover each tensor without a gap. Boxes larger
-// than `max_chunk_bytes` are split along outer dimensions. Errors name the key,
-// ranks and shapes. REQUIRES: max_chunk_bytes > 0.
+// across ranks); the boxes must cover each tensor without a gap (all checked
+// by CheckPartition, partition.h; of several overlaps and gaps, the first in
+// row-major order is reported). Boxes larger than `max_chunk_bytes` are split
+// along outer dimensions. Errors name the key, ranks and shapes, and for a gap
+// the first element no rank holds. REQUIRES: max_chunk_bytes > 0.
 Result<SavePlan> BuildSavePlan(const std::vector<RankSaveLayout>& ranks,
                                size_t max_chunk_bytes);
 

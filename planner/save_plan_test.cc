@@ -129,6 +129,27 @@ TEST(SavePlanTest, RejectsGap) {
   ranks[0].shards.push_back(Shard("w", {4, 4}, {0, 0}, {2, 4}));
   ranks[1].shards.push_back(Shard("w", {4, 4}, {2, 0}, {1, 4}));
   ExpectError(ranks, "cover 12 of 16 elements");
+  ExpectError(ranks, "no rank holds element [3, 0]");
+}
+
+TEST(SavePlanTest, RejectsOverlapThatHidesAGapOfTheSameVolume) {
+  // Rows [0, 2) on ranks 0 and 1 (replicas), [1, 3) on rank 2: as many
+  // distinct elements as the tensor has, but row 1 twice and row 3 never.
+  std::vector<RankSaveLayout> ranks(3);
+  ranks[0].shards.push_back(Shard("w", {4, 4}, {0, 0}, {2, 4}));
+  ranks[1].shards.push_back(Shard("w", {4, 4}, {0, 0}, {2, 4}));
+  ranks[2].shards.push_back(Shard("w", {4, 4}, {1, 0}, {2, 4}));
+  ExpectError(ranks,
+              "shards on rank 0 box {offset [0, 0], shape [2, 4]} and rank 2 "
+              "box {offset [1, 0], shape [2, 4]} overlap in {offset [1, 0], "
+              "shape [1, 4]}");
+  // A gap first in row-major order, an overlap after it.
+  ranks[0].shards[0] = Shard("w", {4, 4}, {1, 0}, {1, 4});
+  ranks[1].shards[0] = Shard("w", {4, 4}, {0, 0}, {1, 2});
+  ranks[2].shards[0] = Shard("w", {4, 4}, {1, 0}, {3, 4});
+  ExpectError(ranks,
+              "no rank holds element [0, 2], and the shards of all "
+              "ranks overlap elsewhere");
 }
 
 TEST(SavePlanTest, RejectsTensorAndValueUnderOneKey) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "planner/partition.h"
 #include "storage/checkpoint.capnp.h"
 
 namespace ckptdb::storage {
@@ -132,6 +133,136 @@ Status CheckHeader(Checkpoint::Reader r) {
   return Status::OK();
 }
 
+// One chunk's own fields: extents, recorded size, writer. Where it lies among
+// the tensor's other chunks is CheckChunkLayout's.
+Result<ChunkMetadata> ReadChunk(Chunk::Reader c, const std::string& what,
+                                DType dtype, int32_t world_size) {
+  ChunkMetadata chunk;
+  ASSIGN_OR_RETURN(chunk.global_offset,
+                   ReadShape(c.getGlobalOffset(), what + " chunk offset"));
+  ASSIGN_OR_RETURN(chunk.local_shape,
+                   ReadShape(c.getLocalShape(), what + " chunk shape"));
+  uint64_t elems = 0;
+  if (!CheckedVolume(chunk.local_shape, 1, &elems))
+    return Bad(what + " chunk is too large");
+  chunk.writer_rank = c.getWriterRank();
+  chunk.nbytes = c.getNbytes();
+  chunk.checksum = c.getChecksum();
+  if (chunk.nbytes != elems * DTypeSize(dtype)) {
+    return Bad(what + " chunk at " + ShapeToString(chunk.global_offset) +
+               " records " + std::to_string(chunk.nbytes) + " bytes for " +
+               std::to_string(elems) + " elements");
+  }
+  if (chunk.writer_rank < 0 || chunk.writer_rank >= world_size) {
+    return Bad(what + " chunk writer rank " +
+               std::to_string(chunk.writer_rank));
+  }
+  return chunk;
+}
+
+// "chunk at [2, 0] of shape [2, 2] (writer rank 1)".
+std::string ChunkName(const ChunkMetadata& c) {
+  return "chunk at " + ShapeToString(c.global_offset) + " of shape " +
+         ShapeToString(c.local_shape) + " (writer rank " +
+         std::to_string(c.writer_rank) + ")";
+}
+
+Status LayoutError(const std::string& what, const Shape& global_shape,
+                   const std::vector<ChunkMetadata>& chunks,
+                   const planner::PartitionProblem& p) {
+  using planner::PartitionError;
+  const std::string shape = ShapeToString(global_shape);
+  switch (p.error) {
+    case PartitionError::kNone:
+      return Status::OK();
+    case PartitionError::kBadShape:
+      return Bad(what + " has shape " + shape);
+    case PartitionError::kWrongRank:
+      return Bad(what + " has a chunk of another rank than its shape " + shape +
+                 ": " + ChunkName(chunks[p.box]));
+    case PartitionError::kOutside:
+      return Bad(what + " has a " + ChunkName(chunks[p.box]) +
+                 " outside its shape " + shape);
+    case PartitionError::kEmptyBox:
+      return Bad(what + " has an empty " + ChunkName(chunks[p.box]));
+    case PartitionError::kOverlap:
+      return Bad(what + " " + shape + " has a " + ChunkName(chunks[p.box]) +
+                 " and a " + ChunkName(chunks[p.other_box]) +
+                 " that overlap in " + planner::BoxToString(p.overlap));
+    case PartitionError::kGap:
+      return Bad(
+          what + " " + shape + " chunks hold " + std::to_string(p.covered) +
+          " of " + std::to_string(p.total) + " elements" +
+          (p.missing_element
+               ? ", none holds element " + ShapeToString(*p.missing_element)
+               : std::string()));
+  }
+  return Bad(what + " has a bad chunk layout");
+}
+
+// Checks that the chunks partition the tensor: each element stored once.
+Status CheckChunkLayout(const std::string& what, const Shape& global_shape,
+                        std::vector<ChunkMetadata>& chunks) {
+  // The boxes borrow the chunks' extents for the check.
+  std::vector<planner::Box> boxes(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    boxes[i].offset = std::move(chunks[i].global_offset);
+    boxes[i].shape = std::move(chunks[i].local_shape);
+  }
+  const planner::PartitionProblem problem =
+      planner::CheckPartition(global_shape, boxes);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    chunks[i].global_offset = std::move(boxes[i].offset);
+    chunks[i].local_shape = std::move(boxes[i].shape);
+  }
+  return LayoutError(what, global_shape, chunks, problem);
+}
+
+Result<TensorMetadata> ReadTensor(Tensor::Reader t, const std::string& what,
+                                  int32_t world_size) {
+  if (!IsValidDType(t.getDtype()))
+    return Bad(what + " has dtype code " + std::to_string(t.getDtype()));
+  TensorMetadata tensor;
+  tensor.dtype = static_cast<DType>(t.getDtype());
+  ASSIGN_OR_RETURN(tensor.global_shape,
+                   ReadShape(t.getGlobalShape(), what + " shape"));
+  uint64_t tensor_elems = 0;
+  if (!CheckedVolume(tensor.global_shape, 1, &tensor_elems))
+    return Bad(what + " is too large");
+  tensor.chunks.reserve(t.getChunks().size());
+  for (auto c : t.getChunks()) {
+    ASSIGN_OR_RETURN(ChunkMetadata chunk,
+                     ReadChunk(c, what, tensor.dtype, world_size));
+    tensor.chunks.push_back(std::move(chunk));
+  }
+  RETURN_IF_ERROR(CheckChunkLayout(what, tensor.global_shape, tensor.chunks));
+  std::sort(tensor.chunks.begin(), tensor.chunks.end(),
+            [](const ChunkMetadata& a, const ChunkMetadata& b) {
+              return a.global_offset < b.global_offset;
+            });
+  return tensor;
+}
+
+Result<Value> ReadValue(SmallValue::Reader v, const std::string& key) {
+  switch (v.which()) {
+    case SmallValue::INT:
+      return Value(v.getInt());
+    case SmallValue::FLOAT:
+      return Value(v.getFloat());
+    case SmallValue::BOOL:
+      return Value(v.getBool());
+    case SmallValue::TEXT:
+      return Value(std::string(v.getText().cStr(), v.getText().size()));
+    case SmallValue::BYTES: {
+      auto data = v.getBytes();
+      return Value(Bytes{std::string(
+          reinterpret_cast<const char*>(data.begin()), data.size())});
+    }
+    default:
+      return Bad("value '" + key + "' has an unknown type");
+  }
+}
+
 Result<CheckpointMetadata> ReadAll(Checkpoint::Reader r) {
   RETURN_IF_ERROR(CheckHeader(r));
   CheckpointMetadata meta;
@@ -140,62 +271,9 @@ Result<CheckpointMetadata> ReadAll(Checkpoint::Reader r) {
   for (auto t : r.getTensors()) {
     std::string key(t.getKey().cStr(), t.getKey().size());
     const std::string what = "tensor '" + key + "'";
-    if (!IsValidDType(t.getDtype()))
-      return Bad(what + " has dtype code " + std::to_string(t.getDtype()));
-    TensorMetadata tensor;
-    tensor.dtype = static_cast<DType>(t.getDtype());
-    ASSIGN_OR_RETURN(tensor.global_shape,
-                     ReadShape(t.getGlobalShape(), what + " shape"));
-    const size_t ndim = tensor.global_shape.size();
-    const uint64_t elem = DTypeSize(tensor.dtype);
-    uint64_t tensor_elems = 0, covered = 0;
-    if (!CheckedVolume(tensor.global_shape, 1, &tensor_elems))
-      return Bad(what + " is too large");
-    for (auto c : t.getChunks()) {
-      ChunkMetadata chunk;
-      ASSIGN_OR_RETURN(chunk.global_offset,
-                       ReadShape(c.getGlobalOffset(), what + " chunk offset"));
-      ASSIGN_OR_RETURN(chunk.local_shape,
-                       ReadShape(c.getLocalShape(), what + " chunk shape"));
-      if (chunk.global_offset.size() != ndim ||
-          chunk.local_shape.size() != ndim) {
-        return Bad(what + " has a chunk of another rank than its shape");
-      }
-      for (size_t d = 0; d < ndim; ++d) {
-        if (chunk.global_offset[d] + chunk.local_shape[d] >
-            tensor.global_shape[d]) {
-          return Bad(
-              what + " has a chunk at " + ShapeToString(chunk.global_offset) +
-              " outside its shape " + ShapeToString(tensor.global_shape));
-        }
-      }
-      uint64_t elems = 0;
-      if (!CheckedVolume(chunk.local_shape, 1, &elems))
-        return Bad(what + " chunk is too large");
-      chunk.writer_rank = c.getWriterRank();
-      chunk.nbytes = c.getNbytes();
-      chunk.checksum = c.getChecksum();
-      if (chunk.nbytes != elems * elem) {
-        return Bad(what + " chunk at " + ShapeToString(chunk.global_offset) +
-                   " records " + std::to_string(chunk.nbytes) + " bytes for " +
-                   std::to_string(elems) + " elements");
-      }
-      if (chunk.writer_rank < 0 || chunk.writer_rank >= meta.info.world_size) {
-        return Bad(what + " chunk writer rank " +
-                   std::to_string(chunk.writer_rank));
-      }
-      covered += elems;
-      total += chunk.nbytes;
-      tensor.chunks.push_back(std::move(chunk));
-    }
-    if (covered != tensor_elems) {
-      return Bad(what + " chunks hold " + std::to_string(covered) + " of " +
-                 std::to_string(tensor_elems) + " elements");
-    }
-    std::sort(tensor.chunks.begin(), tensor.chunks.end(),
-              [](const ChunkMetadata& a, const ChunkMetadata& b) {
-                return a.global_offset < b.global_offset;
-              });
+    ASSIGN_OR_RETURN(TensorMetadata tensor,
+                     ReadTensor(t, what, meta.info.world_size));
+    for (const ChunkMetadata& chunk : tensor.chunks) total += chunk.nbytes;
     auto path = ReadPath(t.getPath());
     if (path.empty()) return Bad(what + " has an empty path");
     if (!meta.tensors.emplace(key, std::move(tensor)).second)
@@ -208,29 +286,7 @@ Result<CheckpointMetadata> ReadAll(Checkpoint::Reader r) {
   }
   for (auto v : r.getValues()) {
     std::string key(v.getKey().cStr(), v.getKey().size());
-    Value value;
-    switch (v.which()) {
-      case SmallValue::INT:
-        value = v.getInt();
-        break;
-      case SmallValue::FLOAT:
-        value = v.getFloat();
-        break;
-      case SmallValue::BOOL:
-        value = v.getBool();
-        break;
-      case SmallValue::TEXT:
-        value = std::string(v.getText().cStr(), v.getText().size());
-        break;
-      case SmallValue::BYTES: {
-        auto data = v.getBytes();
-        value = Bytes{std::string(reinterpret_cast<const char*>(data.begin()),
-                                  data.size())};
-        break;
-      }
-      default:
-        return Bad("value '" + key + "' has an unknown type");
-    }
+    ASSIGN_OR_RETURN(Value value, ReadValue(v, key));
     auto path = ReadPath(v.getPath());
     if (path.empty()) return Bad("value '" + key + "' has an empty path");
     if (meta.tensors.count(key) ||

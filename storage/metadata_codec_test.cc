@@ -93,6 +93,20 @@ TEST(MetadataCodecTest, RejectsInconsistentRecords) {
   ExpectCorruption(meta, "the record says 1");
 }
 
+TEST(MetadataCodecTest, RejectsOverlapThatHidesAGapOfTheSameVolume) {
+  // Rows [0, 2) and [1, 3) of [4, 2]: 8 elements held, as many as the tensor
+  // has, but row 1 twice and row 3 never.
+  CheckpointMetadata meta = Sample();
+  meta.tensors["model.w"].chunks[0].global_offset = {1, 0};
+  ExpectCorruption(meta, "tensor 'model.w'");
+  ExpectCorruption(meta, "overlap");
+  ExpectCorruption(meta, "[1, 0]");
+  // A chunk of no element was never written: a damaged record.
+  meta = Sample();
+  meta.tensors["model.w"].chunks.push_back({{4, 0}, {0, 2}, 0, 0, 0});
+  ExpectCorruption(meta, "empty chunk at [4, 0]");
+}
+
 TEST(MetadataCodecTest, HostileBytesNeverCrash) {
   const std::string good = EncodeCheckpoint(Sample());
   std::mt19937 rng(7);

@@ -1,25 +1,60 @@
 #include "tools/dump_checks.h"
 
-#include <algorithm>
+#include "planner/partition.h"
 
 namespace ckptdb::tools {
+namespace {
+
+std::string ChunkName(const ChunkMetadata& c) {
+  return "chunk at offset " + ShapeToString(c.global_offset) + " shape " +
+         ShapeToString(c.local_shape) + " (writer rank " +
+         std::to_string(c.writer_rank) + ")";
+}
+
+// The message of a layout problem other than a chunk outside the tensor.
+std::string LayoutMessage(const std::string& name, const TensorMetadata& t,
+                          const planner::PartitionProblem& p) {
+  using planner::PartitionError;
+  const std::string shape = ShapeToString(t.global_shape);
+  switch (p.error) {
+    case PartitionError::kNone:
+      return "";
+    case PartitionError::kBadShape:
+      return name + ": global shape " + shape + " is not a valid shape";
+    case PartitionError::kWrongRank:
+    case PartitionError::kOutside:
+      return name + ": " + ChunkName(t.chunks[p.box]) + " lies outside " +
+             shape;
+    case PartitionError::kEmptyBox:
+      return name + ": " + ChunkName(t.chunks[p.box]) + " holds no element";
+    case PartitionError::kOverlap:
+      return name + ": " + ChunkName(t.chunks[p.box]) + " and " +
+             ChunkName(t.chunks[p.other_box]) + " overlap in " +
+             planner::BoxToString(p.overlap);
+    case PartitionError::kGap:
+      break;
+  }
+  std::string message = name + ": chunks cover " + std::to_string(p.covered) +
+                        " of " + std::to_string(p.total) + " elements (a gap";
+  if (p.missing_element)
+    message += ": no chunk holds " + ShapeToString(*p.missing_element);
+  if (p.covered >= p.total) message += "; chunks also overlap elsewhere";
+  return message + ")";
+}
+
+}  // namespace
 
 std::vector<std::string> LayoutProblems(const std::string& key,
                                         const TensorMetadata& t) {
   std::vector<std::string> problems;
   const std::string name = "tensor '" + key + "'";
-  int64_t volume = 0;
+  std::vector<planner::Box> boxes;
+  boxes.reserve(t.chunks.size());
   for (const ChunkMetadata& c : t.chunks) {
-    bool inside = c.global_offset.size() == t.global_shape.size() &&
-                  c.local_shape.size() == t.global_shape.size();
-    for (size_t d = 0; inside && d < t.global_shape.size(); ++d) {
-      inside = c.global_offset[d] >= 0 && c.local_shape[d] >= 0 &&
-               c.global_offset[d] + c.local_shape[d] <= t.global_shape[d];
-    }
-    if (!inside) {
-      problems.push_back(name + ": chunk at offset " +
-                         ShapeToString(c.global_offset) + " shape " +
-                         ShapeToString(c.local_shape) + " lies outside " +
+    boxes.push_back({c.global_offset, c.local_shape});
+    if (planner::CheckBoxInside(t.global_shape, boxes.back()) !=
+        planner::PartitionError::kNone) {
+      problems.push_back(name + ": " + ChunkName(c) + " lies outside " +
                          ShapeToString(t.global_shape));
       continue;
     }
@@ -31,45 +66,11 @@ std::vector<std::string> LayoutProblems(const std::string& key,
                          std::to_string(c.nbytes) + " bytes, its box holds " +
                          std::to_string(expected));
     }
-    volume += NumElements(c.local_shape);
   }
   if (!problems.empty()) return problems;
-  // Overlaps: chunks sorted by their first offset, each compared with those
-  // that start before it ends along dimension 0.
-  std::vector<const ChunkMetadata*> sorted;
-  for (const ChunkMetadata& c : t.chunks) {
-    if (NumElements(c.local_shape) > 0) sorted.push_back(&c);
-  }
-  if (!t.global_shape.empty()) {
-    std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) {
-      return a->global_offset < b->global_offset;
-    });
-  }
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    for (size_t j = i + 1; j < sorted.size(); ++j) {
-      const ChunkMetadata& a = *sorted[i];
-      const ChunkMetadata& b = *sorted[j];
-      if (!t.global_shape.empty() &&
-          b.global_offset[0] >= a.global_offset[0] + a.local_shape[0])
-        break;
-      bool overlap = true;
-      for (size_t d = 0; overlap && d < t.global_shape.size(); ++d) {
-        overlap = std::max(a.global_offset[d], b.global_offset[d]) <
-                  std::min(a.global_offset[d] + a.local_shape[d],
-                           b.global_offset[d] + b.local_shape[d]);
-      }
-      if (overlap) {
-        problems.push_back(name + ": chunks at offsets " +
-                           ShapeToString(a.global_offset) + " and " +
-                           ShapeToString(b.global_offset) + " overlap");
-      }
-    }
-  }
-  if (problems.empty() && volume != NumElements(t.global_shape)) {
-    problems.push_back(name + ": chunks cover " + std::to_string(volume) +
-                       " of " + std::to_string(NumElements(t.global_shape)) +
-                       " elements (a gap)");
-  }
+  const planner::PartitionProblem p =
+      planner::CheckPartition(t.global_shape, boxes);
+  if (!p.ok()) problems.push_back(LayoutMessage(name, t, p));
   return problems;
 }
 

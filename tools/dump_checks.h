@@ -8,8 +8,9 @@
 namespace ckptdb::tools {
 
 // Problems of a stored tensor's layout, one message each naming the tensor and
-// chunk: chunks outside the tensor, recorded sizes that do not match their
-// boxes, overlapping chunks, or chunks that leave a gap. Empty when the chunks
+// chunk: every chunk outside the tensor and every recorded size that does not
+// match its box; when there are none, the first of planner::CheckPartition's
+// problems (overlapping chunks, a gap, an empty chunk). Empty when the chunks
 // partition the tensor exactly.
 std::vector<std::string> LayoutProblems(const std::string& key,
                                         const TensorMetadata& t);

@@ -40,5 +40,17 @@ TEST(LayoutProblemsTest, GapOverlapOutsideAndSize) {
   EXPECT_NE(size[0].find("records 12 bytes"), std::string::npos) << size[0];
 }
 
+TEST(LayoutProblemsTest, OverlapThatHidesAGapOfTheSameVolume) {
+  // Rows [0, 5) and [4, 9) of 10: row 4 twice, row 9 never.
+  auto both = LayoutProblems("w", Rows({{0, 5}, {4, 5}}));
+  ASSERT_EQ(both.size(), 1u);
+  EXPECT_NE(both[0].find("overlap in {offset [4, 0], shape [1, 4]}"),
+            std::string::npos)
+      << both[0];
+  auto empty = LayoutProblems("w", Rows({{0, 10}, {3, 0}}));
+  ASSERT_EQ(empty.size(), 1u);
+  EXPECT_NE(empty[0].find("holds no element"), std::string::npos) << empty[0];
+}
+
 }  // namespace
 }  // namespace ckptdb::tools

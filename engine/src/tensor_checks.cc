@@ -1,6 +1,7 @@
 #include "engine/src/tensor_checks.h"
 
 #include "engine/src/device.h"
+#include "planner/partition.h"
 
 namespace ckptdb::engine {
 
@@ -11,23 +12,20 @@ Status CheckView(const std::string& flat_key, const TensorView& view) {
         what + ": unknown dtype code " +
         std::to_string(static_cast<int>(view.dtype)));
   }
-  if (view.local_shape.size() != view.global_shape.size() ||
-      view.global_offset.size() != view.global_shape.size()) {
+  const planner::PartitionError inside = planner::CheckBoxInside(
+      view.global_shape, {view.global_offset, view.local_shape});
+  if (inside == planner::PartitionError::kWrongRank) {
     return Status::InvalidArgument(
         what + ": local shape " + ShapeToString(view.local_shape) +
         ", global shape " + ShapeToString(view.global_shape) +
         " and global offset " + ShapeToString(view.global_offset) +
         " must have the same number of dimensions");
   }
-  for (size_t d = 0; d < view.global_shape.size(); ++d) {
-    if (view.local_shape[d] < 0 || view.global_offset[d] < 0 ||
-        view.global_shape[d] < 0 ||
-        view.global_offset[d] + view.local_shape[d] > view.global_shape[d]) {
-      return Status::InvalidArgument(
-          what + ": shard of shape " + ShapeToString(view.local_shape) +
-          " at offset " + ShapeToString(view.global_offset) +
-          " lies outside the global shape " + ShapeToString(view.global_shape));
-    }
+  if (inside != planner::PartitionError::kNone) {
+    return Status::InvalidArgument(
+        what + ": shard of shape " + ShapeToString(view.local_shape) +
+        " at offset " + ShapeToString(view.global_offset) +
+        " lies outside the global shape " + ShapeToString(view.global_shape));
   }
   // Element counts must fit comfortably in 64 bits (2^62 bytes).
   uint64_t bytes = DTypeSize(view.dtype);

@@ -6,9 +6,10 @@
 
 namespace ckptdb::engine {
 
-// Checks what only the owning rank can: the view's ranks agree, its box lies
-// inside its global shape, its memory is host memory and present when it holds
-// bytes.
+// Checks what only the owning rank can: the view's ranks agree and its box lies
+// inside its global shape (planner::CheckBoxInside, the box test of the
+// partition check the save planner runs on all ranks' boxes), its device is
+// known and usable, its memory is present when it holds bytes.
 Status CheckView(const std::string& flat_key, const TensorView& view);
 
 }  // namespace ckptdb::engine
