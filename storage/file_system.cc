@@ -199,9 +199,11 @@ Status FromIo(const rocksdb::IOStatus& s, const std::string& context) {
   return Status::IOError(msg);
 }
 
-StoreFileSystem::StoreFileSystem(std::shared_ptr<FaultInjector> faults)
+StoreFileSystem::StoreFileSystem(std::shared_ptr<FaultInjector> faults,
+                                 bool sync)
     : FileSystemWrapper(rocksdb::FileSystem::Default()),
-      faults_(std::move(faults)) {}
+      faults_(std::move(faults)),
+      sync_(sync) {}
 
 IOStatus StoreFileSystem::Done(FileOp op, const std::string& path, IOStatus s) {
   if (!s.ok() && Mutates(op) && !IsInfoLog(path)) write_failed_ = true;
@@ -227,7 +229,7 @@ Status StoreFileSystem::WriteFileSynced(const std::string& path,
   IOOptions io;
   IOStatus s = NewWritableFile(path, rocksdb::FileOptions(), &file, nullptr);
   if (s.ok()) s = file->Append(contents, io, nullptr);
-  if (s.ok()) s = file->Fsync(io, nullptr);
+  if (s.ok() && sync_) s = file->Fsync(io, nullptr);
   IOStatus closed = file ? file->Close(io, nullptr) : IOStatus::OK();
   if (s.ok()) s = closed;
   if (!s.ok()) write_failed_ = true;
@@ -254,6 +256,7 @@ Result<std::string> StoreFileSystem::ReadWholeFile(const std::string& path) {
 }
 
 Status StoreFileSystem::SyncDir(const std::string& dir) {
+  if (!sync_) return Status::OK();
   std::unique_ptr<rocksdb::FSDirectory> handle;
   IOStatus s = NewDirectory(dir, IOOptions(), &handle, nullptr);
   if (s.ok()) s = handle->Fsync(IOOptions(), nullptr);

@@ -26,7 +26,9 @@ namespace ckptdb::storage {
 // Thread-safe.
 class StoreFileSystem : public rocksdb::FileSystemWrapper {
  public:
-  explicit StoreFileSystem(std::shared_ptr<FaultInjector> faults);
+  // `sync` false skips the fsyncs of ckptdb's own operations.
+  explicit StoreFileSystem(std::shared_ptr<FaultInjector> faults,
+                           bool sync = true);
 
   static const char* kClassName() { return "CkptdbStoreFileSystem"; }
   const char* Name() const override { return kClassName(); }
@@ -117,6 +119,7 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus Deleting(const std::string& path);
 
   const std::shared_ptr<FaultInjector> faults_;
+  const bool sync_;
   std::atomic<bool> write_failed_{false};
 };
 

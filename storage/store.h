@@ -18,7 +18,7 @@ struct StoreOptions {
   bool create_if_missing = true;
   // Never modifies the directory: no lock, no log files, no cleanup.
   bool read_only = false;
-  // fsync staged files and the commit record.
+  // fsync the store's own files (journal, markers) and directories.
   bool sync = true;
 };
 

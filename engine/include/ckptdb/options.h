@@ -37,8 +37,9 @@ struct Options {
   // target); the load runs in rounds within it. Ranks use the smallest value
   // any of them passes. 0 picks io_threads x max_chunk_bytes.
   size_t load_buffer_bytes = 0;
-  // fsync staged files and the commit record. Turning it off loses crash
-  // safety.
+  // fsync ckptdb's own files (the commit journal, markers) and directories.
+  // RocksDB syncs the table files it writes either way. Turning it off loses
+  // crash safety.
   bool sync = true;
   // Testing hook (ckptdb/fault_injection.h): fails the store's file operations
   // on demand. nullptr in production.
