@@ -257,3 +257,47 @@ def test_inspecting_a_store_while_a_job_writes_it(tmp_path):
     finally:
         writer.wait(timeout=120)
     assert writer.returncode == 0 and runs >= 5
+
+
+def test_verify_store_checks_the_store_as_a_whole(tmp_path):
+    # A damaged copy of the commit journal is damage of the store, named by verify STORE (the
+    # other copy keeps the store readable); verify with a selector looks at one checkpoint only.
+    path = str(tmp_path / "s")
+    with ckptdb.open(path) as db:
+        db.save({"w": np.arange(64, dtype=np.float32)}, step=1)
+    p = dump("verify", path, check=0)
+    assert "store: consistent" in p.stdout
+    with open(os.path.join(path, "CKPTDB_JOURNAL.0"), "r+b") as f:
+        f.seek(20)
+        byte = f.read(1)
+        f.seek(20)
+        f.write(bytes([byte[0] ^ 1]))
+    p = dump("verify", path, check=1)
+    assert "DAMAGED commit journal copy" in p.stdout and "CKPTDB_JOURNAL.0" in p.stdout, p.stdout
+    dump("verify", path, "--step", "1", check=0)
+    # A read-write open repairs the copy from the other one.
+    with ckptdb.open(path) as db:
+        assert [c.step for c in db.checkpoints()] == [1]
+    dump("verify", path, check=0)
+
+
+def test_a_store_that_lost_a_committed_checkpoint_does_not_open(tmp_path):
+    # A MANIFEST cut back to what it held before checkpoint 2 (RocksDB reads a cut MANIFEST
+    # without an error) is found by the commit journal: open and list fail with
+    # CorruptionError / exit 2, and nothing is deleted.
+    path = str(tmp_path / "s")
+    with ckptdb.open(path) as db:
+        db.save({"w": np.arange(64, dtype=np.float32)}, step=1)
+        manifests = lambda: [n for n in os.listdir(path) if n.startswith("MANIFEST-")]
+        manifest = os.path.join(path, manifests()[0])
+        size = os.path.getsize(manifest)
+        db.save({"w": np.arange(64, dtype=np.float32) + 1}, step=2)
+        assert os.path.join(path, manifests()[0]) == manifest
+    os.truncate(manifest, size)
+    before = sorted(os.listdir(path))
+    for read_only in (True, False):
+        with pytest.raises(ckptdb.CorruptionError, match="2 committed"):
+            ckptdb.open(path, read_only=read_only)
+    p = dump("list", path)
+    assert p.returncode == 2 and "records are missing" in p.stderr, p.stdout + p.stderr
+    assert sorted(os.listdir(path)) == before
