@@ -1,26 +1,16 @@
 #include "storage/store.h"
 
-#include <fcntl.h>
-#include <rocksdb/cache.h>
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
-#include <rocksdb/env.h>
-#include <rocksdb/flush_block_policy.h>
 #include <rocksdb/table.h>
-#include <rocksdb/table_properties.h>
 #include <rocksdb/transaction_log.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <shared_mutex>
-#include <thread>
 #include <utility>
 
 #include "storage/buffer_pool.h"
@@ -31,11 +21,6 @@
 
 namespace ckptdb::storage {
 namespace fs = std::filesystem;
-namespace {
-
-constexpr char kChunksCf[] = "chunks";
-
-}  // namespace
 
 Status FromRocks(const rocksdb::Status& s, const std::string& context) {
   if (s.ok()) return Status::OK();

@@ -29,6 +29,10 @@
 
 namespace ckptdb::storage {
 
+// The store's column families.
+inline constexpr char kChunksCf[] = "chunks";
+inline constexpr char kMetaCf[] = "meta";
+
 // An I/O error from a full file system.
 bool IsNoSpace(const Status& s);
 

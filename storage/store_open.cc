@@ -19,8 +19,6 @@ namespace ckptdb::storage {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr char kChunksCf[] = "chunks";
-constexpr char kMetaCf[] = "meta";
 constexpr char kStoreMarker[] = "ckptdb-store 1";
 // Present in a store directory while it is being created.
 constexpr char kCreatingFile[] = "CKPTDB_CREATING";
