@@ -12,6 +12,9 @@ using rocksdb::IOOptions;
 using rocksdb::IOStatus;
 using rocksdb::Slice;
 
+// Tries of a read before its error is returned.
+constexpr int kReadAttempts = 3;
+
 bool Mutates(FileOp op) { return (kMutatingFileOps & FileOpMask(op)) != 0; }
 
 // RocksDB's info log: its failures lose diagnostics, never data.
@@ -100,12 +103,21 @@ class RandomAccessFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
         fs_(fs),
         path_(std::move(path)) {}
 
+  // A failed read is tried again a few times: an error that passes (a
+  // transient one) then costs nothing, and a RocksDB ingestion, which aborts
+  // the process when a read fails at the wrong moment, never sees it.
   IOStatus Read(uint64_t offset, size_t n, const IOOptions& o, Slice* result,
                 char* scratch, IODebugContext* dbg) const override {
-    IOStatus s = fs_->Check(FileOp::kRead, path_);
-    return fs_->Done(
-        FileOp::kRead, path_,
-        s.ok() ? target()->Read(offset, n, o, result, scratch, dbg) : s);
+    if (fs_->ReadPinned(path_, offset, n, result, scratch))
+      return IOStatus::OK();
+    IOStatus s;
+    for (int attempt = 0; attempt < kReadAttempts; ++attempt) {
+      s = fs_->Check(FileOp::kRead, path_);
+      if (s.ok()) s = target()->Read(offset, n, o, result, scratch, dbg);
+      if (s.ok()) break;
+    }
+    if (s.ok()) fs_->MaybePin(path_, offset, n, *result);
+    return s;
   }
   IOStatus MultiRead(rocksdb::FSReadRequest* reqs, size_t num_reqs,
                      const IOOptions& o, IODebugContext* dbg) override {
@@ -277,6 +289,39 @@ Status StoreFileSystem::CreateDirIfMissing(const std::string& dir) {
   }
   return FromIo(CreateDirIfMissing(dir, IOOptions(), nullptr),
                 "creating directory " + dir);
+}
+
+void StoreFileSystem::PinReadsOf(const std::set<std::string>& paths,
+                                 uint64_t max_bytes) {
+  std::lock_guard lock(pin_mu_);
+  pin_paths_ = paths;
+  pin_budget_ = max_bytes;
+  pinned_.clear();
+}
+
+void StoreFileSystem::UnpinReads() {
+  std::lock_guard lock(pin_mu_);
+  pin_paths_.clear();
+  pinned_.clear();
+}
+
+bool StoreFileSystem::ReadPinned(const std::string& path, uint64_t offset,
+                                 size_t n, Slice* result, char* scratch) {
+  std::lock_guard lock(pin_mu_);
+  if (pinned_.empty()) return false;
+  auto found = pinned_.find({path, offset, n});
+  if (found == pinned_.end()) return false;
+  std::memcpy(scratch, found->second.data(), found->second.size());
+  *result = Slice(scratch, found->second.size());
+  return true;
+}
+
+void StoreFileSystem::MaybePin(const std::string& path, uint64_t offset,
+                               size_t n, const Slice& data) {
+  std::lock_guard lock(pin_mu_);
+  if (!pin_paths_.contains(path) || data.size() > pin_budget_) return;
+  pin_budget_ -= data.size();
+  pinned_.emplace(std::make_tuple(path, offset, n), data.ToString());
 }
 
 Status StoreFileSystem::CheckRead(const std::string& path, uint64_t bytes) {

@@ -8,8 +8,12 @@
 #include <rocksdb/file_system.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 
 #include "ckptdb/fault_injection.h"
 #include "ckptdb/status.h"
@@ -48,6 +52,19 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   // Asks whether a read of `path` (a direct chunk read) may run: the injector's
   // verdict, as an IOError.
   Status CheckRead(const std::string& path, uint64_t bytes);
+
+  // Reads of `paths` are kept in memory (up to `max_bytes`) and later reads
+  // of the same range answered from there, until UnpinReads. A RocksDB 7.8
+  // ingestion aborts the process (an assertion) when reading a file's last
+  // key fails after its first key was read; the store reads both itself
+  // first, with reads pinned, so that the ingestion's reads cannot fail.
+  void PinReadsOf(const std::set<std::string>& paths, uint64_t max_bytes);
+  void UnpinReads();
+  // Called by the wrappers: a pinned read, or false; a read to pin.
+  bool ReadPinned(const std::string& path, uint64_t offset, size_t n,
+                  rocksdb::Slice* result, char* scratch);
+  void MaybePin(const std::string& path, uint64_t offset, size_t n,
+                const rocksdb::Slice& data);
 
   // Called by the wrappers: the injector's verdict on one operation.
   rocksdb::IOStatus Check(FileOp op, const std::string& path,
@@ -120,6 +137,10 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
 
   const std::shared_ptr<FaultInjector> faults_;
   const bool sync_;
+  std::mutex pin_mu_;
+  std::set<std::string> pin_paths_;
+  uint64_t pin_budget_ = 0;
+  std::map<std::tuple<std::string, uint64_t, size_t>, std::string> pinned_;
   std::atomic<bool> write_failed_{false};
 };
 

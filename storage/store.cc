@@ -2,6 +2,7 @@
 
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
+#include <rocksdb/sst_file_reader.h>
 #include <rocksdb/table.h>
 #include <rocksdb/transaction_log.h>
 
@@ -95,6 +96,53 @@ std::set<int64_t> StoreImpl::LiveChunkIds() {
     if (DecodeCheckpointId(f.largestkey, &id)) ids.insert(id);
   }
   return ids;
+}
+
+Status StoreImpl::IngestStaged(const std::vector<std::string>& staged,
+                               const std::string& what) {
+  // In batches, each scanned first with its reads pinned (ScanStaged); the
+  // record, written after the last batch, stays the commit point.
+  for (size_t begin = 0; begin < staged.size(); begin += kIngestBatchFiles) {
+    const std::vector<std::string> batch(
+        staged.begin() + static_cast<std::ptrdiff_t>(begin),
+        staged.begin() + static_cast<std::ptrdiff_t>(std::min(
+                             staged.size(), begin + kIngestBatchFiles)));
+    fs_->PinReadsOf({batch.begin(), batch.end()}, kIngestPinBytes);
+    Status s = ScanStaged(batch);
+    if (s.ok()) {
+      rocksdb::IngestExternalFileOptions ingest;
+      ingest.move_files = true;
+      ingest.snapshot_consistency = false;
+      s = FromRocks(db_->IngestExternalFile(chunks_, batch, ingest),
+                    "ingesting staged chunks of " + what);
+    }
+    fs_->UnpinReads();
+    RETURN_IF_ERROR(s);
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::ScanStaged(const std::vector<std::string>& staged) {
+  rocksdb::Options options;
+  static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
+  options.env = env_.get();
+  for (const std::string& path : staged) {
+    rocksdb::SstFileReader reader(options);
+    rocksdb::Status s = reader.Open(path);
+    if (s.ok()) {
+      rocksdb::ReadOptions ro;
+      ro.fill_cache = false;
+      std::unique_ptr<rocksdb::Iterator> it(reader.NewIterator(ro));
+      it->SeekToFirst();
+      if (it->Valid()) it->SeekToLast();
+      s = it->status();
+      if (s.ok() && !it->Valid())
+        s = rocksdb::Status::Corruption("no chunk in the staged file");
+    }
+    RETURN_IF_ERROR(
+        FromRocks(s, "reading staged file " + path + " before ingesting it"));
+  }
+  return Status::OK();
 }
 
 Status StoreImpl::RepairBoundlessFiles(bool reingest) {
@@ -348,13 +396,9 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   auto committed = [&] { return journal_ && journal_->committed.contains(id); };
   ForgetIndex(id);  // an id whose earlier commit failed is used again
   if (!staged.empty()) {
-    rocksdb::IngestExternalFileOptions ingest;
-    ingest.move_files = true;
-    ingest.snapshot_consistency = false;
-    Status s = FromRocks(db_->IngestExternalFile(chunks_, staged, ingest),
-                         "ingesting staged chunks of " + what);
+    Status s = IngestStaged(staged, what);
     if (!s.ok()) {
-      for (const auto& file : staged) (void)fs_->Remove(file);
+      RemoveStagedLocked(staged);
       return Reopen(s, lock, what + "'s commit", committed);
     }
     s = CheckIngested(meta);

@@ -29,6 +29,12 @@
 
 namespace ckptdb::storage {
 
+// Staged files ingested together, and the bytes of their reads kept in
+// memory meanwhile (StoreFileSystem::PinReadsOf): the footer, index and the
+// first and last data blocks of each, a few MiB with the default chunk size.
+inline constexpr size_t kIngestBatchFiles = 16;
+inline constexpr uint64_t kIngestPinBytes = uint64_t{256} << 20;
+
 // The store's column families.
 inline constexpr char kChunksCf[] = "chunks";
 inline constexpr char kMetaCf[] = "meta";
@@ -106,6 +112,8 @@ class StoreImpl : public Store {
                                                           int part) override;
   Result<StoreReport> Check() override;
   void RemoveStaged(const std::vector<std::string>& staged_files) override;
+  // RemoveStaged with mu_ held.
+  void RemoveStagedLocked(const std::vector<std::string>& staged_files);
 
  private:
   Status RequireWritable(const char* what) const {
@@ -170,6 +178,15 @@ class StoreImpl : public Store {
   // nothing to refresh.
   std::string VersionStamp() const;
   Status RemoveLeftovers();
+  // Ingests the staged files, a few at a time.
+  Status IngestStaged(const std::vector<std::string>& staged,
+                      const std::string& what);
+  // Reads each staged file's first and last chunk key, as an ingestion does:
+  // RocksDB 7.8's ingestion aborts the process (an assertion) when the read
+  // of the last key fails after the first succeeded, so a file that cannot
+  // be read is refused here with an IOError (and the file system retries a
+  // failed read, for errors that pass).
+  Status ScanStaged(const std::vector<std::string>& staged);
   // RocksDB 7.8 ingests a file whose key range it failed to read (an I/O
   // error while it scans the file) with an empty range: reads then miss its
   // chunks, and deletions over it trip assertions. Each such file is taken

@@ -97,10 +97,10 @@ Status StoreImpl::OpenDbRetrying() {
     if (s.ok()) EnsureReserve();
     return s;
   }
-  // Up to ~2.5 s of a writer's activity; past it, the last open stands (a
+  // Up to ~10 s of a writer's activity; past it, the last open stands (a
   // failure, or a view that the next Refresh replaces). A failure while no
   // writer changed anything is the store's state, not a race: it stands.
-  for (int attempt = 0; attempt < 40; ++attempt) {
+  for (int attempt = 0; attempt < 110; ++attempt) {
     const std::string now = VersionStamp();
     const bool changed_meanwhile = s.ok() && now != stamp_;
     const bool raced = (s.IsIOError() || s.IsCorruption()) && now != before;
@@ -187,22 +187,37 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
   // After a failed write the store reopens the database itself; RocksDB's
   // own retries would only delay that (by a second each).
   db_options.max_bgerror_resume_count = 0;
+  // A new MANIFEST is small: its default 4 MiB preallocation would double
+  // the room an open needs on a nearly full disk.
+  db_options.manifest_preallocation_size = 256 << 10;
   db_options.info_log = read_only ? NewNullInfoLog() : NewInfoLog(*fs_, path_);
   if (has_db) {
     std::vector<std::string> families;
     Status listed =
         FromRocks(rocksdb::DB::ListColumnFamilies(db_options, path_, &families),
                   "reading '" + path_ + "'");
+    auto has = [&](const char* name) {
+      return std::find(families.begin(), families.end(), name) !=
+             families.end();
+    };
+    const bool ours = listed.ok() && has(kChunksCf) && has(kMetaCf);
+    // A store whose journal exists was ckptdb's: a database that cannot be
+    // read, or lacks its column families, lost its MANIFEST or CURRENT.
+    std::error_code ec;
+    if (!ours && fs::exists(JournalPaths(path_)[0], ec)) {
+      return Status::Corruption(
+          "store '" + path_ +
+          "': its database description (CURRENT, MANIFEST) is damaged or "
+          "missing, so its checkpoints cannot be found: " +
+          (listed.ok() ? std::string("no ckptdb column families")
+                       : listed.message()));
+    }
     if (listed.IsIOError()) return listed;
     if (!listed.ok()) {
       return Status::Corruption("store '" + path_ +
                                 "' cannot be read: " + listed.message());
     }
-    auto has = [&](const char* name) {
-      return std::find(families.begin(), families.end(), name) !=
-             families.end();
-    };
-    if (!has(kChunksCf) || !has(kMetaCf)) {
+    if (!ours) {
       return Status::InvalidArgument(
           "'" + path_ + "' is a RocksDB database but not a ckptdb store");
     }
@@ -219,7 +234,11 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
                                          &handles_, &raw)
           : rocksdb::DB::Open(db_options, path_, descriptors, &handles_, &raw);
   if (!s.ok()) {
-    if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+    // RocksDB's messages for a lock another process (or handle) holds.
+    const std::string why = s.ToString();
+    if (s.IsIOError() && why.find("lock") != std::string::npos &&
+        (why.find("Resource temporarily unavailable") != std::string::npos ||
+         why.find("hold by current process") != std::string::npos)) {
       return Status::FailedPrecondition(
           "store '" + path_ +
           "' is open for writing by another process: " + s.ToString());

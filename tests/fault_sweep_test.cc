@@ -28,9 +28,17 @@ struct State {
   std::vector<std::vector<float>> tensors;
   std::vector<Shape> shapes;
 
-  static State Make(uint32_t seed) {
+  // With `multi_block`, one more tensor of 512 KiB: its staged file spans
+  // several table blocks, so that an ingestion's scan of the file's key
+  // range reads more than one block.
+  static State Make(uint32_t seed, bool multi_block = false) {
     std::mt19937 rng(seed);
     State s;
+    if (multi_block) {
+      s.shapes.push_back({128, 1024});
+      s.tensors.emplace_back(128 * 1024);
+      for (auto& v : s.tensors.back()) v = static_cast<float>(rng() % 977);
+    }
     const int n = 2 + static_cast<int>(rng() % 2);
     for (int i = 0; i < n; ++i) {
       Shape shape = {static_cast<int64_t>(8 + rng() % 24),
@@ -83,7 +91,7 @@ std::vector<Mode> Modes() {
 class FaultSweep : public ::testing::Test {
  protected:
   void SetUp() override {
-    options_.max_chunk_bytes = 1024;
+    options_.max_chunk_bytes = 4096;
     options_.io_threads = 1;
     options_.fault_injector = faults_;
   }
@@ -224,7 +232,7 @@ class FaultSweep : public ::testing::Test {
 TEST_F(FaultSweep, EveryCallOfASave) {
   for (int seed = 1; seed <= Seeds(); ++seed) {
     std::vector<State> before = {State::Make(seed)};
-    State next = State::Make(1000 + seed);
+    State next = State::Make(1000 + seed, /*multi_block=*/true);
     State after = State::Make(2000 + seed);
     const std::string templ = tmp_.Sub("template" + std::to_string(seed));
     Build(templ, before);
