@@ -82,6 +82,8 @@ Outcome Examine(const std::string& dir, bool read_only,
     out.error = db.status().ToString();
     EXPECT_NE(out.error.find(dir), std::string::npos)
         << ctx << ": the error names no file: " << out.error;
+    // Damage is never mistaken for "not a store" or a bad argument.
+    EXPECT_FALSE(db.status().IsInvalidArgument()) << ctx << ": " << out.error;
     return out;
   }
   auto list = (*db)->ListCheckpoints();
