@@ -28,9 +28,10 @@ struct State {
   std::vector<std::vector<float>> tensors;
   std::vector<Shape> shapes;
 
-  // With `multi_block`, one more tensor of 512 KiB: its staged file spans
-  // several table blocks, so that an ingestion's scan of the file's key
-  // range reads more than one block.
+  // With `multi_block`, one more tensor of 512 KiB in chunks of 64 KiB: its
+  // staged file spans several table blocks (an ingestion's scan of the file's
+  // key range reads more than one), and loads read its chunks straight from
+  // the table file (direct reads).
   static State Make(uint32_t seed, bool multi_block = false) {
     std::mt19937 rng(seed);
     State s;
@@ -91,7 +92,7 @@ std::vector<Mode> Modes() {
 class FaultSweep : public ::testing::Test {
  protected:
   void SetUp() override {
-    options_.max_chunk_bytes = 4096;
+    options_.max_chunk_bytes = 64 << 10;
     options_.io_threads = 1;
     options_.fault_injector = faults_;
   }
@@ -307,7 +308,8 @@ TEST_F(FaultSweep, EveryCallOfADelete) {
 
 TEST_F(FaultSweep, EveryCallOfAnOpenAndALoad) {
   for (int seed = 1; seed <= Seeds(); ++seed) {
-    std::vector<State> states = {State::Make(seed), State::Make(100 + seed)};
+    std::vector<State> states = {State::Make(seed),
+                                 State::Make(100 + seed, /*multi_block=*/true)};
     const std::string templ = tmp_.Sub("template" + std::to_string(seed));
     Build(templ, states);
     State target = states[1].Empty();
