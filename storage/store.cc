@@ -237,6 +237,18 @@ Status StoreImpl::WriteMeta(rocksdb::WriteBatch* batch,
   return FromRocks(db_->Flush(flush, meta_), what + " (flushing the record)");
 }
 
+Status StoreImpl::ReadBack(int64_t checkpoint_id, const std::string& record) {
+  std::string back;
+  RETURN_IF_ERROR(FromRocks(
+      db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), &back),
+      "reading back the record of checkpoint " +
+          std::to_string(checkpoint_id)));
+  if (back == record) return Status::OK();
+  return Status::Corruption("the record of checkpoint " +
+                            std::to_string(checkpoint_id) + " in '" + path_ +
+                            "' reads back different from what was written");
+}
+
 Status StoreImpl::DeleteRecord(int64_t checkpoint_id) {
   rocksdb::WriteBatch batch;
   batch.Delete(meta_, MetaKey(checkpoint_id));
@@ -406,10 +418,13 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   }
   std::string next;
   PutBigEndian64(&next, static_cast<uint64_t>(id + 1));
+  const std::string record = EncodeCheckpoint(meta);
   rocksdb::WriteBatch batch;
-  batch.Put(meta_, MetaKey(id), EncodeCheckpoint(meta));
+  batch.Put(meta_, MetaKey(id), record);
   batch.Put(meta_, kNextIdKey, next);
   Status s = WriteMeta(&batch, "committing " + what);
+  // Read back from its table file (which also puts it in the block cache).
+  if (s.ok()) s = ReadBack(id, record);
   if (s.ok()) {
     CommitJournal journal = *journal_;
     journal.committed.insert(id);

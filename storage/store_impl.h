@@ -130,6 +130,9 @@ class StoreImpl : public Store {
   // marker) when absent and asked to.
   Result<bool> PrepareDirectory();
   Status OpenRocks(bool has_db, bool read_only);
+  // The database at path_ has ckptdb's column families: InvalidArgument for
+  // another RocksDB database, Corruption when a store's description is lost.
+  Status CheckColumnFamilies(const rocksdb::DBOptions& db_options);
   Status CheckStoreMarker(bool has_db);
   // Reads the journal and checks every committed checkpoint has its record
   // (Corruption naming the files otherwise). Read-write, also adopts records
@@ -144,6 +147,8 @@ class StoreImpl : public Store {
   // Ids of the checkpoint records in the `meta` column family.
   Result<std::set<int64_t>> RecordIds();
   Status SaveJournal(CommitJournal journal);
+  // The record of a checkpoint as stored equals `record`.
+  Status ReadBack(int64_t checkpoint_id, const std::string& record);
   // Removes a checkpoint's record, durably.
   Status DeleteRecord(int64_t checkpoint_id);
   // Writes `batch` to the meta column family and flushes it into a table file:

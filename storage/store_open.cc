@@ -167,6 +167,43 @@ Result<bool> StoreImpl::PrepareDirectory() {
   return false;
 }
 
+Status StoreImpl::CheckColumnFamilies(const rocksdb::DBOptions& db_options) {
+  std::vector<std::string> families;
+  Status listed =
+      FromRocks(rocksdb::DB::ListColumnFamilies(db_options, path_, &families),
+                "reading '" + path_ + "'");
+  auto has = [&](const char* name) {
+    return std::find(families.begin(), families.end(), name) != families.end();
+  };
+  const bool ours = listed.ok() && has(kChunksCf) && has(kMetaCf);
+  // An I/O error reading a file that is there says nothing of its contents.
+  if (listed.IsIOError() &&
+      listed.message().find("No such file") == std::string::npos)
+    return listed;
+  // A store whose journal exists was ckptdb's: a database that cannot be
+  // read, or lacks its column families, lost its MANIFEST or CURRENT.
+  std::error_code ec;
+  const auto journal = JournalPaths(path_);
+  if (!ours && (fs::exists(journal[0], ec) || fs::exists(journal[1], ec))) {
+    return Status::Corruption(
+        "store '" + path_ +
+        "': its database description (CURRENT, MANIFEST) is damaged or "
+        "missing, so its checkpoints cannot be found: " +
+        (listed.ok() ? std::string("no ckptdb column families")
+                     : listed.message()));
+  }
+  if (listed.IsIOError()) return listed;
+  if (!listed.ok()) {
+    return Status::Corruption("store '" + path_ +
+                              "' cannot be read: " + listed.message());
+  }
+  if (!ours) {
+    return Status::InvalidArgument(
+        "'" + path_ + "' is a RocksDB database but not a ckptdb store");
+  }
+  return Status::OK();
+}
+
 Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
   rocksdb::DBOptions db_options;
   db_options.env = env_.get();
@@ -191,37 +228,7 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
   // the room an open needs on a nearly full disk.
   db_options.manifest_preallocation_size = 256 << 10;
   db_options.info_log = read_only ? NewNullInfoLog() : NewInfoLog(*fs_, path_);
-  if (has_db) {
-    std::vector<std::string> families;
-    Status listed =
-        FromRocks(rocksdb::DB::ListColumnFamilies(db_options, path_, &families),
-                  "reading '" + path_ + "'");
-    auto has = [&](const char* name) {
-      return std::find(families.begin(), families.end(), name) !=
-             families.end();
-    };
-    const bool ours = listed.ok() && has(kChunksCf) && has(kMetaCf);
-    // A store whose journal exists was ckptdb's: a database that cannot be
-    // read, or lacks its column families, lost its MANIFEST or CURRENT.
-    std::error_code ec;
-    if (!ours && fs::exists(JournalPaths(path_)[0], ec)) {
-      return Status::Corruption(
-          "store '" + path_ +
-          "': its database description (CURRENT, MANIFEST) is damaged or "
-          "missing, so its checkpoints cannot be found: " +
-          (listed.ok() ? std::string("no ckptdb column families")
-                       : listed.message()));
-    }
-    if (listed.IsIOError()) return listed;
-    if (!listed.ok()) {
-      return Status::Corruption("store '" + path_ +
-                                "' cannot be read: " + listed.message());
-    }
-    if (!ours) {
-      return Status::InvalidArgument(
-          "'" + path_ + "' is a RocksDB database but not a ckptdb store");
-    }
-  }
+  if (has_db) RETURN_IF_ERROR(CheckColumnFamilies(db_options));
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
       {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
       {kChunksCf, ChunkCfOptions(ChunkReadCache(pool_))},
