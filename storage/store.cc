@@ -257,6 +257,7 @@ Status StoreImpl::DeleteRecord(int64_t checkpoint_id) {
 }
 
 bool StoreImpl::Visible(int64_t checkpoint_id) const {
+  std::lock_guard journal_lock(journal_mu_);
   return !journal_ || !journal_->deleting.contains(checkpoint_id);
 }
 
@@ -481,8 +482,11 @@ Result<StoreReport> StoreImpl::Check() {
   report.damaged_journal_copies = journal_damaged_;
   // Without a journal (a store written before them) nothing is provably a
   // leftover.
-  report.high_water =
-      journal_ ? journal_->high_water : std::numeric_limits<int64_t>::max();
+  {
+    std::lock_guard journal_lock(journal_mu_);
+    report.high_water =
+        journal_ ? journal_->high_water : std::numeric_limits<int64_t>::max();
+  }
   ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   for (int64_t id : LiveChunkIds()) {
     // A deletion under way is not a problem.

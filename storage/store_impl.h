@@ -232,6 +232,10 @@ class StoreImpl : public Store {
   std::shared_ptr<rocksdb::Env> env_;
   // The journal as last read or written; empty for a read-only handle on a
   // store written before journals.
+  // Written by collective calls (under a shared mu_, or an exclusive one when
+  // reopening), read by local calls on other threads: those reads and the
+  // writes under a shared mu_ also hold journal_mu_.
+  mutable std::mutex journal_mu_;
   std::optional<CommitJournal> journal_;
   // Journal copies found damaged at the last open (the other one is in use).
   std::vector<std::string> journal_damaged_;

@@ -360,6 +360,7 @@ Status StoreImpl::CheckJournal(const std::set<int64_t>& records) {
 Status StoreImpl::SaveJournal(CommitJournal journal) {
   journal.sequence = journal_ ? journal_->sequence + 1 : 1;
   RETURN_IF_ERROR(WriteJournal(*fs_, path_, journal));
+  std::lock_guard journal_lock(journal_mu_);
   journal_ = std::move(journal);
   return Status::OK();
 }
