@@ -183,6 +183,120 @@ Result<CheckpointMetadata> CommitRecord(
   return meta;
 }
 
+// This rank's chunks of `plan`, and their order by storage key.
+std::vector<MyChunk> CollectMyChunks(
+    const planner::SavePlan& plan, const planner::RankSaveLayout& layout,
+    const std::vector<const TensorView*>& views, int64_t id, int rank,
+    std::vector<size_t>* order) {
+  std::vector<MyChunk> mine;
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    const auto& tensor = plan.tensors[t];
+    for (size_t c = 0; c < tensor.chunks.size(); ++c) {
+      const auto& chunk = tensor.chunks[c];
+      if (chunk.writer_rank != rank) continue;
+      const auto& shard = layout.shards[chunk.source_shard];
+      mine.push_back(
+          {t, c,
+           storage::EncodeChunkKey(id, rank, tensor.flat_key, chunk.box.offset),
+           ChunkData(chunk, shard, *views[chunk.source_shard]), chunk.nbytes,
+           views[chunk.source_shard]->device.type == DeviceType::kCPU
+               ? nullptr
+               : &views[chunk.source_shard]->device});
+    }
+  }
+  order->resize(mine.size());
+  for (size_t i = 0; i < order->size(); ++i) (*order)[i] = i;
+  std::sort(order->begin(), order->end(),
+            [&](size_t a, size_t b) { return mine[a].key < mine[b].key; });
+  return mine;
+}
+
+// Where each of the parts written in parallel begins in `order` (one more
+// entry: the end): part p takes the chunks, in key order, whose cumulative
+// bytes fall in its share; a part per 64 MiB, at most `threads`.
+std::vector<size_t> SplitIntoParts(const std::vector<MyChunk>& mine,
+                                   const std::vector<size_t>& order,
+                                   int threads) {
+  uint64_t my_bytes = 0;
+  for (const auto& m : mine) my_bytes += m.nbytes;
+  const size_t parts = std::clamp<size_t>(
+      my_bytes / (size_t{64} << 20), 1,
+      std::max<size_t>(1, std::min<size_t>(threads, mine.size())));
+  std::vector<size_t> part_begin(parts + 1, order.size());
+  uint64_t seen = 0;
+  size_t p = 0;
+  part_begin[0] = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    while (p + 1 < parts && seen >= my_bytes * (p + 1) / parts)
+      part_begin[++p] = i;
+    seen += mine[order[i]].nbytes;
+  }
+  for (size_t q = p + 1; q < parts; ++q) part_begin[q] = order.size();
+  return part_begin;
+}
+
+// Streams this rank's chunks into staged files, a part each, in parallel;
+// fills `checksums` (in plan order of the rank's chunks) and `files`.
+Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
+                   const std::vector<MyChunk>& mine,
+                   const std::vector<size_t>& order, int64_t id, int rank,
+                   int threads, std::vector<uint64_t>* checksums,
+                   std::vector<std::string>* files) {
+  const std::vector<size_t> part_begin = SplitIntoParts(mine, order, threads);
+  const size_t parts = part_begin.size() - 1;
+  checksums->assign(mine.size(), 0);
+  std::vector<std::string> part_files(parts);
+  Status written = ParallelFor(parts, threads, [&](size_t p) -> Status {
+    if (part_begin[p] == part_begin[p + 1]) return Status::OK();
+    ASSIGN_OR_RETURN(auto writer,
+                     store.NewStagedFile(id, rank, static_cast<int>(p)));
+    DeviceChunks device(mine, order);
+    for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
+      const MyChunk& m = mine[order[i]];
+      const auto& tensor = plan.tensors[m.tensor];
+      ASSIGN_OR_RETURN(const char* data,
+                       device.HostBytes(i, part_begin[p + 1]));
+      ASSIGN_OR_RETURN(
+          (*checksums)[order[i]],
+          writer->Add(tensor.flat_key, tensor.chunks[m.chunk].box.offset,
+                      std::string_view(data, m.nbytes)));
+    }
+    ASSIGN_OR_RETURN(part_files[p], writer->Finish());
+    return Status::OK();
+  });
+  for (auto& f : part_files) {
+    if (!f.empty()) files->push_back(std::move(f));
+  }
+  return written;
+}
+
+// Rank 0: every rank's written files and checksums (`results`) become the
+// record, committed; the outcome, encoded for the other ranks.
+std::string CommitOnRoot(storage::Store& store, const planner::SavePlan& plan,
+                         int64_t id, const SaveOptions& options, int world,
+                         const std::vector<std::string>& results) {
+  std::vector<Status> write_statuses(world);
+  std::vector<std::vector<std::string>> all_files(world);
+  std::vector<std::vector<uint64_t>> all_sums(world);
+  Status s;
+  for (int r = 0; r < world && s.ok(); ++r) {
+    s = DecodeWritten(results[r], &write_statuses[r], &all_files[r],
+                      &all_sums[r]);
+  }
+  if (s.ok()) s = FirstError(write_statuses);
+  CheckpointMetadata meta;
+  if (s.ok()) {
+    auto built = CommitRecord(plan, id, options, world, all_sums);
+    s = built.status();
+    if (built.ok()) meta = std::move(built).value();
+  }
+  std::vector<std::string> staged;
+  for (auto& f : all_files) staged.insert(staged.end(), f.begin(), f.end());
+  if (s.ok()) s = store.Commit(meta, staged);
+  if (!s.ok()) store.RemoveStaged(staged);
+  return EncodeInfo(s, meta.info);
+}
+
 }  // namespace
 
 Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
@@ -222,101 +336,24 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
 
   // 4. Stream this rank's chunks into staged files, in key order, split into
   // parts of contiguous key ranges written in parallel.
-  std::vector<MyChunk> mine;
-  std::vector<uint64_t> checksums;  // in plan order of this rank's chunks
-  for (size_t t = 0; t < plan.tensors.size(); ++t) {
-    const auto& tensor = plan.tensors[t];
-    for (size_t c = 0; c < tensor.chunks.size(); ++c) {
-      const auto& chunk = tensor.chunks[c];
-      if (chunk.writer_rank != rank) continue;
-      const auto& shard = layout.shards[chunk.source_shard];
-      mine.push_back(
-          {t, c,
-           storage::EncodeChunkKey(id, rank, tensor.flat_key, chunk.box.offset),
-           ChunkData(chunk, shard, *views[chunk.source_shard]), chunk.nbytes,
-           views[chunk.source_shard]->device.type == DeviceType::kCPU
-               ? nullptr
-               : &views[chunk.source_shard]->device});
-    }
-  }
-  std::vector<size_t> order(mine.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return mine[a].key < mine[b].key; });
-  checksums.assign(mine.size(), 0);
-  uint64_t my_bytes = 0;
-  for (const auto& m : mine) my_bytes += m.nbytes;
-  const size_t parts = std::clamp<size_t>(
-      my_bytes / (size_t{64} << 20), 1,
-      std::max<size_t>(1, std::min<size_t>(io_threads(), mine.size())));
-  // Part p takes the chunks (in key order) whose cumulative bytes fall in its
-  // share.
-  std::vector<size_t> part_begin(parts + 1, order.size());
-  {
-    uint64_t seen = 0;
-    size_t p = 0;
-    part_begin[0] = 0;
-    for (size_t i = 0; i < order.size(); ++i) {
-      while (p + 1 < parts && seen >= my_bytes * (p + 1) / parts)
-        part_begin[++p] = i;
-      seen += mine[order[i]].nbytes;
-    }
-    for (size_t q = p + 1; q < parts; ++q) part_begin[q] = order.size();
-  }
-  std::vector<std::string> part_files(parts);
-  Status written = ParallelFor(parts, io_threads(), [&](size_t p) -> Status {
-    if (part_begin[p] == part_begin[p + 1]) return Status::OK();
-    ASSIGN_OR_RETURN(auto writer,
-                     store_->NewStagedFile(id, rank, static_cast<int>(p)));
-    DeviceChunks device(mine, order);
-    for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
-      const MyChunk& m = mine[order[i]];
-      const auto& tensor = plan.tensors[m.tensor];
-      ASSIGN_OR_RETURN(const char* data,
-                       device.HostBytes(i, part_begin[p + 1]));
-      ASSIGN_OR_RETURN(
-          checksums[order[i]],
-          writer->Add(tensor.flat_key, tensor.chunks[m.chunk].box.offset,
-                      std::string_view(data, m.nbytes)));
-    }
-    ASSIGN_OR_RETURN(part_files[p], writer->Finish());
-    return Status::OK();
-  });
+  std::vector<size_t> order;
+  const std::vector<MyChunk> mine =
+      CollectMyChunks(plan, layout, views, id, rank, &order);
+  std::vector<uint64_t> checksums;
   std::vector<std::string> files;
-  for (auto& f : part_files) {
-    if (!f.empty()) files.push_back(std::move(f));
-  }
+  const Status written = WriteStaged(*store_, plan, mine, order, id, rank,
+                                     io_threads(), &checksums, &files);
 
   // 5. Rank 0 ingests every rank's files and writes the record; all ranks
   // return its outcome.
   ASSIGN_OR_RETURN(auto results,
                    comm_->AllGather(EncodeWritten(written, files, checksums)));
   std::string outcome;
-  CheckpointInfo info;
-  if (rank == 0) {
-    std::vector<Status> write_statuses(world);
-    std::vector<std::vector<std::string>> all_files(world);
-    std::vector<std::vector<uint64_t>> all_sums(world);
-    Status s;
-    for (int r = 0; r < world && s.ok(); ++r) {
-      s = DecodeWritten(results[r], &write_statuses[r], &all_files[r],
-                        &all_sums[r]);
-    }
-    if (s.ok()) s = FirstError(write_statuses);
-    CheckpointMetadata meta;
-    if (s.ok()) {
-      auto built = CommitRecord(plan, id, options, world, all_sums);
-      s = built.status();
-      if (built.ok()) meta = std::move(built).value();
-    }
-    std::vector<std::string> staged;
-    for (auto& f : all_files) staged.insert(staged.end(), f.begin(), f.end());
-    if (s.ok()) s = store_->Commit(meta, staged);
-    if (!s.ok()) store_->RemoveStaged(staged);
-    outcome = EncodeInfo(s, meta.info);
-  }
+  if (rank == 0)
+    outcome = CommitOnRoot(*store_, plan, id, options, world, results);
   RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
   Status committed;
+  CheckpointInfo info;
   RETURN_IF_ERROR(DecodeInfo(outcome, &committed, &info));
   RETURN_IF_ERROR(committed);
   return info;
