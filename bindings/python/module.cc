@@ -619,23 +619,11 @@ class PyDB {
 }  // namespace
 }  // namespace ckptdb::python
 
-PYBIND11_MODULE(_ckptdb, m) {
-  using namespace ckptdb;
-  using namespace ckptdb::python;
-  if (import_mpi4py() < 0) throw py::error_already_set();
-  m.doc() = "C++ core of ckptdb; use the ckptdb package.";
+namespace ckptdb::python {
+namespace {
 
-  m.def(
-      "_register",
-      [](py::object error, py::object not_found, py::object invalid,
-         py::object corruption, py::object shard) {
-        classes() = {error,   not_found,
-                     invalid, corruption,
-                     shard,   py::module_::import("numpy").attr("generic")};
-      },
-      "Called once by ckptdb/__init__.py with the package's classes.");
-  m.def("version", &Version, "The ckptdb library version.");
-
+// CheckpointInfo, LoadStats and LoadResult, read-only views of the C++ values.
+void DefineResultTypes(py::module_& m) {
   py::class_<CheckpointInfo>(m, "CheckpointInfo",
                              "A committed checkpoint's summary.")
       .def_readonly("id", &CheckpointInfo::id, "int, increasing within a store")
@@ -684,7 +672,9 @@ PYBIND11_MODULE(_ckptdb, m) {
                ", unexpected_keys=" +
                std::string(py::repr(py::cast(r.unexpected_keys))) + ")";
       });
+}
 
+void DefineDB(py::module_& m) {
   py::class_<PyDB>(m, "DB", "An open store; see ckptdb.open.")
       .def(py::init<const std::string&, const py::object&, const py::object&,
                     const py::object&, const py::dict&>(),
@@ -713,4 +703,28 @@ PYBIND11_MODULE(_ckptdb, m) {
       .def_property_readonly("rank", &PyDB::rank)
       .def_property_readonly("size", &PyDB::size)
       .def_property_readonly("path", &PyDB::path);
+}
+
+}  // namespace
+}  // namespace ckptdb::python
+
+PYBIND11_MODULE(_ckptdb, m) {
+  using namespace ckptdb;
+  using namespace ckptdb::python;
+  if (import_mpi4py() < 0) throw py::error_already_set();
+  m.doc() = "C++ core of ckptdb; use the ckptdb package.";
+
+  m.def(
+      "_register",
+      [](py::object error, py::object not_found, py::object invalid,
+         py::object corruption, py::object shard) {
+        classes() = {error,   not_found,
+                     invalid, corruption,
+                     shard,   py::module_::import("numpy").attr("generic")};
+      },
+      "Called once by ckptdb/__init__.py with the package's classes.");
+  m.def("version", &Version, "The ckptdb library version.");
+
+  DefineResultTypes(m);
+  DefineDB(m);
 }
