@@ -239,8 +239,6 @@ class StoreImpl : public Store {
   std::optional<CommitJournal> journal_;
   // Journal copies found damaged at the last open (the other one is in use).
   std::vector<std::string> journal_damaged_;
-  // Checkpoint ids whose chunks have no record but may have committed (kept).
-  std::set<int64_t> uncertain_;
   std::shared_mutex mu_;  // exclusive for Refresh, shared for everything else
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* chunks_ = nullptr;

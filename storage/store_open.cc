@@ -317,10 +317,13 @@ Status StoreImpl::OpenDb() {
 Status StoreImpl::PreCheckReadOnly(bool has_db) {
   Status s = OpenRocks(has_db, /*read_only=*/true);
   if (s.ok()) {
-    ASSIGN_OR_RETURN(auto journal, ReadJournal(*fs_, path_));
-    journal_ = journal.journal;
-    auto records = RecordIds();
-    s = records.ok() ? CheckJournal(*records) : records.status();
+    auto journal = ReadJournal(*fs_, path_);
+    s = journal.status();
+    if (s.ok()) {
+      journal_ = journal->journal;
+      auto records = RecordIds();
+      s = records.ok() ? CheckJournal(*records) : records.status();
+    }
   }
   CloseDb();
   return s;
@@ -397,13 +400,10 @@ Status StoreImpl::RecoverCommits() {
   }
   // Chunks without a record: of a save above the high-water mark (never
   // committed) or of a deletion: removed. Anything else is kept.
-  uncertain_.clear();
   for (int64_t id : live) {
     if (next.committed.contains(id)) continue;
     if (id > next.high_water || next.deleting.contains(id))
       RETURN_IF_ERROR(DropChunks(id));
-    else
-      uncertain_.insert(id);
   }
   next.deleting.clear();
   if (!journal_ || next != *journal_ || !state.damaged.empty()) {
