@@ -1,6 +1,7 @@
 #include "planner/save_plan.h"
 
 #include <algorithm>
+#include <queue>
 #include <sstream>
 
 #include "planner/partition.h"
@@ -169,9 +170,10 @@ std::vector<Distinct> GroupReplicas(std::vector<ShardRef>& refs) {
   return distinct;
 }
 
-// Writers: largest boxes first, each to the holder with the fewest bytes so
-// far (then lowest rank); then the split into chunks. Deterministic: the order
-// depends only on the input.
+// Writers: largest boxes first, split into chunks, each chunk to the holder of
+// its box with the fewest bytes so far (then the lowest rank), so that the
+// replicas of a box share its writing. Deterministic: the order depends only
+// on the input.
 void AssignWriters(std::vector<Pending>& pending, size_t max_chunk_bytes,
                    SavePlan* plan) {
   std::stable_sort(
@@ -180,17 +182,23 @@ void AssignWriters(std::vector<Pending>& pending, size_t max_chunk_bytes,
   for (Pending& p : pending) {
     PlannedTensor& tensor = plan->tensors[p.tensor];
     const size_t elem = DTypeSize(tensor.dtype);
-    const Holder* best = &p.distinct.holders.front();
-    for (const Holder& h : p.distinct.holders) {
-      if (plan->bytes_per_rank[h.rank] < plan->bytes_per_rank[best->rank])
-        best = &h;
-    }
-    plan->bytes_per_rank[best->rank] += p.nbytes;
     plan->total_bytes += p.nbytes;
+    // The holders by bytes so far (then position, which is rank order): a
+    // box's chunks cost O(log holders) each, not O(holders).
+    const std::vector<Holder>& holders = p.distinct.holders;
+    using Load = std::pair<uint64_t, size_t>;
+    std::priority_queue<Load, std::vector<Load>, std::greater<>> least;
+    for (size_t i = 0; i < holders.size(); ++i)
+      least.push({plan->bytes_per_rank[holders[i].rank], i});
     for (Box& piece : SplitBox(p.distinct.box, elem, max_chunk_bytes)) {
       const uint64_t piece_bytes = static_cast<uint64_t>(piece.volume()) * elem;
+      const auto [bytes, i] = least.top();
+      least.pop();
+      const Holder& best = holders[i];
+      plan->bytes_per_rank[best.rank] += piece_bytes;
+      least.push({bytes + piece_bytes, i});
       tensor.chunks.push_back(
-          {std::move(piece), best->rank, best->shard, piece_bytes});
+          {std::move(piece), best.rank, best.shard, piece_bytes});
     }
   }
   for (PlannedTensor& t : plan->tensors) {

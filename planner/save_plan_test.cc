@@ -37,6 +37,31 @@ TEST(SavePlanTest, RowShardsOnTwoRanks) {
   EXPECT_EQ(plan->bytes_per_rank, (std::vector<uint64_t>{24, 24}));
 }
 
+TEST(SavePlanTest, AReplicatedBoxLargerThanAChunkIsWrittenByAllItsHolders) {
+  // One 1 MiB tensor held whole by 4 ranks (data parallelism), beside a
+  // small sharded one: with 64 KiB chunks every holder writes a quarter of
+  // it, where one rank used to write all of it.
+  std::vector<RankSaveLayout> ranks(4);
+  for (int r = 0; r < 4; ++r) {
+    ranks[r].shards.push_back(Shard("big", {256, 1024}, {0, 0}, {256, 1024}));
+    ranks[r].shards.push_back(Shard("small", {4, 16}, {r, 0}, {1, 16}));
+  }
+  auto plan = BuildSavePlan(ranks, 64 << 10);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const uint64_t mean = plan->total_bytes / 4;
+  for (uint64_t bytes : plan->bytes_per_rank) {
+    EXPECT_LE(bytes, mean + mean / 10) << plan->ToString();
+    EXPECT_GE(bytes, mean - mean / 10) << plan->ToString();
+  }
+  // Each chunk is written from the writer's own copy of the box.
+  for (const auto& tensor : plan->tensors) {
+    for (const auto& chunk : tensor.chunks) {
+      const auto& shard = ranks[chunk.writer_rank].shards[chunk.source_shard];
+      EXPECT_EQ(shard.flat_key, tensor.flat_key);
+    }
+  }
+}
+
 TEST(SavePlanTest, ReplicasStoredOnceAndBalanced) {
   // Four replicated tensors of equal size on 2 ranks: each rank writes two.
   std::vector<RankSaveLayout> ranks(2);
