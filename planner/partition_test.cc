@@ -5,8 +5,12 @@
 #include <algorithm>
 #include <random>
 
+#include "planner/random_boxes.h"
+
 namespace ckptdb::planner {
 namespace {
+
+using testing::RandomPartition;
 
 using E = PartitionError;
 
@@ -231,27 +235,6 @@ PartitionProblem BruteForce(const Shape& shape, const std::vector<Box>& boxes,
     }
   });
   return want;
-}
-
-// Splits `box` recursively at random points into a partition.
-void RandomPartition(const Box& box, std::mt19937& rng, int depth,
-                     std::vector<Box>& out) {
-  std::vector<size_t> splittable;
-  for (size_t d = 0; d < box.ndim(); ++d) {
-    if (box.shape[d] > 1) splittable.push_back(d);
-  }
-  if (depth == 0 || splittable.empty() || rng() % 4 == 0) {
-    out.push_back(box);
-    return;
-  }
-  const size_t d = splittable[rng() % splittable.size()];
-  const int64_t cut = 1 + static_cast<int64_t>(rng() % (box.shape[d] - 1));
-  Box lo = box, hi = box;
-  lo.shape[d] = cut;
-  hi.offset[d] += cut;
-  hi.shape[d] -= cut;
-  RandomPartition(lo, rng, depth - 1, out);
-  RandomPartition(hi, rng, depth - 1, out);
 }
 
 int64_t Rand(std::mt19937& rng, int64_t lo, int64_t hi) {  // [lo, hi]

@@ -6,32 +6,13 @@
 #include <set>
 
 #include "planner/load_plan.h"
+#include "planner/random_boxes.h"
 #include "planner/save_plan.h"
 
 namespace ckptdb::planner {
 namespace {
 
-// Splits `box` recursively at random points into a partition (kd-tree style,
-// not a grid).
-void RandomPartition(const Box& box, std::mt19937& rng, int depth,
-                     std::vector<Box>& out) {
-  std::vector<size_t> splittable;
-  for (size_t d = 0; d < box.ndim(); ++d) {
-    if (box.shape[d] > 1) splittable.push_back(d);
-  }
-  if (depth == 0 || splittable.empty() || rng() % 4 == 0) {
-    out.push_back(box);
-    return;
-  }
-  size_t d = splittable[rng() % splittable.size()];
-  int64_t cut = 1 + static_cast<int64_t>(rng() % (box.shape[d] - 1));
-  Box lo = box, hi = box;
-  lo.shape[d] = cut;
-  hi.offset[d] += cut;
-  hi.shape[d] -= cut;
-  RandomPartition(lo, rng, depth - 1, out);
-  RandomPartition(hi, rng, depth - 1, out);
-}
+using testing::RandomPartition;
 
 // Row-major index of a global coordinate.
 int64_t Linear(const Shape& shape, const Shape& coord) {
