@@ -126,8 +126,8 @@ Status WriteJournal(StoreFileSystem& fs, const std::string& store_path,
     RETURN_IF_ERROR(fs.WriteFileSynced(tmp, bytes)
                         .WithContext("writing the commit journal"));
     RETURN_IF_ERROR(
-        FromIo(fs.RenameFile(tmp, path, rocksdb::IOOptions(), nullptr),
-               "writing the commit journal: renaming " + tmp));
+        FromRocks(fs.RenameFile(tmp, path, rocksdb::IOOptions(), nullptr),
+                  "writing the commit journal: renaming " + tmp));
   }
   return fs.SyncDir(store_path);
 }

@@ -203,12 +203,14 @@ IOStatus OpenChecked(StoreFileSystem* fs, const std::string& path,
 
 }  // namespace
 
-Status FromIo(const rocksdb::IOStatus& s, const std::string& context) {
+Status FromRocks(const rocksdb::Status& s, const std::string& context) {
   if (s.ok()) return Status::OK();
   const std::string msg = context + ": " + s.ToString();
-  if (s.IsNotFound() || s.IsPathNotFound()) return Status::NotFound(msg);
+  if (s.IsNotFound()) return Status::NotFound(msg);
   if (s.IsCorruption()) return Status::Corruption(msg);
-  return Status::IOError(msg);
+  if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
+  if (s.IsIOError()) return Status::IOError(msg);
+  return Status::Internal(msg);
 }
 
 StoreFileSystem::StoreFileSystem(std::shared_ptr<FaultInjector> faults,
@@ -245,7 +247,7 @@ Status StoreFileSystem::WriteFileSynced(const std::string& path,
   IOStatus closed = file ? file->Close(io, nullptr) : IOStatus::OK();
   if (s.ok()) s = closed;
   if (!s.ok()) write_failed_ = true;
-  return FromIo(s, "writing " + path);
+  return FromRocks(s, "writing " + path);
 }
 
 Result<std::string> StoreFileSystem::ReadWholeFile(const std::string& path) {
@@ -253,12 +255,12 @@ Result<std::string> StoreFileSystem::ReadWholeFile(const std::string& path) {
   IOStatus s = NewSequentialFile(path, rocksdb::FileOptions(), &file, nullptr);
   if (s.IsPathNotFound() || s.IsNotFound())
     return Status::NotFound("no file " + path);
-  RETURN_IF_ERROR(FromIo(s, "reading " + path));
+  RETURN_IF_ERROR(FromRocks(s, "reading " + path));
   std::string out;
   std::string scratch(64 << 10, '\0');
   for (;;) {
     Slice got;
-    RETURN_IF_ERROR(FromIo(
+    RETURN_IF_ERROR(FromRocks(
         file->Read(scratch.size(), IOOptions(), &got, scratch.data(), nullptr),
         "reading " + path));
     if (got.empty()) break;
@@ -273,12 +275,12 @@ Status StoreFileSystem::SyncDir(const std::string& dir) {
   IOStatus s = NewDirectory(dir, IOOptions(), &handle, nullptr);
   if (s.ok()) s = handle->Fsync(IOOptions(), nullptr);
   if (!s.ok()) write_failed_ = true;
-  return FromIo(s, "syncing directory " + dir);
+  return FromRocks(s, "syncing directory " + dir);
 }
 
 Status StoreFileSystem::Remove(const std::string& path) {
   if (FileExists(path, IOOptions(), nullptr).IsNotFound()) return Status::OK();
-  return FromIo(DeleteFile(path, IOOptions(), nullptr), "removing " + path);
+  return FromRocks(DeleteFile(path, IOOptions(), nullptr), "removing " + path);
 }
 
 Status StoreFileSystem::CreateDirIfMissing(const std::string& dir) {
@@ -287,8 +289,8 @@ Status StoreFileSystem::CreateDirIfMissing(const std::string& dir) {
       FileExists(parent, IOOptions(), nullptr).IsNotFound()) {
     RETURN_IF_ERROR(CreateDirIfMissing(parent));
   }
-  return FromIo(CreateDirIfMissing(dir, IOOptions(), nullptr),
-                "creating directory " + dir);
+  return FromRocks(CreateDirIfMissing(dir, IOOptions(), nullptr),
+                   "creating directory " + dir);
 }
 
 void StoreFileSystem::PinReadsOf(const std::set<std::string>& paths,
@@ -326,7 +328,7 @@ void StoreFileSystem::MaybePin(const std::string& path, uint64_t offset,
 
 Status StoreFileSystem::CheckRead(const std::string& path, uint64_t bytes) {
   (void)bytes;
-  return FromIo(Check(FileOp::kRead, path), "reading " + path);
+  return FromRocks(Check(FileOp::kRead, path), "reading " + path);
 }
 
 // RocksDB's operations -----------------------------------------------------

@@ -144,7 +144,7 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   std::atomic<bool> write_failed_{false};
 };
 
-// RocksDB's IOStatus as ours, `context` first.
-Status FromIo(const rocksdb::IOStatus& s, const std::string& context);
+// RocksDB's status (or IOStatus) as ours, `context` first in its message.
+Status FromRocks(const rocksdb::Status& s, const std::string& context);
 
 }  // namespace ckptdb::storage

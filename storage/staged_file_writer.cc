@@ -114,11 +114,6 @@ Result<std::unique_ptr<StagedFileWriter>> StoreImpl::NewStagedFile(
 
 void StoreImpl::RemoveStaged(const std::vector<std::string>& staged_files) {
   std::shared_lock lock(mu_);
-  RemoveStagedLocked(staged_files);
-}
-
-void StoreImpl::RemoveStagedLocked(
-    const std::vector<std::string>& staged_files) {
   // Best effort: a read-write open clears the staging directory anyway.
   if (!fs_) return;
   for (const auto& file : staged_files) (void)fs_->Remove(file);

@@ -23,16 +23,6 @@
 namespace ckptdb::storage {
 namespace fs = std::filesystem;
 
-Status FromRocks(const rocksdb::Status& s, const std::string& context) {
-  if (s.ok()) return Status::OK();
-  const std::string msg = context + ": " + s.ToString();
-  if (s.IsNotFound()) return Status::NotFound(msg);
-  if (s.IsCorruption()) return Status::Corruption(msg);
-  if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
-  if (s.IsIOError()) return Status::IOError(msg);
-  return Status::Internal(msg);
-}
-
 rocksdb::ColumnFamilyOptions ChunkCfOptions(
     std::shared_ptr<rocksdb::Cache> block_cache) {
   rocksdb::ColumnFamilyOptions options;
@@ -160,7 +150,7 @@ Status StoreImpl::RepairBoundlessFiles(bool reingest) {
                              ", which RocksDB ingested without its key range";
     RETURN_IF_ERROR(fs_->CreateDirIfMissing(StagingDir(path_)));
     RETURN_IF_ERROR(fs_->Remove(link));
-    RETURN_IF_ERROR(FromIo(fs_->LinkFile(path, link, {}, nullptr), what));
+    RETURN_IF_ERROR(FromRocks(fs_->LinkFile(path, link, {}, nullptr), what));
     RETURN_IF_ERROR(FromRocks(db_->DeleteFile(f.name), what));
     if (!reingest) {
       RETURN_IF_ERROR(fs_->Remove(link));
@@ -202,9 +192,9 @@ Status StoreImpl::RemoveLeftovers() {
   if (fs::exists(StagingDir(path_), ec)) {
     for (const auto& entry : fs::directory_iterator(StagingDir(path_), ec))
       RETURN_IF_ERROR(fs_->Remove(entry.path().string()));
-    RETURN_IF_ERROR(
-        FromIo(fs_->DeleteDir(StagingDir(path_), rocksdb::IOOptions(), nullptr),
-               "removing " + StagingDir(path_)));
+    RETURN_IF_ERROR(FromRocks(
+        fs_->DeleteDir(StagingDir(path_), rocksdb::IOOptions(), nullptr),
+        "removing " + StagingDir(path_)));
   }
   // Every read-write open starts a new write-ahead log. RocksDB 7.x keeps the
   // earlier ones until a flush, which a store that is opened without being
@@ -410,10 +400,7 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   ForgetIndex(id);  // an id whose earlier commit failed is used again
   if (!staged.empty()) {
     Status s = IngestStaged(staged, what);
-    if (!s.ok()) {
-      RemoveStagedLocked(staged);
-      return Reopen(s, lock, what + "'s commit", committed);
-    }
+    if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
     s = CheckIngested(meta);
     if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
   }

@@ -105,9 +105,10 @@ class Store {
   // writes the metadata record: the commit point. Returns OK only once the
   // record is in a synced table file and the commit journal names it. On
   // failure the store is reopened to learn what reached the disk: OK when the
-  // checkpoint turns out committed; otherwise nothing of it stays and its
-  // staged files are removed; an error that cannot tell says the checkpoint
-  // may be committed. Read-write only.
+  // checkpoint turns out committed; otherwise nothing of it stays in the
+  // database (its staged files are the caller's to remove, RemoveStaged); an
+  // error that cannot tell says the checkpoint may be committed. Read-write
+  // only.
   virtual Status Commit(const CheckpointMetadata& meta,
                         const std::vector<std::string>& staged_files) = 0;
 

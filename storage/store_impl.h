@@ -42,9 +42,6 @@ inline constexpr char kMetaCf[] = "meta";
 // An I/O error from a full file system.
 bool IsNoSpace(const Status& s);
 
-// RocksDB's status as ours, `context` first in its message.
-Status FromRocks(const rocksdb::Status& s, const std::string& context);
-
 // Options of the `chunks` column family, which staged files are written with
 // too. `block_cache` holds the allocator chunk reads use; chunks themselves
 // never enter it (reads pass fill_cache = false).
@@ -112,8 +109,6 @@ class StoreImpl : public Store {
                                                           int part) override;
   Result<StoreReport> Check() override;
   void RemoveStaged(const std::vector<std::string>& staged_files) override;
-  // RemoveStaged with mu_ held.
-  void RemoveStagedLocked(const std::vector<std::string>& staged_files);
 
  private:
   Status RequireWritable(const char* what) const {
