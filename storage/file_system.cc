@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <type_traits>
 #include <utility>
 
 namespace ckptdb::storage {
@@ -190,15 +191,19 @@ class Directory : public rocksdb::FSDirectoryWrapper {
 };
 
 // Opens with `open` once the injector allows it, and wraps what it returns.
+// A failed open for reading says nothing of what is on disk: only opens for
+// writing (and of directories, to sync them) count as failed writes.
 template <typename Wrapped, typename File, typename Open>
 IOStatus OpenChecked(StoreFileSystem* fs, const std::string& path,
                      std::unique_ptr<File>* out, Open&& open) {
-  IOStatus s = fs->Check(FileOp::kOpen, path);
+  constexpr bool kForWrite = !std::is_same_v<Wrapped, SequentialFile> &&
+                             !std::is_same_v<Wrapped, RandomAccessFile>;
+  IOStatus s = fs->Check(FileOp::kOpen, path, 0, kForWrite);
   if (!s.ok()) return s;
   std::unique_ptr<File> file;
   s = open(&file);
   if (s.ok()) *out = std::make_unique<Wrapped>(std::move(file), fs, path);
-  return s;
+  return kForWrite ? fs->Done(FileOp::kOpen, path, s) : s;
 }
 
 }  // namespace
@@ -226,9 +231,14 @@ IOStatus StoreFileSystem::Done(FileOp op, const std::string& path, IOStatus s) {
 
 IOStatus StoreFileSystem::Check(FileOp op, const std::string& path,
                                 uint64_t bytes) {
+  return Check(op, path, bytes, Mutates(op));
+}
+
+IOStatus StoreFileSystem::Check(FileOp op, const std::string& path,
+                                uint64_t bytes, bool mutating) {
   const int error = faults_ ? faults_->Check(op, path, bytes) : 0;
   if (error == 0) return IOStatus::OK();
-  if (Mutates(op) && !IsInfoLog(path)) write_failed_ = true;
+  if (mutating && !IsInfoLog(path)) write_failed_ = true;
   const std::string what =
       std::string("While ") + FileOpName(op) + " " + path + " (injected)";
   if (error == ENOSPC) return IOStatus::NoSpace(what, std::strerror(error));
@@ -326,8 +336,7 @@ void StoreFileSystem::MaybePin(const std::string& path, uint64_t offset,
   pinned_.emplace(std::make_tuple(path, offset, n), data.ToString());
 }
 
-Status StoreFileSystem::CheckRead(const std::string& path, uint64_t bytes) {
-  (void)bytes;
+Status StoreFileSystem::CheckRead(const std::string& path) {
   return FromRocks(Check(FileOp::kRead, path), "reading " + path);
 }
 

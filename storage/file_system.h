@@ -51,7 +51,7 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   Status CreateDirIfMissing(const std::string& dir);
   // Asks whether a read of `path` (a direct chunk read) may run: the injector's
   // verdict, as an IOError.
-  Status CheckRead(const std::string& path, uint64_t bytes);
+  Status CheckRead(const std::string& path);
 
   // Reads of `paths` are kept in memory (up to `max_bytes`) and later reads
   // of the same range answered from there, until UnpinReads. A RocksDB 7.8
@@ -69,6 +69,9 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   // Called by the wrappers: the injector's verdict on one operation.
   rocksdb::IOStatus Check(FileOp op, const std::string& path,
                           uint64_t bytes = 0);
+  // The same; a failure counts as a failed write when `mutating`.
+  rocksdb::IOStatus Check(FileOp op, const std::string& path, uint64_t bytes,
+                          bool mutating);
   // `s`, the outcome of a call of kind `op` on `path`, remembered when it is a
   // failed write, sync, rename or link (of any file but the info log).
   rocksdb::IOStatus Done(FileOp op, const std::string& path,

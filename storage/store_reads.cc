@@ -79,7 +79,7 @@ bool StoreImpl::ReadDirect(int64_t id, const std::string& key,
   const auto located = LocateValue(id, key);
   if (!located) return false;
   const auto& [file, at] = *located;
-  if (!fs_->CheckRead(file->path, chunk.nbytes).ok()) return false;
+  if (!fs_->CheckRead(file->path).ok()) return false;
   for (uint64_t done = 0; done < chunk.nbytes;) {
     const ssize_t r = ::pread(file->fd, dst + done, chunk.nbytes - done,
                               static_cast<off_t>(at + done));
