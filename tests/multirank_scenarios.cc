@@ -356,6 +356,36 @@ void RandomCells(const Shape& shape, std::mt19937& rng, int depth,
   RandomCells(shape, rng, depth - 1, out, hi_off, hi);
 }
 
+// A state dict holds one shard per key, so a rank keeps only its first cell
+// of each tensor; a tensor whose kept cells no longer cover it is saved whole
+// by one rank (drawn from `rng`) instead.
+std::vector<std::map<size_t, std::pair<Shape, Shape>>> OneCellPerKey(
+    const std::vector<std::vector<std::pair<size_t, std::pair<Shape, Shape>>>>&
+        save,
+    const std::vector<GlobalTensor>& tensors, std::mt19937& rng) {
+  const int n = static_cast<int>(save.size());
+  std::vector<std::map<size_t, std::pair<Shape, Shape>>> per_rank(n);
+  for (int r = 0; r < n; ++r) {
+    for (auto& [t, cell] : save[r]) per_rank[r].emplace(t, cell);
+  }
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    int64_t covered = 0;
+    std::set<std::pair<Shape, Shape>> distinct;
+    for (int r = 0; r < n; ++r) {
+      auto it = per_rank[r].find(t);
+      if (it != per_rank[r].end()) distinct.insert(it->second);
+    }
+    for (const auto& c : distinct) covered += NumElements(c.second);
+    if (covered != NumElements(tensors[t].shape)) {
+      const int owner = static_cast<int>(rng() % n);
+      for (int r = 0; r < n; ++r) per_rank[r].erase(t);
+      per_rank[owner][t] = {Shape(tensors[t].shape.size(), 0),
+                            tensors[t].shape};
+    }
+  }
+  return per_rank;
+}
+
 TEST_P(RandomReshardTest, BitExact) {
   std::mt19937 rng(static_cast<unsigned>(GetParam()));
   const int n = 1 + static_cast<int>(rng() % 4),
@@ -398,28 +428,8 @@ TEST_P(RandomReshardTest, BitExact) {
   SharedTempDir dir;
   Options options;
   options.max_chunk_bytes = 1 + rng() % 64;
-  // A state dict holds one shard per key, so a rank keeps only its first cell
-  // of each tensor; a tensor whose kept cells no longer cover it is saved whole
-  // by one rank instead.
-  std::vector<std::map<size_t, std::pair<Shape, Shape>>> per_rank(n);
-  for (int r = 0; r < n; ++r) {
-    for (auto& [t, cell] : save[r]) per_rank[r].emplace(t, cell);
-  }
-  for (size_t t = 0; t < tensors.size(); ++t) {
-    int64_t covered = 0;
-    std::set<std::pair<Shape, Shape>> distinct;
-    for (int r = 0; r < n; ++r) {
-      auto it = per_rank[r].find(t);
-      if (it != per_rank[r].end()) distinct.insert(it->second);
-    }
-    for (const auto& c : distinct) covered += NumElements(c.second);
-    if (covered != NumElements(tensors[t].shape)) {
-      const int owner = static_cast<int>(rng() % n);
-      for (int r = 0; r < n; ++r) per_rank[r].erase(t);
-      per_rank[owner][t] = {Shape(tensors[t].shape.size(), 0),
-                            tensors[t].shape};
-    }
-  }
+  const std::vector<std::map<size_t, std::pair<Shape, Shape>>> per_rank =
+      OneCellPerKey(save, tensors, rng);
   RunRanks(n, [&](int rank, std::shared_ptr<Communicator> comm) {
     auto db = OpenRank(dir.path(), comm, options);
     std::vector<OwnedShard> shards;
