@@ -33,13 +33,19 @@ bool Contains(const Box& outer, const Box& inner) {
   return true;
 }
 
-std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes) {
+namespace {
+
+// Where SplitBox cuts: dimensions before `cut` into single indices, `cut` into
+// runs of `step` indices.
+struct Cut {
+  size_t cut;
+  int64_t step;
+};
+
+Cut FindCut(const Box& box, size_t elem_size, size_t max_bytes) {
   const size_t ndim = box.ndim();
-  if (ndim == 0 || static_cast<size_t>(box.volume()) * elem_size <= max_bytes)
-    return {box};
-  // Find the outermost dimension `cut` such that one index of it (with every
-  // inner dimension whole) fits; dimensions before it are cut into single
-  // indices.
+  // The outermost dimension `cut` such that one index of it (with every inner
+  // dimension whole) fits.
   size_t cut = ndim - 1;
   size_t inner_bytes = elem_size;  // bytes of one index of `cut`
   for (size_t d = ndim; d-- > 0;) {
@@ -53,8 +59,19 @@ std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes) {
       break;
     }
   }
-  const int64_t step =
-      std::max<int64_t>(1, static_cast<int64_t>(max_bytes / inner_bytes));
+  return {cut, std::max<int64_t>(1, static_cast<int64_t>(max_bytes / inner_bytes))};
+}
+
+bool Fits(const Box& box, size_t elem_size, size_t max_bytes) {
+  return box.ndim() == 0 ||
+         static_cast<size_t>(box.volume()) * elem_size <= max_bytes;
+}
+
+}  // namespace
+
+std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes) {
+  if (Fits(box, elem_size, max_bytes)) return {box};
+  const auto [cut, step] = FindCut(box, elem_size, max_bytes);
   std::vector<Box> out;
   Shape outer_index(cut, 0);  // index in dims [0, cut), relative to box.offset
   while (true) {
@@ -78,6 +95,21 @@ std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes) {
     }
     if (cut == 0) return out;
   }
+}
+
+SplitSizes SplitBoxSizes(const Box& box, size_t elem_size, size_t max_bytes) {
+  const uint64_t bytes = static_cast<uint64_t>(box.volume()) * elem_size;
+  if (Fits(box, elem_size, max_bytes)) return {1, 1, bytes, bytes};
+  const auto [cut, step] = FindCut(box, elem_size, max_bytes);
+  uint64_t runs = 1, inner = elem_size;
+  for (size_t d = 0; d < cut; ++d) runs *= static_cast<uint64_t>(box.shape[d]);
+  for (size_t d = cut + 1; d < box.ndim(); ++d)
+    inner *= static_cast<uint64_t>(box.shape[d]);
+  const int64_t extent = box.shape[cut];
+  const uint64_t per_run = static_cast<uint64_t>((extent + step - 1) / step);
+  const int64_t last = extent - static_cast<int64_t>(per_run - 1) * step;
+  return {runs, per_run, static_cast<uint64_t>(step) * inner,
+          static_cast<uint64_t>(last) * inner};
 }
 
 }  // namespace ckptdb::planner

@@ -38,4 +38,16 @@ bool Contains(const Box& outer, const Box& inner);
 // Returns {box} when it already fits.
 std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes);
 
+// The sizes of SplitBox's pieces without making them: `runs` runs (one per
+// index of the dimensions cut into single indices) of `per_run` pieces each,
+// every piece of `piece_bytes` but the last of a run, of `last_bytes`.
+struct SplitSizes {
+  uint64_t runs = 1;
+  uint64_t per_run = 1;
+  uint64_t piece_bytes = 0;
+  uint64_t last_bytes = 0;
+  uint64_t count() const { return runs * per_run; }
+};
+SplitSizes SplitBoxSizes(const Box& box, size_t elem_size, size_t max_bytes);
+
 }  // namespace ckptdb::planner

@@ -1,78 +1,130 @@
 #include "planner/load_plan.h"
 
 #include <algorithm>
+#include <cassert>
 #include <map>
 #include <sstream>
 
+#include "planner/box_index.h"
+
 namespace ckptdb::planner {
 namespace {
-
-// Chunks of one tensor sorted by their begin in dimension 0, with a running
-// maximum of their end in dimension 0: a static index answering "which chunks
-// meet this box".
-class ChunkIndex {
- public:
-  explicit ChunkIndex(const TensorMetadata& tensor) : tensor_(tensor) {
-    order_.resize(tensor.chunks.size());
-    for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
-    if (Ndim() == 0) return;
-    std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
-      return Begin(a) != Begin(b) ? Begin(a) < Begin(b) : a < b;
-    });
-    max_end_.resize(order_.size());
-    int64_t running = INT64_MIN;
-    for (size_t i = 0; i < order_.size(); ++i) {
-      running = std::max(running, End(order_[i]));
-      max_end_[i] = running;
-    }
-  }
-
-  // Calls fn(chunk index, intersection) for every chunk meeting `box`, in
-  // ascending chunk order.
-  template <typename Fn>
-  void ForEachOverlap(const Box& box, Fn&& fn) const {
-    std::vector<std::pair<size_t, Box>> hits;
-    if (Ndim() == 0) {
-      for (size_t c : order_) hits.emplace_back(c, Box{});
-    } else {
-      const int64_t begin = box.offset[0], end = box.exclusive_max(0);
-      // Candidates start before `end`; scan back while an earlier chunk may
-      // still reach `begin`.
-      size_t hi =
-          std::partition_point(order_.begin(), order_.end(),
-                               [&](size_t c) { return Begin(c) < end; }) -
-          order_.begin();
-      for (size_t i = hi; i-- > 0;) {
-        if (max_end_[i] <= begin) break;
-        const size_t c = order_[i];
-        Box chunk{tensor_.chunks[c].global_offset,
-                  tensor_.chunks[c].local_shape};
-        if (auto common = Intersect(chunk, box))
-          hits.emplace_back(c, std::move(*common));
-      }
-      std::sort(hits.begin(), hits.end(),
-                [](const auto& a, const auto& b) { return a.first < b.first; });
-    }
-    for (auto& [c, common] : hits) fn(c, common);
-  }
-
- private:
-  size_t Ndim() const { return tensor_.global_shape.size(); }
-  int64_t Begin(size_t c) const { return tensor_.chunks[c].global_offset[0]; }
-  int64_t End(size_t c) const {
-    return tensor_.chunks[c].global_offset[0] +
-           tensor_.chunks[c].local_shape[0];
-  }
-
-  const TensorMetadata& tensor_;
-  std::vector<size_t> order_;
-  std::vector<int64_t> max_end_;
-};
 
 Shape Sub(const Shape& a, const Shape& b) {
   Shape out(a.size());
   for (size_t d = 0; d < a.size(); ++d) out[d] = a[d] - b[d];
   return out;
+}
+
+// InvalidArgument unless `target` names a tensor of the checkpoint and lies
+// inside it; `who` names the rank.
+Status CheckTarget(const std::map<std::string, TensorMetadata>& tensors,
+                   const LoadTarget& target, const std::string& who) {
+  auto it = tensors.find(target.flat_key);
+  if (it == tensors.end()) {
+    return Status::InvalidArgument("load target '" + target.flat_key +
+                                   "' on " + who +
+                                   " is not a tensor of the checkpoint");
+  }
+  const Shape& shape = it->second.global_shape;
+  const Box whole{Shape(shape.size(), 0), shape};
+  if (target.box.ndim() != whole.ndim() ||
+      target.box.offset.size() != whole.ndim() ||
+      std::any_of(target.box.shape.begin(), target.box.shape.end(),
+                  [](int64_t n) { return n < 0; }) ||
+      !Contains(whole, target.box)) {
+    return Status::InvalidArgument(
+        "load target '" + target.flat_key + "' on " + who + ": " +
+        BoxToString(target.box) + " lies outside the stored shape " +
+        ShapeToString(shape));
+  }
+  return Status::OK();
+}
+
+// The chunks of one stored tensor, indexed, with each chunk's position.
+struct StoredTensor {
+  const TensorMetadata* meta;
+  BoxIndex index;
+  // position[c]: chunk c's first byte in the checkpoint's byte order.
+  std::vector<uint64_t> position;
+
+  StoredTensor(const TensorMetadata& m, uint64_t base)
+      : meta(&m), index(Refs(m), m.global_shape.size()) {
+    position.reserve(m.chunks.size());
+    for (const ChunkMetadata& c : m.chunks) {
+      position.push_back(base);
+      base += c.nbytes;
+    }
+  }
+
+  static std::vector<BoxIndex::Ref> Refs(const TensorMetadata& m) {
+    std::vector<BoxIndex::Ref> refs;
+    refs.reserve(m.chunks.size());
+    for (const ChunkMetadata& c : m.chunks)
+      refs.push_back({&c.global_offset, &c.local_shape});
+    return refs;
+  }
+};
+
+// Where each tensor's bytes begin in the checkpoint's byte order (every tensor
+// in key order, whole).
+std::map<std::string_view, uint64_t> TensorBases(
+    const std::map<std::string, TensorMetadata>& tensors) {
+  std::map<std::string_view, uint64_t> bases;
+  uint64_t at = 0;
+  for (const auto& [key, t] : tensors) {
+    bases.emplace(key, at);
+    at += static_cast<uint64_t>(NumElements(t.global_shape)) *
+          DTypeSize(t.dtype);
+  }
+  return bases;
+}
+
+// The reader rule: the needers of a chunk (ascending) take turns over the
+// chunks that have exactly those needers, in (key, chunk) order. Every needer
+// of a chunk sees every chunk with the same needers, so each computes the
+// same turn. `Key` identifies a needer set (ranks, or classes of ranks).
+template <typename Key>
+class ReaderTurns {
+ public:
+  // The reader of the next chunk needed by `needers` (whose set `key` names).
+  int Next(const Key& key, const std::vector<int>& needers) {
+    assert(!needers.empty());
+    uint64_t& turn = turns_[key];
+    return needers[turn++ % needers.size()];
+  }
+
+ private:
+  std::map<Key, uint64_t> turns_;
+};
+
+struct Need {
+  int dest_rank;
+  size_t target;
+  Box common;
+};
+
+// Appends the read of `chunk` of `stored` and one item per need (sorted by
+// dest rank and target).
+void EmitRead(const std::string& key, const StoredTensor& stored, size_t chunk,
+              int reader, std::vector<Need>& needs,
+              const std::vector<std::vector<LoadTarget>>& targets_of_rank_class,
+              const std::function<size_t(int)>& class_of, LoadPlan* plan) {
+  const ChunkMetadata& c = stored.meta->chunks[chunk];
+  const size_t read = plan->reads.size();
+  plan->reads.push_back({key, chunk, reader, c.nbytes, stored.position[chunk]});
+  std::sort(needs.begin(), needs.end(), [](const Need& a, const Need& b) {
+    return a.dest_rank != b.dest_rank ? a.dest_rank < b.dest_rank
+                                      : a.target < b.target;
+  });
+  for (Need& need : needs) {
+    const Shape& target_offset =
+        targets_of_rank_class[class_of(need.dest_rank)][need.target].box.offset;
+    plan->items.push_back({read, need.dest_rank, need.target,
+                           Sub(need.common.offset, c.global_offset),
+                           Sub(need.common.offset, target_offset),
+                           std::move(need.common.shape)});
+  }
 }
 
 }  // namespace
@@ -82,7 +134,7 @@ std::string LoadPlan::ToString() const {
   for (size_t r = 0; r < reads.size(); ++r) {
     out << "read " << r << ": " << reads[r].flat_key << " chunk "
         << reads[r].chunk << " by rank " << reads[r].reader_rank << " ("
-        << reads[r].nbytes << " bytes)\n";
+        << reads[r].nbytes << " bytes at " << reads[r].position << ")\n";
   }
   for (const auto& item : items) {
     out << "  item read " << item.read << " -> rank " << item.dest_rank
@@ -97,115 +149,226 @@ std::string LoadPlan::ToString() const {
 Result<LoadPlan> BuildLoadPlan(
     const std::map<std::string, TensorMetadata>& tensors,
     const std::vector<std::vector<LoadTarget>>& targets) {
-  LoadPlan plan;
   const int num_ranks = static_cast<int>(targets.size());
-  plan.read_bytes_per_rank.assign(num_ranks, 0);
-
-  struct Need {
-    int dest_rank;
-    size_t target;
-    Box common;
+  for (int r = 0; r < num_ranks; ++r) {
+    for (const LoadTarget& target : targets[r]) {
+      RETURN_IF_ERROR(CheckTarget(tensors, target, "rank " + std::to_string(r)));
+    }
+  }
+  // Per requested tensor, in key order: its chunks and, per chunk, the boxes
+  // of it that targets need.
+  struct Needs {
+    StoredTensor stored;
+    std::vector<std::vector<Need>> by_chunk;
   };
-  struct ChunkNeeds {
-    std::vector<Need> needs;
-    int reader = -1;
-  };
-  // Per requested tensor, in key order: its chunk index and, per chunk, the
-  // boxes of it that targets need and its reader.
-  struct TensorNeeds {
-    const TensorMetadata* meta;
-    ChunkIndex index;
-    std::vector<ChunkNeeds> chunks;
-    explicit TensorNeeds(const TensorMetadata& m)
-        : meta(&m), index(m), chunks(m.chunks.size()) {}
-  };
-  std::map<std::string_view, TensorNeeds> by_tensor;
+  const auto bases = TensorBases(tensors);
+  std::map<std::string_view, Needs> by_tensor;
   for (int r = 0; r < num_ranks; ++r) {
     for (size_t t = 0; t < targets[r].size(); ++t) {
       const LoadTarget& target = targets[r][t];
-      auto it = tensors.find(target.flat_key);
-      if (it == tensors.end()) {
-        return Status::InvalidArgument("load target '" + target.flat_key +
-                                       "' on rank " + std::to_string(r) +
-                                       " is not a tensor of the checkpoint");
-      }
-      const TensorMetadata& tensor = it->second;
-      const Box whole{Shape(tensor.global_shape.size(), 0),
-                      tensor.global_shape};
-      if (target.box.ndim() != whole.ndim() ||
-          target.box.offset.size() != whole.ndim() ||
-          !Contains(whole, target.box) ||
-          std::any_of(target.box.shape.begin(), target.box.shape.end(),
-                      [](int64_t n) { return n < 0; })) {
-        return Status::InvalidArgument("load target '" + target.flat_key +
-                                       "' on rank " + std::to_string(r) + ": " +
-                                       BoxToString(target.box) +
-                                       " lies outside the stored shape " +
-                                       ShapeToString(tensor.global_shape));
-      }
       if (target.box.volume() == 0) continue;
-      auto [entry, _] = by_tensor.try_emplace(it->first, tensor);
-      TensorNeeds& needs = entry->second;
-      needs.index.ForEachOverlap(
+      auto it = tensors.find(target.flat_key);
+      auto [entry, added] = by_tensor.try_emplace(
+          it->first, Needs{StoredTensor(it->second, bases.at(it->first)), {}});
+      if (added) entry->second.by_chunk.resize(it->second.chunks.size());
+      Needs& needs = entry->second;
+      needs.stored.index.ForEachOverlap(
           target.box, [&](size_t chunk, const Box& common) {
-            needs.chunks[chunk].needs.push_back({r, t, common});
+            needs.by_chunk[chunk].push_back({r, t, common});
           });
     }
   }
 
-  // Needed chunks in (key, chunk) order.
-  struct Needed {
-    const std::string_view* key;
-    TensorNeeds* tensor;
-    size_t chunk;
-    uint64_t nbytes;
-  };
-  std::vector<Needed> needed;
-  for (auto& [key, tensor] : by_tensor) {
-    for (size_t c = 0; c < tensor.chunks.size(); ++c) {
-      if (!tensor.chunks[c].needs.empty())
-        needed.push_back({&key, &tensor, c, tensor.meta->chunks[c].nbytes});
-    }
-  }
-
-  // Readers: largest chunks first, each to the needing rank with the fewest
-  // bytes so far.
-  std::vector<uint32_t> order(needed.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return needed[a].nbytes > needed[b].nbytes;
-  });
-  for (const uint32_t i : order) {
-    ChunkNeeds& chunk = needed[i].tensor->chunks[needed[i].chunk];
-    int best = chunk.needs.front().dest_rank;
-    for (const Need& n : chunk.needs) {
-      if (plan.read_bytes_per_rank[n.dest_rank] <
-          plan.read_bytes_per_rank[best]) {
-        best = n.dest_rank;
-      }
-    }
-    plan.read_bytes_per_rank[best] += needed[i].nbytes;
-    chunk.reader = best;
-  }
-
-  // Emit reads in (key, chunk) order and their items.
-  plan.reads.reserve(needed.size());
-  for (const Needed& n : needed) {
-    const ChunkNeeds& chunk_needs = n.tensor->chunks[n.chunk];
-    const auto& chunk = n.tensor->meta->chunks[n.chunk];
-    const size_t read_index = plan.reads.size();
-    plan.reads.push_back(
-        {std::string(*n.key), n.chunk, chunk_needs.reader, chunk.nbytes});
-    for (const Need& need : chunk_needs.needs) {
-      const Shape& target_offset =
-          targets[need.dest_rank][need.target].box.offset;
-      plan.items.push_back({read_index, need.dest_rank, need.target,
-                            Sub(need.common.offset, chunk.global_offset),
-                            Sub(need.common.offset, target_offset),
-                            need.common.shape});
+  LoadPlan plan;
+  plan.read_bytes_per_rank.assign(num_ranks, 0);
+  ReaderTurns<std::vector<int>> turns;
+  std::vector<int> needers;
+  for (auto& [key, needs] : by_tensor) {
+    for (size_t c = 0; c < needs.by_chunk.size(); ++c) {
+      if (needs.by_chunk[c].empty()) continue;
+      needers.clear();
+      for (const Need& n : needs.by_chunk[c]) needers.push_back(n.dest_rank);
+      std::sort(needers.begin(), needers.end());
+      needers.erase(std::unique(needers.begin(), needers.end()), needers.end());
+      const int reader = turns.Next(needers, needers);
+      plan.read_bytes_per_rank[reader] += needs.stored.meta->chunks[c].nbytes;
+      EmitRead(std::string(key), needs.stored, c, reader, needs.by_chunk[c],
+               targets, [](int r) { return static_cast<size_t>(r); }, &plan);
     }
   }
   return plan;
+}
+
+namespace {
+
+// One class's target of one tensor, in the per-tensor index of
+// BuildRankLoadPlan.
+struct Owner {
+  int cls;
+  size_t target;
+};
+
+// The ranks of `classes` (ascending class ids), merged in ascending order.
+void MergeRanks(const std::vector<int>& classes,
+                const std::vector<std::vector<int>>& ranks_of_class,
+                std::vector<int>* out) {
+  out->clear();
+  for (int c : classes) {
+    const auto& ranks = ranks_of_class[c];
+    const size_t mid = out->size();
+    out->insert(out->end(), ranks.begin(), ranks.end());
+    std::inplace_merge(out->begin(), out->begin() + static_cast<long>(mid),
+                       out->end());
+  }
+}
+
+// The needs `rank` (of class `mine`) plans for a chunk read by `reader`: every
+// needer's when it reads it, else its own, plus those of ranks receiving the
+// same box into device targets when it receives into one.
+std::vector<Need> RankNeeds(const std::vector<std::pair<Owner, Box>>& hits,
+                            const TargetClasses& classes,
+                            const std::vector<std::vector<int>>& ranks_of_class,
+                            int rank, int mine, int reader) {
+  std::vector<Need> needs;
+  auto on_device = [&](const Owner& o) {
+    return !classes.on_device.empty() && classes.on_device[o.cls][o.target];
+  };
+  std::vector<const Box*> device_boxes;
+  for (const auto& [owner, common] : hits) {
+    if (owner.cls == mine && reader != rank) {
+      needs.push_back({rank, owner.target, common});
+      if (on_device(owner)) device_boxes.push_back(&common);
+    }
+  }
+  for (const auto& [owner, common] : hits) {
+    const bool all = reader == rank;
+    const bool co_receiver =
+        !all && on_device(owner) &&
+        std::any_of(device_boxes.begin(), device_boxes.end(),
+                    [&](const Box* b) { return *b == common; });
+    if (!all && !co_receiver) continue;
+    for (int r : ranks_of_class[owner.cls]) {
+      if (r == rank && !all) continue;  // its own needs are in already
+      needs.push_back({r, owner.target, common});
+    }
+  }
+  return needs;
+}
+
+}  // namespace
+
+Result<LoadPlan> BuildRankLoadPlan(
+    const std::map<std::string, TensorMetadata>& tensors,
+    const TargetClasses& classes, int rank) {
+  const int num_classes = static_cast<int>(classes.targets.size());
+  std::vector<std::vector<int>> ranks_of_class(num_classes);
+  for (int r = 0; r < static_cast<int>(classes.class_of_rank.size()); ++r)
+    ranks_of_class[classes.class_of_rank[r]].push_back(r);
+  for (int c = 0; c < num_classes; ++c) {
+    if (ranks_of_class[c].empty()) continue;
+    const std::string who = "rank " + std::to_string(ranks_of_class[c][0]);
+    for (const LoadTarget& target : classes.targets[c])
+      RETURN_IF_ERROR(CheckTarget(tensors, target, who));
+  }
+  const int mine = classes.class_of_rank[rank];
+  std::map<std::string_view, std::vector<const LoadTarget*>> my_keys;
+  for (const LoadTarget& target : classes.targets[mine]) {
+    if (target.box.volume() > 0) my_keys[target.flat_key].push_back(&target);
+  }
+  const auto bases = TensorBases(tensors);
+  LoadPlan plan;
+  ReaderTurns<std::vector<int>> turns;
+  std::vector<int> needer_classes, needers;
+  for (const auto& [key, my_targets] : my_keys) {
+    const auto& [name, meta] = *tensors.find(std::string(key));
+    const StoredTensor stored(meta, bases.at(key));
+    // Every class's targets of this tensor, indexed.
+    std::vector<Box> boxes;
+    std::vector<Owner> owners;
+    for (int c = 0; c < num_classes; ++c) {
+      if (ranks_of_class[c].empty()) continue;
+      for (size_t t = 0; t < classes.targets[c].size(); ++t) {
+        const LoadTarget& target = classes.targets[c][t];
+        if (target.flat_key != key || target.box.volume() == 0) continue;
+        boxes.push_back(target.box);
+        owners.push_back({c, t});
+      }
+    }
+    const BoxIndex targets(boxes, meta.global_shape.size());
+    // The chunks this rank needs, ascending.
+    std::vector<size_t> chunks;
+    for (const LoadTarget* target : my_targets) {
+      stored.index.ForEachOverlap(
+          target->box, [&](size_t c, const Box&) { chunks.push_back(c); });
+    }
+    std::sort(chunks.begin(), chunks.end());
+    chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
+    std::vector<std::pair<Owner, Box>> hits;
+    for (size_t c : chunks) {
+      const ChunkMetadata& chunk = meta.chunks[c];
+      hits.clear();
+      needer_classes.clear();
+      targets.ForEachOverlap(
+          Box{chunk.global_offset, chunk.local_shape},
+          [&](size_t b, const Box& common) {
+            hits.emplace_back(owners[b], common);
+            needer_classes.push_back(owners[b].cls);
+          });
+      std::sort(needer_classes.begin(), needer_classes.end());
+      needer_classes.erase(
+          std::unique(needer_classes.begin(), needer_classes.end()),
+          needer_classes.end());
+      MergeRanks(needer_classes, ranks_of_class, &needers);
+      const int reader = turns.Next(needers, needers);
+      std::vector<Need> needs =
+          RankNeeds(hits, classes, ranks_of_class, rank, mine, reader);
+      EmitRead(name, stored, c, reader, needs, classes.targets,
+               [&](int r) {
+                 return static_cast<size_t>(classes.class_of_rank[r]);
+               },
+               &plan);
+    }
+  }
+  return plan;
+}
+
+LoadPlan RestrictToRank(const LoadPlan& global, int rank,
+                        const std::function<bool(int, size_t)>& on_device) {
+  LoadPlan out;
+  size_t begin = 0;
+  for (size_t read = 0; read < global.reads.size(); ++read) {
+    size_t end = begin;
+    while (end < global.items.size() && global.items[end].read == read) ++end;
+    const ChunkRead& r = global.reads[read];
+    std::vector<const ReadItem*> device_items;
+    bool receives = false;
+    for (size_t i = begin; i < end; ++i) {
+      const ReadItem& item = global.items[i];
+      if (item.dest_rank != rank) continue;
+      receives = true;
+      if (on_device && on_device(rank, item.target)) device_items.push_back(&item);
+    }
+    if (r.reader_rank == rank || receives) {
+      const size_t index = out.reads.size();
+      out.reads.push_back(r);
+      for (size_t i = begin; i < end; ++i) {
+        const ReadItem& item = global.items[i];
+        const bool co_receiver =
+            on_device && on_device(item.dest_rank, item.target) &&
+            std::any_of(device_items.begin(), device_items.end(),
+                        [&](const ReadItem* mine) {
+                          return mine->storage_offset == item.storage_offset &&
+                                 mine->lengths == item.lengths;
+                        });
+        if (r.reader_rank == rank || item.dest_rank == rank || co_receiver) {
+          out.items.push_back(item);
+          out.items.back().read = index;
+        }
+      }
+    }
+    begin = end;
+  }
+  return out;
 }
 
 }  // namespace ckptdb::planner

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,9 +21,15 @@ struct LoadTarget {
 // One stored chunk read by one rank.
 struct ChunkRead {
   std::string flat_key;
-  size_t chunk = 0;  // index into TensorMetadata::chunks
+  // Index into TensorMetadata::chunks.
+  size_t chunk = 0;
   int reader_rank = 0;
   uint64_t nbytes = 0;
+  // The chunk's first byte in the checkpoint's canonical byte order: tensors
+  // in flat-key order, each tensor's chunks in stored order (by global
+  // offset). It depends only on the checkpoint, so every rank gives a chunk
+  // the same position whichever tensors it decoded (ChunkPositions).
+  uint64_t position = 0;
 };
 
 // One box copied from a read chunk into a target shard: the read item of
@@ -40,21 +48,59 @@ struct ReadItem {
   }
 };
 
+// A load plan: the global one (every needed chunk, every item), or one
+// rank's part of it (BuildRankLoadPlan).
 struct LoadPlan {
-  std::vector<ChunkRead> reads;  // every needed chunk exactly once
-  std::vector<ReadItem> items;   // sorted by (read, dest rank, target)
+  // Sorted by (flat key, chunk), i.e. by position.
+  std::vector<ChunkRead> reads;
+  // Sorted by (read, dest rank, target).
+  std::vector<ReadItem> items;
+  // Bytes each rank reads; empty in a rank's part.
   std::vector<uint64_t> read_bytes_per_rank;
 
   std::string ToString() const;
 };
 
 // Plans a load of `targets` (indexed by load rank) from the stored `tensors`
-// (by flat key). Overlaps are found through a per-tensor index sorted by chunk
-// offset, not by testing every pair. Each needed chunk gets one reader: the
-// rank needing it with the fewest bytes to read so far. InvalidArgument when a
-// target names an unknown key or lies outside its tensor.
+// (by flat key). Overlaps are found through per-tensor BoxIndex, not by
+// testing every pair. Each needed chunk gets one reader among the ranks
+// needing it (its needers): the needers of a chunk, ascending, taken in turn
+// by the chunks with exactly those needers, in (key, chunk) order, so that
+// every needer can tell the reader of every chunk it needs from what it needs
+// alone. InvalidArgument when a target names an unknown key or lies outside
+// its tensor. The reference for BuildRankLoadPlan.
 Result<LoadPlan> BuildLoadPlan(
     const std::map<std::string, TensorMetadata>& tensors,
     const std::vector<std::vector<LoadTarget>>& targets);
+
+// Load targets grouped by class: ranks whose targets are identical form one
+// class, and the targets travel between ranks once per class.
+struct TargetClasses {
+  // targets[c]: the targets of every rank of class c.
+  std::vector<std::vector<LoadTarget>> targets;
+  // class_of_rank[r]: rank r's class.
+  std::vector<int> class_of_rank;
+  // Optional, [class][target]: the target lies in device memory. Only used to
+  // give a receiver of a device box the items of its co-receivers.
+  std::vector<std::vector<bool>> on_device;
+};
+
+// Rank `rank`'s part of the plan BuildLoadPlan makes for the same targets:
+// every read it performs with all its items, and every read it receives from
+// with only its own items (plus, for a device target, the items of the other
+// ranks receiving the same box into device targets). Costs O(the chunks this
+// rank needs x their needers + every class's targets), not O(the job's
+// items). `tensors` must hold every tensor of the checkpoint (dtype and
+// shape), with chunks at least for the tensors of `rank`'s targets. Validates
+// every class's targets, so that every rank fails alike.
+Result<LoadPlan> BuildRankLoadPlan(
+    const std::map<std::string, TensorMetadata>& tensors,
+    const TargetClasses& classes, int rank);
+
+// The part of `global` rank `rank` gets from BuildRankLoadPlan; `on_device`
+// (dest rank, target) as in TargetClasses (may be empty). For tests.
+LoadPlan RestrictToRank(
+    const LoadPlan& global, int rank,
+    const std::function<bool(int rank, size_t target)>& on_device = nullptr);
 
 }  // namespace ckptdb::planner

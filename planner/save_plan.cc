@@ -9,8 +9,10 @@
 namespace ckptdb::planner {
 namespace {
 
+// A shard of an owner: a rank in BuildSavePlan, a class of ranks in
+// BuildClassSavePlan.
 struct Holder {
-  int rank;
+  int owner;
   size_t shard;
 };
 
@@ -19,13 +21,24 @@ struct ShardRef {
   Holder holder;
 };
 
+// The owners of a plan and the ranks behind each.
+struct Owners {
+  const std::vector<RankSaveLayout>& layouts;
+  // ranks[o]: the ranks of owner o, ascending; empty for an owner no rank has.
+  std::vector<std::vector<int>> ranks;
+  int world;
+
+  // The rank errors name for owner `o`.
+  int Named(int o) const { return ranks[o].front(); }
+};
+
 std::string RankBox(int rank, const Box& box) {
   return "rank " + std::to_string(rank) + " box " + BoxToString(box);
 }
 
-// Grouping of every rank's shards by key; values and the flat mapping go
+// Grouping of every owner's shards by key; values and the flat mapping go
 // straight into `plan`.
-Status GroupByKey(const std::vector<RankSaveLayout>& ranks, SavePlan* plan,
+Status GroupByKey(const Owners& owners, SavePlan* plan,
                   std::map<std::string, std::vector<ShardRef>>* by_key) {
   std::map<std::string, int> value_rank;
   auto add_path = [&](const std::string& key, const Path& path,
@@ -38,16 +51,25 @@ Status GroupByKey(const std::vector<RankSaveLayout>& ranks, SavePlan* plan,
     }
     return Status::OK();
   };
-  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
-    for (size_t i = 0; i < ranks[r].shards.size(); ++i) {
-      const SaveShard& s = ranks[r].shards[i];
-      RETURN_IF_ERROR(add_path(s.flat_key, s.path, r));
-      (*by_key)[s.flat_key].push_back({&s, {r, i}});
+  // Owners in the order of their lowest rank, so that errors and values come
+  // from the lowest rank as with one owner per rank.
+  std::vector<int> order;
+  for (int o = 0; o < static_cast<int>(owners.ranks.size()); ++o) {
+    if (!owners.ranks[o].empty()) order.push_back(o);
+  }
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return owners.Named(a) < owners.Named(b); });
+  for (const int o : order) {
+    const RankSaveLayout& layout = owners.layouts[o];
+    for (size_t i = 0; i < layout.shards.size(); ++i) {
+      const SaveShard& s = layout.shards[i];
+      RETURN_IF_ERROR(add_path(s.flat_key, s.path, owners.Named(o)));
+      (*by_key)[s.flat_key].push_back({&s, {o, i}});
     }
-    for (const SaveValue& v : ranks[r].values) {
-      RETURN_IF_ERROR(add_path(v.flat_key, v.path, r));
+    for (const SaveValue& v : layout.values) {
+      RETURN_IF_ERROR(add_path(v.flat_key, v.path, owners.Named(o)));
       if (plan->values.emplace(v.flat_key, v.value).second)
-        value_rank[v.flat_key] = r;
+        value_rank[v.flat_key] = owners.Named(o);
     }
   }
   for (const auto& [key, rank] : value_rank) {
@@ -56,25 +78,25 @@ Status GroupByKey(const std::vector<RankSaveLayout>& ranks, SavePlan* plan,
       return Status::InvalidArgument(
           "key '" + key + "' is a small value on rank " + std::to_string(rank) +
           " and a tensor on rank " +
-          std::to_string(tensor->second.front().holder.rank));
+          std::to_string(owners.Named(tensor->second.front().holder.owner)));
     }
   }
   return Status::OK();
 }
 
 // Checks that every rank gives `key` the same dtype and global shape.
-Status CheckAgreement(const std::string& key,
-                      const std::vector<ShardRef>& refs) {
+Status CheckAgreement(const std::string& key, const std::vector<ShardRef>& refs,
+                      const Owners& owners) {
   const SaveShard& first = *refs.front().shard;
   for (const ShardRef& ref : refs) {
     if (ref.shard->dtype != first.dtype ||
         ref.shard->global_shape != first.global_shape) {
       return Status::InvalidArgument(
           "tensor '" + key + "': rank " +
-          std::to_string(refs.front().holder.rank) + " has " +
+          std::to_string(owners.Named(refs.front().holder.owner)) + " has " +
           std::string(DTypeName(first.dtype)) + " " +
           ShapeToString(first.global_shape) + " but rank " +
-          std::to_string(ref.holder.rank) + " has " +
+          std::to_string(owners.Named(ref.holder.owner)) + " has " +
           std::string(DTypeName(ref.shard->dtype)) + " " +
           ShapeToString(ref.shard->global_shape));
     }
@@ -83,12 +105,12 @@ Status CheckAgreement(const std::string& key,
 }
 
 Status LayoutError(const std::string& key, const Shape& shape,
-                   const std::vector<ShardRef>& refs,
+                   const std::vector<ShardRef>& refs, const Owners& owners,
                    const PartitionProblem& p) {
   const std::string tensor = "tensor '" + key + "'";
   const std::string global = ShapeToString(shape);
   auto rank_box = [&](size_t i) {
-    return RankBox(refs[i].holder.rank, refs[i].shard->box);
+    return RankBox(owners.Named(refs[i].holder.owner), refs[i].shard->box);
   };
   switch (p.error) {
     case PartitionError::kNone:
@@ -99,7 +121,8 @@ Status LayoutError(const std::string& key, const Shape& shape,
           " has a negative extent or more than 2^62 elements");
     case PartitionError::kWrongRank:
       return Status::InvalidArgument(
-          tensor + " on rank " + std::to_string(refs[p.box].holder.rank) +
+          tensor + " on rank " +
+          std::to_string(owners.Named(refs[p.box].holder.owner)) +
           ": shard " + BoxToString(refs[p.box].shard->box) +
           " does not match the " + std::to_string(shape.size()) +
           "-d global shape " + global);
@@ -133,28 +156,24 @@ Status LayoutError(const std::string& key, const Shape& shape,
 }
 
 // Checks that the shards of `key`, replicas counted once, partition it.
-Status CheckLayout(const std::string& key, const std::vector<ShardRef>& refs) {
+Status CheckLayout(const std::string& key, const std::vector<ShardRef>& refs,
+                   const Owners& owners) {
   const Shape& shape = refs.front().shard->global_shape;
   std::vector<const Box*> boxes;
   boxes.reserve(refs.size());
   for (const ShardRef& ref : refs) boxes.push_back(&ref.shard->box);
   const PartitionProblem problem = CheckPartitionOfPointers(
       shape, boxes, {.allow_replicas = true, .allow_empty_boxes = true});
-  return LayoutError(key, shape, refs, problem);
+  return LayoutError(key, shape, refs, owners, problem);
 }
 
 struct Distinct {
   Box box;
-  std::vector<Holder> holders;  // ascending rank
+  // Ascending owner.
+  std::vector<Holder> holders;
 };
 
-struct Pending {
-  size_t tensor;
-  uint64_t nbytes;
-  Distinct distinct;
-};
-
-// The distinct non-empty boxes of `refs`, each with the ranks holding it.
+// The distinct non-empty boxes of `refs`, each with the owners holding it.
 std::vector<Distinct> GroupReplicas(std::vector<ShardRef>& refs) {
   std::stable_sort(refs.begin(), refs.end(),
                    [](const ShardRef& a, const ShardRef& b) {
@@ -167,46 +186,103 @@ std::vector<Distinct> GroupReplicas(std::vector<ShardRef>& refs) {
       distinct.push_back({ref.shard->box, {}});
     distinct.back().holders.push_back(ref.holder);
   }
+  for (Distinct& d : distinct) {
+    std::sort(d.holders.begin(), d.holders.end(),
+              [](const Holder& a, const Holder& b) { return a.owner < b.owner; });
+  }
   return distinct;
 }
 
-// Writers: largest boxes first, split into chunks, each chunk to the holder of
-// its box with the fewest bytes so far (then the lowest rank), so that the
-// replicas of a box share its writing. Deterministic: the order depends only
-// on the input.
-void AssignWriters(std::vector<Pending>& pending, size_t max_chunk_bytes,
-                   SavePlan* plan) {
-  std::stable_sort(
-      pending.begin(), pending.end(),
-      [](const Pending& a, const Pending& b) { return a.nbytes > b.nbytes; });
-  for (Pending& p : pending) {
-    PlannedTensor& tensor = plan->tensors[p.tensor];
-    const size_t elem = DTypeSize(tensor.dtype);
-    plan->total_bytes += p.nbytes;
-    // The holders by bytes so far (then position, which is rank order): a
-    // box's chunks cost O(log holders) each, not O(holders).
-    const std::vector<Holder>& holders = p.distinct.holders;
-    using Load = std::pair<uint64_t, size_t>;
-    std::priority_queue<Load, std::vector<Load>, std::greater<>> least;
-    for (size_t i = 0; i < holders.size(); ++i)
-      least.push({plan->bytes_per_rank[holders[i].rank], i});
-    for (Box& piece : SplitBox(p.distinct.box, elem, max_chunk_bytes)) {
-      const uint64_t piece_bytes = static_cast<uint64_t>(piece.volume()) * elem;
-      const auto [bytes, i] = least.top();
-      least.pop();
-      const Holder& best = holders[i];
-      plan->bytes_per_rank[best.rank] += piece_bytes;
-      least.push({bytes + piece_bytes, i});
-      tensor.chunks.push_back(
-          {std::move(piece), best.rank, best.shard, piece_bytes});
+// The writer turns: the holder ranks of a box (ascending) take turns over the
+// chunks of every box with exactly those holders, in plan order.
+class WriterTurns {
+ public:
+  // The ranks holding `d`, ascending, with the owner (and so the shard)
+  // behind each.
+  void HoldersOf(const Distinct& d, const Owners& owners) {
+    ranks_.clear();
+    for (size_t h = 0; h < d.holders.size(); ++h) {
+      for (int r : owners.ranks[d.holders[h].owner]) ranks_.push_back({r, h});
+    }
+    std::sort(ranks_.begin(), ranks_.end());
+    key_.resize(ranks_.size());
+    for (size_t i = 0; i < ranks_.size(); ++i) key_[i] = ranks_[i].first;
+  }
+  // The turn of the first chunk of the current box; advances by `chunks`.
+  uint64_t Take(uint64_t chunks) {
+    uint64_t& turn = turns_[key_];
+    const uint64_t first = turn;
+    turn += chunks;
+    return first;
+  }
+  // The holder taking turn `turn`: (rank, index into the box's holders).
+  const std::pair<int, size_t>& At(uint64_t turn) const {
+    return ranks_[turn % ranks_.size()];
+  }
+  bool Holds(int rank) const {
+    return std::binary_search(key_.begin(), key_.end(), rank);
+  }
+
+ private:
+  std::map<std::vector<int>, uint64_t> turns_;
+  std::vector<std::pair<int, size_t>> ranks_;
+  std::vector<int> key_;
+};
+
+// Assigns the writers of `d` (a box of `tensor`): counts every rank's bytes,
+// and keeps the chunks (all, or those of `only_writer`).
+void AssignWriters(const Distinct& d, const Owners& owners,
+                   size_t max_chunk_bytes, int only_writer, WriterTurns& turns,
+                   PlannedTensor& tensor, SavePlan* plan) {
+  const size_t elem = DTypeSize(tensor.dtype);
+  turns.HoldersOf(d, owners);
+  const SplitSizes sizes = SplitBoxSizes(d.box, elem, max_chunk_bytes);
+  const uint64_t first = turns.Take(sizes.count());
+  uint64_t turn = first;
+  for (uint64_t run = 0; run < sizes.runs; ++run) {
+    for (uint64_t j = 0; j < sizes.per_run; ++j) {
+      const uint64_t bytes =
+          j + 1 == sizes.per_run ? sizes.last_bytes : sizes.piece_bytes;
+      plan->bytes_per_rank[turns.At(turn++).first] += bytes;
     }
   }
-  for (PlannedTensor& t : plan->tensors) {
-    std::sort(t.chunks.begin(), t.chunks.end(),
+  plan->total_bytes += static_cast<uint64_t>(d.box.volume()) * elem;
+  if (only_writer >= 0 && !turns.Holds(only_writer)) return;
+  turn = first;
+  for (Box& piece : SplitBox(d.box, elem, max_chunk_bytes)) {
+    const auto& [rank, h] = turns.At(turn++);
+    if (only_writer >= 0 && rank != only_writer) continue;
+    const uint64_t bytes = static_cast<uint64_t>(piece.volume()) * elem;
+    tensor.chunks.push_back({std::move(piece), rank, d.holders[h].shard, bytes});
+  }
+}
+
+// Plans the save of `owners`' layouts (see BuildClassSavePlan).
+Result<SavePlan> PlanOwners(const Owners& owners, size_t max_chunk_bytes,
+                            int only_writer) {
+  if (max_chunk_bytes == 0)
+    return Status::InvalidArgument("max_chunk_bytes must be > 0");
+  SavePlan plan;
+  plan.bytes_per_rank.assign(owners.world, 0);
+  std::map<std::string, std::vector<ShardRef>> by_key;
+  RETURN_IF_ERROR(GroupByKey(owners, &plan, &by_key));
+  WriterTurns turns;
+  for (auto& [key, refs] : by_key) {
+    RETURN_IF_ERROR(CheckAgreement(key, refs, owners));
+    RETURN_IF_ERROR(CheckLayout(key, refs, owners));
+    const SaveShard& first = *refs.front().shard;
+    PlannedTensor& tensor = plan.tensors.emplace_back(
+        PlannedTensor{key, first.dtype, first.global_shape, {}});
+    for (const Distinct& d : GroupReplicas(refs)) {
+      AssignWriters(d, owners, max_chunk_bytes, only_writer, turns, tensor,
+                    &plan);
+    }
+    std::sort(tensor.chunks.begin(), tensor.chunks.end(),
               [](const PlannedChunk& a, const PlannedChunk& b) {
                 return a.box < b.box;
               });
   }
+  return plan;
 }
 
 }  // namespace
@@ -228,28 +304,20 @@ std::string SavePlan::ToString() const {
 
 Result<SavePlan> BuildSavePlan(const std::vector<RankSaveLayout>& ranks,
                                size_t max_chunk_bytes) {
-  if (max_chunk_bytes == 0)
-    return Status::InvalidArgument("max_chunk_bytes must be > 0");
-  SavePlan plan;
-  plan.bytes_per_rank.assign(ranks.size(), 0);
-  std::map<std::string, std::vector<ShardRef>> by_key;
-  RETURN_IF_ERROR(GroupByKey(ranks, &plan, &by_key));
+  const int world = static_cast<int>(ranks.size());
+  Owners owners{ranks, std::vector<std::vector<int>>(world), world};
+  for (int r = 0; r < world; ++r) owners.ranks[r] = {r};
+  return PlanOwners(owners, max_chunk_bytes, -1);
+}
 
-  // Per tensor: check agreement and layout, group replicas.
-  std::vector<Pending> pending;
-  for (auto& [key, refs] : by_key) {
-    RETURN_IF_ERROR(CheckAgreement(key, refs));
-    RETURN_IF_ERROR(CheckLayout(key, refs));
-    const SaveShard& first = *refs.front().shard;
-    plan.tensors.push_back({key, first.dtype, first.global_shape, {}});
-    const uint64_t elem = DTypeSize(first.dtype);
-    for (Distinct& d : GroupReplicas(refs)) {
-      const uint64_t nbytes = static_cast<uint64_t>(d.box.volume()) * elem;
-      pending.push_back({plan.tensors.size() - 1, nbytes, std::move(d)});
-    }
-  }
-  AssignWriters(pending, max_chunk_bytes, &plan);
-  return plan;
+Result<SavePlan> BuildClassSavePlan(const SaveClasses& classes,
+                                    size_t max_chunk_bytes, int only_writer) {
+  const int world = static_cast<int>(classes.class_of_rank.size());
+  Owners owners{classes.layouts,
+                std::vector<std::vector<int>>(classes.layouts.size()), world};
+  for (int r = 0; r < world; ++r)
+    owners.ranks[classes.class_of_rank[r]].push_back(r);
+  return PlanOwners(owners, max_chunk_bytes, only_writer);
 }
 
 }  // namespace ckptdb::planner

@@ -1,0 +1,103 @@
+#include "planner/box_index.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace ckptdb::planner {
+
+namespace {
+
+std::vector<BoxIndex::Ref> RefsOf(const std::vector<Box>& boxes) {
+  std::vector<BoxIndex::Ref> refs;
+  refs.reserve(boxes.size());
+  for (const Box& box : boxes) refs.push_back({&box.offset, &box.shape});
+  return refs;
+}
+
+}  // namespace
+
+BoxIndex::BoxIndex(const std::vector<Box>& boxes, size_t ndim)
+    : BoxIndex(RefsOf(boxes), ndim) {}
+
+BoxIndex::BoxIndex(std::vector<Ref> refs, size_t ndim)
+    : boxes_(std::move(refs)), ndim_(ndim) {
+  const std::vector<Ref>& boxes = boxes_;
+  assert(boxes.size() < UINT32_MAX);
+  const size_t indexed = std::min(ndim, kIndexedDims);
+  axes_.resize(indexed);
+  for (size_t d = 0; d < indexed; ++d) {
+    Axis& axis = axes_[d];
+    axis.order.resize(boxes.size());
+    for (size_t i = 0; i < boxes.size(); ++i)
+      axis.order[i] = static_cast<uint32_t>(i);
+    std::sort(axis.order.begin(), axis.order.end(), [&](uint32_t a, uint32_t b) {
+      const int64_t ba = Begin(a, d), bb = Begin(b, d);
+      return ba != bb ? ba < bb : a < b;
+    });
+    axis.max_end.resize(boxes.size());
+    int64_t running = INT64_MIN;
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      running = std::max(running, End(axis.order[i], d));
+      axis.max_end[i] = running;
+    }
+  }
+}
+
+void BoxIndex::Candidates(const Box& query, std::vector<uint32_t>* out) const {
+  out->clear();
+  const std::vector<Ref>& boxes = boxes_;
+  if (axes_.empty()) {
+    for (size_t i = 0; i < boxes.size(); ++i)
+      out->push_back(static_cast<uint32_t>(i));
+    return;
+  }
+  // Per axis, candidates are order[lo, hi): they begin before the query ends
+  // (hi), and from lo on the running end passes the query's begin.
+  size_t best = 0, best_lo = 0, best_hi = 0;
+  for (size_t d = 0; d < axes_.size(); ++d) {
+    const Axis& axis = axes_[d];
+    const int64_t begin = query.offset[d], end = query.exclusive_max(d);
+    const size_t hi = static_cast<size_t>(
+        std::partition_point(axis.order.begin(), axis.order.end(),
+                             [&](uint32_t b) { return Begin(b, d) < end; }) -
+        axis.order.begin());
+    const size_t lo = static_cast<size_t>(
+        std::partition_point(axis.max_end.begin(), axis.max_end.begin() + hi,
+                             [&](int64_t e) { return e <= begin; }) -
+        axis.max_end.begin());
+    if (d == 0 || hi - lo < best_hi - best_lo) {
+      best = d;
+      best_lo = lo;
+      best_hi = hi;
+    }
+  }
+  const Axis& axis = axes_[best];
+  for (size_t i = best_lo; i < best_hi; ++i) {
+    if (End(axis.order[i], best) > query.offset[best])
+      out->push_back(axis.order[i]);
+  }
+  std::sort(out->begin(), out->end());
+}
+
+bool BoxIndex::Meets(const Ref& box, const Box& query) const {
+  for (size_t d = 0; d < ndim_; ++d) {
+    const int64_t begin = std::max((*box.offset)[d], query.offset[d]);
+    const int64_t end = std::min((*box.offset)[d] + (*box.shape)[d],
+                                 query.exclusive_max(d));
+    if (end <= begin) return false;
+  }
+  return true;
+}
+
+Box BoxIndex::Common(const Ref& box, const Box& query) const {
+  Box out{Shape(ndim_), Shape(ndim_)};
+  for (size_t d = 0; d < ndim_; ++d) {
+    out.offset[d] = std::max((*box.offset)[d], query.offset[d]);
+    out.shape[d] = std::min((*box.offset)[d] + (*box.shape)[d],
+                            query.exclusive_max(d)) -
+                   out.offset[d];
+  }
+  return out;
+}
+
+}  // namespace ckptdb::planner

@@ -1,0 +1,71 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "planner/box.h"
+
+namespace ckptdb::planner {
+
+// A static index over boxes of one tensor answering "which boxes meet this
+// box". Per dimension (up to kIndexedDims), the boxes sorted by their begin
+// there with a running maximum of their end: a query takes, of the indexed
+// dimensions, the one with the fewest candidates (boxes that begin before the
+// query ends and may still reach its begin) and tests only those. So a
+// row-parallel query (all rows, some columns) against chunks cut into row
+// bands of column blocks scans one column block, not every chunk.
+//
+// The extents are borrowed: they must outlive the index and not change. Every
+// box has `ndim` dimensions.
+class BoxIndex {
+ public:
+  static constexpr size_t kIndexedDims = 4;
+
+  // A box's extents, borrowed.
+  struct Ref {
+    const Shape* offset;
+    const Shape* shape;
+  };
+
+  BoxIndex(std::vector<Ref> boxes, size_t ndim);
+  explicit BoxIndex(const std::vector<Box>& boxes, size_t ndim);
+
+  // Calls fn(box index, intersection) for every box meeting `query` with at
+  // least one element, in ascending box index. 0-d boxes all meet a 0-d query.
+  template <typename Fn>
+  void ForEachOverlap(const Box& query, Fn&& fn) const {
+    Candidates(query, &scratch_);
+    for (uint32_t b : scratch_) {
+      if (ndim_ == 0) {
+        fn(static_cast<size_t>(b), Box{});
+      } else if (Meets(boxes_[b], query)) {
+        fn(static_cast<size_t>(b), Common(boxes_[b], query));
+      }
+    }
+  }
+
+ private:
+  struct Axis {
+    // Box indices by begin in this dimension (then index).
+    std::vector<uint32_t> order;
+    // max_end[i]: the largest end among order[0..i] in this dimension.
+    std::vector<int64_t> max_end;
+  };
+
+  // The indices of the boxes that may meet `query`, ascending.
+  void Candidates(const Box& query, std::vector<uint32_t>* out) const;
+  bool Meets(const Ref& box, const Box& query) const;
+  Box Common(const Ref& box, const Box& query) const;
+  int64_t Begin(uint32_t b, size_t d) const { return (*boxes_[b].offset)[d]; }
+  int64_t End(uint32_t b, size_t d) const {
+    return (*boxes_[b].offset)[d] + (*boxes_[b].shape)[d];
+  }
+
+  std::vector<Ref> boxes_;
+  size_t ndim_;
+  std::vector<Axis> axes_;
+  // Reused by ForEachOverlap; the index is not thread-safe for queries.
+  mutable std::vector<uint32_t> scratch_;
+};
+
+}  // namespace ckptdb::planner
