@@ -87,10 +87,16 @@ std::map<std::string_view, uint64_t> TensorBases(
 template <typename Key>
 class ReaderTurns {
  public:
-  // The reader of the next chunk needed by `needers` (whose set `key` names).
-  int Next(const Key& key, const std::vector<int>& needers) {
+  // The reader of the next chunk needed by `needers` (whose set `key` names),
+  // at `position` with `nbytes`. A needer set's first chunk takes turn
+  // position / nbytes, its ordinal among equal chunks, so that sets beginning
+  // in different places start with different needers.
+  int Next(const Key& key, const std::vector<int>& needers, uint64_t position,
+           uint64_t nbytes) {
     assert(!needers.empty());
-    uint64_t& turn = turns_[key];
+    uint64_t& turn =
+        turns_.try_emplace(key, position / std::max<uint64_t>(1, nbytes))
+            .first->second;
     return needers[turn++ % needers.size()];
   }
 
@@ -190,7 +196,9 @@ Result<LoadPlan> BuildLoadPlan(
       for (const Need& n : needs.by_chunk[c]) needers.push_back(n.dest_rank);
       std::sort(needers.begin(), needers.end());
       needers.erase(std::unique(needers.begin(), needers.end()), needers.end());
-      const int reader = turns.Next(needers, needers);
+      const int reader =
+          turns.Next(needers, needers, needs.stored.position[c],
+                     needs.stored.meta->chunks[c].nbytes);
       plan.read_bytes_per_rank[reader] += needs.stored.meta->chunks[c].nbytes;
       EmitRead(std::string(key), needs.stored, c, reader, needs.by_chunk[c],
                targets, [](int r) { return static_cast<size_t>(r); }, &plan);
@@ -319,7 +327,8 @@ Result<LoadPlan> BuildRankLoadPlan(
           std::unique(needer_classes.begin(), needer_classes.end()),
           needer_classes.end());
       MergeRanks(needer_classes, ranks_of_class, &needers);
-      const int reader = turns.Next(needers, needers);
+      const int reader =
+          turns.Next(needers, needers, stored.position[c], chunk.nbytes);
       std::vector<Need> needs =
           RankNeeds(hits, classes, ranks_of_class, rank, mine, reader);
       EmitRead(name, stored, c, reader, needs, classes.targets,

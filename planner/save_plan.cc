@@ -208,9 +208,10 @@ class WriterTurns {
     key_.resize(ranks_.size());
     for (size_t i = 0; i < ranks_.size(); ++i) key_[i] = ranks_[i].first;
   }
-  // The turn of the first chunk of the current box; advances by `chunks`.
-  uint64_t Take(uint64_t chunks) {
-    uint64_t& turn = turns_[key_];
+  // The turn of the first chunk of the current box; advances by `chunks`. The
+  // first box of a holder set starts at turn `start`.
+  uint64_t Take(uint64_t chunks, uint64_t start) {
+    uint64_t& turn = turns_.try_emplace(key_, start).first->second;
     const uint64_t first = turn;
     turn += chunks;
     return first;
@@ -237,7 +238,11 @@ void AssignWriters(const Distinct& d, const Owners& owners,
   const size_t elem = DTypeSize(tensor.dtype);
   turns.HoldersOf(d, owners);
   const SplitSizes sizes = SplitBoxSizes(d.box, elem, max_chunk_bytes);
-  const uint64_t first = turns.Take(sizes.count());
+  // Holder sets start their turns at the ordinal the box's first chunk would
+  // have among equal chunks: sets that begin in different places start with
+  // different holders.
+  const uint64_t first = turns.Take(
+      sizes.count(), plan->total_bytes / std::max<uint64_t>(1, sizes.piece_bytes));
   uint64_t turn = first;
   for (uint64_t run = 0; run < sizes.runs; ++run) {
     for (uint64_t j = 0; j < sizes.per_run; ++j) {

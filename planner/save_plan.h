@@ -77,7 +77,8 @@ struct SavePlan {
 // ranks and shapes, and for a gap the first element no rank holds.
 //
 // Writers: the holders of a box (ascending) take turns over the chunks of all
-// boxes with exactly those holders, in (key, box, chunk) order; so the
+// boxes with exactly those holders, in (key, box, chunk) order, starting at
+// the ordinal of the set's first chunk in the plan's bytes; so the
 // replicas of a box share its writing, and every holder can tell the writer
 // of each chunk it holds from its own boxes alone. REQUIRES: max_chunk_bytes
 // > 0.

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "engine/src/agreement.h"
+#include "engine/src/classes.h"
 #include "engine/src/db_impl.h"
 #include "engine/src/device.h"
 #include "engine/src/load_executor.h"
@@ -135,35 +136,31 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
 
   LoadResult result;
   LocalTargets local;
-  RankTargets mine;
-  mine.status = MatchLeaves(state, meta, options, &local, &result);
-  mine.buffer_bytes = load_buffer_bytes();
-  mine.device = TransportDevice(local.views);
-  mine.targets = std::move(local.targets);
+  RankTargets own, shared;
+  own.status = MatchLeaves(state, meta, options, &local, &result);
+  own.buffer_bytes = load_buffer_bytes();
+  own.device = TransportDevice(local.views);
+  shared.targets = std::move(local.targets);
   for (const TensorView* view : local.views) {
-    mine.placements.push_back(
+    shared.placements.push_back(
         {view->dtype, view->device.type == DeviceType::kCUDA &&
-                          view->device.index == mine.device});
+                          view->device.index == own.device});
   }
-  ASSIGN_OR_RETURN(auto gathered, comm_->AllGather(EncodeTargets(mine)));
+  ASSIGN_OR_RETURN(RankClasses gathered,
+                   AllGatherClasses(*comm_, LoadArguments(which, options),
+                                    EncodeTargets(own), EncodeTargets(shared)));
+  ASSIGN_OR_RETURN(GatheredTargets all, DecodeTargetClasses(gathered));
+  RETURN_IF_ERROR(FirstError(all.statuses));
+  // Every rank's targets and placements, expanded from the classes.
   std::vector<std::vector<planner::LoadTarget>> targets(world);
   std::vector<std::vector<TargetPlacement>> placements(world);
-  std::vector<Status> statuses(world);
-  std::vector<int> devices(world);
-  bool any_on_device = false;
-  uint64_t round_bytes = UINT64_MAX;
   for (int r = 0; r < world; ++r) {
-    RankTargets theirs;
-    RETURN_IF_ERROR(DecodeTargets(gathered[r], &theirs));
-    statuses[r] = std::move(theirs.status);
-    round_bytes = std::min(round_bytes, theirs.buffer_bytes);
-    devices[r] = theirs.device;
-    for (const TargetPlacement& p : theirs.placements)
-      any_on_device |= p.on_device;
-    targets[r] = std::move(theirs.targets);
-    placements[r] = std::move(theirs.placements);
+    targets[r] = all.classes.targets[all.classes.class_of_rank[r]];
+    placements[r] = all.placements[all.classes.class_of_rank[r]];
   }
-  RETURN_IF_ERROR(FirstError(statuses));
+  const bool any_on_device = all.any_on_device;
+  const std::vector<int>& devices = all.devices;
+  const uint64_t round_bytes = all.buffer_bytes;
   ASSIGN_OR_RETURN(planner::LoadPlan plan,
                    planner::BuildLoadPlan(meta.tensors, targets));
   DeviceTransport* transport = nullptr;

@@ -1,10 +1,12 @@
-// DB::Save: layouts all-gathered, one global plan on every rank, chunks staged
-// per writer rank, ingested and committed by rank 0.
+// DB::Save: layouts gathered once per class of identical ranks, each rank
+// planning only the chunks it writes, chunks staged per writer rank, ingested
+// and committed by rank 0.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 
 #include "engine/src/agreement.h"
+#include "engine/src/classes.h"
 #include "engine/src/db_impl.h"
 #include "engine/src/device.h"
 #include "engine/src/parallel.h"
@@ -271,9 +273,12 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
 }
 
 // Rank 0: every rank's written files and checksums (`results`) become the
-// record, committed; the outcome, encoded for the other ranks.
-std::string CommitOnRoot(storage::Store& store, const planner::SavePlan& plan,
-                         int64_t id, const SaveOptions& options, int world,
+// record of the whole plan (every chunk of `classes`), committed; the outcome,
+// encoded for the other ranks.
+std::string CommitOnRoot(storage::Store& store,
+                         const planner::SaveClasses& classes,
+                         size_t max_chunk_bytes, int64_t id,
+                         const SaveOptions& options, int world,
                          const std::vector<std::string>& results) {
   std::vector<Status> write_statuses(world);
   std::vector<std::vector<std::string>> all_files(world);
@@ -285,8 +290,13 @@ std::string CommitOnRoot(storage::Store& store, const planner::SavePlan& plan,
   }
   if (s.ok()) s = FirstError(write_statuses);
   CheckpointMetadata meta;
+  Result<planner::SavePlan> plan = Status::OK();
   if (s.ok()) {
-    auto built = CommitRecord(plan, id, options, world, all_sums);
+    plan = planner::BuildClassSavePlan(classes, max_chunk_bytes);
+    s = plan.status();
+  }
+  if (s.ok()) {
+    auto built = CommitRecord(*plan, id, options, world, all_sums);
     s = built.status();
     if (built.ok()) meta = std::move(built).value();
   }
@@ -305,24 +315,20 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
   const int rank = comm_->rank();
   const int world = comm_->size();
 
-  // 1-2. Local layout, all-gathered with every rank's local status, once the
-  // ranks agree on step, tag and user metadata.
+  // 1-2. Local layout with the local status, gathered once per class of
+  // ranks with identical layouts, once the ranks agree on step, tag and user
+  // metadata; 3. this rank's part of the same validated plan on every rank.
   planner::RankSaveLayout layout;
   std::vector<const TensorView*> views;
   Status local = BuildLayout(state, &layout, &views);
-  ASSIGN_OR_RETURN(auto gathered,
-                   AllGatherAgreed(*comm_, SaveArguments(options),
-                                   EncodeSaveLayout(local, layout)));
-  std::vector<planner::RankSaveLayout> layouts(world);
-  std::vector<Status> statuses(world);
-  for (int r = 0; r < world; ++r) {
-    RETURN_IF_ERROR(DecodeSaveLayout(gathered[r], &statuses[r], &layouts[r]));
-  }
-  RETURN_IF_ERROR(FirstError(statuses));
-
-  // 3. The same validated plan on every rank.
+  ASSIGN_OR_RETURN(
+      RankClasses gathered,
+      AllGatherClasses(*comm_, SaveArguments(options), "",
+                       EncodeSaveLayout(local, layout)));
+  ASSIGN_OR_RETURN(planner::SaveClasses classes, DecodeSaveClasses(gathered));
   ASSIGN_OR_RETURN(planner::SavePlan plan,
-                   planner::BuildSavePlan(layouts, options_.max_chunk_bytes));
+                   planner::BuildClassSavePlan(
+                       classes, options_.max_chunk_bytes, rank));
 
   // Rank 0 checks that it may commit and picks the id, before any byte is
   // written.
@@ -347,10 +353,12 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
   // 5. Rank 0 ingests every rank's files and writes the record; all ranks
   // return its outcome.
   ASSIGN_OR_RETURN(auto results,
-                   comm_->AllGather(EncodeWritten(written, files, checksums)));
+                   GatherToRoot(*comm_, EncodeWritten(written, files, checksums)));
   std::string outcome;
-  if (rank == 0)
-    outcome = CommitOnRoot(*store_, plan, id, options, world, results);
+  if (rank == 0) {
+    outcome = CommitOnRoot(*store_, classes, options_.max_chunk_bytes, id,
+                           options, world, results);
+  }
   RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
   Status committed;
   CheckpointInfo info;

@@ -318,4 +318,47 @@ Result<int64_t> IdFromRoot(Communicator& comm,
   return id;
 }
 
+Result<planner::SaveClasses> DecodeSaveClasses(const RankClasses& gathered) {
+  planner::SaveClasses classes;
+  classes.class_of_rank = gathered.class_of_rank;
+  classes.layouts.resize(gathered.payloads.size());
+  std::vector<Status> statuses(gathered.class_of_rank.size());
+  std::vector<Status> by_class(gathered.payloads.size());
+  for (size_t c = 0; c < gathered.payloads.size(); ++c) {
+    RETURN_IF_ERROR(DecodeSaveLayout(gathered.payloads[c], &by_class[c],
+                                     &classes.layouts[c]));
+  }
+  for (size_t r = 0; r < statuses.size(); ++r)
+    statuses[r] = by_class[gathered.class_of_rank[r]];
+  RETURN_IF_ERROR(FirstError(statuses));
+  return classes;
+}
+
+Result<GatheredTargets> DecodeTargetClasses(const RankClasses& gathered) {
+  GatheredTargets out;
+  const size_t world = gathered.class_of_rank.size();
+  out.classes.class_of_rank = gathered.class_of_rank;
+  out.statuses.resize(world);
+  out.devices.resize(world);
+  for (size_t r = 0; r < world; ++r) {
+    RankTargets own;
+    RETURN_IF_ERROR(DecodeTargets(gathered.own[r], &own));
+    out.statuses[r] = std::move(own.status);
+    out.devices[r] = own.device;
+    out.buffer_bytes = std::min(out.buffer_bytes, own.buffer_bytes);
+  }
+  for (const std::string& payload : gathered.payloads) {
+    RankTargets shared;
+    RETURN_IF_ERROR(DecodeTargets(payload, &shared));
+    std::vector<bool>& on_device = out.classes.on_device.emplace_back();
+    for (const TargetPlacement& p : shared.placements) {
+      on_device.push_back(p.on_device);
+      out.any_on_device |= p.on_device;
+    }
+    out.classes.targets.push_back(std::move(shared.targets));
+    out.placements.push_back(std::move(shared.placements));
+  }
+  return out;
+}
+
 }  // namespace ckptdb::engine

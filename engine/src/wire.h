@@ -13,6 +13,7 @@
 #include "ckptdb/communicator.h"
 #include "ckptdb/metadata.h"
 #include "ckptdb/status.h"
+#include "engine/src/classes.h"
 #include "planner/load_plan.h"
 #include "planner/save_plan.h"
 
@@ -68,6 +69,10 @@ std::string EncodeSaveLayout(const Status& local,
 Status DecodeSaveLayout(std::string_view bytes, Status* local,
                         planner::RankSaveLayout* layout);
 
+// The save layouts of every class (AllGatherClasses over EncodeSaveLayout);
+// the first failing rank's local status (FirstError) when any failed.
+Result<planner::SaveClasses> DecodeSaveClasses(const RankClasses& gathered);
+
 // Where a load target lives, as every rank learns it: the reader of a slice
 // converts it to `dtype`, and sends it device to device when the target is in
 // memory of its rank's DeviceTransport device.
@@ -91,6 +96,22 @@ struct RankTargets {
 
 std::string EncodeTargets(const RankTargets& targets);
 Status DecodeTargets(std::string_view bytes, RankTargets* targets);
+
+// A load's targets as gathered by AllGatherClasses: each rank's own part
+// (status, buffer size, device: EncodeTargets without targets) and the
+// targets with their placements, once per class (EncodeTargets of only
+// those).
+struct GatheredTargets {
+  planner::TargetClasses classes;
+  // placements[c][t]: of class c's target t.
+  std::vector<std::vector<TargetPlacement>> placements;
+  std::vector<Status> statuses;
+  std::vector<int> devices;
+  // The smallest buffer any rank passed.
+  uint64_t buffer_bytes = UINT64_MAX;
+  bool any_on_device = false;
+};
+Result<GatheredTargets> DecodeTargetClasses(const RankClasses& gathered);
 
 // A status followed by a checkpoint summary (the outcome of a commit).
 std::string EncodeInfo(const Status& status, const CheckpointInfo& info);
