@@ -24,9 +24,14 @@ BoxIndex::BoxIndex(std::vector<Ref> refs, size_t ndim)
   const std::vector<Ref>& boxes = boxes_;
   assert(boxes.size() < UINT32_MAX);
   const size_t indexed = std::min(ndim, kIndexedDims);
-  axes_.resize(indexed);
   for (size_t d = 0; d < indexed; ++d) {
-    Axis& axis = axes_[d];
+    const bool alike =
+        d > 0 && std::all_of(boxes.begin(), boxes.end(), [&](const Ref& b) {
+          return (*b.offset)[d] == (*boxes.front().offset)[d];
+        });
+    if (alike) continue;
+    Axis& axis = axes_.emplace_back();
+    axis.dim = d;
     axis.order.resize(boxes.size());
     for (size_t i = 0; i < boxes.size(); ++i)
       axis.order[i] = static_cast<uint32_t>(i);
@@ -54,8 +59,9 @@ void BoxIndex::Candidates(const Box& query, std::vector<uint32_t>* out) const {
   // Per axis, candidates are order[lo, hi): they begin before the query ends
   // (hi), and from lo on the running end passes the query's begin.
   size_t best = 0, best_lo = 0, best_hi = 0;
-  for (size_t d = 0; d < axes_.size(); ++d) {
-    const Axis& axis = axes_[d];
+  for (size_t a = 0; a < axes_.size(); ++a) {
+    const Axis& axis = axes_[a];
+    const size_t d = axis.dim;
     const int64_t begin = query.offset[d], end = query.exclusive_max(d);
     const size_t hi = static_cast<size_t>(
         std::partition_point(axis.order.begin(), axis.order.end(),
@@ -65,15 +71,15 @@ void BoxIndex::Candidates(const Box& query, std::vector<uint32_t>* out) const {
         std::partition_point(axis.max_end.begin(), axis.max_end.begin() + hi,
                              [&](int64_t e) { return e <= begin; }) -
         axis.max_end.begin());
-    if (d == 0 || hi - lo < best_hi - best_lo) {
-      best = d;
+    if (a == 0 || hi - lo < best_hi - best_lo) {
+      best = a;
       best_lo = lo;
       best_hi = hi;
     }
   }
   const Axis& axis = axes_[best];
   for (size_t i = best_lo; i < best_hi; ++i) {
-    if (End(axis.order[i], best) > query.offset[best])
+    if (End(axis.order[i], axis.dim) > query.offset[axis.dim])
       out->push_back(axis.order[i]);
   }
   std::sort(out->begin(), out->end());

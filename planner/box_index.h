@@ -46,6 +46,7 @@ class BoxIndex {
 
  private:
   struct Axis {
+    size_t dim;
     // Box indices by begin in this dimension (then index).
     std::vector<uint32_t> order;
     // max_end[i]: the largest end among order[0..i] in this dimension.

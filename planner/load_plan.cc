@@ -173,10 +173,16 @@ Result<LoadPlan> BuildLoadPlan(
     for (size_t t = 0; t < targets[r].size(); ++t) {
       const LoadTarget& target = targets[r][t];
       if (target.box.volume() == 0) continue;
-      auto it = tensors.find(target.flat_key);
-      auto [entry, added] = by_tensor.try_emplace(
-          it->first, Needs{StoredTensor(it->second, bases.at(it->first)), {}});
-      if (added) entry->second.by_chunk.resize(it->second.chunks.size());
+      auto entry = by_tensor.find(target.flat_key);
+      if (entry == by_tensor.end()) {
+        auto it = tensors.find(target.flat_key);
+        entry = by_tensor
+                    .emplace(it->first,
+                             Needs{StoredTensor(it->second, bases.at(it->first)),
+                                   std::vector<std::vector<Need>>(
+                                       it->second.chunks.size())})
+                    .first;
+      }
       Needs& needs = entry->second;
       needs.stored.index.ForEachOverlap(
           target.box, [&](size_t chunk, const Box& common) {
