@@ -149,9 +149,11 @@ Status DecodeWritten(std::string_view bytes, Status* status,
 }
 
 // The metadata record rank 0 commits: the plan's tensors with the checksums
-// each writer reported (in plan order of its chunks).
+// each writer reported (in plan order of its chunks). Takes the chunks' boxes
+// from `plan`, tensor by tensor, so that the whole plan and the whole record
+// are not held at once.
 Result<CheckpointMetadata> CommitRecord(
-    const planner::SavePlan& plan, int64_t id, const SaveOptions& options,
+    planner::SavePlan plan, int64_t id, const SaveOptions& options,
     int world, const std::vector<std::vector<uint64_t>>& sums_by_rank) {
   CheckpointMetadata meta;
   meta.info.id = id;
@@ -163,24 +165,27 @@ Result<CheckpointMetadata> CommitRecord(
   meta.info.world_size = world;
   meta.info.num_tensors = static_cast<int64_t>(plan.tensors.size());
   meta.info.nbytes = static_cast<int64_t>(plan.total_bytes);
-  meta.flat_mapping = plan.flat_mapping;
-  meta.values = plan.values;
+  meta.flat_mapping = std::move(plan.flat_mapping);
+  meta.values = std::move(plan.values);
   meta.user_metadata = options.user_metadata;
   std::vector<size_t> cursor(world, 0);
-  for (const auto& tensor : plan.tensors) {
+  for (auto& tensor : plan.tensors) {
     TensorMetadata& t = meta.tensors[tensor.flat_key];
     t.dtype = tensor.dtype;
     t.global_shape = tensor.global_shape;
-    for (const auto& chunk : tensor.chunks) {
+    t.chunks.reserve(tensor.chunks.size());
+    for (auto& chunk : tensor.chunks) {
       const auto& sums = sums_by_rank[chunk.writer_rank];
       size_t& at = cursor[chunk.writer_rank];
       if (at >= sums.size()) {
         return Status::Internal("rank " + std::to_string(chunk.writer_rank) +
                                 " reported too few chunk checksums");
       }
-      t.chunks.push_back({chunk.box.offset, chunk.box.shape, chunk.writer_rank,
+      t.chunks.push_back({std::move(chunk.box.offset),
+                          std::move(chunk.box.shape), chunk.writer_rank,
                           chunk.nbytes, sums[at++]});
     }
+    std::vector<planner::PlannedChunk>().swap(tensor.chunks);
   }
   return meta;
 }
@@ -296,7 +301,8 @@ std::string CommitOnRoot(storage::Store& store,
     s = plan.status();
   }
   if (s.ok()) {
-    auto built = CommitRecord(*plan, id, options, world, all_sums);
+    auto built =
+        CommitRecord(std::move(plan).value(), id, options, world, all_sums);
     s = built.status();
     if (built.ok()) meta = std::move(built).value();
   }
