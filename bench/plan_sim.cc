@@ -43,6 +43,14 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// CPU seconds this process has used (the machine may be shared: wall time
+// then overstates the planning's own time).
+double CpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + t.tv_nsec * 1e-9;
+}
+
 // This process's peak resident memory so far, in bytes.
 uint64_t SelfPeakRss() {
   rusage usage{};
@@ -125,13 +133,14 @@ uint64_t FakeChecksum(uint64_t i) {
 
 // DB::Save steps 1-3 (save.cc) on `rank`: every rank's layout decoded from
 // the gathered bytes, then the plan. Fills "decode_seconds",
-// "plan_seconds", "seconds" of `out`.
+// "plan_seconds", "seconds" (wall) and "cpu_seconds" of `out`.
 Result<planner::SavePlan> SimulateSavePlanning(
     const std::vector<std::string>& gathered, int rank, size_t max_chunk_bytes,
     Json& out) {
   (void)rank;  // today every rank plans the whole save
   const int world = static_cast<int>(gathered.size());
   const auto start = Clock::now();
+  const double cpu_start = CpuSeconds();
   std::vector<planner::RankSaveLayout> layouts(world);
   std::vector<Status> statuses(world);
   for (int r = 0; r < world; ++r) {
@@ -144,6 +153,7 @@ Result<planner::SavePlan> SimulateSavePlanning(
   auto plan = planner::BuildSavePlan(layouts, max_chunk_bytes);
   out["plan_seconds"] = SecondsSince(plan_start);
   out["seconds"] = SecondsSince(start);
+  out["cpu_seconds"] = CpuSeconds() - cpu_start;
   return plan;
 }
 
@@ -158,11 +168,13 @@ Result<std::string> SimulateMetadata(const planner::SavePlan& plan, int world,
       sums_by_rank[chunk.writer_rank].push_back(FakeChecksum(next++));
   }
   const auto start = Clock::now();
+  const double cpu_start = CpuSeconds();
   ASSIGN_OR_RETURN(
       CheckpointMetadata meta,
       engine::CommitRecord(plan, /*id=*/1, SaveOptions{}, world, sums_by_rank));
   std::string record = storage::EncodeCheckpoint(meta);
   out["encode_seconds"] = SecondsSince(start);
+  out["encode_cpu_seconds"] = CpuSeconds() - cpu_start;
   out["chunks"] = next;
   return record;
 }
@@ -171,21 +183,24 @@ Result<std::string> SimulateMetadata(const planner::SavePlan& plan, int world,
 Result<CheckpointMetadata> SimulateRecordDecode(std::string_view record,
                                                 Json& out) {
   const auto start = Clock::now();
+  const double cpu_start = CpuSeconds();
   auto meta = storage::DecodeCheckpoint(record);
   out["decode_seconds"] = SecondsSince(start);
+  out["decode_cpu_seconds"] = CpuSeconds() - cpu_start;
   return meta;
 }
 
 // DB::Load (load.cc) after the record on `rank`: every rank's targets decoded
 // from the gathered bytes, the plan, and the executor's rounds. Fills
-// "decode_seconds", "plan_seconds", "rounds_seconds", "seconds", "items" (of
-// the plan this rank builds), "rank_items" (those `rank` reads or receives),
-// "reads", "rounds".
+// "decode_seconds", "plan_seconds", "rounds_seconds", "seconds", "cpu_seconds",
+// "items" (of the plan this rank builds), "rank_items" (those `rank` reads or
+// receives), "reads", "rounds".
 Status SimulateLoadPlanning(const CheckpointMetadata& meta,
                             const std::vector<std::string>& gathered, int rank,
                             Json& out) {
   const int world = static_cast<int>(gathered.size());
   const auto start = Clock::now();
+  const double cpu_start = CpuSeconds();
   std::vector<std::vector<planner::LoadTarget>> targets(world);
   std::vector<std::vector<engine::TargetPlacement>> placements(world);
   std::vector<Status> statuses(world);
@@ -208,6 +223,7 @@ Status SimulateLoadPlanning(const CheckpointMetadata& meta,
   const auto rounds = engine::AssignRounds(meta, plan, world, round_bytes);
   out["rounds_seconds"] = SecondsSince(rounds_start);
   out["seconds"] = SecondsSince(start);
+  out["cpu_seconds"] = CpuSeconds() - cpu_start;
   uint64_t rank_items = 0;
   for (const planner::ReadItem& item : plan.items) {
     rank_items +=
@@ -225,12 +241,14 @@ Status SimulateLoadPlanning(const CheckpointMetadata& meta,
 
 // Runs `phase` in a child under RLIMIT_AS = `limit_bytes` (0: none). The child
 // fills a JSON object (a failure: "error"); returned with "peak_rss_bytes",
-// the child's ru_maxrss. An allocation failure becomes "out of memory", a
-// child killed by a signal "killed by signal N".
+// the child's ru_maxrss, and the child's wall and CPU time ("child_seconds",
+// "child_cpu_seconds": inputs and all, up to a failure). An allocation failure
+// becomes "out of memory", a child killed by a signal "killed by signal N".
 Json RunPhase(const std::function<void(Json&)>& phase, uint64_t limit_bytes) {
   int fds[2];
   if (pipe(fds) != 0) return Json{{"error", "pipe failed"}};
   std::fflush(nullptr);
+  const auto start = Clock::now();
   const pid_t pid = fork();
   if (pid < 0) return Json{{"error", "fork failed"}};
   if (pid == 0) {
@@ -275,6 +293,10 @@ Json RunPhase(const std::function<void(Json&)>& phase, uint64_t limit_bytes) {
                    "likely out of memory)";
   }
   out["peak_rss_bytes"] = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+  out["child_seconds"] = SecondsSince(start);
+  out["child_cpu_seconds"] =
+      usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+      (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
   return out;
 }
 
@@ -403,8 +425,9 @@ Json Simulate(const SimConfig& c) {
     load = RunPhase([&](Json& out) { LoadPhase(c, load_rank, out); }, limit);
     const Json record = load.value("record", Json::object());
     load.erase("record");
-    if (record.contains("decode_seconds"))
-      meta["decode_seconds"] = record["decode_seconds"];
+    for (const char* field : {"decode_seconds", "decode_cpu_seconds"}) {
+      if (record.contains(field)) meta[field] = record[field];
+    }
     if (record.contains("peak_rss_bytes"))
       meta["decode_peak_rss_bytes"] = record["peak_rss_bytes"];
   }
@@ -415,15 +438,22 @@ Json Simulate(const SimConfig& c) {
   return result;
 }
 
-std::string GiB(const Json& bytes) {
+// "1.52 GiB", "69.1 KiB", ...
+std::string Bytes(const Json& bytes) {
   if (!bytes.is_number()) return "?";
+  double v = bytes.get<double>();
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  size_t u = 0;
+  while (v >= 1024 && u + 1 < std::size(units)) {
+    v /= 1024;
+    ++u;
+  }
   char text[32];
-  std::snprintf(text, sizeof(text), "%.2f GiB",
-                bytes.get<double>() / double(uint64_t{1} << 30));
+  std::snprintf(text, sizeof(text), "%.3g %s", v, units[u]);
   return text;
 }
 
-std::string Num(const Json& v, const char* format = "%.2f") {
+std::string Num(const Json& v, const char* format = "%.3g") {
   if (!v.is_number()) return "?";
   char text[32];
   std::snprintf(text, sizeof(text), format, v.get<double>());
@@ -457,20 +487,21 @@ void PrintSummary(const Json& r) {
       "rank %s, mean %s)%s\n",
       Layout(r["config"]["save"]).c_str(), s["rank"].dump().c_str(),
       Num(s["seconds"]).c_str(), Num(s["decode_seconds"]).c_str(),
-      Num(s["plan_seconds"]).c_str(), GiB(s["peak_rss_bytes"]).c_str(),
-      GiB(s["gathered_bytes"]).c_str(), Num(r["writer_imbalance"]).c_str(),
-      GiB(s["max_write_bytes"]).c_str(),
+      Num(s["plan_seconds"]).c_str(), Bytes(s["peak_rss_bytes"]).c_str(),
+      Bytes(s["gathered_bytes"]).c_str(), Num(r["writer_imbalance"]).c_str(),
+      Bytes(s["max_write_bytes"]).c_str(),
       s.value("max_writer_rank", Json()).dump().c_str(),
-      GiB(s["mean_write_bytes"]).c_str(), error(s).c_str());
+      Bytes(s["mean_write_bytes"]).c_str(), error(s).c_str());
   const Json& d = r["metadata"];
   std::printf(
       "metadata    %s chunks, record %s (%s B/chunk): build + encode %s s, "
       "peak RSS %s; decode %s s, peak RSS %s%s\n",
-      Num(d["chunks"], "%.0f").c_str(), GiB(d["bytes"]).c_str(),
+      Num(d["chunks"], "%.0f").c_str(), Bytes(d["bytes"]).c_str(),
       Num(d["bytes_per_chunk"], "%.1f").c_str(),
-      Num(d["encode_seconds"]).c_str(), GiB(d["encode_peak_rss_bytes"]).c_str(),
-      Num(d["decode_seconds"]).c_str(), GiB(d["decode_peak_rss_bytes"]).c_str(),
-      error(d).c_str());
+      Num(d["encode_seconds"]).c_str(),
+      Bytes(d["encode_peak_rss_bytes"]).c_str(),
+      Num(d["decode_seconds"]).c_str(),
+      Bytes(d["decode_peak_rss_bytes"]).c_str(), error(d).c_str());
   const Json& l = r["load_plan"];
   std::printf(
       "load plan   %s, rank %s: %s s (decode targets %s s, BuildLoadPlan %s "
@@ -479,7 +510,7 @@ void PrintSummary(const Json& r) {
       Layout(r["config"]["load"]).c_str(), l["rank"].dump().c_str(),
       Num(l["seconds"]).c_str(), Num(l["decode_seconds"]).c_str(),
       Num(l["plan_seconds"]).c_str(), Num(l["rounds_seconds"]).c_str(),
-      GiB(l["peak_rss_bytes"]).c_str(), Num(l["items"], "%.0f").c_str(),
+      Bytes(l["peak_rss_bytes"]).c_str(), Num(l["items"], "%.0f").c_str(),
       Num(l["rank_items"], "%.0f").c_str(), Num(l["reads"], "%.0f").c_str(),
       Num(l["rounds"], "%.0f").c_str(), error(l).c_str());
 }
