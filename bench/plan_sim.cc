@@ -309,9 +309,9 @@ double WriterImbalance(const planner::SavePlan& plan, int rank, Json& out) {
   out["max_write_bytes"] = *max;
   out["mean_write_bytes"] = mean;
   out["rank_write_bytes"] = bytes[rank];
-  out["chunks"] = 0;
-  for (const auto& tensor : plan.tensors)
-    out["chunks"] = out["chunks"].get<uint64_t>() + tensor.chunks.size();
+  uint64_t chunks = 0;
+  for (const auto& tensor : plan.tensors) chunks += tensor.chunks.size();
+  out["chunks"] = chunks;
   return mean > 0 ? static_cast<double>(*max) / mean : 0;
 }
 
