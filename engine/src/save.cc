@@ -2,7 +2,6 @@
 // planning only the chunks it writes, chunks staged per writer rank, ingested
 // and committed by rank 0.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 
 #include "engine/src/agreement.h"
@@ -10,6 +9,7 @@
 #include "engine/src/db_impl.h"
 #include "engine/src/device.h"
 #include "engine/src/parallel.h"
+#include "engine/src/save_record.h"
 #include "engine/src/tensor_checks.h"
 #include "engine/src/wire.h"
 #include "planner/flatten.h"
@@ -146,48 +146,6 @@ Status DecodeWritten(std::string_view bytes, Status* status,
       return Status::Internal("malformed save result from a rank");
   }
   return Status::OK();
-}
-
-// The metadata record rank 0 commits: the plan's tensors with the checksums
-// each writer reported (in plan order of its chunks). Takes the chunks' boxes
-// from `plan`, tensor by tensor, so that the whole plan and the whole record
-// are not held at once.
-Result<CheckpointMetadata> CommitRecord(
-    planner::SavePlan plan, int64_t id, const SaveOptions& options,
-    int world, const std::vector<std::vector<uint64_t>>& sums_by_rank) {
-  CheckpointMetadata meta;
-  meta.info.id = id;
-  meta.info.step = options.step;
-  meta.info.tag = options.tag;
-  meta.info.created = std::chrono::duration<double>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  meta.info.world_size = world;
-  meta.info.num_tensors = static_cast<int64_t>(plan.tensors.size());
-  meta.info.nbytes = static_cast<int64_t>(plan.total_bytes);
-  meta.flat_mapping = std::move(plan.flat_mapping);
-  meta.values = std::move(plan.values);
-  meta.user_metadata = options.user_metadata;
-  std::vector<size_t> cursor(world, 0);
-  for (auto& tensor : plan.tensors) {
-    TensorMetadata& t = meta.tensors[tensor.flat_key];
-    t.dtype = tensor.dtype;
-    t.global_shape = tensor.global_shape;
-    t.chunks.reserve(tensor.chunks.size());
-    for (auto& chunk : tensor.chunks) {
-      const auto& sums = sums_by_rank[chunk.writer_rank];
-      size_t& at = cursor[chunk.writer_rank];
-      if (at >= sums.size()) {
-        return Status::Internal("rank " + std::to_string(chunk.writer_rank) +
-                                " reported too few chunk checksums");
-      }
-      t.chunks.push_back({std::move(chunk.box.offset),
-                          std::move(chunk.box.shape), chunk.writer_rank,
-                          chunk.nbytes, sums[at++]});
-    }
-    std::vector<planner::PlannedChunk>().swap(tensor.chunks);
-  }
-  return meta;
 }
 
 // This rank's chunks of `plan`, and their order by storage key.

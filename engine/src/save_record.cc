@@ -1,0 +1,46 @@
+#include "engine/src/save_record.h"
+
+#include <chrono>
+#include <string>
+
+namespace ckptdb::engine {
+
+Result<CheckpointMetadata> CommitRecord(
+    planner::SavePlan plan, int64_t id, const SaveOptions& options,
+    int world, const std::vector<std::vector<uint64_t>>& sums_by_rank) {
+  CheckpointMetadata meta;
+  meta.info.id = id;
+  meta.info.step = options.step;
+  meta.info.tag = options.tag;
+  meta.info.created = std::chrono::duration<double>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  meta.info.world_size = world;
+  meta.info.num_tensors = static_cast<int64_t>(plan.tensors.size());
+  meta.info.nbytes = static_cast<int64_t>(plan.total_bytes);
+  meta.flat_mapping = std::move(plan.flat_mapping);
+  meta.values = std::move(plan.values);
+  meta.user_metadata = options.user_metadata;
+  std::vector<size_t> cursor(world, 0);
+  for (auto& tensor : plan.tensors) {
+    TensorMetadata& t = meta.tensors[tensor.flat_key];
+    t.dtype = tensor.dtype;
+    t.global_shape = tensor.global_shape;
+    t.chunks.reserve(tensor.chunks.size());
+    for (auto& chunk : tensor.chunks) {
+      const auto& sums = sums_by_rank[chunk.writer_rank];
+      size_t& at = cursor[chunk.writer_rank];
+      if (at >= sums.size()) {
+        return Status::Internal("rank " + std::to_string(chunk.writer_rank) +
+                                " reported too few chunk checksums");
+      }
+      t.chunks.push_back({std::move(chunk.box.offset),
+                          std::move(chunk.box.shape), chunk.writer_rank,
+                          chunk.nbytes, sums[at++]});
+    }
+    std::vector<planner::PlannedChunk>().swap(tensor.chunks);
+  }
+  return meta;
+}
+
+}  // namespace ckptdb::engine
