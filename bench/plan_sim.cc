@@ -28,6 +28,7 @@
 #include "bench/llama_model.h"
 #include "engine/src/classes.h"
 #include "engine/src/load_executor.h"
+#include "engine/src/load_planning.h"
 #include "engine/src/save_record.h"
 #include "engine/src/wire.h"
 #include "planner/load_plan.h"
@@ -117,25 +118,35 @@ GatheredClasses GatheredSaveLayouts(const LlamaConfig& model,
   return gathered;
 }
 
-// What the AllGather of DB::Load gives each rank: every rank's EncodeTargets
-// (host targets of the stored dtype, no device transport).
-std::vector<std::string> GatheredTargets(const LlamaConfig& model,
-                                         const Parallelism& par,
-                                         uint64_t buffer_bytes) {
-  std::vector<std::string> distinct;
+// What the two exchanges of AllGatherClasses give each rank in DB::Load: every
+// rank's own part (EncodeTargets of status, buffer and device) with the digest
+// of its targets and placements, then each class's targets from its lowest
+// rank (host targets of the stored dtype, no device transport).
+GatheredClasses GatheredTargets(const LlamaConfig& model,
+                                const Parallelism& par, uint64_t buffer_bytes) {
+  engine::RankTargets own;
+  own.buffer_bytes = buffer_bytes;
+  own.device = -1;
+  const std::string own_bytes = engine::EncodeTargets(own);
+  std::vector<std::string> shared, digests;
   for (int r = 0; r < par.tp * par.pp; ++r) {
     const std::vector<ModelShard> shards = RankShards(model, par, r);
     engine::RankTargets mine;
-    mine.buffer_bytes = buffer_bytes;
-    mine.device = -1;
     mine.targets = LoadTargetsOf(shards);
     for (const ModelShard& s : shards)
       mine.placements.push_back({s.tensor.dtype, false});
-    distinct.push_back(engine::EncodeTargets(mine));
+    shared.push_back(engine::EncodeTargets(mine));
+    digests.push_back(engine::EncodeClassDigest(own_bytes, shared.back()));
   }
-  std::vector<std::string> gathered(par.world());
+  GatheredClasses gathered;
+  gathered.digests.resize(par.world());
   for (int r = 0; r < par.world(); ++r)
-    gathered[r] = distinct[r % (par.tp * par.pp)];
+    gathered.digests[r] = digests[r % (par.tp * par.pp)];
+  gathered.payloads.resize(par.world());
+  const std::vector<bool> sends = engine::ClassRepresentatives(gathered.digests);
+  for (int r = 0; r < par.world(); ++r) {
+    if (sends[r]) gathered.payloads[r] = shared[r % (par.tp * par.pp)];
+  }
   return gathered;
 }
 
@@ -210,49 +221,31 @@ Result<CheckpointMetadata> SimulateRecordDecode(std::string_view record,
   return meta;
 }
 
-// DB::Load (load.cc) after the record on `rank`: every rank's targets decoded
-// from the gathered bytes, the plan, and the executor's rounds. Fills
-// "decode_seconds", "plan_seconds", "rounds_seconds", "seconds", "cpu_seconds",
-// "items" (of the plan this rank builds), "rank_items" (those `rank` reads or
-// receives), "reads", "rounds".
+// DB::Load (load.cc) after the record on `rank`: the classes of targets
+// decoded from the gathered bytes and the rank's part of the plan
+// (PlanRankLoad). Fills "decode_seconds", "plan_seconds", "seconds",
+// "cpu_seconds", "items" and "reads" (of the rank's part), "classes".
 Status SimulateLoadPlanning(const CheckpointMetadata& meta,
-                            const std::vector<std::string>& gathered, int rank,
-                            Json& out) {
-  const int world = static_cast<int>(gathered.size());
+                            GatheredClasses gathered, int rank, Json& out) {
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
-  std::vector<std::vector<planner::LoadTarget>> targets(world);
-  std::vector<std::vector<engine::TargetPlacement>> placements(world);
-  std::vector<Status> statuses(world);
-  uint64_t round_bytes = UINT64_MAX;
-  for (int r = 0; r < world; ++r) {
-    engine::RankTargets theirs;
-    RETURN_IF_ERROR(engine::DecodeTargets(gathered[r], &theirs));
-    statuses[r] = std::move(theirs.status);
-    round_bytes = std::min(round_bytes, theirs.buffer_bytes);
-    targets[r] = std::move(theirs.targets);
-    placements[r] = std::move(theirs.placements);
-  }
-  RETURN_IF_ERROR(engine::FirstError(statuses));
+  ASSIGN_OR_RETURN(
+      engine::RankClasses classes,
+      engine::ClassesFromGathered(gathered.digests, std::move(gathered.payloads)));
   out["decode_seconds"] = SecondsSince(start);
   const auto plan_start = Clock::now();
-  ASSIGN_OR_RETURN(planner::LoadPlan plan,
-                   planner::BuildLoadPlan(meta.tensors, targets));
+  ASSIGN_OR_RETURN(engine::RankLoadPlanning planned,
+                   engine::PlanRankLoad(meta.tensors, classes, rank));
   out["plan_seconds"] = SecondsSince(plan_start);
-  const auto rounds_start = Clock::now();
-  const auto rounds = engine::AssignRounds(meta, plan, world, round_bytes);
-  out["rounds_seconds"] = SecondsSince(rounds_start);
   out["seconds"] = SecondsSince(start);
   out["cpu_seconds"] = CpuSeconds() - cpu_start;
-  uint64_t rank_items = 0;
-  for (const planner::ReadItem& item : plan.items) {
-    rank_items +=
-        item.dest_rank == rank || plan.reads[item.read].reader_rank == rank;
-  }
-  out["items"] = plan.items.size();
-  out["rank_items"] = rank_items;
-  out["reads"] = plan.reads.size();
-  out["rounds"] = rounds.size();
+  out["classes"] = classes.payloads.size();
+  out["items"] = planned.plan.items.size();
+  out["reads"] = planned.plan.reads.size();
+  uint64_t mine = 0;
+  for (const planner::ChunkRead& read : planned.plan.reads)
+    mine += read.reader_rank == rank;
+  out["rank_reads"] = mine;
   return Status::OK();
 }
 
@@ -397,7 +390,8 @@ void LoadPhase(const SimConfig& c, int rank, Json& out) {
   const auto start = Clock::now();
   const auto gathered = GatheredTargets(c.model, c.load, c.round_bytes);
   out["input_seconds"] = SecondsSince(start);
-  const Status planned = SimulateLoadPlanning(*meta, gathered, rank, out);
+  const Status planned =
+      SimulateLoadPlanning(*meta, std::move(gathered), rank, out);
   if (!planned.ok()) out["error"] = planned.ToString();
 }
 

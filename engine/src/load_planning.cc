@@ -1,0 +1,16 @@
+#include "engine/src/load_planning.h"
+
+namespace ckptdb::engine {
+
+Result<RankLoadPlanning> PlanRankLoad(
+    const std::map<std::string, TensorMetadata>& tensors,
+    const RankClasses& gathered, int rank) {
+  RankLoadPlanning out;
+  ASSIGN_OR_RETURN(out.all, DecodeTargetClasses(gathered));
+  RETURN_IF_ERROR(FirstError(out.all.statuses));
+  ASSIGN_OR_RETURN(out.plan,
+                   planner::BuildRankLoadPlan(tensors, out.all.classes, rank));
+  return out;
+}
+
+}  // namespace ckptdb::engine
