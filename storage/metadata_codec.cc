@@ -84,12 +84,14 @@ CheckpointInfo ReadInfo(Checkpoint::Reader r) {
 }
 
 // Runs fn(Root::Reader) over an aligned copy of `bytes` with limits, mapping
-// every Cap'n Proto exception to Corruption.
+// every Cap'n Proto exception to Corruption (starting with `what`, the
+// record's name, when given).
 template <typename T, typename Root, typename Fn>
-Result<T> WithReader(std::string_view bytes, Fn&& fn) {
+Result<T> WithReader(std::string_view bytes, Fn&& fn,
+                     const std::string& what = "") {
   if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0) {
-    return Bad("record of " + std::to_string(bytes.size()) +
-               " bytes is not a whole message");
+    return Bad(what + (what.empty() ? "record" : " record") + " of " +
+               std::to_string(bytes.size()) + " bytes is not a whole message");
   }
   kj::Array<capnp::word> words =
       kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
@@ -103,7 +105,8 @@ Result<T> WithReader(std::string_view bytes, Fn&& fn) {
     result = fn(reader.getRoot<Root>());
   });
   KJ_IF_MAYBE (e, error) {
-    return Bad(std::string(e->getDescription().cStr()));
+    return Bad((what.empty() ? "" : what + " record: ") +
+               std::string(e->getDescription().cStr()));
   }
   return result;
 }
@@ -529,9 +532,11 @@ Result<std::vector<ChunkMetadata>> DecodeTensorRecord(const MainRecord& main,
                                   : " does not have"));
   }
   return WithReader<std::vector<ChunkMetadata>, TensorChunks>(
-      bytes, [&](TensorChunks::Reader r) {
+      bytes,
+      [&](TensorChunks::Reader r) {
         return ReadTensorRecord(r, main, key, tensor->second, count->second);
-      });
+      },
+      "tensor '" + std::string(key) + "'");
 }
 
 Status DecodeAllTensorRecords(
