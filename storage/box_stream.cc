@@ -22,9 +22,7 @@ void PutVarint(std::string* out, uint64_t v) {
   out->push_back(static_cast<char>(v));
 }
 
-uint64_t ZigZag(uint64_t v) {
-  return (v << 1) ^ (0 - (v >> 63));
-}
+uint64_t ZigZag(uint64_t v) { return (v << 1) ^ (0 - (v >> 63)); }
 
 int64_t UnZigZag(uint64_t v) {
   return static_cast<int64_t>((v >> 1) ^ (0 - (v & 1)));
@@ -124,7 +122,8 @@ std::string EncodeBoxStream(const Shape& global_shape,
     for (size_t d = 0; d < n; ++d) {
       const int64_t offset = At(c->global_offset, d);
       if (offset != predicted[d]) flags |= kOffsetGiven;
-      if (At(c->local_shape, d) != Clipped(reference[d], global_shape[d], offset))
+      if (At(c->local_shape, d) !=
+          Clipped(reference[d], global_shape[d], offset))
         flags |= kShapeGiven;
     }
     if (c->writer_rank != prev_writer) flags |= kWriterGiven;
@@ -182,8 +181,9 @@ Status DecodeBoxStream(std::string_view bytes, const Shape& global_shape,
       uint64_t v = 0;
       if (!in.Varint(&v)) return Bad(what, i, "a bad shape varint");
       if (v > static_cast<uint64_t>(kMaxExtent)) {
-        return Bad(what, i,
-                   "shape has extent " + std::to_string(static_cast<int64_t>(v)));
+        return Bad(
+            what, i,
+            "shape has extent " + std::to_string(static_cast<int64_t>(v)));
       }
       reference[d] = static_cast<int64_t>(v);
     }

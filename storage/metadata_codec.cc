@@ -488,8 +488,8 @@ std::string EncodeTensorRecord(int64_t checkpoint_id, const std::string& key,
   r.setCheckpointId(checkpoint_id);
   r.setKey(TextOf(key));
   r.setChunkCount(sorted.size());
-  r.setBoxes(capnp::Data::Reader(
-      reinterpret_cast<const uint8_t*>(boxes.data()), boxes.size()));
+  r.setBoxes(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(boxes.data()),
+                                 boxes.size()));
   auto checksums = r.initChecksums(static_cast<unsigned>(sorted.size()));
   for (unsigned i = 0; i < sorted.size(); ++i)
     checksums.set(i, sorted[i]->checksum);
@@ -502,8 +502,7 @@ std::vector<std::pair<std::string, std::string>> EncodeCheckpointRecords(
     const CheckpointMetadata& meta) {
   std::vector<std::pair<std::string, std::string>> records;
   records.reserve(1 + meta.tensors.size());
-  records.emplace_back(MetaKey(meta.info.id),
-                       EncodeMain(meta, kFormatVersion));
+  records.emplace_back(MetaKey(meta.info.id), EncodeMain(meta, kFormatVersion));
   for (const auto& [key, tensor] : meta.tensors) {
     records.emplace_back(TensorRecordKey(meta.info.id, key),
                          EncodeTensorRecord(meta.info.id, key, tensor));
@@ -526,8 +525,8 @@ Result<std::vector<ChunkMetadata>> DecodeTensorRecord(const MainRecord& main,
   auto count = main.chunk_counts.find(key);
   if (main.has_chunks() || tensor == main.meta.tensors.end() ||
       count == main.chunk_counts.end()) {
-    return Bad("a record of tensor '" + std::string(key) + "', which checkpoint " +
-               std::to_string(main.meta.info.id) +
+    return Bad("a record of tensor '" + std::string(key) +
+               "', which checkpoint " + std::to_string(main.meta.info.id) +
                (main.has_chunks() ? " (format 1) keeps in its main record"
                                   : " does not have"));
   }
@@ -580,9 +579,9 @@ Result<CheckpointMetadata> DecodeCheckpointRecords(
     int64_t record_id = 0;
     if (!DecodeTensorRecordKey(records[i].first, &record_id, key) ||
         record_id != id) {
-      bad_key = Bad("record " + std::to_string(i) +
-                    " is not a tensor record of checkpoint " +
-                    std::to_string(id));
+      bad_key =
+          Bad("record " + std::to_string(i) +
+              " is not a tensor record of checkpoint " + std::to_string(id));
       return false;
     }
     *bytes = records[i++].second;

@@ -287,8 +287,8 @@ TensorMetadata RandomTensor(std::mt19937& rng, int32_t world) {
     t.global_shape.push_back(rng() % 13 == 0 ? 0 : 1 + rng() % 40);
   if (NumElements(t.global_shape) == 0) return t;
   std::vector<planner::Box> boxes;
-  planner::testing::RandomPartition(
-      {Shape(ndim, 0), t.global_shape}, rng, 1 + rng() % 8, boxes);
+  planner::testing::RandomPartition({Shape(ndim, 0), t.global_shape}, rng,
+                                    1 + rng() % 8, boxes);
   std::shuffle(boxes.begin(), boxes.end(), rng);
   for (const planner::Box& b : boxes) {
     ChunkMetadata c;
@@ -342,12 +342,14 @@ CheckpointMetadata Grid(int64_t rows, int64_t cols, int32_t world) {
   int32_t writer = 0;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
-      const Shape shape = {8, std::min<int64_t>(128, t.global_shape[1] - c * 128)};
-      t.chunks.push_back({{r * 8, c * 128},
-                          shape,
-                          writer,
-                          static_cast<uint64_t>(NumElements(shape) * 2),
-                          0x9e3779b97f4a7c15ull * static_cast<uint64_t>(r * cols + c)});
+      const Shape shape = {8,
+                           std::min<int64_t>(128, t.global_shape[1] - c * 128)};
+      t.chunks.push_back(
+          {{r * 8, c * 128},
+           shape,
+           writer,
+           static_cast<uint64_t>(NumElements(shape) * 2),
+           0x9e3779b97f4a7c15ull * static_cast<uint64_t>(r * cols + c)});
       writer = (writer + 131) % world;
     }
   }

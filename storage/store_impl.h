@@ -148,8 +148,9 @@ class StoreImpl : public Store {
   Status SaveJournal(CommitJournal journal);
   // The records of a checkpoint as stored equal `records` (key, value; in key
   // order), with no other record in its range.
-  Status ReadBack(int64_t checkpoint_id,
-                  const std::vector<std::pair<std::string, std::string>>& records);
+  Status ReadBack(
+      int64_t checkpoint_id,
+      const std::vector<std::pair<std::string, std::string>>& records);
   // Removes a checkpoint's records (main and tensor records), durably.
   Status DeleteRecord(int64_t checkpoint_id);
   // GetMetadata's work: every tensor's chunks, or those of `tensor_keys` only.

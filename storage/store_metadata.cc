@@ -14,8 +14,8 @@ namespace ckptdb::storage {
 Status StoreImpl::ReadBack(
     int64_t checkpoint_id,
     const std::vector<std::pair<std::string, std::string>>& records) {
-  const std::string what = "reading back the records of checkpoint " +
-                           std::to_string(checkpoint_id);
+  const std::string what =
+      "reading back the records of checkpoint " + std::to_string(checkpoint_id);
   const std::string end = MetaRangeEnd(checkpoint_id);
   rocksdb::Slice upper(end);
   rocksdb::ReadOptions read;
@@ -120,18 +120,19 @@ Status StoreImpl::ReadAllTensorRecords(const rocksdb::ReadOptions& read,
     first = false;
     int64_t record_id = 0;
     if (!it->Valid() ||
-        !DecodeTensorRecordKey(std::string_view(it->key().data(),
-                                                it->key().size()),
-                               &record_id, key))
+        !DecodeTensorRecordKey(
+            std::string_view(it->key().data(), it->key().size()), &record_id,
+            key))
       return false;
     *bytes = std::string_view(it->value().data(), it->value().size());
     return true;
   };
   Status decoded = DecodeAllTensorRecords(main, next);
   // A read error ends the walk early: it, not a missing record, is the cause.
-  RETURN_IF_ERROR(FromRocks(it->status(), "reading the tensor records of "
-                                          "checkpoint " +
-                                              std::to_string(id)));
+  RETURN_IF_ERROR(FromRocks(it->status(),
+                            "reading the tensor records of "
+                            "checkpoint " +
+                                std::to_string(id)));
   return decoded;
 }
 
@@ -148,17 +149,18 @@ Status StoreImpl::ReadTensorRecords(const rocksdb::ReadOptions& read,
     }
     if (!wanted.contains(key)) continue;
     rocksdb::PinnableSlice record;
-    rocksdb::Status s = db_->Get(read, meta_, TensorRecordKey(id, key), &record);
+    rocksdb::Status s =
+        db_->Get(read, meta_, TensorRecordKey(id, key), &record);
     if (s.IsNotFound()) {
       return Status::Corruption("checkpoint metadata: tensor '" + key +
                                 "' has no record: its chunks are missing");
     }
     RETURN_IF_ERROR(FromRocks(s, "reading the record of tensor '" + key +
                                      "' of checkpoint " + std::to_string(id)));
-    ASSIGN_OR_RETURN(tensor.chunks,
-                     DecodeTensorRecord(
-                         *main, key,
-                         std::string_view(record.data(), record.size())));
+    ASSIGN_OR_RETURN(
+        tensor.chunks,
+        DecodeTensorRecord(*main, key,
+                           std::string_view(record.data(), record.size())));
   }
   return Status::OK();
 }

@@ -44,8 +44,9 @@ Result<CheckpointMetadata> CommitSample(Store& store, int ranks) {
       const int64_t size = static_cast<int64_t>(bytes.size());
       const int64_t begin = size * r / ranks, end = size * (r + 1) / ranks;
       if (begin == end) continue;
-      ASSIGN_OR_RETURN(uint64_t sum,
-                       writer->Add(key, {begin}, bytes.substr(begin, end - begin)));
+      ASSIGN_OR_RETURN(
+          uint64_t sum,
+          writer->Add(key, {begin}, bytes.substr(begin, end - begin)));
       meta.tensors[key].chunks.push_back(
           {{begin}, {end - begin}, r, static_cast<uint64_t>(end - begin), sum});
     }
@@ -60,7 +61,8 @@ Result<CheckpointMetadata> CommitSample(Store& store, int ranks) {
   return meta;
 }
 
-std::unique_ptr<Store> OpenStore(const std::string& path, bool read_only = false) {
+std::unique_ptr<Store> OpenStore(const std::string& path,
+                                 bool read_only = false) {
   StoreOptions options;
   options.read_only = read_only;
   auto store = Store::Open(path, options);
@@ -74,8 +76,7 @@ std::vector<std::string> MetaKeys(const std::string& path) {
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
       {rocksdb::kDefaultColumnFamilyName, {}}, {"chunks", {}}, {"meta", {}}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  EXPECT_TRUE(
-      rocksdb::DB::OpenForReadOnly({}, path, cfs, &handles, &raw).ok());
+  EXPECT_TRUE(rocksdb::DB::OpenForReadOnly({}, path, cfs, &handles, &raw).ok());
   std::vector<std::string> keys;
   std::unique_ptr<rocksdb::Iterator> it(
       raw->NewIterator(rocksdb::ReadOptions(), handles[2]));
@@ -95,7 +96,9 @@ void ChangeMetaRecord(const std::string& path, const std::string& key,
   rocksdb::ColumnFamilyOptions chunks;
   chunks.disable_auto_compactions = true;
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
-      {rocksdb::kDefaultColumnFamilyName, {}}, {"chunks", chunks}, {"meta", {}}};
+      {rocksdb::kDefaultColumnFamilyName, {}},
+      {"chunks", chunks},
+      {"meta", {}}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   ASSERT_TRUE(rocksdb::DB::Open({}, path, cfs, &handles, &raw).ok());
   rocksdb::WriteOptions write;
@@ -121,7 +124,8 @@ void ExpectChunksEqual(const TensorMetadata& got, const TensorMetadata& want,
 }
 
 // Whole and partial reads of every checkpoint of `store` against `saved`.
-void ExpectMetadata(Store& store, const std::vector<CheckpointMetadata>& saved) {
+void ExpectMetadata(Store& store,
+                    const std::vector<CheckpointMetadata>& saved) {
   auto list = store.List();
   ASSERT_TRUE(list.ok()) << list.status().ToString();
   ASSERT_EQ(list->size(), saved.size());
@@ -172,13 +176,12 @@ TEST(StoreMetadataTest, OneRecordPerTensorAndLoadsReadOnlyTheirs) {
     EXPECT_TRUE(report->unaccounted_chunk_ids.empty());
   }
   const std::vector<std::string> keys = MetaKeys(dir.path());
-  const std::vector<std::string> want_prefix = {
-      MetaKey(1),
-      TensorRecordKey(1, "a"),
-      TensorRecordKey(1, "b"),
-      TensorRecordKey(1, "e"),
-      TensorRecordKey(1, "s"),
-      MetaKey(2)};
+  const std::vector<std::string> want_prefix = {MetaKey(1),
+                                                TensorRecordKey(1, "a"),
+                                                TensorRecordKey(1, "b"),
+                                                TensorRecordKey(1, "e"),
+                                                TensorRecordKey(1, "s"),
+                                                MetaKey(2)};
   ASSERT_GE(keys.size(), want_prefix.size() + 4);
   EXPECT_EQ(std::vector<std::string>(keys.begin(), keys.begin() + 6),
             want_prefix);

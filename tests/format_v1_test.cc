@@ -1,13 +1,14 @@
 // Stores written in metadata format 1 (one record per checkpoint, chunks
 // inline) open, list, load, read and verify with today's code, and take new
 // checkpoints (written in format 2) beside the old ones.
+#include "tests/testing/format_v1.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <numeric>
 
 #include "ckptdb/db.h"
-#include "tests/testing/format_v1.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
@@ -27,10 +28,9 @@ struct State {
   }
   StateDict Dict() {
     StateDict sd;
-    sd.Child("model").Set("w",
-                          TensorView::Whole(w.data(), DType::kFloat32, {64, 16}));
-    sd.Child("model").Set("s",
-                          TensorView::Whole(&scalar, DType::kFloat64, {}));
+    sd.Child("model").Set(
+        "w", TensorView::Whole(w.data(), DType::kFloat32, {64, 16}));
+    sd.Child("model").Set("s", TensorView::Whole(&scalar, DType::kFloat64, {}));
     sd.Set("e", TensorView::Whole(&empty, DType::kInt64, {0, 4}));
     sd.Set("lr", Value(scalar));
     return sd;
@@ -49,10 +49,10 @@ void ExpectLoads(DB& db, int64_t id, State& want) {
   // Columns 4..11 of rows 10..19: another layout.
   std::vector<float> part(10 * 8, -1.f);
   StateDict target;
-  target.Child("model").Set(
-      "w", TensorView::Shard(part.data(), DType::kFloat32, {10, 8}, {64, 16},
-                             {10, 4}));
-  auto resharded = db.Load(target, CheckpointSelector::Id(id), {.strict = false});
+  target.Child("model").Set("w", TensorView::Shard(part.data(), DType::kFloat32,
+                                                   {10, 8}, {64, 16}, {10, 4}));
+  auto resharded =
+      db.Load(target, CheckpointSelector::Id(id), {.strict = false});
   ASSERT_TRUE(resharded.ok()) << resharded.status().ToString();
   for (int r = 0; r < 10; ++r) {
     for (int c = 0; c < 8; ++c)
@@ -62,7 +62,8 @@ void ExpectLoads(DB& db, int64_t id, State& want) {
   auto read = db.Read("model.w", CheckpointSelector::Id(id));
   ASSERT_TRUE(read.ok()) << read.status().ToString();
   ASSERT_EQ(read->data.size(), want.w.size() * 4);
-  EXPECT_EQ(std::memcmp(read->data.data(), want.w.data(), read->data.size()), 0);
+  EXPECT_EQ(std::memcmp(read->data.data(), want.w.data(), read->data.size()),
+            0);
   auto meta = db.GetMetadata(CheckpointSelector::Id(id));
   ASSERT_TRUE(meta.ok()) << meta.status().ToString();
   EXPECT_EQ(meta->tensors.at("model.w").chunks.size(), 16u);

@@ -26,7 +26,9 @@ inline Status RewriteAsFormat1(const std::string& dir) {
   // The chunk files must stay as ingested.
   chunks.disable_auto_compactions = true;
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, {}}, {"chunks", chunks}, {"meta", {}}};
+      {rocksdb::kDefaultColumnFamilyName, {}},
+      {"chunks", chunks},
+      {"meta", {}}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, families, &handles, &raw);
