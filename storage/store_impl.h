@@ -1,8 +1,9 @@
 #pragma once
 
-// The store's implementation, shared by store.cc (opening, commits, listings,
-// deletes), store_reads.cc (chunk reads) and staged_file_writer.cc. Private
-// to storage/.
+// The store's implementation, shared by store.cc (commits, listings,
+// deletes), store_open.cc (opening, recovery), store_metadata.cc (reading,
+// reading back and removing metadata records), store_reads.cc (chunk reads)
+// and staged_file_writer.cc. Private to storage/.
 
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
