@@ -152,26 +152,107 @@ void BM_EncodeChunkKey(benchmark::State& state) {
 }
 BENCHMARK(BM_EncodeChunkKey);
 
-void BM_MetadataRoundTrip(benchmark::State& state) {
+// A checkpoint of `tensors` tensors of [rows * 16, 8192] bf16, each in rows x
+// 8 chunks of [16, 1024] (256 KiB), written by `world` ranks spread like a
+// data-parallel save's (replicated boxes split across their holders).
+CheckpointMetadata MetadataSample(int64_t tensors, int64_t rows,
+                                  int32_t world) {
   CheckpointMetadata meta;
   meta.info.id = 1;
-  meta.info.world_size = 8;
-  for (int t = 0; t < state.range(0); ++t) {
-    TensorMetadata tensor{DType::kFloat32, {8192, 1024}, {}};
-    for (int64_t r = 0; r < 8; ++r)
-      tensor.chunks.push_back({{r * 1024, 0}, {1024, 1024}, 0, 4 << 20, 7});
-    meta.info.nbytes += 32 << 20;
-    const std::string key = std::string("t").append(std::to_string(t));
-    meta.tensors[key] = tensor;
+  meta.info.world_size = world;
+  uint64_t next = 1;
+  for (int64_t t = 0; t < tensors; ++t) {
+    TensorMetadata tensor{DType::kBFloat16, {rows * 16, 8192}, {}};
+    tensor.chunks.reserve(static_cast<size_t>(rows * 8));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < 8; ++c) {
+        next = next * 6364136223846793005ull + 1442695040888963407ull;
+        const auto writer = static_cast<int32_t>(
+            (t * 8 + c + 128 * static_cast<int64_t>(next >> 50)) % world);
+        tensor.chunks.push_back(
+            {{r * 16, c * 1024}, {16, 1024}, writer, 16 * 1024 * 2, next});
+      }
+    }
+    meta.info.nbytes += rows * 16 * 8192 * 2;
+    const std::string key = "layers." + std::to_string(t) + ".weight";
+    meta.tensors[key] = std::move(tensor);
     meta.flat_mapping[key] = {key};
   }
+  meta.info.num_tensors = tensors;
+  return meta;
+}
+
+// Records' bytes per chunk, as counters.
+void CountRecordBytes(
+    benchmark::State& state,
+    const std::vector<std::pair<std::string, std::string>>& records,
+    int64_t chunks) {
+  double bytes = 0;
+  for (const auto& [key, value] : records)
+    bytes += static_cast<double>(key.size() + value.size());
+  state.counters["bytes"] = bytes;
+  state.counters["bytes_per_chunk"] = bytes / static_cast<double>(chunks);
+}
+
+// Encodes and decodes a whole checkpoint: range(0) tensors of 8 chunks.
+void BM_MetadataRoundTrip(benchmark::State& state) {
+  const CheckpointMetadata meta = MetadataSample(state.range(0), 1, 8);
   for (auto _ : state) {
-    auto decoded = storage::DecodeCheckpoint(storage::EncodeCheckpoint(meta));
+    auto decoded = storage::DecodeCheckpointRecords(
+        storage::EncodeCheckpointRecords(meta));
+    if (!decoded.ok()) state.SkipWithError(decoded.status().ToString().c_str());
     benchmark::DoNotOptimize(decoded);
   }
+  CountRecordBytes(state, storage::EncodeCheckpointRecords(meta),
+                   state.range(0) * 8);
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 BENCHMARK(BM_MetadataRoundTrip)->Arg(1000)->Unit(benchmark::kMillisecond);
+
+// 10^6 chunks (1000 tensors of 1000 chunks) written by 16384 ranks: decoding
+// all of it (range(0) == 0), or the main record and one tensor's record (1),
+// what a rank that loads one tensor does; or the same checkpoint's format-1
+// record (2), which every loading rank decoded whole.
+void BM_MetadataDecode(benchmark::State& state) {
+  const CheckpointMetadata meta = MetadataSample(1000, 125, 16384);
+  if (state.range(0) == 2) {
+    const std::string v1 = storage::EncodeCheckpointV1(meta);
+    for (auto _ : state) {
+      auto decoded = storage::DecodeMainRecord(v1);
+      if (!decoded.ok())
+        state.SkipWithError(decoded.status().ToString().c_str());
+      benchmark::DoNotOptimize(decoded);
+    }
+    CountRecordBytes(state, {{storage::MetaKey(1), v1}}, 1000 * 1000);
+    state.SetLabel("format 1, whole checkpoint");
+    return;
+  }
+  const auto records = storage::EncodeCheckpointRecords(meta);
+  const bool one = state.range(0) == 1;
+  const std::string key = "layers.500.weight";
+  const std::string record_key = storage::TensorRecordKey(1, key);
+  std::string record;
+  for (const auto& [k, v] : records) {
+    if (k == record_key) record = v;
+  }
+  for (auto _ : state) {
+    if (!one) {
+      auto decoded = storage::DecodeCheckpointRecords(records);
+      if (!decoded.ok())
+        state.SkipWithError(decoded.status().ToString().c_str());
+      benchmark::DoNotOptimize(decoded);
+      continue;
+    }
+    auto main = storage::DecodeMainRecord(records[0].second);
+    if (!main.ok()) state.SkipWithError(main.status().ToString().c_str());
+    auto chunks = storage::DecodeTensorRecord(*main, key, record);
+    if (!chunks.ok()) state.SkipWithError(chunks.status().ToString().c_str());
+    benchmark::DoNotOptimize(chunks);
+  }
+  CountRecordBytes(state, records, 1000 * 1000);
+  state.SetLabel(one ? "main record + one tensor" : "whole checkpoint");
+}
+BENCHMARK(BM_MetadataDecode)->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 
 // Copies a column half of a 4096 x 4096 fp32 matrix (strided rows).
 void BM_CopyBoxColumns(benchmark::State& state) {

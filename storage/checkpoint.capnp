@@ -1,5 +1,11 @@
-# Checkpoint metadata record: one message per checkpoint in the `meta` column family. Writing it is
-# the commit point of a save. Field numbers are part of the storage format: only add fields.
+# Checkpoint metadata records in the `meta` column family (key layout: storage/keys.h). Field
+# numbers are part of the storage format: only add fields.
+#
+# Format 1: one Checkpoint message per checkpoint, every tensor's chunks inline (Tensor.chunks).
+# Format 2: the main record (a Checkpoint message at MetaKey(id), still the commit point) holds
+# the info, values, user metadata and per tensor its key, path, dtype, global shape and chunk
+# count, but no chunks; each tensor's chunks are a TensorChunks message in a record of their own
+# (TensorRecordKey(id, key)), written in the same batch as the main record.
 @0xb6bd6dc4d113a16d;
 
 struct Checkpoint {
@@ -22,7 +28,29 @@ struct Tensor {
   path @1 :List(Text);        # flat mapping: the nested path the key came from
   dtype @2 :UInt8;            # ckptdb::DType
   globalShape @3 :List(Int64);
-  chunks @4 :List(Chunk);
+  chunks @4 :List(Chunk);      # format 1 only; empty in format 2
+  chunkCount @5 :UInt64;       # format 2: the number of chunks in the tensor's record
+}
+
+# Format 2: one tensor's chunks, sorted by global offset. `boxes` packs each chunk's global
+# offset, shape and writer rank as bytes (storage/metadata_codec.cc, "box stream"): a flags byte,
+# then only what the flags say differs from the prediction (varints):
+#   bit 0: the offset is given, one zigzag varint per dimension: its difference from the
+#          predicted offset (the first chunk's is all zeros; a later one's is the previous chunk's
+#          offset advanced like an odometer: the last dimension by the previous chunk's extent,
+#          carrying into the dimension before it when it reaches the tensor's extent);
+#   bit 1: the shape is given, one varint per dimension, and becomes the reference shape
+#          (initially the tensor's shape); otherwise the shape is the reference shape clipped
+#          to the tensor (per dimension min(reference, extent - offset));
+#   bit 2: the writer rank is given as a varint; otherwise it is the previous chunk's (0 first).
+# Other bits are zero. A chunk's size is its volume times the dtype's size (not stored).
+struct TensorChunks {
+  formatVersion @0 :UInt32;
+  checkpointId @1 :Int64;      # must match the main record's
+  key @2 :Text;                # flat key; must match the record's key
+  chunkCount @3 :UInt64;
+  boxes @4 :Data;
+  checksums @5 :List(UInt64);  # XXH3-64 of each chunk's bytes, in chunk order
 }
 
 struct Chunk {

@@ -72,4 +72,26 @@ bool DecodeMetaKey(std::string_view key, int64_t* checkpoint_id) {
   return true;
 }
 
+std::string TensorRecordKey(int64_t checkpoint_id,
+                            std::string_view tensor_key) {
+  std::string out = MetaKey(checkpoint_id);
+  out.reserve(out.size() + 1 + tensor_key.size());
+  out.push_back('\0');
+  out.append(tensor_key);
+  return out;
+}
+
+std::string MetaRangeEnd(int64_t checkpoint_id) {
+  return MetaKey(checkpoint_id) + '\x01';
+}
+
+bool DecodeTensorRecordKey(std::string_view key, int64_t* checkpoint_id,
+                           std::string_view* tensor_key) {
+  if (key.size() < 9 || key[8] != '\0' || static_cast<uint8_t>(key[0]) == 0xff)
+    return false;
+  *checkpoint_id = static_cast<int64_t>(GetBigEndian64(key.data()));
+  *tensor_key = key.substr(9);
+  return true;
+}
+
 }  // namespace ckptdb::storage

@@ -29,10 +29,24 @@ std::string WriterKeyPrefix(int64_t checkpoint_id, int32_t writer_rank);
 // The checkpoint id a chunk key starts with; false when the key is too short.
 bool DecodeCheckpointId(std::string_view key, int64_t* checkpoint_id);
 
-// Keys of the `meta` column family: a checkpoint's record is at its big-endian
-// id.
+// Keys of the `meta` column family:
+//   MetaKey(id)              = big-endian id (8 bytes): the checkpoint's main
+//                              record, its commit point;
+//   TensorRecordKey(id, key) = MetaKey(id), 0x00, the tensor's flat key bytes
+//                              as they are: one tensor's chunks (format 2).
+// A checkpoint's records thus form the range [MetaKey(id), MetaRangeEnd(id)):
+// the main record first, then its tensor records in flat-key order (RocksDB's
+// bytewise order is std::string's). Only main records are checkpoints; scans
+// that enumerate checkpoints skip the tensor records (DecodeMetaKey rejects
+// them).
 std::string MetaKey(int64_t checkpoint_id);
 bool DecodeMetaKey(std::string_view key, int64_t* checkpoint_id);
+std::string TensorRecordKey(int64_t checkpoint_id, std::string_view tensor_key);
+// The exclusive end of a checkpoint's records: MetaKey(id), 0x01.
+std::string MetaRangeEnd(int64_t checkpoint_id);
+// Splits a tensor record's key; false for any other key.
+bool DecodeTensorRecordKey(std::string_view key, int64_t* checkpoint_id,
+                           std::string_view* tensor_key);
 
 // Special meta keys, sorted after every checkpoint record.
 inline constexpr std::string_view kStoreMarkerKey =

@@ -46,5 +46,26 @@ TEST(KeysTest, MetaKeys) {
   EXPECT_LT(MetaKey(INT64_MAX), std::string(kNextIdKey));
 }
 
+TEST(KeysTest, TensorRecordKeysSortRightAfterTheirMainRecord) {
+  int64_t id = 0;
+  std::string_view key;
+  const std::string a = TensorRecordKey(42, "");
+  const std::string b = TensorRecordKey(42, std::string("a\0b", 3));
+  const std::string c = TensorRecordKey(42, "\xff\xff");
+  EXPECT_LT(MetaKey(42), a);
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c);
+  EXPECT_LT(c, MetaRangeEnd(42));
+  EXPECT_LT(MetaRangeEnd(42), MetaKey(43));
+  EXPECT_LT(TensorRecordKey(INT64_MAX, "\xff"), std::string(kNextIdKey));
+  // Only the main record is a checkpoint.
+  EXPECT_FALSE(DecodeMetaKey(b, &id));
+  EXPECT_FALSE(DecodeTensorRecordKey(MetaKey(42), &id, &key));
+  EXPECT_FALSE(DecodeTensorRecordKey(kNextIdKey, &id, &key));
+  ASSERT_TRUE(DecodeTensorRecordKey(b, &id, &key));
+  EXPECT_EQ(id, 42);
+  EXPECT_EQ(key, std::string_view("a\0b", 3));
+}
+
 }  // namespace
 }  // namespace ckptdb::storage

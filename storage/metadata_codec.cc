@@ -8,13 +8,12 @@
 #include <cstring>
 
 #include "planner/partition.h"
+#include "storage/box_stream.h"
 #include "storage/checkpoint.capnp.h"
+#include "storage/keys.h"
 
 namespace ckptdb::storage {
 namespace {
-
-constexpr size_t kMaxDims = 32;
-constexpr int64_t kMaxExtent = int64_t{1} << 48;
 
 template <typename Builder>
 void SetShape(Builder&& list_init, const Shape& shape) {
@@ -71,19 +70,6 @@ std::vector<std::string> ReadPath(capnp::List<capnp::Text>::Reader list) {
   return out;
 }
 
-// Multiplies extents, failing on overflow past 2^62.
-bool CheckedVolume(const Shape& shape, uint64_t elem, uint64_t* out) {
-  uint64_t n = elem;
-  for (int64_t d : shape) {
-    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) ||
-        n > (uint64_t{1} << 62)) {
-      return false;
-    }
-  }
-  *out = n;
-  return true;
-}
-
 CheckpointInfo ReadInfo(Checkpoint::Reader r) {
   CheckpointInfo info;
   info.id = r.getId();
@@ -97,13 +83,15 @@ CheckpointInfo ReadInfo(Checkpoint::Reader r) {
   return info;
 }
 
-// Runs fn(Checkpoint::Reader) over an aligned copy of `bytes` with limits,
-// mapping every Cap'n Proto exception to Corruption.
-template <typename T, typename Fn>
-Result<T> WithReader(std::string_view bytes, Fn&& fn) {
+// Runs fn(Root::Reader) over an aligned copy of `bytes` with limits, mapping
+// every Cap'n Proto exception to Corruption (starting with `what`, the
+// record's name, when given).
+template <typename T, typename Root, typename Fn>
+Result<T> WithReader(std::string_view bytes, Fn&& fn,
+                     const std::string& what = "") {
   if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0) {
-    return Bad("record of " + std::to_string(bytes.size()) +
-               " bytes is not a whole message");
+    return Bad(what + (what.empty() ? "record" : " record") + " of " +
+               std::to_string(bytes.size()) + " bytes is not a whole message");
   }
   kj::Array<capnp::word> words =
       kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
@@ -114,18 +102,20 @@ Result<T> WithReader(std::string_view bytes, Fn&& fn) {
   Result<T> result = Status::Internal("unreachable");
   kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&]() {
     capnp::FlatArrayMessageReader reader(words.asPtr(), options);
-    result = fn(reader.getRoot<Checkpoint>());
+    result = fn(reader.getRoot<Root>());
   });
   KJ_IF_MAYBE (e, error) {
-    return Bad(std::string(e->getDescription().cStr()));
+    return Bad((what.empty() ? "" : what + " record: ") +
+               std::string(e->getDescription().cStr()));
   }
   return result;
 }
 
 Status CheckHeader(Checkpoint::Reader r) {
-  if (r.getFormatVersion() != kFormatVersion) {
+  if (r.getFormatVersion() != 1 && r.getFormatVersion() != kFormatVersion) {
     return Bad("format version " + std::to_string(r.getFormatVersion()) +
-               " is not supported (" + std::to_string(kFormatVersion) + " is)");
+               " is not supported (this build reads 1 to " +
+               std::to_string(kFormatVersion) + ")");
   }
   if (r.getId() <= 0) return Bad("id " + std::to_string(r.getId()));
   if (r.getWorldSize() <= 0)
@@ -218,31 +208,6 @@ Status CheckChunkLayout(const std::string& what, const Shape& global_shape,
   return LayoutError(what, global_shape, chunks, problem);
 }
 
-Result<TensorMetadata> ReadTensor(Tensor::Reader t, const std::string& what,
-                                  int32_t world_size) {
-  if (!IsValidDType(t.getDtype()))
-    return Bad(what + " has dtype code " + std::to_string(t.getDtype()));
-  TensorMetadata tensor;
-  tensor.dtype = static_cast<DType>(t.getDtype());
-  ASSIGN_OR_RETURN(tensor.global_shape,
-                   ReadShape(t.getGlobalShape(), what + " shape"));
-  uint64_t tensor_elems = 0;
-  if (!CheckedVolume(tensor.global_shape, 1, &tensor_elems))
-    return Bad(what + " is too large");
-  tensor.chunks.reserve(t.getChunks().size());
-  for (auto c : t.getChunks()) {
-    ASSIGN_OR_RETURN(ChunkMetadata chunk,
-                     ReadChunk(c, what, tensor.dtype, world_size));
-    tensor.chunks.push_back(std::move(chunk));
-  }
-  RETURN_IF_ERROR(CheckChunkLayout(what, tensor.global_shape, tensor.chunks));
-  std::sort(tensor.chunks.begin(), tensor.chunks.end(),
-            [](const ChunkMetadata& a, const ChunkMetadata& b) {
-              return a.global_offset < b.global_offset;
-            });
-  return tensor;
-}
-
 Result<Value> ReadValue(SmallValue::Reader v, const std::string& key) {
   switch (v.which()) {
     case SmallValue::INT:
@@ -263,85 +228,174 @@ Result<Value> ReadValue(SmallValue::Reader v, const std::string& key) {
   }
 }
 
-Result<CheckpointMetadata> ReadAll(Checkpoint::Reader r) {
-  RETURN_IF_ERROR(CheckHeader(r));
-  CheckpointMetadata meta;
-  meta.info = ReadInfo(r);
-  uint64_t total = 0;
-  for (auto t : r.getTensors()) {
-    std::string key(t.getKey().cStr(), t.getKey().size());
-    const std::string what = "tensor '" + key + "'";
-    ASSIGN_OR_RETURN(TensorMetadata tensor,
-                     ReadTensor(t, what, meta.info.world_size));
-    for (const ChunkMetadata& chunk : tensor.chunks) total += chunk.nbytes;
-    auto path = ReadPath(t.getPath());
-    if (path.empty()) return Bad(what + " has an empty path");
-    if (!meta.tensors.emplace(key, std::move(tensor)).second)
-      return Bad(what + " appears twice");
-    meta.flat_mapping[key] = std::move(path);
+// Sorts chunks by global offset (already sorted when written by this code).
+void SortChunks(std::vector<ChunkMetadata>& chunks) {
+  auto by_offset = [](const ChunkMetadata& a, const ChunkMetadata& b) {
+    return a.global_offset < b.global_offset;
+  };
+  if (!std::is_sorted(chunks.begin(), chunks.end(), by_offset))
+    std::sort(chunks.begin(), chunks.end(), by_offset);
+}
+
+// A tensor's dtype and global shape; *bytes is its volume in bytes.
+Status ReadTensorHeader(Tensor::Reader t, const std::string& what,
+                        TensorMetadata* tensor, uint64_t* bytes) {
+  if (!IsValidDType(t.getDtype()))
+    return Bad(what + " has dtype code " + std::to_string(t.getDtype()));
+  tensor->dtype = static_cast<DType>(t.getDtype());
+  ASSIGN_OR_RETURN(tensor->global_shape,
+                   ReadShape(t.getGlobalShape(), what + " shape"));
+  if (!CheckedVolume(tensor->global_shape, DTypeSize(tensor->dtype), bytes))
+    return Bad(what + " is too large");
+  return Status::OK();
+}
+
+// Format 1: the tensor with its chunks inline.
+Result<TensorMetadata> ReadTensorV1(Tensor::Reader t, const std::string& what,
+                                    int32_t world_size) {
+  TensorMetadata tensor;
+  uint64_t bytes = 0;
+  RETURN_IF_ERROR(ReadTensorHeader(t, what, &tensor, &bytes));
+  tensor.chunks.reserve(t.getChunks().size());
+  for (auto c : t.getChunks()) {
+    ASSIGN_OR_RETURN(ChunkMetadata chunk,
+                     ReadChunk(c, what, tensor.dtype, world_size));
+    tensor.chunks.push_back(std::move(chunk));
   }
-  if (total != static_cast<uint64_t>(meta.info.nbytes)) {
-    return Bad("chunks hold " + std::to_string(total) +
-               " bytes, the record says " + std::to_string(meta.info.nbytes));
+  RETURN_IF_ERROR(CheckChunkLayout(what, tensor.global_shape, tensor.chunks));
+  SortChunks(tensor.chunks);
+  return tensor;
+}
+
+// Format 2: the tensor's header and chunk count; *bytes is its volume in
+// bytes.
+Status ReadTensorV2(Tensor::Reader t, const std::string& what,
+                    TensorMetadata* tensor, uint64_t* count, uint64_t* bytes) {
+  RETURN_IF_ERROR(ReadTensorHeader(t, what, tensor, bytes));
+  if (t.getChunks().size() != 0)
+    return Bad(what + " has chunks inline in a format-2 record");
+  *count = t.getChunkCount();
+  // Chunks are non-empty boxes that partition the tensor.
+  const uint64_t elems = *bytes / DTypeSize(tensor->dtype);
+  if (elems == 0 ? *count != 0 : (*count == 0 || *count > elems)) {
+    return Bad(what + " has " + std::to_string(*count) + " chunks for " +
+               std::to_string(elems) + " elements");
   }
+  return Status::OK();
+}
+
+Status ReadValuesAndUserMetadata(Checkpoint::Reader r,
+                                 CheckpointMetadata* meta) {
   for (auto v : r.getValues()) {
     std::string key(v.getKey().cStr(), v.getKey().size());
     ASSIGN_OR_RETURN(Value value, ReadValue(v, key));
     auto path = ReadPath(v.getPath());
     if (path.empty()) return Bad("value '" + key + "' has an empty path");
-    if (meta.tensors.count(key) ||
-        !meta.values.emplace(key, std::move(value)).second) {
+    if (meta->tensors.count(key) ||
+        !meta->values.emplace(key, std::move(value)).second) {
       return Bad("key '" + key + "' appears twice");
     }
-    meta.flat_mapping[key] = std::move(path);
+    meta->flat_mapping[key] = std::move(path);
   }
   for (auto kv : r.getUserMetadata()) {
-    meta.user_metadata[std::string(kv.getKey().cStr(), kv.getKey().size())] =
+    meta->user_metadata[std::string(kv.getKey().cStr(), kv.getKey().size())] =
         std::string(kv.getValue().cStr(), kv.getValue().size());
   }
-  return meta;
+  return Status::OK();
 }
 
-}  // namespace
-
-std::string EncodeCheckpoint(const CheckpointMetadata& meta) {
-  capnp::MallocMessageBuilder message;
-  auto root = message.initRoot<Checkpoint>();
-  root.setFormatVersion(kFormatVersion);
-  root.setId(meta.info.id);
-  root.setHasStep(meta.info.step.has_value());
-  root.setStep(meta.info.step.value_or(0));
-  root.setHasTag(meta.info.tag.has_value());
-  if (meta.info.tag) root.setTag(TextOf(*meta.info.tag));
-  root.setCreated(meta.info.created);
-  root.setWorldSize(meta.info.world_size);
-  root.setNbytes(meta.info.nbytes);
-  auto tensors = root.initTensors(static_cast<unsigned>(meta.tensors.size()));
-  unsigned i = 0;
-  for (const auto& [key, tensor] : meta.tensors) {
-    auto t = tensors[i++];
-    SetKeyAndPath(t, key, meta.flat_mapping);
-    t.setDtype(static_cast<uint8_t>(tensor.dtype));
-    SetShape(
-        t.initGlobalShape(static_cast<unsigned>(tensor.global_shape.size())),
-        tensor.global_shape);
-    auto chunks = t.initChunks(static_cast<unsigned>(tensor.chunks.size()));
-    for (unsigned c = 0; c < tensor.chunks.size(); ++c) {
-      const ChunkMetadata& chunk = tensor.chunks[c];
-      auto cb = chunks[c];
-      SetShape(cb.initGlobalOffset(
-                   static_cast<unsigned>(chunk.global_offset.size())),
-               chunk.global_offset);
-      SetShape(
-          cb.initLocalShape(static_cast<unsigned>(chunk.local_shape.size())),
-          chunk.local_shape);
-      cb.setWriterRank(chunk.writer_rank);
-      cb.setNbytes(chunk.nbytes);
-      cb.setChecksum(chunk.checksum);
+Result<MainRecord> ReadMain(Checkpoint::Reader r) {
+  RETURN_IF_ERROR(CheckHeader(r));
+  MainRecord main;
+  main.format_version = r.getFormatVersion();
+  CheckpointMetadata& meta = main.meta;
+  meta.info = ReadInfo(r);
+  uint64_t total = 0;
+  for (auto t : r.getTensors()) {
+    std::string key(t.getKey().cStr(), t.getKey().size());
+    const std::string what = "tensor '" + key + "'";
+    TensorMetadata tensor;
+    uint64_t bytes = 0, count = 0;
+    if (main.has_chunks()) {
+      ASSIGN_OR_RETURN(tensor, ReadTensorV1(t, what, meta.info.world_size));
+      for (const ChunkMetadata& chunk : tensor.chunks) bytes += chunk.nbytes;
+    } else {
+      RETURN_IF_ERROR(ReadTensorV2(t, what, &tensor, &count, &bytes));
     }
+    if (__builtin_add_overflow(total, bytes, &total))
+      return Bad("tensors hold more than 2^64 bytes");
+    auto path = ReadPath(t.getPath());
+    if (path.empty()) return Bad(what + " has an empty path");
+    if (!meta.tensors.emplace(key, std::move(tensor)).second)
+      return Bad(what + " appears twice");
+    if (!main.has_chunks()) main.chunk_counts.emplace(key, count);
+    meta.flat_mapping[key] = std::move(path);
   }
+  if (total != static_cast<uint64_t>(meta.info.nbytes)) {
+    return Bad((main.has_chunks() ? "chunks hold " : "tensors hold ") +
+               std::to_string(total) + " bytes, the record says " +
+               std::to_string(meta.info.nbytes));
+  }
+  RETURN_IF_ERROR(ReadValuesAndUserMetadata(r, &meta));
+  return main;
+}
+
+// The tensor record's chunks, checked against the main record.
+Result<std::vector<ChunkMetadata>> ReadTensorRecord(
+    TensorChunks::Reader r, const MainRecord& main, std::string_view key,
+    const TensorMetadata& tensor, uint64_t count) {
+  const std::string what = "tensor '" + std::string(key) + "'";
+  if (r.getFormatVersion() != kFormatVersion) {
+    return Bad(what + " record has format version " +
+               std::to_string(r.getFormatVersion()) + " (this build reads " +
+               std::to_string(kFormatVersion) + ")");
+  }
+  if (r.getCheckpointId() != main.meta.info.id ||
+      std::string_view(r.getKey().cStr(), r.getKey().size()) != key) {
+    return Bad(what + " record belongs to tensor '" +
+               std::string(r.getKey().cStr(), r.getKey().size()) +
+               "' of checkpoint " + std::to_string(r.getCheckpointId()));
+  }
+  auto checksums = r.getChecksums();
+  if (r.getChunkCount() != count || checksums.size() != count) {
+    return Bad(what + " record holds " + std::to_string(r.getChunkCount()) +
+               " chunks and " + std::to_string(checksums.size()) +
+               " checksums; the main record says " + std::to_string(count));
+  }
+  std::vector<ChunkMetadata> chunks(count);
+  auto boxes = r.getBoxes();
+  RETURN_IF_ERROR(DecodeBoxStream(
+      std::string_view(reinterpret_cast<const char*>(boxes.begin()),
+                       boxes.size()),
+      tensor.global_shape, DTypeSize(tensor.dtype), main.meta.info.world_size,
+      what, &chunks));
+  for (unsigned i = 0; i < chunks.size(); ++i)
+    chunks[i].checksum = checksums[i];
+  RETURN_IF_ERROR(CheckChunkLayout(what, tensor.global_shape, chunks));
+  SortChunks(chunks);
+  return chunks;
+}
+
+template <typename ListBuilder>
+void SetChunksV1(ListBuilder chunks, const std::vector<ChunkMetadata>& from) {
+  for (unsigned c = 0; c < from.size(); ++c) {
+    const ChunkMetadata& chunk = from[c];
+    auto cb = chunks[c];
+    SetShape(
+        cb.initGlobalOffset(static_cast<unsigned>(chunk.global_offset.size())),
+        chunk.global_offset);
+    SetShape(cb.initLocalShape(static_cast<unsigned>(chunk.local_shape.size())),
+             chunk.local_shape);
+    cb.setWriterRank(chunk.writer_rank);
+    cb.setNbytes(chunk.nbytes);
+    cb.setChecksum(chunk.checksum);
+  }
+}
+
+void SetValuesAndUserMetadata(Checkpoint::Builder root,
+                              const CheckpointMetadata& meta) {
   auto values = root.initValues(static_cast<unsigned>(meta.values.size()));
-  i = 0;
+  unsigned i = 0;
   for (const auto& [key, value] : meta.values) {
     auto v = values[i++];
     SetKeyAndPath(v, key, meta.flat_mapping);
@@ -370,18 +424,184 @@ std::string EncodeCheckpoint(const CheckpointMetadata& meta) {
     user[i].setKey(TextOf(key));
     user[i++].setValue(TextOf(value));
   }
+}
+
+// The main record's fields (format 1 with chunks inline, format 2 with chunk
+// counts).
+void BuildMain(Checkpoint::Builder root, const CheckpointMetadata& meta,
+               uint32_t version) {
+  root.setFormatVersion(version);
+  root.setId(meta.info.id);
+  root.setHasStep(meta.info.step.has_value());
+  root.setStep(meta.info.step.value_or(0));
+  root.setHasTag(meta.info.tag.has_value());
+  if (meta.info.tag) root.setTag(TextOf(*meta.info.tag));
+  root.setCreated(meta.info.created);
+  root.setWorldSize(meta.info.world_size);
+  root.setNbytes(meta.info.nbytes);
+  auto tensors = root.initTensors(static_cast<unsigned>(meta.tensors.size()));
+  unsigned i = 0;
+  for (const auto& [key, tensor] : meta.tensors) {
+    auto t = tensors[i++];
+    SetKeyAndPath(t, key, meta.flat_mapping);
+    t.setDtype(static_cast<uint8_t>(tensor.dtype));
+    SetShape(
+        t.initGlobalShape(static_cast<unsigned>(tensor.global_shape.size())),
+        tensor.global_shape);
+    if (version == 1) {
+      SetChunksV1(t.initChunks(static_cast<unsigned>(tensor.chunks.size())),
+                  tensor.chunks);
+    } else {
+      t.setChunkCount(tensor.chunks.size());
+    }
+  }
+  SetValuesAndUserMetadata(root, meta);
+}
+
+std::string ToBytes(capnp::MessageBuilder& message) {
   kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
   auto bytes = words.asBytes();
   return std::string(reinterpret_cast<const char*>(bytes.begin()),
                      bytes.size());
 }
 
-Result<CheckpointMetadata> DecodeCheckpoint(std::string_view bytes) {
-  return WithReader<CheckpointMetadata>(bytes, ReadAll);
+std::string EncodeMain(const CheckpointMetadata& meta, uint32_t version) {
+  capnp::MallocMessageBuilder message;
+  BuildMain(message.initRoot<Checkpoint>(), meta, version);
+  return ToBytes(message);
+}
+
+std::string EncodeTensorRecord(int64_t checkpoint_id, const std::string& key,
+                               const TensorMetadata& tensor) {
+  std::vector<const ChunkMetadata*> sorted(tensor.chunks.size());
+  for (size_t i = 0; i < sorted.size(); ++i) sorted[i] = &tensor.chunks[i];
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const ChunkMetadata* a, const ChunkMetadata* b) {
+                     return a->global_offset < b->global_offset;
+                   });
+  const std::string boxes = EncodeBoxStream(tensor.global_shape, sorted);
+  // Room for the header, the key, the boxes and the checksums in one segment.
+  capnp::MallocMessageBuilder message(static_cast<unsigned>(
+      16 + (key.size() + boxes.size()) / 8 + sorted.size()));
+  auto r = message.initRoot<TensorChunks>();
+  r.setFormatVersion(kFormatVersion);
+  r.setCheckpointId(checkpoint_id);
+  r.setKey(TextOf(key));
+  r.setChunkCount(sorted.size());
+  r.setBoxes(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(boxes.data()),
+                                 boxes.size()));
+  auto checksums = r.initChecksums(static_cast<unsigned>(sorted.size()));
+  for (unsigned i = 0; i < sorted.size(); ++i)
+    checksums.set(i, sorted[i]->checksum);
+  return ToBytes(message);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> EncodeCheckpointRecords(
+    const CheckpointMetadata& meta) {
+  std::vector<std::pair<std::string, std::string>> records;
+  records.reserve(1 + meta.tensors.size());
+  records.emplace_back(MetaKey(meta.info.id), EncodeMain(meta, kFormatVersion));
+  for (const auto& [key, tensor] : meta.tensors) {
+    records.emplace_back(TensorRecordKey(meta.info.id, key),
+                         EncodeTensorRecord(meta.info.id, key, tensor));
+  }
+  return records;
+}
+
+std::string EncodeCheckpointV1(const CheckpointMetadata& meta) {
+  return EncodeMain(meta, 1);
+}
+
+Result<MainRecord> DecodeMainRecord(std::string_view bytes) {
+  return WithReader<MainRecord, Checkpoint>(bytes, ReadMain);
+}
+
+Result<std::vector<ChunkMetadata>> DecodeTensorRecord(const MainRecord& main,
+                                                      std::string_view key,
+                                                      std::string_view bytes) {
+  auto tensor = main.meta.tensors.find(std::string(key));
+  auto count = main.chunk_counts.find(key);
+  if (main.has_chunks() || tensor == main.meta.tensors.end() ||
+      count == main.chunk_counts.end()) {
+    return Bad("a record of tensor '" + std::string(key) +
+               "', which checkpoint " + std::to_string(main.meta.info.id) +
+               (main.has_chunks() ? " (format 1) keeps in its main record"
+                                  : " does not have"));
+  }
+  return WithReader<std::vector<ChunkMetadata>, TensorChunks>(
+      bytes,
+      [&](TensorChunks::Reader r) {
+        return ReadTensorRecord(r, main, key, tensor->second, count->second);
+      },
+      "tensor '" + std::string(key) + "'");
+}
+
+Status DecodeAllTensorRecords(
+    MainRecord* main,
+    const std::function<bool(std::string_view*, std::string_view*)>& next) {
+  auto expected = main->meta.tensors.begin();
+  const auto end = main->meta.tensors.end();
+  auto missing = [](const std::string& key) {
+    return Bad("tensor '" + key + "' has no record: its chunks are missing");
+  };
+  std::string_view key, bytes;
+  while (next(&key, &bytes)) {
+    // Records and tensors are both in key order: a walk over both.
+    if (expected != end && expected->first < key)
+      return missing(expected->first);
+    if (expected == end || key < expected->first) {
+      return Bad("a record of tensor '" + std::string(key) +
+                 "', which the checkpoint does not have");
+    }
+    ASSIGN_OR_RETURN(expected->second.chunks,
+                     DecodeTensorRecord(*main, key, bytes));
+    ++expected;
+  }
+  return expected == end ? Status::OK() : missing(expected->first);
+}
+
+Result<CheckpointMetadata> DecodeCheckpointRecords(
+    const std::vector<std::pair<std::string, std::string>>& records) {
+  int64_t id = 0;
+  if (records.empty() || !DecodeMetaKey(records[0].first, &id))
+    return Bad("no main record");
+  ASSIGN_OR_RETURN(MainRecord main, DecodeMainRecord(records[0].second));
+  if (main.meta.info.id != id) {
+    return Bad("record at id " + std::to_string(id) + " claims id " +
+               std::to_string(main.meta.info.id));
+  }
+  size_t i = 1;
+  Status bad_key;
+  auto next = [&](std::string_view* key, std::string_view* bytes) {
+    if (i == records.size()) return false;
+    int64_t record_id = 0;
+    if (!DecodeTensorRecordKey(records[i].first, &record_id, key) ||
+        record_id != id) {
+      bad_key =
+          Bad("record " + std::to_string(i) +
+              " is not a tensor record of checkpoint " + std::to_string(id));
+      return false;
+    }
+    *bytes = records[i++].second;
+    return true;
+  };
+  if (main.has_chunks()) {
+    std::string_view key, bytes;
+    if (next(&key, &bytes))
+      return Bad("a format-1 checkpoint with a tensor record");
+  } else {
+    Status s = DecodeAllTensorRecords(&main, next);
+    RETURN_IF_ERROR(bad_key);
+    RETURN_IF_ERROR(s);
+  }
+  RETURN_IF_ERROR(bad_key);
+  return std::move(main.meta);
 }
 
 Result<CheckpointInfo> DecodeCheckpointInfo(std::string_view bytes) {
-  return WithReader<CheckpointInfo>(
+  return WithReader<CheckpointInfo, Checkpoint>(
       bytes, [](Checkpoint::Reader r) -> Result<CheckpointInfo> {
         RETURN_IF_ERROR(CheckHeader(r));
         return ReadInfo(r);

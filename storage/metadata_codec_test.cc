@@ -1,11 +1,22 @@
 #include "storage/metadata_codec.h"
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <random>
+
+#include "planner/random_boxes.h"
+#include "storage/box_stream.h"
+#include "storage/checkpoint.capnp.h"
+#include "storage/keys.h"
 
 namespace ckptdb::storage {
 namespace {
+
+using Records = std::vector<std::pair<std::string, std::string>>;
 
 CheckpointMetadata Sample() {
   CheckpointMetadata meta;
@@ -39,36 +50,88 @@ CheckpointMetadata Sample() {
   return meta;
 }
 
-TEST(MetadataCodecTest, RoundTrip) {
-  CheckpointMetadata meta = Sample();
-  auto decoded = DecodeCheckpoint(EncodeCheckpoint(meta));
-  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  EXPECT_EQ(decoded->info.id, 3);
-  EXPECT_EQ(decoded->info.step, 100);
-  EXPECT_EQ(decoded->info.tag, "best");
-  EXPECT_EQ(decoded->info.created, 1700000000.5);
-  EXPECT_EQ(decoded->info.num_tensors, 3);
-  const auto& w = decoded->tensors.at("model.w");
-  EXPECT_EQ(w.dtype, DType::kBFloat16);
-  ASSERT_EQ(w.chunks.size(), 2u);
-  EXPECT_EQ(w.chunks[0].global_offset, (Shape{0, 0}));  // sorted
-  EXPECT_EQ(w.chunks[0].checksum, 0xdefu);
-  EXPECT_EQ(w.chunks[1].writer_rank, 1);
-  EXPECT_EQ(decoded->flat_mapping, meta.flat_mapping);
-  EXPECT_EQ(decoded->values, meta.values);
-  EXPECT_EQ(decoded->user_metadata, meta.user_metadata);
-  auto info = DecodeCheckpointInfo(EncodeCheckpoint(meta));
-  ASSERT_TRUE(info.ok());
-  EXPECT_EQ(info->nbytes, 24);
+// Both formats: the records of format 2, the lone record of format 1.
+std::vector<Records> BothFormats(const CheckpointMetadata& meta) {
+  return {EncodeCheckpointRecords(meta),
+          {{MetaKey(meta.info.id), EncodeCheckpointV1(meta)}}};
 }
 
-void ExpectCorruption(const CheckpointMetadata& meta,
-                      const std::string& needle) {
-  auto decoded = DecodeCheckpoint(EncodeCheckpoint(meta));
-  ASSERT_FALSE(decoded.ok());
-  EXPECT_TRUE(decoded.status().IsCorruption());
-  EXPECT_NE(decoded.status().message().find(needle), std::string::npos)
-      << decoded.status().ToString();
+void ExpectSameChunks(const std::vector<ChunkMetadata>& got,
+                      std::vector<ChunkMetadata> want, const std::string& ctx) {
+  std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) {
+    return a.global_offset < b.global_offset;
+  });
+  ASSERT_EQ(got.size(), want.size()) << ctx;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].global_offset, want[i].global_offset) << ctx << " #" << i;
+    EXPECT_EQ(got[i].local_shape, want[i].local_shape) << ctx << " #" << i;
+    EXPECT_EQ(got[i].writer_rank, want[i].writer_rank) << ctx << " #" << i;
+    EXPECT_EQ(got[i].nbytes, want[i].nbytes) << ctx << " #" << i;
+    EXPECT_EQ(got[i].checksum, want[i].checksum) << ctx << " #" << i;
+  }
+}
+
+TEST(MetadataCodecTest, RoundTrip) {
+  CheckpointMetadata meta = Sample();
+  for (const Records& records : BothFormats(meta)) {
+    auto decoded = DecodeCheckpointRecords(records);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(decoded->info.id, 3);
+    EXPECT_EQ(decoded->info.step, 100);
+    EXPECT_EQ(decoded->info.tag, "best");
+    EXPECT_EQ(decoded->info.created, 1700000000.5);
+    EXPECT_EQ(decoded->info.num_tensors, 3);
+    const auto& w = decoded->tensors.at("model.w");
+    EXPECT_EQ(w.dtype, DType::kBFloat16);
+    ExpectSameChunks(w.chunks, meta.tensors["model.w"].chunks, "model.w");
+    ExpectSameChunks(decoded->tensors.at("s").chunks, meta.tensors["s"].chunks,
+                     "s");
+    EXPECT_TRUE(decoded->tensors.at("e").chunks.empty());
+    EXPECT_EQ(decoded->tensors.at("e").global_shape, (Shape{0, 3}));
+    EXPECT_EQ(decoded->flat_mapping, meta.flat_mapping);
+    EXPECT_EQ(decoded->values, meta.values);
+    EXPECT_EQ(decoded->user_metadata, meta.user_metadata);
+    auto info = DecodeCheckpointInfo(records[0].second);
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->nbytes, 24);
+    EXPECT_EQ(info->num_tensors, 3);
+  }
+}
+
+TEST(MetadataCodecTest, MainRecordOfFormat2HasNoChunks) {
+  const Records records = EncodeCheckpointRecords(Sample());
+  ASSERT_EQ(records.size(), 4u);  // main + one per tensor, in key order
+  EXPECT_EQ(records[0].first, MetaKey(3));
+  EXPECT_EQ(records[1].first, TensorRecordKey(3, "e"));
+  EXPECT_EQ(records[2].first, TensorRecordKey(3, "model.w"));
+  EXPECT_EQ(records[3].first, TensorRecordKey(3, "s"));
+  auto main = DecodeMainRecord(records[0].second);
+  ASSERT_TRUE(main.ok()) << main.status().ToString();
+  EXPECT_EQ(main->format_version, 2u);
+  EXPECT_FALSE(main->has_chunks());
+  EXPECT_EQ(main->meta.tensors.size(), 3u);
+  for (const auto& [key, tensor] : main->meta.tensors)
+    EXPECT_TRUE(tensor.chunks.empty()) << key;
+  EXPECT_EQ(main->chunk_counts.at("model.w"), 2u);
+  EXPECT_EQ(main->meta.tensors.at("model.w").global_shape, (Shape{4, 2}));
+  // One tensor alone.
+  auto w = DecodeTensorRecord(*main, "model.w", records[2].second);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ExpectSameChunks(*w, Sample().tensors["model.w"].chunks, "model.w");
+}
+
+// Every encoding of `meta` that can express the defect must be rejected.
+void ExpectCorruption(const CheckpointMetadata& meta, const std::string& needle,
+                      bool v2_too = true) {
+  const auto formats = BothFormats(meta);
+  for (size_t f = 0; f < (v2_too ? 2u : 1u); ++f) {
+    const size_t index = v2_too ? f : 1;
+    auto decoded = DecodeCheckpointRecords(formats[index]);
+    ASSERT_FALSE(decoded.ok()) << "format " << (index == 0 ? 2 : 1);
+    EXPECT_TRUE(decoded.status().IsCorruption());
+    EXPECT_NE(decoded.status().message().find(needle), std::string::npos)
+        << decoded.status().ToString();
+  }
 }
 
 TEST(MetadataCodecTest, RejectsInconsistentRecords) {
@@ -76,11 +139,10 @@ TEST(MetadataCodecTest, RejectsInconsistentRecords) {
   meta.tensors["model.w"].chunks[0].global_offset = {3, 0};
   ExpectCorruption(meta, "outside its shape");
   meta = Sample();
-  meta.tensors["model.w"].chunks[0].nbytes = 9;
-  ExpectCorruption(meta, "records 9 bytes for 4 elements");
+  meta.tensors["model.w"].chunks[0].nbytes = 9;  // format 2 stores no sizes
+  ExpectCorruption(meta, "records 9 bytes for 4 elements", false);
   meta = Sample();
   meta.tensors["model.w"].chunks.pop_back();
-  meta.info.nbytes = 16;
   ExpectCorruption(meta, "chunks hold 4 of 8 elements");
   meta = Sample();
   meta.tensors["model.w"].chunks[0].writer_rank = 5;
@@ -91,6 +153,10 @@ TEST(MetadataCodecTest, RejectsInconsistentRecords) {
   meta = Sample();
   meta.info.nbytes = 1;
   ExpectCorruption(meta, "the record says 1");
+  meta = Sample();
+  meta.tensors["model.w"].chunks[0].local_shape = {2, 3};
+  meta.tensors["model.w"].chunks[0].nbytes = 12;
+  ExpectCorruption(meta, "outside its shape");
 }
 
 TEST(MetadataCodecTest, RejectsOverlapThatHidesAGapOfTheSameVolume) {
@@ -107,27 +173,205 @@ TEST(MetadataCodecTest, RejectsOverlapThatHidesAGapOfTheSameVolume) {
   ExpectCorruption(meta, "empty chunk at [4, 0]");
 }
 
+TEST(MetadataCodecTest, TensorRecordsMustMatchTheirMainRecord) {
+  Records records = EncodeCheckpointRecords(Sample());
+  auto main = DecodeMainRecord(records[0].second);
+  ASSERT_TRUE(main.ok());
+  // Another tensor's record, or another checkpoint's.
+  auto swapped = DecodeTensorRecord(*main, "s", records[2].second);
+  ASSERT_FALSE(swapped.ok());
+  EXPECT_NE(swapped.status().message().find("belongs to tensor 'model.w'"),
+            std::string::npos)
+      << swapped.status().ToString();
+  CheckpointMetadata other = Sample();
+  other.info.id = 4;
+  auto foreign =
+      DecodeTensorRecord(*main, "s", EncodeCheckpointRecords(other)[3].second);
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_NE(foreign.status().message().find("of checkpoint 4"),
+            std::string::npos);
+  EXPECT_FALSE(DecodeTensorRecord(*main, "nope", records[2].second).ok());
+  // A missing record, an extra one.
+  Records missing = records;
+  missing.erase(missing.begin() + 2);
+  auto decoded = DecodeCheckpointRecords(missing);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.status().message().find(
+                "tensor 'model.w' has no record: its chunks are missing"),
+            std::string::npos)
+      << decoded.status().ToString();
+  missing = records;
+  missing.pop_back();
+  EXPECT_FALSE(DecodeCheckpointRecords(missing).ok());
+  Records extra = records;
+  extra.emplace_back(TensorRecordKey(3, "z"), records[3].second);
+  decoded = DecodeCheckpointRecords(extra);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.status().message().find("'z'"), std::string::npos);
+}
+
+TEST(MetadataCodecTest, UnknownFormatVersionIsCorruptionNamingIt) {
+  const Records records = EncodeCheckpointRecords(Sample());
+  capnp::FlatArrayMessageReader reader(kj::ArrayPtr<const capnp::word>(
+      reinterpret_cast<const capnp::word*>(records[0].second.data()),
+      records[0].second.size() / sizeof(capnp::word)));
+  capnp::MallocMessageBuilder builder;
+  builder.setRoot(reader.getRoot<Checkpoint>());
+  builder.getRoot<Checkpoint>().setFormatVersion(3);
+  auto words = capnp::messageToFlatArray(builder);
+  const std::string future(reinterpret_cast<const char*>(words.begin()),
+                           words.size() * sizeof(capnp::word));
+  for (auto decoded : {DecodeMainRecord(future).status(),
+                       DecodeCheckpointInfo(future).status()}) {
+    EXPECT_TRUE(decoded.IsCorruption());
+    EXPECT_NE(decoded.message().find("format version 3 is not supported"),
+              std::string::npos)
+        << decoded.ToString();
+  }
+}
+
 TEST(MetadataCodecTest, HostileBytesNeverCrash) {
-  const std::string good = EncodeCheckpoint(Sample());
+  const Records good = EncodeCheckpointRecords(Sample());
+  auto main = DecodeMainRecord(good[0].second);
+  ASSERT_TRUE(main.ok());
+  std::vector<std::string> targets = {EncodeCheckpointV1(Sample())};
+  for (const auto& [key, value] : good) targets.push_back(value);
   std::mt19937 rng(7);
   int rejected = 0;
-  for (int trial = 0; trial < 3000; ++trial) {
-    std::string bad = good;
+  for (int trial = 0; trial < 6000; ++trial) {
+    const size_t which = trial % targets.size();
+    std::string bad = targets[which];
     const int flips = 1 + static_cast<int>(rng() % 8);
     for (int f = 0; f < flips; ++f)
       bad[rng() % bad.size()] = static_cast<char>(rng());
     if (trial % 5 == 0) bad.resize((rng() % (bad.size() / 8)) * 8);
-    auto decoded = DecodeCheckpoint(bad);
-    if (!decoded.ok()) {
-      EXPECT_TRUE(decoded.status().IsCorruption())
-          << decoded.status().ToString();
+    Status s;
+    if (which <= 1) {
+      s = DecodeMainRecord(bad).status();
+      (void)DecodeCheckpointInfo(bad);
+    } else {
+      std::string_view key;
+      int64_t id = 0;
+      ASSERT_TRUE(DecodeTensorRecordKey(good[which - 1].first, &id, &key));
+      s = DecodeTensorRecord(*main, key, bad).status();
+    }
+    if (!s.ok()) {
+      EXPECT_TRUE(s.IsCorruption()) << s.ToString();
       ++rejected;
     }
-    (void)DecodeCheckpointInfo(bad);
   }
-  EXPECT_GT(rejected, 100);
-  EXPECT_FALSE(DecodeCheckpoint("").ok());
-  EXPECT_FALSE(DecodeCheckpoint("12345").ok());
+  EXPECT_GT(rejected, 200);
+  EXPECT_FALSE(DecodeMainRecord("").ok());
+  EXPECT_FALSE(DecodeMainRecord("12345").ok());
+}
+
+TEST(BoxStreamTest, HostileStreamsNeverCrash) {
+  const Shape shape = {7, 5, 3};
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string bytes(rng() % 24, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    std::vector<ChunkMetadata> chunks(rng() % 6);
+    Status s = DecodeBoxStream(bytes, shape, 4, 1 + rng() % 300, "t", &chunks);
+    EXPECT_TRUE(s.ok() || s.IsCorruption()) << s.ToString();
+  }
+}
+
+// A random tensor of 0 to 4 dimensions (some empty), partitioned at random
+// (kd-tree, not a grid), with writers up to `world`.
+TensorMetadata RandomTensor(std::mt19937& rng, int32_t world) {
+  TensorMetadata t;
+  t.dtype = rng() % 2 ? DType::kBFloat16 : DType::kFloat32;
+  const size_t ndim = rng() % 5;
+  for (size_t d = 0; d < ndim; ++d)
+    t.global_shape.push_back(rng() % 13 == 0 ? 0 : 1 + rng() % 40);
+  if (NumElements(t.global_shape) == 0) return t;
+  std::vector<planner::Box> boxes;
+  planner::testing::RandomPartition({Shape(ndim, 0), t.global_shape}, rng,
+                                    1 + rng() % 8, boxes);
+  std::shuffle(boxes.begin(), boxes.end(), rng);
+  for (const planner::Box& b : boxes) {
+    ChunkMetadata c;
+    c.global_offset = b.offset;
+    c.local_shape = b.shape;
+    c.writer_rank = rng() % 3 ? static_cast<int32_t>(rng() % world) : 0;
+    c.nbytes = NumElements(b.shape) * DTypeSize(t.dtype);
+    c.checksum = (uint64_t{rng()} << 32) | rng();
+    t.chunks.push_back(c);
+  }
+  return t;
+}
+
+TEST(MetadataCodecTest, RandomPartitionsRoundTrip) {
+  std::mt19937 rng(2024);
+  for (int trial = 0; trial < 200; ++trial) {
+    CheckpointMetadata meta;
+    meta.info.id = 1 + trial;
+    meta.info.world_size = trial % 2 ? 16384 : 1 + trial;
+    const int tensors = static_cast<int>(rng() % 6);
+    for (int i = 0; i < tensors; ++i) {
+      const std::string key = "t" + std::to_string(i) + std::string(1, '\0');
+      TensorMetadata t = RandomTensor(rng, meta.info.world_size);
+      meta.info.nbytes += NumElements(t.global_shape) * DTypeSize(t.dtype);
+      meta.tensors[key] = t;
+      meta.flat_mapping[key] = {key};
+    }
+    meta.info.num_tensors = tensors;
+    const std::string ctx = "trial " + std::to_string(trial);
+    for (const Records& records : BothFormats(meta)) {
+      auto decoded = DecodeCheckpointRecords(records);
+      ASSERT_TRUE(decoded.ok()) << ctx << ": " << decoded.status().ToString();
+      ASSERT_EQ(decoded->tensors.size(), meta.tensors.size());
+      for (const auto& [key, t] : meta.tensors) {
+        const TensorMetadata& got = decoded->tensors.at(key);
+        EXPECT_EQ(got.global_shape, t.global_shape) << ctx;
+        EXPECT_EQ(got.dtype, t.dtype) << ctx;
+        ExpectSameChunks(got.chunks, t.chunks, ctx + " " + key);
+      }
+    }
+  }
+}
+
+// A regular grid of rows x cols chunks of [8, 128] over `world` writers,
+// written round-robin with a stride as a DP-replicated save assigns them.
+CheckpointMetadata Grid(int64_t rows, int64_t cols, int32_t world) {
+  CheckpointMetadata meta;
+  meta.info.id = 1;
+  meta.info.world_size = world;
+  TensorMetadata t{DType::kBFloat16, {rows * 8, cols * 128 - 5}, {}};
+  int32_t writer = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const Shape shape = {8,
+                           std::min<int64_t>(128, t.global_shape[1] - c * 128)};
+      t.chunks.push_back(
+          {{r * 8, c * 128},
+           shape,
+           writer,
+           static_cast<uint64_t>(NumElements(shape) * 2),
+           0x9e3779b97f4a7c15ull * static_cast<uint64_t>(r * cols + c)});
+      writer = (writer + 131) % world;
+    }
+  }
+  meta.info.nbytes = NumElements(t.global_shape) * 2;
+  meta.tensors["w"] = t;
+  meta.flat_mapping["w"] = {"w"};
+  return meta;
+}
+
+TEST(MetadataCodecTest, GridOfChunksCostsFewBytesEachAtAnyWorldSize) {
+  for (int32_t world : {1, 128, 16384}) {
+    const CheckpointMetadata meta = Grid(250, 400, world);  // 100,000 chunks
+    const Records records = EncodeCheckpointRecords(meta);
+    size_t bytes = 0;
+    for (const auto& [key, value] : records) bytes += key.size() + value.size();
+    const double per_chunk = static_cast<double>(bytes) / 100000;
+    EXPECT_LE(per_chunk, world == 1 ? 10.0 : 13.0) << "world " << world;
+    auto decoded = DecodeCheckpointRecords(records);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    ExpectSameChunks(decoded->tensors.at("w").chunks,
+                     meta.tensors.at("w").chunks, "grid");
+  }
 }
 
 }  // namespace

@@ -1,23 +1,86 @@
-// libFuzzer target: DecodeCheckpoint must never crash on any input (hostile
-// stores). Build with clang: cmake -DCKPTDB_FUZZ=ON
+// libFuzzer target: the metadata decoders must never crash on any input
+// (hostile stores). Build with clang: cmake -DCKPTDB_FUZZ=ON
 // -DCMAKE_CXX_COMPILER=clang++ ...; run build/storage/metadata_fuzz [corpus
 // dir] -max_total_time=60.
+//
+// The first input byte picks the decoder: a main record (format 1 or 2), a
+// tensor record of a fixed valid checkpoint, or a bare box stream.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "storage/box_stream.h"
 #include "storage/metadata_codec.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
-  auto meta = ckptdb::storage::DecodeCheckpoint(bytes);
-  if (meta.ok()) {
-    // A record that decodes must re-encode to one that decodes the same way.
-    auto again = ckptdb::storage::DecodeCheckpoint(
-        ckptdb::storage::EncodeCheckpoint(*meta));
-    if (!again.ok() || again->tensors.size() != meta->tensors.size())
+namespace {
+
+using namespace ckptdb;
+using namespace ckptdb::storage;
+
+// A checkpoint with a 0-d tensor, an empty one and a [6, 4] one in 3 chunks,
+// against whose main record tensor records are decoded.
+const MainRecord& FixedMain() {
+  static const MainRecord* main = [] {
+    CheckpointMetadata meta;
+    meta.info.id = 7;
+    meta.info.world_size = 300;
+    meta.tensors["a"] = {DType::kFloat32, {}, {{{}, {}, 299, 4, 1}}};
+    meta.tensors["b"] = {DType::kInt8, {0, 2}, {}};
+    meta.tensors["c"] = {DType::kBFloat16,
+                         {6, 4},
+                         {{{0, 0}, {2, 4}, 3, 16, 2},
+                          {{2, 0}, {4, 3}, 200, 24, 3},
+                          {{2, 3}, {4, 1}, 200, 8, 4}}};
+    meta.info.nbytes = 4 + 48;
+    for (const auto& [key, t] : meta.tensors) meta.flat_mapping[key] = {key};
+    auto decoded = DecodeMainRecord(EncodeCheckpointRecords(meta)[0].second);
+    if (!decoded.ok()) __builtin_trap();
+    return new MainRecord(std::move(*decoded));
+  }();
+  return *main;
+}
+
+void FuzzMain(std::string_view bytes) {
+  auto main = DecodeMainRecord(bytes);
+  if (main.ok() && main->has_chunks()) {
+    // A record that decodes must re-encode to records that decode the same.
+    auto again = DecodeCheckpointRecords(EncodeCheckpointRecords(main->meta));
+    if (!again.ok() || again->tensors.size() != main->meta.tensors.size())
       __builtin_trap();
   }
-  (void)ckptdb::storage::DecodeCheckpointInfo(bytes);
+  (void)DecodeCheckpointInfo(bytes);
+}
+
+void FuzzTensor(std::string_view bytes) {
+  for (const char* key : {"a", "b", "c"}) {
+    auto chunks = DecodeTensorRecord(FixedMain(), key, bytes);
+    if (chunks.ok() && chunks->size() != FixedMain().chunk_counts.at(key))
+      __builtin_trap();
+  }
+}
+
+void FuzzBoxes(std::string_view bytes) {
+  if (bytes.empty()) return;
+  std::vector<ChunkMetadata> chunks(static_cast<uint8_t>(bytes[0]) % 16);
+  (void)DecodeBoxStream(bytes.substr(1), {5, 7, 3}, 2, 1000, "t", &chunks);
+  (void)DecodeBoxStream(bytes.substr(1), {}, 8, 2, "t", &chunks);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string_view bytes(reinterpret_cast<const char*>(data + 1),
+                               size - 1);
+  switch (data[0] % 3) {
+    case 0:
+      FuzzMain(bytes);
+      break;
+    case 1:
+      FuzzTensor(bytes);
+      break;
+    default:
+      FuzzBoxes(bytes);
+  }
   return 0;
 }

@@ -227,25 +227,6 @@ Status StoreImpl::WriteMeta(rocksdb::WriteBatch* batch,
   return FromRocks(db_->Flush(flush, meta_), what + " (flushing the record)");
 }
 
-Status StoreImpl::ReadBack(int64_t checkpoint_id, const std::string& record) {
-  std::string back;
-  RETURN_IF_ERROR(FromRocks(
-      db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), &back),
-      "reading back the record of checkpoint " +
-          std::to_string(checkpoint_id)));
-  if (back == record) return Status::OK();
-  return Status::Corruption("the record of checkpoint " +
-                            std::to_string(checkpoint_id) + " in '" + path_ +
-                            "' reads back different from what was written");
-}
-
-Status StoreImpl::DeleteRecord(int64_t checkpoint_id) {
-  rocksdb::WriteBatch batch;
-  batch.Delete(meta_, MetaKey(checkpoint_id));
-  return WriteMeta(&batch, "deleting the record of checkpoint " +
-                               std::to_string(checkpoint_id));
-}
-
 bool StoreImpl::Visible(int64_t checkpoint_id) const {
   std::lock_guard journal_lock(journal_mu_);
   return !journal_ || !journal_->deleting.contains(checkpoint_id);
@@ -288,36 +269,6 @@ Result<int64_t> StoreImpl::Resolve(const CheckpointSelector& which) {
                             " in store '" + path_ + "'");
   }
   return *found;
-}
-
-Status StoreImpl::GetRecord(int64_t checkpoint_id,
-                            rocksdb::PinnableSlice* record) {
-  RETURN_IF_ERROR(CheckOpen());
-  rocksdb::Status s =
-      db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), record);
-  if (s.IsNotFound() || (s.ok() && !Visible(checkpoint_id))) {
-    return Status::NotFound("no checkpoint with id " +
-                            std::to_string(checkpoint_id) + " in store '" +
-                            path_ + "'");
-  }
-  return FromRocks(s, "reading checkpoint " + std::to_string(checkpoint_id));
-}
-
-Result<CheckpointMetadata> StoreImpl::GetMetadata(int64_t checkpoint_id) {
-  std::shared_lock lock(mu_);
-  RETURN_IF_ERROR(EnsureOpenShared(lock));
-  rocksdb::PinnableSlice record;
-  RETURN_IF_ERROR(GetRecord(checkpoint_id, &record));
-  auto meta = DecodeCheckpoint(std::string_view(record.data(), record.size()));
-  if (!meta.ok())
-    return meta.status().WithContext("checkpoint id " +
-                                     std::to_string(checkpoint_id));
-  if (meta->info.id != checkpoint_id) {
-    return Status::Corruption("checkpoint record at id " +
-                              std::to_string(checkpoint_id) + " claims id " +
-                              std::to_string(meta->info.id));
-  }
-  return meta;
 }
 
 Result<int64_t> StoreImpl::NextCheckpointId() {
@@ -406,13 +357,14 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   }
   std::string next;
   PutBigEndian64(&next, static_cast<uint64_t>(id + 1));
-  const std::string record = EncodeCheckpoint(meta);
+  // The main record and the tensor records, in one batch: one commit.
+  const auto records = EncodeCheckpointRecords(meta);
   rocksdb::WriteBatch batch;
-  batch.Put(meta_, MetaKey(id), record);
+  for (const auto& [key, value] : records) batch.Put(meta_, key, value);
   batch.Put(meta_, kNextIdKey, next);
   Status s = WriteMeta(&batch, "committing " + what);
   // Read back from its table file (which also puts it in the block cache).
-  if (s.ok()) s = ReadBack(id, record);
+  if (s.ok()) s = ReadBack(id, records);
   if (s.ok()) {
     CommitJournal journal = *journal_;
     journal.committed.insert(id);

@@ -75,8 +75,9 @@ struct StoreReport {
 };
 
 // One RocksDB database with column families `chunks` (tensor bytes) and `meta`
-// (one Cap'n Proto record per checkpoint: the commit point). Thread-safe for
-// concurrent reads.
+// (per checkpoint a main Cap'n Proto record, the commit point, and one record
+// per tensor holding its chunks; storage/keys.h). Thread-safe for concurrent
+// reads.
 class Store {
  public:
   // Opens the store at `path`. A read-write open takes RocksDB's lock, removes
@@ -94,7 +95,18 @@ class Store {
   virtual Result<std::vector<CheckpointInfo>> List() = 0;
   // NotFound naming the selector when none matches.
   virtual Result<int64_t> Resolve(const CheckpointSelector& which) = 0;
+  // The whole checkpoint: its main record and every tensor's record.
+  // Corruption naming the checkpoint id (and the tensor) when a record is
+  // missing or damaged.
   virtual Result<CheckpointMetadata> GetMetadata(int64_t checkpoint_id) = 0;
+  // What a load needs: every tensor of the checkpoint comes back with its
+  // dtype and global shape, but only the tensors named in `tensor_keys` have
+  // their chunks; the others come back WITHOUT chunks. Reads and decodes only
+  // the main record and the named tensors' records (of a format-1 checkpoint,
+  // the one record, with the other tensors' chunks dropped). Keys that name no
+  // tensor of the checkpoint are ignored: the caller reports them.
+  virtual Result<CheckpointMetadata> GetMetadata(
+      int64_t checkpoint_id, const std::vector<std::string>& tensor_keys) = 0;
 
   // The id the next commit will get. Read-write only.
   virtual Result<int64_t> NextCheckpointId() = 0;

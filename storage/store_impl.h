@@ -1,8 +1,9 @@
 #pragma once
 
-// The store's implementation, shared by store.cc (opening, commits, listings,
-// deletes), store_reads.cc (chunk reads) and staged_file_writer.cc. Private
-// to storage/.
+// The store's implementation, shared by store.cc (commits, listings,
+// deletes), store_open.cc (opening, recovery), store_metadata.cc (reading,
+// reading back and removing metadata records), store_reads.cc (chunk reads)
+// and staged_file_writer.cc. Private to storage/.
 
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
@@ -25,6 +26,7 @@
 #include "storage/commit_journal.h"
 #include "storage/file_system.h"
 #include "storage/keys.h"
+#include "storage/metadata_codec.h"
 #include "storage/store.h"
 
 namespace ckptdb::storage {
@@ -91,6 +93,9 @@ class StoreImpl : public Store {
   Result<std::vector<CheckpointInfo>> List() override;
   Result<int64_t> Resolve(const CheckpointSelector& which) override;
   Result<CheckpointMetadata> GetMetadata(int64_t checkpoint_id) override;
+  Result<CheckpointMetadata> GetMetadata(
+      int64_t checkpoint_id,
+      const std::vector<std::string>& tensor_keys) override;
   Result<int64_t> NextCheckpointId() override;
   Status CheckTagFree(const std::string& tag) override;
   Status Commit(const CheckpointMetadata& meta,
@@ -142,10 +147,23 @@ class StoreImpl : public Store {
   // Ids of the checkpoint records in the `meta` column family.
   Result<std::set<int64_t>> RecordIds();
   Status SaveJournal(CommitJournal journal);
-  // The record of a checkpoint as stored equals `record`.
-  Status ReadBack(int64_t checkpoint_id, const std::string& record);
-  // Removes a checkpoint's record, durably.
+  // The records of a checkpoint as stored equal `records` (key, value; in key
+  // order), with no other record in its range.
+  Status ReadBack(
+      int64_t checkpoint_id,
+      const std::vector<std::pair<std::string, std::string>>& records);
+  // Removes a checkpoint's records (main and tensor records), durably.
   Status DeleteRecord(int64_t checkpoint_id);
+  // GetMetadata's work: every tensor's chunks, or those of `tensor_keys` only.
+  Result<CheckpointMetadata> ReadMetadata(
+      int64_t checkpoint_id, const std::vector<std::string>* tensor_keys);
+  // Fills the chunks of a format-2 checkpoint's tensors from their records,
+  // all of them or those of `tensor_keys`.
+  Status ReadAllTensorRecords(const rocksdb::ReadOptions& read,
+                              MainRecord* main);
+  Status ReadTensorRecords(const rocksdb::ReadOptions& read,
+                           const std::vector<std::string>& tensor_keys,
+                           MainRecord* main);
   // Writes `batch` to the meta column family and flushes it into a table file:
   // metadata never lives in RocksDB's write-ahead log, whose damage RocksDB
   // recovers from by dropping what follows it.
@@ -172,8 +190,9 @@ class StoreImpl : public Store {
   Status CheckOpen() const;
   // False for a checkpoint whose deletion began (its record may remain).
   bool Visible(int64_t checkpoint_id) const;
-  // The metadata record of a checkpoint; NotFound naming it when absent.
-  Status GetRecord(int64_t checkpoint_id, rocksdb::PinnableSlice* record);
+  // The main record of a checkpoint; NotFound naming it when absent.
+  Status GetRecord(int64_t checkpoint_id, rocksdb::PinnableSlice* record,
+                   const rocksdb::ReadOptions& read = rocksdb::ReadOptions());
   // Names, sizes and times of the files a writer changes; equal stamps mean
   // nothing to refresh.
   std::string VersionStamp() const;
@@ -215,8 +234,8 @@ class StoreImpl : public Store {
                           ChunkBuffer* buffer, bool verify_blocks = false);
   // Checkpoint ids that some live chunk file holds keys of.
   std::set<int64_t> LiveChunkIds();
-  // Calls fn(id, record bytes) for every committed checkpoint in id order; fn
-  // returns false to stop.
+  // Calls fn(id, main record bytes) for every committed checkpoint in id
+  // order; fn returns false to stop. Tensor records are skipped unread.
   template <typename Fn>
   Status ForEachRecord(Fn&& fn);
 
@@ -251,13 +270,19 @@ template <typename Fn>
 Status StoreImpl::ForEachRecord(Fn&& fn) {
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions(), meta_));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+  it->SeekToFirst();
+  while (it->Valid()) {
+    const std::string_view key(it->key().data(), it->key().size());
     int64_t id = 0;
-    if (!DecodeMetaKey(std::string_view(it->key().data(), it->key().size()),
-                       &id))
-      break;
-    if (!fn(id, std::string_view(it->value().data(), it->value().size())))
-      break;
+    std::string_view tensor_key;
+    if (DecodeMetaKey(key, &id)) {
+      if (!fn(id, std::string_view(it->value().data(), it->value().size())))
+        break;
+    } else if (!DecodeTensorRecordKey(key, &id, &tensor_key)) {
+      break;  // the special keys, after every checkpoint's records
+    }
+    // The rest of the checkpoint's records are its tensors': not checkpoints.
+    it->Seek(MetaRangeEnd(id));
   }
   return FromRocks(it->status(), "listing checkpoints of '" + path_ + "'");
 }

@@ -1,0 +1,168 @@
+// A store's metadata records: reading a checkpoint's (whole, or only the
+// tensors a load needs), reading them back after a commit, removing them.
+#include <rocksdb/db.h>
+#include <rocksdb/snapshot.h>
+
+#include <set>
+
+#include "storage/keys.h"
+#include "storage/metadata_codec.h"
+#include "storage/store_impl.h"
+
+namespace ckptdb::storage {
+
+Status StoreImpl::ReadBack(
+    int64_t checkpoint_id,
+    const std::vector<std::pair<std::string, std::string>>& records) {
+  const std::string what =
+      "reading back the records of checkpoint " + std::to_string(checkpoint_id);
+  const std::string end = MetaRangeEnd(checkpoint_id);
+  rocksdb::Slice upper(end);
+  rocksdb::ReadOptions read;
+  read.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, meta_));
+  size_t i = 0;
+  bool same = true;
+  for (it->Seek(MetaKey(checkpoint_id)); it->Valid() && same; it->Next()) {
+    same = i < records.size() && it->key() == records[i].first &&
+           it->value() == records[i].second;
+    ++i;
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), what));
+  if (same && i == records.size()) return Status::OK();
+  return Status::Corruption("the records of checkpoint " +
+                            std::to_string(checkpoint_id) + " in '" + path_ +
+                            "' read back different from what was written");
+}
+
+Status StoreImpl::DeleteRecord(int64_t checkpoint_id) {
+  const std::string what =
+      "deleting the records of checkpoint " + std::to_string(checkpoint_id);
+  const std::string end = MetaRangeEnd(checkpoint_id);
+  rocksdb::Slice upper(end);
+  rocksdb::ReadOptions read;
+  read.iterate_upper_bound = &upper;
+  rocksdb::WriteBatch batch;
+  {
+    // Point deletions of what is there: the main record and its tensors'.
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, meta_));
+    for (it->Seek(MetaKey(checkpoint_id)); it->Valid(); it->Next())
+      batch.Delete(meta_, it->key());
+    RETURN_IF_ERROR(FromRocks(it->status(), what));
+  }
+  // A record already gone still gets its tombstone: the deletion is durable.
+  if (batch.Count() == 0) batch.Delete(meta_, MetaKey(checkpoint_id));
+  return WriteMeta(&batch, what);
+}
+
+Status StoreImpl::GetRecord(int64_t checkpoint_id,
+                            rocksdb::PinnableSlice* record,
+                            const rocksdb::ReadOptions& read) {
+  RETURN_IF_ERROR(CheckOpen());
+  rocksdb::Status s = db_->Get(read, meta_, MetaKey(checkpoint_id), record);
+  if (s.IsNotFound() || (s.ok() && !Visible(checkpoint_id))) {
+    return Status::NotFound("no checkpoint with id " +
+                            std::to_string(checkpoint_id) + " in store '" +
+                            path_ + "'");
+  }
+  return FromRocks(s, "reading checkpoint " + std::to_string(checkpoint_id));
+}
+
+Result<CheckpointMetadata> StoreImpl::GetMetadata(int64_t checkpoint_id) {
+  return ReadMetadata(checkpoint_id, nullptr);
+}
+
+Result<CheckpointMetadata> StoreImpl::GetMetadata(
+    int64_t checkpoint_id, const std::vector<std::string>& tensor_keys) {
+  return ReadMetadata(checkpoint_id, &tensor_keys);
+}
+
+Result<CheckpointMetadata> StoreImpl::ReadMetadata(
+    int64_t checkpoint_id, const std::vector<std::string>* tensor_keys) {
+  std::shared_lock lock(mu_);
+  RETURN_IF_ERROR(EnsureOpenShared(lock));
+  const std::string context = "checkpoint id " + std::to_string(checkpoint_id);
+  // One view of the records, whatever commits or deletes meanwhile.
+  rocksdb::ManagedSnapshot snapshot(db_.get());
+  rocksdb::ReadOptions read;
+  read.snapshot = snapshot.snapshot();
+  Result<MainRecord> main = Status::Internal("unread");
+  {
+    rocksdb::PinnableSlice record;
+    RETURN_IF_ERROR(GetRecord(checkpoint_id, &record, read));
+    main = DecodeMainRecord(std::string_view(record.data(), record.size()));
+  }
+  if (!main.ok()) return main.status().WithContext(context);
+  if (main->meta.info.id != checkpoint_id) {
+    return Status::Corruption("checkpoint record at id " +
+                              std::to_string(checkpoint_id) + " claims id " +
+                              std::to_string(main->meta.info.id));
+  }
+  Status s = tensor_keys ? ReadTensorRecords(read, *tensor_keys, &*main)
+                         : ReadAllTensorRecords(read, &*main);
+  if (!s.ok()) return s.WithContext(context);
+  return std::move(main->meta);
+}
+
+Status StoreImpl::ReadAllTensorRecords(const rocksdb::ReadOptions& read,
+                                       MainRecord* main) {
+  if (main->has_chunks()) return Status::OK();
+  const int64_t id = main->meta.info.id;
+  const std::string end = MetaRangeEnd(id);
+  rocksdb::Slice upper(end);
+  rocksdb::ReadOptions bounded = read;
+  bounded.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(bounded, meta_));
+  it->Seek(TensorRecordKey(id, ""));
+  bool first = true;
+  auto next = [&](std::string_view* key, std::string_view* bytes) {
+    if (!first) it->Next();
+    first = false;
+    int64_t record_id = 0;
+    if (!it->Valid() ||
+        !DecodeTensorRecordKey(
+            std::string_view(it->key().data(), it->key().size()), &record_id,
+            key))
+      return false;
+    *bytes = std::string_view(it->value().data(), it->value().size());
+    return true;
+  };
+  Status decoded = DecodeAllTensorRecords(main, next);
+  // A read error ends the walk early: it, not a missing record, is the cause.
+  RETURN_IF_ERROR(FromRocks(it->status(),
+                            "reading the tensor records of "
+                            "checkpoint " +
+                                std::to_string(id)));
+  return decoded;
+}
+
+Status StoreImpl::ReadTensorRecords(const rocksdb::ReadOptions& read,
+                                    const std::vector<std::string>& tensor_keys,
+                                    MainRecord* main) {
+  const std::set<std::string_view> wanted(tensor_keys.begin(),
+                                          tensor_keys.end());
+  const int64_t id = main->meta.info.id;
+  for (auto& [key, tensor] : main->meta.tensors) {
+    if (main->has_chunks()) {
+      if (!wanted.contains(key)) tensor.chunks.clear();
+      continue;
+    }
+    if (!wanted.contains(key)) continue;
+    rocksdb::PinnableSlice record;
+    rocksdb::Status s =
+        db_->Get(read, meta_, TensorRecordKey(id, key), &record);
+    if (s.IsNotFound()) {
+      return Status::Corruption("checkpoint metadata: tensor '" + key +
+                                "' has no record: its chunks are missing");
+    }
+    RETURN_IF_ERROR(FromRocks(s, "reading the record of tensor '" + key +
+                                     "' of checkpoint " + std::to_string(id)));
+    ASSIGN_OR_RETURN(
+        tensor.chunks,
+        DecodeTensorRecord(*main, key,
+                           std::string_view(record.data(), record.size())));
+  }
+  return Status::OK();
+}
+
+}  // namespace ckptdb::storage

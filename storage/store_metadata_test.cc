@@ -1,0 +1,275 @@
+// A store's metadata records: the main record and one record per tensor
+// (format 2), loads that decode only their tensors, damaged or missing tensor
+// records, deletion, and stores of format 1.
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+
+#include <map>
+
+#include "storage/keys.h"
+#include "storage/metadata_codec.h"
+#include "storage/store.h"
+#include "tests/testing/format_v1.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ckptdb::storage {
+namespace {
+
+using ckptdb::testing::TempDir;
+
+// Tensors "a" (100 bytes), "b" (37), "e" (empty) and "s" (0-d), each split
+// over `ranks` writers (the 0-d one by the last), committed as one checkpoint.
+Result<CheckpointMetadata> CommitSample(Store& store, int ranks) {
+  ASSIGN_OR_RETURN(int64_t id, store.NextCheckpointId());
+  CheckpointMetadata meta;
+  meta.info.id = id;
+  meta.info.world_size = ranks;
+  const std::map<std::string, std::string> data = {
+      {"a", std::string(100, 'a')}, {"b", std::string(37, 'b')}, {"e", ""}};
+  for (const auto& [key, bytes] : data) {
+    meta.tensors[key] = {DType::kUInt8, {static_cast<int64_t>(bytes.size())}};
+    meta.flat_mapping[key] = {"model", key};
+    meta.info.nbytes += static_cast<int64_t>(bytes.size());
+  }
+  meta.tensors["s"] = {DType::kUInt8, {}, {}};
+  meta.flat_mapping["s"] = {"s"};
+  meta.info.nbytes += 1;
+  meta.info.num_tensors = 4;
+  meta.values["lr"] = Value(0.5);
+  meta.flat_mapping["lr"] = {"lr"};
+  std::vector<std::string> files;
+  for (int r = 0; r < ranks; ++r) {
+    ASSIGN_OR_RETURN(auto writer, store.NewStagedFile(id, r, 0));
+    for (const auto& [key, bytes] : data) {
+      const int64_t size = static_cast<int64_t>(bytes.size());
+      const int64_t begin = size * r / ranks, end = size * (r + 1) / ranks;
+      if (begin == end) continue;
+      ASSIGN_OR_RETURN(
+          uint64_t sum,
+          writer->Add(key, {begin}, bytes.substr(begin, end - begin)));
+      meta.tensors[key].chunks.push_back(
+          {{begin}, {end - begin}, r, static_cast<uint64_t>(end - begin), sum});
+    }
+    if (r + 1 == ranks) {
+      ASSIGN_OR_RETURN(uint64_t sum, writer->Add("s", {}, "s"));
+      meta.tensors["s"].chunks.push_back({{}, {}, r, 1, sum});
+    }
+    ASSIGN_OR_RETURN(std::string file, writer->Finish());
+    if (!file.empty()) files.push_back(file);
+  }
+  RETURN_IF_ERROR(store.Commit(meta, files));
+  return meta;
+}
+
+std::unique_ptr<Store> OpenStore(const std::string& path,
+                                 bool read_only = false) {
+  StoreOptions options;
+  options.read_only = read_only;
+  auto store = Store::Open(path, options);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
+// The keys of the `meta` column family, read with RocksDB itself.
+std::vector<std::string> MetaKeys(const std::string& path) {
+  rocksdb::DB* raw = nullptr;
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+      {rocksdb::kDefaultColumnFamilyName, {}}, {"chunks", {}}, {"meta", {}}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  EXPECT_TRUE(rocksdb::DB::OpenForReadOnly({}, path, cfs, &handles, &raw).ok());
+  std::vector<std::string> keys;
+  std::unique_ptr<rocksdb::Iterator> it(
+      raw->NewIterator(rocksdb::ReadOptions(), handles[2]));
+  for (it->SeekToFirst(); it->Valid(); it->Next())
+    keys.push_back(it->key().ToString());
+  it.reset();
+  for (auto* h : handles) (void)raw->DestroyColumnFamilyHandle(h);
+  delete raw;
+  return keys;
+}
+
+// Changes the `meta` column family of a closed store: `value` at `key`, or
+// the key removed when `value` is empty.
+void ChangeMetaRecord(const std::string& path, const std::string& key,
+                      const std::string& value) {
+  rocksdb::DB* raw = nullptr;
+  rocksdb::ColumnFamilyOptions chunks;
+  chunks.disable_auto_compactions = true;
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+      {rocksdb::kDefaultColumnFamilyName, {}},
+      {"chunks", chunks},
+      {"meta", {}}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  ASSERT_TRUE(rocksdb::DB::Open({}, path, cfs, &handles, &raw).ok());
+  rocksdb::WriteOptions write;
+  write.disableWAL = true;
+  ASSERT_TRUE((value.empty() ? raw->Delete(write, handles[2], key)
+                             : raw->Put(write, handles[2], key, value))
+                  .ok());
+  ASSERT_TRUE(raw->Flush({}, handles[2]).ok());
+  for (auto* h : handles) (void)raw->DestroyColumnFamilyHandle(h);
+  delete raw;
+}
+
+void ExpectChunksEqual(const TensorMetadata& got, const TensorMetadata& want,
+                       const std::string& key) {
+  ASSERT_EQ(got.chunks.size(), want.chunks.size()) << key;
+  for (size_t i = 0; i < got.chunks.size(); ++i) {
+    EXPECT_EQ(got.chunks[i].global_offset, want.chunks[i].global_offset) << key;
+    EXPECT_EQ(got.chunks[i].local_shape, want.chunks[i].local_shape) << key;
+    EXPECT_EQ(got.chunks[i].writer_rank, want.chunks[i].writer_rank) << key;
+    EXPECT_EQ(got.chunks[i].nbytes, want.chunks[i].nbytes) << key;
+    EXPECT_EQ(got.chunks[i].checksum, want.chunks[i].checksum) << key;
+  }
+}
+
+// Whole and partial reads of every checkpoint of `store` against `saved`.
+void ExpectMetadata(Store& store,
+                    const std::vector<CheckpointMetadata>& saved) {
+  auto list = store.List();
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), saved.size());
+  for (size_t i = 0; i < saved.size(); ++i) {
+    const CheckpointMetadata& want = saved[i];
+    EXPECT_EQ((*list)[i].id, want.info.id);
+    EXPECT_EQ((*list)[i].num_tensors, 4);
+    auto whole = store.GetMetadata(want.info.id);
+    ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+    EXPECT_EQ(whole->values, want.values);
+    EXPECT_EQ(whole->flat_mapping, want.flat_mapping);
+    for (const auto& [key, t] : want.tensors)
+      ExpectChunksEqual(whole->tensors.at(key), t, key);
+    auto part = store.GetMetadata(want.info.id, {"b", "s", "nope", "lr"});
+    ASSERT_TRUE(part.ok()) << part.status().ToString();
+    ASSERT_EQ(part->tensors.size(), 4u);
+    EXPECT_TRUE(part->tensors.at("a").chunks.empty());
+    EXPECT_EQ(part->tensors.at("a").global_shape, (Shape{100}));
+    EXPECT_EQ(part->tensors.at("a").dtype, DType::kUInt8);
+    EXPECT_TRUE(part->tensors.at("e").chunks.empty());
+    ExpectChunksEqual(part->tensors.at("b"), want.tensors.at("b"), "b");
+    ExpectChunksEqual(part->tensors.at("s"), want.tensors.at("s"), "s");
+    EXPECT_EQ(part->values, want.values);
+    for (const ChunkMetadata& c : whole->tensors.at("a").chunks) {
+      auto bytes = store.ReadChunk(want.info.id, "a", c);
+      ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+      EXPECT_EQ(bytes->bytes(), std::string(c.nbytes, 'a'));
+    }
+  }
+}
+
+TEST(StoreMetadataTest, OneRecordPerTensorAndLoadsReadOnlyTheirs) {
+  TempDir dir;
+  std::vector<CheckpointMetadata> saved;
+  {
+    auto store = OpenStore(dir.path());
+    for (int ranks : {3, 1}) {
+      auto meta = CommitSample(*store, ranks);
+      ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+      saved.push_back(*meta);
+    }
+    ExpectMetadata(*store, saved);
+    auto next = store->NextCheckpointId();
+    ASSERT_TRUE(next.ok());
+    EXPECT_EQ(*next, 3);
+    auto report = store->Check();
+    ASSERT_TRUE(report.ok());
+    EXPECT_TRUE(report->unaccounted_chunk_ids.empty());
+  }
+  const std::vector<std::string> keys = MetaKeys(dir.path());
+  const std::vector<std::string> want_prefix = {MetaKey(1),
+                                                TensorRecordKey(1, "a"),
+                                                TensorRecordKey(1, "b"),
+                                                TensorRecordKey(1, "e"),
+                                                TensorRecordKey(1, "s"),
+                                                MetaKey(2)};
+  ASSERT_GE(keys.size(), want_prefix.size() + 4);
+  EXPECT_EQ(std::vector<std::string>(keys.begin(), keys.begin() + 6),
+            want_prefix);
+  // Read-only handles see the same.
+  auto reader = OpenStore(dir.path(), /*read_only=*/true);
+  ExpectMetadata(*reader, saved);
+}
+
+TEST(StoreMetadataTest, DeleteAndRecoveryRemoveTheTensorRecords) {
+  TempDir dir;
+  {
+    auto store = OpenStore(dir.path());
+    ASSERT_TRUE(CommitSample(*store, 2).ok());
+    auto second = CommitSample(*store, 2);
+    ASSERT_TRUE(second.ok());
+    ASSERT_TRUE(store->Delete(1).ok());
+    auto list = store->List();
+    ASSERT_TRUE(list.ok());
+    ASSERT_EQ(list->size(), 1u);
+    EXPECT_EQ((*list)[0].id, 2);
+  }
+  for (const std::string& key : MetaKeys(dir.path())) {
+    int64_t id = 0;
+    std::string_view tensor;
+    if (DecodeMetaKey(key, &id) || DecodeTensorRecordKey(key, &id, &tensor)) {
+      EXPECT_EQ(id, 2) << "a record of the deleted checkpoint is left";
+    }
+  }
+}
+
+TEST(StoreMetadataTest, MissingOrDamagedTensorRecordIsCorruptionNamingIt) {
+  TempDir dir;
+  {
+    auto store = OpenStore(dir.path());
+    ASSERT_TRUE(CommitSample(*store, 2).ok());
+  }
+  for (const std::string damage : {"missing", "garbage"}) {
+    TempDir copy;
+    std::filesystem::copy(dir.path(), copy.Sub("s"),
+                          std::filesystem::copy_options::recursive);
+    ChangeMetaRecord(copy.Sub("s"), TensorRecordKey(1, "b"),
+                     damage == "missing" ? "" : std::string(64, '\x07'));
+    // The checkpoint is still listed: its main record, the commit point, is
+    // whole.
+    auto store = OpenStore(copy.Sub("s"));
+    ASSERT_NE(store, nullptr);
+    auto list = store->List();
+    ASSERT_TRUE(list.ok());
+    EXPECT_EQ(list->size(), 1u);
+    for (auto meta : {store->GetMetadata(1), store->GetMetadata(1, {"b"})}) {
+      ASSERT_FALSE(meta.ok()) << damage;
+      EXPECT_TRUE(meta.status().IsCorruption()) << meta.status().ToString();
+      EXPECT_NE(meta.status().message().find("checkpoint id 1"),
+                std::string::npos)
+          << meta.status().ToString();
+      EXPECT_NE(meta.status().message().find("tensor 'b'"), std::string::npos)
+          << meta.status().ToString();
+    }
+    // A load that does not need it is unaffected.
+    EXPECT_TRUE(store->GetMetadata(1, {"a"}).ok());
+  }
+}
+
+TEST(StoreMetadataTest, StoresOfFormat1StillOpenAndRead) {
+  TempDir dir;
+  std::vector<CheckpointMetadata> saved;
+  {
+    auto store = OpenStore(dir.path());
+    for (int ranks : {2, 3}) {
+      auto meta = CommitSample(*store, ranks);
+      ASSERT_TRUE(meta.ok());
+      saved.push_back(*meta);
+    }
+  }
+  ASSERT_TRUE(ckptdb::testing::RewriteAsFormat1(dir.path()).ok());
+  EXPECT_EQ(MetaKeys(dir.path()).size(), 2u + 2u);  // + marker, next id
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  ExpectMetadata(*store, saved);
+  // A new checkpoint beside them is written in format 2.
+  auto third = CommitSample(*store, 1);
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  saved.push_back(*third);
+  ExpectMetadata(*store, saved);
+  ASSERT_TRUE(store->Delete(1).ok());
+  saved.erase(saved.begin());
+  ExpectMetadata(*store, saved);
+}
+
+}  // namespace
+}  // namespace ckptdb::storage
