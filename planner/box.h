@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ckptdb/types.h"
 
@@ -37,5 +38,12 @@ bool Contains(const Box& outer, const Box& inner);
 // only: every piece is a contiguous run of the row-major buffer holding `box`.
 // Returns {box} when it already fits.
 std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes);
+
+// The byte offset of the box [offset, offset + lengths) inside a dense
+// row-major array of `shape` when the box is one contiguous run of memory
+// (leading lengths 1, then one partial dimension, then whole dimensions);
+// nullopt otherwise. An empty box is the run at 0.
+std::optional<size_t> ContiguousRun(const Shape& shape, const Shape& offset,
+                                    const Shape& lengths, size_t elem_size);
 
 }  // namespace ckptdb::planner

@@ -188,14 +188,39 @@ Result<LoadPlan> BuildLoadPlan(
     chunk.reader = best;
   }
 
+  // Canonical positions: every stored tensor before a needed one counts.
+  std::map<std::string_view, uint64_t> tensor_position;
+  {
+    uint64_t at = 0;
+    auto next = by_tensor.begin();
+    for (const auto& [key, tensor] : tensors) {
+      if (next != by_tensor.end() && next->first == key) {
+        tensor_position.emplace(next->first, at);
+        ++next;
+      }
+      at += static_cast<uint64_t>(NumElements(tensor.global_shape)) *
+            DTypeSize(tensor.dtype);
+    }
+  }
+
   // Emit reads in (key, chunk) order and their items.
   plan.reads.reserve(needed.size());
+  const std::string_view* position_key = nullptr;
+  uint64_t position = 0;
+  size_t position_chunk = 0;
   for (const Needed& n : needed) {
+    if (position_key != n.key) {
+      position_key = n.key;
+      position = tensor_position.at(*n.key);
+      position_chunk = 0;
+    }
+    for (; position_chunk < n.chunk; ++position_chunk)
+      position += n.tensor->meta->chunks[position_chunk].nbytes;
     const ChunkNeeds& chunk_needs = n.tensor->chunks[n.chunk];
     const auto& chunk = n.tensor->meta->chunks[n.chunk];
     const size_t read_index = plan.reads.size();
-    plan.reads.push_back(
-        {std::string(*n.key), n.chunk, chunk_needs.reader, chunk.nbytes});
+    plan.reads.push_back({std::string(*n.key), n.chunk, chunk_needs.reader,
+                          chunk.nbytes, position});
     for (const Need& need : chunk_needs.needs) {
       const Shape& target_offset =
           targets[need.dest_rank][need.target].box.offset;
@@ -206,6 +231,43 @@ Result<LoadPlan> BuildLoadPlan(
     }
   }
   return plan;
+}
+
+LoadPlan RestrictToRank(const LoadPlan& global, int rank,
+                        const OnDeviceLookup& on_device) {
+  LoadPlan out;
+  auto device = [&](const ReadItem& item) {
+    return on_device && on_device(item.dest_rank, item.target);
+  };
+  size_t i = 0;
+  for (size_t r = 0; r < global.reads.size(); ++r) {
+    const size_t begin = i;
+    while (i < global.items.size() && global.items[i].read == r) ++i;
+    const bool reader = global.reads[r].reader_rank == rank;
+    // This rank's device boxes of the read: other receivers come along.
+    std::vector<const ReadItem*> boxes;
+    for (size_t k = begin; k < i; ++k) {
+      const ReadItem& item = global.items[k];
+      if (item.dest_rank == rank && device(item)) boxes.push_back(&item);
+    }
+    const size_t first = out.items.size();
+    for (size_t k = begin; k < i; ++k) {
+      const ReadItem& item = global.items[k];
+      bool keep = reader || item.dest_rank == rank;
+      if (!keep && device(item)) {
+        keep = std::any_of(boxes.begin(), boxes.end(), [&](const ReadItem* b) {
+          return b->storage_offset == item.storage_offset &&
+                 b->lengths == item.lengths;
+        });
+      }
+      if (!keep) continue;
+      out.items.push_back(item);
+      out.items.back().read = out.reads.size();
+    }
+    if (reader || out.items.size() > first)
+      out.reads.push_back(global.reads[r]);
+  }
+  return out;
 }
 
 }  // namespace ckptdb::planner

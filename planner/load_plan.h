@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,11 @@ struct ChunkRead {
   size_t chunk = 0;  // index into TensorMetadata::chunks
   int reader_rank = 0;
   uint64_t nbytes = 0;
+  // The chunk's first byte in the checkpoint's canonical byte order: tensors
+  // in flat-key order (each NumElements(global_shape) x DTypeSize(dtype)
+  // bytes), each tensor's chunks in stored order. The same on every rank,
+  // whichever tensors it loads.
+  uint64_t position = 0;
 };
 
 // One box copied from a read chunk into a target shard: the read item of
@@ -56,5 +62,19 @@ struct LoadPlan {
 Result<LoadPlan> BuildLoadPlan(
     const std::map<std::string, TensorMetadata>& tensors,
     const std::vector<std::vector<LoadTarget>>& targets);
+
+// True when rank `rank`'s target `target` lies in device memory that a
+// DeviceTransport reaches.
+using OnDeviceLookup = std::function<bool(int rank, size_t target)>;
+
+// The part of a global plan that rank `rank` needs (its per-rank plan):
+// every read it performs with all its items, and every read it receives from
+// with only its own items, except that for an item of `rank` into a device
+// target (per `on_device`, when given) the plan also keeps the items of other
+// ranks that receive the same box (storage offset and lengths) into device
+// targets. Reads stay in the global order and `read` indices refer to the
+// restricted reads; read_bytes_per_rank is left empty.
+LoadPlan RestrictToRank(const LoadPlan& global, int rank,
+                        const OnDeviceLookup& on_device = {});
 
 }  // namespace ckptdb::planner
