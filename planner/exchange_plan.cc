@@ -113,7 +113,7 @@ class Planner {
     ExchangeRead read{r, WholeIntoTarget(r, begin, end), {}};
     const size_t first_box = round.boxes.size();
     bool for_others = false;
-    for (size_t i = begin; i < end && !read.whole_into_target; ++i) {
+    for (size_t i = begin; i < end; ++i) {
       const ReadItem& item = plan_.items[i];
       if (item.dest_rank == rank_) {
         read.copies.push_back({i, ReadCopy::To::kTarget, 0, 0});

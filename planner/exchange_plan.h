@@ -99,7 +99,8 @@ struct ExchangeRead {
   // The chunk is the read's only slice, for a host target of this rank of the
   // stored dtype holding it as one run at this byte: read straight into it.
   std::optional<uint64_t> whole_into_target;
-  std::vector<ReadCopy> copies;  // empty with whole_into_target
+  // With whole_into_target, the one kTarget copy that the read replaces.
+  std::vector<ReadCopy> copies;
   friend bool operator==(const ExchangeRead&, const ExchangeRead&) = default;
 };
 

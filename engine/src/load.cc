@@ -171,9 +171,12 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
     ASSIGN_OR_RETURN(transport, TransportFor(devices));
   }
 
+  const planner::PlacementLookup placement = [&](int rank, size_t target) {
+    return placements[rank][target];
+  };
   RETURN_IF_ERROR(
       ExecuteLoad({meta, plan, local.views, *store_, *comm_, io_threads(),
-                   round_bytes, placements, transport},
+                   round_bytes, placement, transport},
                   &result.stats));
   for (auto& [leaf, stored] : local.values) *leaf = *stored;
   return result;
