@@ -55,8 +55,7 @@ class Planner {
     for (size_t r = 0; r < plan_.reads.size(); ++r) {
       const size_t begin = i;
       while (i < plan_.items.size() && plan_.items[i].read == r) ++i;
-      assert(r == 0 ||
-             plan_.reads[r - 1].position <= plan_.reads[r].position);
+      assert(r == 0 || plan_.reads[r - 1].position <= plan_.reads[r].position);
       AddRead(r, begin, i);
     }
     Finish();
@@ -101,8 +100,7 @@ class Planner {
         AddReceivedBox(r, begin, end, i, p->dtype);
       } else {
         RoundOf(r);
-        in_list_.push_back(
-            {i, plan_.reads[r].reader_rank, StoredBytes(item)});
+        in_list_.push_back({i, plan_.reads[r].reader_rank, StoredBytes(item)});
       }
     }
   }
@@ -222,11 +220,11 @@ class Planner {
     round.sends = LayOutMessages(
         out_list_, in_.own_message_bytes,
         [&](size_t k, size_t m, uint64_t offset) {
-      ReadCopy& copy =
-          round.reads[out_copy_[k].first].copies[out_copy_[k].second];
-      copy.index = m;
-      copy.offset = offset;
-    });
+          ReadCopy& copy =
+              round.reads[out_copy_[k].first].copies[out_copy_[k].second];
+          copy.index = m;
+          copy.offset = offset;
+        });
     for (ExchangeMessage& m : round.sends) {
       out_.host_bytes_sent += m.nbytes;
       if (m.packed) continue;

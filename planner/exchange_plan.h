@@ -34,8 +34,7 @@ struct TargetPlacement {
 };
 
 // The placement of any rank's target: (rank, index into that rank's targets).
-using PlacementLookup =
-    std::function<TargetPlacement(int rank, size_t target)>;
+using PlacementLookup = std::function<TargetPlacement(int rank, size_t target)>;
 
 // One of the planning rank's own targets, as its memory holds it.
 struct OwnTarget {

@@ -179,8 +179,8 @@ std::string Canonical(const ExchangePlan& x, const LoadPlan& plan) {
     for (const ExchangeDeviceBox& b : r.boxes) {
       out << "\n box " << read(b.read) << " " << static_cast<int>(b.dtype)
           << " " << b.nbytes << " bc " << b.broadcast << " role "
-          << static_cast<int>(b.role) << " @" << b.offset << " "
-          << item(b.item) << " to";
+          << static_cast<int>(b.role) << " @" << b.offset << " " << item(b.item)
+          << " to";
       for (int to : b.receivers) out << " " << to;
       for (const DeviceHop& h : b.hops)
         out << " (" << h.step << " " << h.from << ">" << h.to << ")";
@@ -194,7 +194,8 @@ class ExchangePlanPropertyTest : public ::testing::TestWithParam<int> {
   void SetUp() override {
     std::mt19937 rng(static_cast<unsigned>(GetParam()));
     c_ = RandomCase(rng);
-    for (int r = 0; r < c_.world; ++r) plans_.push_back(PlanFor(c_, r, c_.plan));
+    for (int r = 0; r < c_.world; ++r)
+      plans_.push_back(PlanFor(c_, r, c_.plan));
   }
 
   const ReadItem& Item(size_t i) const { return c_.plan.items[i]; }
@@ -245,11 +246,10 @@ TEST_P(ExchangePlanPropertyTest, RoundsFollowPositionsWithinBudget) {
         if (Device(item)) continue;
         const uint64_t bytes = item.num_elements() * DTypeSize(Tensor(r).dtype);
         const OwnTarget& t = c_.own[rank][item.target];
-        const bool in_place =
-            bytes >= c_.own_bytes && t.on_host &&
-            t.dtype == Tensor(r).dtype &&
-            BruteRun(t.box.shape, item.dest_offset, item.lengths,
-                     DTypeSize(t.dtype));
+        const bool in_place = bytes >= c_.own_bytes && t.on_host &&
+                              t.dtype == Tensor(r).dtype &&
+                              BruteRun(t.box.shape, item.dest_offset,
+                                       item.lengths, DTypeSize(t.dtype));
         if (!in_place) held[Round(r)] += bytes;
       }
       if (!mine) continue;
@@ -323,8 +323,8 @@ TEST_P(ExchangePlanPropertyTest, EveryByteDeliveredOnceToItsPlace) {
           for (const ExchangeSlice& s : m.slices) {
             EXPECT_EQ(s.offset, at);
             const ReadItem& item = Item(s.item);
-            EXPECT_EQ(s.nbytes, item.num_elements() *
-                                    DTypeSize(Tensor(item.read).dtype));
+            EXPECT_EQ(s.nbytes,
+                      item.num_elements() * DTypeSize(Tensor(item.read).dtype));
             EXPECT_EQ(Round(item.read), round.index);
             EXPECT_EQ(m.packed, s.nbytes < c_.own_bytes);
             at += s.nbytes;
@@ -457,7 +457,8 @@ TEST_P(ExchangePlanPropertyTest, InPlaceExactlyWhereOneRun) {
         const OwnTarget& t = c_.own[rank][item.target];
         const std::optional<uint64_t> run = BruteRun(
             t.box.shape, item.dest_offset, item.lengths, DTypeSize(box.dtype));
-        EXPECT_EQ(box.role == ExchangeDeviceBox::Role::kInPlace, run.has_value());
+        EXPECT_EQ(box.role == ExchangeDeviceBox::Role::kInPlace,
+                  run.has_value());
         if (run) {
           EXPECT_EQ(box.offset, *run);
         }
@@ -540,18 +541,19 @@ TEST_P(ExchangePlanPropertyTest, DeviceRoutesAreValidTrees) {
     }
     EXPECT_EQ(since.size(), ranks.size() + 1);
     const int n = static_cast<int>(ranks.size());
-    EXPECT_EQ(std::count_if(box->hops.begin(), box->hops.end(),
-                            [&](const DeviceHop& h) { return h.from == reader; }),
-              static_cast<int>(std::ceil(std::log2(n + 1))));
+    EXPECT_EQ(
+        std::count_if(box->hops.begin(), box->hops.end(),
+                      [&](const DeviceHop& h) { return h.from == reader; }),
+        static_cast<int>(std::ceil(std::log2(n + 1))));
   }
 }
 
 // A rank's per-rank plan gives the same exchange plan as the global plan.
 TEST_P(ExchangePlanPropertyTest, PerRankPlanGivesTheSamePlan) {
   for (int rank = 0; rank < c_.world; ++rank) {
-    const LoadPlan mine = RestrictToRank(
-        c_.plan, rank,
-        [&](int r, size_t t) { return c_.placements[r][t].on_device; });
+    const LoadPlan mine = RestrictToRank(c_.plan, rank, [&](int r, size_t t) {
+      return c_.placements[r][t].on_device;
+    });
     for (const ChunkRead& read : mine.reads) {
       bool any = read.reader_rank == rank;
       for (const ReadItem& item : c_.plan.items)
@@ -595,7 +597,8 @@ TEST(ExchangePlanCoverageTest, RandomCasesReachEveryFeature) {
         for (const ExchangeDeviceBox& b : round.boxes) {
           seen["broadcast"] += b.broadcast;
           seen["tree"] += b.hops.size() > 1;
-          seen["device in place"] += b.role == ExchangeDeviceBox::Role::kInPlace;
+          seen["device in place"] +=
+              b.role == ExchangeDeviceBox::Role::kInPlace;
           seen["device staged"] += b.role == ExchangeDeviceBox::Role::kStaged;
         }
       }

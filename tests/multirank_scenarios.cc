@@ -336,7 +336,7 @@ TEST(MultiRankTest, AFailingReaderFailsTheLoadEverywhereWithoutHanging) {
   SharedTempDir dir;
   const GlobalTensor w(DType::kFloat32, {600, 64}, 31);
   Options options;
-  options.max_chunk_bytes = 4 << 10;  // 75 chunks
+  options.max_chunk_bytes = 4 << 10;     // 75 chunks
   options.load_buffer_bytes = 16 << 10;  // 10 rounds
   RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
     auto db = OpenRank(dir.path(), comm, options);
@@ -356,8 +356,8 @@ TEST(MultiRankTest, AFailingReaderFailsTheLoadEverywhereWithoutHanging) {
     StateDict sd;
     sd.Set("w", t.View(w));
     if (rank == 1) {
-      faults->Arm({.nth = 6, .from_nth_on = true,
-                   .ops = FileOpMask(FileOp::kRead)});
+      faults->Arm(
+          {.nth = 6, .from_nth_on = true, .ops = FileOpMask(FileOp::kRead)});
     }
     auto result = db->Load(sd, CheckpointSelector::Latest(), {});
     EXPECT_FALSE(result.ok());

@@ -174,10 +174,9 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
   const planner::PlacementLookup placement = [&](int rank, size_t target) {
     return placements[rank][target];
   };
-  RETURN_IF_ERROR(
-      ExecuteLoad({meta, plan, local.views, *store_, *comm_, io_threads(),
-                   round_bytes, placement, transport},
-                  &result.stats));
+  RETURN_IF_ERROR(ExecuteLoad({meta, plan, local.views, *store_, *comm_,
+                               io_threads(), round_bytes, placement, transport},
+                              &result.stats));
   for (auto& [leaf, stored] : local.values) *leaf = *stored;
   return result;
 }

@@ -51,10 +51,10 @@ struct DeviceSlot {
 // into one while round k is exchanged from the other.
 struct Slot {
   const ExchangeRound* round = nullptr;
-  Arena arena;  // staged sends, then staged receives
-  std::vector<char*> send_staged;      // per send: packed here, or null
-  std::vector<const char*> send_data;  // per send: what goes out
-  std::vector<char*> recv_data;        // per receive
+  Arena arena;                             // staged sends, then staged receives
+  std::vector<char*> send_staged;          // per send: packed here, or null
+  std::vector<const char*> send_data;      // per send: what goes out
+  std::vector<char*> recv_data;            // per receive
   std::vector<storage::ChunkBuffer> held;  // per read: chunks sent in place
   std::optional<DeviceSlot> device;
   size_t remaining = 0;  // reads not done yet (guarded by Walker::mu_)
@@ -75,13 +75,15 @@ class Walker {
     }
     const auto& rounds = plan_.rounds;
     for (size_t k = 0; k < rounds.size(); ++k) {
-      for (size_t j = 0; j < rounds[k].reads.size(); ++j) tasks_.push_back({k, j});
+      for (size_t j = 0; j < rounds[k].reads.size(); ++j)
+        tasks_.push_back({k, j});
     }
     for (size_t k = 0; k < std::min<size_t>(2, rounds.size()); ++k) Prepare(k);
     std::vector<std::thread> readers;
-    const int threads = std::max(1, std::min<int>(x_.io_threads,
-                                                  static_cast<int>(tasks_.size())));
-    for (int t = 0; t < threads; ++t) readers.emplace_back([this] { ReadLoop(); });
+    const int threads = std::max(
+        1, std::min<int>(x_.io_threads, static_cast<int>(tasks_.size())));
+    for (int t = 0; t < threads; ++t)
+      readers.emplace_back([this] { ReadLoop(); });
     for (size_t k = 0; k < rounds.size(); ++k) {
       Slot& slot = slots_[k % 2];
       {
@@ -129,8 +131,10 @@ class Walker {
     Slot& slot = slots_[k % 2];
     const ExchangeRound& round = plan_.rounds[k];
     uint64_t bytes = 0;
-    for (const ExchangeMessage& m : round.sends) bytes += m.in_place ? 0 : m.nbytes;
-    for (const ExchangeMessage& m : round.recvs) bytes += m.in_place ? 0 : m.nbytes;
+    for (const ExchangeMessage& m : round.sends)
+      bytes += m.in_place ? 0 : m.nbytes;
+    for (const ExchangeMessage& m : round.recvs)
+      bytes += m.in_place ? 0 : m.nbytes;
     char* at = slot.arena.Reserve(bytes);
     slot.send_data.assign(round.sends.size(), nullptr);
     slot.send_staged.assign(round.sends.size(), nullptr);
@@ -251,10 +255,10 @@ Status Walker::ReadOne(Slot& slot, size_t j) {
           keep = true;
           break;
         }
-        CopyBox(src, tensor.dtype,
-                {slot.send_staged[copy.index] + copy.offset, item.lengths,
-                 zero},
-                tensor.dtype, item.lengths);
+        CopyBox(
+            src, tensor.dtype,
+            {slot.send_staged[copy.index] + copy.offset, item.lengths, zero},
+            tensor.dtype, item.lengths);
         break;
       }
       case ReadCopy::To::kDeviceBox: {
@@ -281,8 +285,7 @@ void Walker::Exchange(Slot& slot) {
   std::vector<std::vector<char>> lost;  // for chunks whose read failed
   for (size_t m = 0; m < round.sends.size(); ++m) {
     const char* data = slot.send_data[m];
-    if (data == nullptr)
-      data = lost.emplace_back(round.sends[m].nbytes).data();
+    if (data == nullptr) data = lost.emplace_back(round.sends[m].nbytes).data();
     sends.push_back({round.sends[m].peer, data, round.sends[m].nbytes});
   }
   for (size_t m = 0; m < round.recvs.size(); ++m) {
@@ -340,10 +343,10 @@ void Walker::Land(Slot& slot) {
     for (const planner::ExchangeSlice& s : msg.slices) {
       const planner::ReadItem& item = x_.plan.items[s.item];
       const Shape zero(item.lengths.size(), 0);
-      Fail(PlaceBox(
-          {slot.recv_data[m] + s.offset, item.lengths, zero},
-          x_.meta.tensors.at(x_.plan.reads[item.read].flat_key).dtype,
-          *x_.targets[item.target], item.dest_offset, item.lengths, &staging));
+      Fail(PlaceBox({slot.recv_data[m] + s.offset, item.lengths, zero},
+                    x_.meta.tensors.at(x_.plan.reads[item.read].flat_key).dtype,
+                    *x_.targets[item.target], item.dest_offset, item.lengths,
+                    &staging));
     }
   }
   staging_.Give(std::move(staging));
