@@ -3,6 +3,7 @@
 #include "engine/src/mpi_communicator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <string>
 #include <thread>
@@ -87,16 +88,22 @@ class Mpi : public Communicator {
     Status posted = Post(sends, recvs, &requests);
     // Complete whatever was posted, even after an error, so that no request
     // outlives its buffer.
-    // Polled with yields rather than MPI_Waitall's spin: the load's reader
-    // threads run on the same cores while this rank waits for its peers.
+    // Polled: for a short while at full speed (a peer that is running answers
+    // within microseconds), then with short sleeps, so that the load's reader
+    // threads keep the cores while this rank waits for a slow peer. (A yield
+    // would queue this thread behind every busy process on the core; a
+    // thread waking from a sleep runs at once.)
     Status done;
+    const auto spin_until =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(50);
     for (int complete = 0; !complete;) {
       done = FromMpi(MPI_Testall(static_cast<int>(requests.size()),
                                  requests.data(), &complete,
                                  MPI_STATUSES_IGNORE),
                      "exchange");
       if (!done.ok()) break;
-      if (!complete) std::this_thread::yield();
+      if (!complete && std::chrono::steady_clock::now() > spin_until)
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     return posted.ok() ? done : posted;
   }
