@@ -34,7 +34,9 @@ class DBImpl : public DB {
   const Communicator& communicator() const override { return *comm_; }
 
   int io_threads() const;
-  uint64_t load_buffer_bytes() const;
+  // Options::load_buffer_bytes, or the default for a load of `state_bytes`
+  // into this rank's targets.
+  uint64_t load_buffer_bytes(uint64_t state_bytes) const;
 
  private:
   Status CheckOpen() const;

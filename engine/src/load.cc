@@ -137,7 +137,12 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
   LocalTargets local;
   RankTargets mine;
   mine.status = MatchLeaves(state, meta, options, &local, &result);
-  mine.buffer_bytes = load_buffer_bytes();
+  uint64_t state_bytes = 0;
+  for (const TensorView* view : local.views) {
+    state_bytes += static_cast<uint64_t>(NumElements(view->local_shape)) *
+                   DTypeSize(view->dtype);
+  }
+  mine.buffer_bytes = load_buffer_bytes(state_bytes);
   mine.device = TransportDevice(local.views);
   mine.targets = std::move(local.targets);
   for (const TensorView* view : local.views) {

@@ -79,13 +79,17 @@ class Walker {
         tasks_.push_back({k, j});
     }
     for (size_t k = 0; k < std::min<size_t>(2, rounds.size()); ++k) Prepare(k);
+    // This thread is one of the io_threads: it reads with the others until
+    // the round it exchanges next is read, while they read ahead.
     std::vector<std::thread> readers;
     const int threads = std::max(
-        1, std::min<int>(x_.io_threads, static_cast<int>(tasks_.size())));
+        1, std::min<int>(x_.io_threads - 1, static_cast<int>(tasks_.size())));
     for (int t = 0; t < threads; ++t)
       readers.emplace_back([this] { ReadLoop(); });
     for (size_t k = 0; k < rounds.size(); ++k) {
       Slot& slot = slots_[k % 2];
+      while (HelpRead(k)) {
+      }
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return slot.remaining == 0; });
@@ -169,16 +173,31 @@ class Walker {
     while (true) {
       const size_t t = next_task_.fetch_add(1);
       if (t >= tasks_.size()) return;
-      const auto [k, j] = tasks_[t];
-      Slot& slot = slots_[k % 2];
+      const size_t k = tasks_[t].first;
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return ready_ > k; });
       }
-      Fail(ReadOne(slot, j));
-      std::lock_guard lock(mu_);
-      if (--slot.remaining == 0) cv_.notify_all();
+      RunTask(t);
     }
+  }
+
+  // Reads the next chunk of round k on this thread when there is one left.
+  bool HelpRead(size_t k) {
+    size_t t = next_task_.load();
+    do {
+      if (t >= tasks_.size() || tasks_[t].first != k) return false;
+    } while (!next_task_.compare_exchange_weak(t, t + 1));
+    RunTask(t);
+    return true;
+  }
+
+  void RunTask(size_t t) {
+    const auto [k, j] = tasks_[t];
+    Slot& slot = slots_[k % 2];
+    Fail(ReadOne(slot, j));
+    std::lock_guard lock(mu_);
+    if (--slot.remaining == 0) cv_.notify_all();
   }
 
   Status ReadOne(Slot& slot, size_t j);
