@@ -573,6 +573,35 @@ TEST(DeviceHopsTest, BinomialTree) {
   EXPECT_EQ(DeviceHops(2, {0}), (std::vector<DeviceHop>{{0, 2, 0}}));
   EXPECT_EQ(DeviceHops(0, {1, 2, 3}),
             (std::vector<DeviceHop>{{0, 0, 1}, {1, 0, 2}, {1, 1, 3}}));
+  // Up to 40 receivers: each reached once from a rank holding the box since
+  // an earlier step, each rank sending at most once per step, in
+  // ceil(log2(n + 1)) steps, the reader sending in every one.
+  for (int n = 1; n <= 40; ++n) {
+    const int reader = n / 2;
+    std::vector<int> receivers;
+    for (int r = 0; r <= n; ++r) {
+      if (r != reader) receivers.push_back(r);
+    }
+    const std::vector<DeviceHop> hops = DeviceHops(reader, receivers);
+    ASSERT_EQ(hops.size(), receivers.size());
+    std::map<int, int> since{{reader, -1}};
+    std::set<std::pair<int, int>> sent;
+    int steps = 0;
+    for (const DeviceHop& hop : hops) {
+      ASSERT_TRUE(since.count(hop.from)) << n;
+      EXPECT_LT(since[hop.from], hop.step) << n;
+      EXPECT_TRUE(since.emplace(hop.to, hop.step).second) << n;
+      EXPECT_TRUE(sent.emplace(hop.step, hop.from).second) << n;
+      steps = std::max(steps, hop.step + 1);
+    }
+    const int log = static_cast<int>(std::ceil(std::log2(n + 1)));
+    EXPECT_EQ(steps, log) << n;
+    EXPECT_EQ(
+        std::count_if(hops.begin(), hops.end(),
+                      [&](const DeviceHop& h) { return h.from == reader; }),
+        log)
+        << n;
+  }
 }
 
 // The random cases reach every decision the plan makes.
