@@ -80,7 +80,8 @@ class Walker {
     }
     for (size_t k = 0; k < std::min<size_t>(2, rounds.size()); ++k) Prepare(k);
     // This thread is one of the io_threads: it reads with the others until
-    // the round it exchanges next is read, while they read ahead.
+    // the round it exchanges next is read, while they (io_threads - 1, at
+    // least one) read ahead.
     std::vector<std::thread> readers;
     const int threads = std::max(
         1, std::min<int>(x_.io_threads - 1, static_cast<int>(tasks_.size())));
