@@ -29,6 +29,8 @@
 #include "engine/src/classes.h"
 #include "engine/src/load_executor.h"
 #include "engine/src/load_planning.h"
+#include "planner/exchange_plan.h"
+#include "storage/keys.h"
 #include "engine/src/save_record.h"
 #include "engine/src/wire.h"
 #include "planner/load_plan.h"
@@ -69,9 +71,8 @@ struct SimConfig {
   int rank = -1;
   // Options::max_chunk_bytes.
   size_t max_chunk_bytes = size_t{512} << 10;
-  // What DB::Load's AssignRounds gets: the smallest load_buffer_bytes of the
-  // ranks, by default io_threads x max_chunk_bytes, io_threads = 8 on a node
-  // with 8 or more hardware threads (DBImpl::io_threads).
+  // The exchange's window: the smallest load_buffer_bytes of the ranks
+  // (DBImpl::load_buffer_bytes).
   uint64_t round_bytes = uint64_t{8} << 19;
   // RLIMIT_AS of each phase's child; 0: none.
   double mem_limit_gib = 20;
@@ -189,8 +190,8 @@ Result<planner::SavePlan> SimulateSavePlanning(GatheredClasses gathered,
 
 // Rank 0's commit (CommitOnRoot in save.cc): the record built from the plan
 // and every writer's checksums, encoded as Store::Commit stores it.
-Result<std::string> SimulateMetadata(planner::SavePlan plan, int world,
-                                     Json& out) {
+Result<std::vector<std::pair<std::string, std::string>>> SimulateMetadata(
+    planner::SavePlan plan, int world, Json& out) {
   std::vector<std::vector<uint64_t>> sums_by_rank(world);
   uint64_t next = 0;
   for (const auto& tensor : plan.tensors) {
@@ -203,22 +204,41 @@ Result<std::string> SimulateMetadata(planner::SavePlan plan, int world,
       CheckpointMetadata meta,
       engine::CommitRecord(std::move(plan), /*id=*/1, SaveOptions{}, world,
                            sums_by_rank));
-  std::string record = storage::EncodeCheckpoint(meta);
+  auto records = storage::EncodeCheckpointRecords(meta);
   out["encode_seconds"] = SecondsSince(start);
   out["encode_cpu_seconds"] = CpuSeconds() - cpu_start;
   out["chunks"] = next;
-  return record;
+  out["records"] = records.size();
+  return records;
 }
 
-// The record as DB::Load's ResolveCollective gets it (Store::GetMetadata).
-Result<CheckpointMetadata> SimulateRecordDecode(std::string_view record,
-                                                Json& out) {
+// The records as DB::Load reads them (Store::GetMetadata(id, keys)): the main
+// record (every tensor's dtype and shape), then the records of the tensors
+// `keys` names only. `records` by key, the main record first.
+Result<CheckpointMetadata> SimulateRecordDecode(
+    const std::map<std::string, std::string>& records,
+    const std::vector<std::string>& keys, Json& out) {
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
-  auto meta = storage::DecodeCheckpoint(record);
+  if (records.empty()) return Status::Corruption("no records");
+  ASSIGN_OR_RETURN(storage::MainRecord main,
+                   storage::DecodeMainRecord(records.begin()->second));
+  const int64_t id = main.meta.info.id;
+  uint64_t decoded = 0;
+  for (const std::string& key : keys) {
+    auto tensor = main.meta.tensors.find(key);
+    auto record = records.find(storage::TensorRecordKey(id, key));
+    if (tensor == main.meta.tensors.end() || record == records.end())
+      return Status::Corruption("no record of tensor '" + key + "'");
+    ASSIGN_OR_RETURN(tensor->second.chunks,
+                     storage::DecodeTensorRecord(main, key, record->second));
+    decoded += tensor->second.chunks.size();
+  }
   out["decode_seconds"] = SecondsSince(start);
   out["decode_cpu_seconds"] = CpuSeconds() - cpu_start;
-  return meta;
+  out["decoded_chunks"] = decoded;
+  out["decoded_tensors"] = keys.size();
+  return std::move(main.meta);
 }
 
 // DB::Load (load.cc) after the record on `rank`: the classes of targets
@@ -237,6 +257,29 @@ Status SimulateLoadPlanning(const CheckpointMetadata& meta,
   ASSIGN_OR_RETURN(engine::RankLoadPlanning planned,
                    engine::PlanRankLoad(meta.tensors, classes, rank));
   out["plan_seconds"] = SecondsSince(plan_start);
+  // The executor's exchange plan (ExecuteLoad), for host targets of the
+  // stored dtype.
+  const auto exchange_start = Clock::now();
+  const engine::GatheredTargets& all = planned.all;
+  std::vector<planner::OwnTarget> own;
+  const int cls = all.classes.class_of_rank[rank];
+  for (size_t t = 0; t < all.classes.targets[cls].size(); ++t) {
+    own.push_back({all.classes.targets[cls][t].box, all.placements[cls][t].dtype,
+                   true});
+  }
+  planner::ExchangeInputs in;
+  in.rank = rank;
+  in.world = static_cast<int>(all.classes.class_of_rank.size());
+  in.plan = &planned.plan;
+  in.tensors = &meta.tensors;
+  in.targets = &own;
+  in.placements = [&](int r, size_t target) {
+    return all.placements[all.classes.class_of_rank[r]][target];
+  };
+  in.window_bytes = std::max<uint64_t>(1, all.buffer_bytes);
+  const planner::ExchangePlan exchange = planner::BuildExchangePlan(in);
+  out["exchange_seconds"] = SecondsSince(exchange_start);
+  out["rounds"] = exchange.rounds.size();
   out["seconds"] = SecondsSince(start);
   out["cpu_seconds"] = CpuSeconds() - cpu_start;
   out["classes"] = classes.payloads.size();
@@ -358,30 +401,55 @@ void MetadataPhase(const SimConfig& c, Json& out) {
     out["error"] = record.status().ToString();
     return;
   }
-  out["bytes"] = record->size();
-  out["bytes_per_chunk"] = static_cast<double>(record->size()) /
-                           std::max<uint64_t>(1, out["chunks"].get<uint64_t>());
+  uint64_t bytes = 0;
   std::ofstream file(c.record_path, std::ios::binary | std::ios::trunc);
-  file.write(record->data(), static_cast<std::streamsize>(record->size()));
+  for (const auto& [key, value] : *record) {
+    bytes += key.size() + value.size();
+    for (const std::string* part : {&key, &value}) {
+      const uint64_t n = part->size();
+      file.write(reinterpret_cast<const char*>(&n), sizeof(n));
+      file.write(part->data(), static_cast<std::streamsize>(n));
+    }
+  }
+  out["bytes"] = bytes;
+  out["bytes_per_chunk"] = static_cast<double>(bytes) /
+                           std::max<uint64_t>(1, out["chunks"].get<uint64_t>());
   if (!file.flush()) out["error"] = "cannot write " + c.record_path;
 }
 
-// The record the metadata phase left in `path`, decoded as a loading rank
-// decodes it (the read is not timed).
-Result<CheckpointMetadata> ReadRecord(const std::string& path, Json& out) {
-  std::ifstream file(path, std::ios::binary);
-  const std::string record((std::istreambuf_iterator<char>(file)),
-                           std::istreambuf_iterator<char>());
-  if (!file.good() && !file.eof())
-    return Status::IOError("cannot read " + path);
-  return SimulateRecordDecode(record, out);
+// The records the metadata phase left in `path`, decoded as loading rank
+// `rank` decodes them: the main record and its tensors' records (the read is
+// not timed).
+Result<CheckpointMetadata> ReadRecords(const SimConfig& c, int rank, Json& out) {
+  std::ifstream file(c.record_path, std::ios::binary);
+  std::map<std::string, std::string> records;
+  while (true) {
+    std::string parts[2];
+    bool ok = true;
+    for (std::string& part : parts) {
+      uint64_t n = 0;
+      ok = ok && file.read(reinterpret_cast<char*>(&n), sizeof(n)).good();
+      if (!ok) break;
+      part.resize(n);
+      ok = file.read(part.data(), static_cast<std::streamsize>(n)).good();
+    }
+    if (!ok) break;
+    records.emplace(std::move(parts[0]), std::move(parts[1]));
+  }
+  std::vector<std::string> keys;
+  for (const planner::LoadTarget& t :
+       LoadTargetsOf(RankShards(c.model, c.load, rank)))
+    keys.push_back(t.flat_key);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return SimulateRecordDecode(records, keys, out);
 }
 
 // The load phase: the record decoded (its figures under "record"), the
 // gathered targets (input), then the planning.
 void LoadPhase(const SimConfig& c, int rank, Json& out) {
   Json& record_out = out["record"];
-  const Result<CheckpointMetadata> meta = ReadRecord(c.record_path, record_out);
+  const Result<CheckpointMetadata> meta = ReadRecords(c, rank, record_out);
   record_out["peak_rss_bytes"] = SelfPeakRss();
   if (!meta.ok()) {
     out["error"] = "decoding the record: " + meta.status().ToString();
@@ -517,14 +585,14 @@ void PrintSummary(const Json& r) {
       Bytes(d["decode_peak_rss_bytes"]).c_str(), error(d).c_str());
   const Json& l = r["load_plan"];
   std::printf(
-      "load plan   %s, rank %s: %s s (decode targets %s s, BuildLoadPlan %s "
-      "s, AssignRounds %s s), peak RSS %s; %s items (%s of the rank), %s "
-      "reads, %s rounds%s\n",
+      "load plan   %s, rank %s: %s s (decode targets %s s, BuildRankLoadPlan %s "
+      "s, BuildExchangePlan %s s), peak RSS %s; %s items, %s reads (%s by the "
+      "rank), %s rounds%s\n",
       Layout(r["config"]["load"]).c_str(), l["rank"].dump().c_str(),
       Num(l["seconds"]).c_str(), Num(l["decode_seconds"]).c_str(),
-      Num(l["plan_seconds"]).c_str(), Num(l["rounds_seconds"]).c_str(),
+      Num(l["plan_seconds"]).c_str(), Num(l["exchange_seconds"]).c_str(),
       Bytes(l["peak_rss_bytes"]).c_str(), Num(l["items"], "%.0f").c_str(),
-      Num(l["rank_items"], "%.0f").c_str(), Num(l["reads"], "%.0f").c_str(),
+      Num(l["reads"], "%.0f").c_str(), Num(l["rank_reads"], "%.0f").c_str(),
       Num(l["rounds"], "%.0f").c_str(), error(l).c_str());
 }
 
@@ -586,7 +654,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   c.max_chunk_bytes = max_chunk_kib << 10;
-  c.round_bytes = 8 * c.max_chunk_bytes;
+  // DBImpl::load_buffer_bytes: a 16th of the rank's state, at most 64 MiB;
+  // every rank of these jobs holds gigabytes.
+  c.round_bytes = uint64_t{64} << 20;
   if (c.record_path.empty()) {
     c.record_path =
         (std::filesystem::temp_directory_path() /

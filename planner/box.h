@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ckptdb/types.h"
 
@@ -49,5 +50,12 @@ struct SplitSizes {
   uint64_t count() const { return runs * per_run; }
 };
 SplitSizes SplitBoxSizes(const Box& box, size_t elem_size, size_t max_bytes);
+
+// The byte offset of the box [offset, offset + lengths) inside a dense
+// row-major array of `shape` when the box is one contiguous run of memory
+// (leading lengths 1, then one partial dimension, then whole dimensions);
+// nullopt otherwise. An empty box is the run at 0.
+std::optional<size_t> ContiguousRun(const Shape& shape, const Shape& offset,
+                                    const Shape& lengths, size_t elem_size);
 
 }  // namespace ckptdb::planner

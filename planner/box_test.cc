@@ -52,5 +52,22 @@ TEST(BoxTest, SplitBelowOneElementKeepsOneElementPerPiece) {
   EXPECT_EQ(pieces[2], (Box{{2}, {1}}));
 }
 
+TEST(BoxTest, ContiguousRunOnlyForOneRunOfMemory) {
+  const Shape shape{4, 5, 6};
+  // Whole rows of whole planes, a partial row, leading ones.
+  EXPECT_EQ(ContiguousRun(shape, {1, 0, 0}, {2, 5, 6}, 4), size_t{30 * 4});
+  EXPECT_EQ(ContiguousRun(shape, {2, 1, 0}, {1, 3, 6}, 4),
+            size_t{(2 * 30 + 6) * 4});
+  EXPECT_EQ(ContiguousRun(shape, {3, 4, 2}, {1, 1, 3}, 2),
+            size_t{(3 * 30 + 4 * 6 + 2) * 2});
+  EXPECT_EQ(ContiguousRun(shape, {0, 0, 0}, shape, 8), size_t{0});
+  // Two partial dimensions, or a partial one before a length > 1.
+  EXPECT_EQ(ContiguousRun(shape, {0, 1, 0}, {2, 3, 6}, 4), std::nullopt);
+  EXPECT_EQ(ContiguousRun(shape, {0, 0, 1}, {1, 2, 5}, 4), std::nullopt);
+  // 0-d and empty boxes.
+  EXPECT_EQ(ContiguousRun({}, {}, {}, 4), size_t{0});
+  EXPECT_EQ(ContiguousRun(shape, {1, 1, 1}, {0, 2, 2}, 4), size_t{0});
+}
+
 }  // namespace
 }  // namespace ckptdb::planner

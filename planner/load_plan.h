@@ -97,10 +97,13 @@ Result<LoadPlan> BuildRankLoadPlan(
     const std::map<std::string, TensorMetadata>& tensors,
     const TargetClasses& classes, int rank);
 
+// True when rank `rank`'s target `target` lies in device memory that a
+// DeviceTransport reaches.
+using OnDeviceLookup = std::function<bool(int rank, size_t target)>;
+
 // The part of `global` rank `rank` gets from BuildRankLoadPlan; `on_device`
-// (dest rank, target) as in TargetClasses (may be empty). For tests.
-LoadPlan RestrictToRank(
-    const LoadPlan& global, int rank,
-    const std::function<bool(int rank, size_t target)>& on_device = nullptr);
+// as in TargetClasses (may be empty). For tests.
+LoadPlan RestrictToRank(const LoadPlan& global, int rank,
+                        const OnDeviceLookup& on_device = nullptr);
 
 }  // namespace ckptdb::planner

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "ckptdb/db.h"
+#include "ckptdb/fault_injection.h"
 #include "tests/testing/group.h"
 #include "tests/testing/ranks.h"
 
@@ -324,6 +325,50 @@ TEST(MultiRankTest, LargeSlicesAndManyRoundsStayBitExact) {
     const LoadStats stats = result.ok() ? result->stats : LoadStats{};
     EXPECT_EQ(SumOver(*comm, stats.bytes_read), stored);
     EXPECT_GE(SumOver(*comm, stats.bytes_sent), uint64_t{256} << 10);
+  });
+}
+
+// A rank whose chunk reads start failing in the middle of a many-round
+// reshard keeps walking its rounds: no rank waits forever, every rank returns
+// the error (agreed once, at the end), and a later load succeeds.
+TEST(MultiRankTest, AFailingReaderFailsTheLoadEverywhereWithoutHanging) {
+  if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
+  SharedTempDir dir;
+  const GlobalTensor w(DType::kFloat32, {600, 64}, 31);
+  Options options;
+  options.max_chunk_bytes = 4 << 10;     // 75 chunks
+  options.load_buffer_bytes = 16 << 10;  // 10 rounds
+  RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm, options);
+    auto [b, e] = Part(600, rank, 2);
+    OwnedShard s = ShardOf(w, {b, 0}, {e - b, 64});
+    StateDict sd;
+    sd.Set("w", s.View(w));
+    EXPECT_TRUE(db->Save(sd, {}).ok());
+  });
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto faults = std::make_shared<FaultInjector>();
+    Options mine = options;
+    mine.fault_injector = faults;
+    auto db = OpenRank(dir.path(), comm, mine);
+    auto [b, e] = Part(64, rank, 3);
+    OwnedShard t = TargetOf(w, {0, b}, {600, e - b});
+    StateDict sd;
+    sd.Set("w", t.View(w));
+    if (rank == 1) {
+      faults->Arm(
+          {.nth = 6, .from_nth_on = true, .ops = FileOpMask(FileOp::kRead)});
+    }
+    auto result = db->Load(sd, CheckpointSelector::Latest(), {});
+    EXPECT_FALSE(result.ok());
+    EXPECT_NE(result.status().ToString().find("rank 1"), std::string::npos)
+        << result.status().ToString();
+    EXPECT_EQ(SumOver(*comm, result.ok() ? 0 : 1), 3u);
+    faults->Disarm();
+    std::fill(t.bytes.begin(), t.bytes.end(), 0);
+    auto again = db->Load(sd, CheckpointSelector::Latest(), {});
+    EXPECT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(t.bytes, w.Slice(t.offset, t.local));
   });
 }
 

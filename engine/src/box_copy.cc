@@ -267,22 +267,6 @@ void ConvertElements(const void* src, DType from, void* dst, DType to,
   }
 }
 
-std::optional<size_t> ContiguousRun(const Shape& shape, const Shape& offset,
-                                    const Shape& lengths, size_t elem_size) {
-  if (NumElements(lengths) == 0) return 0;
-  size_t d = lengths.size();
-  while (d > 0 && lengths[d - 1] == shape[d - 1]) --d;  // whole trailing dims
-  for (size_t j = 0; j + 1 < d; ++j) {  // before the partial one: length 1
-    if (lengths[j] != 1) return std::nullopt;
-  }
-  size_t at = 0, stride = elem_size;
-  for (size_t j = shape.size(); j-- > 0;) {
-    at += static_cast<size_t>(offset[j]) * stride;
-    stride *= static_cast<size_t>(shape[j]);
-  }
-  return at;
-}
-
 void CopyBox(StridedBox src, DType src_dtype, MutableStridedBox dst,
              DType dst_dtype, const Shape& lengths) {
   const size_t ndim = lengths.size();

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "ckptdb/types.h"
+#include "planner/box.h"
 
 namespace ckptdb::engine {
 
@@ -29,12 +30,8 @@ struct MutableStridedBox {
 void CopyBox(StridedBox src, DType src_dtype, MutableStridedBox dst,
              DType dst_dtype, const Shape& lengths);
 
-// The byte offset of the box [offset, offset + lengths) inside a dense
-// row-major array of `shape` when the box is one contiguous run of memory
-// (leading lengths 1, then one partial dimension, then whole dimensions);
-// nullopt otherwise. An empty box is the run at 0.
-std::optional<size_t> ContiguousRun(const Shape& shape, const Shape& offset,
-                                    const Shape& lengths, size_t elem_size);
+// ContiguousRun lives with the boxes of the planner (planner/box.h).
+using planner::ContiguousRun;
 
 // Converts `n` contiguous elements. REQUIRES: IsNumeric(from) && IsNumeric(to),
 // or from == to.

@@ -23,23 +23,6 @@ TEST(BoxCopyTest, CopiesSubBoxBetweenStridedBuffers) {
   EXPECT_EQ(dst[2 * 6 + 3], -1);
 }
 
-TEST(BoxCopyTest, ContiguousRunOnlyForOneRunOfMemory) {
-  const Shape shape{4, 5, 6};
-  // Whole rows of whole planes, a partial row, leading ones.
-  EXPECT_EQ(ContiguousRun(shape, {1, 0, 0}, {2, 5, 6}, 4), size_t{30 * 4});
-  EXPECT_EQ(ContiguousRun(shape, {2, 1, 0}, {1, 3, 6}, 4),
-            size_t{(2 * 30 + 6) * 4});
-  EXPECT_EQ(ContiguousRun(shape, {3, 4, 2}, {1, 1, 3}, 2),
-            size_t{(3 * 30 + 4 * 6 + 2) * 2});
-  EXPECT_EQ(ContiguousRun(shape, {0, 0, 0}, shape, 8), size_t{0});
-  // Two partial dimensions, or a partial one before a length > 1.
-  EXPECT_EQ(ContiguousRun(shape, {0, 1, 0}, {2, 3, 6}, 4), std::nullopt);
-  EXPECT_EQ(ContiguousRun(shape, {0, 0, 1}, {1, 2, 5}, 4), std::nullopt);
-  // 0-d and empty boxes.
-  EXPECT_EQ(ContiguousRun({}, {}, {}, 4), size_t{0});
-  EXPECT_EQ(ContiguousRun(shape, {1, 1, 1}, {0, 2, 2}, 4), size_t{0});
-}
-
 TEST(BoxCopyTest, ZeroDimAndEmpty) {
   double a = 2.5, b = 0;
   const Shape none;

@@ -68,9 +68,14 @@ int DBImpl::io_threads() const {
       std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
 }
 
-uint64_t DBImpl::load_buffer_bytes() const {
+uint64_t DBImpl::load_buffer_bytes(uint64_t state_bytes) const {
   if (options_.load_buffer_bytes > 0) return options_.load_buffer_bytes;
-  return static_cast<uint64_t>(io_threads()) * options_.max_chunk_bytes;
+  // A 16th of the state, within [8 MiB, 64 MiB]: few enough rounds that a
+  // rank rarely waits for a peer that another process holds off its core,
+  // small enough that reading the next round overlaps exchanging this one
+  // (bench/README.md has the measurements).
+  constexpr uint64_t kMin = uint64_t{8} << 20, kMax = uint64_t{64} << 20;
+  return std::clamp(state_bytes / 16, kMin, kMax);
 }
 
 Status DBImpl::CheckOpen() const {
@@ -90,16 +95,18 @@ Result<CheckpointMetadata> DBImpl::ResolveLocal(
 }
 
 Result<CheckpointMetadata> DBImpl::ResolveCollective(
-    const CheckpointSelector& which, const CallArguments& args) {
+    const CheckpointSelector& which, const CallArguments& args,
+    const std::vector<std::string>* tensor_keys) {
   ASSIGN_OR_RETURN(int64_t id,
                    IdFromRootAgreed(*comm_, args, [&]() -> Result<int64_t> {
                      RETURN_IF_ERROR(store_->Refresh());
                      return store_->Resolve(which);
                    }));
   Status refreshed = store_->Refresh();
-  Result<CheckpointMetadata> meta = refreshed.ok()
-                                        ? store_->GetMetadata(id)
-                                        : Result<CheckpointMetadata>(refreshed);
+  Result<CheckpointMetadata> meta =
+      !refreshed.ok() ? Result<CheckpointMetadata>(refreshed)
+      : tensor_keys   ? store_->GetMetadata(id, *tensor_keys)
+                      : store_->GetMetadata(id);
   RETURN_IF_ERROR(AgreeOnStatus(*comm_, meta.status()));
   return meta;
 }

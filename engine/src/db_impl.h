@@ -6,6 +6,7 @@
 #include "ckptdb/db.h"
 #include "engine/src/agreement.h"
 #include "engine/src/device_transport.h"
+#include "planner/load_plan.h"
 #include "storage/store.h"
 
 namespace ckptdb::engine {
@@ -34,15 +35,24 @@ class DBImpl : public DB {
   const Communicator& communicator() const override { return *comm_; }
 
   int io_threads() const;
-  uint64_t load_buffer_bytes() const;
+  // Options::load_buffer_bytes, or the default for a load of `state_bytes`
+  // into this rank's targets.
+  uint64_t load_buffer_bytes(uint64_t state_bytes) const;
 
  private:
   Status CheckOpen() const;
   // Rank 0 resolves the selector; every rank gets the id (or the same error)
   // and its metadata, refreshing a read-only handle when the checkpoint is
   // newer than it. Fails alike on every rank when the ranks' `args` differ.
-  Result<CheckpointMetadata> ResolveCollective(const CheckpointSelector& which,
-                                               const CallArguments& args);
+  // With `tensor_keys`, only those tensors come with their chunks
+  // (Store::GetMetadata(id, keys)).
+  Result<CheckpointMetadata> ResolveCollective(
+      const CheckpointSelector& which, const CallArguments& args,
+      const std::vector<std::string>* tensor_keys = nullptr);
+  // Replaces `meta` by its checkpoint's metadata with the chunks of the
+  // tensors of `targets` (this rank's part of a load).
+  Status ReadChunksOf(const std::vector<planner::LoadTarget>& targets,
+                      CheckpointMetadata* meta);
   // Local: resolves against this rank's handle, refreshing it once when nothing
   // matches.
   Result<CheckpointMetadata> ResolveLocal(const CheckpointSelector& which);

@@ -1,6 +1,7 @@
 // DB::Load: target layouts all-gathered, one read plan on every rank, each
 // needed chunk read once by its reader, slices copied into local targets or
 // sent to the ranks that need them.
+#include <algorithm>
 #include <map>
 
 #include "engine/src/agreement.h"
@@ -8,6 +9,7 @@
 #include "engine/src/db_impl.h"
 #include "engine/src/device.h"
 #include "engine/src/load_executor.h"
+#include "engine/src/load_planning.h"
 #include "engine/src/tensor_checks.h"
 #include "engine/src/wire.h"
 #include "planner/flatten.h"
@@ -96,6 +98,18 @@ Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
 
 }  // namespace
 
+Status DBImpl::ReadChunksOf(const std::vector<planner::LoadTarget>& targets,
+                            CheckpointMetadata* meta) {
+  std::vector<std::string> keys;
+  for (const planner::LoadTarget& target : targets) keys.push_back(target.flat_key);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  ASSIGN_OR_RETURN(CheckpointMetadata with_chunks,
+                   store_->GetMetadata(meta->info.id, keys));
+  *meta = std::move(with_chunks);
+  return Status::OK();
+}
+
 int DBImpl::TransportDevice(const std::vector<TensorView*>& views) const {
   DeviceCopier* copier = CurrentDeviceCopier();
   if (copier == nullptr || !transport_failure_.ok()) return -1;
@@ -131,14 +145,24 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
                                 const LoadOptions& options) {
   RETURN_IF_ERROR(CheckOpen());
   const int world = comm_->size();
-  ASSIGN_OR_RETURN(CheckpointMetadata meta,
-                   ResolveCollective(which, LoadArguments(which, options)));
+  // Every tensor's dtype and shape (the main record), then the chunks of the
+  // tensors this rank loads only.
+  static const std::vector<std::string> kNoChunks;
+  ASSIGN_OR_RETURN(
+      CheckpointMetadata meta,
+      ResolveCollective(which, LoadArguments(which, options), &kNoChunks));
 
   LoadResult result;
   LocalTargets local;
   RankTargets own, shared;
   own.status = MatchLeaves(state, meta, options, &local, &result);
-  own.buffer_bytes = load_buffer_bytes();
+  if (own.status.ok()) own.status = ReadChunksOf(local.targets, &meta);
+  uint64_t state_bytes = 0;
+  for (const TensorView* view : local.views) {
+    state_bytes += static_cast<uint64_t>(NumElements(view->local_shape)) *
+                   DTypeSize(view->dtype);
+  }
+  own.buffer_bytes = load_buffer_bytes(state_bytes);
   own.device = TransportDevice(local.views);
   shared.targets = std::move(local.targets);
   for (const TensorView* view : local.views) {
@@ -146,32 +170,25 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
         {view->dtype, view->device.type == DeviceType::kCUDA &&
                           view->device.index == own.device});
   }
+  // Targets and placements travel once per class of identical ranks; each
+  // rank plans only its own reads, sends and receives.
   ASSIGN_OR_RETURN(RankClasses gathered,
                    AllGatherClasses(*comm_, LoadArguments(which, options),
                                     EncodeTargets(own), EncodeTargets(shared)));
-  ASSIGN_OR_RETURN(GatheredTargets all, DecodeTargetClasses(gathered));
-  RETURN_IF_ERROR(FirstError(all.statuses));
-  // Every rank's targets and placements, expanded from the classes.
-  std::vector<std::vector<planner::LoadTarget>> targets(world);
-  std::vector<std::vector<TargetPlacement>> placements(world);
-  for (int r = 0; r < world; ++r) {
-    targets[r] = all.classes.targets[all.classes.class_of_rank[r]];
-    placements[r] = all.placements[all.classes.class_of_rank[r]];
-  }
-  const bool any_on_device = all.any_on_device;
-  const std::vector<int>& devices = all.devices;
-  const uint64_t round_bytes = all.buffer_bytes;
-  ASSIGN_OR_RETURN(planner::LoadPlan plan,
-                   planner::BuildLoadPlan(meta.tensors, targets));
+  ASSIGN_OR_RETURN(RankLoadPlanning planned,
+                   PlanRankLoad(meta.tensors, gathered, comm_->rank()));
+  const GatheredTargets& all = planned.all;
   DeviceTransport* transport = nullptr;
-  if (world > 1 && any_on_device) {
-    ASSIGN_OR_RETURN(transport, TransportFor(devices));
+  if (world > 1 && all.any_on_device) {
+    ASSIGN_OR_RETURN(transport, TransportFor(all.devices));
   }
-
-  RETURN_IF_ERROR(
-      ExecuteLoad({meta, plan, local.views, *store_, *comm_, io_threads(),
-                   round_bytes, placements, transport},
-                  &result.stats));
+  const planner::PlacementLookup placement = [&](int rank, size_t target) {
+    return all.placements[all.classes.class_of_rank[rank]][target];
+  };
+  RETURN_IF_ERROR(ExecuteLoad({meta, planned.plan, local.views, *store_, *comm_,
+                               io_threads(), all.buffer_bytes, placement,
+                               transport},
+                              &result.stats));
   for (auto& [leaf, stored] : local.values) *leaf = *stored;
   return result;
 }

@@ -14,6 +14,7 @@
 #include "ckptdb/metadata.h"
 #include "ckptdb/status.h"
 #include "engine/src/classes.h"
+#include "planner/exchange_plan.h"
 #include "planner/load_plan.h"
 #include "planner/save_plan.h"
 
@@ -73,15 +74,8 @@ Status DecodeSaveLayout(std::string_view bytes, Status* local,
 // the first failing rank's local status (FirstError) when any failed.
 Result<planner::SaveClasses> DecodeSaveClasses(const RankClasses& gathered);
 
-// Where a load target lives, as every rank learns it: the reader of a slice
-// converts it to `dtype`, and sends it device to device when the target is in
-// memory of its rank's DeviceTransport device.
-struct TargetPlacement {
-  DType dtype = DType::kFloat32;
-  bool on_device = false;
-  friend bool operator==(const TargetPlacement&,
-                         const TargetPlacement&) = default;
-};
+// Where a load target lives, as every rank learns it (planner/exchange_plan.h).
+using TargetPlacement = planner::TargetPlacement;
 
 // What a rank contributes to a load: its local status, load buffer size
 // (Options::load_buffer_bytes), the device its DeviceTransport would use (-1:

@@ -32,10 +32,14 @@ struct Options {
   // Threads each rank uses to read or write chunks. 0 picks the hardware
   // threads, at least 2 and at most 8.
   int io_threads = 0;
-  // Bytes a rank holds at once during a multi-rank load for slices moving
-  // between ranks (chunks read for others, slices staged before landing in a
-  // target); the load runs in rounds within it. Ranks use the smallest value
-  // any of them passes. 0 picks io_threads x max_chunk_bytes.
+  // The round of a multi-rank load: each round covers this many bytes of the
+  // checkpoint (in its canonical order), and in each a rank holds at most this
+  // much plus one chunk for slices moving between ranks (chunks read for
+  // others, slices staged before landing in a target). Two rounds are in
+  // flight at once: the next one is read while this one is exchanged. Ranks
+  // use the smallest value any of them passes. 0 picks a 16th of the bytes of
+  // the rank's state dict, at least 8 MiB and at most 64 MiB: larger rounds
+  // mean fewer waits for peers (bench/README.md).
   size_t load_buffer_bytes = 0;
   // fsync ckptdb's own files (the commit journal, markers) and directories.
   // RocksDB syncs the table files it writes either way. Turning it off loses

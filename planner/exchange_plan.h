@@ -1,0 +1,186 @@
+#pragma once
+
+// The exchange of a load as a value: for one rank, which chunks it reads in
+// which round, the messages it sends and receives per peer, where each
+// incoming slice lands, and how boxes for device targets travel. Computed from
+// what both ends of every message know, so that no rank asks another.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ckptdb/metadata.h"
+#include "planner/box.h"
+#include "planner/load_plan.h"
+
+namespace ckptdb::planner {
+
+// Slices of at least this many bytes travel as messages of their own (and may
+// land in place); smaller slices for one peer are packed into one message per
+// round.
+inline constexpr uint64_t kOwnMessageBytes = uint64_t{256} << 10;
+
+// Where a load target lives, as every rank learns it: the reader of a slice
+// converts it to `dtype`, and sends it device to device when the target is in
+// memory of its rank's DeviceTransport device.
+struct TargetPlacement {
+  DType dtype = DType::kFloat32;
+  bool on_device = false;
+  friend bool operator==(const TargetPlacement&,
+                         const TargetPlacement&) = default;
+};
+
+// The placement of any rank's target: (rank, index into that rank's targets).
+using PlacementLookup = std::function<TargetPlacement(int rank, size_t target)>;
+
+// One of the planning rank's own targets, as its memory holds it.
+struct OwnTarget {
+  Box box;  // offset and local shape in the tensor's index space
+  DType dtype = DType::kFloat32;
+  bool on_host = true;
+};
+
+// One transfer of a box for device targets: at `step`, `from` sends the box
+// to `to`.
+struct DeviceHop {
+  int step = 0, from = 0, to = 0;
+  friend bool operator==(const DeviceHop&, const DeviceHop&) = default;
+};
+
+// The hops that bring a box from `reader` to every one of `receivers`
+// (distinct, none the reader): a binomial tree, in which every rank holding the
+// box after a step sends it to one rank still waiting in the next, so the
+// reader sends it ceil(log2(n + 1)) times for n receivers.
+std::vector<DeviceHop> DeviceHops(int reader,
+                                  const std::vector<int>& receivers);
+
+// One slice of a message.
+struct ExchangeSlice {
+  size_t item = 0;      // index into the LoadPlan's items
+  uint64_t offset = 0;  // first byte within the message
+  uint64_t nbytes = 0;  // in the stored dtype
+  friend bool operator==(const ExchangeSlice&, const ExchangeSlice&) = default;
+};
+
+// One message between the planning rank and `peer`: a packed batch of small
+// slices, or one large slice. Bytes travel in the stored dtype.
+struct ExchangeMessage {
+  int peer = 0;
+  uint64_t nbytes = 0;
+  bool packed = false;
+  std::vector<ExchangeSlice> slices;  // in item order
+  // Sent: the slice is one run of its chunk, sent from the chunk buffer at
+  // this byte. Received: the slice lands straight in its target at this byte
+  // (a host target of the stored dtype holding it as one run).
+  std::optional<uint64_t> in_place;
+  friend bool operator==(const ExchangeMessage&,
+                         const ExchangeMessage&) = default;
+};
+
+// What the reader does with one item of a chunk it read.
+struct ReadCopy {
+  enum class To { kTarget, kMessage, kDeviceBox };
+  size_t item = 0;
+  To to = To::kTarget;
+  // kMessage: index into the round's sends; kDeviceBox: into its boxes.
+  size_t index = 0;
+  // kMessage: first byte within the message.
+  uint64_t offset = 0;
+  friend bool operator==(const ReadCopy&, const ReadCopy&) = default;
+};
+
+// One chunk the planning rank reads.
+struct ExchangeRead {
+  size_t read = 0;  // index into the LoadPlan's reads
+  // The chunk is the read's only slice, for a host target of this rank of the
+  // stored dtype holding it as one run at this byte: read straight into it.
+  std::optional<uint64_t> whole_into_target;
+  // With whole_into_target, the one kTarget copy that the read replaces.
+  std::vector<ReadCopy> copies;
+  friend bool operator==(const ExchangeRead&, const ExchangeRead&) = default;
+};
+
+// The slices of one read with the same box, for device targets of the same
+// dtype on ranks other than the reader (with a DeviceTransport): packed and
+// converted once by the reader, moved device to device.
+struct ExchangeDeviceBox {
+  enum class Role { kReader, kInPlace, kStaged, kNone };
+  size_t read = 0;
+  DType dtype = DType::kFloat32;  // of the targets: what travels
+  uint64_t nbytes = 0;
+  std::vector<int> receivers;  // in item order
+  // Every other rank receives it: one broadcast at step 0 of the round, on
+  // every rank. Otherwise `hops`.
+  bool broadcast = false;
+  std::vector<DeviceHop> hops;
+  // The planning rank's copy: packed by it (kReader) at `offset` of the
+  // round's outgoing device buffer, received straight into its target at byte
+  // `offset` (kInPlace), or staged at `offset` of the incoming device buffer
+  // and placed from there (kStaged).
+  Role role = Role::kNone;
+  uint64_t offset = 0;
+  size_t item = 0;  // the planning rank's item (receivers), or the one packed
+  friend bool operator==(const ExchangeDeviceBox&,
+                         const ExchangeDeviceBox&) = default;
+};
+
+// One round the planning rank takes part in.
+struct ExchangeRound {
+  // The round's number: the reads of chunks whose position lies in
+  // [index x window, (index + 1) x window).
+  uint64_t index = 0;
+  std::vector<ExchangeRead> reads;  // in plan order
+  // Posted in this order; per peer the packed batch first, then the large
+  // slices in item order, as the peer lists them.
+  std::vector<ExchangeMessage> sends, recvs;
+  std::vector<ExchangeDeviceBox> boxes;  // in plan order
+  // Host bytes the rank holds for the round: chunks read for other ranks and
+  // incoming slices staged before landing.
+  uint64_t held_bytes = 0;
+  uint64_t device_out_bytes = 0, device_in_bytes = 0;
+  // Transport steps of the round's boxes this rank takes part in.
+  int device_steps = 0;
+  friend bool operator==(const ExchangeRound&, const ExchangeRound&) = default;
+};
+
+struct ExchangePlan {
+  std::vector<ExchangeRound> rounds;  // by increasing index
+  // Bytes this rank sends over the host communicator and device to device.
+  uint64_t host_bytes_sent = 0, device_bytes_sent = 0;
+  friend bool operator==(const ExchangePlan&, const ExchangePlan&) = default;
+};
+
+// What BuildExchangePlan plans from.
+struct ExchangeInputs {
+  int rank = 0;
+  int world = 1;
+  // The global plan or `rank`'s per-rank plan (RestrictToRank): both give the
+  // same ExchangePlan up to item and read indices.
+  const LoadPlan* plan = nullptr;
+  // The stored tensors by flat key (dtype, chunk shapes).
+  const std::map<std::string, TensorMetadata>* tensors = nullptr;
+  // `rank`'s targets, indexed like its LoadTargets.
+  const std::vector<OwnTarget>* targets = nullptr;
+  // Any rank's target placements.
+  PlacementLookup placements;
+  // Boxes for device targets of other ranks move device to device (a
+  // DeviceTransport on every rank); through host messages otherwise.
+  bool device_transport = false;
+  // Bytes of canonical positions per round (Options::load_buffer_bytes, the
+  // same on every rank). REQUIRES: > 0.
+  uint64_t window_bytes = 1;
+  // Slices of at least this many bytes travel as messages of their own.
+  uint64_t own_message_bytes = kOwnMessageBytes;
+};
+
+// Plans `rank`'s part of the exchange. A rank takes part only in rounds where
+// it reads, sends or receives; it walks them by increasing index, and every
+// peer lists the same messages for the same round, so the walk needs no
+// collective. Host bytes held per round stay within window_bytes plus one
+// chunk. Pure and deterministic.
+ExchangePlan BuildExchangePlan(const ExchangeInputs& in);
+
+}  // namespace ckptdb::planner
