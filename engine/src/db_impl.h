@@ -49,8 +49,8 @@ class DBImpl : public DB {
   Result<CheckpointMetadata> ResolveCollective(
       const CheckpointSelector& which, const CallArguments& args,
       const std::vector<std::string>* tensor_keys = nullptr);
-  // Replaces `meta` by its checkpoint's metadata with the chunks of the
-  // tensors of `targets` (this rank's part of a load).
+  // Fills in the chunks of the tensors of `targets` (this rank's part of a
+  // load) in `meta`, read from their records.
   Status ReadChunksOf(const std::vector<planner::LoadTarget>& targets,
                       CheckpointMetadata* meta);
   // Local: resolves against this rank's handle, refreshing it once when nothing

@@ -106,7 +106,13 @@ Status DBImpl::ReadChunksOf(const std::vector<planner::LoadTarget>& targets,
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   ASSIGN_OR_RETURN(CheckpointMetadata with_chunks,
                    store_->GetMetadata(meta->info.id, keys));
-  *meta = std::move(with_chunks);
+  // Only the chunks move over: MatchLeaves' targets point into `meta`.
+  for (const std::string& key : keys) {
+    auto from = with_chunks.tensors.find(key);
+    auto to = meta->tensors.find(key);
+    if (from != with_chunks.tensors.end() && to != meta->tensors.end())
+      to->second.chunks = std::move(from->second.chunks);
+  }
   return Status::OK();
 }
 
