@@ -20,28 +20,8 @@ namespace {
 
 using testing::RandomPartition;
 
-int64_t Linear(const Shape& shape, const Shape& coord) {
-  int64_t index = 0;
-  for (size_t d = 0; d < shape.size(); ++d) index = index * shape[d] + coord[d];
-  return index;
-}
-
-// Calls fn(coord) for every element of `box`, in row-major order.
-template <typename Fn>
-void ForEachElement(const Box& box, Fn&& fn) {
-  if (box.volume() == 0) return;
-  Shape coord = box.offset;
-  while (true) {
-    fn(coord);
-    size_t d = box.ndim();
-    while (true) {
-      if (d == 0) return;
-      --d;
-      if (++coord[d] < box.exclusive_max(d)) break;
-      coord[d] = box.offset[d];
-    }
-  }
-}
+using testing::ForEachElement;
+using testing::Linear;
 
 // Brute force: the byte where box [offset, offset + lengths) of an array of
 // `shape` starts when its elements are consecutive in memory, else nullopt.

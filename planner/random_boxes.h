@@ -32,4 +32,28 @@ inline void RandomPartition(const Box& box, std::mt19937& rng, int depth,
   RandomPartition(hi, rng, depth - 1, out);
 }
 
+// Row-major index of coordinate `coord` in an array of `shape`.
+inline int64_t Linear(const Shape& shape, const Shape& coord) {
+  int64_t index = 0;
+  for (size_t d = 0; d < shape.size(); ++d) index = index * shape[d] + coord[d];
+  return index;
+}
+
+// Calls fn(coord) for every element of `box`, in row-major order.
+template <typename Fn>
+void ForEachElement(const Box& box, Fn&& fn) {
+  if (box.volume() == 0) return;
+  Shape coord = box.offset;
+  while (true) {
+    fn(coord);
+    size_t d = box.ndim();
+    while (true) {
+      if (d == 0) return;
+      --d;
+      if (++coord[d] < box.exclusive_max(d)) break;
+      coord[d] = box.offset[d];
+    }
+  }
+}
+
 }  // namespace ckptdb::planner::testing
