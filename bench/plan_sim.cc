@@ -99,24 +99,35 @@ struct GatheredClasses {
   }
 };
 
-GatheredClasses GatheredSaveLayouts(const LlamaConfig& model,
-                                    const Parallelism& par) {
-  std::vector<std::string> layouts, digests;
-  for (int r = 0; r < par.tp * par.pp; ++r) {
-    layouts.push_back(engine::EncodeSaveLayout(
-        Status::OK(), SaveLayoutOf(RankShards(model, par, r))));
-    digests.push_back(engine::EncodeClassDigest("", layouts.back()));
-  }
+// What the two exchanges deliver when every rank of `par` sends `own` and the
+// shared payload of its (tp, pp) position, `shared[r % (tp x pp)]`: the
+// digests of all ranks, then each class's payload from its lowest rank.
+GatheredClasses Gather(const Parallelism& par, const std::string& own,
+                       const std::vector<std::string>& shared) {
+  const int classes = par.tp * par.pp;
+  std::vector<std::string> digests;
+  for (const std::string& payload : shared)
+    digests.push_back(engine::EncodeClassDigest(own, payload));
   GatheredClasses gathered;
   gathered.digests.resize(par.world());
   for (int r = 0; r < par.world(); ++r)
-    gathered.digests[r] = digests[r % (par.tp * par.pp)];
+    gathered.digests[r] = digests[r % classes];
   gathered.payloads.resize(par.world());
   const std::vector<bool> sends = engine::ClassRepresentatives(gathered.digests);
   for (int r = 0; r < par.world(); ++r) {
-    if (sends[r]) gathered.payloads[r] = layouts[r % (par.tp * par.pp)];
+    if (sends[r]) gathered.payloads[r] = shared[r % classes];
   }
   return gathered;
+}
+
+GatheredClasses GatheredSaveLayouts(const LlamaConfig& model,
+                                    const Parallelism& par) {
+  std::vector<std::string> layouts;
+  for (int r = 0; r < par.tp * par.pp; ++r) {
+    layouts.push_back(engine::EncodeSaveLayout(
+        Status::OK(), SaveLayoutOf(RankShards(model, par, r))));
+  }
+  return Gather(par, "", layouts);
 }
 
 // What the two exchanges of AllGatherClasses give each rank in DB::Load: every
@@ -128,8 +139,7 @@ GatheredClasses GatheredTargets(const LlamaConfig& model,
   engine::RankTargets own;
   own.buffer_bytes = buffer_bytes;
   own.device = -1;
-  const std::string own_bytes = engine::EncodeTargets(own);
-  std::vector<std::string> shared, digests;
+  std::vector<std::string> shared;
   for (int r = 0; r < par.tp * par.pp; ++r) {
     const std::vector<ModelShard> shards = RankShards(model, par, r);
     engine::RankTargets mine;
@@ -137,18 +147,8 @@ GatheredClasses GatheredTargets(const LlamaConfig& model,
     for (const ModelShard& s : shards)
       mine.placements.push_back({s.tensor.dtype, false});
     shared.push_back(engine::EncodeTargets(mine));
-    digests.push_back(engine::EncodeClassDigest(own_bytes, shared.back()));
   }
-  GatheredClasses gathered;
-  gathered.digests.resize(par.world());
-  for (int r = 0; r < par.world(); ++r)
-    gathered.digests[r] = digests[r % (par.tp * par.pp)];
-  gathered.payloads.resize(par.world());
-  const std::vector<bool> sends = engine::ClassRepresentatives(gathered.digests);
-  for (int r = 0; r < par.world(); ++r) {
-    if (sends[r]) gathered.payloads[r] = shared[r % (par.tp * par.pp)];
-  }
-  return gathered;
+  return Gather(par, engine::EncodeTargets(own), shared);
 }
 
 // A writer's checksums, as XXH3 would give them: well-mixed 64-bit values.

@@ -85,23 +85,15 @@ void BoxIndex::Candidates(const Box& query, std::vector<uint32_t>* out) const {
   std::sort(out->begin(), out->end());
 }
 
-bool BoxIndex::Meets(const Ref& box, const Box& query) const {
+std::optional<Box> BoxIndex::Common(const Ref& box, const Box& query) const {
+  Box out{Shape(ndim_), Shape(ndim_)};
   for (size_t d = 0; d < ndim_; ++d) {
     const int64_t begin = std::max((*box.offset)[d], query.offset[d]);
     const int64_t end = std::min((*box.offset)[d] + (*box.shape)[d],
                                  query.exclusive_max(d));
-    if (end <= begin) return false;
-  }
-  return true;
-}
-
-Box BoxIndex::Common(const Ref& box, const Box& query) const {
-  Box out{Shape(ndim_), Shape(ndim_)};
-  for (size_t d = 0; d < ndim_; ++d) {
-    out.offset[d] = std::max((*box.offset)[d], query.offset[d]);
-    out.shape[d] = std::min((*box.offset)[d] + (*box.shape)[d],
-                            query.exclusive_max(d)) -
-                   out.offset[d];
+    if (end <= begin) return std::nullopt;
+    out.offset[d] = begin;
+    out.shape[d] = end - begin;
   }
   return out;
 }

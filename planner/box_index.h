@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "planner/box.h"
@@ -38,8 +39,8 @@ class BoxIndex {
     for (uint32_t b : scratch_) {
       if (ndim_ == 0) {
         fn(static_cast<size_t>(b), Box{});
-      } else if (Meets(boxes_[b], query)) {
-        fn(static_cast<size_t>(b), Common(boxes_[b], query));
+      } else if (auto common = Common(boxes_[b], query)) {
+        fn(static_cast<size_t>(b), *common);
       }
     }
   }
@@ -55,8 +56,8 @@ class BoxIndex {
 
   // The indices of the boxes that may meet `query`, ascending.
   void Candidates(const Box& query, std::vector<uint32_t>* out) const;
-  bool Meets(const Ref& box, const Box& query) const;
-  Box Common(const Ref& box, const Box& query) const;
+  // Intersect (box.h) for a borrowed box.
+  std::optional<Box> Common(const Ref& box, const Box& query) const;
   int64_t Begin(uint32_t b, size_t d) const { return (*boxes_[b].offset)[d]; }
   int64_t End(uint32_t b, size_t d) const {
     return (*boxes_[b].offset)[d] + (*boxes_[b].shape)[d];
