@@ -264,7 +264,7 @@ Status SimulateLoadPlanning(const CheckpointMetadata& meta,
   std::vector<planner::OwnTarget> own;
   const int cls = all.classes.class_of_rank[rank];
   for (size_t t = 0; t < all.classes.targets[cls].size(); ++t) {
-    own.push_back({all.classes.targets[cls][t].box, all.placements[cls][t].dtype,
+    own.push_back({all.classes.targets[cls][t].box, all.classes.placements[cls][t].dtype,
                    true});
   }
   planner::ExchangeInputs in;
@@ -274,7 +274,7 @@ Status SimulateLoadPlanning(const CheckpointMetadata& meta,
   in.tensors = &meta.tensors;
   in.targets = &own;
   in.placements = [&](int r, size_t target) {
-    return all.placements[all.classes.class_of_rank[r]][target];
+    return all.classes.placements[all.classes.class_of_rank[r]][target];
   };
   in.window_bytes = std::max<uint64_t>(1, all.buffer_bytes);
   const planner::ExchangePlan exchange = planner::BuildExchangePlan(in);

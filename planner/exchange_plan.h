@@ -23,16 +23,6 @@ namespace ckptdb::planner {
 // round.
 inline constexpr uint64_t kOwnMessageBytes = uint64_t{256} << 10;
 
-// Where a load target lives, as every rank learns it: the reader of a slice
-// converts it to `dtype`, and sends it device to device when the target is in
-// memory of its rank's DeviceTransport device.
-struct TargetPlacement {
-  DType dtype = DType::kFloat32;
-  bool on_device = false;
-  friend bool operator==(const TargetPlacement&,
-                         const TargetPlacement&) = default;
-};
-
 // The placement of any rank's target: (rank, index into that rank's targets).
 using PlacementLookup = std::function<TargetPlacement(int rank, size_t target)>;
 

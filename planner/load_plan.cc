@@ -245,7 +245,8 @@ std::vector<Need> RankNeeds(const std::vector<std::pair<Owner, Box>>& hits,
                             int rank, int mine, int reader) {
   std::vector<Need> needs;
   auto on_device = [&](const Owner& o) {
-    return !classes.on_device.empty() && classes.on_device[o.cls][o.target];
+    return !classes.placements.empty() &&
+           classes.placements[o.cls][o.target].on_device;
   };
   std::vector<const Box*> device_boxes;
   for (const auto& [owner, common] : hits) {

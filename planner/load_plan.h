@@ -73,6 +73,16 @@ Result<LoadPlan> BuildLoadPlan(
     const std::map<std::string, TensorMetadata>& tensors,
     const std::vector<std::vector<LoadTarget>>& targets);
 
+// Where a load target lives, as every rank learns it: the reader of a slice
+// converts it to `dtype`, and sends it device to device when the target is in
+// memory of its rank's DeviceTransport device.
+struct TargetPlacement {
+  DType dtype = DType::kFloat32;
+  bool on_device = false;
+  friend bool operator==(const TargetPlacement&,
+                         const TargetPlacement&) = default;
+};
+
 // Load targets grouped by class: ranks whose targets are identical form one
 // class, and the targets travel between ranks once per class.
 struct TargetClasses {
@@ -80,9 +90,10 @@ struct TargetClasses {
   std::vector<std::vector<LoadTarget>> targets;
   // class_of_rank[r]: rank r's class.
   std::vector<int> class_of_rank;
-  // Optional, [class][target]: the target lies in device memory. Only used to
-  // give a receiver of a device box the items of its co-receivers.
-  std::vector<std::vector<bool>> on_device;
+  // Optional, [class][target]: where the target lives. BuildRankLoadPlan
+  // only asks whether it lies in device memory, to give a receiver of a
+  // device box the items of its co-receivers.
+  std::vector<std::vector<TargetPlacement>> placements;
 };
 
 // Rank `rank`'s part of the plan BuildLoadPlan makes for the same targets:

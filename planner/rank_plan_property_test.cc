@@ -130,7 +130,7 @@ TEST_P(RankPlanPropertyTest, LoadPartsMakeTheGlobalPlan) {
   const int world = num_classes + static_cast<int>(rng() % 5);
   TargetClasses classes;
   classes.targets.resize(num_classes);
-  classes.on_device.resize(num_classes);
+  classes.placements.resize(num_classes);
   classes.class_of_rank = RandomClassOfRank(rng, num_classes, world);
   for (const Tensor& t : tensors) {
     std::vector<Box> cells;
@@ -139,7 +139,7 @@ TEST_P(RankPlanPropertyTest, LoadPartsMakeTheGlobalPlan) {
       for (int c = 0; c < num_classes; ++c) {
         if (rng() % 3 == 0) continue;
         classes.targets[c].push_back({t.key, cell});
-        classes.on_device[c].push_back(rng() % 2 == 0);
+        classes.placements[c].push_back({t.dtype, rng() % 2 == 0});
       }
     }
   }
@@ -148,7 +148,7 @@ TEST_P(RankPlanPropertyTest, LoadPartsMakeTheGlobalPlan) {
   auto global = BuildLoadPlan(stored, targets);
   ASSERT_TRUE(global.ok()) << global.status().ToString();
   auto on_device = [&](int rank, size_t target) {
-    return static_cast<bool>(classes.on_device[classes.class_of_rank[rank]][target]);
+    return classes.placements[classes.class_of_rank[rank]][target].on_device;
   };
   std::set<std::pair<std::string, size_t>> read_by_someone;
   for (int r = 0; r < world; ++r) {

@@ -189,7 +189,7 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
     ASSIGN_OR_RETURN(transport, TransportFor(all.devices));
   }
   const planner::PlacementLookup placement = [&](int rank, size_t target) {
-    return all.placements[all.classes.class_of_rank[rank]][target];
+    return all.classes.placements[all.classes.class_of_rank[rank]][target];
   };
   RETURN_IF_ERROR(ExecuteLoad({meta, planned.plan, local.views, *store_, *comm_,
                                io_threads(), all.buffer_bytes, placement,

@@ -350,13 +350,10 @@ Result<GatheredTargets> DecodeTargetClasses(const RankClasses& gathered) {
   for (const std::string& payload : gathered.payloads) {
     RankTargets shared;
     RETURN_IF_ERROR(DecodeTargets(payload, &shared));
-    std::vector<bool>& on_device = out.classes.on_device.emplace_back();
-    for (const TargetPlacement& p : shared.placements) {
-      on_device.push_back(p.on_device);
+    for (const TargetPlacement& p : shared.placements)
       out.any_on_device |= p.on_device;
-    }
     out.classes.targets.push_back(std::move(shared.targets));
-    out.placements.push_back(std::move(shared.placements));
+    out.classes.placements.push_back(std::move(shared.placements));
   }
   return out;
 }

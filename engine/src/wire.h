@@ -96,9 +96,8 @@ Status DecodeTargets(std::string_view bytes, RankTargets* targets);
 // targets with their placements, once per class (EncodeTargets of only
 // those).
 struct GatheredTargets {
+  // Every class's targets and their placements.
   planner::TargetClasses classes;
-  // placements[c][t]: of class c's target t.
-  std::vector<std::vector<TargetPlacement>> placements;
   std::vector<Status> statuses;
   std::vector<int> devices;
   // The smallest buffer any rank passed.
