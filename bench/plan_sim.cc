@@ -29,12 +29,12 @@
 #include "engine/src/classes.h"
 #include "engine/src/load_executor.h"
 #include "engine/src/load_planning.h"
-#include "planner/exchange_plan.h"
-#include "storage/keys.h"
 #include "engine/src/save_record.h"
 #include "engine/src/wire.h"
+#include "planner/exchange_plan.h"
 #include "planner/load_plan.h"
 #include "planner/save_plan.h"
+#include "storage/keys.h"
 #include "storage/metadata_codec.h"
 
 namespace ckptdb::bench {
@@ -113,7 +113,8 @@ GatheredClasses Gather(const Parallelism& par, const std::string& own,
   for (int r = 0; r < par.world(); ++r)
     gathered.digests[r] = digests[r % classes];
   gathered.payloads.resize(par.world());
-  const std::vector<bool> sends = engine::ClassRepresentatives(gathered.digests);
+  const std::vector<bool> sends =
+      engine::ClassRepresentatives(gathered.digests);
   for (int r = 0; r < par.world(); ++r) {
     if (sends[r]) gathered.payloads[r] = shared[r % classes];
   }
@@ -173,9 +174,9 @@ Result<planner::SavePlan> SimulateSavePlanning(GatheredClasses gathered,
                                                Json& out) {
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
-  ASSIGN_OR_RETURN(
-      engine::RankClasses classes,
-      engine::ClassesFromGathered(gathered.digests, std::move(gathered.payloads)));
+  ASSIGN_OR_RETURN(engine::RankClasses classes,
+                   engine::ClassesFromGathered(gathered.digests,
+                                               std::move(gathered.payloads)));
   ASSIGN_OR_RETURN(planner::SaveClasses layouts,
                    engine::DecodeSaveClasses(classes));
   out["decode_seconds"] = SecondsSince(start);
@@ -200,10 +201,9 @@ Result<std::vector<std::pair<std::string, std::string>>> SimulateMetadata(
   }
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
-  ASSIGN_OR_RETURN(
-      CheckpointMetadata meta,
-      engine::CommitRecord(std::move(plan), /*id=*/1, SaveOptions{}, world,
-                           sums_by_rank));
+  ASSIGN_OR_RETURN(CheckpointMetadata meta,
+                   engine::CommitRecord(std::move(plan), /*id=*/1,
+                                        SaveOptions{}, world, sums_by_rank));
   auto records = storage::EncodeCheckpointRecords(meta);
   out["encode_seconds"] = SecondsSince(start);
   out["encode_cpu_seconds"] = CpuSeconds() - cpu_start;
@@ -249,9 +249,9 @@ Status SimulateLoadPlanning(const CheckpointMetadata& meta,
                             GatheredClasses gathered, int rank, Json& out) {
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
-  ASSIGN_OR_RETURN(
-      engine::RankClasses classes,
-      engine::ClassesFromGathered(gathered.digests, std::move(gathered.payloads)));
+  ASSIGN_OR_RETURN(engine::RankClasses classes,
+                   engine::ClassesFromGathered(gathered.digests,
+                                               std::move(gathered.payloads)));
   out["decode_seconds"] = SecondsSince(start);
   const auto plan_start = Clock::now();
   ASSIGN_OR_RETURN(engine::RankLoadPlanning planned,
@@ -264,8 +264,8 @@ Status SimulateLoadPlanning(const CheckpointMetadata& meta,
   std::vector<planner::OwnTarget> own;
   const int cls = all.classes.class_of_rank[rank];
   for (size_t t = 0; t < all.classes.targets[cls].size(); ++t) {
-    own.push_back({all.classes.targets[cls][t].box, all.classes.placements[cls][t].dtype,
-                   true});
+    own.push_back({all.classes.targets[cls][t].box,
+                   all.classes.placements[cls][t].dtype, true});
   }
   planner::ExchangeInputs in;
   in.rank = rank;
@@ -420,7 +420,8 @@ void MetadataPhase(const SimConfig& c, Json& out) {
 // The records the metadata phase left in `path`, decoded as loading rank
 // `rank` decodes them: the main record and its tensors' records (the read is
 // not timed).
-Result<CheckpointMetadata> ReadRecords(const SimConfig& c, int rank, Json& out) {
+Result<CheckpointMetadata> ReadRecords(const SimConfig& c, int rank,
+                                       Json& out) {
   std::ifstream file(c.record_path, std::ios::binary);
   std::map<std::string, std::string> records;
   while (true) {
@@ -585,7 +586,8 @@ void PrintSummary(const Json& r) {
       Bytes(d["decode_peak_rss_bytes"]).c_str(), error(d).c_str());
   const Json& l = r["load_plan"];
   std::printf(
-      "load plan   %s, rank %s: %s s (decode targets %s s, BuildRankLoadPlan %s "
+      "load plan   %s, rank %s: %s s (decode targets %s s, BuildRankLoadPlan "
+      "%s "
       "s, BuildExchangePlan %s s), peak RSS %s; %s items, %s reads (%s by the "
       "rank), %s rounds%s\n",
       Layout(r["config"]["load"]).c_str(), l["rank"].dump().c_str(),

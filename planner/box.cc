@@ -59,7 +59,8 @@ Cut FindCut(const Box& box, size_t elem_size, size_t max_bytes) {
       break;
     }
   }
-  return {cut, std::max<int64_t>(1, static_cast<int64_t>(max_bytes / inner_bytes))};
+  return {cut,
+          std::max<int64_t>(1, static_cast<int64_t>(max_bytes / inner_bytes))};
 }
 
 bool Fits(const Box& box, size_t elem_size, size_t max_bytes) {

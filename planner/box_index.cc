@@ -35,10 +35,11 @@ BoxIndex::BoxIndex(std::vector<Ref> refs, size_t ndim)
     axis.order.resize(boxes.size());
     for (size_t i = 0; i < boxes.size(); ++i)
       axis.order[i] = static_cast<uint32_t>(i);
-    std::sort(axis.order.begin(), axis.order.end(), [&](uint32_t a, uint32_t b) {
-      const int64_t ba = Begin(a, d), bb = Begin(b, d);
-      return ba != bb ? ba < bb : a < b;
-    });
+    std::sort(axis.order.begin(), axis.order.end(),
+              [&](uint32_t a, uint32_t b) {
+                const int64_t ba = Begin(a, d), bb = Begin(b, d);
+                return ba != bb ? ba < bb : a < b;
+              });
     axis.max_end.resize(boxes.size());
     int64_t running = INT64_MIN;
     for (size_t i = 0; i < boxes.size(); ++i) {
@@ -89,8 +90,8 @@ std::optional<Box> BoxIndex::Common(const Ref& box, const Box& query) const {
   Box out{Shape(ndim_), Shape(ndim_)};
   for (size_t d = 0; d < ndim_; ++d) {
     const int64_t begin = std::max((*box.offset)[d], query.offset[d]);
-    const int64_t end = std::min((*box.offset)[d] + (*box.shape)[d],
-                                 query.exclusive_max(d));
+    const int64_t end =
+        std::min((*box.offset)[d] + (*box.shape)[d], query.exclusive_max(d));
     if (end <= begin) return std::nullopt;
     out.offset[d] = begin;
     out.shape[d] = end - begin;

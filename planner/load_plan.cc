@@ -22,9 +22,8 @@ Status CheckTarget(const std::map<std::string, TensorMetadata>& tensors,
                    const LoadTarget& target, const std::string& who) {
   auto it = tensors.find(target.flat_key);
   if (it == tensors.end()) {
-    return Status::InvalidArgument("load target '" + target.flat_key +
-                                   "' on " + who +
-                                   " is not a tensor of the checkpoint");
+    return Status::InvalidArgument("load target '" + target.flat_key + "' on " +
+                                   who + " is not a tensor of the checkpoint");
   }
   const Shape& shape = it->second.global_shape;
   const Box whole{Shape(shape.size(), 0), shape};
@@ -33,10 +32,10 @@ Status CheckTarget(const std::map<std::string, TensorMetadata>& tensors,
       std::any_of(target.box.shape.begin(), target.box.shape.end(),
                   [](int64_t n) { return n < 0; }) ||
       !Contains(whole, target.box)) {
-    return Status::InvalidArgument(
-        "load target '" + target.flat_key + "' on " + who + ": " +
-        BoxToString(target.box) + " lies outside the stored shape " +
-        ShapeToString(shape));
+    return Status::InvalidArgument("load target '" + target.flat_key + "' on " +
+                                   who + ": " + BoxToString(target.box) +
+                                   " lies outside the stored shape " +
+                                   ShapeToString(shape));
   }
   return Status::OK();
 }
@@ -74,8 +73,8 @@ std::map<std::string_view, uint64_t> TensorBases(
   uint64_t at = 0;
   for (const auto& [key, t] : tensors) {
     bases.emplace(key, at);
-    at += static_cast<uint64_t>(NumElements(t.global_shape)) *
-          DTypeSize(t.dtype);
+    at +=
+        static_cast<uint64_t>(NumElements(t.global_shape)) * DTypeSize(t.dtype);
   }
   return bases;
 }
@@ -158,7 +157,8 @@ Result<LoadPlan> BuildLoadPlan(
   const int num_ranks = static_cast<int>(targets.size());
   for (int r = 0; r < num_ranks; ++r) {
     for (const LoadTarget& target : targets[r]) {
-      RETURN_IF_ERROR(CheckTarget(tensors, target, "rank " + std::to_string(r)));
+      RETURN_IF_ERROR(
+          CheckTarget(tensors, target, "rank " + std::to_string(r)));
     }
   }
   // Per requested tensor, in key order: its chunks and, per chunk, the boxes
@@ -176,12 +176,13 @@ Result<LoadPlan> BuildLoadPlan(
       auto entry = by_tensor.find(target.flat_key);
       if (entry == by_tensor.end()) {
         auto it = tensors.find(target.flat_key);
-        entry = by_tensor
-                    .emplace(it->first,
-                             Needs{StoredTensor(it->second, bases.at(it->first)),
-                                   std::vector<std::vector<Need>>(
-                                       it->second.chunks.size())})
-                    .first;
+        entry =
+            by_tensor
+                .emplace(it->first,
+                         Needs{StoredTensor(it->second, bases.at(it->first)),
+                               std::vector<std::vector<Need>>(
+                                   it->second.chunks.size())})
+                .first;
       }
       Needs& needs = entry->second;
       needs.stored.index.ForEachOverlap(
@@ -202,12 +203,12 @@ Result<LoadPlan> BuildLoadPlan(
       for (const Need& n : needs.by_chunk[c]) needers.push_back(n.dest_rank);
       std::sort(needers.begin(), needers.end());
       needers.erase(std::unique(needers.begin(), needers.end()), needers.end());
-      const int reader =
-          turns.Next(needers, needers, needs.stored.position[c],
-                     needs.stored.meta->chunks[c].nbytes);
+      const int reader = turns.Next(needers, needers, needs.stored.position[c],
+                                    needs.stored.meta->chunks[c].nbytes);
       plan.read_bytes_per_rank[reader] += needs.stored.meta->chunks[c].nbytes;
-      EmitRead(std::string(key), needs.stored, c, reader, needs.by_chunk[c],
-               targets, [](int r) { return static_cast<size_t>(r); }, &plan);
+      EmitRead(
+          std::string(key), needs.stored, c, reader, needs.by_chunk[c], targets,
+          [](int r) { return static_cast<size_t>(r); }, &plan);
     }
   }
   return plan;
@@ -323,12 +324,11 @@ Result<LoadPlan> BuildRankLoadPlan(
       const ChunkMetadata& chunk = meta.chunks[c];
       hits.clear();
       needer_classes.clear();
-      targets.ForEachOverlap(
-          Box{chunk.global_offset, chunk.local_shape},
-          [&](size_t b, const Box& common) {
-            hits.emplace_back(owners[b], common);
-            needer_classes.push_back(owners[b].cls);
-          });
+      targets.ForEachOverlap(Box{chunk.global_offset, chunk.local_shape},
+                             [&](size_t b, const Box& common) {
+                               hits.emplace_back(owners[b], common);
+                               needer_classes.push_back(owners[b].cls);
+                             });
       std::sort(needer_classes.begin(), needer_classes.end());
       needer_classes.erase(
           std::unique(needer_classes.begin(), needer_classes.end()),
@@ -338,11 +338,10 @@ Result<LoadPlan> BuildRankLoadPlan(
           turns.Next(needers, needers, stored.position[c], chunk.nbytes);
       std::vector<Need> needs =
           RankNeeds(hits, classes, ranks_of_class, rank, mine, reader);
-      EmitRead(name, stored, c, reader, needs, classes.targets,
-               [&](int r) {
-                 return static_cast<size_t>(classes.class_of_rank[r]);
-               },
-               &plan);
+      EmitRead(
+          name, stored, c, reader, needs, classes.targets,
+          [&](int r) { return static_cast<size_t>(classes.class_of_rank[r]); },
+          &plan);
     }
   }
   return plan;
@@ -362,7 +361,8 @@ LoadPlan RestrictToRank(const LoadPlan& global, int rank,
       const ReadItem& item = global.items[i];
       if (item.dest_rank != rank) continue;
       receives = true;
-      if (on_device && on_device(rank, item.target)) device_items.push_back(&item);
+      if (on_device && on_device(rank, item.target))
+        device_items.push_back(&item);
     }
     if (r.reader_rank == rank || receives) {
       const size_t index = out.reads.size();

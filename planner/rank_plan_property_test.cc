@@ -67,12 +67,14 @@ TEST_P(RankPlanPropertyTest, SavePartsMakeTheGlobalPlan) {
       std::set<int> holders{static_cast<int>(rng() % num_classes)};
       while (rng() % 2) holders.insert(static_cast<int>(rng() % num_classes));
       for (int c : holders)
-        classes.layouts[c].shards.push_back({t.key, {t.key}, t.dtype, t.shape, cell});
+        classes.layouts[c].shards.push_back(
+            {t.key, {t.key}, t.dtype, t.shape, cell});
     }
   }
   classes.layouts[0].values.push_back({"v", {"v"}, Value(int64_t{7})});
   std::vector<RankSaveLayout> ranks(world);
-  for (int r = 0; r < world; ++r) ranks[r] = classes.layouts[classes.class_of_rank[r]];
+  for (int r = 0; r < world; ++r)
+    ranks[r] = classes.layouts[classes.class_of_rank[r]];
   const size_t max_chunk = 1 + rng() % 64;
 
   auto global = BuildSavePlan(ranks, max_chunk);
@@ -100,7 +102,9 @@ TEST_P(RankPlanPropertyTest, SavePartsMakeTheGlobalPlan) {
   for (const PlannedTensor& t : global->tensors) {
     auto& chunks = together[t.flat_key];
     std::sort(chunks.begin(), chunks.end(),
-              [](const PlannedChunk& a, const PlannedChunk& b) { return a.box < b.box; });
+              [](const PlannedChunk& a, const PlannedChunk& b) {
+                return a.box < b.box;
+              });
     ASSERT_EQ(chunks.size(), t.chunks.size()) << t.flat_key;
     for (size_t i = 0; i < chunks.size(); ++i) {
       EXPECT_EQ(chunks[i].box, t.chunks[i].box);
@@ -121,8 +125,9 @@ TEST_P(RankPlanPropertyTest, LoadPartsMakeTheGlobalPlan) {
               [](const Box& a, const Box& b) { return a.offset < b.offset; });
     TensorMetadata meta{t.dtype, t.shape, {}};
     for (const Box& cell : cells) {
-      meta.chunks.push_back({cell.offset, cell.shape, 0,
-                             static_cast<uint64_t>(cell.volume()) * DTypeSize(t.dtype), 0});
+      meta.chunks.push_back(
+          {cell.offset, cell.shape, 0,
+           static_cast<uint64_t>(cell.volume()) * DTypeSize(t.dtype), 0});
     }
     stored[t.key] = std::move(meta);
   }
@@ -144,7 +149,8 @@ TEST_P(RankPlanPropertyTest, LoadPartsMakeTheGlobalPlan) {
     }
   }
   std::vector<std::vector<LoadTarget>> targets(world);
-  for (int r = 0; r < world; ++r) targets[r] = classes.targets[classes.class_of_rank[r]];
+  for (int r = 0; r < world; ++r)
+    targets[r] = classes.targets[classes.class_of_rank[r]];
   auto global = BuildLoadPlan(stored, targets);
   ASSERT_TRUE(global.ok()) << global.status().ToString();
   auto on_device = [&](int rank, size_t target) {
@@ -154,7 +160,8 @@ TEST_P(RankPlanPropertyTest, LoadPartsMakeTheGlobalPlan) {
   for (int r = 0; r < world; ++r) {
     auto part = BuildRankLoadPlan(stored, classes, r);
     ASSERT_TRUE(part.ok()) << part.status().ToString();
-    EXPECT_EQ(part->ToString(), RestrictToRank(*global, r, on_device).ToString())
+    EXPECT_EQ(part->ToString(),
+              RestrictToRank(*global, r, on_device).ToString())
         << "rank " << r;
     for (const ChunkRead& read : part->reads) {
       if (read.reader_rank != r) continue;
@@ -179,7 +186,8 @@ TEST_P(RankPlanPropertyTest, BoxIndexAndSplitSizesMatchBruteForce) {
   std::mt19937 rng(static_cast<unsigned>(GetParam()) + 2000);
   const int ndim = static_cast<int>(rng() % 6);
   Shape shape;
-  for (int d = 0; d < ndim; ++d) shape.push_back(1 + static_cast<int64_t>(rng() % 9));
+  for (int d = 0; d < ndim; ++d)
+    shape.push_back(1 + static_cast<int64_t>(rng() % 9));
   std::vector<Box> boxes;
   RandomPartition(Box{Shape(ndim, 0), shape}, rng, 6, boxes);
   const BoxIndex index(boxes, static_cast<size_t>(ndim));
@@ -187,7 +195,8 @@ TEST_P(RankPlanPropertyTest, BoxIndexAndSplitSizesMatchBruteForce) {
     Box query{Shape(ndim), Shape(ndim)};
     for (int d = 0; d < ndim; ++d) {
       query.offset[d] = static_cast<int64_t>(rng() % shape[d]);
-      query.shape[d] = static_cast<int64_t>(rng() % (shape[d] - query.offset[d] + 1));
+      query.shape[d] =
+          static_cast<int64_t>(rng() % (shape[d] - query.offset[d] + 1));
     }
     std::vector<std::pair<size_t, Box>> expected, got;
     for (size_t b = 0; b < boxes.size(); ++b) {
@@ -197,7 +206,8 @@ TEST_P(RankPlanPropertyTest, BoxIndexAndSplitSizesMatchBruteForce) {
         expected.emplace_back(b, *common);
       }
     }
-    index.ForEachOverlap(query, [&](size_t b, const Box& c) { got.emplace_back(b, c); });
+    index.ForEachOverlap(
+        query, [&](size_t b, const Box& c) { got.emplace_back(b, c); });
     EXPECT_EQ(got, expected);
   }
   for (const Box& box : boxes) {
@@ -206,13 +216,15 @@ TEST_P(RankPlanPropertyTest, BoxIndexAndSplitSizesMatchBruteForce) {
     const SplitSizes sizes = SplitBoxSizes(box, elem, max);
     ASSERT_EQ(sizes.count(), pieces.size());
     for (size_t i = 0; i < pieces.size(); ++i) {
-      const uint64_t bytes = (i + 1) % sizes.per_run == 0 ? sizes.last_bytes : sizes.piece_bytes;
+      const uint64_t bytes =
+          (i + 1) % sizes.per_run == 0 ? sizes.last_bytes : sizes.piece_bytes;
       EXPECT_EQ(bytes, static_cast<uint64_t>(pieces[i].volume()) * elem) << i;
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Random, RankPlanPropertyTest, ::testing::Range(0, 300));
+INSTANTIATE_TEST_SUITE_P(Random, RankPlanPropertyTest,
+                         ::testing::Range(0, 300));
 
 }  // namespace
 }  // namespace ckptdb::planner

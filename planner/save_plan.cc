@@ -122,10 +122,9 @@ Status LayoutError(const std::string& key, const Shape& shape,
     case PartitionError::kWrongRank:
       return Status::InvalidArgument(
           tensor + " on rank " +
-          std::to_string(owners.Named(refs[p.box].holder.owner)) +
-          ": shard " + BoxToString(refs[p.box].shard->box) +
-          " does not match the " + std::to_string(shape.size()) +
-          "-d global shape " + global);
+          std::to_string(owners.Named(refs[p.box].holder.owner)) + ": shard " +
+          BoxToString(refs[p.box].shard->box) + " does not match the " +
+          std::to_string(shape.size()) + "-d global shape " + global);
     case PartitionError::kOutside:
     case PartitionError::kEmptyBox:  // allowed: not reported
       return Status::InvalidArgument(tensor + ": shard on " + rank_box(p.box) +
@@ -187,8 +186,9 @@ std::vector<Distinct> GroupReplicas(std::vector<ShardRef>& refs) {
     distinct.back().holders.push_back(ref.holder);
   }
   for (Distinct& d : distinct) {
-    std::sort(d.holders.begin(), d.holders.end(),
-              [](const Holder& a, const Holder& b) { return a.owner < b.owner; });
+    std::sort(
+        d.holders.begin(), d.holders.end(),
+        [](const Holder& a, const Holder& b) { return a.owner < b.owner; });
   }
   return distinct;
 }
@@ -241,8 +241,9 @@ void AssignWriters(const Distinct& d, const Owners& owners,
   // Holder sets start their turns at the ordinal the box's first chunk would
   // have among equal chunks: sets that begin in different places start with
   // different holders.
-  const uint64_t first = turns.Take(
-      sizes.count(), plan->total_bytes / std::max<uint64_t>(1, sizes.piece_bytes));
+  const uint64_t first =
+      turns.Take(sizes.count(),
+                 plan->total_bytes / std::max<uint64_t>(1, sizes.piece_bytes));
   uint64_t turn = first;
   for (uint64_t run = 0; run < sizes.runs; ++run) {
     for (uint64_t j = 0; j < sizes.per_run; ++j) {
@@ -258,7 +259,8 @@ void AssignWriters(const Distinct& d, const Owners& owners,
     const auto& [rank, h] = turns.At(turn++);
     if (only_writer >= 0 && rank != only_writer) continue;
     const uint64_t bytes = static_cast<uint64_t>(piece.volume()) * elem;
-    tensor.chunks.push_back({std::move(piece), rank, d.holders[h].shard, bytes});
+    tensor.chunks.push_back(
+        {std::move(piece), rank, d.holders[h].shard, bytes});
   }
 }
 

@@ -9,7 +9,9 @@
 namespace ckptdb::engine {
 namespace {
 
-Status Malformed() { return Status::Internal("malformed class digest from a rank"); }
+Status Malformed() {
+  return Status::Internal("malformed class digest from a rank");
+}
 
 // The 24 bytes naming a shared payload: XXH3-128 and length. A payload is
 // trusted to its digest: ranks of one job, 2^-128 odds of a collision.
@@ -32,11 +34,13 @@ std::string EncodeClassDigest(std::string_view own, std::string_view shared) {
   return out;
 }
 
-std::vector<bool> ClassRepresentatives(const std::vector<std::string>& digests) {
+std::vector<bool> ClassRepresentatives(
+    const std::vector<std::string>& digests) {
   std::vector<bool> first(digests.size(), false);
   std::map<std::string_view, bool> seen;
   for (size_t r = 0; r < digests.size(); ++r) {
-    const std::string_view d = std::string_view(digests[r]).substr(0, kDigestBytes);
+    const std::string_view d =
+        std::string_view(digests[r]).substr(0, kDigestBytes);
     first[r] = seen.emplace(d, true).second;
   }
   return first;
@@ -51,8 +55,10 @@ Result<RankClasses> ClassesFromGathered(const std::vector<std::string>& digests,
   std::map<std::string_view, int> class_of_digest;
   for (size_t r = 0; r < digests.size(); ++r) {
     if (digests[r].size() < kDigestBytes) return Malformed();
-    const std::string_view d = std::string_view(digests[r]).substr(0, kDigestBytes);
-    auto [it, added] = class_of_digest.emplace(d, static_cast<int>(out.payloads.size()));
+    const std::string_view d =
+        std::string_view(digests[r]).substr(0, kDigestBytes);
+    auto [it, added] =
+        class_of_digest.emplace(d, static_cast<int>(out.payloads.size()));
     if (added) {
       if (Digest(shared[r]) != d) return Malformed();
       out.payloads.push_back(std::move(shared[r]));
@@ -93,7 +99,8 @@ Result<std::vector<std::string>> GatherToRoot(Communicator& comm,
       uint64_t n = 0;
       WireReader reader(sizes[r]);
       if (!reader.U64(&n) || n > (uint64_t{1} << 40))
-        return Status::Internal("malformed size from rank " + std::to_string(r));
+        return Status::Internal("malformed size from rank " +
+                                std::to_string(r));
       out[r].resize(n);
       recvs.push_back({static_cast<int>(r), out[r].data(), out[r].size()});
     }

@@ -39,7 +39,8 @@ TEST(ClassesTest, OnlyRepresentativesSend) {
   std::vector<std::string> digests = {EncodeClassDigest("", "x"),
                                       EncodeClassDigest("", "y"),
                                       EncodeClassDigest("", "x")};
-  EXPECT_EQ(ClassRepresentatives(digests), (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(ClassRepresentatives(digests),
+            (std::vector<bool>{true, true, false}));
   // A payload that does not match its digest, or one sent by a rank that is
   // not the first of its class, is refused.
   EXPECT_FALSE(ClassesFromGathered(digests, {"x", "z", ""}).ok());
@@ -53,11 +54,13 @@ TEST(ClassesTest, OnlyRepresentativesSend) {
 TEST(ClassesTest, GatherToRootDeliversEveryRanksBytesToRankZeroOnly) {
   std::vector<std::vector<std::string>> got(4);
   OnRanks(4, [&](Communicator& comm) {
-    auto all = GatherToRoot(comm, std::string(comm.rank() * 3, 'a' + comm.rank()));
+    auto all =
+        GatherToRoot(comm, std::string(comm.rank() * 3, 'a' + comm.rank()));
     ASSERT_TRUE(all.ok());
     got[comm.rank()] = std::move(all).value();
   });
-  EXPECT_EQ(got[0], (std::vector<std::string>{"", "bbb", "cccccc", "ddddddddd"}));
+  EXPECT_EQ(got[0],
+            (std::vector<std::string>{"", "bbb", "cccccc", "ddddddddd"}));
   for (int r = 1; r < 4; ++r) EXPECT_TRUE(got[r].empty());
 }
 

@@ -101,7 +101,8 @@ Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
 Status DBImpl::ReadChunksOf(const std::vector<planner::LoadTarget>& targets,
                             CheckpointMetadata* meta) {
   std::vector<std::string> keys;
-  for (const planner::LoadTarget& target : targets) keys.push_back(target.flat_key);
+  for (const planner::LoadTarget& target : targets)
+    keys.push_back(target.flat_key);
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   ASSIGN_OR_RETURN(CheckpointMetadata with_chunks,
@@ -191,10 +192,10 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
   const planner::PlacementLookup placement = [&](int rank, size_t target) {
     return all.classes.placements[all.classes.class_of_rank[rank]][target];
   };
-  RETURN_IF_ERROR(ExecuteLoad({meta, planned.plan, local.views, *store_, *comm_,
-                               io_threads(), all.buffer_bytes, placement,
-                               transport},
-                              &result.stats));
+  RETURN_IF_ERROR(
+      ExecuteLoad({meta, planned.plan, local.views, *store_, *comm_,
+                   io_threads(), all.buffer_bytes, placement, transport},
+                  &result.stats));
   for (auto& [leaf, stored] : local.values) *leaf = *stored;
   return result;
 }

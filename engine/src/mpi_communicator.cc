@@ -97,10 +97,10 @@ class Mpi : public Communicator {
     const auto spin_until =
         std::chrono::steady_clock::now() + std::chrono::microseconds(50);
     for (int complete = 0; !complete;) {
-      done = FromMpi(MPI_Testall(static_cast<int>(requests.size()),
-                                 requests.data(), &complete,
-                                 MPI_STATUSES_IGNORE),
-                     "exchange");
+      done =
+          FromMpi(MPI_Testall(static_cast<int>(requests.size()),
+                              requests.data(), &complete, MPI_STATUSES_IGNORE),
+                  "exchange");
       if (!done.ok()) break;
       if (!complete && std::chrono::steady_clock::now() > spin_until)
         std::this_thread::sleep_for(std::chrono::microseconds(20));

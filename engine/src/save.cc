@@ -285,14 +285,13 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
   planner::RankSaveLayout layout;
   std::vector<const TensorView*> views;
   Status local = BuildLayout(state, &layout, &views);
-  ASSIGN_OR_RETURN(
-      RankClasses gathered,
-      AllGatherClasses(*comm_, SaveArguments(options), "",
-                       EncodeSaveLayout(local, layout)));
+  ASSIGN_OR_RETURN(RankClasses gathered,
+                   AllGatherClasses(*comm_, SaveArguments(options), "",
+                                    EncodeSaveLayout(local, layout)));
   ASSIGN_OR_RETURN(planner::SaveClasses classes, DecodeSaveClasses(gathered));
-  ASSIGN_OR_RETURN(planner::SavePlan plan,
-                   planner::BuildClassSavePlan(
-                       classes, options_.max_chunk_bytes, rank));
+  ASSIGN_OR_RETURN(
+      planner::SavePlan plan,
+      planner::BuildClassSavePlan(classes, options_.max_chunk_bytes, rank));
 
   // Rank 0 checks that it may commit and picks the id, before any byte is
   // written.
@@ -316,8 +315,9 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
 
   // 5. Rank 0 ingests every rank's files and writes the record; all ranks
   // return its outcome.
-  ASSIGN_OR_RETURN(auto results,
-                   GatherToRoot(*comm_, EncodeWritten(written, files, checksums)));
+  ASSIGN_OR_RETURN(
+      auto results,
+      GatherToRoot(*comm_, EncodeWritten(written, files, checksums)));
   std::string outcome;
   if (rank == 0) {
     outcome = CommitOnRoot(*store_, classes, options_.max_chunk_bytes, id,

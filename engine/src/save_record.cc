@@ -6,8 +6,8 @@
 namespace ckptdb::engine {
 
 Result<CheckpointMetadata> CommitRecord(
-    planner::SavePlan plan, int64_t id, const SaveOptions& options,
-    int world, const std::vector<std::vector<uint64_t>>& sums_by_rank) {
+    planner::SavePlan plan, int64_t id, const SaveOptions& options, int world,
+    const std::vector<std::vector<uint64_t>>& sums_by_rank) {
   CheckpointMetadata meta;
   meta.info.id = id;
   meta.info.step = options.step;

@@ -20,7 +20,7 @@ namespace ckptdb::engine {
 // from `plan`, tensor by tensor, so that the whole plan and the whole record
 // are not held at once.
 Result<CheckpointMetadata> CommitRecord(
-    planner::SavePlan plan, int64_t id, const SaveOptions& options,
-    int world, const std::vector<std::vector<uint64_t>>& sums_by_rank);
+    planner::SavePlan plan, int64_t id, const SaveOptions& options, int world,
+    const std::vector<std::vector<uint64_t>>& sums_by_rank);
 
 }  // namespace ckptdb::engine
