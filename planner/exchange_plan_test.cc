@@ -179,6 +179,70 @@ class ExchangePlanPropertyTest : public ::testing::TestWithParam<int> {
   }
 
   const ReadItem& Item(size_t i) const { return c_.plan.items[i]; }
+
+  // Checks the messages of `rank`'s `round` (slices tile each message, each
+  // slice goes between its reader and its destination) and counts each
+  // item's sends and receives; returns the bytes sent.
+  uint64_t CheckMessages(int rank, const ExchangeRound& round,
+                         std::vector<int>& sent,
+                         std::vector<int>& received) const {
+    uint64_t sent_bytes = 0;
+    for (const auto* list : {&round.sends, &round.recvs}) {
+      for (const ExchangeMessage& m : *list) {
+        uint64_t at = 0;
+        for (const ExchangeSlice& s : m.slices) {
+          EXPECT_EQ(s.offset, at);
+          const ReadItem& item = Item(s.item);
+          EXPECT_EQ(s.nbytes,
+                    item.num_elements() * DTypeSize(Tensor(item.read).dtype));
+          EXPECT_EQ(Round(item.read), round.index);
+          EXPECT_EQ(m.packed, s.nbytes < c_.own_bytes);
+          at += s.nbytes;
+          if (list == &round.sends) {
+            EXPECT_EQ(Read(item.read).reader_rank, rank);
+            EXPECT_EQ(item.dest_rank, m.peer);
+            ++sent[s.item];
+          } else {
+            EXPECT_EQ(Read(item.read).reader_rank, m.peer);
+            EXPECT_EQ(item.dest_rank, rank);
+            ++received[s.item];
+          }
+        }
+        EXPECT_EQ(at, m.nbytes);
+        if (list == &round.sends) sent_bytes += m.nbytes;
+      }
+    }
+    return sent_bytes;
+  }
+
+  // Checks where the reads of `rank`'s `round` copy their items, counting the
+  // copies into the rank's own targets.
+  void CheckReadCopies(int rank, const ExchangeRound& round,
+                       std::vector<int>& copied) const {
+    for (const ExchangeRead& read : round.reads) {
+      if (read.whole_into_target) {
+        ASSERT_EQ(read.copies.size(), 1u);
+        EXPECT_EQ(read.copies[0].to, ReadCopy::To::kTarget);
+      }
+      for (const ReadCopy& copy : read.copies) {
+        const ReadItem& item = Item(copy.item);
+        EXPECT_EQ(item.read, read.read);
+        if (copy.to == ReadCopy::To::kTarget) {
+          EXPECT_EQ(item.dest_rank, rank);
+          ++copied[copy.item];
+        } else if (copy.to == ReadCopy::To::kMessage) {
+          const ExchangeMessage& m = round.sends.at(copy.index);
+          EXPECT_TRUE(std::any_of(
+              m.slices.begin(), m.slices.end(), [&](const ExchangeSlice& s) {
+                return s.item == copy.item && s.offset == copy.offset;
+              }));
+        } else {
+          EXPECT_EQ(round.boxes.at(copy.index).item, copy.item);
+        }
+      }
+    }
+  }
+
   const ChunkRead& Read(size_t r) const { return c_.plan.reads[r]; }
   const TensorMetadata& Tensor(size_t r) const {
     return c_.tensors.at(Read(r).flat_key);
@@ -297,53 +361,8 @@ TEST_P(ExchangePlanPropertyTest, EveryByteDeliveredOnceToItsPlace) {
   for (int rank = 0; rank < c_.world; ++rank) {
     uint64_t sent_bytes = 0;
     for (const ExchangeRound& round : plans_[rank].rounds) {
-      for (const auto* list : {&round.sends, &round.recvs}) {
-        for (const ExchangeMessage& m : *list) {
-          uint64_t at = 0;
-          for (const ExchangeSlice& s : m.slices) {
-            EXPECT_EQ(s.offset, at);
-            const ReadItem& item = Item(s.item);
-            EXPECT_EQ(s.nbytes,
-                      item.num_elements() * DTypeSize(Tensor(item.read).dtype));
-            EXPECT_EQ(Round(item.read), round.index);
-            EXPECT_EQ(m.packed, s.nbytes < c_.own_bytes);
-            at += s.nbytes;
-            if (list == &round.sends) {
-              EXPECT_EQ(Read(item.read).reader_rank, rank);
-              EXPECT_EQ(item.dest_rank, m.peer);
-              ++sent[s.item];
-            } else {
-              EXPECT_EQ(Read(item.read).reader_rank, m.peer);
-              EXPECT_EQ(item.dest_rank, rank);
-              ++received[s.item];
-            }
-          }
-          EXPECT_EQ(at, m.nbytes);
-          if (list == &round.sends) sent_bytes += m.nbytes;
-        }
-      }
-      for (const ExchangeRead& read : round.reads) {
-        if (read.whole_into_target) {
-          ASSERT_EQ(read.copies.size(), 1u);
-          EXPECT_EQ(read.copies[0].to, ReadCopy::To::kTarget);
-        }
-        for (const ReadCopy& copy : read.copies) {
-          const ReadItem& item = Item(copy.item);
-          EXPECT_EQ(item.read, read.read);
-          if (copy.to == ReadCopy::To::kTarget) {
-            EXPECT_EQ(item.dest_rank, rank);
-            ++copied[copy.item];
-          } else if (copy.to == ReadCopy::To::kMessage) {
-            const ExchangeMessage& m = round.sends.at(copy.index);
-            EXPECT_TRUE(std::any_of(
-                m.slices.begin(), m.slices.end(), [&](const ExchangeSlice& s) {
-                  return s.item == copy.item && s.offset == copy.offset;
-                }));
-          } else {
-            EXPECT_EQ(round.boxes.at(copy.index).item, copy.item);
-          }
-        }
-      }
+      sent_bytes += CheckMessages(rank, round, sent, received);
+      CheckReadCopies(rank, round, copied);
       for (const ExchangeDeviceBox& box : round.boxes) {
         if (box.role == ExchangeDeviceBox::Role::kInPlace ||
             box.role == ExchangeDeviceBox::Role::kStaged) {
