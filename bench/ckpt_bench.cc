@@ -269,6 +269,10 @@ struct Row {
   double ratio = 0;                          // MedianRatio
   double checked_seconds = 0;  // loads: the baseline read plus checksums
   double checked_ratio = 0;
+  // Reshards: the checked read, then the bytes ckptdb sent sent as plain MPI
+  // messages (ExchangeFloor); 0 where not measured.
+  double floor_seconds = 0;
+  double floor_ratio = 0;
   std::string baseline;
   uint64_t read = 0, needed = 0, sent = 0;
   bool has_read = false;
@@ -353,6 +357,37 @@ void BaselineRead(const Config& c, int writers, uint64_t per_writer,
     ::close(fd);
   }
   benchmark_sink = sum;
+}
+
+// The exchange of a reshard as plain MPI: each rank sends `nbytes` (taken
+// from `l`'s buffers) to the next rank in a ring and receives what the
+// previous one sends, in messages of up to 16 MiB, after its read: a floor for
+// moving the same bytes between the same processes.
+void ExchangeFloor(MPI_Comm comm, uint64_t nbytes, const Layout& l) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &ranks);
+  const int to = (rank + 1) % ranks, from = (rank + ranks - 1) % ranks;
+  uint64_t piece = uint64_t{16} << 20;
+  for (const auto& b : l.buffers) piece = std::min<uint64_t>(piece, b.size());
+  uint64_t incoming = 0;
+  MPI_Sendrecv(&nbytes, 1, MPI_UINT64_T, to, 1, &incoming, 1, MPI_UINT64_T,
+               from, 1, comm, MPI_STATUS_IGNORE);
+  // Every rank takes part in as many steps as the busiest.
+  uint64_t steps = (std::max(nbytes, incoming) + piece - 1) / piece;
+  MPI_Allreduce(MPI_IN_PLACE, &steps, 1, MPI_UINT64_T, MPI_MAX, comm);
+  static std::vector<uint8_t> in;
+  if (in.size() < piece) in.assign(piece, 1);
+  for (uint64_t k = 0; k < steps; ++k) {
+    const uint64_t out_n = std::min(nbytes, piece);
+    const uint64_t in_n = std::min(incoming, piece);
+    const uint8_t* src = l.buffers[k % l.buffers.size()].data();
+    MPI_Sendrecv(src, static_cast<int>(out_n), MPI_BYTE, to, 2, in.data(),
+                 static_cast<int>(in_n), MPI_BYTE, from, 2, comm,
+                 MPI_STATUS_IGNORE);
+    nbytes -= out_n;
+    incoming -= in_n;
+  }
 }
 
 // --- workloads --------------------------------------------------------------
@@ -504,6 +539,18 @@ class Bench {
       row.checked_seconds = Median(checked);
       row.ratio = MedianRatio(base, ours);
       row.checked_ratio = MedianRatio(checked, ours);
+      if (name == "reshard" && ranks > 1) {
+        std::vector<double> floor;
+        for (int i = 0; i < c_.repeat; ++i) {
+          if (cold && rank == 0) DropCaches(c_.dir + "/baseline");
+          floor.push_back(Timed(comm, [&] {
+            BaselineRead(c_, world_, per_writer_, from, target, /*check=*/true);
+            ExchangeFloor(comm, stats.bytes_sent, target);
+          }));
+        }
+        row.floor_seconds = Median(floor);
+        row.floor_ratio = row.floor_seconds / row.seconds;
+      }
       row.baseline = cold ? "read, cold" : "read, warm";
       row.has_read = true;
       row.read = Reduce<uint64_t>(stats.bytes_read, MPI_SUM, comm);
@@ -586,6 +633,10 @@ class Bench {
           j["bytes_needed"] = r.needed;
           j["read_over_needed"] = static_cast<double>(r.read) / r.needed;
         }
+        if (r.floor_seconds > 0) {
+          j["floor_baseline_seconds"] = r.floor_seconds;
+          j["floor_ratio"] = r.floor_ratio;
+        }
         std::printf("%s\n", j.dump().c_str());
       }
       return;
@@ -595,12 +646,15 @@ class Bench {
         "of %d\n",
         FormatBytes(total_).c_str(), c_.dtype_name.c_str(), c_.tensors, world_,
         c_.dir.c_str(), c_.repeat);
-    std::printf("%-8s %-11s %5s %9s %8s %8s %12s %9s %6s %8s %11s %10s %12s\n",
-                "workload", "storage", "ranks", "size", "seconds", "GiB/s",
-                "baseline", "base GiB/s", "ratio", "checked", "read/needed",
-                "sent", "extra RSS");
+    std::printf(
+        "%-8s %-11s %5s %9s %8s %8s %12s %9s %6s %8s %6s %11s %10s %12s\n",
+        "workload", "storage", "ranks", "size", "seconds", "GiB/s", "baseline",
+        "base GiB/s", "ratio", "checked", "floor", "read/needed", "sent",
+        "extra RSS");
     for (const Row& r : rows_) {
-      char read[32] = "-", checked[32] = "-";
+      char read[32] = "-", checked[32] = "-", floor[32] = "-";
+      if (r.floor_seconds > 0)
+        std::snprintf(floor, sizeof floor, "%.2f", r.floor_ratio);
       if (r.has_read) {
         std::snprintf(read, sizeof read, "%.3f",
                       static_cast<double>(r.read) / r.needed);
@@ -609,19 +663,21 @@ class Bench {
       const double extra =
           *std::max_element(r.extra_mib.begin(), r.extra_mib.end());
       std::printf(
-          "%-8s %-11s %5d %9s %8.3f %8.2f %12s %9.2f %6.2f %8s %11s %10s "
+          "%-8s %-11s %5d %9s %8.3f %8.2f %12s %9.2f %6.2f %8s %6s %11s %10s "
           "%8.1f MiB\n",
           r.workload.c_str(), r.cache.c_str(), r.ranks,
           FormatBytes(r.bytes).c_str(), r.seconds, r.bytes / kGiB / r.seconds,
           r.baseline.c_str(), r.bytes / kGiB / r.baseline_seconds, r.ratio,
-          checked, read, FormatBytes(r.sent).c_str(), extra);
+          checked, floor, read, FormatBytes(r.sent).c_str(), extra);
     }
     std::printf(
         "seconds = medians; ratio = the median over runs of baseline seconds "
         "/ ckptdb seconds, each run's pair measured back to back (alternating "
         "which goes first); checked = the same for a baseline read that also "
         "checksums each chunk-sized piece (XXH3, as ckptdb verifies every "
-        "chunk); extra RSS = the largest rank's peak resident memory beyond "
+        "chunk); floor (reshard) = seconds of that checked read followed by "
+        "the bytes ckptdb sent, sent as plain MPI messages in a ring, / ckptdb "
+        "seconds; extra RSS = the largest rank's peak resident memory beyond "
         "its state at the start\n");
   }
 

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <utility>
+#include <vector>
+
 namespace ckptdb::planner {
 namespace {
 
@@ -67,6 +71,52 @@ TEST(BoxTest, ContiguousRunOnlyForOneRunOfMemory) {
   // 0-d and empty boxes.
   EXPECT_EQ(ContiguousRun({}, {}, {}, 4), size_t{0});
   EXPECT_EQ(ContiguousRun(shape, {1, 1, 1}, {0, 2, 2}, 4), size_t{0});
+}
+
+// Against element-by-element copying: the runs visit the box's elements in
+// row-major order, each run contiguous on both sides.
+TEST(BoxTest, RunPairsCopyTheBoxElementByElement) {
+  std::mt19937 rng(5);
+  int cases = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const size_t ndim = trial % 4;
+    const size_t elem = size_t{1} << (trial % 4);
+    Shape src_shape, dst_shape, src_offset, dst_offset, lengths;
+    for (size_t d = 0; d < ndim; ++d) {
+      const int64_t len = rng() % 4;
+      lengths.push_back(len);
+      // Whole dimensions on one side or both, often.
+      src_shape.push_back(len + (rng() % 3 == 0 ? 0 : rng() % 3));
+      dst_shape.push_back(len + (rng() % 3 == 0 ? 0 : rng() % 3));
+      src_offset.push_back(rng() % (src_shape[d] - len + 1));
+      dst_offset.push_back(rng() % (dst_shape[d] - len + 1));
+    }
+    // Expected: one (src, dst) pair per element, in row-major box order.
+    std::vector<std::pair<uint64_t, uint64_t>> want;
+    Shape index(ndim, 0);
+    for (int64_t e = 0; e < NumElements(lengths); ++e) {
+      uint64_t src = 0, dst = 0;
+      for (size_t d = 0; d < ndim; ++d) {
+        src = src * src_shape[d] + src_offset[d] + index[d];
+        dst = dst * dst_shape[d] + dst_offset[d] + index[d];
+      }
+      want.emplace_back(src * elem, dst * elem);
+      for (size_t d = ndim; d-- > 0;) {
+        if (++index[d] < lengths[d]) break;
+        index[d] = 0;
+      }
+    }
+    std::vector<std::pair<uint64_t, uint64_t>> got;
+    ForEachRunPair(src_shape, src_offset, dst_shape, dst_offset, lengths, elem,
+                   [&](const RunPair& r) {
+                     ASSERT_EQ(r.nbytes % elem, 0u);
+                     for (uint64_t b = 0; b < r.nbytes; b += elem)
+                       got.emplace_back(r.src + b, r.dst + b);
+                   });
+    ASSERT_EQ(got, want) << "case " << trial;
+    cases += !want.empty();
+  }
+  EXPECT_GT(cases, 1500);
 }
 
 }  // namespace

@@ -243,11 +243,79 @@ class Planner {
       }
       if (!m.in_place) round.held_bytes += m.nbytes;
     }
+    for (ExchangeRead& read : round.reads) read.scatter = PlanScatter(read);
     out_list_.clear();
     in_list_.clear();
     out_copy_.clear();
     out_.rounds.push_back(std::move(round));
     round = ExchangeRound();
+  }
+
+  // The runs of a read straight into its places (ExchangeRead::scatter), or
+  // none where some byte goes to no place, to a device, in another dtype, or
+  // out of the chunk buffer (an in-place send), or where runs are short.
+  std::vector<ScatterRun> PlanScatter(const ExchangeRead& read) const {
+    if (read.whole_into_target || read.copies.empty()) return {};
+    const TensorMetadata& tensor = Tensor(read.read);
+    const ChunkMetadata& chunk = tensor.chunks[plan_.reads[read.read].chunk];
+    const size_t elem = DTypeSize(tensor.dtype);
+    // Few enough runs once joined; before joining, a bound on planning work.
+    const uint64_t most_runs = chunk.nbytes / in_.min_scatter_run_bytes;
+    const uint64_t most_unjoined = kUnjoinedRunsPerRun * most_runs + 16;
+    // (byte within the chunk, run)
+    std::vector<std::pair<uint64_t, ScatterRun>> runs;
+    for (const ReadCopy& copy : read.copies) {
+      const ReadItem& item = plan_.items[copy.item];
+      ScatterRun to{copy.to, 0, 0, 0};
+      const Shape* dst_shape = &item.lengths;
+      Shape dst_offset(item.lengths.size(), 0);
+      if (copy.to == ReadCopy::To::kTarget) {
+        const OwnTarget& target = (*in_.targets)[item.target];
+        if (!target.on_host || target.dtype != tensor.dtype) return {};
+        to.index = item.target;
+        dst_shape = &target.box.shape;
+        dst_offset = item.dest_offset;
+      } else if (copy.to == ReadCopy::To::kMessage) {
+        if (round_.sends[copy.index].in_place) return {};
+        to.index = copy.index;
+        to.offset = copy.offset;
+      } else {
+        return {};
+      }
+      ForEachRunPair(
+          chunk.local_shape, item.storage_offset, *dst_shape, dst_offset,
+          item.lengths, elem, [&](const RunPair& p) {
+            runs.push_back(
+                {p.src, {to.to, to.index, to.offset + p.dst, p.nbytes}});
+          });
+      if (runs.size() > most_unjoined) return {};
+    }
+    std::vector<ScatterRun> joined = JoinRuns(std::move(runs), chunk.nbytes);
+    if (joined.size() > most_runs) return {};
+    return joined;
+  }
+
+  // `runs` in chunk order with neighbours that continue each other joined;
+  // none unless they cover the chunk's `nbytes` once.
+  static std::vector<ScatterRun> JoinRuns(
+      std::vector<std::pair<uint64_t, ScatterRun>> runs, uint64_t nbytes) {
+    std::sort(runs.begin(), runs.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<ScatterRun> joined;
+    uint64_t at = 0;
+    for (const auto& [from, run] : runs) {
+      if (from != at) return {};  // a gap, or bytes with two places
+      at += run.nbytes;
+      ScatterRun* last = joined.empty() ? nullptr : &joined.back();
+      if (last != nullptr && last->to == run.to && last->index == run.index &&
+          last->offset + last->nbytes == run.offset) {
+        last->nbytes += run.nbytes;
+      } else {
+        joined.push_back(run);
+      }
+    }
+    if (at != nbytes) return {};
+    return joined;
   }
 
   // Gives a box its route and, when this rank reads it, its place in the
@@ -305,7 +373,7 @@ std::vector<DeviceHop> DeviceHops(int reader,
 }
 
 ExchangePlan BuildExchangePlan(const ExchangeInputs& in) {
-  assert(in.window_bytes > 0);
+  assert(in.window_bytes > 0 && in.min_scatter_run_bytes > 0);
   return Planner(in).Build();
 }
 

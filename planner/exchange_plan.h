@@ -82,6 +82,26 @@ struct ReadCopy {
   friend bool operator==(const ReadCopy&, const ReadCopy&) = default;
 };
 
+// Scattered reads are planned only where a chunk's runs average at least this
+// many bytes: below it, reading into a buffer and copying out costs less than
+// the per-run work.
+inline constexpr uint64_t kMinScatterRunBytes = 1024;
+// Planning gives up on a scattered read once the runs of its items, before
+// neighbours are joined, pass this many per joined run allowed (plus 16).
+inline constexpr uint64_t kUnjoinedRunsPerRun = 16;
+
+// A run of a chunk read straight into the place it goes: the next `nbytes` of
+// the chunk (runs follow each other through the chunk) land at byte `offset`
+// of this rank's target `index` (kTarget) or of the round's staged send
+// `index` (kMessage).
+struct ScatterRun {
+  ReadCopy::To to = ReadCopy::To::kTarget;
+  size_t index = 0;
+  uint64_t offset = 0;
+  uint64_t nbytes = 0;
+  friend bool operator==(const ScatterRun&, const ScatterRun&) = default;
+};
+
 // One chunk the planning rank reads.
 struct ExchangeRead {
   size_t read = 0;  // index into the LoadPlan's reads
@@ -90,6 +110,11 @@ struct ExchangeRead {
   std::optional<uint64_t> whole_into_target;
   // With whole_into_target, the one kTarget copy that the read replaces.
   std::vector<ReadCopy> copies;
+  // Non-empty: every byte of the chunk goes to exactly one host place in the
+  // stored dtype (targets of this rank, staged sends), in runs of
+  // min_scatter_run_bytes on average: the chunk is read straight into them,
+  // with no chunk buffer, and `copies` are done by the read.
+  std::vector<ScatterRun> scatter;
   friend bool operator==(const ExchangeRead&, const ExchangeRead&) = default;
 };
 
@@ -164,6 +189,9 @@ struct ExchangeInputs {
   uint64_t window_bytes = 1;
   // Slices of at least this many bytes travel as messages of their own.
   uint64_t own_message_bytes = kOwnMessageBytes;
+  // Chunks are read straight into their places only where their runs average
+  // at least this many bytes. REQUIRES: > 0.
+  uint64_t min_scatter_run_bytes = kMinScatterRunBytes;
 };
 
 // Plans `rank`'s part of the exchange. A rank takes part only in rounds where

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <set>
 #include <sstream>
@@ -51,6 +52,7 @@ struct Case {
   bool transport = false;
   uint64_t window = 1;
   uint64_t own_bytes = 1;
+  uint64_t min_run = 1;
   LoadPlan plan;
   uint64_t max_chunk = 0;
 };
@@ -65,6 +67,7 @@ Case RandomCase(std::mt19937& rng) {
   c.own.resize(c.world);
   c.placements.resize(c.world);
   const int num_tensors = 1 + static_cast<int>(rng() % 4);
+  const bool host_only = rng() % 3 == 0;
   uint64_t total = 0;
   for (int t = 0; t < num_tensors; ++t) {
     const std::string key = std::string("t").append(std::to_string(t));
@@ -88,9 +91,12 @@ Case RandomCase(std::mt19937& rng) {
     RandomPartition(whole, rng, rng() % 3 ? 3 : 0, cells);
     for (const Box& cell : cells) {
       for (int r = 0; r < c.world; ++r) {
-        if (rng() % 3 == 0) continue;
-        const int kind = static_cast<int>(rng() % 3);  // host, device, other
-        const DType dtype = rng() % 3 ? meta.dtype : kTypes[rng() % 4];
+        // Host targets of the stored dtype covering the tensor (on rank 0 at
+        // least): what scattered reads need.
+        if (host_only ? r > 0 && rng() % 2 : rng() % 3 == 0) continue;
+        const int kind = host_only ? 0 : static_cast<int>(rng() % 3);
+        const DType dtype =
+            host_only || rng() % 3 ? meta.dtype : kTypes[rng() % 4];
         c.targets[r].push_back({key, cell});
         c.own[r].push_back({cell, dtype, kind == 0});
         c.placements[r].push_back({dtype, kind == 1});
@@ -99,6 +105,7 @@ Case RandomCase(std::mt19937& rng) {
     c.tensors[key] = std::move(meta);
   }
   c.own_bytes = 1 + rng() % 64;
+  c.min_run = 1 + rng() % 8;
   c.window = 1 + rng() % std::max<uint64_t>(1, total / (1 + rng() % 6));
   auto plan = BuildLoadPlan(c.tensors, c.targets);
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();
@@ -117,6 +124,7 @@ ExchangePlan PlanFor(const Case& c, int rank, const LoadPlan& plan) {
   in.device_transport = c.transport;
   in.window_bytes = c.window;
   in.own_message_bytes = c.own_bytes;
+  in.min_scatter_run_bytes = c.min_run;
   return BuildExchangePlan(in);
 }
 
@@ -241,6 +249,80 @@ class ExchangePlanPropertyTest : public ::testing::TestWithParam<int> {
         }
       }
     }
+  }
+
+  // Where one byte of a chunk goes.
+  struct Place {
+    ReadCopy::To to;
+    size_t index;
+    uint64_t byte;
+    friend bool operator==(const Place&, const Place&) = default;
+  };
+
+  // Brute force: each byte's place, in chunk order, when every byte of the
+  // chunk read goes to exactly one host place of the stored dtype (a target
+  // of `rank`, a staged send); nullopt otherwise.
+  // Adds to *unjoined the runs of each copy on its own.
+  std::optional<std::vector<Place>> BrutePlaces(int rank,
+                                                const ExchangeRound& round,
+                                                const ExchangeRead& read,
+                                                uint64_t* unjoined) const {
+    const TensorMetadata& t = Tensor(read.read);
+    const ChunkMetadata& chunk = t.chunks[Read(read.read).chunk];
+    const size_t elem = DTypeSize(t.dtype);
+    std::vector<std::optional<Place>> at(chunk.nbytes);
+    std::vector<int> hits(chunk.nbytes, 0);
+    for (const ReadCopy& copy : read.copies) {
+      const ReadItem& item = Item(copy.item);
+      if (copy.to == ReadCopy::To::kDeviceBox) return std::nullopt;
+      if (copy.to == ReadCopy::To::kMessage && round.sends[copy.index].in_place)
+        return std::nullopt;
+      const OwnTarget* target = nullptr;
+      if (copy.to == ReadCopy::To::kTarget) {
+        target = &c_.own[rank][item.target];
+        if (!target->on_host || target->dtype != t.dtype) return std::nullopt;
+      }
+      const Box box{item.storage_offset, item.lengths};
+      int64_t k = 0;  // element within the item's box, row-major
+      uint64_t last_src = 0, last_dst = 0;
+      ForEachElement(box, [&](const Shape& x) {
+        const uint64_t src = Linear(chunk.local_shape, x) * elem;
+        uint64_t dst = copy.offset + k++ * elem;
+        if (target != nullptr) {
+          Shape y(x.size());
+          for (size_t d = 0; d < x.size(); ++d)
+            y[d] = x[d] - item.storage_offset[d] + item.dest_offset[d];
+          dst = Linear(target->box.shape, y) * elem;
+        }
+        const size_t index = target ? item.target : copy.index;
+        *unjoined += k == 1 || src != last_src + elem || dst != last_dst + elem;
+        last_src = src;
+        last_dst = dst;
+        for (size_t b = 0; b < elem; ++b) {
+          at[src + b] = Place{copy.to, index, dst + b};
+          ++hits[src + b];
+        }
+      });
+    }
+    std::vector<Place> places;
+    for (size_t b = 0; b < at.size(); ++b) {
+      if (hits[b] != 1) return std::nullopt;
+      places.push_back(*at[b]);
+    }
+    return places;
+  }
+
+  // Runs of consecutive bytes of the chunk going to consecutive bytes of one
+  // place: the fewest a scattered read can have.
+  static uint64_t CountRuns(const std::vector<Place>& places) {
+    uint64_t runs = 0;
+    for (size_t b = 0; b < places.size(); ++b) {
+      const bool continues = b > 0 && places[b].to == places[b - 1].to &&
+                             places[b].index == places[b - 1].index &&
+                             places[b].byte == places[b - 1].byte + 1;
+      runs += !continues;
+    }
+    return runs;
   }
 
   const ChunkRead& Read(size_t r) const { return c_.plan.reads[r]; }
@@ -638,6 +720,57 @@ TEST(ExchangePlanCoverageTest, RandomCasesReachEveryFeature) {
         "device in place", "device staged"}) {
     EXPECT_GE(seen[feature], 10) << feature;
   }
+}
+
+// Scattered reads, against the copies done byte by byte: every byte of the
+// chunk goes to one place, the one its copy gives; a read is scattered exactly
+// when that is possible with runs long enough on average.
+TEST_P(ExchangePlanPropertyTest, ScatteredReadsPlaceEveryByteAsCopiesDo) {
+  for (int rank = 0; rank < c_.world; ++rank) {
+    for (const ExchangeRound& round : plans_[rank].rounds) {
+      for (const ExchangeRead& read : round.reads) {
+        uint64_t unjoined = 0;
+        const std::optional<std::vector<Place>> places =
+            BrutePlaces(rank, round, read, &unjoined);
+        const uint64_t nbytes =
+            Tensor(read.read).chunks[Read(read.read).chunk].nbytes;
+        const uint64_t most = nbytes / c_.min_run;
+        const bool possible = places.has_value() && !read.whole_into_target &&
+                              CountRuns(*places) <= most;
+        const bool worth = unjoined <= kUnjoinedRunsPerRun * most + 16;
+        std::vector<Place> got;
+        for (const ScatterRun& run : read.scatter) {
+          for (uint64_t b = 0; b < run.nbytes; ++b)
+            got.push_back({run.to, run.index, run.offset + b});
+        }
+        if (!read.scatter.empty()) {
+          ASSERT_TRUE(possible) << "rank " << rank << " read " << read.read;
+          EXPECT_EQ(got, *places) << "rank " << rank << " read " << read.read;
+          EXPECT_EQ(read.scatter.size(), CountRuns(*places));
+        } else {
+          EXPECT_FALSE(possible && worth)
+              << "rank " << rank << " read " << read.read;
+        }
+      }
+    }
+  }
+}
+
+// The cases above meet scattered reads often enough to test them.
+TEST(ExchangePlanTest, RandomCasesHaveManyScatteredReads) {
+  int scattered = 0;
+  for (int seed = 0; seed < 400; ++seed) {
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    const Case c = RandomCase(rng);
+    for (int r = 0; r < c.world; ++r) {
+      for (const ExchangeRound& round : PlanFor(c, r, c.plan).rounds) {
+        for (const ExchangeRead& read : round.reads)
+          scattered += !read.scatter.empty();
+      }
+    }
+  }
+  std::printf("scattered reads in the random cases: %d\n", scattered);
+  EXPECT_GT(scattered, 100);
 }
 
 INSTANTIATE_TEST_SUITE_P(Random, ExchangePlanPropertyTest,

@@ -8,7 +8,23 @@ namespace ckptdb::storage {
 // checksum_simd.cc, compiled once per instruction set.
 uint64_t ChunkChecksumAvx512(const void* data, size_t n);
 uint64_t ChunkChecksumAvx2(const void* data, size_t n);
+uint64_t ChunkChecksumAvx512OfRuns(const ByteRun* runs, size_t n);
+uint64_t ChunkChecksumAvx2OfRuns(const ByteRun* runs, size_t n);
 #endif
+
+namespace {
+
+uint64_t LibraryChecksumOfRuns(const ByteRun* runs, size_t n) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  for (size_t i = 0; i < n; ++i)
+    XXH3_64bits_update(state, runs[i].data, runs[i].size);
+  const uint64_t value = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return value;
+}
+
+}  // namespace
 
 std::vector<ChecksumImpl> ChecksumImpls() {
   std::vector<ChecksumImpl> impls;
@@ -16,17 +32,22 @@ std::vector<ChecksumImpl> ChecksumImpls() {
   // xxHash's AVX-512 path needs AVX512F only; libgcc also checks that the OS
   // saves the vector registers.
   if (__builtin_cpu_supports("avx512f"))
-    impls.push_back({"avx512", ChunkChecksumAvx512});
+    impls.push_back({"avx512", ChunkChecksumAvx512, ChunkChecksumAvx512OfRuns});
   if (__builtin_cpu_supports("avx2"))
-    impls.push_back({"avx2", ChunkChecksumAvx2});
+    impls.push_back({"avx2", ChunkChecksumAvx2, ChunkChecksumAvx2OfRuns});
 #endif
-  impls.push_back({"library", XXH3_64bits});
+  impls.push_back({"library", XXH3_64bits, LibraryChecksumOfRuns});
   return impls;
 }
 
 uint64_t ChunkChecksum(const void* data, size_t n) {
   static const auto fastest = ChecksumImpls().front().fn;
   return fastest(data, n);
+}
+
+uint64_t ChunkChecksumOfRuns(const ByteRun* runs, size_t n) {
+  static const auto fastest = ChecksumImpls().front().runs_fn;
+  return fastest(runs, n);
 }
 
 }  // namespace ckptdb::storage

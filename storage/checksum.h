@@ -13,10 +13,22 @@ namespace ckptdb::storage {
 // the same on every CPU.
 uint64_t ChunkChecksum(const void* data, size_t n);
 
+// A piece of a chunk's bytes.
+struct ByteRun {
+  const void* data;
+  size_t size;
+};
+
+// ChunkChecksum of the concatenation of `runs` (XXH3's streaming form, which
+// gives the same value), without joining them: for chunks read straight into
+// the places their bytes go.
+uint64_t ChunkChecksumOfRuns(const ByteRun* runs, size_t n);
+
 // One way of computing ChunkChecksum.
 struct ChecksumImpl {
   const char* name;
   uint64_t (*fn)(const void* data, size_t n);
+  uint64_t (*runs_fn)(const ByteRun* runs, size_t n);
 };
 
 // Every implementation this CPU can run, fastest first (ChunkChecksum uses

@@ -9,7 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#if !defined(CKPTDB_CHECKSUM_FN) || !defined(CKPTDB_XXH3_VECTOR)
+#include "storage/checksum.h"
+
+#if !defined(CKPTDB_CHECKSUM_FN) || !defined(CKPTDB_CHECKSUM_RUNS_FN) || \
+    !defined(CKPTDB_XXH3_VECTOR)
 #error "built by storage/CMakeLists.txt with a function name and vector set"
 #endif
 #if XXH_VECTOR != CKPTDB_XXH3_VECTOR
@@ -20,6 +23,14 @@ namespace ckptdb::storage {
 
 uint64_t CKPTDB_CHECKSUM_FN(const void* data, size_t n) {
   return XXH3_64bits(data, n);
+}
+
+uint64_t CKPTDB_CHECKSUM_RUNS_FN(const ByteRun* runs, size_t n) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (size_t i = 0; i < n; ++i)
+    XXH3_64bits_update(&state, runs[i].data, runs[i].size);
+  return XXH3_64bits_digest(&state);
 }
 
 }  // namespace ckptdb::storage

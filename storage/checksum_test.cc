@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -35,6 +36,37 @@ TEST(ChecksumTest, SameAsTheLibraryForEveryLengthAndAlignment) {
             impls.front().fn(bytes.data(), 4096));
   EXPECT_NE(ChunkChecksum(bytes.data(), 4096),
             ChunkChecksum(bytes.data() + 1, 4096));
+}
+
+// The checksum of a chunk cut into runs (empty ones too, and runs at
+// addresses that do not follow each other) is the chunk's.
+TEST(ChecksumTest, RunsGiveTheChecksumOfTheirConcatenation) {
+  std::mt19937_64 rng(12);
+  std::vector<unsigned char> bytes((size_t{1} << 19) + 300);
+  for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+  for (const ChecksumImpl& impl : ChecksumImpls()) {
+    for (int trial = 0; trial < 60; ++trial) {
+      const size_t n = trial < 30 ? rng() % 600 : rng() % (size_t{1} << 19);
+      // The runs are copied apart, each after a gap, so that no run follows
+      // the previous one in memory.
+      std::vector<std::vector<unsigned char>> copies;
+      std::vector<ByteRun> runs;
+      for (size_t at = 0; at < n || runs.empty();) {
+        const size_t len =
+            std::min<size_t>(n - at, rng() % (trial % 3 == 0 ? 40 : 9000));
+        copies.emplace_back(bytes.begin() + at, bytes.begin() + at + len);
+        copies.back().insert(copies.back().begin(), 3, 0);
+        runs.push_back({copies.back().data() + 3, len});
+        at += len;
+        if (n == 0) break;
+      }
+      ASSERT_EQ(impl.runs_fn(runs.data(), runs.size()),
+                impl.fn(bytes.data(), n))
+          << impl.name << ": " << n << " bytes in " << runs.size() << " runs";
+    }
+  }
+  const ByteRun whole{bytes.data(), 4096};
+  EXPECT_EQ(ChunkChecksumOfRuns(&whole, 1), ChunkChecksum(bytes.data(), 4096));
 }
 
 }  // namespace

@@ -12,6 +12,12 @@
 
 namespace ckptdb::storage {
 
+// A place for `size` bytes of a chunk.
+struct ChunkPiece {
+  char* data = nullptr;
+  size_t size = 0;
+};
+
 struct StoreOptions {
   // Testing hook: fails file operations on demand.
   std::shared_ptr<FaultInjector> fault_injector;
@@ -135,6 +141,14 @@ class Store {
   virtual Status ReadChunkInto(int64_t checkpoint_id,
                                std::string_view tensor_key,
                                const ChunkMetadata& chunk, void* dst) = 0;
+  // Like ReadChunkInto, into `pieces` in order (their sizes add up to
+  // chunk.nbytes): the chunk's bytes go straight to the places they are
+  // needed, and the checksum is taken over the pieces. Pieces may be partly
+  // written on error.
+  virtual Status ReadChunkScattered(int64_t checkpoint_id,
+                                    std::string_view tensor_key,
+                                    const ChunkMetadata& chunk,
+                                    const std::vector<ChunkPiece>& pieces) = 0;
   // Reads one chunk through RocksDB with its block checksums verified, then
   // checks the chunk's own checksum: what DB::Verify runs, so that damage to a
   // table file outside chunk values (which direct reads never touch) is found

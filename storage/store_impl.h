@@ -105,6 +105,9 @@ class StoreImpl : public Store {
                                 const ChunkMetadata& chunk) override;
   Status ReadChunkInto(int64_t checkpoint_id, std::string_view tensor_key,
                        const ChunkMetadata& chunk, void* dst) override;
+  Status ReadChunkScattered(int64_t checkpoint_id, std::string_view tensor_key,
+                            const ChunkMetadata& chunk,
+                            const std::vector<ChunkPiece>& pieces) override;
   Status VerifyChunk(int64_t checkpoint_id, std::string_view tensor_key,
                      const ChunkMetadata& chunk) override;
   Status Delete(int64_t checkpoint_id) override;
@@ -222,11 +225,12 @@ class StoreImpl : public Store {
   std::optional<std::pair<std::shared_ptr<const FileOffsets>, uint64_t>>
   LocateValue(int64_t checkpoint_id, const std::string& key);
   void ForgetIndex(int64_t checkpoint_id);
-  // Reads the chunk's value straight from its table file into `dst` and
-  // verifies it; false (nothing to report) when that is not possible, so that
-  // the caller reads it through RocksDB.
+  // Reads the chunk's value straight from its table file into `pieces` (in
+  // order) and verifies it; false (nothing to report) when that is not
+  // possible, so that the caller reads it through RocksDB.
   bool ReadDirect(int64_t checkpoint_id, const std::string& key,
-                  const ChunkMetadata& chunk, char* dst);
+                  const ChunkMetadata& chunk,
+                  const std::vector<ChunkPiece>& pieces);
   // Reads the chunk through RocksDB into `buffer` and verifies it (and, with
   // `verify_blocks`, RocksDB's block checksums too).
   Status ReadThroughRocks(int64_t checkpoint_id, std::string_view tensor_key,

@@ -1,7 +1,10 @@
 // Chunk reads: straight from table files where a chunk starts a block
 // (chunk_files.h), through RocksDB otherwise; every read checksum-checked.
 #include <rocksdb/db.h>
+#include <sys/uio.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
@@ -27,6 +30,29 @@ std::string ChunkName(int64_t id, std::string_view key,
   return "chunk of tensor '" + std::string(key) + "' at offset " +
          ShapeToString(chunk.global_offset) + " (checkpoint id " +
          std::to_string(id) + ")";
+}
+
+// Reads into `iov` (consumed) from byte `at` of `fd`, until every piece is
+// full; false on an error or an early end of file.
+bool PreadAll(int fd, std::vector<iovec>& iov, uint64_t at) {
+  size_t first = 0;
+  while (true) {
+    while (first < iov.size() && iov[first].iov_len == 0) ++first;
+    if (first == iov.size()) return true;
+    const int count =
+        static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
+    const ssize_t r = ::preadv(fd, &iov[first], count, static_cast<off_t>(at));
+    if (r <= 0) return false;
+    at += static_cast<uint64_t>(r);
+    for (size_t left = static_cast<size_t>(r); left > 0;) {
+      iovec& v = iov[first];
+      const size_t took = std::min(left, v.iov_len);
+      v.iov_base = static_cast<char*>(v.iov_base) + took;
+      v.iov_len -= took;
+      left -= took;
+      if (v.iov_len == 0) ++first;
+    }
+  }
 }
 
 }  // namespace
@@ -75,18 +101,20 @@ void StoreImpl::ForgetIndex(int64_t id) {
 }
 
 bool StoreImpl::ReadDirect(int64_t id, const std::string& key,
-                           const ChunkMetadata& chunk, char* dst) {
+                           const ChunkMetadata& chunk,
+                           const std::vector<ChunkPiece>& pieces) {
   const auto located = LocateValue(id, key);
   if (!located) return false;
   const auto& [file, at] = *located;
   if (!fs_->CheckRead(file->path).ok()) return false;
-  for (uint64_t done = 0; done < chunk.nbytes;) {
-    const ssize_t r = ::pread(file->fd, dst + done, chunk.nbytes - done,
-                              static_cast<off_t>(at + done));
-    if (r <= 0) return false;
-    done += static_cast<uint64_t>(r);
-  }
-  return ChunkChecksum(dst, chunk.nbytes) == chunk.checksum;
+  std::vector<iovec> iov;
+  iov.reserve(pieces.size());
+  for (const ChunkPiece& p : pieces) iov.push_back({p.data, p.size});
+  if (!PreadAll(file->fd, iov, at)) return false;
+  std::vector<ByteRun> runs;
+  runs.reserve(pieces.size());
+  for (const ChunkPiece& p : pieces) runs.push_back({p.data, p.size});
+  return ChunkChecksumOfRuns(runs.data(), runs.size()) == chunk.checksum;
 }
 
 Status StoreImpl::ReadThroughRocks(int64_t checkpoint_id,
@@ -134,7 +162,7 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
     ChunkBuffer::Impl& impl = *buffer.impl_;
     impl.pool = pool_;
     impl.owned = static_cast<char*>(pool_->Allocate(chunk.nbytes));
-    if (ReadDirect(checkpoint_id, key, chunk, impl.owned)) {
+    if (ReadDirect(checkpoint_id, key, chunk, {{impl.owned, chunk.nbytes}})) {
       impl.owned_size = chunk.nbytes;
       return buffer;
     }
@@ -158,14 +186,25 @@ Status StoreImpl::VerifyChunk(int64_t checkpoint_id,
 Status StoreImpl::ReadChunkInto(int64_t checkpoint_id,
                                 std::string_view tensor_key,
                                 const ChunkMetadata& chunk, void* dst) {
+  return ReadChunkScattered(checkpoint_id, tensor_key, chunk,
+                            {{static_cast<char*>(dst), chunk.nbytes}});
+}
+
+Status StoreImpl::ReadChunkScattered(int64_t checkpoint_id,
+                                     std::string_view tensor_key,
+                                     const ChunkMetadata& chunk,
+                                     const std::vector<ChunkPiece>& pieces) {
   std::shared_lock lock(mu_);
   const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
-  if (ReadDirect(checkpoint_id, key, chunk, static_cast<char*>(dst)))
-    return Status::OK();
+  if (ReadDirect(checkpoint_id, key, chunk, pieces)) return Status::OK();
   ChunkBuffer buffer;
   RETURN_IF_ERROR(
       ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));
-  std::memcpy(dst, buffer.impl_->slice.data(), chunk.nbytes);
+  const char* from = buffer.impl_->slice.data();
+  for (const ChunkPiece& p : pieces) {
+    std::memcpy(p.data, from, p.size);
+    from += p.size;
+  }
   return Status::OK();
 }
 

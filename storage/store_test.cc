@@ -365,6 +365,23 @@ TEST(StoreTest, SmallAndLargeChunksOfOneFileReadBackExactly) {
         (*store)
             ->ReadChunkInto(1, "w", chunk, into.data() + chunk.global_offset[0])
             .ok());
+    // Scattered: pieces of every size down to 0 bytes, more of them than one
+    // preadv takes, each written after a gap.
+    std::vector<std::string> held;
+    std::vector<ChunkPiece> pieces;
+    const size_t step = chunk.nbytes > 100000 ? 331 : 17;
+    for (size_t at = 0, k = 0; at < chunk.nbytes; ++k) {
+      const size_t len = std::min<size_t>(chunk.nbytes - at, (k % 3) * step);
+      held.emplace_back(len + 5, '#');
+      pieces.push_back({held.back().data() + 5, len});
+      at += len;
+    }
+    ASSERT_TRUE((*store)->ReadChunkScattered(1, "w", chunk, pieces).ok());
+    std::string joined;
+    for (const ChunkPiece& p : pieces) joined.append(p.data, p.size);
+    EXPECT_TRUE(joined == std::string_view(all).substr(chunk.global_offset[0],
+                                                       chunk.nbytes))
+        << chunk.nbytes << " bytes in " << pieces.size() << " pieces";
   }
   EXPECT_TRUE(into == all);
 }
@@ -386,6 +403,12 @@ TEST(StoreTest, DamagedChunkIsCorruptionThroughEveryReadPath) {
     Status direct =
         (*store)->ReadChunkInto(meta.info.id, "w", chunk, into.data());
     EXPECT_EQ(buffer.ok(), direct.ok());
+    const size_t half = chunk.nbytes / 2;
+    Status scattered = (*store)->ReadChunkScattered(
+        meta.info.id, "w", chunk,
+        {{into.data() + half, chunk.nbytes - half}, {into.data(), half}});
+    EXPECT_EQ(scattered.ok(), direct.ok());
+    EXPECT_EQ(scattered.IsCorruption(), direct.IsCorruption());
     if (buffer.ok()) {
       EXPECT_TRUE(buffer->read_directly());
       continue;

@@ -251,6 +251,19 @@ Status Walker::ReadOne(Slot& slot, size_t j) {
         static_cast<char*>(x_.targets[item.target]->data) +
             *plan_read.whole_into_target);
   }
+  if (!plan_read.scatter.empty()) {
+    // Every byte straight to its place: no chunk buffer, no copies.
+    std::vector<storage::ChunkPiece> pieces;
+    pieces.reserve(plan_read.scatter.size());
+    for (const planner::ScatterRun& run : plan_read.scatter) {
+      char* base = run.to == ReadCopy::To::kTarget
+                       ? static_cast<char*>(x_.targets[run.index]->data)
+                       : slot.send_staged[run.index];
+      pieces.push_back({base + run.offset, run.nbytes});
+    }
+    return x_.store.ReadChunkScattered(x_.meta.info.id, read.flat_key, chunk,
+                                       pieces);
+  }
   ASSIGN_OR_RETURN(storage::ChunkBuffer buffer,
                    x_.store.ReadChunk(x_.meta.info.id, read.flat_key, chunk));
   const char* bytes = buffer.bytes().data();
