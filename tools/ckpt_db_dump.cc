@@ -135,6 +135,8 @@ json ValueJson(const Value& v) {
         if constexpr (std::is_same_v<T, Bytes>) {
           // JSON has no bytes: an array of byte values.
           return json(std::vector<uint8_t>(x.data.begin(), x.data.end()));
+        } else if constexpr (std::is_same_v<T, None>) {
+          return json(nullptr);
         } else {
           return json(x);
         }
