@@ -109,8 +109,7 @@ Result<std::vector<Leaf>> FlattenImpl(Dict& state) {
       return Status::InvalidArgument(
           "flat key '" + leaves[i].flat_key + "' collides: paths " +
           QuotePath(leaves[i - 1].path, leaves[i - 1].kinds) + " and " +
-          QuotePath(leaves[i].path, leaves[i].kinds) +
-          " join to the same key");
+          QuotePath(leaves[i].path, leaves[i].kinds) + " join to the same key");
     }
   }
   return leaves;
@@ -131,8 +130,8 @@ Result<Key> KeyOf(const std::string& text, PathPartKind kind,
 }
 
 // The container that holds the leaf at `keys` under `root`, each container on
-// the way created as the kind its part says; nullptr when the path passes through a leaf or a container
-// of another kind.
+// the way created as the kind its part says; nullptr when the path passes
+// through a leaf or a container of another kind.
 StateDict* Descend(StateDict& root, const std::vector<Key>& keys,
                    const PathKinds& kinds) {
   if (ContainerOf(kinds.front()) != root.kind()) return nullptr;
@@ -172,9 +171,8 @@ std::string QuotePath(const Path& path, const PathKinds& kinds) {
 }
 
 bool AllStrKeys(const PathKinds& kinds) {
-  return std::all_of(kinds.begin(), kinds.end(), [](PathPartKind k) {
-    return k == PathPartKind::kStrKey;
-  });
+  return std::all_of(kinds.begin(), kinds.end(),
+                     [](PathPartKind k) { return k == PathPartKind::kStrKey; });
 }
 
 Result<std::vector<FlatLeaf>> Flatten(const StateDict& state) {
@@ -185,9 +183,10 @@ Result<std::vector<MutableFlatLeaf>> FlattenMutable(StateDict& state) {
   return FlattenImpl<StateDict, MutableFlatLeaf>(state);
 }
 
-Result<StateDict> Unflatten(const std::map<std::string, Value>& values,
-                            const std::map<std::string, Path>& flat_mapping,
-                            const std::map<std::string, PathKinds>& path_kinds) {
+Result<StateDict> Unflatten(
+    const std::map<std::string, Value>& values,
+    const std::map<std::string, Path>& flat_mapping,
+    const std::map<std::string, PathKinds>& path_kinds) {
   StateDict out;
   for (const auto& [flat_key, value] : values) {
     auto it = flat_mapping.find(flat_key);
@@ -201,10 +200,9 @@ Result<StateDict> Unflatten(const std::map<std::string, Value>& values,
                           ? PathKinds(path.size(), PathPartKind::kStrKey)
                           : recorded->second;
     if (kinds.size() != path.size()) {
-      return Status::InvalidArgument("flat key '" + flat_key + "' has " +
-                                     std::to_string(path.size()) +
-                                     " path parts but " +
-                                     std::to_string(kinds.size()) + " kinds");
+      return Status::InvalidArgument(
+          "flat key '" + flat_key + "' has " + std::to_string(path.size()) +
+          " path parts but " + std::to_string(kinds.size()) + " kinds");
     }
     std::vector<Key> keys;
     for (size_t i = 0; i < path.size(); ++i) {

@@ -135,8 +135,7 @@ class StateDict {
   struct Entry;
   using Map = std::map<Key, Entry>;
 
-  explicit StateDict(ContainerKind kind = ContainerKind::kDict)
-      : kind_(kind) {}
+  explicit StateDict(ContainerKind kind = ContainerKind::kDict) : kind_(kind) {}
   StateDict(const StateDict& other);
   StateDict& operator=(const StateDict& other);
   StateDict(StateDict&&) noexcept = default;
