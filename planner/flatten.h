@@ -14,10 +14,6 @@ namespace ckptdb::planner {
 // its container.
 using Path = std::vector<std::string>;
 
-// How deep a state dict may nest, the root included; deeper is
-// InvalidArgument (no input exhausts the stack).
-inline constexpr size_t kMaxNesting = 1000;
-
 // "a.b.c": the flat key of a path.
 std::string JoinPath(const Path& path);
 

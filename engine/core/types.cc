@@ -101,6 +101,15 @@ std::string KeyText(const Key& key) {
   return std::get<std::string>(key);
 }
 
+std::string JoinKeys(const std::vector<Key>& path) {
+  std::string out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (i) out += '.';
+    out += KeyText(path[i]);
+  }
+  return out;
+}
+
 StateDict& StateDict::Set(Key key, TensorView tensor) {
   items_[std::move(key)].node = std::move(tensor);
   return *this;

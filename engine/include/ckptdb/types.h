@@ -127,6 +127,13 @@ using Key = std::variant<int64_t, std::string>;
 // The key's part of a flat key: the str, or the int in decimal ("3", "-1").
 std::string KeyText(const Key& key);
 
+// "optim.state.0.exp_avg": the flat key of a path of keys.
+std::string JoinKeys(const std::vector<Key>& path);
+
+// How many containers deep a state dict may nest, the root included; a deeper
+// one is InvalidArgument (no input exhausts the stack).
+inline constexpr size_t kMaxNesting = 1000;
+
 // A nested state dict: key -> tensor view, small value, or nested state dict,
 // which is a dict, list or tuple (ContainerKind). Keys are kept in sorted
 // order. Value type (copies are deep; tensor data is borrowed, never copied).
