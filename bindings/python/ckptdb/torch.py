@@ -194,8 +194,10 @@ def _set_model(model, state):
             continue
         copies[key] = value
     if copies:
-        missing = model.load_state_dict(copies, strict=False).unexpected_keys
-        assert not missing, missing
+        try:
+            model.load_state_dict(copies, strict=False)
+        except RuntimeError as e:  # shapes that differ, named by torch
+            raise InvalidArgumentError(f"state['model']: {e}") from e
 
 
 def _group_index(optimizer, names, saved, i):
@@ -220,7 +222,9 @@ def _set_optimizer(model, optimizer, state):
     for fqn, values in state.get("state", {}).items():
         p = by_name[fqn]
         if optimizer.state.get(p) is not values:
-            optimizer.state[p] = dict(values)  # tensors shared, not copied
+            # Tensors shared, not copied; a Shard's data is the tensor it filled.
+            optimizer.state[p] = {k: v.data if isinstance(v, Shard) else v
+                                  for k, v in values.items()}
     names = _names_of_parameters(model)
     for i, saved in enumerate(state.get("param_groups", [])):
         group = optimizer.param_groups[_group_index(optimizer, names, saved, i)]
