@@ -161,6 +161,23 @@ json InfoJson(const CheckpointInfo& info) {
           {"nbytes", info.nbytes}};
 }
 
+// The flat mapping as DB.metadata() gives it: int keys and list and tuple
+// indexes as JSON numbers.
+json FlatMappingJson(const CheckpointMetadata& m) {
+  json out = json::object();
+  for (const auto& [key, path] : m.flat_mapping) {
+    auto kinds = m.path_kinds.find(key);
+    json parts = json::array();
+    for (size_t i = 0; i < path.size(); ++i) {
+      const bool is_int = kinds != m.path_kinds.end() &&
+                          kinds->second[i] != PathPartKind::kStrKey;
+      parts.push_back(is_int ? json(std::stoll(path[i])) : json(path[i]));
+    }
+    out[key] = std::move(parts);
+  }
+  return out;
+}
+
 // The fields of DB.metadata() in the Python API.
 json MetadataJson(const CheckpointMetadata& m) {
   json tensors = json::object();
@@ -184,7 +201,7 @@ json MetadataJson(const CheckpointMetadata& m) {
           {"created", m.info.created},
           {"world_size", m.info.world_size},
           {"tensors", tensors},
-          {"flat_mapping", m.flat_mapping},
+          {"flat_mapping", FlatMappingJson(m)},
           {"values", values},
           {"user_metadata", m.user_metadata}};
 }

@@ -3,7 +3,6 @@
 #include <climits>
 #include <cstring>
 
-
 namespace py = pybind11;
 
 namespace ckptdb::python {

@@ -67,8 +67,8 @@ void ValueSlots::AddValue(py::object container, py::object key, int tuple,
 void ValueSlots::WriteBack() const {
   // The new items of each recorded tuple that changed (empty: unchanged).
   std::vector<py::object> items(tuples_.size());
-  auto set = [&](const py::object& container, const py::object& key,
-                 int tuple, py::object value) {
+  auto set = [&](const py::object& container, const py::object& key, int tuple,
+                 py::object value) {
     if (tuple == kNoTuple) {
       container[key] = std::move(value);
       return;
