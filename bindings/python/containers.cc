@@ -30,6 +30,8 @@ Result<Key> DictKey(py::handle key, const std::string& where) {
   }
   Result<int64_t> i = Int(key, "a key of " + where);
   if (i.ok()) return Key(*i);
+  // An int out of range says so; anything else is the wrong type.
+  if (PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr())) return i.status();
   return Status::InvalidArgument("state dict keys must be str or int, got " +
                                  TypeName(key) + " (" + Repr(key) + ") in " +
                                  where);
