@@ -51,6 +51,147 @@ TEST(FlattenTest, UnflattenRestoresNesting) {
   EXPECT_EQ(flat->size(), 3u);
 }
 
+// torch's optimizer state dict: int keys, a list of dicts, a tuple, None.
+StateDict OptimizerState(float* exp_avg) {
+  StateDict group;
+  group.Set("lr", Value(0.001));
+  group.Set("betas",
+            StateDict::Tuple().Append(Value(0.9)).Append(Value(0.999)));
+  group.Set("foreach", Value(None{}));
+  group.Set(
+      "params",
+      StateDict::List().Append(Value(int64_t{0})).Append(Value(int64_t{1})));
+  StateDict sd;
+  StateDict& optim = sd.Child("optim");
+  optim.Child("state")
+      .Child(int64_t{0})
+      .Set("exp_avg", TensorView::Whole(exp_avg, DType::kFloat32, {}));
+  optim.Set("param_groups", StateDict::List().Append(std::move(group)));
+  return sd;
+}
+
+TEST(FlattenTest, IntKeysAndSequencesRecordTheirKinds) {
+  float exp_avg = 0;
+  const StateDict state = OptimizerState(&exp_avg);
+  auto leaves = Flatten(state);
+  ASSERT_TRUE(leaves.ok()) << leaves.status().ToString();
+  std::map<std::string, PathKinds> kinds;
+  for (const FlatLeaf& leaf : *leaves) kinds[leaf.flat_key] = leaf.kinds;
+  using K = PathPartKind;
+  EXPECT_EQ(kinds.at("optim.state.0.exp_avg"),
+            (PathKinds{K::kStrKey, K::kStrKey, K::kIntKey, K::kStrKey}));
+  EXPECT_EQ(kinds.at("optim.param_groups.0.betas.1"),
+            (PathKinds{K::kStrKey, K::kStrKey, K::kListIndex, K::kStrKey,
+                       K::kTupleIndex}));
+  EXPECT_EQ(kinds.at("optim.param_groups.0.params.0"),
+            (PathKinds{K::kStrKey, K::kStrKey, K::kListIndex, K::kStrKey,
+                       K::kListIndex}));
+  EXPECT_EQ(kinds.size(), 7u);
+  EXPECT_EQ((*leaves)[0].flat_key, "optim.param_groups.0.betas.0");
+  EXPECT_EQ((*leaves)[0].path,
+            (Path{"optim", "param_groups", "0", "betas", "0"}));
+}
+
+TEST(FlattenTest, IntAndStrKeyCollisionNamesThePath) {
+  StateDict sd;
+  sd.Child("state").Set(int64_t{0}, Value(int64_t{1}));
+  sd.Child("state").Set("0", Value(int64_t{2}));
+  auto leaves = Flatten(sd);
+  ASSERT_FALSE(leaves.ok());
+  EXPECT_TRUE(leaves.status().IsInvalidArgument());
+  EXPECT_NE(leaves.status().message().find("['state', 0]"), std::string::npos)
+      << leaves.status().ToString();
+  EXPECT_NE(leaves.status().message().find("['state', '0']"),
+            std::string::npos);
+}
+
+TEST(FlattenTest, SequenceKeysMustBeItsIndexes) {
+  StateDict gap;
+  gap.Set("l", StateDict::List().Append(Value(1.0)));
+  gap.Child("l", ContainerKind::kList).Set(int64_t{2}, Value(2.0));
+  auto leaves = Flatten(gap);
+  ASSERT_FALSE(leaves.ok());
+  EXPECT_NE(leaves.status().message().find("list at ['l']"), std::string::npos)
+      << leaves.status().ToString();
+  StateDict named;
+  named.Set("t", StateDict::Tuple().Append(Value(1.0)));
+  named.Child("t").Set("x", Value(2.0));
+  leaves = Flatten(named);
+  ASSERT_FALSE(leaves.ok());
+  EXPECT_NE(leaves.status().message().find("tuple at ['t'] has item key 'x'"),
+            std::string::npos)
+      << leaves.status().ToString();
+}
+
+TEST(FlattenTest, NestingDeeperThanTheLimitIsRefused) {
+  auto nested = [](size_t depth) {
+    StateDict root;
+    StateDict* dict = &root;
+    for (size_t i = 1; i < depth; ++i) dict = &dict->Child("d");
+    dict->Set("leaf", Value(int64_t{1}));
+    return root;
+  };
+  EXPECT_TRUE(Flatten(nested(kMaxNesting)).ok());
+  auto deep = Flatten(nested(kMaxNesting + 1));
+  ASSERT_FALSE(deep.ok());
+  EXPECT_TRUE(deep.status().IsInvalidArgument());
+  EXPECT_NE(deep.status().message().find("deeper than 1000"),
+            std::string::npos);
+}
+
+TEST(FlattenTest, UnflattenRestoresKeyTypesAndContainers) {
+  float exp_avg = 0;
+  const StateDict state = OptimizerState(&exp_avg);
+  auto leaves = Flatten(state);
+  ASSERT_TRUE(leaves.ok());
+  std::map<std::string, Value> values;
+  std::map<std::string, Path> mapping;
+  std::map<std::string, PathKinds> kinds;
+  for (const FlatLeaf& leaf : *leaves) {
+    mapping[leaf.flat_key] = leaf.path;
+    kinds[leaf.flat_key] = leaf.kinds;
+    if (leaf.value) values[leaf.flat_key] = *leaf.value;
+  }
+  auto sd = Unflatten(values, mapping, kinds);
+  ASSERT_TRUE(sd.ok()) << sd.status().ToString();
+  const StateDict* groups = sd->GetChild("optim")->GetChild("param_groups");
+  ASSERT_NE(groups, nullptr);
+  EXPECT_EQ(groups->kind(), ContainerKind::kList);
+  const StateDict* group = groups->GetChild(int64_t{0});
+  ASSERT_NE(group, nullptr);
+  EXPECT_EQ(group->GetChild("betas")->kind(), ContainerKind::kTuple);
+  EXPECT_EQ(*group->GetChild("betas")->GetValue(int64_t{1}), Value(0.999));
+  EXPECT_EQ(*group->GetValue("foreach"), Value(None{}));
+  EXPECT_EQ(group->GetChild("params")->kind(), ContainerKind::kList);
+  EXPECT_EQ(group->GetChild("params")->size(), 2u);
+  // Without the kinds every part is a str key: "0" is not 0.
+  auto plain = Unflatten(values, mapping);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->GetChild("optim")->GetChild("param_groups")->kind(),
+            ContainerKind::kDict);
+  EXPECT_NE(plain->GetChild("optim")->GetChild("param_groups")->GetChild("0"),
+            nullptr);
+}
+
+TEST(FlattenTest, UnflattenRejectsConflictingKinds) {
+  std::map<std::string, Value> values = {{"l.0", Value(int64_t{1})},
+                                         {"l.1", Value(int64_t{2})}};
+  std::map<std::string, Path> mapping = {{"l.0", {"l", "0"}},
+                                         {"l.1", {"l", "1"}}};
+  using K = PathPartKind;
+  std::map<std::string, PathKinds> kinds = {
+      {"l.0", {K::kStrKey, K::kListIndex}},
+      {"l.1", {K::kStrKey, K::kTupleIndex}}};
+  auto sd = Unflatten(values, mapping, kinds);
+  ASSERT_FALSE(sd.ok());
+  EXPECT_NE(sd.status().message().find("['l', 1]"), std::string::npos)
+      << sd.status().ToString();
+  kinds["l.1"] = {K::kStrKey, K::kListIndex};
+  EXPECT_TRUE(Unflatten(values, mapping, kinds).ok());
+  mapping["l.1"] = {"l", "x"};
+  EXPECT_FALSE(Unflatten(values, mapping, kinds).ok());
+}
+
 TEST(FlattenTest, UnflattenRejectsLeafOnPath) {
   std::map<std::string, Value> values = {{"a", Value(int64_t{1})},
                                          {"a.b", Value(int64_t{2})}};

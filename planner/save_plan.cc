@@ -42,12 +42,20 @@ Status GroupByKey(const Owners& owners, SavePlan* plan,
                   std::map<std::string, std::vector<ShardRef>>* by_key) {
   std::map<std::string, int> value_rank;
   auto add_path = [&](const std::string& key, const Path& path,
-                      int rank) -> Status {
+                      const PathKinds& kinds, int rank) -> Status {
     auto [it, inserted] = plan->flat_mapping.emplace(key, path);
-    if (!inserted && it->second != path) {
+    if (inserted) {
+      if (!kinds.empty()) plan->path_kinds.emplace(key, kinds);
+      return Status::OK();
+    }
+    auto known = plan->path_kinds.find(key);
+    const PathKinds& known_kinds =
+        known == plan->path_kinds.end() ? PathKinds() : known->second;
+    if (it->second != path || known_kinds != kinds) {
       return Status::InvalidArgument(
           "flat key '" + key + "' names different paths on rank " +
-          std::to_string(rank) + " and another rank");
+          std::to_string(rank) + " (" + QuotePath(path, kinds) +
+          ") and another rank (" + QuotePath(it->second, known_kinds) + ")");
     }
     return Status::OK();
   };
@@ -63,11 +71,11 @@ Status GroupByKey(const Owners& owners, SavePlan* plan,
     const RankSaveLayout& layout = owners.layouts[o];
     for (size_t i = 0; i < layout.shards.size(); ++i) {
       const SaveShard& s = layout.shards[i];
-      RETURN_IF_ERROR(add_path(s.flat_key, s.path, owners.Named(o)));
+      RETURN_IF_ERROR(add_path(s.flat_key, s.path, s.kinds, owners.Named(o)));
       (*by_key)[s.flat_key].push_back({&s, {o, i}});
     }
     for (const SaveValue& v : layout.values) {
-      RETURN_IF_ERROR(add_path(v.flat_key, v.path, owners.Named(o)));
+      RETURN_IF_ERROR(add_path(v.flat_key, v.path, v.kinds, owners.Named(o)));
       if (plan->values.emplace(v.flat_key, v.value).second)
         value_rank[v.flat_key] = owners.Named(o);
     }

@@ -19,6 +19,8 @@ struct SaveShard {
   DType dtype = DType::kFloat32;
   Shape global_shape;
   Box box;
+  // Parallel to path; empty when every part is a dict's str key.
+  PathKinds kinds = {};
 };
 
 // One small value a rank offers to save.
@@ -26,6 +28,8 @@ struct SaveValue {
   std::string flat_key;
   Path path;
   Value value;
+  // Parallel to path; empty when every part is a dict's str key.
+  PathKinds kinds = {};
 };
 
 // What one rank holds: the input of BuildSavePlan.
@@ -59,6 +63,8 @@ struct SavePlan {
   std::map<std::string, Value> values;
   // Every tensor and value key.
   std::map<std::string, Path> flat_mapping;
+  // The kinds of the parts of those paths that are not all str keys.
+  std::map<std::string, PathKinds> path_kinds;
   // Bytes each rank writes.
   std::vector<uint64_t> bytes_per_rank;
   uint64_t total_bytes = 0;

@@ -194,6 +194,26 @@ TEST(SavePlanTest, RejectsDifferentPathsForOneFlatKey) {
   ExpectError(ranks, "flat key 'a.b' names different paths");
 }
 
+TEST(SavePlanTest, PathKindsAreKeptAndMustAgreeAcrossRanks) {
+  using K = PathPartKind;
+  std::vector<RankSaveLayout> ranks(2);
+  ranks[0].values.push_back(
+      {"s.0", {"s", "0"}, Value(int64_t{1}), {K::kStrKey, K::kIntKey}});
+  ranks[1].values.push_back(
+      {"s.0", {"s", "0"}, Value(int64_t{1}), {K::kStrKey, K::kIntKey}});
+  ranks[1].values.push_back({"t", {"t"}, Value(int64_t{2})});
+  auto plan = BuildSavePlan(ranks, 1 << 20);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(
+      plan->path_kinds,
+      (std::map<std::string, PathKinds>{{"s.0", {K::kStrKey, K::kIntKey}}}));
+  // Rank 1 has the key "0" where rank 0 has the int 0.
+  ranks[1].values[0].kinds.clear();
+  ExpectError(ranks,
+              "flat key 's.0' names different paths on rank 1 (['s', '0']) "
+              "and another rank (['s', 0])");
+}
+
 }  // namespace
 }  // namespace ckptdb::planner
 

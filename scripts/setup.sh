@@ -11,7 +11,7 @@ packages=(
   librocksdb-dev capnproto libcapnp-dev libxxhash-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
-  pybind11-dev python3-dev python3-numpy python3-mpi4py python3-pytest
+  pybind11-dev python3-dev python3-numpy python3-mpi4py python3-pytest python3-torch
   libcli11-dev nlohmann-json3-dev libfmt-dev libdlpack-dev libzip-dev
 )
 sudo=""

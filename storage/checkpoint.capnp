@@ -30,6 +30,8 @@ struct Tensor {
   globalShape @3 :List(Int64);
   chunks @4 :List(Chunk);      # format 1 only; empty in format 2
   chunkCount @5 :UInt64;       # format 2: the number of chunks in the tensor's record
+  pathKinds @6 :Data;          # one ckptdb::PathPartKind per path part (str key, int key, list or
+                               # tuple index); empty: every part a dict's str key
 }
 
 # Format 2: one tensor's chunks, sorted by global offset. `boxes` packs each chunk's global
@@ -70,7 +72,9 @@ struct SmallValue {
     bool @4 :Bool;
     text @5 :Text;
     bytes @6 :Data;
+    none @8 :Void;
   }
+  pathKinds @7 :Data;          # as Tensor.pathKinds
 }
 
 struct KeyValue {

@@ -5,6 +5,7 @@
 #include <kj/exception.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 
 #include "planner/partition.h"
@@ -33,16 +34,22 @@ capnp::Text::Reader TextOf(const std::string& s) {
   return capnp::Text::Reader(s.data(), s.size());
 }
 
-// Sets a tensor's or value's flat key and its path from the flat mapping.
+// Sets a tensor's or value's flat key, its path from the flat mapping and
+// the kinds of the path's parts (only when some part is not a str key).
 template <typename Builder>
-void SetKeyAndPath(
-    Builder builder, const std::string& key,
-    const std::map<std::string, std::vector<std::string>>& mapping) {
+void SetKeyAndPath(Builder builder, const std::string& key,
+                   const CheckpointMetadata& meta) {
   builder.setKey(TextOf(key));
-  auto path = mapping.find(key);
-  if (path != mapping.end()) {
+  auto path = meta.flat_mapping.find(key);
+  if (path != meta.flat_mapping.end()) {
     SetPath(builder.initPath(static_cast<unsigned>(path->second.size())),
             path->second);
+  }
+  auto kinds = meta.path_kinds.find(key);
+  if (kinds != meta.path_kinds.end()) {
+    builder.setPathKinds(capnp::Data::Reader(
+        reinterpret_cast<const uint8_t*>(kinds->second.data()),
+        kinds->second.size()));
   }
 }
 
@@ -68,6 +75,38 @@ std::vector<std::string> ReadPath(capnp::List<capnp::Text>::Reader list) {
   std::vector<std::string> out;
   for (auto part : list) out.emplace_back(part.cStr(), part.size());
   return out;
+}
+
+// True when `text` is an int in decimal as KeyText writes it.
+bool IsIntText(const std::string& text) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  return ec == std::errc() && ptr == end && std::to_string(value) == text;
+}
+
+// Records the kinds of `path`'s parts in meta->path_kinds when any are given
+// (older records have none: every part a str key). Corruption when they do
+// not match the path.
+Status ReadKinds(capnp::Data::Reader data, const std::string& key,
+                 const std::vector<std::string>& path,
+                 CheckpointMetadata* meta) {
+  if (data.size() == 0) return Status::OK();
+  const std::string what = "'" + key + "'";
+  if (data.size() != path.size()) {
+    return Bad(what + " has " + std::to_string(data.size()) +
+               " path kinds for " + std::to_string(path.size()) + " parts");
+  }
+  PathKinds kinds;
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (data[i] > static_cast<uint8_t>(PathPartKind::kTupleIndex))
+      return Bad(what + " has path kind " + std::to_string(data[i]));
+    kinds.push_back(static_cast<PathPartKind>(data[i]));
+    if (kinds.back() != PathPartKind::kStrKey && !IsIntText(path[i]))
+      return Bad(what + " has an int path part '" + path[i] + "'");
+  }
+  meta->path_kinds[key] = std::move(kinds);
+  return Status::OK();
 }
 
 CheckpointInfo ReadInfo(Checkpoint::Reader r) {
@@ -223,6 +262,8 @@ Result<Value> ReadValue(SmallValue::Reader v, const std::string& key) {
       return Value(Bytes{std::string(
           reinterpret_cast<const char*>(data.begin()), data.size())});
     }
+    case SmallValue::NONE:
+      return Value(None{});
     default:
       return Bad("value '" + key + "' has an unknown type");
   }
@@ -295,6 +336,7 @@ Status ReadValuesAndUserMetadata(Checkpoint::Reader r,
         !meta->values.emplace(key, std::move(value)).second) {
       return Bad("key '" + key + "' appears twice");
     }
+    RETURN_IF_ERROR(ReadKinds(v.getPathKinds(), key, path, meta));
     meta->flat_mapping[key] = std::move(path);
   }
   for (auto kv : r.getUserMetadata()) {
@@ -329,6 +371,7 @@ Result<MainRecord> ReadMain(Checkpoint::Reader r) {
     if (!meta.tensors.emplace(key, std::move(tensor)).second)
       return Bad(what + " appears twice");
     if (!main.has_chunks()) main.chunk_counts.emplace(key, count);
+    RETURN_IF_ERROR(ReadKinds(t.getPathKinds(), key, path, &meta));
     meta.flat_mapping[key] = std::move(path);
   }
   if (total != static_cast<uint64_t>(meta.info.nbytes)) {
@@ -398,7 +441,7 @@ void SetValuesAndUserMetadata(Checkpoint::Builder root,
   unsigned i = 0;
   for (const auto& [key, value] : meta.values) {
     auto v = values[i++];
-    SetKeyAndPath(v, key, meta.flat_mapping);
+    SetKeyAndPath(v, key, meta);
     std::visit(
         [&](const auto& x) {
           using T = std::decay_t<decltype(x)>;
@@ -410,6 +453,8 @@ void SetValuesAndUserMetadata(Checkpoint::Builder root,
             v.setBool(x);
           else if constexpr (std::is_same_v<T, std::string>)
             v.setText(TextOf(x));
+          else if constexpr (std::is_same_v<T, None>)
+            v.setNone();
           else
             v.setBytes(capnp::Data::Reader(
                 reinterpret_cast<const uint8_t*>(x.data.data()),
@@ -443,7 +488,7 @@ void BuildMain(Checkpoint::Builder root, const CheckpointMetadata& meta,
   unsigned i = 0;
   for (const auto& [key, tensor] : meta.tensors) {
     auto t = tensors[i++];
-    SetKeyAndPath(t, key, meta.flat_mapping);
+    SetKeyAndPath(t, key, meta);
     t.setDtype(static_cast<uint8_t>(tensor.dtype));
     SetShape(
         t.initGlobalShape(static_cast<unsigned>(tensor.global_shape.size())),

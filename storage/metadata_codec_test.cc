@@ -98,6 +98,48 @@ TEST(MetadataCodecTest, RoundTrip) {
   }
 }
 
+TEST(MetadataCodecTest, PathKindsAndNoneRoundTrip) {
+  CheckpointMetadata meta = Sample();
+  using K = PathPartKind;
+  meta.flat_mapping["opt.betas.1"] = {"opt", "betas", "1"};
+  meta.values["opt.betas.1"] = Value(0.999);
+  meta.flat_mapping["opt.state.0.foreach"] = {"opt", "state", "0", "foreach"};
+  meta.values["opt.state.0.foreach"] = Value(None{});
+  meta.path_kinds = {
+      {"opt.betas.1", {K::kStrKey, K::kStrKey, K::kTupleIndex}},
+      {"opt.state.0.foreach", {K::kStrKey, K::kStrKey, K::kIntKey, K::kStrKey}},
+      {"model.w", {K::kStrKey, K::kListIndex}}};
+  meta.flat_mapping["model.w"] = {"model", "3"};
+  for (const Records& records : BothFormats(meta)) {
+    auto decoded = DecodeCheckpointRecords(records);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(decoded->path_kinds, meta.path_kinds);
+    EXPECT_EQ(decoded->flat_mapping, meta.flat_mapping);
+    EXPECT_EQ(decoded->values, meta.values);
+  }
+  // A plain record (every part a str key) has no kinds.
+  auto plain = DecodeCheckpointRecords(EncodeCheckpointRecords(Sample()));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->path_kinds.empty());
+}
+
+TEST(MetadataCodecTest, PathKindsThatDoNotFitThePathAreCorruption) {
+  using K = PathPartKind;
+  const std::vector<std::pair<PathKinds, std::string>> cases = {
+      {{K::kStrKey}, "1 path kinds for 2 parts"},
+      {{K::kStrKey, static_cast<K>(9)}, "path kind 9"},
+      {{K::kIntKey, K::kStrKey}, "int path part 'opt'"}};
+  for (const auto& [kinds, message] : cases) {
+    CheckpointMetadata meta = Sample();
+    meta.path_kinds["lr"] = kinds;
+    auto decoded = DecodeCheckpointRecords(EncodeCheckpointRecords(meta));
+    ASSERT_FALSE(decoded.ok()) << message;
+    EXPECT_TRUE(decoded.status().IsCorruption());
+    EXPECT_NE(decoded.status().message().find(message), std::string::npos)
+        << decoded.status().ToString();
+  }
+}
+
 TEST(MetadataCodecTest, MainRecordOfFormat2HasNoChunks) {
   const Records records = EncodeCheckpointRecords(Sample());
   ASSERT_EQ(records.size(), 4u);  // main + one per tensor, in key order

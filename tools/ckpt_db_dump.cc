@@ -135,6 +135,8 @@ json ValueJson(const Value& v) {
         if constexpr (std::is_same_v<T, Bytes>) {
           // JSON has no bytes: an array of byte values.
           return json(std::vector<uint8_t>(x.data.begin(), x.data.end()));
+        } else if constexpr (std::is_same_v<T, None>) {
+          return json(nullptr);
         } else {
           return json(x);
         }
@@ -157,6 +159,23 @@ json InfoJson(const CheckpointInfo& info) {
           {"world_size", info.world_size},
           {"num_tensors", info.num_tensors},
           {"nbytes", info.nbytes}};
+}
+
+// The flat mapping as DB.metadata() gives it: int keys and list and tuple
+// indexes as JSON numbers.
+json FlatMappingJson(const CheckpointMetadata& m) {
+  json out = json::object();
+  for (const auto& [key, path] : m.flat_mapping) {
+    auto kinds = m.path_kinds.find(key);
+    json parts = json::array();
+    for (size_t i = 0; i < path.size(); ++i) {
+      const bool is_int = kinds != m.path_kinds.end() &&
+                          kinds->second[i] != PathPartKind::kStrKey;
+      parts.push_back(is_int ? json(std::stoll(path[i])) : json(path[i]));
+    }
+    out[key] = std::move(parts);
+  }
+  return out;
 }
 
 // The fields of DB.metadata() in the Python API.
@@ -182,7 +201,7 @@ json MetadataJson(const CheckpointMetadata& m) {
           {"created", m.info.created},
           {"world_size", m.info.world_size},
           {"tensors", tensors},
-          {"flat_mapping", m.flat_mapping},
+          {"flat_mapping", FlatMappingJson(m)},
           {"values", values},
           {"user_metadata", m.user_metadata}};
 }

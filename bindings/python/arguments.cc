@@ -3,8 +3,6 @@
 #include <climits>
 #include <cstring>
 
-#include "planner/flatten.h"
-
 namespace py = pybind11;
 
 namespace ckptdb::python {
@@ -142,16 +140,23 @@ Result<CheckpointSelector> Selector(py::handle step, py::handle tag,
 Result<std::string> FlatKey(py::handle key) {
   if (PyUnicode_Check(key.ptr())) return Text(key, "key");
   if (!PyTuple_Check(key.ptr()) && !PyList_Check(key.ptr())) {
-    return WrongType("key", "a flat key (str) or a path (tuple of str)", key);
+    return WrongType("key", "a flat key (str) or a path (tuple of str and int)",
+                     key);
   }
-  planner::Path path;
+  std::vector<Key> path;
   for (py::handle part : key) {
-    ASSIGN_OR_RETURN(std::string text,
-                     Text(part, "key part " + std::to_string(path.size()) +
-                                    " of " + Repr(key)));
-    path.push_back(std::move(text));
+    const std::string what =
+        "key part " + std::to_string(path.size()) + " of " + Repr(key);
+    if (PyUnicode_Check(part.ptr())) {
+      ASSIGN_OR_RETURN(std::string text, Text(part, what));
+      path.emplace_back(std::move(text));
+    } else {
+      Result<int64_t> index = Int(part, what);
+      if (!index.ok()) return WrongType(what, "a str or an int", part);
+      path.emplace_back(*index);
+    }
   }
-  return planner::JoinPath(path);
+  return JoinKeys(path);
 }
 
 Result<Options> OpenOptions(py::handle create, py::handle read_only,

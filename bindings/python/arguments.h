@@ -50,7 +50,8 @@ Result<std::map<std::string, std::string>> TextMap(pybind11::handle obj,
 Result<CheckpointSelector> Selector(pybind11::handle step, pybind11::handle tag,
                                     pybind11::handle id);
 
-// A tensor key for DB.read: a flat key (str) or a path (tuple or list of str).
+// A tensor key for DB.read: a flat key (str) or a path (tuple or list of str
+// and int parts, as in the flat mapping).
 Result<std::string> FlatKey(pybind11::handle key);
 
 // The Options of ckptdb.open(path, create=, read_only=, **options).

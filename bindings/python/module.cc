@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "bindings/python/arguments.h"
+#include "bindings/python/containers.h"
 #include "ckptdb/db.h"
 #include "ckptdb/mpi.h"
 #include "mpi4py/mpi4py.h"
@@ -172,17 +173,10 @@ std::optional<DType> FromDLPack(DLDataType t) {
 // ---- leaves -----------------------------------------------------------------
 
 // What a conversion borrows: Python objects kept alive while views point into
-// them, and where each small value of the dict sits (for load's write-back).
+// them, and where each small value of the state sits (for load's write-back).
 struct Borrowed {
   std::vector<py::object> keep;
-  struct ValueSlot {
-    py::dict dict;
-    py::object key;
-    const Value* value;  // filled by a load
-    Value
-        before;  // as converted, to leave untouched what a load did not change
-  };
-  std::vector<ValueSlot> values;
+  ValueSlots values;
 };
 
 Shape ShapeOf(const py::handle& seq, const std::string& path,
@@ -336,6 +330,7 @@ TensorView TensorLeaf(const py::object& obj, const std::string& path,
 
 std::optional<Value> SmallValue(const py::handle& obj,
                                 const std::string& path) {
+  if (obj.is_none()) return Value(None{});
   if (py::isinstance<py::bool_>(obj)) return Value(obj.cast<bool>());
   if (py::isinstance<py::int_>(obj)) {
     try {
@@ -363,21 +358,16 @@ bool IsTensorLeaf(const py::handle& obj) {
          py::hasattr(obj, "__dlpack__");
 }
 
-// How many dicts deep a state dict may nest, itself included (API.md). A
-// deeper one is refused before Convert recurses further: no input exhausts the
-// C stack.
-constexpr size_t kMaxNesting = 1000;
-
-// The dicts from the state dict down to the one being converted, with their
-// paths: a dict met again among them is a cycle.
+// The containers from the state dict down to the one being converted, with
+// their paths: a container met again among them is a cycle.
 using Ancestors = std::vector<std::pair<PyObject*, std::string>>;
 
 // Refuses to descend into `child` (at `path`) when it is one of `ancestors`
-// or would nest too deep.
+// or would nest deeper than kMaxNesting containers.
 void CheckDescent(const py::handle& child, const std::string& path,
                   const Ancestors& ancestors) {
-  for (const auto& [dict, where] : ancestors) {
-    if (dict == child.ptr()) {
+  for (const auto& [container, where] : ancestors) {
+    if (container == child.ptr()) {
       Invalid("the state dict contains itself: " + Where(path) + " is " +
               Where(where) + ", which holds it");
     }
@@ -388,52 +378,83 @@ void CheckDescent(const py::handle& child, const std::string& path,
   }
 }
 
-// Builds `out` from the nested dict `dict`, the last of `ancestors`.
-void Convert(const py::dict& dict, const std::string& path, bool writable,
-             StateDict& out, Borrowed& borrowed, Ancestors& ancestors) {
-  for (auto [key_handle, item] : dict) {
-    py::object key = py::reinterpret_borrow<py::object>(key_handle);
-    if (!py::isinstance<py::str>(key)) {
-      Invalid("state dict keys must be str, got " +
-              std::string(py::str(key.get_type().attr("__name__"))) + " (" +
-              std::string(py::repr(key)) + ") in " + Where(path));
-    }
-    const std::string name = Unwrap(Text(key, "a key of " + Where(path)));
-    const std::string here = path.empty() ? name : path + "." + name;
-    py::object value = py::reinterpret_borrow<py::object>(item);
-    if (py::isinstance<py::dict>(value)) {
-      CheckDescent(value, here, ancestors);
-      ancestors.emplace_back(value.ptr(), here);
-      Convert(value.cast<py::dict>(), here, writable, out.Child(name), borrowed,
-              ancestors);
-      ancestors.pop_back();
-    } else if (IsTensorLeaf(value) &&
-               !py::isinstance(value, classes().numpy_scalar)) {
-      out.Set(name, TensorLeaf(value, here, writable, borrowed));
-    } else if (std::optional<Value> v = SmallValue(value, here)) {
-      out.Set(name, std::move(*v));
-      const Value* slot = out.GetValue(name);
-      borrowed.values.push_back({dict, key, slot, *slot});
-    } else {
-      Invalid("leaf " + Where(here) + " has unsupported type " +
-              std::string(py::str(value.get_type().attr("__name__"))) +
-              " (arrays, DLPack tensors, Shard, int, float, bool, str, bytes "
-              "or dict)");
-    }
-  }
+// The container kind of a dict, list or tuple; nullopt for anything else.
+std::optional<ContainerKind> ContainerOf(const py::handle& obj) {
+  if (PyDict_Check(obj.ptr())) return ContainerKind::kDict;
+  if (PyList_Check(obj.ptr())) return ContainerKind::kList;
+  if (PyTuple_Check(obj.ptr())) return ContainerKind::kTuple;
+  return std::nullopt;
 }
 
-py::object ToPython(const Value& v) {
-  return std::visit(
-      [](const auto& x) -> py::object {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, Bytes>) {
-          return py::bytes(x.data);
-        } else {
-          return py::cast(x);
-        }
-      },
-      v);
+// Converts a Python state dict into a StateDict of borrowed views.
+class Converter {
+ public:
+  Converter(bool writable, Borrowed& borrowed, const py::dict& root)
+      : writable_(writable), borrowed_(borrowed) {
+    ancestors_.emplace_back(root.ptr(), "");
+  }
+
+  // Builds `out` from the container `obj` at `path`, the last of the
+  // ancestors; `tuple` is its recorded tuple id when it is a tuple.
+  void Container(const py::handle& obj, const std::string& path, int tuple,
+                 StateDict& out) {
+    if (PyDict_Check(obj.ptr())) {
+      for (auto [key, item] : py::reinterpret_borrow<py::dict>(obj)) {
+        Key k = Unwrap(DictKey(key, Where(path)));
+        Item(obj, py::reinterpret_borrow<py::object>(key), std::move(k),
+             py::reinterpret_borrow<py::object>(item), path, tuple, out);
+      }
+      return;
+    }
+    const py::sequence items = py::reinterpret_borrow<py::sequence>(obj);
+    for (size_t i = 0; i < items.size(); ++i) {
+      Item(obj, py::int_(i), Key(static_cast<int64_t>(i)), items[i], path,
+           tuple, out);
+    }
+  }
+
+ private:
+  // Converts item `key` (`k`) of `container` at `path` into `out`.
+  void Item(const py::handle& container, const py::object& key, Key k,
+            const py::object& value, const std::string& path, int tuple,
+            StateDict& out) {
+    const std::string text = KeyText(k);
+    const std::string here = path.empty() ? text : path + "." + text;
+    if (std::optional<ContainerKind> kind = ContainerOf(value)) {
+      CheckDescent(value, here, ancestors_);
+      int child_tuple = ValueSlots::kNoTuple;
+      if (*kind == ContainerKind::kTuple) {
+        child_tuple = borrowed_.values.AddTuple(
+            py::reinterpret_borrow<py::object>(container), key, tuple, value);
+      }
+      ancestors_.emplace_back(value.ptr(), here);
+      Container(value, here, child_tuple, out.Child(k, *kind));
+      ancestors_.pop_back();
+    } else if (IsTensorLeaf(value) &&
+               !py::isinstance(value, classes().numpy_scalar)) {
+      out.Set(std::move(k), TensorLeaf(value, here, writable_, borrowed_));
+    } else if (std::optional<Value> v = SmallValue(value, here)) {
+      out.Set(k, std::move(*v));
+      borrowed_.values.AddValue(py::reinterpret_borrow<py::object>(container),
+                                key, tuple, out.GetValue(k));
+    } else {
+      Invalid("leaf " + Where(here) + " has unsupported type " +
+              TypeName(value) +
+              " (arrays, DLPack tensors, Shard, int, float, bool, str, bytes, "
+              "None, numpy scalars, or dict, list and tuple of them)");
+    }
+  }
+
+  const bool writable_;
+  Borrowed& borrowed_;
+  Ancestors ancestors_;
+};
+
+// Converts the state dict `dict` into `out`.
+void Convert(const py::dict& dict, bool writable, StateDict& out,
+             Borrowed& borrowed) {
+  Converter(writable, borrowed, dict)
+      .Container(dict, "", ValueSlots::kNoTuple, out);
 }
 
 py::list ShapeList(const Shape& s) {
@@ -498,8 +519,7 @@ class PyDB {
     const py::dict dict = StateDictArgument(state);
     StateDict sd;
     Borrowed borrowed;
-    Ancestors ancestors{{dict.ptr(), ""}};
-    Convert(dict, "", false, sd, borrowed, ancestors);
+    Convert(dict, false, sd, borrowed);
     DB& d = db();
     Result<CheckpointInfo> info =
         WithoutGil([&] { return d.Save(sd, options); });
@@ -515,16 +535,12 @@ class PyDB {
     const py::dict dict = StateDictArgument(state);
     StateDict sd;
     Borrowed borrowed;
-    Ancestors ancestors{{dict.ptr(), ""}};
-    Convert(dict, "", true, sd, borrowed, ancestors);
+    Convert(dict, true, sd, borrowed);
     DB& d = db();
     Result<LoadResult> result =
         WithoutGil([&] { return d.Load(sd, which, options); });
     LoadResult r = Unwrap(std::move(result));
-    for (const Borrowed::ValueSlot& slot : borrowed.values) {
-      if (*slot.value != slot.before)
-        slot.dict[slot.key] = ToPython(*slot.value);
-    }
+    borrowed.values.WriteBack();
     return r;
   }
 
@@ -561,8 +577,11 @@ class PyDB {
     }
     out["tensors"] = tensors;
     py::dict mapping;
-    for (const auto& [key, path] : m.flat_mapping)
-      mapping[py::str(key)] = py::cast(path);
+    for (const auto& [key, path] : m.flat_mapping) {
+      auto kinds = m.path_kinds.find(key);
+      mapping[py::str(key)] = PathParts(
+          path, kinds == m.path_kinds.end() ? nullptr : &kinds->second);
+    }
     out["flat_mapping"] = mapping;
     py::dict values;
     for (const auto& [key, v] : m.values) values[py::str(key)] = ToPython(v);

@@ -87,8 +87,8 @@ TensorView TensorView::Shard(void* data, DType dtype, Shape local_shape,
 }
 
 std::string_view ValueTypeName(const Value& value) {
-  static constexpr std::array<std::string_view, 5> kNames = {
-      "int", "float", "bool", "str", "bytes"};
+  static constexpr std::array<std::string_view, 6> kNames = {
+      "int", "float", "bool", "str", "bytes", "None"};
   return kNames[value.index()];
 }
 
@@ -96,39 +96,66 @@ StateDict::StateDict(const StateDict& other) = default;
 StateDict& StateDict::operator=(const StateDict& other) = default;
 StateDict::~StateDict() = default;
 
-StateDict& StateDict::Set(std::string key, TensorView tensor) {
+std::string KeyText(const Key& key) {
+  if (const auto* i = std::get_if<int64_t>(&key)) return std::to_string(*i);
+  return std::get<std::string>(key);
+}
+
+std::string JoinKeys(const std::vector<Key>& path) {
+  std::string out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (i) out += '.';
+    out += KeyText(path[i]);
+  }
+  return out;
+}
+
+StateDict& StateDict::Set(Key key, TensorView tensor) {
   items_[std::move(key)].node = std::move(tensor);
   return *this;
 }
 
-StateDict& StateDict::Set(std::string key, Value value) {
+StateDict& StateDict::Set(Key key, Value value) {
   items_[std::move(key)].node = std::move(value);
   return *this;
 }
 
-StateDict& StateDict::Set(std::string key, StateDict child) {
+StateDict& StateDict::Set(Key key, StateDict child) {
   items_[std::move(key)].node = std::move(child);
   return *this;
 }
 
-StateDict& StateDict::Child(const std::string& key) {
+StateDict& StateDict::Append(TensorView tensor) {
+  return Set(static_cast<int64_t>(items_.size()), std::move(tensor));
+}
+
+StateDict& StateDict::Append(Value value) {
+  return Set(static_cast<int64_t>(items_.size()), std::move(value));
+}
+
+StateDict& StateDict::Append(StateDict child) {
+  return Set(static_cast<int64_t>(items_.size()), std::move(child));
+}
+
+StateDict& StateDict::Child(const Key& key, ContainerKind kind) {
   Entry& entry = items_[key];
-  if (!std::holds_alternative<StateDict>(entry.node)) entry.node = StateDict();
+  if (!std::holds_alternative<StateDict>(entry.node))
+    entry.node = StateDict(kind);
   return std::get<StateDict>(entry.node);
 }
 
-const TensorView* StateDict::GetTensor(std::string_view key) const {
+const TensorView* StateDict::GetTensor(const Key& key) const {
   auto it = items_.find(key);
   return it == items_.end() ? nullptr
                             : std::get_if<TensorView>(&it->second.node);
 }
 
-const Value* StateDict::GetValue(std::string_view key) const {
+const Value* StateDict::GetValue(const Key& key) const {
   auto it = items_.find(key);
   return it == items_.end() ? nullptr : std::get_if<Value>(&it->second.node);
 }
 
-const StateDict* StateDict::GetChild(std::string_view key) const {
+const StateDict* StateDict::GetChild(const Key& key) const {
   auto it = items_.find(key);
   return it == items_.end() ? nullptr
                             : std::get_if<StateDict>(&it->second.node);

@@ -172,6 +172,51 @@ TEST(DBTest, NestedStateWithValuesAndSelectors) {
                   .IsInvalidArgument());
 }
 
+// A torch-like optimizer state: int keys, a list of dicts, a tuple, None.
+StateDict OptimizerLike(Buf& exp_avg, double beta2, int64_t step) {
+  StateDict group;
+  group.Set("betas",
+            StateDict::Tuple().Append(Value(0.9)).Append(Value(beta2)));
+  group.Set("foreach", Value(None{}));
+  group.Set("params", StateDict::List().Append(Value(step)));
+  StateDict sd;
+  sd.Child("optim")
+      .Child("state")
+      .Child(int64_t{0})
+      .Set("exp_avg", exp_avg.Whole());
+  sd.Child("optim").Set("param_groups",
+                        StateDict::List().Append(std::move(group)));
+  return sd;
+}
+
+TEST(DBTest, IntKeysSequencesAndNoneRoundTripWithTheirKinds) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  Buf exp_avg(DType::kFloat32, {3});
+  ASSERT_TRUE(db->Save(OptimizerLike(exp_avg, 0.999, 7), {}).ok());
+
+  Buf target_avg(DType::kFloat32, {3}, 2);
+  StateDict target = OptimizerLike(target_avg, 0.5, 0);
+  auto loaded = db->Load(target, CheckpointSelector::Latest(), {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(target_avg.bytes, exp_avg.bytes);
+  const StateDict& group =
+      *target.GetChild("optim")->GetChild("param_groups")->GetChild(int64_t{0});
+  EXPECT_EQ(*group.GetChild("betas")->GetValue(int64_t{1}), Value(0.999));
+  EXPECT_EQ(*group.GetChild("params")->GetValue(int64_t{0}), Value(int64_t{7}));
+
+  auto meta = db->GetMetadata(CheckpointSelector::Latest());
+  ASSERT_TRUE(meta.ok());
+  using K = PathPartKind;
+  EXPECT_EQ(meta->path_kinds.at("optim.state.0.exp_avg"),
+            (PathKinds{K::kStrKey, K::kStrKey, K::kIntKey, K::kStrKey}));
+  EXPECT_EQ(meta->path_kinds.at("optim.param_groups.0.betas.1"),
+            (PathKinds{K::kStrKey, K::kStrKey, K::kListIndex, K::kStrKey,
+                       K::kTupleIndex}));
+  EXPECT_EQ(meta->values.at("optim.param_groups.0.foreach"), Value(None{}));
+  EXPECT_EQ(meta->path_kinds.size(), 5u);
+}
+
 TEST(DBTest, StrictAndNonStrictMissingKeys) {
   TempDir dir;
   auto db = OpenOrDie(dir.path());

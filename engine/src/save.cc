@@ -23,9 +23,12 @@ namespace {
 Status BuildLayout(const StateDict& state, planner::RankSaveLayout* layout,
                    std::vector<const TensorView*>* views) {
   ASSIGN_OR_RETURN(auto leaves, planner::Flatten(state));
-  for (const auto& leaf : leaves) {
+  for (auto& leaf : leaves) {
+    // Kinds travel only when some part is not a str key.
+    if (planner::AllStrKeys(leaf.kinds)) leaf.kinds.clear();
     if (leaf.value) {
-      layout->values.push_back({leaf.flat_key, leaf.path, *leaf.value});
+      layout->values.push_back(
+          {leaf.flat_key, leaf.path, *leaf.value, std::move(leaf.kinds)});
       continue;
     }
     const TensorView& v = *leaf.tensor;
@@ -34,7 +37,8 @@ Status BuildLayout(const StateDict& state, planner::RankSaveLayout* layout,
                               leaf.path,
                               v.dtype,
                               v.global_shape,
-                              {v.global_offset, v.local_shape}});
+                              {v.global_offset, v.local_shape},
+                              std::move(leaf.kinds)});
     views->push_back(&v);
   }
   return Status::OK();

@@ -19,6 +19,7 @@ Result<CheckpointMetadata> CommitRecord(
   meta.info.num_tensors = static_cast<int64_t>(plan.tensors.size());
   meta.info.nbytes = static_cast<int64_t>(plan.total_bytes);
   meta.flat_mapping = std::move(plan.flat_mapping);
+  meta.path_kinds = std::move(plan.path_kinds);
   meta.values = std::move(plan.values);
   meta.user_metadata = options.user_metadata;
   std::vector<size_t> cursor(world, 0);

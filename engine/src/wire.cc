@@ -15,6 +15,12 @@ void WireWriter::Strings(const std::vector<std::string>& parts) {
   for (const auto& p : parts) Str(p);
 }
 
+void WireWriter::Kinds(const PathKinds& kinds) {
+  std::string bytes;
+  for (PathPartKind k : kinds) bytes.push_back(static_cast<char>(k));
+  Str(bytes);
+}
+
 void WireWriter::Status(const ckptdb::Status& status) {
   U64(static_cast<uint64_t>(status.code()));
   Str(status.message());
@@ -33,7 +39,7 @@ void WireWriter::Value(const ckptdb::Value& value) {
           U64(x ? 1 : 0);
         else if constexpr (std::is_same_v<T, std::string>)
           Str(x);
-        else
+        else if constexpr (std::is_same_v<T, Bytes>)
           Str(x.data);
       },
       value);
@@ -86,6 +92,19 @@ bool WireReader::Strings(std::vector<std::string>* parts) {
   return true;
 }
 
+bool WireReader::Kinds(PathKinds* kinds, size_t path_size) {
+  std::string bytes;
+  if (!Str(&bytes)) return false;
+  if (!bytes.empty() && bytes.size() != path_size) return false;
+  kinds->clear();
+  for (char b : bytes) {
+    const auto raw = static_cast<uint8_t>(b);
+    if (raw > static_cast<uint8_t>(PathPartKind::kTupleIndex)) return false;
+    kinds->push_back(static_cast<PathPartKind>(raw));
+  }
+  return true;
+}
+
 bool WireReader::Status(ckptdb::Status* status) {
   uint64_t code;
   std::string message;
@@ -124,6 +143,9 @@ bool WireReader::Value(ckptdb::Value* value) {
       if (!Str(&s)) return false;
       *value = Bytes{std::move(s)};
       return true;
+    case 5:
+      *value = None{};
+      return true;
     default:
       return false;
   }
@@ -146,6 +168,7 @@ std::string EncodeSaveLayout(const ckptdb::Status& local,
   for (const auto& s : layout.shards) {
     w.Str(s.flat_key);
     w.Strings(s.path);
+    w.Kinds(s.kinds);
     w.U64(static_cast<uint64_t>(s.dtype));
     w.Shape(s.global_shape);
     w.Shape(s.box.offset);
@@ -155,6 +178,7 @@ std::string EncodeSaveLayout(const ckptdb::Status& local,
   for (const auto& v : layout.values) {
     w.Str(v.flat_key);
     w.Strings(v.path);
+    w.Kinds(v.kinds);
     w.Value(v.value);
   }
   return w.Take();
@@ -169,7 +193,8 @@ ckptdb::Status DecodeSaveLayout(std::string_view bytes, ckptdb::Status* local,
   layout->shards.resize(n);
   for (auto& s : layout->shards) {
     uint64_t dtype;
-    if (!r.Str(&s.flat_key) || !r.Strings(&s.path) || !r.U64(&dtype) ||
+    if (!r.Str(&s.flat_key) || !r.Strings(&s.path) ||
+        !r.Kinds(&s.kinds, s.path.size()) || !r.U64(&dtype) ||
         !IsValidDType(static_cast<uint8_t>(dtype)) ||
         !r.Shape(&s.global_shape) || !r.Shape(&s.box.offset) ||
         !r.Shape(&s.box.shape)) {
@@ -180,7 +205,8 @@ ckptdb::Status DecodeSaveLayout(std::string_view bytes, ckptdb::Status* local,
   if (!r.U64(&n) || n > bytes.size()) return Malformed("save layout");
   layout->values.resize(n);
   for (auto& v : layout->values) {
-    if (!r.Str(&v.flat_key) || !r.Strings(&v.path) || !r.Value(&v.value)) {
+    if (!r.Str(&v.flat_key) || !r.Strings(&v.path) ||
+        !r.Kinds(&v.kinds, v.path.size()) || !r.Value(&v.value)) {
       return Malformed("save layout");
     }
   }

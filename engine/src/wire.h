@@ -35,6 +35,8 @@ class WireWriter {
   }
   void Shape(const ckptdb::Shape& shape);
   void Strings(const std::vector<std::string>& parts);
+  // A path's part kinds, one byte each.
+  void Kinds(const PathKinds& kinds);
   void Status(const ckptdb::Status& status);
   void Value(const ckptdb::Value& value);
   std::string Take() { return std::move(out_); }
@@ -52,6 +54,8 @@ class WireReader {
   bool Str(std::string* s);
   bool Shape(ckptdb::Shape* shape);
   bool Strings(std::vector<std::string>* parts);
+  // False unless empty or `path_size` valid kinds.
+  bool Kinds(PathKinds* kinds, size_t path_size);
   bool Status(ckptdb::Status* status);
   bool Value(ckptdb::Value* value);
   bool done() const { return in_.empty(); }

@@ -23,6 +23,28 @@ TEST(WireTest, SaveLayoutRoundTrip) {
   EXPECT_EQ(decoded.values[1].value, Value(Bytes{"\x01\x02"}));
 }
 
+TEST(WireTest, PathKindsAndNoneRoundTrip) {
+  using K = PathPartKind;
+  planner::RankSaveLayout layout;
+  layout.shards.push_back({"s.0",
+                           {"s", "0"},
+                           DType::kFloat32,
+                           {2},
+                           {{0}, {2}},
+                           {K::kStrKey, K::kIntKey}});
+  layout.values.push_back(
+      {"b.1", {"b", "1"}, Value(None{}), {K::kStrKey, K::kTupleIndex}});
+  Status local;
+  planner::RankSaveLayout decoded;
+  const std::string bytes = EncodeSaveLayout(Status::OK(), layout);
+  ASSERT_TRUE(DecodeSaveLayout(bytes, &local, &decoded).ok());
+  EXPECT_EQ(decoded.shards[0].kinds, layout.shards[0].kinds);
+  EXPECT_EQ(decoded.values[0].kinds, layout.values[0].kinds);
+  EXPECT_EQ(decoded.values[0].value, Value(None{}));
+  for (size_t n = 0; n < bytes.size(); ++n)
+    EXPECT_FALSE(DecodeSaveLayout(bytes.substr(0, n), &local, &decoded).ok());
+}
+
 TEST(WireTest, TruncatedInputIsAnError) {
   RankTargets sent;
   sent.status = Status::NotFound("gone");

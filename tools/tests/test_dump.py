@@ -85,6 +85,18 @@ def test_show_json_has_the_fields_of_metadata(store, selector):
     assert shown == as_json_values(md)
 
 
+def test_show_json_of_int_keys_tuples_and_none_matches_metadata(tmp_path):
+    path = str(tmp_path / "store")
+    with ckptdb.open(path) as db:
+        db.save({"optim": {"state": {0: {"m": rng_array((3, 2), np.float32, 7)}},
+                           "groups": [{"betas": (0.9, 0.99), "foreach": None}]}})
+        md = db.metadata()
+    shown = json.loads(dump("show", path, "--json", check=0).stdout)
+    assert shown["flat_mapping"]["optim.state.0.m"] == ["optim", "state", 0, "m"]
+    assert shown["values"]["optim.groups.0.foreach"] is None
+    assert shown == as_json_values(md)
+
+
 def test_show_text_and_chunks(store):
     out = dump("show", store, "--step", "1", check=0).stdout
     assert "checkpoint 1" in out and "tag first" in out

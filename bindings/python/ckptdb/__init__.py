@@ -12,9 +12,13 @@ checksums, small values are typed.
         target = {"model": {"w": np.zeros((4, 8), np.float32)}, "step": 0}
         db.load(target)            # fills arrays in place, replaces small values
 
-Leaves are numpy arrays (C-contiguous), objects with ``__dlpack__`` (torch,
-cupy, jax; zero copy), :class:`Shard` objects for a piece of a global tensor,
-and small values (int, float, bool, str, bytes). numpy has no bfloat16: uint16
+State dicts are dicts with str or int keys, lists and tuples nested freely (a
+load gives back the same structure: int keys stay ints, lists and tuples stay
+lists and tuples). Leaves are numpy arrays (C-contiguous; 0-d ones too),
+objects with ``__dlpack__`` (torch, cupy, jax; zero copy), :class:`Shard`
+objects for a piece of a global tensor, and small values (int, float, bool,
+str, bytes, None, numpy scalars). :mod:`ckptdb.torch` gives the state of a
+torch model and optimizer (the only part of ckptdb that imports torch). numpy has no bfloat16: uint16
 numpy arrays are bfloat16 bits, and bfloat16 tensors read back as uint16.
 With ``comm`` (an mpi4py communicator) every rank calls ``open``, ``save``,
 ``load``, ``delete`` and ``close`` together, and an error on any rank is raised
@@ -37,6 +41,14 @@ __all__ = [
 ]
 
 __version__ = _ckptdb.version()
+
+
+def __getattr__(name):
+    """``ckptdb.torch`` is imported on first use: ``import ckptdb`` never imports torch."""
+    if name == "torch":
+        import importlib
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'ckptdb' has no attribute {name!r}")
 
 
 class Error(RuntimeError):

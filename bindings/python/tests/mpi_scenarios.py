@@ -245,8 +245,53 @@ def argument_disagreement(path):
         assert db.checkpoints() == []
 
 
+def _optimizer_like(rows, fill):
+    """A torch-like optimizer state whose exp_avg rows are split over the ranks: int
+    keys, a list of param groups with a tuple and None, numpy scalars, 0-d arrays."""
+    w = tensor((8, 5), seed=21)
+    b, e = 8 * rank // size, 8 * (rank + 1) // size
+    local = np.ascontiguousarray(w[b:e]) if fill is None else np.full((e - b, 5), fill, np.float32)
+    return w[b:e], {
+        "state": {0: {"exp_avg": ckptdb.Shard(local, (8, 5), (b, 0)),
+                      "step": np.array(rows if fill is None else fill, np.float32)}},
+        "param_groups": [{"betas": (0.9, 0.999) if fill is None else (fill, fill),
+                          "foreach": None, "params": [0] if fill is None else [fill],
+                          "lr": np.float64(0.5) if fill is None else fill}],
+    }
+
+
+def containers(path):
+    """State dicts with int keys, lists and tuples saved on every rank and loaded back
+    on every rank: the same keys, key types and containers, Shards filled in place;
+    a rank whose int key collides with a str key makes every rank raise."""
+    rows, saved = _optimizer_like(3, None)
+    with ckptdb.open(path, comm) as db:
+        db.save({"optim": saved, "epoch": rank})
+        md = db.metadata()
+        assert md["flat_mapping"]["optim.state.0.exp_avg"] == ["optim", "state", 0, "exp_avg"]
+        assert md["values"]["optim.param_groups.0.foreach"] is None
+        _, target = _optimizer_like(3, -1)
+        group = target["param_groups"][0]
+        params = group["params"]
+        db.load({"optim": target})
+        np.testing.assert_array_equal(target["state"][0]["exp_avg"].data, rows)
+        assert float(target["state"][0]["step"]) == 3.0
+        assert group["params"] is params and params == [0]
+        assert group["betas"] == (0.9, 0.999) and group["foreach"] is None
+        assert group["lr"] == 0.5 and list(target["state"]) == [0]
+        bad = {"s": {0: 1, "0": 2}} if rank == size - 1 else {"s": {0: 1}}
+        try:
+            db.save(bad)
+        except ckptdb.InvalidArgumentError as e:
+            assert "'s.0'" in str(e), e
+        else:
+            raise AssertionError("a collision on one rank must raise on every rank")
+        assert len(db.checkpoints()) == 1
+
+
 SCENARIOS = {f.__name__: f for f in (reference_save, reference_load, replicas_and_values, master_save,
-                                     master_load, collective_errors, argument_disagreement)}
+                                     master_load, collective_errors, argument_disagreement,
+                                     containers)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](sys.argv[2])

@@ -193,10 +193,10 @@ def test_non_contiguous_array_is_a_clear_error(store):
 
 def test_unsupported_leaves_and_keys(store):
     with ckptdb.open(store) as db:
-        with pytest.raises(ckptdb.InvalidArgumentError, match="'a.b'.*NoneType"):
-            db.save({"a": {"b": None}})
-        with pytest.raises(ckptdb.InvalidArgumentError, match="str"):
-            db.save({1: rand((2,))})
+        with pytest.raises(ckptdb.InvalidArgumentError, match="'a.b'.*object"):
+            db.save({"a": {"b": object()}})
+        with pytest.raises(ckptdb.InvalidArgumentError, match="str or int"):
+            db.save({1.5: rand((2,))})
         with pytest.raises(ckptdb.InvalidArgumentError, match="complex"):
             db.save({"c": np.zeros(3, np.complex64)})
         with pytest.raises(ckptdb.InvalidArgumentError, match="64 bits"):

@@ -196,7 +196,7 @@ BAD_CALLS = [
     # read, metadata, checkpoints, delete, verify
     ("read key int", lambda db, d: db.read(3), "key"),
     ("read key surrogate", lambda db, d: db.read("\ud800"), "key"),
-    ("read path part int", lambda db, d: db.read(("a", 1)), "key"),
+    ("read path part float", lambda db, d: db.read(("a", 1.5)), "key part 1"),
     ("read path part surrogate", lambda db, d: db.read(("\ud800",)), "key"),
     ("read no key", lambda db, d: db.read(), "key"),
     ("read step str", lambda db, d: db.read("w", step="x"), "step"),

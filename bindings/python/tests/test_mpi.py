@@ -55,6 +55,12 @@ def test_ranks_that_disagree_on_arguments_all_raise(tmp_path, n):
     mpirun(n, "argument_disagreement", str(tmp_path / "store"))
 
 
+@pytest.mark.parametrize("n", [2])
+def test_state_dicts_with_int_keys_lists_and_tuples(tmp_path, n):
+    # API.md "Any Python state dict a training loop has", across ranks.
+    mpirun(n, "containers", str(tmp_path / "store"))
+
+
 TRAIN = os.path.join(HERE, "..", "..", "..", "examples", "train.py")
 
 

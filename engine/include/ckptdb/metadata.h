@@ -63,7 +63,11 @@ struct CheckpointMetadata {
   CheckpointInfo info;
   std::map<std::string, TensorMetadata> tensors;  // by flat key
   std::map<std::string, std::vector<std::string>>
-      flat_mapping;                     // flat key -> path
+      flat_mapping;  // flat key -> path
+  // Flat key -> how each part of its path addresses its container (int keys,
+  // list and tuple indexes). Keys absent here have only dict str keys (all of
+  // a store written before kinds were recorded).
+  std::map<std::string, PathKinds> path_kinds;
   std::map<std::string, Value> values;  // small values by flat key
   std::map<std::string, std::string> user_metadata;
 };

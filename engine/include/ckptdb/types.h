@@ -91,46 +91,92 @@ struct Bytes {
   friend bool operator==(const Bytes&, const Bytes&) = default;
 };
 
-// A small non-tensor leaf: int, float, bool, text or bytes. Stored in the
-// checkpoint metadata.
-using Value = std::variant<int64_t, double, bool, std::string, Bytes>;
+// The absent value (Python's None).
+struct None {
+  friend bool operator==(const None&, const None&) = default;
+};
 
-// "int", "float", "bool", "str", "bytes".
+// A small non-tensor leaf: int, float, bool, text, bytes or none. Stored in
+// the checkpoint metadata.
+using Value = std::variant<int64_t, double, bool, std::string, Bytes, None>;
+
+// "int", "float", "bool", "str", "bytes", "None".
 std::string_view ValueTypeName(const Value& value);
 
-// A nested state dict: string key -> tensor view, small value, or nested state
-// dict. Keys are kept in sorted order. Value type (copies are deep; tensor data
-// is borrowed, never copied).
+// What a StateDict is: a dict (str and int keys), or a list or tuple (int keys
+// 0..n-1, its items in order). The numeric values are part of the storage
+// format (PathPartKind).
+enum class ContainerKind : uint8_t { kDict = 0, kList = 1, kTuple = 2 };
+
+// How one part of a path addresses its container: a dict's str key, a dict's
+// int key, or a list's or tuple's index. The numeric values are part of the
+// storage format.
+enum class PathPartKind : uint8_t {
+  kStrKey = 0,
+  kIntKey = 1,
+  kListIndex = 2,
+  kTupleIndex = 3,
+};
+// The kind of each part of a path, parallel to the path.
+using PathKinds = std::vector<PathPartKind>;
+
+// A key of a StateDict: a str, or an int (a dict's int key, or the index of a
+// list or tuple item). Ints sort before strs.
+using Key = std::variant<int64_t, std::string>;
+
+// The key's part of a flat key: the str, or the int in decimal ("3", "-1").
+std::string KeyText(const Key& key);
+
+// "optim.state.0.exp_avg": the flat key of a path of keys.
+std::string JoinKeys(const std::vector<Key>& path);
+
+// How many containers deep a state dict may nest, the root included; a deeper
+// one is InvalidArgument (no input exhausts the stack).
+inline constexpr size_t kMaxNesting = 1000;
+
+// A nested state dict: key -> tensor view, small value, or nested state dict,
+// which is a dict, list or tuple (ContainerKind). Keys are kept in sorted
+// order. Value type (copies are deep; tensor data is borrowed, never copied).
 class StateDict {
  public:
   struct Entry;
-  using Map = std::map<std::string, Entry, std::less<>>;
+  using Map = std::map<Key, Entry>;
 
-  StateDict() = default;
+  explicit StateDict(ContainerKind kind = ContainerKind::kDict) : kind_(kind) {}
   StateDict(const StateDict& other);
   StateDict& operator=(const StateDict& other);
   StateDict(StateDict&&) noexcept = default;
   StateDict& operator=(StateDict&&) noexcept = default;
   ~StateDict();
 
-  StateDict& Set(std::string key, TensorView tensor);
-  StateDict& Set(std::string key, Value value);
-  StateDict& Set(std::string key, StateDict child);
-  // Returns the nested dict under `key`, creating it (replacing any leaf) when
-  // absent.
-  StateDict& Child(const std::string& key);
+  // An empty list or tuple; fill it with Append.
+  static StateDict List() { return StateDict(ContainerKind::kList); }
+  static StateDict Tuple() { return StateDict(ContainerKind::kTuple); }
+
+  StateDict& Set(Key key, TensorView tensor);
+  StateDict& Set(Key key, Value value);
+  StateDict& Set(Key key, StateDict child);
+  // Sets the item at index size() (a list's or tuple's next item).
+  StateDict& Append(TensorView tensor);
+  StateDict& Append(Value value);
+  StateDict& Append(StateDict child);
+  // Returns the nested state dict under `key`, creating an empty one of `kind`
+  // (replacing any leaf) when absent.
+  StateDict& Child(const Key& key, ContainerKind kind = ContainerKind::kDict);
 
   // nullptr when absent or of another kind.
-  const TensorView* GetTensor(std::string_view key) const;
-  const Value* GetValue(std::string_view key) const;
-  const StateDict* GetChild(std::string_view key) const;
+  const TensorView* GetTensor(const Key& key) const;
+  const Value* GetValue(const Key& key) const;
+  const StateDict* GetChild(const Key& key) const;
 
+  ContainerKind kind() const { return kind_; }
   bool empty() const { return items_.empty(); }
   size_t size() const { return items_.size(); }
   Map& items() { return items_; }
   const Map& items() const { return items_; }
 
  private:
+  ContainerKind kind_ = ContainerKind::kDict;
   Map items_;
 };
 

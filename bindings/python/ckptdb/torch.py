@@ -1,0 +1,245 @@
+"""PyTorch helpers (API.md "PyTorch helpers"): the state of a model and its
+optimizer as a state dict for :meth:`ckptdb.DB.save` and :meth:`ckptdb.DB.load`.
+
+    state = ckptdb.torch.get_state_dict(model, optimizer)  # {"model": ..., "optim": ...}
+    db.save(state, step=step)
+    ...
+    state = ckptdb.torch.get_state_dict(model, optimizer)
+    db.load(state)                                          # fills the tensors in place
+    ckptdb.torch.set_state_dict(model, optimizer, state)
+
+The optimizer's per-parameter state is keyed by the parameter's fully qualified
+name (as ``torch.distributed.checkpoint.state_dict`` does), so a checkpoint
+loads into a model whose parameters are created in another order, and
+``param_groups`` keep their hyper-parameters with lists of names. Tensors are
+shared with the model and the optimizer, never copied. ``ShardedTensor``
+leaves (and ``DTensor`` where the installed torch has one) become
+:class:`ckptdb.Shard` objects of their local shard and its global offset.
+
+This module imports torch; nothing else in ckptdb does. :data:`unavailable`
+says which of those tensor types this torch cannot provide, and why.
+"""
+
+import torch
+
+from . import InvalidArgumentError, Shard
+
+__all__ = ["get_state_dict", "set_state_dict", "unavailable"]
+
+
+def _import_sharded_tensor():
+    """torch's ShardedTensor class, or the reason it cannot be imported.
+
+    Debian's torch 1.13 on Python 3.11 fails to import the module (a dataclass
+    field with a mutable default: ``ValueError: mutable default ...
+    TensorProperties``); no ShardedTensor can exist in such a process, so the
+    helpers need not recognise one."""
+    try:
+        from torch.distributed._shard.sharded_tensor import ShardedTensor
+    except Exception as e:  # ImportError, or the ValueError above
+        return None, f"torch.distributed._shard.sharded_tensor fails to import: {type(e).__name__}: {e}"
+    return ShardedTensor, None
+
+
+def _import_dtensor():
+    """torch's DTensor class and its local-box helper, or the reason they are absent."""
+    for module in ("torch.distributed.tensor", "torch.distributed._tensor"):
+        try:
+            mod = __import__(module, fromlist=["DTensor"])
+            cls = mod.DTensor
+        except Exception:
+            continue
+        for utils in (module + "._utils", "torch.distributed._tensor._utils"):
+            try:
+                helper = __import__(utils, fromlist=["x"]).compute_local_shape_and_global_offset
+            except Exception:
+                continue
+            return (cls, helper), None
+        return None, f"{module} has no compute_local_shape_and_global_offset"
+    return None, f"torch {torch.__version__} has no DTensor"
+
+
+_SHARDED_TENSOR, _SHARDED_TENSOR_WHY = _import_sharded_tensor()
+_DTENSOR, _DTENSOR_WHY = _import_dtensor()
+
+#: The distributed tensor types this torch cannot provide, each with the reason:
+#: ``{"ShardedTensor": "...", "DTensor": "..."}`` (empty when both are supported).
+unavailable = {name: why for name, why in (("ShardedTensor", _SHARDED_TENSOR_WHY),
+                                           ("DTensor", _DTENSOR_WHY)) if why}
+
+
+def _local_shard_of_sharded_tensor(key, st):
+    shards = st.local_shards()
+    if len(shards) != 1:
+        raise InvalidArgumentError(
+            f"tensor '{key}': a ShardedTensor with {len(shards)} local shards on this rank "
+            "(ckptdb takes one box per key and rank)")
+    meta = shards[0].metadata
+    return Shard(shards[0].tensor, tuple(st.size()), tuple(meta.shard_offsets))
+
+
+def _local_shard_of_dtensor(key, dt):
+    _, compute = _DTENSOR
+    local = dt.to_local()
+    shape, offset = compute(dt.shape, dt.device_mesh, dt.placements)
+    if tuple(local.shape) != tuple(shape):
+        raise InvalidArgumentError(
+            f"tensor '{key}': DTensor local shape {tuple(local.shape)} is not its box "
+            f"{tuple(shape)} (uneven or partial placements are not supported)")
+    return Shard(local, tuple(dt.shape), tuple(offset))
+
+
+def _leaf(key, value):
+    """A model state dict entry as ckptdb takes it: distributed tensors as Shards."""
+    if _SHARDED_TENSOR is not None and isinstance(value, _SHARDED_TENSOR):
+        return _local_shard_of_sharded_tensor(key, value)
+    if _DTENSOR is not None and isinstance(value, _DTENSOR[0]):
+        return _local_shard_of_dtensor(key, value)
+    return value
+
+
+def _model_state(model):
+    """model.state_dict() (tensors detached, sharing the parameters' memory) with
+    distributed tensors as Shards."""
+    return {key: _leaf(key, value) for key, value in model.state_dict().items()}
+
+
+def _names_of_parameters(model):
+    """id(parameter) -> its fully qualified name (the first one for a shared parameter)."""
+    return {id(param): name for name, param in model.named_parameters()}
+
+
+def _optimizer_parameters(model, optimizer):
+    """[(group index, fqn, parameter)] of every parameter the optimizer updates."""
+    names = _names_of_parameters(model)
+    out = []
+    for g, group in enumerate(optimizer.param_groups):
+        for param in group["params"]:
+            if id(param) not in names:
+                raise InvalidArgumentError(
+                    f"the optimizer's param_groups[{g}] holds a parameter of shape "
+                    f"{tuple(param.shape)} that is not a parameter of the model")
+            out.append((g, names[id(param)], param))
+    return out
+
+
+def _init_optimizer_state(optimizer, params):
+    """Creates the per-parameter state a fresh optimizer creates lazily on its first
+    step (as torch.distributed.checkpoint does): one step with zero gradients and
+    a learning rate of 0, so that no parameter changes, then the gradients and
+    learning rates are restored. A load then has state tensors to fill."""
+    if all(p in optimizer.state and optimizer.state[p] for p in params):
+        return
+    grads = [(p, p.grad) for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    lrs = [group.get("lr") for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        if "lr" in group:
+            group["lr"] = torch.zeros_like(group["lr"]) if torch.is_tensor(group["lr"]) else 0.0
+    try:
+        optimizer.step()
+    finally:
+        for group, lr in zip(optimizer.param_groups, lrs):
+            if lr is not None:
+                group["lr"] = lr
+        for p, grad in grads:
+            p.grad = grad
+
+
+def _optimizer_state(model, optimizer):
+    entries = _optimizer_parameters(model, optimizer)
+    _init_optimizer_state(optimizer, [p for _, _, p in entries])
+    # The optimizer's own per-parameter dicts: a load fills their tensors and
+    # replaces their small values in place.
+    state = {fqn: optimizer.state[p] for _, fqn, p in entries if optimizer.state.get(p)}
+    groups = []
+    for g, group in enumerate(optimizer.param_groups):
+        saved = {k: v for k, v in group.items() if k != "params"}
+        saved["params"] = [fqn for gi, fqn, _ in entries if gi == g]
+        groups.append(saved)
+    return {"state": state, "param_groups": groups}
+
+
+def get_state_dict(model, optimizer=None):
+    """``{"model": ..., "optim": ...}`` ("optim" only with an optimizer).
+
+    "model" is ``model.state_dict()`` with ``ShardedTensor`` / ``DTensor`` leaves
+    as :class:`ckptdb.Shard` objects of their local shards. "optim" is
+    ``{"state": {fqn: {name: tensor or value}}, "param_groups": [{hyper-parameters...,
+    "params": [fqn, ...]}]}``. An optimizer that has not stepped yet gets its
+    state created first (a step with zero gradients and a learning rate of 0,
+    which changes no parameter), so that the dict can be a load target. Every
+    tensor is the model's or the optimizer's own (shared, not copied)."""
+    out = {"model": _model_state(model)}
+    if optimizer is not None:
+        out["optim"] = _optimizer_state(model, optimizer)
+    return out
+
+
+def _set_model(model, state):
+    """Copies into the model the entries of `state` that are not already its own
+    memory (what db.load filled in place needs nothing more)."""
+    current = model.state_dict()
+    unknown = sorted(set(state) - set(current))
+    if unknown:
+        raise InvalidArgumentError(f"state['model'] has keys the model lacks: {unknown[:5]}")
+    copies = {}
+    for key, value in state.items():
+        if isinstance(value, Shard):
+            continue  # the local shard of a distributed tensor, filled in place
+        mine = current[key]
+        if torch.is_tensor(value) and value.data_ptr() == mine.data_ptr() and \
+                value.shape == mine.shape and value.stride() == mine.stride():
+            continue
+        copies[key] = value
+    if copies:
+        try:
+            model.load_state_dict(copies, strict=False)
+        except RuntimeError as e:  # shapes that differ, named by torch
+            raise InvalidArgumentError(f"state['model']: {e}") from e
+
+
+def _group_index(optimizer, names, saved, i):
+    """The optimizer's param group that holds the parameters `saved` lists."""
+    wanted = set(saved.get("params", []))
+    for g, group in enumerate(optimizer.param_groups):
+        have = {names.get(id(p)) for p in group["params"]}
+        if wanted == have:
+            return g
+    raise InvalidArgumentError(
+        f"state['optim']['param_groups'][{i}] lists parameters {sorted(wanted)[:5]}... that "
+        "no param group of the optimizer has")
+
+
+def _set_optimizer(model, optimizer, state):
+    entries = _optimizer_parameters(model, optimizer)
+    by_name = {fqn: p for _, fqn, p in entries}
+    unknown = sorted(set(state.get("state", {})) - set(by_name))
+    if unknown:
+        raise InvalidArgumentError(
+            f"state['optim']['state'] has parameters the optimizer lacks: {unknown[:5]}")
+    for fqn, values in state.get("state", {}).items():
+        p = by_name[fqn]
+        if optimizer.state.get(p) is not values:
+            # Tensors shared, not copied; a Shard's data is the tensor it filled.
+            optimizer.state[p] = {k: v.data if isinstance(v, Shard) else v
+                                  for k, v in values.items()}
+    names = _names_of_parameters(model)
+    for i, saved in enumerate(state.get("param_groups", [])):
+        group = optimizer.param_groups[_group_index(optimizer, names, saved, i)]
+        for k, v in saved.items():
+            if k != "params":
+                group[k] = v
+
+
+def set_state_dict(model, optimizer, state):
+    """Puts ``state`` (from :func:`get_state_dict`, after ``db.load(state)``) into the
+    model and the optimizer (``None``: the model only). Tensors that the load filled
+    in place are not copied again; the optimizer's hyper-parameters are set from
+    ``param_groups``, matched to its groups by their parameters' names. Raises
+    :class:`ckptdb.InvalidArgumentError` naming keys the model or optimizer lacks."""
+    if "model" in state:
+        _set_model(model, state["model"])
+    if optimizer is not None and "optim" in state:
+        _set_optimizer(model, optimizer, state["optim"])

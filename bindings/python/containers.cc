@@ -1,0 +1,93 @@
+#include "bindings/python/containers.h"
+
+#include <cassert>
+
+#include "bindings/python/arguments.h"
+
+namespace py = pybind11;
+
+namespace ckptdb::python {
+
+py::object ToPython(const Value& v) {
+  return std::visit(
+      [](const auto& x) -> py::object {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, Bytes>) {
+          return py::bytes(x.data);
+        } else if constexpr (std::is_same_v<T, None>) {
+          return py::none();
+        } else {
+          return py::cast(x);
+        }
+      },
+      v);
+}
+
+Result<Key> DictKey(py::handle key, const std::string& where) {
+  if (PyUnicode_Check(key.ptr())) {
+    ASSIGN_OR_RETURN(std::string text, Text(key, "a key of " + where));
+    return Key(std::move(text));
+  }
+  Result<int64_t> i = Int(key, "a key of " + where);
+  if (i.ok()) return Key(*i);
+  // An int out of range says so; anything else is the wrong type.
+  if (PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr())) return i.status();
+  return Status::InvalidArgument("state dict keys must be str or int, got " +
+                                 TypeName(key) + " (" + Repr(key) + ") in " +
+                                 where);
+}
+
+py::list PathParts(const std::vector<std::string>& path,
+                   const PathKinds* kinds) {
+  assert(kinds == nullptr || kinds->size() == path.size());
+  py::list out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (kinds != nullptr && (*kinds)[i] != PathPartKind::kStrKey) {
+      // The store checked that int parts are decimal ints.
+      out.append(py::int_(std::stoll(path[i])));
+    } else {
+      out.append(py::str(path[i]));
+    }
+  }
+  return out;
+}
+
+int ValueSlots::AddTuple(py::object parent, py::object key, int parent_tuple,
+                         py::object tuple) {
+  assert(parent_tuple < static_cast<int>(tuples_.size()));
+  tuples_.push_back(
+      {std::move(parent), std::move(key), parent_tuple, std::move(tuple)});
+  return static_cast<int>(tuples_.size()) - 1;
+}
+
+void ValueSlots::AddValue(py::object container, py::object key, int tuple,
+                          const Value* value) {
+  values_.push_back(
+      {std::move(container), std::move(key), tuple, value, *value});
+}
+
+void ValueSlots::WriteBack() const {
+  // The new items of each recorded tuple that changed (empty: unchanged).
+  std::vector<py::object> items(tuples_.size());
+  auto set = [&](const py::object& container, const py::object& key, int tuple,
+                 py::object value) {
+    if (tuple == kNoTuple) {
+      container[key] = std::move(value);
+      return;
+    }
+    if (!items[tuple]) items[tuple] = py::list(tuples_[tuple].tuple);
+    items[tuple][key] = std::move(value);
+  };
+  for (const Slot& slot : values_) {
+    if (*slot.value != slot.before)
+      set(slot.container, slot.key, slot.tuple, ToPython(*slot.value));
+  }
+  // Children before their parents: a tuple is recorded after its parent.
+  for (size_t t = tuples_.size(); t-- > 0;) {
+    if (!items[t]) continue;
+    const TupleSlot& slot = tuples_[t];
+    set(slot.parent, slot.key, slot.parent_tuple, py::tuple(items[t]));
+  }
+}
+
+}  // namespace ckptdb::python

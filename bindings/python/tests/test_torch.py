@@ -1,0 +1,174 @@
+"""PyTorch state as a training loop has it (issue 16's "first try") and the
+ckptdb.torch helpers (API.md "PyTorch helpers"). Skipped, saying why, only where
+torch is not installed."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import ckptdb
+
+torch = pytest.importorskip("torch", reason="torch is not installed (Debian: python3-torch)")
+nn = torch.nn
+
+
+def transformer(seed):
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0,
+                                       batch_first=True)
+    return nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+
+
+def train(model, opt, steps, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(3, 5, 16, generator=g)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def assert_same_state(a, b):
+    """Equal nested optimizer/model state: same keys, key types, containers, values."""
+    assert type(a) is type(b) or (isinstance(a, dict) and isinstance(b, dict)), (a, b)
+    if isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            assert_same_state(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same_state(x, y)
+    elif torch.is_tensor(a):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    else:
+        assert a == b
+
+
+def test_first_try_transformer_and_adamw_state_dicts_round_trip(tmp_path):
+    # The issue's first try: model.state_dict() and opt.state_dict() as they are.
+    model = transformer(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    train(model, opt, 3)
+    with ckptdb.open(str(tmp_path / "store")) as db:
+        db.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": 3}, step=3)
+
+        other = transformer(7)
+        other_opt = torch.optim.AdamW(other.parameters(), lr=5e-1)
+        train(other, other_opt, 1, seed=9)  # its state exists, with other values
+        target = {"model": other.state_dict(), "optim": other_opt.state_dict(), "step": 0}
+        db.load(target)
+    assert target["step"] == 3
+    assert_same_state(target["optim"], opt.state_dict())
+    assert isinstance(target["optim"]["param_groups"][0]["betas"], tuple)
+    assert set(target["optim"]["state"]) == set(range(len(list(model.parameters()))))
+    other_opt.load_state_dict(target["optim"])
+    assert_same_state(other.state_dict(), model.state_dict())  # filled in place
+    assert_same_state(other_opt.state_dict(), opt.state_dict())
+    train(model, opt, 2, seed=5)
+    train(other, other_opt, 2, seed=5)
+    assert_same_state(other.state_dict(), model.state_dict())  # bit-exact continuation
+
+
+class TwoLayers(nn.Module):
+    """Parameters created in either order: the optimizer's indexes differ, FQNs do not."""
+
+    def __init__(self, reverse):
+        super().__init__()
+        if reverse:
+            self.b = nn.Linear(6, 2)
+            self.a = nn.Linear(4, 6)
+        else:
+            self.a = nn.Linear(4, 6)
+            self.b = nn.Linear(6, 2)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def step(model, opt, seed):
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(seed))
+    opt.zero_grad()
+    model(x).pow(2).sum().backward()
+    opt.step()
+
+
+def test_optimizer_state_keyed_by_fqn_loads_into_parameters_created_in_another_order(tmp_path):
+    torch.manual_seed(0)
+    model = TwoLayers(reverse=False)
+    opt = torch.optim.AdamW([{"params": [model.a.weight, model.a.bias]},
+                             {"params": [model.b.weight, model.b.bias], "lr": 0.05}], lr=0.01)
+    for s in range(3):
+        step(model, opt, s)
+    state = ckptdb.torch.get_state_dict(model, opt)
+    assert set(state["optim"]["state"]) == {"a.weight", "a.bias", "b.weight", "b.bias"}
+    assert state["optim"]["param_groups"][1]["params"] == ["b.weight", "b.bias"]
+    assert state["optim"]["param_groups"][1]["lr"] == 0.05
+    # Shared, not copied.
+    assert state["model"]["a.weight"].data_ptr() == model.a.weight.data_ptr()
+    assert state["optim"]["state"]["b.bias"]["exp_avg"] is opt.state[model.b.bias]["exp_avg"]
+    with ckptdb.open(str(tmp_path / "store")) as db:
+        db.save(state, step=3)
+        assert db.metadata()["flat_mapping"]["optim.param_groups.1.params.0"] == [
+            "optim", "param_groups", 1, "params", 0]
+
+        torch.manual_seed(1)
+        other = TwoLayers(reverse=True)
+        other_opt = torch.optim.AdamW([{"params": [other.b.weight, other.b.bias], "lr": 0.5},
+                                       {"params": [other.a.weight, other.a.bias]}], lr=0.9)
+        before = [p.detach().clone() for p in other.parameters()]
+        target = ckptdb.torch.get_state_dict(other, other_opt)  # creates the optimizer's state
+        assert all(torch.equal(p, q) for p, q in zip(other.parameters(), before))
+        db.load(target)
+    ckptdb.torch.set_state_dict(other, other_opt, target)
+    for name in ("a.weight", "a.bias", "b.weight", "b.bias"):
+        assert torch.equal(other.get_parameter(name), model.get_parameter(name))
+        mine, theirs = other_opt.state[other.get_parameter(name)], opt.state[model.get_parameter(name)]
+        assert set(mine) == set(theirs)
+        for k in mine:
+            assert torch.equal(mine[k], theirs[k]), (name, k)
+    assert other_opt.param_groups[0]["lr"] == 0.05 and other_opt.param_groups[1]["lr"] == 0.01
+    step(model, opt, 10)
+    step(other, other_opt, 10)
+    for name in ("a.weight", "a.bias", "b.weight", "b.bias"):
+        assert torch.equal(other.get_parameter(name), model.get_parameter(name))
+
+
+def test_set_state_dict_copies_what_is_not_shared_and_names_unknown_keys():
+    model = TwoLayers(reverse=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step(model, opt, 0)
+    state = ckptdb.torch.get_state_dict(model, opt)
+    state["model"] = {k: v.clone() + 1 for k, v in state["model"].items()}
+    ckptdb.torch.set_state_dict(model, opt, state)
+    assert torch.equal(model.a.bias, state["model"]["a.bias"])
+    with pytest.raises(ckptdb.InvalidArgumentError, match="c.weight"):
+        ckptdb.torch.set_state_dict(model, opt, {"model": {"c.weight": torch.zeros(1)}})
+    with pytest.raises(ckptdb.InvalidArgumentError, match="z.bias"):
+        ckptdb.torch.set_state_dict(model, opt, {"optim": {"state": {"z.bias": {}}}})
+
+
+def test_distributed_tensor_types_this_torch_lacks_say_why():
+    try:
+        from torch.distributed._shard.sharded_tensor import ShardedTensor  # noqa: F401
+        importable = True
+    except Exception as e:
+        importable, error = False, f"{type(e).__name__}: {e}"
+    if importable:
+        assert "ShardedTensor" not in ckptdb.torch.unavailable
+    else:
+        # Debian's torch 1.13 on Python 3.11: "mutable default ... TensorProperties".
+        assert error in ckptdb.torch.unavailable["ShardedTensor"]
+    if not hasattr(torch.distributed, "tensor") and not hasattr(torch.distributed, "_tensor"):
+        assert "no DTensor" in ckptdb.torch.unavailable["DTensor"]
+
+
+def test_import_ckptdb_does_not_import_torch():
+    code = "import sys, ckptdb; print('torch' in sys.modules); ckptdb.torch; print('torch' in sys.modules)"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]
