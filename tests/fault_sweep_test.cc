@@ -55,7 +55,7 @@ struct State {
     StateDict sd;
     for (size_t i = 0; i < tensors.size(); ++i) {
       sd.Child("model").Set(
-          "w" + std::to_string(i),
+          std::string("w").append(std::to_string(i)),
           TensorView::Whole(tensors[i].data(), DType::kFloat32, shapes[i]));
     }
     return sd;
@@ -273,6 +273,53 @@ TEST_F(FaultSweep, EveryCallOfASave) {
           if (faulted) ExpectLoads(**db2, *faulted, next, ctx);
           ASSERT_TRUE(later) << ctx << ": the next save is missing";
           ExpectLoads(**db2, *later, after, ctx + " (the next save)");
+        });
+  }
+}
+
+// A save whose retention deletes an older checkpoint: the kept ones stay
+// whole whatever fails, the deleted one is gone or whole, and an error after
+// the commit says the checkpoint is committed.
+TEST_F(FaultSweep, EveryCallOfASaveWithRetention) {
+  for (int seed = 1; seed <= Seeds(); ++seed) {
+    // Steps 1, 2 (tagged), 3; the save of step 4 with keep_last 2 deletes
+    // step 1 only.
+    std::vector<State> states = {State::Make(seed), State::Make(100 + seed),
+                                 State::Make(200 + seed)};
+    State next = State::Make(300 + seed);
+    const std::string templ = tmp_.Sub("template" + std::to_string(seed));
+    {
+      auto db = DB::Open(options_, templ);
+      ASSERT_TRUE(db.ok()) << db.status().ToString();
+      for (int i = 0; i < 3; ++i) {
+        StateDict sd = states[i].Dict();
+        SaveOptions so{.step = i + 1};
+        if (i == 1) so.tag = "kept";
+        ASSERT_TRUE((*db)->Save(sd, so).ok());
+      }
+    }
+    options_.keep_last = 2;
+    Sweep(
+        templ, "save with retention",
+        [&](DB* db, const std::string&) {
+          StateDict sd = next.Dict();
+          return db->Save(sd, {.step = 4}).status();
+        },
+        [&](DB*, const std::string& dir, const Status& s,
+            const std::string& ctx, bool same_handle) {
+          if (same_handle) return;
+          auto ids = Verify(dir, {{2, &states[1]}, {3, &states[2]}},
+                            {{1, &states[0]}, {4, &next}}, ctx);
+          const bool has1 = std::count(ids.begin(), ids.end(), 1) > 0;
+          const bool has4 = std::count(ids.begin(), ids.end(), 4) > 0;
+          if (s.ok()) {
+            EXPECT_TRUE(has4 && !has1) << ctx;
+          } else if (has4) {
+            EXPECT_TRUE(s.message().find("is committed") != std::string::npos ||
+                        s.message().find("may have taken effect") !=
+                            std::string::npos)
+                << ctx << ": failed, yet committed: " << s.ToString();
+          }
         });
   }
 }

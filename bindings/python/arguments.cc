@@ -179,10 +179,19 @@ Result<Options> OpenOptions(py::handle create, py::handle read_only,
       o.load_buffer_bytes = static_cast<size_t>(v);
     } else if (name == "sync") {
       ASSIGN_OR_RETURN(o.sync, Flag(value, what));
+    } else if (name == "keep_last" || name == "keep_every_steps") {
+      std::optional<int64_t>& field =
+          name == "keep_last" ? o.keep_last : o.keep_every_steps;
+      field.reset();
+      if (!value.is_none()) {
+        ASSIGN_OR_RETURN(
+            field, IntIn(value, what, 1, INT64_MAX, "an int >= 1 or None"));
+      }
     } else {
       return Status::InvalidArgument(
           "unknown option '" + name +
-          "' (max_chunk_bytes, io_threads, sync, load_buffer_bytes)");
+          "' (max_chunk_bytes, io_threads, sync, load_buffer_bytes, keep_last, "
+          "keep_every_steps)");
     }
   }
   return o;

@@ -18,6 +18,15 @@ Result<std::unique_ptr<DB>> DB::Open(const Options& options,
                                    std::to_string(kMaxChunkBytes) + "], got " +
                                    std::to_string(options.max_chunk_bytes));
   }
+  for (const auto& [name, value] :
+       {std::pair{"keep_last", options.keep_last},
+        std::pair{"keep_every_steps", options.keep_every_steps}}) {
+    if (value && *value < 1) {
+      return Status::InvalidArgument(std::string("Options::") + name +
+                                     " must be >= 1 (or unset), got " +
+                                     std::to_string(*value));
+    }
+  }
   if (options.io_threads < 0) {
     return Status::InvalidArgument("Options::io_threads must be >= 0, got " +
                                    std::to_string(options.io_threads));

@@ -406,6 +406,45 @@ TEST(DBTest, DeleteAndMissingCheckpoints) {
   EXPECT_EQ(db->Save(sd, {}).status().code(), StatusCode::kFailedPrecondition);
 }
 
+// keep_last 2 and keep_every_steps 3 over steps 0..9, step 4 tagged: after
+// each save the newest two stay, with steps 0, 3, 6 and the tagged one.
+TEST(DBTest, RetentionDeletesOldCheckpointsAfterEachCommit) {
+  TempDir dir;
+  Options options;
+  options.keep_last = 2;
+  options.keep_every_steps = 3;
+  auto db = OpenOrDie(dir.path(), options);
+  Buf w(DType::kFloat32, {1000});
+  StateDict sd;
+  sd.Set("w", w.Whole());
+  for (int64_t step = 0; step < 10; ++step) {
+    SaveOptions so{.step = step};
+    if (step == 4) so.tag = "best";
+    ASSERT_TRUE(db->Save(sd, so).ok()) << step;
+    auto list = db->ListCheckpoints();
+    ASSERT_TRUE(list.ok());
+    std::vector<int64_t> steps;
+    for (const auto& info : *list) steps.push_back(*info.step);
+    std::vector<int64_t> want;
+    for (int64_t s = 0; s <= step; ++s) {
+      if (s >= step - 1 || s % 3 == 0 || s == 4) want.push_back(s);
+    }
+    EXPECT_EQ(steps, want) << "after step " << step;
+  }
+  // Deleted checkpoints are gone for good; kept ones load.
+  EXPECT_TRUE(
+      db->Load(sd, CheckpointSelector::Step(5), {}).status().IsNotFound());
+  EXPECT_TRUE(db->Load(sd, CheckpointSelector::Tag("best"), {}).ok());
+  Options bad;
+  bad.keep_last = 0;
+  auto refused = DB::Open(bad, dir.Sub("other"));
+  EXPECT_TRUE(refused.status().IsInvalidArgument());
+  EXPECT_NE(refused.status().message().find("keep_last"), std::string::npos);
+  bad.keep_last.reset();
+  bad.keep_every_steps = -3;
+  EXPECT_TRUE(DB::Open(bad, dir.Sub("other")).status().IsInvalidArgument());
+}
+
 TEST(DBTest, DamagedChunkFailsLoadAndVerify) {
   TempDir dir;
   Buf w(DType::kUInt8, {1 << 16}, 3);

@@ -13,6 +13,7 @@
 #include "engine/src/tensor_checks.h"
 #include "engine/src/wire.h"
 #include "planner/flatten.h"
+#include "planner/retention.h"
 #include "planner/save_plan.h"
 #include "storage/keys.h"
 
@@ -239,6 +240,30 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
   return written;
 }
 
+// Rank 0, after checkpoint `id` committed: deletes what `policy` no longer
+// keeps, oldest first. A failure names the committed checkpoint.
+Status ApplyRetention(storage::Store& store,
+                      const planner::RetentionPolicy& policy, int64_t id) {
+  if (!policy.keep_last) return Status::OK();
+  Status s = [&]() -> Status {
+    ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, store.List());
+    for (int64_t doomed : planner::CheckpointsToDelete(all, policy)) {
+      Status deleted = store.Delete(doomed);
+      if (!deleted.ok()) {
+        return Status(deleted.code(), "deleting checkpoint id " +
+                                          std::to_string(doomed) + ": " +
+                                          deleted.message());
+      }
+    }
+    return Status::OK();
+  }();
+  if (s.ok()) return s;
+  return Status(s.code(), "checkpoint id " + std::to_string(id) +
+                              " is committed, but applying the retention "
+                              "policy (keep_last, keep_every_steps) failed: " +
+                              s.message());
+}
+
 // Rank 0: every rank's written files and checksums (`results`) become the
 // record of the whole plan (every chunk of `classes`), committed; the outcome,
 // encoded for the other ranks.
@@ -246,7 +271,8 @@ std::string CommitOnRoot(storage::Store& store,
                          const planner::SaveClasses& classes,
                          size_t max_chunk_bytes, int64_t id,
                          const SaveOptions& options, int world,
-                         const std::vector<std::string>& results) {
+                         const std::vector<std::string>& results,
+                         const planner::RetentionPolicy& retention) {
   std::vector<Status> write_statuses(world);
   std::vector<std::vector<std::string>> all_files(world);
   std::vector<std::vector<uint64_t>> all_sums(world);
@@ -272,6 +298,7 @@ std::string CommitOnRoot(storage::Store& store,
   for (auto& f : all_files) staged.insert(staged.end(), f.begin(), f.end());
   if (s.ok()) s = store.Commit(meta, staged);
   if (!s.ok()) store.RemoveStaged(staged);
+  if (s.ok()) s = ApplyRetention(store, retention, id);
   return EncodeInfo(s, meta.info);
 }
 
@@ -325,7 +352,8 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
   std::string outcome;
   if (rank == 0) {
     outcome = CommitOnRoot(*store_, classes, options_.max_chunk_bytes, id,
-                           options, world, results);
+                           options, world, results,
+                           {options_.keep_last, options_.keep_every_steps});
   }
   RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
   Status committed;

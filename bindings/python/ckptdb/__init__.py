@@ -256,5 +256,9 @@ def open(path, comm=None, *, create=True, read_only=False, **options):  # noqa: 
     :class:`DB`. ``comm=None``: one process; an mpi4py communicator: every rank
     calls ``open`` together. ``create``: create the store when absent.
     ``read_only``: never modify it. ``options`` map to the C++ ``Options``
-    fields: ``max_chunk_bytes``, ``io_threads``, ``sync``, ``load_buffer_bytes``."""
+    fields: ``max_chunk_bytes``, ``io_threads``, ``sync``, ``load_buffer_bytes``,
+    and retention: ``keep_last`` (after each commit, the newest ``keep_last``
+    checkpoints stay and older ones are deleted) and ``keep_every_steps``
+    (checkpoints whose step is a multiple of it are never deleted by retention,
+    nor are tagged ones); ``None`` keeps everything."""
     return DB(path, comm, create=create, read_only=read_only, **options)

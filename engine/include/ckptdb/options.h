@@ -41,6 +41,14 @@ struct Options {
   // the rank's state dict, at least 8 MiB and at most 64 MiB: larger rounds
   // mean fewer waits for peers (bench/README.md).
   size_t load_buffer_bytes = 0;
+  // Retention, applied by every save once its checkpoint is committed: the
+  // newest keep_last checkpoints are kept, and older ones are deleted, oldest
+  // first, except tagged checkpoints and those whose step is a multiple of
+  // keep_every_steps. nullopt keeps every checkpoint (keep_every_steps alone
+  // deletes nothing). A failed deletion fails the save with a message saying
+  // that its checkpoint is committed. REQUIRES: >= 1 each.
+  std::optional<int64_t> keep_last;
+  std::optional<int64_t> keep_every_steps;
   // fsync ckptdb's own files (the commit journal, markers) and directories.
   // RocksDB syncs the table files it writes either way. Turning it off loses
   // crash safety.
