@@ -65,7 +65,7 @@ DBImpl::DBImpl(Options options, std::string path,
       comm_(std::move(comm)),
       store_(std::move(store)) {}
 
-DBImpl::~DBImpl() = default;
+DBImpl::~DBImpl() { WaitPending(); }
 
 int DBImpl::io_threads() const {
   if (options_.io_threads > 0) return options_.io_threads;
@@ -171,6 +171,7 @@ Result<Tensor> DBImpl::Read(const std::string& flat_key,
 }
 
 Status DBImpl::Delete(const CheckpointSelector& which) {
+  WaitPending();
   RETURN_IF_ERROR(CheckOpen());
   // The writer changes the store only once every rank is inside the call (the
   // all-gather that checks the selector), so that no rank's earlier local call
@@ -209,6 +210,7 @@ Status DBImpl::Verify(const CheckpointSelector& which) {
 }
 
 Status DBImpl::Close() {
+  WaitPending();
   if (!store_) return Status::OK();
   Status barrier = comm_->Barrier();
   transport_.reset();

@@ -11,6 +11,10 @@
 
 namespace ckptdb::engine {
 
+struct PreparedSave;
+class AsyncSave;
+class SnapshotRing;
+
 // The DB over one Store handle per rank: rank 0 read-write (unless opened
 // read-only), the others read-only. Collective steps exchange statuses so that
 // every rank returns the same result.
@@ -22,6 +26,8 @@ class DBImpl : public DB {
 
   Result<CheckpointInfo> Save(const StateDict& state,
                               const SaveOptions& options) override;
+  Result<std::shared_ptr<PendingSave>> SaveAsync(
+      const StateDict& state, const SaveOptions& options) override;
   Result<LoadResult> Load(StateDict& state, const CheckpointSelector& which,
                           const LoadOptions& options) override;
   Result<std::vector<CheckpointInfo>> ListCheckpoints() override;
@@ -41,6 +47,16 @@ class DBImpl : public DB {
 
  private:
   Status CheckOpen() const;
+  // Save's steps: validation and planning (collective), then writing and the
+  // commit, from the caller's tensors or from `snapshot`.
+  Result<PreparedSave> PrepareSave(const StateDict& state,
+                                   const SaveOptions& options);
+  Result<CheckpointInfo> FinishSave(const PreparedSave& p,
+                                    SnapshotRing* snapshot);
+  void TakeSnapshot(const PreparedSave& p, SnapshotRing& ring);
+  // Waits for the pending asynchronous save, if any (its handle keeps the
+  // outcome).
+  void WaitPending();
   // Rank 0 resolves the selector; every rank gets the id (or the same error)
   // and its metadata, refreshing a read-only handle when the checkpoint is
   // newer than it. Fails alike on every rank when the ranks' `args` differ.
@@ -74,6 +90,10 @@ class DBImpl : public DB {
   std::unique_ptr<DeviceTransport> transport_;
   std::vector<int> transport_devices_;
   Status transport_failure_;  // why this DB has none, once creating one failed
+  // The asynchronous save under way, and its snapshot memory (reused).
+  std::shared_ptr<AsyncSave> pending_;
+  std::unique_ptr<char[]> snapshot_memory_;
+  uint64_t snapshot_size_ = 0;
 };
 
 }  // namespace ckptdb::engine

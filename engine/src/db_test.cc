@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "ckptdb/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
@@ -443,6 +444,96 @@ TEST(DBTest, RetentionDeletesOldCheckpointsAfterEachCommit) {
   bad.keep_last.reset();
   bad.keep_every_steps = -3;
   EXPECT_TRUE(DB::Open(bad, dir.Sub("other")).status().IsInvalidArgument());
+}
+
+// SaveAsync returns once the bytes are copied: overwriting the tensors right
+// after it leaves the checkpoint with the old values, whatever the snapshot
+// budget (one chunk: the call waits for writes; none: the whole state).
+TEST(DBTest, SaveAsyncSnapshotsTheStateBeforeReturning) {
+  for (size_t budget : {size_t{0}, size_t{1}, size_t{3} << 16}) {
+    TempDir dir;
+    Options options;
+    options.max_chunk_bytes = 64 << 10;
+    options.snapshot_bytes = budget;
+    options.io_threads = 3;
+    auto db = OpenOrDie(dir.path(), options);
+    std::vector<Buf> bufs;
+    for (uint32_t i = 0; i < 5; ++i)
+      bufs.emplace_back(DType::kFloat32, Shape{97, 1031}, i);
+    const std::vector<Buf> original = bufs;
+    StateDict sd;
+    for (size_t i = 0; i < bufs.size(); ++i)
+      sd.Set(std::string("t").append(std::to_string(i)), bufs[i].Whole());
+    auto pending = db->SaveAsync(sd, {.step = 1});
+    ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+    for (Buf& b : bufs) std::fill(b.bytes.begin(), b.bytes.end(), 0xAB);
+    auto info = (*pending)->Wait();
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_TRUE((*pending)->Done());
+    EXPECT_EQ(info->step, 1);
+    EXPECT_TRUE((*pending)->Wait().ok());  // again: the same outcome
+    ASSERT_TRUE(db->Load(sd, CheckpointSelector::Step(1), {}).ok());
+    for (size_t i = 0; i < bufs.size(); ++i)
+      EXPECT_EQ(bufs[i].bytes, original[i].bytes)
+          << "budget " << budget << " t" << i;
+  }
+}
+
+// Every other collective call waits for the pending save first; invalid
+// input fails at once; a background failure (a full disk) comes from Wait and
+// leaves the store as it was.
+TEST(DBTest, SaveAsyncWithOtherCallsAndFailures) {
+  TempDir dir;
+  auto faults = std::make_shared<FaultInjector>();
+  Options options;
+  options.fault_injector = faults;
+  auto db = OpenOrDie(dir.path(), options);
+  Buf w(DType::kFloat32, {300, 500});
+  StateDict sd;
+  sd.Set("w", w.Whole());
+  auto a = db->SaveAsync(sd, {.step = 1});
+  ASSERT_TRUE(a.ok());
+  auto b = db->Save(sd, {.step = 2});  // waits for the first
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE((*a)->Done());
+  EXPECT_LT((*a)->Wait()->id, b->id);
+  auto c = db->SaveAsync(sd, {.step = 3});
+  ASSERT_TRUE(c.ok());
+  auto loaded = db->Load(sd, CheckpointSelector::Latest(), {});
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_TRUE((*c)->Done());
+  auto d = db->SaveAsync(sd, {.step = 4});
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(db->Delete(CheckpointSelector::Step(1)).ok());
+  EXPECT_TRUE((*d)->Done());
+  // Invalid input: at once, nothing pending.
+  auto dup = db->SaveAsync(sd, {.tag = std::string("x")});
+  ASSERT_TRUE(dup.ok());
+  auto again = db->SaveAsync(sd, {.tag = std::string("x")});
+  EXPECT_TRUE(again.status().IsInvalidArgument()) << again.status().ToString();
+  ASSERT_TRUE((*dup)->Wait().ok());
+  // A full disk during the background write.
+  faults->Arm({.nth = 1,
+               .from_nth_on = true,
+               .ops = FileOpMask(FileOp::kWrite) | FileOpMask(FileOp::kSync),
+               .error = ENOSPC});
+  auto full = db->SaveAsync(sd, {.step = 5});
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  auto failed = (*full)->Wait();
+  EXPECT_FALSE(failed.ok());
+  faults->Disarm();
+  auto list = db->ListCheckpoints();
+  ASSERT_TRUE(list.ok());
+  std::vector<int64_t> steps;
+  for (const auto& info : *list) steps.push_back(info.step.value_or(-1));
+  EXPECT_EQ(steps, (std::vector<int64_t>{2, 3, 4, -1}));
+  ASSERT_TRUE(db->Verify(CheckpointSelector::Latest()).ok());
+  // The handle works on: the next asynchronous save commits, and Close waits.
+  auto next = db->SaveAsync(sd, {.step = 6});
+  ASSERT_TRUE(next.ok());
+  ASSERT_TRUE(db->Close().ok());
+  EXPECT_TRUE((*next)->Done());
+  EXPECT_TRUE((*next)->Wait().ok());
 }
 
 TEST(DBTest, DamagedChunkFailsLoadAndVerify) {

@@ -150,6 +150,7 @@ Result<DeviceTransport*> DBImpl::TransportFor(const std::vector<int>& devices) {
 Result<LoadResult> DBImpl::Load(StateDict& state,
                                 const CheckpointSelector& which,
                                 const LoadOptions& options) {
+  WaitPending();
   RETURN_IF_ERROR(CheckOpen());
   const int world = comm_->size();
   // Every tensor's dtype and shape (the main record), then the chunks of the

@@ -29,6 +29,23 @@ class Mpi : public Communicator {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
+  Status CheckBackgroundUse() const override {
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    if (level == MPI_THREAD_MULTIPLE) return Status::OK();
+    const char* names[] = {"MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED",
+                           "MPI_THREAD_SERIALIZED"};
+    const bool known =
+        level >= MPI_THREAD_SINGLE && level < MPI_THREAD_MULTIPLE;
+    return Status::FailedPrecondition(
+        std::string("an asynchronous save commits from a background thread, "
+                    "which needs MPI initialized with MPI_THREAD_MULTIPLE; "
+                    "this process has ") +
+        (known ? names[level - MPI_THREAD_SINGLE] : "another level") +
+        " (call MPI_Init_thread with MPI_THREAD_MULTIPLE; mpi4py does by "
+        "default)");
+  }
+
   ~Mpi() override {
     int finalized = 0;
     MPI_Finalized(&finalized);

@@ -2,7 +2,13 @@
 // planning only the chunks it writes, chunks staged per writer rank, ingested
 // and committed by rank 0.
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include "engine/src/agreement.h"
 #include "engine/src/classes.h"
@@ -205,12 +211,105 @@ std::vector<size_t> SplitIntoParts(const std::vector<MyChunk>& mine,
   return part_begin;
 }
 
+}  // namespace
+
+// The host copies of a rank's chunks for an asynchronous save, in a ring of
+// memory: the caller's thread copies chunk after chunk (in write order) while
+// there is room, the writers wait for each chunk's copy and release it once
+// written; room comes back as the oldest copies are released. Holds at most
+// the ring's bytes. REQUIRES: every chunk fits in the ring.
+class SnapshotRing {
+ public:
+  SnapshotRing(char* memory, uint64_t size, size_t chunks)
+      : memory_(memory), size_(size), copies_(chunks) {}
+
+  // Producer: room for `n` bytes, waiting while the ring is full.
+  char* Allocate(size_t i, uint64_t n) {
+    std::unique_lock lock(mu_);
+    uint64_t at = 0;
+    cv_.wait(lock, [&] { return Fits(n, &at); });
+    live_.push_back({i, at, n, false});
+    copies_[i].slot = next_slot_++;
+    return memory_ + at;
+  }
+  void Ready(size_t i, const char* data) {
+    std::lock_guard lock(mu_);
+    copies_[i].data = data;
+    cv_.notify_all();
+  }
+  // Producer: chunk `i` and every later one fail with `error`.
+  void Fail(size_t i, Status error) {
+    std::lock_guard lock(mu_);
+    failed_from_ = std::min(failed_from_, i);
+    error_ = std::move(error);
+    cv_.notify_all();
+  }
+
+  // Writers: the bytes of chunk `i`, once copied.
+  Result<const char*> Wait(size_t i) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock,
+             [&] { return copies_[i].data != nullptr || i >= failed_from_; });
+    if (copies_[i].data == nullptr) return error_;
+    return copies_[i].data;
+  }
+  void Release(size_t i) {
+    std::lock_guard lock(mu_);
+    live_[copies_[i].slot - first_slot_].released = true;
+    while (!live_.empty() && live_.front().released) {
+      live_.pop_front();
+      ++first_slot_;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  struct Live {
+    size_t chunk;
+    uint64_t at, n;
+    bool released;
+  };
+  struct Copy {
+    const char* data = nullptr;
+    uint64_t slot = 0;  // index of its Live among all allocations
+  };
+
+  // Where `n` bytes fit after the newest live copy, if they do.
+  bool Fits(uint64_t n, uint64_t* at) const {
+    if (live_.empty()) return *at = 0, true;
+    const uint64_t head = live_.front().at;
+    const uint64_t tail = live_.back().at + live_.back().n;
+    if (live_.back().at >= head) {  // live bytes are [head, tail)
+      if (size_ - tail >= n) return *at = tail, true;
+      if (head >= n) return *at = 0, true;
+      return false;
+    }
+    // Wrapped: live bytes are [head, end) and [0, tail).
+    if (head - tail >= n) return *at = tail, true;
+    return false;
+  }
+
+  char* const memory_;
+  const uint64_t size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Copy> copies_;
+  std::deque<Live> live_;
+  uint64_t first_slot_ = 0, next_slot_ = 0;
+  size_t failed_from_ = SIZE_MAX;
+  Status error_;
+};
+
+namespace {
+
 // Streams this rank's chunks into staged files, a part each, in parallel;
 // fills `checksums` (in plan order of the rank's chunks) and `files`.
+// With `snapshot`, the chunks' bytes come from it (an asynchronous save).
 Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
                    const std::vector<MyChunk>& mine,
                    const std::vector<size_t>& order, int64_t id, int rank,
-                   int threads, std::vector<uint64_t>* checksums,
+                   int threads, SnapshotRing* snapshot,
+                   std::vector<uint64_t>* checksums,
                    std::vector<std::string>* files) {
   const std::vector<size_t> part_begin = SplitIntoParts(mine, order, threads);
   const size_t parts = part_begin.size() - 1;
@@ -225,11 +324,14 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
       const MyChunk& m = mine[order[i]];
       const auto& tensor = plan.tensors[m.tensor];
       ASSIGN_OR_RETURN(const char* data,
-                       device.HostBytes(i, part_begin[p + 1]));
+                       snapshot != nullptr
+                           ? snapshot->Wait(i)
+                           : device.HostBytes(i, part_begin[p + 1]));
       ASSIGN_OR_RETURN(
           (*checksums)[order[i]],
           writer->Add(tensor.flat_key, tensor.chunks[m.chunk].box.offset,
                       std::string_view(data, m.nbytes)));
+      if (snapshot != nullptr) snapshot->Release(i);
     }
     ASSIGN_OR_RETURN(part_files[p], writer->Finish());
     return Status::OK();
@@ -304,45 +406,83 @@ std::string CommitOnRoot(storage::Store& store,
 
 }  // namespace
 
-Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
-                                    const SaveOptions& options) {
+// A save between planning and writing: what the background needs, owned.
+struct PreparedSave {
+  planner::RankSaveLayout layout;
+  std::vector<const TensorView*> views;  // the caller's; not after a snapshot
+  planner::SaveClasses classes;
+  planner::SavePlan plan;
+  SaveOptions options;
+  int64_t id = 0;
+  std::vector<MyChunk> mine;
+  std::vector<size_t> order;  // of `mine`, by storage key: the write order
+};
+
+// The shared state of one asynchronous save.
+class AsyncSave : public PendingSave {
+ public:
+  bool Done() const override { return done_.load(); }
+  Result<CheckpointInfo> Wait() override {
+    std::lock_guard lock(mu_);
+    if (thread_.joinable()) thread_.join();
+    return result_;
+  }
+
+  template <typename Fn>
+  void Start(Fn&& fn) {
+    thread_ = std::thread([this, fn = std::forward<Fn>(fn)]() mutable {
+      result_ = fn();
+      done_ = true;
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::thread thread_;
+  Result<CheckpointInfo> result_ = Status::Internal("save still running");
+  std::atomic<bool> done_{false};
+};
+
+Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
+                                         const SaveOptions& options) {
   RETURN_IF_ERROR(CheckOpen());
   const int rank = comm_->rank();
-  const int world = comm_->size();
+  PreparedSave p;
+  p.options = options;
 
   // 1-2. Local layout with the local status, gathered once per class of
   // ranks with identical layouts, once the ranks agree on step, tag and user
   // metadata; 3. this rank's part of the same validated plan on every rank.
-  planner::RankSaveLayout layout;
-  std::vector<const TensorView*> views;
-  Status local = BuildLayout(state, &layout, &views);
+  Status local = BuildLayout(state, &p.layout, &p.views);
   ASSIGN_OR_RETURN(RankClasses gathered,
                    AllGatherClasses(*comm_, SaveArguments(options), "",
-                                    EncodeSaveLayout(local, layout)));
-  ASSIGN_OR_RETURN(planner::SaveClasses classes, DecodeSaveClasses(gathered));
-  ASSIGN_OR_RETURN(
-      planner::SavePlan plan,
-      planner::BuildClassSavePlan(classes, options_.max_chunk_bytes, rank));
+                                    EncodeSaveLayout(local, p.layout)));
+  ASSIGN_OR_RETURN(p.classes, DecodeSaveClasses(gathered));
+  ASSIGN_OR_RETURN(p.plan, planner::BuildClassSavePlan(
+                               p.classes, options_.max_chunk_bytes, rank));
 
   // Rank 0 checks that it may commit and picks the id, before any byte is
   // written.
-  ASSIGN_OR_RETURN(const int64_t id,
-                   IdFromRoot(*comm_, [&]() -> Result<int64_t> {
+  ASSIGN_OR_RETURN(p.id, IdFromRoot(*comm_, [&]() -> Result<int64_t> {
                      if (options.tag) {
                        RETURN_IF_ERROR(store_->CheckTagFree(*options.tag));
                      }
                      return store_->NextCheckpointId();
                    }));
+  p.mine = CollectMyChunks(p.plan, p.layout, p.views, p.id, rank, &p.order);
+  return p;
+}
 
+Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
+                                          SnapshotRing* snapshot) {
+  const int rank = comm_->rank();
   // 4. Stream this rank's chunks into staged files, in key order, split into
   // parts of contiguous key ranges written in parallel.
-  std::vector<size_t> order;
-  const std::vector<MyChunk> mine =
-      CollectMyChunks(plan, layout, views, id, rank, &order);
   std::vector<uint64_t> checksums;
   std::vector<std::string> files;
-  const Status written = WriteStaged(*store_, plan, mine, order, id, rank,
-                                     io_threads(), &checksums, &files);
+  const Status written =
+      WriteStaged(*store_, p.plan, p.mine, p.order, p.id, rank, io_threads(),
+                  snapshot, &checksums, &files);
 
   // 5. Rank 0 ingests every rank's files and writes the record; all ranks
   // return its outcome.
@@ -351,8 +491,8 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
       GatherToRoot(*comm_, EncodeWritten(written, files, checksums)));
   std::string outcome;
   if (rank == 0) {
-    outcome = CommitOnRoot(*store_, classes, options_.max_chunk_bytes, id,
-                           options, world, results,
+    outcome = CommitOnRoot(*store_, p.classes, options_.max_chunk_bytes, p.id,
+                           p.options, comm_->size(), results,
                            {options_.keep_last, options_.keep_every_steps});
   }
   RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
@@ -361,6 +501,71 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
   RETURN_IF_ERROR(DecodeInfo(outcome, &committed, &info));
   RETURN_IF_ERROR(committed);
   return info;
+}
+
+Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
+                                    const SaveOptions& options) {
+  WaitPending();
+  ASSIGN_OR_RETURN(PreparedSave p, PrepareSave(state, options));
+  return FinishSave(p, nullptr);
+}
+
+Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
+    const StateDict& state, const SaveOptions& options) {
+  WaitPending();
+  RETURN_IF_ERROR(CheckOpen());
+  RETURN_IF_ERROR(AgreeOnStatus(*comm_, comm_->CheckBackgroundUse()));
+  auto prepared = std::make_shared<PreparedSave>();
+  ASSIGN_OR_RETURN(*prepared, PrepareSave(state, options));
+  const PreparedSave& p = *prepared;
+  uint64_t total = 0, largest = 0;
+  for (const MyChunk& m : p.mine) {
+    total += m.nbytes;
+    largest = std::max(largest, m.nbytes);
+  }
+  uint64_t ring = options_.snapshot_bytes == 0
+                      ? total
+                      : std::min<uint64_t>(options_.snapshot_bytes, total);
+  ring = std::max(ring, largest);
+  if (snapshot_size_ < ring) {
+    snapshot_memory_.reset(new char[ring]);
+    snapshot_size_ = ring;
+  }
+  auto snapshot = std::make_shared<SnapshotRing>(snapshot_memory_.get(), ring,
+                                                 p.mine.size());
+  auto pending = std::make_shared<AsyncSave>();
+  pending->Start([this, prepared, snapshot] {
+    return FinishSave(*prepared, snapshot.get());
+  });
+  pending_ = pending;
+  TakeSnapshot(p, *snapshot);
+  prepared->views.clear();  // the caller's tensors are not used again
+  return std::shared_ptr<PendingSave>(pending);
+}
+
+// Copies the rank's chunks, in write order, into `ring` (waiting for room);
+// device chunks through page-locked staging, the next copy overlapping this
+// one. A failure fails the chunk and every later one: the save then fails on
+// every rank, in the background.
+void DBImpl::TakeSnapshot(const PreparedSave& p, SnapshotRing& ring) {
+  DeviceChunks device(p.mine, p.order);
+  for (size_t i = 0; i < p.order.size(); ++i) {
+    const MyChunk& m = p.mine[p.order[i]];
+    Result<const char*> bytes = device.HostBytes(i, p.order.size());
+    if (!bytes.ok()) {
+      ring.Fail(i, bytes.status());
+      return;
+    }
+    char* copy = ring.Allocate(i, m.nbytes);
+    std::memcpy(copy, *bytes, m.nbytes);
+    ring.Ready(i, copy);
+  }
+}
+
+void DBImpl::WaitPending() {
+  if (pending_ == nullptr) return;
+  (void)pending_->Wait();
+  pending_.reset();
 }
 
 }  // namespace ckptdb::engine

@@ -47,6 +47,10 @@ class Communicator {
   // pair). Returns when all of this rank's sends and receives are complete.
   virtual Status Exchange(std::span<const SendBuffer> sends,
                           std::span<const RecvBuffer> recvs) = 0;
+  // OK when a background thread may make this communicator's calls while the
+  // caller's own threads go on making theirs (DB::SaveAsync); otherwise why
+  // not (for MPI: the library was not initialized with MPI_THREAD_MULTIPLE).
+  virtual Status CheckBackgroundUse() const { return Status::OK(); }
 };
 
 // The communicator of a job with one rank.

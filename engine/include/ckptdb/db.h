@@ -47,6 +47,19 @@ struct Tensor {
   std::vector<std::byte> data;  // C-contiguous
 };
 
+// A save running in the background (DB::SaveAsync).
+class PendingSave {
+ public:
+  virtual ~PendingSave() = default;
+  // True once the save has finished, committed or failed. Local; never
+  // blocks.
+  virtual bool Done() const = 0;
+  // Waits for the save and returns the committed checkpoint's info or the
+  // save's error, the same on every rank. May be called again, from any
+  // thread.
+  virtual Result<CheckpointInfo> Wait() = 0;
+};
+
 // A store of checkpoints. Non-copyable. Save, Load, Delete and Close are
 // collective over the communicator given to Open: every rank calls them in the
 // same order with the same arguments, and every rank gets the same result.
@@ -75,6 +88,18 @@ class DB {
   virtual Result<CheckpointInfo> Save(const StateDict& state,
                                       const SaveOptions& options) = 0;
 
+  // Like Save, returning once every tensor of `state` is copied into host
+  // memory (Options::snapshot_bytes bounds it; a larger state makes the call
+  // wait until earlier chunks are written): the caller may change its tensors
+  // at once. Validation and planning happen before it returns, so invalid
+  // input fails here, on every rank. Writing, the commit and retention go on
+  // in a background thread that uses the DB's own communicator (for MPI,
+  // MPI_THREAD_MULTIPLE; FailedPrecondition otherwise). Every other
+  // collective call (Save, SaveAsync, Load, Delete, Close) and the DB's
+  // destruction first wait for a pending save. A crash at any moment leaves
+  // earlier checkpoints whole and never a partial one.
+  virtual Result<std::shared_ptr<PendingSave>> SaveAsync(
+      const StateDict& state, const SaveOptions& options) = 0;
   // Fills every tensor of `state` in place from the selected checkpoint,
   // resharding as needed, and replaces small values by the stored ones.
   virtual Result<LoadResult> Load(StateDict& state,

@@ -41,6 +41,12 @@ struct Options {
   // the rank's state dict, at least 8 MiB and at most 64 MiB: larger rounds
   // mean fewer waits for peers (bench/README.md).
   size_t load_buffer_bytes = 0;
+  // Host memory an asynchronous save (DB::SaveAsync) holds for its snapshot
+  // of the rank's chunks: 0 takes the bytes the rank writes, so that
+  // SaveAsync returns after one copy of them; less makes it wait for earlier
+  // chunks to be written before copying more. At least one chunk. Kept for
+  // the next asynchronous save.
+  size_t snapshot_bytes = 0;
   // Retention, applied by every save once its checkpoint is committed: the
   // newest keep_last checkpoints are kept, and older ones are deleted, oldest
   // first, except tagged checkpoints and those whose step is a multiple of
