@@ -177,6 +177,9 @@ Result<Options> OpenOptions(py::handle create, py::handle read_only,
     } else if (name == "load_buffer_bytes") {
       ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT64_MAX, kSize));
       o.load_buffer_bytes = static_cast<size_t>(v);
+    } else if (name == "snapshot_bytes") {
+      ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT64_MAX, kSize));
+      o.snapshot_bytes = static_cast<size_t>(v);
     } else if (name == "sync") {
       ASSIGN_OR_RETURN(o.sync, Flag(value, what));
     } else if (name == "keep_last" || name == "keep_every_steps") {
@@ -190,8 +193,8 @@ Result<Options> OpenOptions(py::handle create, py::handle read_only,
     } else {
       return Status::InvalidArgument(
           "unknown option '" + name +
-          "' (max_chunk_bytes, io_threads, sync, load_buffer_bytes, keep_last, "
-          "keep_every_steps)");
+          "' (max_chunk_bytes, io_threads, sync, load_buffer_bytes, "
+          "snapshot_bytes, keep_last, keep_every_steps)");
     }
   }
   return o;

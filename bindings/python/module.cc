@@ -480,6 +480,21 @@ auto WithoutGil(Fn&& fn) -> decltype(fn()) {
   return fn();
 }
 
+// What save_async returns.
+class PendingSaveHandle {
+ public:
+  explicit PendingSaveHandle(std::shared_ptr<PendingSave> pending)
+      : pending_(std::move(pending)) {}
+  bool Done() const { return pending_->Done(); }
+  CheckpointInfo Wait() {
+    Result<CheckpointInfo> info = WithoutGil([&] { return pending_->Wait(); });
+    return Unwrap(std::move(info));
+  }
+
+ private:
+  std::shared_ptr<PendingSave> pending_;
+};
+
 class PyDB {
  public:
   // `path`: bytes (os.fsencode) or str.
@@ -524,6 +539,24 @@ class PyDB {
     Result<CheckpointInfo> info =
         WithoutGil([&] { return d.Save(sd, options); });
     return py::cast(Unwrap(std::move(info)));
+  }
+
+  PendingSaveHandle SaveAsync(const py::object& state, const py::object& step,
+                              const py::object& tag,
+                              const py::object& metadata) {
+    SaveOptions options;
+    options.step = Unwrap(OptionalInt(step, "step"));
+    options.tag = Unwrap(OptionalText(tag, "tag"));
+    if (!metadata.is_none())
+      options.user_metadata = Unwrap(TextMap(metadata, "metadata"));
+    const py::dict dict = StateDictArgument(state);
+    StateDict sd;
+    Borrowed borrowed;
+    Convert(dict, false, sd, borrowed);
+    DB& d = db();
+    Result<std::shared_ptr<PendingSave>> pending =
+        WithoutGil([&] { return d.SaveAsync(sd, options); });
+    return PendingSaveHandle(Unwrap(std::move(pending)));
   }
 
   LoadResult Load(const py::object& state, const py::object& step,
@@ -694,12 +727,19 @@ void DefineResultTypes(py::module_& m) {
 }
 
 void DefineDB(py::module_& m) {
+  py::class_<PendingSaveHandle>(m, "SaveHandle",
+                                "A save running in the background.")
+      .def("done", &PendingSaveHandle::Done)
+      .def("wait", &PendingSaveHandle::Wait);
   py::class_<PyDB>(m, "DB", "An open store; see ckptdb.open.")
       .def(py::init<const std::string&, const py::object&, const py::object&,
                     const py::object&, const py::dict&>(),
            py::arg("path"), py::arg("comm"), py::arg("create"),
            py::arg("read_only"), py::arg("options"))
       .def("save", &PyDB::Save, py::arg("state_dict"), py::kw_only(),
+           py::arg("step") = py::none(), py::arg("tag") = py::none(),
+           py::arg("metadata") = py::none())
+      .def("save_async", &PyDB::SaveAsync, py::arg("state_dict"), py::kw_only(),
            py::arg("step") = py::none(), py::arg("tag") = py::none(),
            py::arg("metadata") = py::none())
       .def("load", &PyDB::Load, py::arg("state_dict"), py::kw_only(),

@@ -35,7 +35,7 @@ import os as _os
 from . import _ckptdb
 
 __all__ = [
-    "open", "DB", "Shard", "CheckpointInfo", "LoadResult", "LoadStats",
+    "open", "DB", "SaveHandle", "Shard", "CheckpointInfo", "LoadResult", "LoadStats",
     "Error", "NotFoundError", "InvalidArgumentError", "CorruptionError",
     "__version__",
 ]
@@ -175,6 +175,20 @@ class DB:
         return self._db.save(state_dict, step=step, tag=tag, metadata=metadata)
 
     @_api
+    def save_async(self, state_dict, *, step=None, tag=None, metadata=None):
+        """Like :meth:`save`, returning a :class:`SaveHandle` as soon as every
+        tensor is copied into host memory (option ``snapshot_bytes`` bounds
+        that memory; a larger state waits for earlier chunks to be written):
+        the caller may change its tensors at once. Invalid input raises here,
+        on every rank. Writing, the commit and retention go on in the
+        background; every other collective call on the DB (``save``,
+        ``save_async``, ``load``, ``delete``, ``close``) first waits for it.
+        With ``comm``, MPI must run at ``MPI_THREAD_MULTIPLE`` (mpi4py's
+        default)."""
+        return SaveHandle(self._db.save_async(state_dict, step=step, tag=tag,
+                                              metadata=metadata))
+
+    @_api
     def load(self, state_dict, *, step=None, tag=None, id=None, strict=True, cast=False):
         """Fills every tensor leaf of ``state_dict`` in place from a checkpoint
         (the latest unless ``step``, ``tag`` or ``id`` selects one), resharding
@@ -250,6 +264,26 @@ class DB:
         return f"<ckptdb.DB {self.path!r} {state}>"
 
 
+class SaveHandle:
+    """A save running in the background, from :meth:`DB.save_async`."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def done(self):
+        """True once the save has finished (committed or failed). Local; never blocks."""
+        return self._handle.done()
+
+    @_api
+    def wait(self):
+        """Waits for the save and returns its :class:`CheckpointInfo`, or raises
+        the save's error (the same on every rank). May be called again."""
+        return self._handle.wait()
+
+    def __repr__(self):
+        return f"<ckptdb.SaveHandle {'done' if self.done() else 'running'}>"
+
+
 @_api
 def open(path, comm=None, *, create=True, read_only=False, **options):  # noqa: A001
     """Opens or creates the store at ``path`` (a directory) and returns a
@@ -257,7 +291,8 @@ def open(path, comm=None, *, create=True, read_only=False, **options):  # noqa: 
     calls ``open`` together. ``create``: create the store when absent.
     ``read_only``: never modify it. ``options`` map to the C++ ``Options``
     fields: ``max_chunk_bytes``, ``io_threads``, ``sync``, ``load_buffer_bytes``,
-    and retention: ``keep_last`` (after each commit, the newest ``keep_last``
+    ``snapshot_bytes`` (host memory of an asynchronous save's snapshot; 0: the
+    rank's state), and retention: ``keep_last`` (after each commit, the newest ``keep_last``
     checkpoints stay and older ones are deleted) and ``keep_every_steps``
     (checkpoints whose step is a multiple of it are never deleted by retention,
     nor are tagged ones); ``None`` keeps everything."""

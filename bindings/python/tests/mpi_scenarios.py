@@ -289,9 +289,40 @@ def containers(path):
         assert len(db.checkpoints()) == 1
 
 
+def async_saves(path):
+    """save_async on every rank with row shards: snapshot semantics, retention in the
+    background, a save whose background write fails on one rank fails on every rank."""
+    w = tensor((64, 40), np.int64, seed=5)
+    b, e = part(64, rank, size)
+    mine = w[b:e].copy()
+    with ckptdb.open(path, comm, keep_last=2) as db:
+        for step in range(1, 5):
+            h = db.save_async({"w": ckptdb.Shard(mine, w.shape, (b, 0)), "step": step}, step=step)
+            mine += 1  # the pending save holds a copy
+            info = h.wait()
+            assert info.step == step and info.world_size == size
+        assert [c.step for c in db.checkpoints()] == [3, 4]
+        out = np.zeros_like(mine)
+        got = {"w": ckptdb.Shard(out, w.shape, (b, 0)), "step": 0}
+        db.load(got, step=3)
+        np.testing.assert_array_equal(out, w[b:e] + 2)
+        assert got["step"] == 3
+        # Invalid input on one rank: every rank raises at once.
+        bad = {"w": ckptdb.Shard(mine, w.shape, (b, 0))}
+        if rank == size - 1:
+            bad["w"] = ckptdb.Shard(mine, w.shape, (b, 1))  # out of bounds
+        try:
+            db.save_async(bad, step=9)
+        except ckptdb.InvalidArgumentError:
+            pass
+        else:
+            raise AssertionError("a bad shard on one rank must raise on every rank")
+        assert [c.step for c in db.checkpoints()] == [3, 4]
+
+
 SCENARIOS = {f.__name__: f for f in (reference_save, reference_load, replicas_and_values, master_save,
                                      master_load, collective_errors, argument_disagreement,
-                                     containers)}
+                                     containers, async_saves)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](sys.argv[2])

@@ -61,6 +61,12 @@ def test_state_dicts_with_int_keys_lists_and_tuples(tmp_path, n):
     mpirun(n, "containers", str(tmp_path / "store"))
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_save_async_across_ranks(tmp_path, n):
+    # API.md "Asynchronous save" and "Retention", across ranks.
+    mpirun(n, "async_saves", str(tmp_path / "store"))
+
+
 TRAIN = os.path.join(HERE, "..", "..", "..", "examples", "train.py")
 
 

@@ -47,3 +47,77 @@ def test_bad_retention_values_are_refused(store, bad):
     for name in ("keep_last", "keep_every_steps"):
         with pytest.raises(ckptdb.InvalidArgumentError, match=name):
             ckptdb.open(store, **{name: bad})
+
+
+# --- "Asynchronous save" ----------------------------------------------------
+
+@pytest.mark.parametrize("snapshot_bytes", [0, 1, 200_000])
+def test_save_async_takes_a_snapshot_before_returning(store, snapshot_bytes):
+    # "takes a snapshot of every tensor ... and returns: the caller may change its tensors as
+    # soon as it returns"
+    state = {"model": {f"w{i}": rand((257, 301), seed=i) for i in range(4)}, "step": 7}
+    saved = {k: v.copy() for k, v in state["model"].items()}
+    with ckptdb.open(store, max_chunk_bytes=64 << 10, snapshot_bytes=snapshot_bytes) as db:
+        handle = db.save_async(state, step=7)
+        assert isinstance(handle, ckptdb.SaveHandle)
+        for v in state["model"].values():
+            v[...] = -1
+        info = handle.wait()
+        assert handle.done() and info.step == 7
+        assert handle.wait().id == info.id  # again, the same outcome
+        out = {"model": {k: np.zeros_like(v) for k, v in saved.items()}, "step": 0}
+        db.load(out, step=7)
+        for k, v in saved.items():
+            np.testing.assert_array_equal(out["model"][k], v)
+        assert out["step"] == 7
+
+
+def test_save_async_then_every_other_call_waits(store):
+    # "Any other collective call on the DB (save, save_async, load, delete, close) first waits
+    # for a pending save."
+    w = rand((512, 512), seed=3)
+    with ckptdb.open(store) as db:
+        h1 = db.save_async({"w": w}, step=1)
+        info2 = db.save({"w": w}, step=2)
+        assert h1.done() and h1.wait().id < info2.id
+        h3 = db.save_async({"w": w}, step=3)
+        out = {"w": np.zeros_like(w)}
+        db.load(out)
+        assert h3.done()
+        np.testing.assert_array_equal(out["w"], w)
+        h4 = db.save_async({"w": w}, step=4)
+        db.delete(step=1)
+        assert h4.done()
+        h5 = db.save_async({"w": w}, step=5)
+    assert h5.done() and h5.wait().step == 5
+    with ckptdb.open(store) as db:
+        assert steps_of(db) == [2, 3, 4, 5]
+
+
+def test_save_async_errors(store):
+    # "save_async validates like save (errors raise at once, on every rank)"
+    with ckptdb.open(store) as db:
+        db.save_async({"w": np.ones(4)}, tag="x").wait()
+        with pytest.raises(ckptdb.InvalidArgumentError):
+            db.save_async({"w": np.ones(4)}, tag="x")
+        with pytest.raises(ckptdb.InvalidArgumentError):
+            db.save_async({"w": object()})
+        with pytest.raises(ckptdb.InvalidArgumentError):
+            db.save_async([1, 2])
+        assert len(db.checkpoints()) == 1
+
+
+def test_training_loop_with_save_async_and_retention(store):
+    # The README's pattern: save_async every N steps, keep the last two.
+    w = np.zeros((128, 64), np.float32)
+    with ckptdb.open(store, keep_last=2) as db:
+        handle = None
+        for step in range(1, 13):
+            w += 1  # a training step; the pending save holds its own copy
+            if step % 3 == 0:
+                handle = db.save_async({"w": w, "step": step}, step=step)
+        assert handle.wait().step == 12
+        assert steps_of(db) == [9, 12]
+        out = {"w": np.zeros_like(w), "step": 0}
+        db.load(out, step=9)
+        assert out["step"] == 9 and (out["w"] == 9).all()
