@@ -18,7 +18,14 @@ Status CheckFlatRange(const std::string& what, const TensorView& view) {
         ShapeToString(view.global_offset));
   }
   const int64_t begin = *view.flat_offset, n = view.local_shape[0];
-  const int64_t total = NumElements(view.global_shape);
+  int64_t total = 1;
+  for (int64_t d : view.global_shape) {
+    if (d < 0 || __builtin_mul_overflow(total, d, &total)) {
+      return Status::InvalidArgument(what + ": global shape " +
+                                     ShapeToString(view.global_shape) +
+                                     " is negative or too large");
+    }
+  }
   if (begin < 0 || n < 0 || begin > total || n > total - begin) {
     return Status::InvalidArgument(
         what + ": flat range [" + std::to_string(begin) + ", " +
