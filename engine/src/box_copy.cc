@@ -1,5 +1,6 @@
 #include "engine/src/box_copy.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstring>
@@ -346,6 +347,29 @@ void CopyLine(const uint8_t* s, DType from, uint8_t* t, DType to,
   }
 }
 
+// `rows` lines, `s_row` / `t_row` bytes apart in the source / target.
+struct Plane {
+  size_t rows, s_row, t_row;
+};
+
+// The lines of a plane in tiles of kTile x kTile runs, so that both sides stay
+// in cache when one of them is strided across the lines (a transpose).
+void CopyPlane(const uint8_t* s, DType from, uint8_t* t, DType to,
+               const Plane& plane, const Line& line) {
+  constexpr size_t kTile = 64;
+  for (size_t i0 = 0; i0 < plane.rows; i0 += kTile) {
+    const size_t i1 = std::min(plane.rows, i0 + kTile);
+    for (size_t j0 = 0; j0 < line.count; j0 += kTile) {
+      Line part = line;
+      part.count = std::min(line.count - j0, kTile);
+      for (size_t i = i0; i < i1; ++i) {
+        CopyLine(s + i * plane.s_row + j0 * line.s_step, from,
+                 t + i * plane.t_row + j0 * line.t_step, to, part);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void CopyBox(StridedBox src, DType src_dtype, MutableStridedBox dst,
@@ -360,24 +384,32 @@ void CopyBox(StridedBox src, DType src_dtype, MutableStridedBox dst,
     src_base += static_cast<size_t>(src.offset[d]) * src_stride[d];
     dst_base += static_cast<size_t>(dst.offset[d]) * dst_stride[d];
   }
-  // Runs repeat along dimension `outer` (a line); the dimensions before it
-  // are iterated.
+  // Runs repeat along dimension `outer` (a line). Single elements (a strided
+  // innermost dimension, as in a transpose) go by tiled planes of the lines
+  // along `outer - 1` too. The dimensions before are iterated.
   const size_t outer = r.inner == 0 ? 0 : r.inner - 1;
   const Line line = r.inner == 0 ? Line{1, r.run, 0, 0}
                                  : Line{static_cast<size_t>(lengths[outer]),
                                         r.run, src_stride[outer] * src_elem,
                                         dst_stride[outer] * dst_elem};
+  const bool tiled = r.run == 1 && outer >= 1;
+  const size_t iterated = tiled ? outer - 1 : outer;
+  const Plane plane = tiled ? Plane{static_cast<size_t>(lengths[outer - 1]),
+                                    src_stride[outer - 1] * src_elem,
+                                    dst_stride[outer - 1] * dst_elem}
+                            : Plane{1, 0, 0};
   const auto* s = static_cast<const uint8_t*>(src.data);
   auto* t = static_cast<uint8_t*>(dst.data);
-  std::vector<int64_t> index(outer, 0);  // odometer over dims [0, outer)
+  std::vector<int64_t> index(iterated, 0);  // odometer over [0, iterated)
   while (true) {
     size_t si = src_base, di = dst_base;
-    for (size_t d = 0; d < outer; ++d) {
+    for (size_t d = 0; d < iterated; ++d) {
       si += static_cast<size_t>(index[d]) * src_stride[d];
       di += static_cast<size_t>(index[d]) * dst_stride[d];
     }
-    CopyLine(s + si * src_elem, src_dtype, t + di * dst_elem, dst_dtype, line);
-    size_t d = outer;
+    CopyPlane(s + si * src_elem, src_dtype, t + di * dst_elem, dst_dtype, plane,
+              line);
+    size_t d = iterated;
     while (d > 0 && ++index[d - 1] == lengths[d - 1]) index[--d] = 0;
     if (d == 0) return;
   }

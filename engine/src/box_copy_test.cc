@@ -108,6 +108,32 @@ TEST(BoxCopyTest, StridedViewsOfEveryElementSize) {
   }
 }
 
+// Boxes larger than a tile of the transposing copy, out of and into a
+// transpose, with a dtype conversion on one of them.
+TEST(BoxCopyTest, LargeTransposesGoByTiles) {
+  const int64_t rows = 150, cols = 131;
+  std::vector<int32_t> a(rows * cols);
+  std::iota(a.begin(), a.end(), 0);
+  const Shape shape{cols, rows}, offset{3, 70}, lengths{cols - 5, rows - 71};
+  const std::vector<int64_t> transposed = {1, cols};
+  std::vector<int32_t> packed(NumElements(lengths));
+  const Shape zero{0, 0};
+  CopyBox({a.data(), shape, offset, transposed}, DType::kInt32,
+          {packed.data(), lengths, zero}, DType::kInt32, lengths);
+  std::vector<int64_t> back(a.size(), -1);
+  CopyBox({packed.data(), lengths, zero}, DType::kInt32,
+          {back.data(), shape, offset, transposed}, DType::kInt64, lengths);
+  for (int64_t i = 0; i < lengths[0]; ++i) {
+    for (int64_t j = 0; j < lengths[1]; ++j) {
+      const int64_t at = (offset[1] + j) * cols + offset[0] + i;
+      ASSERT_EQ(packed[i * lengths[1] + j], a[at]) << i << ", " << j;
+      ASSERT_EQ(back[at], a[at]) << i << ", " << j;
+    }
+  }
+  EXPECT_EQ(std::count(back.begin(), back.end(), -1),
+            static_cast<int64_t>(a.size()) - NumElements(lengths));
+}
+
 TEST(BoxCopyTest, ConvertsBetweenStridedViews) {
   // A transposed 2x3 float32 view into a transposed float64 one.
   const std::vector<float> src = {0, 1, 2, 3, 4, 5};  // 2x3, read as 3x2
