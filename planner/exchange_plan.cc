@@ -149,7 +149,8 @@ class Planner {
   std::optional<uint64_t> LandsInPlace(const ReadItem& item,
                                        DType dtype) const {
     const OwnTarget& target = (*in_.targets)[item.target];
-    if (!target.on_host || target.dtype != dtype) return std::nullopt;
+    if (!target.on_host || !target.dense || target.dtype != dtype)
+      return std::nullopt;
     return ContiguousRun(target.box.shape, item.dest_offset, item.lengths,
                          DTypeSize(dtype));
   }
@@ -200,8 +201,12 @@ class Planner {
     }
     box.item = mine;
     const OwnTarget& target = (*in_.targets)[item.target];
-    if (auto run = ContiguousRun(target.box.shape, item.dest_offset,
-                                 item.lengths, DTypeSize(dtype))) {
+    std::optional<uint64_t> run;
+    if (target.dense) {
+      run = ContiguousRun(target.box.shape, item.dest_offset, item.lengths,
+                          DTypeSize(dtype));
+    }
+    if (run) {
       box.role = ExchangeDeviceBox::Role::kInPlace;
       box.offset = *run;
     } else {

@@ -31,6 +31,9 @@ struct OwnTarget {
   Box box;  // offset and local shape in the tensor's index space
   DType dtype = DType::kFloat32;
   bool on_host = true;
+  // The target's memory is dense row-major: a box that is one run of it can
+  // land in place. A strided target gets every box copied into it.
+  bool dense = true;
 };
 
 // One transfer of a box for device targets: at `step`, `from` sends the box

@@ -120,6 +120,60 @@ TEST_F(GpuTest, StridedDeviceTargets) {
   });
 }
 
+// Transposed and sliced device views of every element size, and a strided
+// device flat range: saved through the strided device-to-host 2-D copies,
+// loaded into strided device targets (2-D copies into them).
+TEST_F(GpuTest, TransposedSlicedAndFlatDeviceViews) {
+  SharedTempDir dir;
+  for (DType dtype :
+       {DType::kUInt8, DType::kFloat16, DType::kFloat32, DType::kFloat64}) {
+    const GlobalTensor p(dtype, {6, 10}, 4);
+    const size_t elem = DTypeSize(dtype);
+    RunRanks(1, [&](int, std::shared_ptr<Communicator> comm) {
+      Options options;
+      options.max_chunk_bytes = 40;
+      auto db = DB::Open(options, dir.path(), comm);
+      ASSERT_TRUE(db.ok());
+      DeviceBuffer src(p.bytes);
+      char* base = static_cast<char*>(src.ptr);
+      StateDict sd;
+      sd.Set("t",
+             Cuda(base, dtype, {10, 6}, {10, 6}, {0, 0}).WithStrides({1, 10}));
+      sd.Set("s", Cuda(base + 10 * elem, dtype, {4, 5}, {4, 5}, {0, 0})
+                      .WithStrides({10, 2}));
+      TensorView flat = TensorView::FlatRange(base, dtype, 30, {5, 6}, 0,
+                                              {DeviceType::kCUDA, 0});
+      sd.Set("f", flat.WithStrides({2}));
+      ASSERT_TRUE((*db)->Save(sd, {}).ok());
+      DeviceBuffer q1(p.bytes.size()), q2(p.bytes.size()), q3(p.bytes.size());
+      StateDict target;
+      target.Set(
+          "t",
+          Cuda(q1.ptr, dtype, {10, 6}, {10, 6}, {0, 0}).WithStrides({1, 10}));
+      target.Set("s", Cuda(static_cast<char*>(q2.ptr) + 10 * elem, dtype,
+                           {4, 5}, {4, 5}, {0, 0})
+                          .WithStrides({10, 2}));
+      TensorView flat_target = TensorView::FlatRange(q3.ptr, dtype, 30, {5, 6},
+                                                     0, {DeviceType::kCUDA, 0});
+      target.Set("f", flat_target.WithStrides({2}));
+      auto result = (*db)->Load(target, CheckpointSelector::Latest(), {});
+      ASSERT_TRUE(result.ok()) << result.status().ToString();
+      EXPECT_EQ(q1.ToHost(), p.bytes);
+      std::vector<uint8_t> sliced(p.bytes.size(), 0), every_other = sliced;
+      for (size_t i = 0; i < 60; ++i) {
+        const size_t row = i / 10, col = i % 10;
+        if (row >= 1 && row < 5 && col % 2 == 0)
+          std::copy_n(&p.bytes[i * elem], elem, &sliced[i * elem]);
+        if (i % 2 == 0)
+          std::copy_n(&p.bytes[i * elem], elem, &every_other[i * elem]);
+      }
+      EXPECT_EQ(q2.ToHost(), sliced) << DTypeName(dtype);
+      EXPECT_EQ(q3.ToHost(), every_other) << DTypeName(dtype);
+      ASSERT_TRUE((*db)->Delete(CheckpointSelector::Latest()).ok());
+    });
+  }
+}
+
 // Ranks on GPUs of their own move slices for each other's device targets
 // with NCCL: strided column targets (staged, placed by 2-D copies), a cast
 // target, and a replicated tensor every rank loads whole (broadcast from 3

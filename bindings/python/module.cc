@@ -33,6 +33,7 @@ constexpr uint8_t kDLFloat8E5M2Code = 12;
 struct Classes {
   py::object error, not_found, invalid_argument, corruption, shard;
   py::object numpy_scalar;  // numpy.generic
+  py::object flat_shard;
 };
 Classes& classes() {
   static auto* c =
@@ -190,14 +191,36 @@ Shape ShapeOf(const py::handle& seq, const std::string& path,
   return shape;
 }
 
+// Element strides from the byte strides of an array of `shape` (numpy), or
+// none when it is C-contiguous. Negative strides (a reversed view) and strides
+// that are not whole elements are refused.
+Shape ElementStridesOf(const Shape& shape, const int64_t* strides, int64_t unit,
+                       const std::string& path) {
+  Shape out(shape.size());
+  bool dense = true;
+  int64_t expected = unit;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (strides[d] < 0) {
+      Invalid("tensor " + Where(path) +
+              ": negative strides (a reversed view) are not supported; pass a "
+              "copy");
+    }
+    if (strides[d] % unit != 0) {
+      Invalid("tensor " + Where(path) + ": strides of " +
+              std::to_string(strides[d]) + " bytes are not whole elements of " +
+              std::to_string(unit) + " bytes");
+    }
+    out[d] = strides[d] / unit;
+    if (shape[d] != 1 && strides[d] != expected) dense = false;
+    expected *= shape[d];
+  }
+  if (dense || NumElements(shape) == 0) return {};
+  return out;
+}
+
 // A view of a numpy array's memory.
 TensorView FromArray(const py::array& array, const std::string& path,
                      bool writable) {
-  if (!(array.flags() & py::array::c_style)) {
-    Invalid(
-        "tensor " + Where(path) +
-        ": the array is not C-contiguous (pass numpy.ascontiguousarray(a))");
-  }
   if (writable && !array.writeable())
     Invalid("tensor " + Where(path) + ": the array is read-only");
   std::optional<DType> dtype = FromNumpy(array.dtype());
@@ -209,8 +232,13 @@ TensorView FromArray(const py::array& array, const std::string& path,
             "uint16 for bfloat16 bits)");
   }
   Shape shape(array.shape(), array.shape() + array.ndim());
+  const std::vector<int64_t> byte_strides(array.strides(),
+                                          array.strides() + array.ndim());
+  Shape strides = ElementStridesOf(
+      shape, byte_strides.data(), static_cast<int64_t>(array.itemsize()), path);
   return TensorView::Whole(const_cast<void*>(array.data()), *dtype,
-                           std::move(shape));
+                           std::move(shape))
+      .WithStrides(std::move(strides));
 }
 
 // A view of a DLPack tensor's memory; the capsule is kept in `borrowed`.
@@ -267,23 +295,21 @@ TensorView FromDLPackObject(const py::object& obj, const std::string& path,
             " lanes) is not supported");
   }
   Shape shape(t.shape, t.shape + t.ndim);
-  if (t.strides != nullptr) {
-    int64_t expected = 1;
-    for (int d = t.ndim; d-- > 0;) {
-      if (shape[d] != 1 && t.strides[d] != expected) {
-        Invalid("tensor " + Where(path) +
-                ": the DLPack tensor is not C-contiguous (call .contiguous())");
-      }
-      expected *= shape[d];
-    }
-  }
+  // DLPack strides count elements (none: C-contiguous).
+  Shape strides;
+  if (t.strides != nullptr)
+    strides = ElementStridesOf(shape, t.strides, 1, path);
   void* data = static_cast<char*>(t.data) + t.byte_offset;
-  return TensorView::Whole(data, *dtype, std::move(shape), device);
+  return TensorView::Whole(data, *dtype, std::move(shape), device)
+      .WithStrides(std::move(strides));
 }
 
 // A view of any tensor leaf: numpy array, DLPack object, or Shard of one.
 TensorView TensorLeaf(const py::object& obj, const std::string& path,
                       bool writable, Borrowed& borrowed);
+
+void Reinterpret(const py::object& shard, const std::string& path,
+                 TensorView& view);
 
 TensorView FromShard(const py::object& shard, const std::string& path,
                      bool writable, Borrowed& borrowed) {
@@ -291,6 +317,13 @@ TensorView FromShard(const py::object& shard, const std::string& path,
   view.global_shape = ShapeOf(shard.attr("global_shape"), path, "global_shape");
   view.global_offset =
       ShapeOf(shard.attr("global_offset"), path, "global_offset");
+  Reinterpret(shard, path, view);
+  return view;
+}
+
+// A Shard's or FlatShard's `dtype`: the data's bits read as that dtype.
+void Reinterpret(const py::object& shard, const std::string& path,
+                 TensorView& view) {
   py::object dtype = shard.attr("dtype");
   if (!dtype.is_none()) {
     const std::string name =
@@ -306,15 +339,39 @@ TensorView FromShard(const py::object& shard, const std::string& path,
     }
     view.dtype = *as;  // the same bits, read as `name`
   }
+}
+
+// A FlatShard: its 1-D data as elements [flat_offset, + n) of the flattening.
+TensorView FromFlatShard(const py::object& shard, const std::string& path,
+                         bool writable, Borrowed& borrowed) {
+  TensorView view = TensorLeaf(shard.attr("data"), path, writable, borrowed);
+  if (view.local_shape.size() != 1) {
+    Invalid("tensor " + Where(path) +
+            ": FlatShard data must be 1-D, got shape " +
+            ShapeToString(view.local_shape));
+  }
+  view.global_shape = ShapeOf(shard.attr("global_shape"), path, "global_shape");
+  view.global_offset.clear();
+  view.flat_offset = Unwrap(Int(shard.attr("flat_offset"),
+                                "tensor " + Where(path) + ": flat_offset"));
+  Reinterpret(shard, path, view);
   return view;
 }
 
 TensorView TensorLeaf(const py::object& obj, const std::string& path,
                       bool writable, Borrowed& borrowed) {
+  const py::object& flat = classes().flat_shard;
   if (classes().shard && py::isinstance(obj, classes().shard)) {
-    if (py::isinstance(obj.attr("data"), classes().shard))
+    if (py::isinstance(obj.attr("data"), classes().shard) ||
+        (flat && py::isinstance(obj.attr("data"), flat)))
       Invalid("tensor " + Where(path) + ": a Shard of a Shard");
     return FromShard(obj, path, writable, borrowed);
+  }
+  if (flat && py::isinstance(obj, flat)) {
+    if (py::isinstance(obj.attr("data"), flat) ||
+        py::isinstance(obj.attr("data"), classes().shard))
+      Invalid("tensor " + Where(path) + ": a FlatShard of a Shard");
+    return FromFlatShard(obj, path, writable, borrowed);
   }
   borrowed.keep.push_back(obj);
   if (py::isinstance<py::array>(obj))
@@ -355,6 +412,7 @@ std::optional<Value> SmallValue(const py::handle& obj,
 bool IsTensorLeaf(const py::handle& obj) {
   return py::isinstance<py::array>(obj) ||
          (classes().shard && py::isinstance(obj, classes().shard)) ||
+         (classes().flat_shard && py::isinstance(obj, classes().flat_shard)) ||
          py::hasattr(obj, "__dlpack__");
 }
 
@@ -782,6 +840,10 @@ PYBIND11_MODULE(_ckptdb, m) {
                      shard,   py::module_::import("numpy").attr("generic")};
       },
       "Called once by ckptdb/__init__.py with the package's classes.");
+  m.def(
+      "_register_flat_shard",
+      [](py::object flat_shard) { classes().flat_shard = flat_shard; },
+      "Called once by ckptdb/__init__.py with the FlatShard class.");
   m.def("version", &Version, "The ckptdb library version.");
 
   DefineResultTypes(m);

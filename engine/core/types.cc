@@ -86,6 +86,42 @@ TensorView TensorView::Shard(void* data, DType dtype, Shape local_shape,
   return v;
 }
 
+TensorView TensorView::FlatRange(void* data, DType dtype, int64_t num_elements,
+                                 Shape global_shape, int64_t flat_offset,
+                                 Device device) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.device = device;
+  v.local_shape = {num_elements};
+  v.global_shape = std::move(global_shape);
+  v.flat_offset = flat_offset;
+  return v;
+}
+
+TensorView TensorView::WithStrides(Shape element_strides) const {
+  TensorView v = *this;
+  v.strides = std::move(element_strides);
+  return v;
+}
+
+bool TensorView::is_dense() const {
+  if (strides.empty() || num_elements() == 0) return true;
+  if (strides.size() != local_shape.size()) return false;
+  const Shape dense = RowMajorStrides(local_shape);
+  for (size_t d = 0; d < strides.size(); ++d) {
+    if (local_shape[d] != 1 && strides[d] != dense[d]) return false;
+  }
+  return true;
+}
+
+Shape RowMajorStrides(const Shape& shape) {
+  Shape strides(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;)
+    strides[d - 1] = strides[d] * shape[d];
+  return strides;
+}
+
 std::string_view ValueTypeName(const Value& value) {
   static constexpr std::array<std::string_view, 6> kNames = {
       "int", "float", "bool", "str", "bytes", "None"};

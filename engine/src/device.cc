@@ -22,26 +22,23 @@ void SetDeviceCopierForTesting(DeviceCopier* copier) { test_copier = copier; }
 bool IsTestDeviceCopier() { return test_copier.load() != nullptr; }
 
 std::vector<Copy2D> BoxAsCopies2D(const Shape& shape, const Shape& offset,
-                                  const Shape& lengths, size_t elem) {
-  const size_t n = lengths.size();
-  if (n == 0) return {{0, elem, elem, 1}};
-  size_t k = n - 1;
-  while (k > 0 && lengths[k] == shape[k]) --k;
-  std::vector<size_t> stride(n);  // bytes per step of each dimension
-  stride[n - 1] = elem;
-  for (size_t d = n - 1; d-- > 0;)
-    stride[d] = stride[d + 1] * static_cast<size_t>(shape[d + 1]);
-  const size_t width = static_cast<size_t>(lengths[k]) * stride[k];
-  const size_t rows = k > 0 ? static_cast<size_t>(lengths[k - 1]) : 1;
-  const size_t pitch = k > 0 ? stride[k - 1] : width;
-  const size_t outer = k > 0 ? k - 1 : 0;  // iterated dimensions
+                                  const Shape& lengths, size_t elem,
+                                  std::span<const int64_t> strides) {
+  const std::vector<size_t> stride = ElementStrides(shape, strides);
+  // The packed side never breaks a run: its strides are those of `lengths`.
+  const BoxRun r = InnermostRun(lengths, stride, ElementStrides(lengths, {}));
+  const size_t width = r.run * elem;
+  const size_t rows =
+      r.inner > 0 ? static_cast<size_t>(lengths[r.inner - 1]) : 1;
+  const size_t pitch = r.inner > 0 ? stride[r.inner - 1] * elem : width;
+  const size_t outer = r.inner > 0 ? r.inner - 1 : 0;  // iterated dimensions
   std::vector<Copy2D> copies;
   std::vector<int64_t> at(outer, 0);
   while (true) {
     size_t start = 0;
-    for (size_t d = 0; d < n; ++d) {
-      start +=
-          static_cast<size_t>(offset[d] + (d < outer ? at[d] : 0)) * stride[d];
+    for (size_t d = 0; d < lengths.size(); ++d) {
+      start += static_cast<size_t>(offset[d] + (d < outer ? at[d] : 0)) *
+               stride[d] * elem;
     }
     copies.push_back({start, pitch, width, rows});
     size_t d = outer;
@@ -77,7 +74,8 @@ void StagingPool::Give(StagingBuffer buffer) {
 Status PlaceBox(StridedBox src, DType src_dtype, const TensorView& target,
                 const Shape& dest_offset, const Shape& lengths,
                 StagingBuffer* staging) {
-  const MutableStridedBox dst{target.data, target.local_shape, dest_offset};
+  const MutableStridedBox dst{target.data, target.local_shape, dest_offset,
+                              target.strides};
   if (target.device.type == DeviceType::kCPU) {
     CopyBox(src, src_dtype, dst, target.dtype, lengths);
     return Status::OK();

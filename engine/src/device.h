@@ -32,6 +32,13 @@ class DeviceCopier {
                              size_t n, int slot) = 0;
   virtual Status Wait(const Device& device, int slot) = 0;
 
+  // Starts packing the box `src` of a device array (possibly strided) of
+  // `lengths` elements of `elem_size` bytes densely into host `dst`, on queue
+  // `slot` like StartToHost; Wait(slot) completes it.
+  virtual Status StartBoxToHost(const Device& device, StridedBox src, void* dst,
+                                size_t elem_size, const Shape& lengths,
+                                int slot) = 0;
+
   // Copies a box of `lengths` elements of `elem_size` bytes, packed densely
   // at host `src`, into the box of device array `dst` at its offset; returns
   // when `src` may be reused.
@@ -54,19 +61,23 @@ class DeviceCopier {
   virtual Result<Device> DefaultDevice() = 0;
 };
 
-// One 2-D copy into a dense row-major array: `rows` runs of `width` bytes,
+// One 2-D copy into (or out of) an array: `rows` runs of `width` bytes,
 // `pitch` bytes apart, the first at byte `offset`.
 struct Copy2D {
   size_t offset, pitch, width, rows;
 };
 
-// The 2-D copies that fill the box [offset, offset + lengths) of a dense array
-// of `shape` from a packed source, in source order: the source advances by
-// width x rows per copy. Whole trailing dimensions merge into one run, the
-// next dimension gives the rows, and the dimensions before it are iterated.
+// The 2-D copies that fill the box [offset, offset + lengths) of an array of
+// `shape` (dense row-major, or laid out by element `strides`) from a packed
+// source, in source order: the source advances by width x rows per copy.
+// Trailing dimensions contiguous in the array merge into one run (a strided
+// innermost dimension: runs of one element), the next dimension gives the
+// rows, and the dimensions before it are iterated. The same copies, reversed,
+// pack the box.
 // REQUIRES: the box is non-empty and lies inside the array.
 std::vector<Copy2D> BoxAsCopies2D(const Shape& shape, const Shape& offset,
-                                  const Shape& lengths, size_t elem_size);
+                                  const Shape& lengths, size_t elem_size,
+                                  std::span<const int64_t> strides = {});
 
 // The copier device tensors use, or nullptr: without one, device tensors are
 // InvalidArgument.

@@ -54,6 +54,24 @@ class CudaCopier : public DeviceCopier {
                     "device-to-host copy");
   }
 
+  Status StartBoxToHost(const Device& device, StridedBox src, void* dst,
+                        size_t elem, const Shape& lengths, int slot) override {
+    RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
+    if (NumElements(lengths) == 0) return Status::OK();
+    cudaStream_t stream = StreamFor(device.index, slot);
+    const char* base = static_cast<const char*>(src.data);
+    char* to = static_cast<char*>(dst);
+    for (const Copy2D& c :
+         BoxAsCopies2D(src.shape, src.offset, lengths, elem, src.strides)) {
+      RETURN_IF_ERROR(FromCuda(
+          cudaMemcpy2DAsync(to, c.width, base + c.offset, c.pitch, c.width,
+                            c.rows, cudaMemcpyDeviceToHost, stream),
+          "strided device-to-host copy"));
+      to += c.width * c.rows;
+    }
+    return Status::OK();
+  }
+
   Status Wait(const Device& device, int slot) override {
     RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
     return FromCuda(cudaStreamSynchronize(StreamFor(device.index, slot)),
@@ -102,7 +120,7 @@ class CudaCopier : public DeviceCopier {
     char* base = static_cast<char*>(dst.data);
     cudaError_t queued = cudaSuccess;
     for (const Copy2D& c :
-         BoxAsCopies2D(dst.shape, dst.offset, lengths, elem)) {
+         BoxAsCopies2D(dst.shape, dst.offset, lengths, elem, dst.strides)) {
       queued = cudaMemcpy2DAsync(base + c.offset, c.pitch, from, c.width,
                                  c.width, c.rows, kind, stream);
       if (queued != cudaSuccess) break;

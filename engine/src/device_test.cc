@@ -55,6 +55,48 @@ TEST(BoxAsCopies2D, MatchesCopyBoxOnRandomBoxes) {
   }
 }
 
+// Into and out of a transposed, column-sliced array: the 2-D copies (and the
+// device stand-in's StartBoxToHost) place exactly what CopyBox places.
+TEST(BoxAsCopies2D, StridedArrays) {
+  testing::HostAsDevice device;
+  std::mt19937 rng(5);
+  for (size_t elem : {size_t{1}, size_t{2}, size_t{4}, size_t{8}}) {
+    const DType dtype = elem == 1   ? DType::kUInt8
+                        : elem == 2 ? DType::kInt16
+                        : elem == 4 ? DType::kInt32
+                                    : DType::kInt64;
+    // A 6x10 parent; the view is parent[:, ::2] transposed: 5x6, strides
+    // {2, 10}.
+    const Shape shape{5, 6}, offset{1, 2}, lengths{3, 4}, zero{0, 0};
+    const std::vector<int64_t> strides = {2, 10};
+    std::vector<uint8_t> packed(12 * elem), want(60 * elem, 0), got = want;
+    for (auto& b : packed) b = static_cast<uint8_t>(rng());
+    CopyBox({packed.data(), lengths, zero}, dtype,
+            {want.data(), shape, offset, strides}, dtype, lengths);
+    ASSERT_TRUE(device
+                    .BoxToDevice({DeviceType::kCUDA, 0}, packed.data(),
+                                 {got.data(), shape, offset, strides}, elem,
+                                 lengths)
+                    .ok());
+    EXPECT_EQ(got, want) << elem;
+    std::vector<uint8_t> back(packed.size(), 0);
+    ASSERT_TRUE(device
+                    .StartBoxToHost({DeviceType::kCUDA, 0},
+                                    {got.data(), shape, offset, strides},
+                                    back.data(), elem, lengths, 0)
+                    .ok());
+    EXPECT_EQ(back, packed) << elem;
+  }
+  // The innermost stride is 2: runs of one element, 4 rows of each copy.
+  const auto copies =
+      BoxAsCopies2D({5, 6}, {1, 2}, {3, 4}, 4, std::vector<int64_t>{2, 10});
+  ASSERT_EQ(copies.size(), 3u);
+  EXPECT_EQ(copies[0].width, 4u);
+  EXPECT_EQ(copies[0].pitch, 40u);
+  EXPECT_EQ(copies[0].rows, 4u);
+  EXPECT_EQ(copies[0].offset, (1 * 2 + 2 * 10) * 4u);
+}
+
 TEST(BoxAsCopies2D, WholeTrailingDimensionsMergeIntoOneCopy) {
   // Rows 2..5 of a [8, 16, 4] array: one contiguous run.
   auto copies = BoxAsCopies2D({8, 16, 4}, {2, 0, 0}, {4, 16, 4}, 4);

@@ -2,9 +2,11 @@
 // needed chunk read once by its reader, slices copied into local targets or
 // sent to the ranks that need them.
 #include <algorithm>
+#include <deque>
 #include <map>
 
 #include "engine/src/agreement.h"
+#include "engine/src/box_views.h"
 #include "engine/src/classes.h"
 #include "engine/src/db_impl.h"
 #include "engine/src/device.h"
@@ -20,6 +22,9 @@ namespace {
 
 struct LocalTargets {
   std::vector<planner::LoadTarget> targets;
+  // The box views of the state dict's tensors (BoxViews), parallel to
+  // targets.
+  std::deque<TensorView> pieces;
   std::vector<TensorView*> views;  // parallel to targets
   std::vector<std::pair<Value*, const Value*>>
       values;  // (leaf, stored value) to assign
@@ -62,7 +67,7 @@ Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
           std::string(ValueTypeName(value->second)) + ") in " + where +
           " but a tensor in the state dict");
     }
-    RETURN_IF_ERROR(CheckView(leaf.flat_key, view));
+    RETURN_IF_ERROR(CheckTargetView(leaf.flat_key, view));
     const TensorMetadata& stored = tensor->second;
     if (view.global_shape != stored.global_shape) {
       return Status::InvalidArgument(
@@ -86,9 +91,11 @@ Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
             " (only numeric dtypes convert)");
       }
     }
-    out->targets.push_back(
-        {leaf.flat_key, {view.global_offset, view.local_shape}});
-    out->views.push_back(&view);
+    for (TensorView& piece : BoxViews(view)) {
+      out->targets.push_back(
+          {leaf.flat_key, {piece.global_offset, piece.local_shape}});
+      out->views.push_back(&out->pieces.emplace_back(std::move(piece)));
+    }
   }
   for (const auto& [key, _] : meta.flat_mapping) {
     if (!requested.count(key)) result->unexpected_keys.push_back(key);

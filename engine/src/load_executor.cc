@@ -389,7 +389,7 @@ void Walker::Land(Slot& slot) {
     const TensorView& target = *x_.targets[item.target];
     Fail(CurrentDeviceCopier()->DeviceBoxToDevice(
         target.device, Region(slot, box),
-        {target.data, target.local_shape, item.dest_offset},
+        {target.data, target.local_shape, item.dest_offset, target.strides},
         DTypeSize(box.dtype), item.lengths));
   }
 }
@@ -415,7 +415,8 @@ Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
   for (const TensorView* view : x.targets) {
     own.push_back({{view->global_offset, view->local_shape},
                    view->dtype,
-                   view->device.type == DeviceType::kCPU});
+                   view->device.type == DeviceType::kCPU,
+                   view->is_dense()});
   }
   planner::ExchangeInputs in;
   in.rank = rank;

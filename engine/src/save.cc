@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "engine/src/agreement.h"
+#include "engine/src/box_views.h"
 #include "engine/src/classes.h"
 #include "engine/src/db_impl.h"
 #include "engine/src/device.h"
@@ -26,9 +27,10 @@
 namespace ckptdb::engine {
 namespace {
 
-// Local part of a save: this rank's layout and the views behind its shards.
+// Local part of a save: this rank's layout and the views behind its shards
+// (a flat range gives one view per box of its decomposition).
 Status BuildLayout(const StateDict& state, planner::RankSaveLayout* layout,
-                   std::vector<const TensorView*>* views) {
+                   std::vector<TensorView>* views) {
   ASSIGN_OR_RETURN(auto leaves, planner::Flatten(state));
   for (auto& leaf : leaves) {
     // Kinds travel only when some part is not a str key.
@@ -38,15 +40,16 @@ Status BuildLayout(const StateDict& state, planner::RankSaveLayout* layout,
           {leaf.flat_key, leaf.path, *leaf.value, std::move(leaf.kinds)});
       continue;
     }
-    const TensorView& v = *leaf.tensor;
-    RETURN_IF_ERROR(CheckView(leaf.flat_key, v));
-    layout->shards.push_back({leaf.flat_key,
-                              leaf.path,
-                              v.dtype,
-                              v.global_shape,
-                              {v.global_offset, v.local_shape},
-                              std::move(leaf.kinds)});
-    views->push_back(&v);
+    RETURN_IF_ERROR(CheckView(leaf.flat_key, *leaf.tensor));
+    for (TensorView& v : BoxViews(*leaf.tensor)) {
+      layout->shards.push_back({leaf.flat_key,
+                                leaf.path,
+                                v.dtype,
+                                v.global_shape,
+                                {v.global_offset, v.local_shape},
+                                leaf.kinds});
+      views->push_back(std::move(v));
+    }
   }
   return Status::OK();
 }
@@ -56,13 +59,21 @@ struct MyChunk {
   size_t tensor;
   size_t chunk;
   std::string key;  // storage key, for ordering
+  // Dense source: the chunk's bytes. Strided source: the view's data.
   const void* data;
   uint64_t nbytes;
   const Device* device;  // nullptr: host memory
+  // A strided source view the chunk is packed from; nullptr when `data` holds
+  // the chunk's bytes.
+  const TensorView* strided = nullptr;
+  // Strided source: the chunk's box in the view's local index space.
+  Shape offset;
+  Shape lengths;
 };
 
-// Address of `chunk` inside the writer's shard buffer. The planner cuts chunks
-// along outer dimensions only, so the chunk is one contiguous run of the shard.
+// Address of `chunk` inside the writer's dense shard buffer. The planner cuts
+// chunks along outer dimensions only, so the chunk is one contiguous run of
+// the shard.
 const void* ChunkData(const planner::PlannedChunk& chunk,
                       const planner::SaveShard& shard, const TensorView& view) {
   int64_t linear = 0;
@@ -74,9 +85,33 @@ const void* ChunkData(const planner::PlannedChunk& chunk,
          static_cast<size_t>(linear) * DTypeSize(view.dtype);
 }
 
-// Host bytes of a part's chunks, in write order. Device chunks come through
-// two page-locked staging buffers: the copy of the next device chunk runs
-// while the current one is written.
+// The chunk `c` of `tensor` this rank writes from `view`, its shard.
+MyChunk MakeMyChunk(const planner::PlannedTensor& tensor, size_t t, size_t c,
+                    const planner::SaveShard& shard, const TensorView& view,
+                    int64_t id, int rank) {
+  const planner::PlannedChunk& chunk = tensor.chunks[c];
+  MyChunk m{
+      t,
+      c,
+      storage::EncodeChunkKey(id, rank, tensor.flat_key, chunk.box.offset),
+      view.data,
+      chunk.nbytes,
+      view.device.type == DeviceType::kCPU ? nullptr : &view.device};
+  if (view.is_dense()) {
+    m.data = ChunkData(chunk, shard, view);
+    return m;
+  }
+  m.strided = &view;
+  m.lengths = chunk.box.shape;
+  for (size_t d = 0; d < chunk.box.ndim(); ++d)
+    m.offset.push_back(chunk.box.offset[d] - shard.box.offset[d]);
+  return m;
+}
+
+// Host bytes of a part's chunks, in write order. Chunks of strided host
+// views are packed into a buffer of one chunk. Device chunks come through two
+// page-locked staging buffers (strided ones packed by 2-D copies): the copy
+// of the next device chunk runs while the current one is written.
 class DeviceChunks {
  public:
   DeviceChunks(const std::vector<MyChunk>& mine,
@@ -94,7 +129,7 @@ class DeviceChunks {
   // The bytes of chunk `i` (an index into `order`); `end` bounds the part.
   Result<const char*> HostBytes(size_t i, size_t end) {
     const MyChunk& m = mine_[order_[i]];
-    if (m.device == nullptr) return static_cast<const char*>(m.data);
+    if (m.device == nullptr) return HostChunk(m);
     if (started_ != i) RETURN_IF_ERROR(Start(i));  // the part's first
     const int slot = static_cast<int>(i % 2);
     RETURN_IF_ERROR(copier_->Wait(*m.device, slot));
@@ -109,6 +144,16 @@ class DeviceChunks {
   }
 
  private:
+  const char* HostChunk(const MyChunk& m) {
+    if (m.strided == nullptr) return static_cast<const char*>(m.data);
+    const TensorView& v = *m.strided;
+    packed_.resize(m.nbytes);
+    const Shape zero(m.lengths.size(), 0);
+    CopyBox({v.data, v.local_shape, m.offset, v.strides}, v.dtype,
+            {packed_.data(), m.lengths, zero}, v.dtype, m.lengths);
+    return packed_.data();
+  }
+
   Status Start(size_t i) {
     const MyChunk& m = mine_[order_[i]];
     if (copier_ == nullptr) copier_ = CurrentDeviceCopier();
@@ -116,8 +161,15 @@ class DeviceChunks {
       return Status::InvalidArgument("no device copier for a device tensor");
     const int slot = static_cast<int>(i % 2);
     staging_[slot].Reserve(copier_, m.nbytes);
-    RETURN_IF_ERROR(copier_->StartToHost(
-        *m.device, m.data, staging_[slot].data(), m.nbytes, slot));
+    if (m.strided != nullptr) {
+      const TensorView& v = *m.strided;
+      RETURN_IF_ERROR(copier_->StartBoxToHost(
+          *m.device, {v.data, v.local_shape, m.offset, v.strides},
+          staging_[slot].data(), DTypeSize(v.dtype), m.lengths, slot));
+    } else {
+      RETURN_IF_ERROR(copier_->StartToHost(
+          *m.device, m.data, staging_[slot].data(), m.nbytes, slot));
+    }
     pending_[slot] = m.device;
     started_ = i;
     return Status::OK();
@@ -129,6 +181,8 @@ class DeviceChunks {
   StagingBuffer staging_[2];
   const Device* pending_[2] = {nullptr, nullptr};
   size_t started_ = SIZE_MAX;  // the last chunk whose copy was started
+  // The packed chunk of a strided host view.
+  std::vector<char> packed_;
 };
 
 std::string EncodeWritten(const Status& status,
@@ -160,24 +214,20 @@ Status DecodeWritten(std::string_view bytes, Status* status,
 }
 
 // This rank's chunks of `plan`, and their order by storage key.
-std::vector<MyChunk> CollectMyChunks(
-    const planner::SavePlan& plan, const planner::RankSaveLayout& layout,
-    const std::vector<const TensorView*>& views, int64_t id, int rank,
-    std::vector<size_t>* order) {
+std::vector<MyChunk> CollectMyChunks(const planner::SavePlan& plan,
+                                     const planner::RankSaveLayout& layout,
+                                     const std::vector<TensorView>& views,
+                                     int64_t id, int rank,
+                                     std::vector<size_t>* order) {
   std::vector<MyChunk> mine;
   for (size_t t = 0; t < plan.tensors.size(); ++t) {
     const auto& tensor = plan.tensors[t];
     for (size_t c = 0; c < tensor.chunks.size(); ++c) {
       const auto& chunk = tensor.chunks[c];
       if (chunk.writer_rank != rank) continue;
-      const auto& shard = layout.shards[chunk.source_shard];
-      mine.push_back(
-          {t, c,
-           storage::EncodeChunkKey(id, rank, tensor.flat_key, chunk.box.offset),
-           ChunkData(chunk, shard, *views[chunk.source_shard]), chunk.nbytes,
-           views[chunk.source_shard]->device.type == DeviceType::kCPU
-               ? nullptr
-               : &views[chunk.source_shard]->device});
+      mine.push_back(MakeMyChunk(tensor, t, c,
+                                 layout.shards[chunk.source_shard],
+                                 views[chunk.source_shard], id, rank));
     }
   }
   order->resize(mine.size());
@@ -409,7 +459,8 @@ std::string CommitOnRoot(storage::Store& store,
 // A save between planning and writing: what the background needs, owned.
 struct PreparedSave {
   planner::RankSaveLayout layout;
-  std::vector<const TensorView*> views;  // the caller's; not after a snapshot
+  // Views of the caller's memory; not used after a snapshot.
+  std::vector<TensorView> views;
   planner::SaveClasses classes;
   planner::SavePlan plan;
   SaveOptions options;

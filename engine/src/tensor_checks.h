@@ -8,8 +8,14 @@ namespace ckptdb::engine {
 
 // Checks what only the owning rank can: the view's ranks agree and its box lies
 // inside its global shape (planner::CheckBoxInside, the box test of the
-// partition check the save planner runs on all ranks' boxes), its device is
-// known and usable, its memory is present when it holds bytes.
+// partition check the save planner runs on all ranks' boxes), or its flat
+// range inside the flattened tensor; its strides are one per dimension and
+// not negative (not 0 on a device); its device is known and usable, its
+// memory is present when it holds bytes.
 Status CheckView(const std::string& flat_key, const TensorView& view);
+
+// CheckView, and no two elements of a load target share memory through a
+// stride of 0.
+Status CheckTargetView(const std::string& flat_key, const TensorView& view);
 
 }  // namespace ckptdb::engine

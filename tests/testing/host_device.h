@@ -34,6 +34,26 @@ class HostAsDevice : public engine::DeviceCopier {
     to_host_bytes += n;
     return Status::OK();
   }
+  Status StartBoxToHost(const Device& device, engine::StridedBox src, void* dst,
+                        size_t elem_size, const Shape& lengths,
+                        int slot) override {
+    if (device.type != DeviceType::kCUDA || slot < 0 || slot > 1)
+      return Status::Internal("bad device copy");
+    if (NumElements(lengths) == 0) return Status::OK();
+    char* to = static_cast<char*>(dst);
+    for (const engine::Copy2D& c : engine::BoxAsCopies2D(
+             src.shape, src.offset, lengths, elem_size, src.strides)) {
+      for (size_t r = 0; r < c.rows; ++r) {
+        std::memcpy(to,
+                    static_cast<const char*>(src.data) + c.offset + r * c.pitch,
+                    c.width);
+        to += c.width;
+      }
+      ++copies_2d;
+    }
+    to_host_bytes += static_cast<uint64_t>(to - static_cast<char*>(dst));
+    return Status::OK();
+  }
   Status Wait(const Device&, int) override { return Status::OK(); }
 
   Status BoxToDevice(const Device& device, const void* src,
@@ -72,8 +92,8 @@ class HostAsDevice : public engine::DeviceCopier {
     if (device.type != DeviceType::kCUDA)
       return Status::Internal("bad device copy");
     const char* from = static_cast<const char*>(src);
-    for (const engine::Copy2D& c :
-         engine::BoxAsCopies2D(dst.shape, dst.offset, lengths, elem_size)) {
+    for (const engine::Copy2D& c : engine::BoxAsCopies2D(
+             dst.shape, dst.offset, lengths, elem_size, dst.strides)) {
       for (size_t r = 0; r < c.rows; ++r) {
         std::memcpy(static_cast<char*>(dst.data) + c.offset + r * c.pitch, from,
                     c.width);

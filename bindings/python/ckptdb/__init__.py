@@ -14,11 +14,12 @@ checksums, small values are typed.
 
 State dicts are dicts with str or int keys, lists and tuples nested freely (a
 load gives back the same structure: int keys stay ints, lists and tuples stay
-lists and tuples). Leaves are numpy arrays (C-contiguous; 0-d ones too),
+lists and tuples). Leaves are numpy arrays (strided views too; 0-d ones too),
 objects with ``__dlpack__`` (torch, cupy, jax; zero copy), :class:`Shard`
-objects for a piece of a global tensor, and small values (int, float, bool,
-str, bytes, None, numpy scalars). :mod:`ckptdb.torch` gives the state of a
-torch model and optimizer (the only part of ckptdb that imports torch). numpy has no bfloat16: uint16
+objects for a piece of a global tensor, :class:`FlatShard` objects for a flat
+range of one, and small values (int, float, bool, str, bytes, None, numpy
+scalars). :mod:`ckptdb.torch` gives the state of a torch model and optimizer
+(the only part of ckptdb that imports torch). numpy has no bfloat16: uint16
 numpy arrays are bfloat16 bits, and bfloat16 tensors read back as uint16.
 With ``comm`` (an mpi4py communicator) every rank calls ``open``, ``save``,
 ``load``, ``delete`` and ``close`` together, and an error on any rank is raised
@@ -35,7 +36,7 @@ import os as _os
 from . import _ckptdb
 
 __all__ = [
-    "open", "DB", "SaveHandle", "Shard", "CheckpointInfo", "LoadResult", "LoadStats",
+    "open", "DB", "SaveHandle", "Shard", "FlatShard", "CheckpointInfo", "LoadResult", "LoadStats",
     "Error", "NotFoundError", "InvalidArgumentError", "CorruptionError",
     "__version__",
 ]
@@ -108,8 +109,9 @@ def _ints(values, what):
 class Shard:
     """A rank's piece of a global tensor.
 
-    ``data``: a C-contiguous numpy array or DLPack tensor whose shape is the
-    local shape. ``global_shape`` / ``global_offset``: the whole tensor's shape
+    ``data``: a numpy array or DLPack tensor whose shape is the local shape
+    (non-contiguous views too, such as a transpose or a slice; negative strides
+    are refused). ``global_shape`` / ``global_offset``: the whole tensor's shape
     and where this piece starts in it. ``dtype`` (optional, a ckptdb dtype name
     such as ``"bfloat16"`` or ``"float8_e4m3fn"``) reinterprets data of the same
     element size, for dtypes numpy lacks. When several ranks pass the same box
@@ -143,11 +145,52 @@ class Shard:
                 + (f", dtype={self.dtype!r}" if self.dtype else "") + ")")
 
 
+class FlatShard:
+    """A rank's flat range of a global tensor (how ZeRO, Megatron's distributed
+    optimizer and FSDP shard flattened parameters).
+
+    ``data``: a 1-D numpy array or DLPack tensor of ``n`` elements (strided
+    views too), elements ``[flat_offset, flat_offset + n)`` of the row-major
+    flattening of a tensor of ``global_shape``. Usable as a save source and a
+    load target, mixed with :class:`Shard` objects and whole arrays across
+    ranks and across save and load. Validated like boxes: no gaps, and
+    overlaps only where the ranges' boxes are identical replicas. ``dtype`` as
+    for :class:`Shard`.
+    """
+
+    __slots__ = ("data", "global_shape", "flat_offset", "dtype")
+
+    @_api
+    def __init__(self, data, global_shape, flat_offset, *, dtype=None):
+        if not hasattr(data, "__dlpack__"):
+            raise InvalidArgumentError(
+                "FlatShard: data must be a 1-D numpy array or DLPack tensor (an "
+                f"object with __dlpack__), got {type(data).__name__}")
+        if dtype is not None and not isinstance(dtype, str):
+            raise InvalidArgumentError(
+                f"FlatShard: dtype must be None or a dtype name (str), got {type(dtype).__name__}")
+        self.global_shape = _ints(global_shape, "global_shape")
+        try:
+            self.flat_offset = _operator.index(flat_offset)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"FlatShard: flat_offset must be an int, got {flat_offset!r}") from None
+        self.data = data
+        self.dtype = dtype
+
+    def __repr__(self):
+        shape = getattr(self.data, "shape", "?")
+        return (f"FlatShard(local_shape={tuple(shape)}, global_shape={self.global_shape}, "
+                f"flat_offset={self.flat_offset}"
+                + (f", dtype={self.dtype!r}" if self.dtype else "") + ")")
+
+
 CheckpointInfo = _ckptdb.CheckpointInfo
 LoadResult = _ckptdb.LoadResult
 LoadStats = _ckptdb.LoadStats
 
 _ckptdb._register(Error, NotFoundError, InvalidArgumentError, CorruptionError, Shard)
+_ckptdb._register_flat_shard(FlatShard)
 
 
 class DB:

@@ -67,6 +67,15 @@ def test_save_async_across_ranks(tmp_path, n):
     mpirun(n, "async_saves", str(tmp_path / "store"))
 
 
+@pytest.mark.parametrize("save, n, load, m", [("flat_save", 3, "rows_load", 2),
+                                              ("rows_save", 2, "flat_load", 3),
+                                              ("flat_save", 2, "flat_load", 3)])
+def test_flat_ranges_reshard_to_rows_and_back(tmp_path, save, n, load, m):
+    store = str(tmp_path / "store")
+    mpirun(n, save, store)
+    mpirun(m, load, store)
+
+
 TRAIN = os.path.join(HERE, "..", "..", "..", "examples", "train.py")
 
 

@@ -59,9 +59,15 @@ struct Device {
 };
 
 // A rank's piece of a global tensor, borrowed from the caller: `data` points at
-// a dense, C-contiguous buffer of `local_shape` elements of `dtype`. The caller
-// keeps the memory alive and unchanged (Save) or untouched by others (Load) for
-// the duration of the call.
+// the first of `local_shape` elements of `dtype`, laid out by `strides`. The
+// caller keeps the memory alive and unchanged (Save) or untouched by others
+// (Load) for the duration of the call.
+//
+// Two kinds of piece: a box (`global_offset` set, the local box is [offset,
+// offset + local_shape)), or a flat range (`flat_offset` set: `data` is 1-D
+// and holds elements [flat_offset, flat_offset + local_shape[0]) of the
+// row-major flattening of the global tensor, as ZeRO or FSDP shard flattened
+// parameters).
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::kFloat32;
@@ -70,6 +76,13 @@ struct TensorView {
   Shape global_shape;
   Shape global_offset;  // same rank as global_shape; local box = [offset,
                         // offset + local_shape)
+  // Element (not byte) strides of `data`, one per dimension of local_shape;
+  // empty: dense row-major (C-contiguous). Negative strides are refused; a
+  // load target must not have a stride of 0 on a dimension longer than 1.
+  Shape strides;
+  // Set for a flat range: its first element's row-major position in the
+  // global tensor. Then local_shape is 1-D and global_offset empty.
+  std::optional<int64_t> flat_offset;
 
   // The whole tensor: offset 0, local shape == global shape.
   static TensorView Whole(void* data, DType dtype, Shape shape,
@@ -78,12 +91,26 @@ struct TensorView {
   static TensorView Shard(void* data, DType dtype, Shape local_shape,
                           Shape global_shape, Shape global_offset,
                           Device device = {});
+  // Elements [flat_offset, flat_offset + num_elements) of the row-major
+  // flattening of a tensor of `global_shape`, dense at `data`.
+  static TensorView FlatRange(void* data, DType dtype, int64_t num_elements,
+                              Shape global_shape, int64_t flat_offset,
+                              Device device = {});
+  // A copy of this view laid out by element `strides` (see `strides`).
+  TensorView WithStrides(Shape element_strides) const;
 
+  bool is_flat_range() const { return flat_offset.has_value(); }
+  // True when `data` is dense row-major: no strides, or the strides a dense
+  // array of local_shape has (dimensions of extent 1 aside).
+  bool is_dense() const;
   int64_t num_elements() const { return NumElements(local_shape); }
   size_t nbytes() const {
     return static_cast<size_t>(num_elements()) * DTypeSize(dtype);
   }
 };
+
+// The element strides of a dense row-major array of `shape`.
+Shape RowMajorStrides(const Shape& shape);
 
 // Raw bytes, distinct from text.
 struct Bytes {
