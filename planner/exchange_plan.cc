@@ -276,7 +276,8 @@ class Planner {
       Shape dst_offset(item.lengths.size(), 0);
       if (copy.to == ReadCopy::To::kTarget) {
         const OwnTarget& target = (*in_.targets)[item.target];
-        if (!target.on_host || target.dtype != tensor.dtype) return {};
+        if (!target.on_host || !target.dense || target.dtype != tensor.dtype)
+          return {};
         to.index = item.target;
         dst_shape = &target.box.shape;
         dst_offset = item.dest_offset;

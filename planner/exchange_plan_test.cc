@@ -280,7 +280,8 @@ class ExchangePlanPropertyTest : public ::testing::TestWithParam<int> {
       const OwnTarget* target = nullptr;
       if (copy.to == ReadCopy::To::kTarget) {
         target = &c_.own[rank][item.target];
-        if (!target->on_host || target->dtype != t.dtype) return std::nullopt;
+        if (!target->on_host || !target->dense || target->dtype != t.dtype)
+          return std::nullopt;
       }
       const Box box{item.storage_offset, item.lengths};
       int64_t k = 0;  // element within the item's box, row-major
