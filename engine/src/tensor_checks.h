@@ -9,7 +9,9 @@ namespace ckptdb::engine {
 // Checks what only the owning rank can: the view's ranks agree and its box lies
 // inside its global shape (planner::CheckBoxInside, the box test of the
 // partition check the save planner runs on all ranks' boxes), its device is
-// known and usable, its memory is present when it holds bytes.
+// known and usable, its memory is present when it holds bytes. For a device
+// view, waits for the work queued on its device (DeviceCopier::Synchronize):
+// the caller's producer may still be writing the tensor.
 Status CheckView(const std::string& flat_key, const TensorView& view);
 
 }  // namespace ckptdb::engine
