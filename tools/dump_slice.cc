@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -65,12 +66,13 @@ struct Elements {
   enum class Kind { kBool, kInt, kFloat } kind;
   std::vector<int64_t> ints;
   std::vector<double> floats;
-  // Significant digits of floating point values.
-  int digits = 8;
+  // The tensor, whose bytes the shortest text of a float must give back.
+  const Tensor* tensor = nullptr;
 };
 
 Elements Convert(const Tensor& t) {
   Elements e;
+  e.tensor = &t;
   const size_t n = static_cast<size_t>(NumElements(t.shape));
   if (t.dtype == DType::kBool) {
     e.kind = Elements::Kind::kBool;
@@ -83,7 +85,6 @@ Elements Convert(const Tensor& t) {
     e.floats.resize(n);
     ConvertElements(t.data.data(), t.dtype, e.floats.data(), DType::kFloat64,
                     n);
-    e.digits = t.dtype == DType::kFloat64 ? 17 : 8;
   } else {
     e.kind = Elements::Kind::kInt;
     e.ints.resize(n);
@@ -92,15 +93,29 @@ Elements Convert(const Tensor& t) {
   return e;
 }
 
+// The shortest "%g" text of `v` that reads back as the same element of
+// `dtype` (the bytes at `stored`), as numpy prints floats.
+std::string ShortestText(double v, DType dtype, const std::byte* stored) {
+  const size_t size = DTypeSize(dtype);
+  char out[40];
+  std::byte back[8];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(out, sizeof(out), "%.*g", digits, v);
+    const double parsed = std::strtod(out, nullptr);
+    ConvertElements(&parsed, DType::kFloat64, back, dtype, 1);
+    if (std::memcmp(back, stored, size) == 0) break;
+  }
+  return out;
+}
+
 std::string ElementText(const Elements& e, size_t i) {
   if (e.kind == Elements::Kind::kBool) return e.ints[i] ? "True" : "False";
   if (e.kind == Elements::Kind::kInt) return std::to_string(e.ints[i]);
   const double v = e.floats[i];
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char out[40];
-  std::snprintf(out, sizeof(out), "%.*g", e.digits, v);
-  return out;
+  return ShortestText(v, e.tensor->dtype,
+                      e.tensor->data.data() + i * DTypeSize(e.tensor->dtype));
 }
 
 // Prints the sub-array at dimension `dim` starting at element `base`.

@@ -25,7 +25,7 @@ inline constexpr int64_t kSummaryThreshold = 1000;
 inline constexpr int64_t kEdgeItems = 3;
 
 // The values of `t` as numpy prints them: nested brackets, one row per line,
-// floating point with up to 8 significant digits (float64: 17), bool as
+// floating point in the fewest digits that read back as the same value, bool as
 // True/False, summarized beyond kSummaryThreshold elements.
 std::string FormatValues(const Tensor& t);
 
