@@ -51,8 +51,7 @@ std::vector<std::string> LayoutProblems(const std::string& key,
   boxes.reserve(t.chunks.size());
   for (const ChunkMetadata& c : t.chunks) {
     boxes.push_back({c.global_offset, c.local_shape});
-    if (CheckBoxInside(t.global_shape, boxes.back()) !=
-        PartitionError::kNone) {
+    if (CheckBoxInside(t.global_shape, boxes.back()) != PartitionError::kNone) {
       problems.push_back(name + ": " + ChunkName(c) + " lies outside " +
                          ShapeToString(t.global_shape));
       continue;
@@ -67,8 +66,7 @@ std::vector<std::string> LayoutProblems(const std::string& key,
     }
   }
   if (!problems.empty()) return problems;
-  const PartitionProblem p =
-      CheckPartition(t.global_shape, boxes);
+  const PartitionProblem p = CheckPartition(t.global_shape, boxes);
   if (!p.ok()) problems.push_back(LayoutMessage(name, t, p));
   return problems;
 }
