@@ -56,7 +56,8 @@ Result<BoxReadPlan> ResolveIndex(const std::string& key, const Shape& shape,
   if (index.size() > shape.size()) {
     return BadIndex(key, shape, index,
                     "has " + std::to_string(index.size()) +
-                        " entries, more than the tensor's " +
+                        (index.size() == 1 ? " entry" : " entries") +
+                        ", more than the tensor's " +
                         std::to_string(shape.size()) + " dimensions");
   }
   BoxReadPlan plan;
