@@ -16,6 +16,11 @@ namespace {
 using testing::TempDir;
 using E = IndexEntry;
 
+std::string BoxToString(const Box& box) {
+  return "offset " + ShapeToString(box.offset) + " shape " +
+         ShapeToString(box.shape);
+}
+
 std::unique_ptr<DB> OpenOrDie(const std::string& path, Options options = {}) {
   auto db = DB::Open(options, path);
   EXPECT_TRUE(db.ok()) << db.status().ToString();
@@ -126,6 +131,12 @@ TEST_F(PartialReadTest, BadIndexesAndKeysAreNamed) {
     EXPECT_NE(m.find("'emb'"), std::string::npos) << m;
     EXPECT_NE(m.find("[64, 32]"), std::string::npos) << m;
     EXPECT_NE(m.find(IndexToString(bad)), std::string::npos) << m;
+  }
+  for (const Box& bad : {Box{{-2, 0}, {1, 32}}, Box{{0, 0}, {1, -1}},
+                         Box{{0, 30}, {1, 4}}, Box{{0}, {1, 1}}}) {
+    auto read = db_->Read("emb", CheckpointSelector::Latest(), bad);
+    ASSERT_TRUE(read.status().IsInvalidArgument()) << BoxToString(bad);
+    EXPECT_NE(read.status().message().find("'emb'"), std::string::npos);
   }
   EXPECT_TRUE(Read("nope", {}).status().IsNotFound());
   EXPECT_NE(Read("nope", {}).status().message().find("'nope'"),

@@ -24,6 +24,23 @@ Status DB::Verify(const CheckpointSelector& which) {
       std::to_string(report.chunks) + " chunks damaged: " + damaged);
 }
 
+Result<Tensor> DB::Read(const std::string& flat_key,
+                        const CheckpointSelector& which, const Box& box,
+                        ReadStats* stats) {
+  // An index counts negative positions from the end; a box has none.
+  bool negative = box.offset.size() != box.shape.size();
+  for (size_t d = 0; d < box.offset.size() && !negative; ++d) {
+    negative = box.offset[d] < 0 || box.shape[d] < 0;
+  }
+  if (negative) {
+    return Status::InvalidArgument(
+        "box offset " + ShapeToString(box.offset) + " shape " +
+        ShapeToString(box.shape) + " of tensor '" + flat_key +
+        "': offsets and extents must be >= 0, one of each per dimension");
+  }
+  return Read(flat_key, which, IndexOfBox(box), stats);
+}
+
 namespace engine {
 namespace {
 

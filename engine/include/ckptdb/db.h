@@ -154,12 +154,12 @@ class DB {
                       const CheckpointSelector& which) {
     return Read(flat_key, which, TensorIndex{}, nullptr);
   }
-  // Exactly `box` of the tensor.
+  // Exactly `box` of the tensor (dimensions the box lacks are taken whole).
+  // InvalidArgument naming the key and the box when it has a negative offset
+  // or extent, or does not lie inside the tensor.
   Result<Tensor> Read(const std::string& flat_key,
                       const CheckpointSelector& which, const Box& box,
-                      ReadStats* stats = nullptr) {
-    return Read(flat_key, which, IndexOfBox(box), stats);
-  }
+                      ReadStats* stats = nullptr);
 
   // Removes a checkpoint and reclaims its space.
   virtual Status Delete(const CheckpointSelector& which) = 0;
