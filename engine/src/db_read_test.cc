@@ -41,7 +41,7 @@ std::vector<int32_t> Grid(int64_t rows, int64_t cols) {
 
 std::vector<int32_t> Values(const Tensor& t) {
   std::vector<int32_t> out(t.data.size() / sizeof(int32_t));
-  std::memcpy(out.data(), t.data.data(), t.data.size());
+  if (!out.empty()) std::memcpy(out.data(), t.data.data(), t.data.size());
   return out;
 }
 
