@@ -5,23 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "ckptdb/box.h"
 #include "ckptdb/types.h"
 
 namespace ckptdb::planner {
 
-// A half-open box [offset, offset + shape) in a tensor's global index space. A
-// 0-d box (empty offset and shape) holds one element.
-struct Box {
-  Shape offset;
-  Shape shape;
-
-  int64_t volume() const { return NumElements(shape); }
-  size_t ndim() const { return shape.size(); }
-  int64_t exclusive_max(size_t dim) const { return offset[dim] + shape[dim]; }
-
-  friend bool operator==(const Box&, const Box&) = default;
-  friend auto operator<=>(const Box&, const Box&) = default;
-};
+// The library's one box type (ckptdb/box.h).
+using ckptdb::Box;
 
 // "{offset [0, 4], shape [2, 4]}".
 std::string BoxToString(const Box& box);

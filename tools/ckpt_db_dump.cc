@@ -1,5 +1,6 @@
 // ckpt-db-dump: inspect, verify and export a ckptdb store without writing code.
 // Opens the store read-only (never modifies it); see --help of each command.
+// A client of the public API (ckptdb/db.h) only.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -13,10 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/src/box_copy.h"
-#include "storage/store.h"
-#include "tools/dump_checks.h"
-#include "tools/dump_formats.h"
+#include "ckptdb/db.h"
+#include "dump_formats.h"
+#include "dump_slice.h"
 
 namespace ckptdb::tools {
 namespace {
@@ -56,24 +56,24 @@ void AddSelection(CLI::App* cmd, Selection* sel, const char* what) {
   tag->excludes(id);
 }
 
-Result<std::unique_ptr<storage::Store>> OpenStore(const std::string& path) {
-  storage::StoreOptions options;
+// The store, read-only: opening it never modifies it.
+Result<std::unique_ptr<DB>> OpenStore(const std::string& path) {
+  Options options;
   options.create_if_missing = false;
   options.read_only = true;
-  return storage::Store::Open(path, options);
+  return DB::Open(options, path);
 }
 
 // A read-only store and the metadata of the selected checkpoint.
 struct Opened {
-  std::unique_ptr<storage::Store> store;
+  std::unique_ptr<DB> db;
   CheckpointMetadata meta;
 };
 
 Result<Opened> OpenCheckpoint(const std::string& path, const Selection& sel) {
   Opened out;
-  ASSIGN_OR_RETURN(out.store, OpenStore(path));
-  ASSIGN_OR_RETURN(int64_t id, out.store->Resolve(sel.selector()));
-  ASSIGN_OR_RETURN(out.meta, out.store->GetMetadata(id));
+  ASSIGN_OR_RETURN(out.db, OpenStore(path));
+  ASSIGN_OR_RETURN(out.meta, out.db->GetMetadata(sel.selector()));
   return out;
 }
 
@@ -107,8 +107,10 @@ class Progress {
   ~Progress() {
     if (on_ && shown_) std::fprintf(stderr, "\r\033[K");
   }
-  void Add(uint64_t bytes) {
-    done_ += bytes;
+  void Add(uint64_t bytes) { Set(done_ + bytes, total_); }
+  void Set(uint64_t done, uint64_t total) {
+    done_ = done;
+    total_ = total;
     if (!on_) return;
     const auto now = std::chrono::steady_clock::now();
     if (shown_ && now - last_ < std::chrono::milliseconds(100) &&
@@ -211,7 +213,7 @@ json MetadataJson(const CheckpointMetadata& m) {
 int List(const std::string& path, bool as_json) {
   auto store = OpenStore(path);
   if (!store.ok()) return Fail(store.status());
-  auto all = (*store)->List();
+  auto all = (*store)->ListCheckpoints();
   if (!all.ok()) return Fail(all.status());
   if (as_json) {
     json out = json::array();
@@ -293,103 +295,166 @@ int Show(const std::string& path, const Selection& sel, bool as_json,
   return 0;
 }
 
+// ---- show --key -------------------------------------------------------------
+
+// The small value `key` of `m`, printed; NotFound when there is none.
+int ShowValue(const CheckpointMetadata& m, const std::string& key,
+              bool as_json) {
+  const Value& v = m.values.at(key);
+  if (as_json) {
+    std::printf("%s\n", json({{"id", m.info.id},
+                              {"key", key},
+                              {"type", std::string(ValueTypeName(v))},
+                              {"value", ValueJson(v)}})
+                            .dump(2)
+                            .c_str());
+  } else {
+    std::printf("%s = %s (%s)\n", key.c_str(), ValueText(v).c_str(),
+                std::string(ValueTypeName(v)).c_str());
+  }
+  return 0;
+}
+
+// The values of `index` of tensor `key` (read from only the chunks holding
+// them), after a line saying what was read.
+int ShowValues(const std::string& path, const Selection& sel,
+               const std::string& key, const std::string& slice, bool as_json) {
+  auto index = ParseSlice(slice);
+  if (!index.ok()) return Fail(index.status());
+  auto opened = OpenCheckpoint(path, sel);
+  if (!opened.ok()) return Fail(opened.status());
+  const CheckpointMetadata& m = opened->meta;
+  if (m.values.count(key) && !m.tensors.count(key)) {
+    if (!index->empty()) {
+      return Fail(Status::InvalidArgument("--slice: '" + key +
+                                          "' is a small value, not a tensor"));
+    }
+    return ShowValue(m, key, as_json);
+  }
+  ReadStats stats;
+  auto read =
+      opened->db->Read(key, CheckpointSelector::Id(m.info.id), *index, &stats);
+  if (!read.ok()) return Fail(read.status());
+  const TensorMetadata& t = m.tensors.at(key);
+  uint64_t stored = 0;
+  for (const ChunkMetadata& c : t.chunks) stored += c.nbytes;
+  if (as_json) {
+    std::printf("%s\n", json({{"id", m.info.id},
+                              {"key", key},
+                              {"dtype", std::string(DTypeName(t.dtype))},
+                              {"global_shape", t.global_shape},
+                              {"index", IndexToString(*index)},
+                              {"shape", read->shape},
+                              {"bytes_read", stats.bytes_read},
+                              {"chunks_read", stats.chunks_read},
+                              {"values", ValuesJson(*read)}})
+                            .dump(2)
+                            .c_str());
+    return 0;
+  }
+  std::printf(
+      "checkpoint %lld  tensor '%s' %s %s  index %s -> shape %s\n"
+      "read %llu of %zu chunks (%llu of %llu bytes)\n%s\n",
+      static_cast<long long>(m.info.id), key.c_str(),
+      std::string(DTypeName(t.dtype)).c_str(),
+      ShapeToString(t.global_shape).c_str(), IndexToString(*index).c_str(),
+      ShapeToString(read->shape).c_str(),
+      static_cast<unsigned long long>(stats.chunks_read), t.chunks.size(),
+      static_cast<unsigned long long>(stats.bytes_read),
+      static_cast<unsigned long long>(stored), FormatValues(*read).c_str());
+  return 0;
+}
+
 // ---- verify -----------------------------------------------------------------
 
 // The store as a whole: chunk data no record accounts for, damaged journal
 // copies. Returns the number of problems, each printed.
-size_t VerifyStore(storage::Store& store) {
-  auto report = store.Check();
+size_t VerifyStore(DB& db) {
+  auto report = db.CheckStore();
   if (!report.ok()) {
     std::printf("store: DAMAGED: %s\n", report.status().message().c_str());
     return 1;
   }
-  size_t problems = 0;
+  for (int64_t id : report->unfinished_save_ids) {
+    std::printf(
+        "store: chunk data of checkpoint id %lld without a record: "
+        "a save under way or interrupted (a read-write open removes "
+        "its leftovers)\n",
+        static_cast<long long>(id));
+  }
   for (int64_t id : report->unaccounted_chunk_ids) {
-    // Above the high-water mark: a save under way or interrupted, whose
-    // leftovers the next read-write open removes. Not damage.
-    if (id > report->high_water) {
-      std::printf(
-          "store: chunk data of checkpoint id %lld without a record: "
-          "a save under way or interrupted (a read-write open removes "
-          "its leftovers)\n",
-          static_cast<long long>(id));
-      continue;
-    }
     std::printf(
         "store: DAMAGED: chunk data of checkpoint id %lld has no "
         "record; kept, since it may have been committed\n",
         static_cast<long long>(id));
-    ++problems;
   }
   for (const std::string& copy : report->damaged_journal_copies) {
     std::printf(
         "store: DAMAGED commit journal copy (the other is in use): "
         "%s\n",
         copy.c_str());
-    ++problems;
   }
-  if (problems == 0)
+  if (report->ok())
     std::printf("store: consistent (all chunk data belongs to checkpoints)\n");
-  return problems;
+  return report->unaccounted_chunk_ids.size() +
+         report->damaged_journal_copies.size();
+}
+
+// Verifies the checkpoint `which` selects and prints the outcome; returns its
+// problems, or NotFound when there is no such checkpoint.
+Result<size_t> VerifyCheckpoint(DB& db, const CheckpointSelector& which) {
+  Result<VerifyReport> verified = Status::Internal("not verified");
+  {
+    Progress progress("verify", 0);
+    VerifyOptions options;
+    options.on_progress = [&](uint64_t done, uint64_t total) {
+      progress.Set(done, total);
+    };
+    verified = db.Verify(which, options);
+  }
+  if (verified.status().IsNotFound()) return verified.status();
+  if (!verified.ok()) {
+    std::printf("checkpoint %s: DAMAGED metadata: %s\n",
+                which.ToString().c_str(), verified.status().message().c_str());
+    return 1;
+  }
+  const VerifyReport& report = *verified;
+  const auto id = static_cast<long long>(report.checkpoint_id);
+  if (report.ok()) {
+    std::printf("checkpoint %lld: ok (%llu chunks, %s, checksums verified)\n",
+                id, static_cast<unsigned long long>(report.chunks),
+                HumanBytes(report.bytes).c_str());
+    return 0;
+  }
+  std::printf("checkpoint %lld: DAMAGED (%zu problems in %llu chunks)\n", id,
+              report.problems.size(),
+              static_cast<unsigned long long>(report.chunks));
+  for (const std::string& p : report.problems) std::printf("  %s\n", p.c_str());
+  return report.problems.size();
 }
 
 int Verify(const std::string& path, const Selection& sel) {
-  auto store = OpenStore(path);
-  if (!store.ok()) return Fail(store.status());
-  std::vector<int64_t> ids;
+  auto db = OpenStore(path);
+  if (!db.ok()) return Fail(db.status());
   if (sel.given()) {
-    auto id = (*store)->Resolve(sel.selector());
-    if (!id.ok()) return Fail(id.status());
-    ids.push_back(*id);
-  } else {
-    auto all = (*store)->List();
-    if (!all.ok()) return Fail(all.status());
-    for (const CheckpointInfo& info : *all) ids.push_back(info.id);
+    auto damaged = VerifyCheckpoint(**db, sel.selector());
+    if (!damaged.ok()) return Fail(damaged.status());
+    return *damaged == 0 ? 0 : kDamaged;
   }
+  auto all = (*db)->ListCheckpoints();
+  if (!all.ok()) return Fail(all.status());
   size_t damaged_total = 0;
-  for (int64_t id : ids) {
-    auto meta = (*store)->GetMetadata(id);
-    if (!meta.ok()) {
-      std::printf("checkpoint %lld: DAMAGED metadata: %s\n",
-                  static_cast<long long>(id), meta.status().message().c_str());
-      ++damaged_total;
-      continue;
+  for (const CheckpointInfo& info : *all) {
+    auto damaged = VerifyCheckpoint(**db, CheckpointSelector::Id(info.id));
+    // Listed, then deleted by the store's writer: not damage.
+    if (damaged.status().IsNotFound()) {
+      std::printf("checkpoint %lld: deleted while verifying\n",
+                  static_cast<long long>(info.id));
     }
-    uint64_t total = 0, chunks = 0;
-    for (const auto& [key, t] : meta->tensors) {
-      for (const ChunkMetadata& c : t.chunks) total += c.nbytes;
-    }
-    std::vector<std::string> damaged;
-    for (const auto& [key, t] : meta->tensors) {
-      for (std::string& p : LayoutProblems(key, t))
-        damaged.push_back(std::move(p));
-    }
-    {
-      Progress progress("verify", total);
-      for (const auto& [key, t] : meta->tensors) {
-        for (const ChunkMetadata& c : t.chunks) {
-          Status read = (*store)->VerifyChunk(id, key, c);
-          if (!read.ok()) damaged.push_back(read.message());
-          ++chunks;
-          progress.Add(c.nbytes);
-        }
-      }
-    }
-    if (damaged.empty()) {
-      std::printf("checkpoint %lld: ok (%llu chunks, %s, checksums verified)\n",
-                  static_cast<long long>(id),
-                  static_cast<unsigned long long>(chunks),
-                  HumanBytes(total).c_str());
-    } else {
-      std::printf("checkpoint %lld: DAMAGED (%zu problems in %llu chunks)\n",
-                  static_cast<long long>(id), damaged.size(),
-                  static_cast<unsigned long long>(chunks));
-      for (const std::string& d : damaged) std::printf("  %s\n", d.c_str());
-    }
-    damaged_total += damaged.size();
+    damaged_total += damaged.ok() ? *damaged : 0;
   }
-  if (ids.empty()) std::printf("(no checkpoints)\n");
-  if (!sel.given()) damaged_total += VerifyStore(**store);
+  if (all->empty()) std::printf("(no checkpoints)\n");
+  damaged_total += VerifyStore(**db);
   return damaged_total == 0 ? 0 : kDamaged;
 }
 
@@ -400,7 +465,7 @@ int Export(const std::string& path, const Selection& sel,
            const std::vector<std::string>& keys) {
   auto opened = OpenCheckpoint(path, sel);
   if (!opened.ok()) return Fail(opened.status());
-  storage::Store& store = *opened->store;
+  DB& db = *opened->db;
   const CheckpointMetadata* meta = &opened->meta;
   const int64_t id = meta->info.id;
   std::vector<const std::pair<const std::string, TensorMetadata>*> chosen;
@@ -428,21 +493,12 @@ int Export(const std::string& path, const Selection& sel,
     total += nbytes;
   }
   Progress progress("export", total);
-  // Assembles one whole tensor from its chunks (each read once, checksum
-  // verified) into `out`.
-  TensorFiller fill = [&](size_t i, std::vector<char>* out) -> Status {
-    const std::string& key = chosen[i]->first;
-    const TensorMetadata& t = chosen[i]->second;
-    for (const ChunkMetadata& c : t.chunks) {
-      ASSIGN_OR_RETURN(storage::ChunkBuffer buffer,
-                       store.ReadChunk(id, key, c));
-      const Shape zero(c.local_shape.size(), 0);
-      engine::CopyBox({buffer.bytes().data(), c.local_shape, zero}, t.dtype,
-                      {out->data(), t.global_shape, c.global_offset}, t.dtype,
-                      c.local_shape);
-      progress.Add(c.nbytes);
-    }
-    return Status::OK();
+  // One whole tensor, each chunk read once, checksum verified.
+  TensorFiller fill = [&](size_t i) -> Result<std::vector<std::byte>> {
+    ASSIGN_OR_RETURN(Tensor t,
+                     db.Read(chosen[i]->first, CheckpointSelector::Id(id)));
+    progress.Add(t.data.size());
+    return std::move(t.data);
   };
   Status written;
   if (format == "safetensors") {
@@ -477,7 +533,7 @@ int main(int argc, char** argv) {
       "verify, 2 any other error (no store, unknown checkpoint or key, bad "
       "arguments)."};
   app.require_subcommand(1);
-  std::string store, format, output;
+  std::string store, format, output, key, slice;
   bool as_json = false, chunks = false;
   Selection sel;
   std::vector<std::string> keys;
@@ -495,9 +551,18 @@ int main(int argc, char** argv) {
   AddSelection(show, &sel, "(default: the latest checkpoint)");
   show->add_flag("--json", as_json,
                  "print the fields of the Python API's DB.metadata() as JSON");
-  show->add_flag(
+  auto* chunks_flag = show->add_flag(
       "--chunks", chunks,
       "list every stored chunk (offset, shape, writer rank, size, checksum)");
+  auto* key_option = show->add_option(
+      "--key", key,
+      "print the values of this tensor (flat key), or this small value");
+  show->add_option("--slice", slice,
+                   "with --key: only these values, numpy's index syntax "
+                   "(\"0:4,:\", \"-1\", \"2:10, 3\"); reads only the chunks "
+                   "holding them")
+      ->needs(key_option);
+  key_option->excludes(chunks_flag);
 
   auto* verify = app.add_subcommand("verify",
                                     "Read every chunk and check checksums and "
@@ -521,6 +586,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (*list) return List(store, as_json);
+  if (*show && !key.empty()) return ShowValues(store, sel, key, slice, as_json);
   if (*show) return Show(store, sel, as_json, chunks);
   if (*verify) return Verify(store, sel);
   return Export(store, sel, format, output, keys);

@@ -1,7 +1,8 @@
-#include "tools/dump_formats.h"
+#include "dump_formats.h"
 
 #include <zip.h>
 
+#include <cassert>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -103,11 +104,10 @@ Status WriteSafetensors(const std::string& path,
       text.size();  // little-endian on every platform we build for
   RETURN_IF_ERROR(WriteAll(f.get(), &length, sizeof(length), path));
   RETURN_IF_ERROR(WriteAll(f.get(), text.data(), text.size(), path));
-  std::vector<char> buffer;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    buffer.assign(tensors[i].nbytes, 0);
-    RETURN_IF_ERROR(fill(i, &buffer));
-    RETURN_IF_ERROR(WriteAll(f.get(), buffer.data(), buffer.size(), path));
+    ASSIGN_OR_RETURN(std::vector<std::byte> bytes, fill(i));
+    assert(bytes.size() == tensors[i].nbytes);
+    RETURN_IF_ERROR(WriteAll(f.get(), bytes.data(), bytes.size(), path));
   }
   if (std::fflush(f.get()) != 0)
     return Status::IOError("writing " + path + ": " + std::strerror(errno));
@@ -148,7 +148,7 @@ struct NpySource {
   size_t index;
   const TensorFiller* fill;
   std::string header;
-  std::vector<char> data;
+  std::vector<std::byte> data;
   uint64_t offset = 0;
   Status status;
   zip_error_t error;
@@ -158,15 +158,18 @@ zip_int64_t NpyCallback(void* user, void* data, zip_uint64_t len,
                         zip_source_cmd_t cmd) {
   auto* s = static_cast<NpySource*>(user);
   switch (cmd) {
-    case ZIP_SOURCE_OPEN:
-      s->data.assign(s->tensor->nbytes, 0);
-      s->status = (*s->fill)(s->index, &s->data);
+    case ZIP_SOURCE_OPEN: {
+      Result<std::vector<std::byte>> bytes = (*s->fill)(s->index);
       s->offset = 0;
-      if (!s->status.ok()) {
+      if (!bytes.ok()) {
+        s->status = bytes.status();
         zip_error_set(&s->error, ZIP_ER_READ, EIO);
         return -1;
       }
+      s->data = std::move(bytes).value();
+      assert(s->data.size() == s->tensor->nbytes);
       return 0;
+    }
     case ZIP_SOURCE_READ: {
       const uint64_t total = s->header.size() + s->data.size();
       const uint64_t n = std::min<uint64_t>(len, total - s->offset);
@@ -188,7 +191,7 @@ zip_int64_t NpyCallback(void* user, void* data, zip_uint64_t len,
       return static_cast<zip_int64_t>(n);
     }
     case ZIP_SOURCE_CLOSE:
-      std::vector<char>().swap(s->data);
+      std::vector<std::byte>().swap(s->data);
       return 0;
     case ZIP_SOURCE_STAT: {
       auto* st = static_cast<zip_stat_t*>(data);

@@ -4,6 +4,7 @@
 // Tensors are produced one at a time by a callback, so that memory stays
 // bounded by the largest tensor.
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -22,9 +23,9 @@ struct ExportTensor {
   uint64_t nbytes;
 };
 
-// Fills `out` (already sized to the tensor's bytes) with tensor `index`.
+// The bytes of tensor `index` (row-major, exactly its nbytes).
 using TensorFiller =
-    std::function<Status(size_t index, std::vector<char>* out)>;
+    std::function<Result<std::vector<std::byte>>(size_t index)>;
 
 // safetensors: an 8-byte little-endian header length, a JSON header (dtype,
 // shape, data_offsets of each tensor, "__metadata__"), then the tensors'

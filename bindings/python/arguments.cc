@@ -200,4 +200,45 @@ Result<Options> OpenOptions(py::handle create, py::handle read_only,
   return o;
 }
 
+namespace {
+
+// One entry of a DB.read index: an int or a slice.
+Result<IndexEntry> IndexEntryOf(py::handle entry, const std::string& what) {
+  if (PySlice_Check(entry.ptr())) {
+    ASSIGN_OR_RETURN(std::optional<int64_t> start,
+                     OptionalInt(entry.attr("start"), what + " start"));
+    ASSIGN_OR_RETURN(std::optional<int64_t> stop,
+                     OptionalInt(entry.attr("stop"), what + " stop"));
+    ASSIGN_OR_RETURN(std::optional<int64_t> step,
+                     OptionalInt(entry.attr("step"), what + " step"));
+    return IndexEntry::Range(start, stop, step.value_or(1));
+  }
+  if (PyBool_Check(entry.ptr()) || IsNumpyBool(entry) ||
+      !PyIndex_Check(entry.ptr())) {
+    return WrongType(what, "an int or a slice", entry);
+  }
+  ASSIGN_OR_RETURN(int64_t at, Int(entry, what));
+  return IndexEntry::At(at);
+}
+
+}  // namespace
+
+Result<TensorIndex> IndexOf(py::handle index, const std::string& key) {
+  TensorIndex out;
+  if (index.is_none()) return out;
+  const std::string what = "index " + Repr(index) + " of tensor '" + key + "'";
+  if (!PyTuple_Check(index.ptr())) {
+    ASSIGN_OR_RETURN(IndexEntry entry, IndexEntryOf(index, what));
+    out.push_back(entry);
+    return out;
+  }
+  for (py::handle entry : index) {
+    ASSIGN_OR_RETURN(IndexEntry e,
+                     IndexEntryOf(entry, what + ", entry " +
+                                             std::to_string(out.size()) + ","));
+    out.push_back(e);
+  }
+  return out;
+}
+
 }  // namespace ckptdb::python

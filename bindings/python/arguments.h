@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "ckptdb/box.h"
 #include "ckptdb/metadata.h"
 #include "ckptdb/options.h"
 #include "ckptdb/status.h"
@@ -53,6 +54,12 @@ Result<CheckpointSelector> Selector(pybind11::handle step, pybind11::handle tag,
 // A tensor key for DB.read: a flat key (str) or a path (tuple or list of str
 // and int parts, as in the flat mapping).
 Result<std::string> FlatKey(pybind11::handle key);
+
+// The part of tensor `key` that DB.read's `index` selects: None (the whole
+// tensor), an int or a slice, or a tuple of ints and slices (numpy's basic
+// indexing without Ellipsis or newaxis). Bounds and steps are checked against
+// the tensor by DB::Read; here only the types, naming the key and the index.
+Result<TensorIndex> IndexOf(pybind11::handle index, const std::string& key);
 
 // The Options of ckptdb.open(path, create=, read_only=, **options).
 Result<Options> OpenOptions(pybind11::handle create, pybind11::handle read_only,

@@ -3,9 +3,6 @@
 // StateDicts of borrowed views (zero copy), runs DB calls without the GIL, and
 // raises the package's exception classes.
 #include <dlpack/dlpack.h>
-#ifdef CKPTDB_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -268,19 +265,9 @@ TensorView FromDLPackObject(const py::object& obj, const std::string& path,
   Device device;
   if (t.device.device_type == kDLCUDA ||
       t.device.device_type == kDLCUDAManaged) {
-#ifdef CKPTDB_WITH_CUDA
+    // The library checks that it can use the device, and waits for the
+    // producer's queued work on it (DB::Save, DB::Load).
     device = {DeviceType::kCUDA, static_cast<int>(t.device.device_id)};
-    // The producer's queued work on the tensor must finish before ckptdb's
-    // own streams read or write it.
-    if (cudaDeviceSynchronize() != cudaSuccess) {
-      Invalid("tensor " + Where(path) +
-              ": a CUDA tensor, but the CUDA device cannot be used");
-    }
-#else
-    Invalid(
-        "tensor " + Where(path) +
-        ": GPU tensors need a ckptdb built with CUDA (this build is CPU only)");
-#endif
   } else if (t.device.device_type != kDLCPU &&
              t.device.device_type != kDLCUDAHost) {
     Invalid("tensor " + Where(path) + ": DLPack device type " +
@@ -682,12 +669,17 @@ class PyDB {
   }
 
   py::array Read(const py::object& key, const py::object& step,
-                 const py::object& tag, const py::object& id) {
+                 const py::object& tag, const py::object& id,
+                 const py::object& index) {
     const CheckpointSelector which = Unwrap(Selector(step, tag, id));
     const std::string flat = Unwrap(FlatKey(key));
+    const TensorIndex part = Unwrap(IndexOf(index, flat));
     DB& d = db();
-    Result<Tensor> read = WithoutGil([&] { return d.Read(flat, which); });
+    ReadStats stats;
+    Result<Tensor> read =
+        WithoutGil([&] { return d.Read(flat, which, part, &stats); });
     auto* tensor = new Tensor(Unwrap(std::move(read)));
+    last_read_bytes_ = stats.bytes_read;
     py::capsule owner(tensor, [](void* p) { delete static_cast<Tensor*>(p); });
     std::vector<py::ssize_t> shape(tensor->shape.begin(), tensor->shape.end());
     return py::array(ToNumpy(tensor->dtype), shape, tensor->data.data(), owner);
@@ -720,9 +712,12 @@ class PyDB {
   int rank() { return db().communicator().rank(); }
   int size() { return db().communicator().size(); }
   const std::string& path() const { return path_; }
+  uint64_t last_read_bytes() const { return last_read_bytes_; }
 
  private:
   std::string path_;
+  // Chunk bytes the last successful read() read.
+  uint64_t last_read_bytes_ = 0;
   std::unique_ptr<DB> db_;
 };
 
@@ -810,7 +805,7 @@ void DefineDB(py::module_& m) {
            py::arg("id") = py::none())
       .def("read", &PyDB::Read, py::arg("key"), py::kw_only(),
            py::arg("step") = py::none(), py::arg("tag") = py::none(),
-           py::arg("id") = py::none())
+           py::arg("id") = py::none(), py::arg("index") = py::none())
       .def("delete", &PyDB::Delete, py::kw_only(), py::arg("step") = py::none(),
            py::arg("tag") = py::none(), py::arg("id") = py::none())
       .def("verify", &PyDB::Verify, py::kw_only(), py::arg("step") = py::none(),
@@ -819,7 +814,8 @@ void DefineDB(py::module_& m) {
       .def_property_readonly("closed", &PyDB::closed)
       .def_property_readonly("rank", &PyDB::rank)
       .def_property_readonly("size", &PyDB::size)
-      .def_property_readonly("path", &PyDB::path);
+      .def_property_readonly("path", &PyDB::path)
+      .def_property_readonly("last_read_bytes", &PyDB::last_read_bytes);
 }
 
 }  // namespace

@@ -1,9 +1,6 @@
-#include <new>
 #include <thread>
 
-#include "engine/src/box_copy.h"
 #include "engine/src/db_impl.h"
-#include "engine/src/parallel.h"
 #include "engine/src/wire.h"
 
 namespace ckptdb {
@@ -131,45 +128,6 @@ Result<CheckpointMetadata> DBImpl::GetMetadata(
   return ResolveLocal(which);
 }
 
-Result<Tensor> DBImpl::Read(const std::string& flat_key,
-                            const CheckpointSelector& which) {
-  ASSIGN_OR_RETURN(CheckpointMetadata meta, ResolveLocal(which));
-  auto it = meta.tensors.find(flat_key);
-  if (it == meta.tensors.end()) {
-    if (meta.values.count(flat_key)) {
-      return Status::InvalidArgument(
-          "key '" + flat_key + "' of checkpoint id " +
-          std::to_string(meta.info.id) + " is a small value, not a tensor");
-    }
-    return Status::NotFound("no tensor '" + flat_key + "' in checkpoint id " +
-                            std::to_string(meta.info.id));
-  }
-  const TensorMetadata& tensor = it->second;
-  Tensor out;
-  out.dtype = tensor.dtype;
-  out.shape = tensor.global_shape;
-  const size_t nbytes = static_cast<size_t>(NumElements(tensor.global_shape)) *
-                        DTypeSize(tensor.dtype);
-  try {
-    out.data.resize(nbytes);
-  } catch (const std::bad_alloc&) {
-    return Status::Internal("cannot allocate " + std::to_string(nbytes) +
-                            " bytes for tensor '" + flat_key + "'");
-  }
-  const Shape zero(tensor.global_shape.size(), 0);
-  RETURN_IF_ERROR(
-      ParallelFor(tensor.chunks.size(), io_threads(), [&](size_t c) -> Status {
-        const ChunkMetadata& chunk = tensor.chunks[c];
-        ASSIGN_OR_RETURN(storage::ChunkBuffer buffer,
-                         store_->ReadChunk(meta.info.id, flat_key, chunk));
-        CopyBox({buffer.bytes().data(), chunk.local_shape, zero}, tensor.dtype,
-                {out.data.data(), out.shape, chunk.global_offset}, tensor.dtype,
-                chunk.local_shape);
-        return Status::OK();
-      }));
-  return out;
-}
-
 Status DBImpl::Delete(const CheckpointSelector& which) {
   WaitPending();
   RETURN_IF_ERROR(CheckOpen());
@@ -181,32 +139,6 @@ Status DBImpl::Delete(const CheckpointSelector& which) {
     ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
     return store_->Delete(id);
   });
-}
-
-Status DBImpl::Verify(const CheckpointSelector& which) {
-  ASSIGN_OR_RETURN(CheckpointMetadata meta, ResolveLocal(which));
-  std::vector<std::pair<const std::string*, const ChunkMetadata*>> chunks;
-  for (const auto& [key, tensor] : meta.tensors) {
-    for (const auto& chunk : tensor.chunks) chunks.emplace_back(&key, &chunk);
-  }
-  std::vector<Status> results(chunks.size());
-  RETURN_IF_ERROR(
-      ParallelFor(chunks.size(), io_threads(), [&](size_t i) -> Status {
-        results[i] = store_->VerifyChunk(meta.info.id, *chunks[i].first,
-                                         *chunks[i].second);
-        return Status::OK();
-      }));
-  std::string damaged;
-  size_t count = 0;
-  for (const Status& s : results) {
-    if (s.ok()) continue;
-    ++count;
-    damaged += (damaged.empty() ? "" : "; ") + s.message();
-  }
-  if (count == 0) return Status::OK();
-  return Status::Corruption(std::to_string(count) + " of " +
-                            std::to_string(chunks.size()) +
-                            " chunks damaged: " + damaged);
 }
 
 Status DBImpl::Close() {

@@ -33,10 +33,15 @@ class DBImpl : public DB {
   Result<std::vector<CheckpointInfo>> ListCheckpoints() override;
   Result<CheckpointMetadata> GetMetadata(
       const CheckpointSelector& which) override;
+  using DB::Read;
   Result<Tensor> Read(const std::string& flat_key,
-                      const CheckpointSelector& which) override;
+                      const CheckpointSelector& which, const TensorIndex& index,
+                      ReadStats* stats) override;
   Status Delete(const CheckpointSelector& which) override;
-  Status Verify(const CheckpointSelector& which) override;
+  using DB::Verify;
+  Result<VerifyReport> Verify(const CheckpointSelector& which,
+                              const VerifyOptions& options) override;
+  Result<StoreCheckReport> CheckStore() override;
   Status Close() override;
   const Communicator& communicator() const override { return *comm_; }
 

@@ -56,6 +56,11 @@ class DeviceCopier {
   virtual Result<void*> AllocDevice(const Device& device, size_t n) = 0;
   virtual void FreeDevice(const Device& device, void* p) = 0;
 
+  // Waits until the work others queued on `device` (the producer of a
+  // caller's tensor, such as a framework's stream) has finished, so that the
+  // copier's own queues may read and write the caller's tensors there.
+  virtual Status Synchronize(const Device& device) = 0;
+
   // The device a rank works on when none of its tensors names one (CUDA: the
   // calling thread's current device).
   virtual Result<Device> DefaultDevice() = 0;

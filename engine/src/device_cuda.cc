@@ -103,6 +103,11 @@ class CudaCopier : public DeviceCopier {
     cudaFree(p);
   }
 
+  Status Synchronize(const Device& device) override {
+    RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
+    return FromCuda(cudaDeviceSynchronize(), "waiting for the device");
+  }
+
   Result<Device> DefaultDevice() override {
     int index = 0;
     RETURN_IF_ERROR(FromCuda(cudaGetDevice(&index), "finding the device"));

@@ -4,7 +4,9 @@
 
 #include <random>
 
+#include "ckptdb/db.h"
 #include "tests/testing/host_device.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ckptdb::engine {
 namespace {
@@ -144,6 +146,38 @@ TEST(PlaceBox, HostTargetsNeverTouchTheCopier) {
   EXPECT_EQ(dst, src);
   EXPECT_EQ(device.to_device_bytes.load(), 0u);
   EXPECT_EQ(staging.size(), 0u);
+}
+
+// The caller's producer may still be writing a device tensor: save and load
+// wait for the work queued on its device first, and a device that cannot be
+// used is InvalidArgument naming the tensor.
+TEST(DeviceTensors, SaveAndLoadWaitForTheProducersWork) {
+  testing::HostAsDevice device;
+  testing::TempDir dir;
+  auto db = DB::Open(Options(), dir.path());
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  std::vector<float> w = {1, 2, 3, 4};
+  const Device cuda{DeviceType::kCUDA, 0};
+  StateDict sd;
+  sd.Set("w", TensorView::Whole(w.data(), DType::kFloat32, {4}, cuda));
+  ASSERT_TRUE((*db)->Save(sd, {.step = 1}).ok());
+  EXPECT_EQ(device.synchronized.load(), 1u);
+  std::vector<float> out(4, 0);
+  StateDict target;
+  target.Set("w", TensorView::Whole(out.data(), DType::kFloat32, {4}, cuda));
+  ASSERT_TRUE((*db)->Load(target, CheckpointSelector::Latest(), {}).ok());
+  EXPECT_EQ(device.synchronized.load(), 2u);
+  EXPECT_EQ(out, w);
+  device.fail_synchronize = true;
+  auto saved = (*db)->Save(sd, {.step = 2});
+  ASSERT_TRUE(saved.status().IsInvalidArgument());
+  EXPECT_NE(saved.status().message().find("tensor 'w'"), std::string::npos)
+      << saved.status().message();
+  EXPECT_TRUE((*db)
+                  ->Load(target, CheckpointSelector::Latest(), {})
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_EQ((*db)->ListCheckpoints()->size(), 1u);
 }
 
 }  // namespace

@@ -107,7 +107,8 @@ Status CheckView(const std::string& flat_key, const TensorView& view) {
     if (view.device.type != DeviceType::kCUDA || view.device.index < 0) {
       return Status::InvalidArgument(what + ": unknown device");
     }
-    if (CurrentDeviceCopier() == nullptr) {
+    DeviceCopier* copier = CurrentDeviceCopier();
+    if (copier == nullptr) {
 #ifdef CKPTDB_WITH_CUDA
       return Status::InvalidArgument(
           what + ": a CUDA tensor, but no CUDA device is available");
@@ -115,6 +116,13 @@ Status CheckView(const std::string& flat_key, const TensorView& view) {
       return Status::InvalidArgument(
           what + ": device tensors need a build with CUDA support");
 #endif
+    }
+    const Status ready = copier->Synchronize(view.device);
+    if (!ready.ok()) {
+      return Status::InvalidArgument(what +
+                                     ": a CUDA tensor, but CUDA device " +
+                                     std::to_string(view.device.index) +
+                                     " cannot be used: " + ready.message());
     }
   }
   if (view.data == nullptr && view.nbytes() > 0) {

@@ -11,7 +11,9 @@ namespace ckptdb::engine {
 // partition check the save planner runs on all ranks' boxes), or its flat
 // range inside the flattened tensor; its strides are one per dimension and
 // not negative (not 0 on a device); its device is known and usable, its
-// memory is present when it holds bytes.
+// memory is present when it holds bytes. For a device view, waits for the
+// work queued on its device (DeviceCopier::Synchronize): the caller's
+// producer may still be writing the tensor.
 Status CheckView(const std::string& flat_key, const TensorView& view);
 
 // CheckView, and no two elements of a load target share memory through a

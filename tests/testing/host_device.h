@@ -80,8 +80,19 @@ class HostAsDevice : public engine::DeviceCopier {
     return Device{DeviceType::kCUDA, 0};
   }
 
+  Status Synchronize(const Device& device) override {
+    if (device.type != DeviceType::kCUDA)
+      return Status::Internal("bad device synchronize");
+    ++synchronized;
+    if (fail_synchronize) return Status::Internal("device lost (test)");
+    return Status::OK();
+  }
+
   std::atomic<uint64_t> to_host_bytes{0}, to_device_bytes{0}, copies_2d{0},
       within_device_bytes{0};
+  // Synchronize calls; whether they fail.
+  std::atomic<uint64_t> synchronized{0};
+  std::atomic<bool> fail_synchronize{false};
 
  private:
   // A packed box into a "device" array through the 2-D copies, counted in

@@ -313,3 +313,41 @@ def test_a_store_that_lost_a_committed_checkpoint_does_not_open(tmp_path):
     p = dump("list", path)
     assert p.returncode == 2 and "records are missing" in p.stderr, p.stdout + p.stderr
     assert sorted(os.listdir(path)) == before
+
+
+def test_show_key_slice_prints_just_those_values(store):
+    # "ckpt-db-dump show --key K --slice 0:4,:" prints those values, read from only their chunks.
+    w = STATE["model"]["w"]
+    p = dump("show", store, "--key", "model.w", "--slice", "0:4,:", check=0)
+    lines = p.stdout.splitlines()
+    assert "tensor 'model.w' float32 [40, 24]" in lines[0] and "index [0:4, :] -> shape [4, 24]" in lines[0]
+    # Chunks of 512 bytes hold 5 rows of 24 float32: rows 0..3 are in the first of 8.
+    assert lines[1] == "read 1 of 8 chunks (480 of 3840 bytes)", lines[1]
+    values = np.array(eval(p.stdout[p.stdout.index("[["):]), np.float32)
+    np.testing.assert_array_equal(values, w[0:4, :])
+    shown = json.loads(dump("show", store, "--tag", "first", "--key", "model.w", "--slice", "-1, 3:5",
+                            "--json", check=0).stdout)
+    assert shown["shape"] == [2] and shown["index"] == "[-1, 3:5]" and shown["chunks_read"] == 1
+    np.testing.assert_array_equal(np.array(shown["values"], np.float32), w[-1, 3:5])
+    whole = dump("show", store, "--key", "optimizer.q", check=0).stdout
+    assert np.array_equal(np.array(eval(whole[whole.index("[["):])), STATE["optimizer"]["q"])
+    assert "model.bf" in dump("show", store, "--key", "model.bf", "--slice", "2", check=0).stdout
+    assert dump("show", store, "--key", "optimizer.name", check=0).stdout == 'optimizer.name = "adam" (str)\n'
+    assert "True" in dump("show", store, "--key", "optimizer.flags", check=0).stdout or \
+        "False" in dump("show", store, "--key", "optimizer.flags", check=0).stdout
+
+
+def test_show_key_slice_errors_name_key_shape_and_slice(store):
+    for args, needles in [
+        (["--key", "model.w", "--slice", "0:41"], ["'model.w'", "[40, 24]", "[0:41]", "out of range"]),
+        (["--key", "model.w", "--slice", "::2"], ["'model.w'", "step 2"]),
+        (["--key", "model.w", "--slice", "1,2,3"], ["'model.w'", "more than"]),
+        (["--key", "model.w", "--slice", "a"], ["--slice 'a'"]),
+        (["--key", "nope"], ["'nope'"]),
+    ]:
+        p = dump("show", store, *args)
+        assert p.returncode == 2, args
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+        for needle in needles:
+            assert needle in p.stderr, (needle, p.stderr)
+    assert dump("show", store, "--slice", "0:4").returncode != 0  # --slice needs --key

@@ -255,10 +255,16 @@ class DB:
         return self._db.metadata(step=step, tag=tag, id=id)
 
     @_api
-    def read(self, key, *, step=None, tag=None, id=None):
-        """The whole tensor ``key`` (a flat key such as ``"model.w"`` or a
-        tuple path) as a new numpy array. Local."""
-        return self._db.read(key, step=step, tag=tag, id=id)
+    def read(self, key, *, step=None, tag=None, id=None, index=None):
+        """The tensor ``key`` (a flat key such as ``"model.w"`` or a tuple
+        path) as a new numpy array; with ``index`` (an int, a slice with step
+        1, or a tuple of them, e.g. ``np.s_[1024:2048, :]``; ints drop their
+        dimension, as in numpy) only that part, read from only the stored
+        chunks that hold it, each checksum-verified. A bad index (out of
+        range, a step other than 1, more entries than dimensions) raises
+        :class:`InvalidArgumentError` naming the key, the shape and the index.
+        :attr:`last_read_bytes` then tells the chunk bytes read. Local."""
+        return self._db.read(key, step=step, tag=tag, id=id, index=index)
 
     @_api
     def delete(self, *, step=None, tag=None, id=None):
@@ -284,6 +290,12 @@ class DB:
     @property
     def path(self):
         return self._path
+
+    @property
+    def last_read_bytes(self):
+        """Bytes of the stored chunks the last successful :meth:`read` read
+        (0 before any)."""
+        return self._db.last_read_bytes
 
     @property
     def rank(self):

@@ -9,10 +9,13 @@
 //   ASSIGN_OR_RETURN(auto result, db->Load(sd,
 //   ckptdb::CheckpointSelector::Latest(), {}));
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ckptdb/box.h"
 #include "ckptdb/communicator.h"
 #include "ckptdb/metadata.h"
 #include "ckptdb/options.h"
@@ -40,11 +43,61 @@ struct LoadResult {
   LoadStats stats;
 };
 
-// An owned whole tensor returned by DB::Read.
+// An owned tensor (or part of one) returned by DB::Read.
 struct Tensor {
   DType dtype = DType::kFloat32;
   Shape shape;
-  std::vector<std::byte> data;  // C-contiguous
+  // C-contiguous.
+  std::vector<std::byte> data;
+};
+
+// Byte counts of one DB::Read.
+struct ReadStats {
+  // Bytes of the stored chunks read (each chunk meeting the index is read
+  // whole and its checksum verified).
+  uint64_t bytes_read = 0;
+  uint64_t chunks_read = 0;
+};
+
+// Per-verify parameters.
+struct VerifyOptions {
+  // Progress, when set: called after each chunk with the chunk bytes checked
+  // so far and the checkpoint's total, one call at a time (from I/O threads).
+  std::function<void(uint64_t done, uint64_t total)> on_progress;
+};
+
+// What DB::Verify found in one checkpoint.
+struct VerifyReport {
+  int64_t checkpoint_id = 0;
+  // Chunks read and checked, and their bytes.
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;
+  // Chunks unreadable or whose checksum differs.
+  uint64_t damaged_chunks = 0;
+  // One message per problem, naming the tensor and the chunk (offset): a
+  // chunk outside its tensor, a recorded size that does not match its box,
+  // chunks that overlap or leave a gap, a chunk unreadable or whose checksum
+  // differs. Empty when the checkpoint is intact.
+  std::vector<std::string> problems;
+
+  bool ok() const { return problems.empty(); }
+};
+
+// What DB::CheckStore found beyond single checkpoints.
+struct StoreCheckReport {
+  // Checkpoint ids with chunk data but no record that may have been
+  // committed: damage (the data is kept, never deleted).
+  std::vector<int64_t> unaccounted_chunk_ids;
+  // Checkpoint ids with chunk data but no record that were never committed:
+  // a save under way or interrupted, whose leftovers the next read-write open
+  // removes. Not damage.
+  std::vector<int64_t> unfinished_save_ids;
+  // Damaged copies of the commit journal (the other copy is in use), by path.
+  std::vector<std::string> damaged_journal_copies;
+
+  bool ok() const {
+    return unaccounted_chunk_ids.empty() && damaged_journal_copies.empty();
+  }
 };
 
 // A save running in the background (DB::SaveAsync).
@@ -66,7 +119,7 @@ class PendingSave {
 // Ranks that pass a different step, tag or user metadata (Save), selector,
 // strict or cast (Load) or selector (Delete) all get InvalidArgument naming the
 // argument and the ranks, before anything is written.
-// ListCheckpoints, GetMetadata, Read and Verify are local.
+// ListCheckpoints, GetMetadata, Read, Verify and CheckStore are local.
 // Thread-safety: collective calls must not overlap one another; local calls may
 // run on other threads at any time.
 class DB {
@@ -112,16 +165,42 @@ class DB {
   virtual Result<CheckpointMetadata> GetMetadata(
       const CheckpointSelector& which) = 0;
 
-  // The whole tensor stored under `flat_key`, assembled from its chunks.
+  // The part `index` selects (numpy's way, ckptdb/box.h) of the tensor
+  // stored under `flat_key`, read from only the chunks that hold part of it,
+  // each checksum-verified. `stats`, when given, receives what was read.
+  // NotFound naming the key when the checkpoint has no such tensor;
+  // InvalidArgument naming the key, the tensor's shape and the index for a
+  // bad index (out of range, step other than 1, too many entries).
   virtual Result<Tensor> Read(const std::string& flat_key,
-                              const CheckpointSelector& which) = 0;
+                              const CheckpointSelector& which,
+                              const TensorIndex& index, ReadStats* stats) = 0;
+  // The whole tensor.
+  Result<Tensor> Read(const std::string& flat_key,
+                      const CheckpointSelector& which) {
+    return Read(flat_key, which, TensorIndex{}, nullptr);
+  }
+  // Exactly `box` of the tensor (dimensions the box lacks are taken whole).
+  // InvalidArgument naming the key and the box when it has a negative offset
+  // or extent, or does not lie inside the tensor.
+  Result<Tensor> Read(const std::string& flat_key,
+                      const CheckpointSelector& which, const Box& box,
+                      ReadStats* stats = nullptr);
 
   // Removes a checkpoint and reclaims its space.
   virtual Status Delete(const CheckpointSelector& which) = 0;
 
-  // Verifies the checksum of every chunk of a checkpoint; Corruption names each
-  // damaged one.
-  virtual Status Verify(const CheckpointSelector& which) = 0;
+  // Reads every chunk of a checkpoint, verifying its checksum, and checks
+  // that the chunks partition each tensor. Damage is reported, not failed:
+  // the error statuses are those of finding the checkpoint and reading its
+  // records (Corruption naming the checkpoint when a record is damaged).
+  virtual Result<VerifyReport> Verify(const CheckpointSelector& which,
+                                      const VerifyOptions& options) = 0;
+  // Like the above; Corruption naming each damaged chunk.
+  Status Verify(const CheckpointSelector& which);
+
+  // The store as a whole: chunk data that no checkpoint record accounts for,
+  // damaged copies of the commit journal.
+  virtual Result<StoreCheckReport> CheckStore() = 0;
 
   // Releases the store. Further calls fail with FailedPrecondition.
   virtual Status Close() = 0;

@@ -1,8 +1,8 @@
-#include "tools/dump_checks.h"
+#include "planner/layout_problems.h"
 
 #include "planner/partition.h"
 
-namespace ckptdb::tools {
+namespace ckptdb::planner {
 namespace {
 
 std::string ChunkName(const ChunkMetadata& c) {
@@ -13,8 +13,7 @@ std::string ChunkName(const ChunkMetadata& c) {
 
 // The message of a layout problem other than a chunk outside the tensor.
 std::string LayoutMessage(const std::string& name, const TensorMetadata& t,
-                          const planner::PartitionProblem& p) {
-  using planner::PartitionError;
+                          const PartitionProblem& p) {
   const std::string shape = ShapeToString(t.global_shape);
   switch (p.error) {
     case PartitionError::kNone:
@@ -30,7 +29,7 @@ std::string LayoutMessage(const std::string& name, const TensorMetadata& t,
     case PartitionError::kOverlap:
       return name + ": " + ChunkName(t.chunks[p.box]) + " and " +
              ChunkName(t.chunks[p.other_box]) + " overlap in " +
-             planner::BoxToString(p.overlap);
+             BoxToString(p.overlap);
     case PartitionError::kGap:
       break;
   }
@@ -48,12 +47,11 @@ std::vector<std::string> LayoutProblems(const std::string& key,
                                         const TensorMetadata& t) {
   std::vector<std::string> problems;
   const std::string name = "tensor '" + key + "'";
-  std::vector<planner::Box> boxes;
+  std::vector<Box> boxes;
   boxes.reserve(t.chunks.size());
   for (const ChunkMetadata& c : t.chunks) {
     boxes.push_back({c.global_offset, c.local_shape});
-    if (planner::CheckBoxInside(t.global_shape, boxes.back()) !=
-        planner::PartitionError::kNone) {
+    if (CheckBoxInside(t.global_shape, boxes.back()) != PartitionError::kNone) {
       problems.push_back(name + ": " + ChunkName(c) + " lies outside " +
                          ShapeToString(t.global_shape));
       continue;
@@ -68,10 +66,9 @@ std::vector<std::string> LayoutProblems(const std::string& key,
     }
   }
   if (!problems.empty()) return problems;
-  const planner::PartitionProblem p =
-      planner::CheckPartition(t.global_shape, boxes);
+  const PartitionProblem p = CheckPartition(t.global_shape, boxes);
   if (!p.ok()) problems.push_back(LayoutMessage(name, t, p));
   return problems;
 }
 
-}  // namespace ckptdb::tools
+}  // namespace ckptdb::planner

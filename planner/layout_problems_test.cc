@@ -1,8 +1,8 @@
-#include "tools/dump_checks.h"
+#include "planner/layout_problems.h"
 
 #include <gtest/gtest.h>
 
-namespace ckptdb::tools {
+namespace ckptdb::planner {
 namespace {
 
 TensorMetadata Rows(std::vector<std::pair<int64_t, int64_t>>
@@ -53,4 +53,4 @@ TEST(LayoutProblemsTest, OverlapThatHidesAGapOfTheSameVolume) {
 }
 
 }  // namespace
-}  // namespace ckptdb::tools
+}  // namespace ckptdb::planner
