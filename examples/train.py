@@ -141,12 +141,16 @@ def main():
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--shard", choices=("rows", "cols"), default="rows")
     p.add_argument("--resume", action="store_true", help="load the latest checkpoint first")
+    p.add_argument("--keep-last", type=int, default=None,
+                   help="retention: keep only the newest N checkpoints (default: all)")
     args = p.parse_args()
 
     shards = [Shard(name, shape, split, args.shard, seed)
               for seed, (name, shape, split) in enumerate(layers(args.hidden, args.depth))]
     step = 0
-    with ckptdb.open(args.store, comm) as db:
+    # Checkpoints are written in the background (save_async): training goes on as soon as the
+    # state is copied; retention deletes old checkpoints after each commit.
+    with ckptdb.open(args.store, comm, keep_last=args.keep_last) as db:
         if args.resume:
             sd = state_dict(shards, 0)
             t0 = time.perf_counter()
@@ -161,17 +165,29 @@ def main():
                 print(f"fingerprint step {step}: {fingerprint(shards, step):016x}", flush=True)
             else:
                 fingerprint(shards, step)
+        pending = None
+
+        def report(pending):
+            if pending is None:
+                return
+            saved, handle = pending
+            info = handle.wait()  # raises the save's error on every rank
+            if rank == 0:
+                print(f"saved step {saved} as checkpoint {info.id} from {size} ranks ({info.nbytes} bytes)",
+                      flush=True)
+
         while step < args.steps:
             step += 1
             for s in shards:
                 s.step(step)
             if step % args.save_every == 0:
-                info = db.save(state_dict(shards, step), step=step, metadata={"shard": args.shard})
+                report(pending)  # the previous save, committed by now or waited for
+                pending = (step, db.save_async(state_dict(shards, step), step=step,
+                                               metadata={"shard": args.shard}))
                 fp = fingerprint(shards, step)
                 if rank == 0:
-                    print(f"saved step {step} as checkpoint {info.id} from {size} ranks ({info.nbytes} bytes)",
-                          flush=True)
                     print(f"fingerprint step {step}: {fp:016x}", flush=True)
+        report(pending)
         fp = fingerprint(shards, step)
         if rank == 0:
             print(f"final step {step}: {fp:016x}", flush=True)

@@ -57,16 +57,28 @@ Options StoreOptions() {
 constexpr char kChildFlag[] = "--save-forever";
 
 // Child: save forever, deleting old checkpoints now and then, writing one byte
-// to `progress_fd` after each commit. Never returns.
+// to `progress_fd` after each commit. With `async`, saves are SaveAsync with
+// retention (keep_last 3) in the background, and the state is overwritten as
+// soon as the call returns, as training would. Never returns.
 [[noreturn]] void SaveForever(const std::string& path, int64_t first_step,
-                              int progress_fd) {
-  auto db = DB::Open(StoreOptions(), path);
+                              int progress_fd, bool async) {
+  Options options = StoreOptions();
+  if (async) options.keep_last = 3;
+  auto db = DB::Open(options, path);
   if (!db.ok()) _exit(2);
   for (int64_t step = first_step;; ++step) {
     StepState state(step);
-    if (!(*db)->Save(state.Dict(), {.step = step}).ok()) _exit(3);
+    if (async) {
+      auto pending = (*db)->SaveAsync(state.Dict(), {.step = step});
+      if (!pending.ok()) _exit(3);
+      std::fill(state.a.begin(), state.a.end(), 0xEE);
+      std::fill(state.b.begin(), state.b.end(), 0xEE);
+      if (!(*pending)->Wait().ok()) _exit(3);
+    } else if (!(*db)->Save(state.Dict(), {.step = step}).ok()) {
+      _exit(3);
+    }
     if (write(progress_fd, "s", 1) != 1) _exit(6);
-    if (step % 3 == 0) {
+    if (!async && step % 3 == 0) {
       auto list = (*db)->ListCheckpoints();
       if (list.ok() && list->size() > 3) {
         if (!(*db)->Delete(CheckpointSelector::Id(list->front().id)).ok())
@@ -94,7 +106,9 @@ uint64_t SstBytes(const std::string& dir) {
   return total;
 }
 
-TEST(CrashTest, KilledSavesNeverLeavePartialCheckpoints) {
+// 24 rounds of: a child saving forever (asynchronously with `async`), killed
+// at a random point; the store is then checked.
+void KillRounds(bool async) {
   testing::TempDir dir;
   // CKPTDB_CRASH_SEED varies the kill points for exploratory runs.
   const char* seed = std::getenv("CKPTDB_CRASH_SEED");
@@ -117,7 +131,8 @@ TEST(CrashTest, KilledSavesNeverLeavePartialCheckpoints) {
       const std::string step = std::to_string(next_step);
       const std::string fd = std::to_string(progress[1]);
       execl("/proc/self/exe", "crash_test", kChildFlag, dir.path().c_str(),
-            step.c_str(), fd.c_str(), static_cast<char*>(nullptr));
+            step.c_str(), fd.c_str(), async ? "async" : "sync",
+            static_cast<char*>(nullptr));
       _exit(5);
     }
     close(progress[1]);
@@ -169,16 +184,25 @@ TEST(CrashTest, KilledSavesNeverLeavePartialCheckpoints) {
   // The children also deleted checkpoints (ids that are no longer listed).
   EXPECT_GT(max_id, static_cast<int64_t>(listed));
   std::printf(
-      "%lld checkpoints committed over 24 kills, %zu listed at the end\n",
-      static_cast<long long>(max_id), listed);
+      "%s: %lld checkpoints committed over 24 kills, %zu listed at the end\n",
+      async ? "async saves" : "saves", static_cast<long long>(max_id), listed);
+}
+
+TEST(CrashTest, KilledSavesNeverLeavePartialCheckpoints) { KillRounds(false); }
+
+// Kill points inside asynchronous saves: during the snapshot, the background
+// write, the commit and retention's deletions.
+TEST(CrashTest, KilledAsyncSavesNeverLeavePartialCheckpoints) {
+  KillRounds(true);
 }
 
 }  // namespace
 }  // namespace ckptdb
 
 int main(int argc, char** argv) {
-  if (argc == 5 && std::string(argv[1]) == ckptdb::kChildFlag) {
-    ckptdb::SaveForever(argv[2], std::stoll(argv[3]), std::stoi(argv[4]));
+  if (argc == 6 && std::string(argv[1]) == ckptdb::kChildFlag) {
+    ckptdb::SaveForever(argv[2], std::stoll(argv[3]), std::stoi(argv[4]),
+                        std::string(argv[5]) == "async");
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
