@@ -585,12 +585,20 @@ Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
   auto snapshot = std::make_shared<SnapshotRing>(snapshot_memory_.get(), ring,
                                                  p.mine.size());
   auto pending = std::make_shared<AsyncSave>();
-  pending->Start([this, prepared, snapshot] {
-    return FinishSave(*prepared, snapshot.get());
-  });
-  pending_ = pending;
+  auto start = [&] {
+    pending->Start([this, prepared, snapshot] {
+      return FinishSave(*prepared, snapshot.get());
+    });
+    pending_ = pending;
+  };
+  // A ring that holds the whole state is filled before the writers start, so
+  // that they do not slow the copy the caller waits for; a smaller one needs
+  // them to make room.
+  const bool whole = ring >= total;
+  if (!whole) start();
   TakeSnapshot(p, *snapshot);
   prepared->views.clear();  // the caller's tensors are not used again
+  if (whole) start();
   return std::shared_ptr<PendingSave>(pending);
 }
 
