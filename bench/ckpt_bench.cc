@@ -650,6 +650,14 @@ class Bench {
   void Print() {
     if (rank_ != 0) return;
     if (c_.json) {
+      PrintJson();
+      return;
+    }
+    PrintTable();
+  }
+
+  void PrintJson() {
+    {
       for (const Row& r : rows_) {
         nlohmann::json j = {
             {"workload", r.workload},
@@ -684,8 +692,10 @@ class Bench {
         }
         std::printf("%s\n", j.dump().c_str());
       }
-      return;
     }
+  }
+
+  void PrintTable() {
     std::printf(
         "ckpt-bench: %s of %s in %d tensors over %d writer ranks, %s, median "
         "of %d\n",

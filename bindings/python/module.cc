@@ -569,8 +569,11 @@ class PyDB {
     return *db_;
   }
 
-  py::object Save(const py::object& state, const py::object& step,
-                  const py::object& tag, const py::object& metadata) {
+  // The arguments of save and save_async, converted; `call` runs without the
+  // GIL while the state's arrays are borrowed.
+  template <typename Call>
+  auto Saving(const py::object& state, const py::object& step,
+              const py::object& tag, const py::object& metadata, Call&& call) {
     SaveOptions options;
     options.step = Unwrap(OptionalInt(step, "step"));
     options.tag = Unwrap(OptionalText(tag, "tag"));
@@ -581,26 +584,27 @@ class PyDB {
     Borrowed borrowed;
     Convert(dict, false, sd, borrowed);
     DB& d = db();
+    return WithoutGil([&] { return call(d, sd, options); });
+  }
+
+  py::object Save(const py::object& state, const py::object& step,
+                  const py::object& tag, const py::object& metadata) {
     Result<CheckpointInfo> info =
-        WithoutGil([&] { return d.Save(sd, options); });
+        Saving(state, step, tag, metadata,
+               [](DB& d, const StateDict& sd, const SaveOptions& o) {
+                 return d.Save(sd, o);
+               });
     return py::cast(Unwrap(std::move(info)));
   }
 
   PendingSaveHandle SaveAsync(const py::object& state, const py::object& step,
                               const py::object& tag,
                               const py::object& metadata) {
-    SaveOptions options;
-    options.step = Unwrap(OptionalInt(step, "step"));
-    options.tag = Unwrap(OptionalText(tag, "tag"));
-    if (!metadata.is_none())
-      options.user_metadata = Unwrap(TextMap(metadata, "metadata"));
-    const py::dict dict = StateDictArgument(state);
-    StateDict sd;
-    Borrowed borrowed;
-    Convert(dict, false, sd, borrowed);
-    DB& d = db();
     Result<std::shared_ptr<PendingSave>> pending =
-        WithoutGil([&] { return d.SaveAsync(sd, options); });
+        Saving(state, step, tag, metadata,
+               [](DB& d, const StateDict& sd, const SaveOptions& o) {
+                 return d.SaveAsync(sd, o);
+               });
     return PendingSaveHandle(Unwrap(std::move(pending)));
   }
 
