@@ -219,6 +219,15 @@ class StoreImpl : public Store {
   // checkpoint's key range.
   Status CheckIngested(const CheckpointMetadata& meta);
   Status DropChunks(int64_t checkpoint_id);
+  // Ids of earlier checkpoints whose chunks the visible records share
+  // (incremental saves).
+  Result<std::set<int64_t>> ReferencedIds();
+  // Drops the chunks of each of `candidates` that neither has a record nor is
+  // referred to by one: bytes no remaining checkpoint uses.
+  Status DropUnreferenced(const std::set<int64_t>& candidates);
+  // FailedPrecondition unless the store holds the chunks of every checkpoint
+  // `info` refers to.
+  Status CheckReferencesHeld(const CheckpointInfo& info);
   // The open table file holding the chunk value under `key` and the value's
   // offset in it, when the chunk starts a data block; files are parsed on the
   // first read that reaches them.

@@ -22,6 +22,9 @@ class DBImpl : public DB {
 
   Result<CheckpointInfo> Save(const StateDict& state,
                               const SaveOptions& options) override;
+  // Rank 0: the checkpoint an incremental save compares its chunks with (the
+  // latest committed one), 0 for none or with Options::incremental off.
+  Result<int64_t> IncrementalBase();
   Result<LoadResult> Load(StateDict& state, const CheckpointSelector& which,
                           const LoadOptions& options) override;
   Result<std::vector<CheckpointInfo>> ListCheckpoints() override;
