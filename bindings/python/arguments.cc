@@ -179,10 +179,12 @@ Result<Options> OpenOptions(py::handle create, py::handle read_only,
       o.load_buffer_bytes = static_cast<size_t>(v);
     } else if (name == "sync") {
       ASSIGN_OR_RETURN(o.sync, Flag(value, what));
+    } else if (name == "incremental") {
+      ASSIGN_OR_RETURN(o.incremental, Flag(value, what));
     } else {
-      return Status::InvalidArgument(
-          "unknown option '" + name +
-          "' (max_chunk_bytes, io_threads, sync, load_buffer_bytes)");
+      return Status::InvalidArgument("unknown option '" + name +
+                                     "' (max_chunk_bytes, io_threads, sync, "
+                                     "load_buffer_bytes, incremental)");
     }
   }
   return o;

@@ -256,5 +256,7 @@ def open(path, comm=None, *, create=True, read_only=False, **options):  # noqa: 
     :class:`DB`. ``comm=None``: one process; an mpi4py communicator: every rank
     calls ``open`` together. ``create``: create the store when absent.
     ``read_only``: never modify it. ``options`` map to the C++ ``Options``
-    fields: ``max_chunk_bytes``, ``io_threads``, ``sync``, ``load_buffer_bytes``."""
+    fields: ``max_chunk_bytes``, ``io_threads``, ``sync``, ``load_buffer_bytes``,
+    ``incremental`` (default True: a save refers to the chunks the latest
+    checkpoint holds unchanged instead of writing them again)."""
     return DB(path, comm, create=create, read_only=read_only, **options)
