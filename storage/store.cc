@@ -278,6 +278,8 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
   RETURN_IF_ERROR(RequireWritable("saving"));
   std::shared_lock lock(mu_);
   RETURN_IF_ERROR(EnsureOpenShared(lock));
+  // Before the save stages files, which a reopen would remove.
+  RETURN_IF_ERROR(ClearBackgroundError(lock));
   // Above every id the journal, a record or a chunk file ever used: an id is
   // never reused, so chunks above the high-water mark are provably leftovers.
   int64_t next = journal_ ? journal_->high_water + 1 : 1;
@@ -379,6 +381,16 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   return Status::OK();
 }
 
+Status StoreImpl::ClearBackgroundError(
+    std::shared_lock<std::shared_mutex>& lock) {
+  uint64_t errors = 0;
+  if (!db_->GetIntProperty("rocksdb.background-errors", &errors) || errors == 0)
+    return Status::OK();
+  return Reopen(
+      Status::IOError("a background job of store '" + path_ + "' failed"), lock,
+      "clearing it", [] { return true; });
+}
+
 Status StoreImpl::Delete(int64_t checkpoint_id) {
   RETURN_IF_ERROR(RequireWritable("deleting"));
   Status s = DeleteOnce(checkpoint_id);
@@ -393,9 +405,8 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
   RETURN_IF_ERROR(EnsureOpenShared(lock));
   rocksdb::PinnableSlice record;
   RETURN_IF_ERROR(GetRecord(checkpoint_id, &record));
-  ASSIGN_OR_RETURN(
-      CheckpointInfo info,
-      DecodeCheckpointInfo(std::string_view(record.data(), record.size())));
+  ASSIGN_OR_RETURN(CheckpointInfo info, DecodeCheckpointInfo(std::string_view(
+                                            record.data(), record.size())));
   record.Reset();
   ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   const std::string what =
