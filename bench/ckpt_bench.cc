@@ -801,8 +801,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--dtype", c.dtype_name, "element dtype")
       ->capture_default_str();
-  app.add_option("--workloads", c.workloads,
-                 "save, load, reshard, incremental")
+  app.add_option("--workloads", c.workloads, "save, load, reshard, incremental")
       ->delimiter(',')
       ->check(CLI::IsMember({"save", "load", "reshard", "incremental"}))
       ->capture_default_str();
