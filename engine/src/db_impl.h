@@ -1,11 +1,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ckptdb/db.h"
 #include "engine/src/agreement.h"
 #include "engine/src/device_transport.h"
+#include "planner/incremental.h"
 #include "planner/load_plan.h"
 #include "storage/store.h"
 
@@ -77,6 +79,8 @@ class DBImpl : public DB {
   std::unique_ptr<DeviceTransport> transport_;
   std::vector<int> transport_devices_;
   Status transport_failure_;  // why this DB has none, once creating one failed
+  // Rank 0, incremental saves: the chunks of this handle's last commit.
+  std::optional<planner::PreviousCheckpoint> last_commit_;
 };
 
 }  // namespace ckptdb::engine

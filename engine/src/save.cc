@@ -173,8 +173,7 @@ Status DecodeWritten(std::string_view bytes, Status* status,
 // tensors this rank writes: none when `base_id` is 0 (the first save, or
 // incremental saves off) or when they cannot be read (every chunk is then
 // written).
-planner::PreviousCheckpoint ReadPrevious(storage::Store& store,
-                                         int64_t base_id,
+planner::PreviousCheckpoint ReadPrevious(storage::Store& store, int64_t base_id,
                                          const planner::SavePlan& plan,
                                          int rank) {
   planner::PreviousCheckpoint previous;
@@ -282,9 +281,8 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
       return out;
     }
   }
-  ASSIGN_OR_RETURN(out.checksum,
-                   writer.Add(tensor.flat_key, chunk.box.offset,
-                              std::string_view(data, nbytes)));
+  ASSIGN_OR_RETURN(out.checksum, writer.Add(tensor.flat_key, chunk.box.offset,
+                                            std::string_view(data, nbytes)));
   return out;
 }
 
@@ -327,11 +325,13 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
 // Rank 0: every rank's written files and checksums (`results`) become the
 // record of the whole plan (every chunk of `classes`), committed; the outcome,
 // encoded for the other ranks.
-std::string CommitOnRoot(storage::Store& store,
-                         const planner::SaveClasses& classes,
-                         size_t max_chunk_bytes, int64_t id,
-                         const SaveOptions& options, int world,
-                         const std::vector<std::string>& results) {
+// On success, `committed` holds the checkpoint's chunks, for the next
+// incremental save to compare with.
+std::string CommitOnRoot(
+    storage::Store& store, const planner::SaveClasses& classes,
+    size_t max_chunk_bytes, int64_t id, const SaveOptions& options, int world,
+    const std::vector<std::string>& results,
+    std::optional<planner::PreviousCheckpoint>* committed) {
   std::vector<Status> write_statuses(world);
   std::vector<std::vector<std::string>> all_files(world);
   std::vector<std::vector<WrittenChunk>> all_sums(world);
@@ -357,6 +357,8 @@ std::string CommitOnRoot(storage::Store& store,
   for (auto& f : all_files) staged.insert(staged.end(), f.begin(), f.end());
   if (s.ok()) s = store.Commit(meta, staged);
   if (!s.ok()) store.RemoveStaged(staged);
+  committed->reset();
+  if (s.ok()) committed->emplace(id, std::move(meta.tensors));
   return EncodeInfo(s, meta.info);
 }
 
@@ -409,15 +411,22 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
   std::vector<size_t> order;
   const std::vector<MyChunk> mine =
       CollectMyChunks(plan, layout, views, id, rank, &order);
-  const planner::PreviousCheckpoint previous =
-      ReadPrevious(*store_, base_id, plan, rank);
-  const WriteContext context{id,           rank,     world,
-                             io_threads(), base_id != 0 || options_.incremental,
-                             &previous};
+  // Rank 0 keeps the chunks of its last commit: no read when that is the
+  // checkpoint compared with.
+  planner::PreviousCheckpoint read;
+  const planner::PreviousCheckpoint* previous = &read;
+  if (last_commit_ && last_commit_->id == base_id && base_id != 0) {
+    previous = &*last_commit_;
+  } else {
+    read = ReadPrevious(*store_, base_id, plan, rank);
+  }
+  const WriteContext context{
+      id,      rank, world, io_threads(), base_id != 0 || options_.incremental,
+      previous};
   std::vector<WrittenChunk> checksums;
   std::vector<std::string> files;
-  const Status written = WriteStaged(*store_, plan, mine, order, context,
-                                     &checksums, &files);
+  const Status written =
+      WriteStaged(*store_, plan, mine, order, context, &checksums, &files);
 
   // 5. Rank 0 ingests every rank's files and writes the record; all ranks
   // return its outcome.
@@ -427,7 +436,8 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
   std::string outcome;
   if (rank == 0) {
     outcome = CommitOnRoot(*store_, classes, options_.max_chunk_bytes, id,
-                           options, world, results);
+                           options, world, results, &last_commit_);
+    if (!options_.incremental) last_commit_.reset();
   }
   RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
   Status committed;
