@@ -463,11 +463,15 @@ TEST_F(FaultSweep, EveryCallOfAnOpenAndALoad) {
 TEST_F(FaultSweep, AFullDiskStillOpensDeletesAndFailsSavesCleanly) {
   // Checkpoints of 1 MiB, so that deleting one frees more than it writes.
   options_.max_chunk_bytes = 256 << 10;
+  // Different contents: an incremental save of equal ones would share every
+  // chunk, and deleting one would free nothing.
   std::vector<State> states = {State::Make(1), State::Make(2)};
-  for (State& s : states) {
+  for (size_t i = 0; i < states.size(); ++i) {
+    State& s = states[i];
     s.shapes = {{512, 512}};
     s.tensors = {std::vector<float>(512 * 512)};
-    std::iota(s.tensors[0].begin(), s.tensors[0].end(), s.tensors.size());
+    std::iota(s.tensors[0].begin(), s.tensors[0].end(),
+              static_cast<float>(1 + i * 1000000));
   }
   const std::string dir = tmp_.Sub("full");
   Build(dir, states);
