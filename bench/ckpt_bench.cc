@@ -10,6 +10,9 @@
 //   load     Load into the same layout     vs  each rank reads its file back
 //   reshard  Load split by columns over    vs  those ranks read an equal share
 //            --reshard-ranks ranks             of the files
+//   incremental  Save of the state with a  vs  a full save of the state (time
+//            tenth of its tensors changed      and bytes written), in a store
+//            since the last save               of its own
 // Loads run warm (page cache full) and, where caches can be dropped (not on
 // tmpfs), cold: every file of the store or of the baseline is fsynced and
 // dropped with posix_fadvise(DONTNEED) first. Each measurement is the median of
@@ -278,6 +281,8 @@ struct Row {
   std::string baseline;
   uint64_t read = 0, needed = 0, sent = 0;
   bool has_read = false;
+  // Incremental saves: bytes the save wrote; 0 where not measured.
+  uint64_t written = 0;
   std::vector<double> extra_mib;  // per rank
   std::vector<double> held_mib;   // per rank: its shards or targets
 };
@@ -432,6 +437,7 @@ class Bench {
     if (Wants("load")) LoadWorkload(**db);
     if (Wants("async")) AsyncWorkload(**db);
     db->reset();
+    if (Wants("incremental")) IncrementalWorkload(options);
     if (Wants("reshard")) ReshardWorkload(options);
     source_ = Layout();
     if (rank_ == 0 && !c_.keep) {
@@ -618,6 +624,67 @@ class Bench {
       Die("loaded bytes differ from the saved ones");
   }
 
+  // Deletes every checkpoint of `db`.
+  void DeleteAll(ckptdb::DB& db) {
+    auto all = db.ListCheckpoints();
+    Check(all.status(), "listing checkpoints");
+    for (const auto& info : *all) {
+      Check(db.Delete(ckptdb::CheckpointSelector::Id(info.id)),
+            "deleting a checkpoint");
+    }
+  }
+
+  // Each run: a full save into an empty store, then a tenth of the tensors
+  // (at least one) changed in every byte, then the incremental save.
+  void IncrementalWorkload(const ckptdb::Options& options) {
+    const std::string dir = c_.dir + "/incremental";
+    if (rank_ == 0) {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto comm = ckptdb::MpiCommunicator(MPI_COMM_WORLD);
+    Check(comm.status(), "communicator");
+    auto db = ckptdb::DB::Open(options, dir, *comm);
+    Check(db.status(), "opening the incremental store");
+    StateDict sd = source_.Dict(c_.dtype);
+    const size_t changed = std::max<size_t>(1, source_.buffers.size() / 10);
+    std::vector<double> full, incremental;
+    uint64_t written = 0;
+    for (int i = 0; i < c_.repeat; ++i) {
+      DeleteAll(**db);
+      full.push_back(Timed(MPI_COMM_WORLD, [&] {
+        Check((*db)->Save(sd, {.step = 2 * i}).status(), "full save");
+      }));
+      for (size_t t = 0; t < changed; ++t) {
+        for (auto& b : source_.buffers[t]) b ^= 0x5A;
+      }
+      incremental.push_back(Timed(MPI_COMM_WORLD, [&] {
+        auto info = (*db)->Save(sd, {.step = 2 * i + 1});
+        Check(info.status(), "incremental save");
+        written = static_cast<uint64_t>(info->nbytes_written);
+      }));
+    }
+    DeleteAll(**db);
+    db->reset();
+    for (size_t i = 0; i < source_.boxes.size(); ++i)
+      Generate(source_.boxes[i], source_.cols, source_.esize,
+               source_.buffers[i].data());
+    Row row{"incremental", tmpfs_ ? "tmpfs" : "disk", world_, total_};
+    row.seconds = Median(incremental);
+    row.baseline_seconds = Median(full);
+    row.ratio = MedianRatio(full, incremental);
+    row.baseline = "full save";
+    row.written = written;
+    row.extra_mib = Gather(0, MPI_COMM_WORLD);
+    row.held_mib = Gather(source_.bytes() / kMiB, MPI_COMM_WORLD);
+    rows_.push_back(row);
+    if (rank_ == 0 && !c_.keep) {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  }
+
   void LoadWorkload(ckptdb::DB& db) {
     Layout target = MakeLayout(c_, 0, rank_, world_);
     MeasureLoad("load", db, target, MPI_COMM_WORLD);
@@ -690,6 +757,11 @@ class Bench {
           j["floor_baseline_seconds"] = r.floor_seconds;
           j["floor_ratio"] = r.floor_ratio;
         }
+        if (r.workload == "incremental") {
+          j["bytes_written"] = r.written;
+          j["time_over_full"] = r.seconds / r.baseline_seconds;
+          j["written_over_full"] = static_cast<double>(r.written) / r.bytes;
+        }
         std::printf("%s\n", j.dump().c_str());
       }
     }
@@ -726,11 +798,19 @@ class Bench {
           checked, floor, read, FormatBytes(r.sent).c_str(), extra);
     }
     for (const Row& r : rows_) {
-      if (r.commit_seconds <= 0) continue;
+      if (r.commit_seconds > 0) {
+        std::printf(
+            "async: seconds = the stall (until SaveAsync returns); committed "
+            "%.3f s after the call (%.2f GiB/s)\n",
+            r.commit_seconds, r.bytes / kGiB / r.commit_seconds);
+      }
+      if (r.workload != "incremental") continue;
       std::printf(
-          "async: seconds = the stall (until SaveAsync returns); committed "
-          "%.3f s after the call (%.2f GiB/s)\n",
-          r.commit_seconds, r.bytes / kGiB / r.commit_seconds);
+          "incremental: %.3f s vs %.3f s for a full save (%.3fx); wrote %s of "
+          "%s (%.3fx)\n",
+          r.seconds, r.baseline_seconds, r.seconds / r.baseline_seconds,
+          FormatBytes(r.written).c_str(), FormatBytes(r.bytes).c_str(),
+          static_cast<double>(r.written) / r.bytes);
     }
     std::printf(
         "seconds = medians; ratio = the median over runs of baseline seconds "
@@ -784,9 +864,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--dtype", c.dtype_name, "element dtype")
       ->capture_default_str();
-  app.add_option("--workloads", c.workloads, "save, load, reshard, async")
+  app.add_option("--workloads", c.workloads,
+                 "save, load, reshard, async, incremental")
       ->delimiter(',')
-      ->check(CLI::IsMember({"save", "load", "reshard", "async"}))
+      ->check(
+          CLI::IsMember({"save", "load", "reshard", "async", "incremental"}))
       ->capture_default_str();
   app.add_option("--reshard-ranks", c.reshard_ranks,
                  "ranks that load in the reshard workload (default: all)")

@@ -193,11 +193,11 @@ Result<planner::SavePlan> SimulateSavePlanning(GatheredClasses gathered,
 // and every writer's checksums, encoded as Store::Commit stores it.
 Result<std::vector<std::pair<std::string, std::string>>> SimulateMetadata(
     planner::SavePlan plan, int world, Json& out) {
-  std::vector<std::vector<uint64_t>> sums_by_rank(world);
+  std::vector<std::vector<engine::WrittenChunk>> sums_by_rank(world);
   uint64_t next = 0;
   for (const auto& tensor : plan.tensors) {
     for (const auto& chunk : tensor.chunks)
-      sums_by_rank[chunk.writer_rank].push_back(FakeChecksum(next++));
+      sums_by_rank[chunk.writer_rank].push_back({FakeChecksum(next++)});
   }
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();

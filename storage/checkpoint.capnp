@@ -21,6 +21,10 @@ struct Checkpoint {
   tensors @9 :List(Tensor);
   values @10 :List(SmallValue);
   userMetadata @11 :List(KeyValue);
+  # Incremental saves (absent in older records: every byte written, nothing referred to).
+  hasNbytesWritten @12 :Bool;
+  nbytesWritten @13 :Int64;   # tensor bytes this checkpoint wrote itself
+  references @14 :List(Int64); # ascending ids of earlier checkpoints holding chunks it uses
 }
 
 struct Tensor {
@@ -53,6 +57,10 @@ struct TensorChunks {
   chunkCount @3 :UInt64;
   boxes @4 :Data;
   checksums @5 :List(UInt64);  # XXH3-64 of each chunk's bytes, in chunk order
+  # Incremental saves; both empty in older records.
+  hashes @6 :Data;             # 16 bytes per chunk in chunk order: XXH3-128 low64, high64 (LE)
+  holders @7 :List(Int64);     # per chunk, the checkpoint holding its bytes (0: this one),
+                               # each one of the main record's references
 }
 
 struct Chunk {

@@ -10,6 +10,8 @@ uint64_t ChunkChecksumAvx512(const void* data, size_t n);
 uint64_t ChunkChecksumAvx2(const void* data, size_t n);
 uint64_t ChunkChecksumAvx512OfRuns(const ByteRun* runs, size_t n);
 uint64_t ChunkChecksumAvx2OfRuns(const ByteRun* runs, size_t n);
+ContentHash ChunkContentHashAvx512(const void* data, size_t n);
+ContentHash ChunkContentHashAvx2(const void* data, size_t n);
 #endif
 
 namespace {
@@ -24,7 +26,27 @@ uint64_t LibraryChecksumOfRuns(const ByteRun* runs, size_t n) {
   return value;
 }
 
+ContentHash LibraryContentHash(const void* data, size_t n) {
+  const XXH128_hash_t h = XXH3_128bits(data, n);
+  return {h.low64, h.high64};
+}
+
+using ContentHashFn = ContentHash (*)(const void*, size_t);
+
+ContentHashFn FastestContentHash() {
+#if defined(CKPTDB_XXH3_X86)
+  if (__builtin_cpu_supports("avx512f")) return ChunkContentHashAvx512;
+  if (__builtin_cpu_supports("avx2")) return ChunkContentHashAvx2;
+#endif
+  return LibraryContentHash;
+}
+
 }  // namespace
+
+ContentHash ChunkContentHash(const void* data, size_t n) {
+  static const ContentHashFn fastest = FastestContentHash();
+  return fastest(data, n);
+}
 
 std::vector<ChecksumImpl> ChecksumImpls() {
   std::vector<ChecksumImpl> impls;

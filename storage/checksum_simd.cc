@@ -12,7 +12,7 @@
 #include "storage/checksum.h"
 
 #if !defined(CKPTDB_CHECKSUM_FN) || !defined(CKPTDB_CHECKSUM_RUNS_FN) || \
-    !defined(CKPTDB_XXH3_VECTOR)
+    !defined(CKPTDB_XXH3_VECTOR) || !defined(CKPTDB_HASH128_FN)
 #error "built by storage/CMakeLists.txt with a function name and vector set"
 #endif
 #if XXH_VECTOR != CKPTDB_XXH3_VECTOR
@@ -23,6 +23,11 @@ namespace ckptdb::storage {
 
 uint64_t CKPTDB_CHECKSUM_FN(const void* data, size_t n) {
   return XXH3_64bits(data, n);
+}
+
+ContentHash CKPTDB_HASH128_FN(const void* data, size_t n) {
+  const XXH128_hash_t h = XXH3_128bits(data, n);
+  return {h.low64, h.high64};
 }
 
 uint64_t CKPTDB_CHECKSUM_RUNS_FN(const ByteRun* runs, size_t n) {

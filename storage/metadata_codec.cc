@@ -119,6 +119,9 @@ CheckpointInfo ReadInfo(Checkpoint::Reader r) {
   info.world_size = r.getWorldSize();
   info.num_tensors = r.getTensors().size();
   info.nbytes = r.getNbytes();
+  info.nbytes_written =
+      r.getHasNbytesWritten() ? r.getNbytesWritten() : info.nbytes;
+  for (int64_t id : r.getReferences()) info.references.push_back(id);
   return info;
 }
 
@@ -159,6 +162,20 @@ Status CheckHeader(Checkpoint::Reader r) {
   if (r.getId() <= 0) return Bad("id " + std::to_string(r.getId()));
   if (r.getWorldSize() <= 0)
     return Bad("world size " + std::to_string(r.getWorldSize()));
+  if (r.getHasNbytesWritten() &&
+      (r.getNbytesWritten() < 0 || r.getNbytesWritten() > r.getNbytes())) {
+    return Bad("nbytes written " + std::to_string(r.getNbytesWritten()) +
+               " outside [0, " + std::to_string(r.getNbytes()) + "]");
+  }
+  int64_t previous = 0;
+  for (int64_t id : r.getReferences()) {
+    if (id <= previous || id >= r.getId()) {
+      return Bad("checkpoint " + std::to_string(r.getId()) +
+                 " refers to checkpoint " + std::to_string(id) +
+                 " (references must ascend below its own id)");
+    }
+    previous = id;
+  }
   return Status::OK();
 }
 
@@ -383,6 +400,40 @@ Result<MainRecord> ReadMain(Checkpoint::Reader r) {
   return main;
 }
 
+// The content hashes and holders of a tensor record's chunks (both absent in
+// records written before incremental saves); each holder must be one of the
+// checkpoint's references.
+Status ReadIncremental(TensorChunks::Reader r, const CheckpointInfo& info,
+                       const std::string& what,
+                       std::vector<ChunkMetadata>* chunks) {
+  auto hashes = r.getHashes();
+  auto holders = r.getHolders();
+  if ((hashes.size() != 0 && hashes.size() != 16 * chunks->size()) ||
+      (holders.size() != 0 && holders.size() != chunks->size())) {
+    return Bad(what + " record holds " + std::to_string(hashes.size()) +
+               " bytes of content hashes and " +
+               std::to_string(holders.size()) + " holders for " +
+               std::to_string(chunks->size()) + " chunks");
+  }
+  for (size_t i = 0; i < chunks->size() && hashes.size() != 0; ++i) {
+    ContentHash h;
+    std::memcpy(&h.low, hashes.begin() + 16 * i, 8);
+    std::memcpy(&h.high, hashes.begin() + 16 * i + 8, 8);
+    (*chunks)[i].content_hash = h;
+  }
+  for (unsigned i = 0; i < holders.size(); ++i) {
+    const int64_t holder = holders[i];
+    if (holder != 0 && !std::binary_search(info.references.begin(),
+                                           info.references.end(), holder)) {
+      return Bad(what + " chunk " + std::to_string(i) + " is held by checkpoint " +
+                 std::to_string(holder) +
+                 ", which the checkpoint's references do not name");
+    }
+    (*chunks)[i].holder_id = holder;
+  }
+  return Status::OK();
+}
+
 // The tensor record's chunks, checked against the main record.
 Result<std::vector<ChunkMetadata>> ReadTensorRecord(
     TensorChunks::Reader r, const MainRecord& main, std::string_view key,
@@ -414,6 +465,7 @@ Result<std::vector<ChunkMetadata>> ReadTensorRecord(
       what, &chunks));
   for (unsigned i = 0; i < chunks.size(); ++i)
     chunks[i].checksum = checksums[i];
+  RETURN_IF_ERROR(ReadIncremental(r, main.meta.info, what, &chunks));
   RETURN_IF_ERROR(CheckChunkLayout(what, tensor.global_shape, chunks));
   SortChunks(chunks);
   return chunks;
@@ -484,6 +536,14 @@ void BuildMain(Checkpoint::Builder root, const CheckpointMetadata& meta,
   root.setCreated(meta.info.created);
   root.setWorldSize(meta.info.world_size);
   root.setNbytes(meta.info.nbytes);
+  if (version != 1) {
+    root.setHasNbytesWritten(true);
+    root.setNbytesWritten(meta.info.nbytes_written);
+    auto refs = root.initReferences(
+        static_cast<unsigned>(meta.info.references.size()));
+    for (unsigned i = 0; i < meta.info.references.size(); ++i)
+      refs.set(i, meta.info.references[i]);
+  }
   auto tensors = root.initTensors(static_cast<unsigned>(meta.tensors.size()));
   unsigned i = 0;
   for (const auto& [key, tensor] : meta.tensors) {
@@ -516,6 +576,30 @@ std::string EncodeMain(const CheckpointMetadata& meta, uint32_t version) {
   return ToBytes(message);
 }
 
+// Content hashes when every chunk has one; holders when some chunk is
+// another checkpoint's.
+void SetIncremental(TensorChunks::Builder r,
+                    const std::vector<const ChunkMetadata*>& sorted) {
+  bool hashed = !sorted.empty(), shared = false;
+  for (const ChunkMetadata* c : sorted) {
+    hashed &= c->content_hash.has_value();
+    shared |= c->holder_id != 0;
+  }
+  if (hashed) {
+    auto hashes = r.initHashes(static_cast<unsigned>(16 * sorted.size()));
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      std::memcpy(hashes.begin() + 16 * i, &sorted[i]->content_hash->low, 8);
+      std::memcpy(hashes.begin() + 16 * i + 8, &sorted[i]->content_hash->high,
+                  8);
+    }
+  }
+  if (shared) {
+    auto holders = r.initHolders(static_cast<unsigned>(sorted.size()));
+    for (unsigned i = 0; i < sorted.size(); ++i)
+      holders.set(i, sorted[i]->holder_id);
+  }
+}
+
 std::string EncodeTensorRecord(int64_t checkpoint_id, const std::string& key,
                                const TensorMetadata& tensor) {
   std::vector<const ChunkMetadata*> sorted(tensor.chunks.size());
@@ -527,7 +611,7 @@ std::string EncodeTensorRecord(int64_t checkpoint_id, const std::string& key,
   const std::string boxes = EncodeBoxStream(tensor.global_shape, sorted);
   // Room for the header, the key, the boxes and the checksums in one segment.
   capnp::MallocMessageBuilder message(static_cast<unsigned>(
-      16 + (key.size() + boxes.size()) / 8 + sorted.size()));
+      16 + (key.size() + boxes.size()) / 8 + 4 * sorted.size()));
   auto r = message.initRoot<TensorChunks>();
   r.setFormatVersion(kFormatVersion);
   r.setCheckpointId(checkpoint_id);
@@ -538,6 +622,7 @@ std::string EncodeTensorRecord(int64_t checkpoint_id, const std::string& key,
   auto checksums = r.initChecksums(static_cast<unsigned>(sorted.size()));
   for (unsigned i = 0; i < sorted.size(); ++i)
     checksums.set(i, sorted[i]->checksum);
+  SetIncremental(r, sorted);
   return ToBytes(message);
 }
 

@@ -98,6 +98,51 @@ TEST(MetadataCodecTest, RoundTrip) {
   }
 }
 
+TEST(MetadataCodecTest, IncrementalFieldsRoundTripAndOlderRecordsLackThem) {
+  CheckpointMetadata meta = Sample();
+  meta.info.nbytes_written = 8;
+  meta.info.references = {1, 2};
+  auto& w = meta.tensors["model.w"].chunks;
+  w[0].holder_id = 2;
+  w[0].content_hash = ContentHash{1, 2};
+  w[1].content_hash = ContentHash{3, 4};
+  meta.tensors["s"].chunks[0].content_hash = ContentHash{5, 6};
+  auto decoded = DecodeCheckpointRecords(EncodeCheckpointRecords(meta));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->info.nbytes_written, 8);
+  EXPECT_EQ(decoded->info.references, (std::vector<int64_t>{1, 2}));
+  const auto& got = decoded->tensors.at("model.w").chunks;
+  ASSERT_EQ(got.size(), 2u);
+  // Sorted by offset: [0, 0] is w[1], [2, 0] is w[0].
+  EXPECT_EQ(got[0].holder_id, 0);
+  EXPECT_EQ(got[0].content_hash, (ContentHash{3, 4}));
+  EXPECT_EQ(got[1].holder_id, 2);
+  EXPECT_EQ(got[1].content_hash, (ContentHash{1, 2}));
+  EXPECT_EQ(decoded->tensors.at("s").chunks[0].content_hash,
+            (ContentHash{5, 6}));
+
+  // A record written before incremental saves (format 1 here; format 2's
+  // fields are absent the same way): every byte written, no hashes.
+  auto old = DecodeCheckpointRecords(
+      {{MetaKey(meta.info.id), EncodeCheckpointV1(meta)}});
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->info.nbytes_written, old->info.nbytes);
+  EXPECT_TRUE(old->info.references.empty());
+  for (const auto& c : old->tensors.at("model.w").chunks) {
+    EXPECT_EQ(c.holder_id, 0);
+    EXPECT_FALSE(c.content_hash.has_value());
+  }
+
+  // A holder the references do not name, and references that do not ascend
+  // below the checkpoint's own id, are Corruption.
+  meta.info.references = {1};
+  auto unnamed = DecodeCheckpointRecords(EncodeCheckpointRecords(meta));
+  EXPECT_TRUE(unnamed.status().IsCorruption()) << unnamed.status().ToString();
+  meta.info.references = {2, 3};
+  auto own = DecodeCheckpointRecords(EncodeCheckpointRecords(meta));
+  EXPECT_TRUE(own.status().IsCorruption()) << own.status().ToString();
+}
+
 TEST(MetadataCodecTest, PathKindsAndNoneRoundTrip) {
   CheckpointMetadata meta = Sample();
   using K = PathPartKind;

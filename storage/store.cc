@@ -167,9 +167,12 @@ Status StoreImpl::RepairBoundlessFiles(bool reingest) {
 Status StoreImpl::CheckIngested(const CheckpointMetadata& meta) {
   const int64_t id = meta.info.id;
   RETURN_IF_ERROR(RepairBoundlessFiles(/*reingest=*/false));
+  // Chunks an incremental save shares live in their holders' key ranges.
   uint64_t expected = 0;
-  for (const auto& [key, tensor] : meta.tensors)
-    expected += tensor.chunks.size();
+  for (const auto& [key, tensor] : meta.tensors) {
+    for (const ChunkMetadata& chunk : tensor.chunks)
+      expected += chunk.holder_id == 0 ? 1 : 0;
+  }
   uint64_t found = 0;
   std::vector<rocksdb::LiveFileMetaData> files;
   db_->GetLiveFilesMetaData(&files);
@@ -275,6 +278,8 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
   RETURN_IF_ERROR(RequireWritable("saving"));
   std::shared_lock lock(mu_);
   RETURN_IF_ERROR(EnsureOpenShared(lock));
+  // Before the save stages files, which a reopen would remove.
+  RETURN_IF_ERROR(ClearBackgroundError(lock));
   // Above every id the journal, a record or a chunk file ever used: an id is
   // never reused, so chunks above the high-water mark are provably leftovers.
   int64_t next = journal_ ? journal_->high_water + 1 : 1;
@@ -349,6 +354,7 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   const std::string what = "checkpoint " + std::to_string(id);
   auto committed = [&] { return journal_ && journal_->committed.contains(id); };
   ForgetIndex(id);  // an id whose earlier commit failed is used again
+  RETURN_IF_ERROR(CheckReferencesHeld(meta.info));
   if (!staged.empty()) {
     Status s = IngestStaged(staged, what);
     if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
@@ -375,6 +381,16 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   return Status::OK();
 }
 
+Status StoreImpl::ClearBackgroundError(
+    std::shared_lock<std::shared_mutex>& lock) {
+  uint64_t errors = 0;
+  if (!db_->GetIntProperty("rocksdb.background-errors", &errors) || errors == 0)
+    return Status::OK();
+  return Reopen(
+      Status::IOError("a background job of store '" + path_ + "' failed"), lock,
+      "clearing it", [] { return true; });
+}
+
 Status StoreImpl::Delete(int64_t checkpoint_id) {
   RETURN_IF_ERROR(RequireWritable("deleting"));
   Status s = DeleteOnce(checkpoint_id);
@@ -389,25 +405,76 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
   RETURN_IF_ERROR(EnsureOpenShared(lock));
   rocksdb::PinnableSlice record;
   RETURN_IF_ERROR(GetRecord(checkpoint_id, &record));
+  ASSIGN_OR_RETURN(CheckpointInfo info, DecodeCheckpointInfo(std::string_view(
+                                            record.data(), record.size())));
   record.Reset();
+  ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   const std::string what =
       "the deletion of checkpoint " + std::to_string(checkpoint_id);
   CommitJournal journal = *journal_;
   journal.committed.erase(checkpoint_id);
-  journal.deleting.insert(checkpoint_id);
+  // The checkpoint, and the deleted checkpoints whose chunks it kept (which
+  // may now be unreferenced): each loses its chunks once no remaining record
+  // refers to them.
+  std::set<int64_t> freeing = {checkpoint_id};
+  for (int64_t held : info.references) {
+    if (!records.contains(held)) freeing.insert(held);
+  }
+  journal.deleting.insert(freeing.begin(), freeing.end());
   // From the journal's write on the checkpoint is gone; an interrupted delete
   // is finished by the next read-write open.
   Status s = SaveJournal(journal);
   if (s.ok()) s = DeleteRecord(checkpoint_id);
-  if (s.ok()) s = DropChunks(checkpoint_id);
+  if (s.ok()) s = DropUnreferenced(freeing);
   if (s.ok()) {
-    journal.deleting.erase(checkpoint_id);
+    for (int64_t id : freeing) journal.deleting.erase(id);
     s = SaveJournal(std::move(journal));
   }
   if (!s.ok()) {
     return Reopen(s, lock, what, [&] {
       return journal_ && !journal_->committed.contains(checkpoint_id);
     });
+  }
+  return Status::OK();
+}
+
+Result<std::set<int64_t>> StoreImpl::ReferencedIds() {
+  std::set<int64_t> referenced;
+  Status error;
+  RETURN_IF_ERROR(ForEachRecord([&](int64_t id, std::string_view record) {
+    if (!Visible(id)) return true;
+    auto info = DecodeCheckpointInfo(record);
+    if (!info.ok()) {
+      error = info.status().WithContext("checkpoint id " + std::to_string(id));
+      return false;
+    }
+    referenced.insert(info->references.begin(), info->references.end());
+    return true;
+  }));
+  RETURN_IF_ERROR(error);
+  return referenced;
+}
+
+Status StoreImpl::DropUnreferenced(const std::set<int64_t>& candidates) {
+  ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
+  ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
+  for (int64_t id : candidates) {
+    if (!records.contains(id) && !referenced.contains(id))
+      RETURN_IF_ERROR(DropChunks(id));
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::CheckReferencesHeld(const CheckpointInfo& info) {
+  if (info.references.empty()) return Status::OK();
+  const std::set<int64_t> live = LiveChunkIds();
+  for (int64_t held : info.references) {
+    if (held >= info.id || !live.contains(held)) {
+      return Status::FailedPrecondition(
+          "checkpoint " + std::to_string(info.id) +
+          " refers to chunks of checkpoint " + std::to_string(held) +
+          ", which store '" + path_ + "' no longer holds");
+    }
   }
   return Status::OK();
 }
@@ -427,9 +494,11 @@ Result<StoreReport> StoreImpl::Check() {
         journal_ ? journal_->high_water : std::numeric_limits<int64_t>::max();
   }
   ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
+  ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
   for (int64_t id : LiveChunkIds()) {
-    // A deletion under way is not a problem.
-    if (!records.contains(id) && Visible(id))
+    // A deletion under way is not a problem, nor the chunks of a deleted
+    // checkpoint that later ones share.
+    if (!records.contains(id) && !referenced.contains(id) && Visible(id))
       report.unaccounted_chunk_ids.push_back(id);
   }
   return report;

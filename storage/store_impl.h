@@ -160,6 +160,7 @@ class StoreImpl : public Store {
   // GetMetadata's work: every tensor's chunks, or those of `tensor_keys` only.
   Result<CheckpointMetadata> ReadMetadata(
       int64_t checkpoint_id, const std::vector<std::string>* tensor_keys);
+
   // Fills the chunks of a format-2 checkpoint's tensors from their records,
   // all of them or those of `tensor_keys`.
   Status ReadAllTensorRecords(const rocksdb::ReadOptions& read,
@@ -179,6 +180,11 @@ class StoreImpl : public Store {
   Status Reopen(Status error, std::shared_lock<std::shared_mutex>& lock,
                 const std::string& what, Happened&& happened);
   Status DeleteOnce(int64_t checkpoint_id);
+  // Reopens the database when a background job of this handle failed (a
+  // compaction of the `meta` column family during a faulted save): RocksDB
+  // then refuses every later write, such as the next commit's ingestion.
+  // Called as a save starts, before it stages files.
+  Status ClearBackgroundError(std::shared_lock<std::shared_mutex>& lock);
   // The reserve: a file of kReserveBytes kept in the store so that on a full
   // disk an open and a delete still find room for their few writes.
   // EnsureReserve writes it when absent (best effort); ReleaseReserve removes
@@ -219,6 +225,15 @@ class StoreImpl : public Store {
   // checkpoint's key range.
   Status CheckIngested(const CheckpointMetadata& meta);
   Status DropChunks(int64_t checkpoint_id);
+  // Ids of earlier checkpoints whose chunks the visible records share
+  // (incremental saves).
+  Result<std::set<int64_t>> ReferencedIds();
+  // Drops the chunks of each of `candidates` that neither has a record nor is
+  // referred to by one: bytes no remaining checkpoint uses.
+  Status DropUnreferenced(const std::set<int64_t>& candidates);
+  // FailedPrecondition unless the store holds the chunks of every checkpoint
+  // `info` refers to.
+  Status CheckReferencesHeld(const CheckpointInfo& info);
   // The open table file holding the chunk value under `key` and the value's
   // offset in it, when the chunk starts a data block; files are parsed on the
   // first read that reaches them.

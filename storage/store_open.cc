@@ -399,9 +399,11 @@ Status StoreImpl::RecoverCommits() {
     }
   }
   // Chunks without a record: of a save above the high-water mark (never
-  // committed) or of a deletion: removed. Anything else is kept.
+  // committed) or of a deletion, unless a remaining record shares them
+  // (incremental saves): removed. Anything else is kept.
+  ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
   for (int64_t id : live) {
-    if (next.committed.contains(id)) continue;
+    if (next.committed.contains(id) || referenced.contains(id)) continue;
     if (id > next.high_water || next.deleting.contains(id))
       RETURN_IF_ERROR(DropChunks(id));
   }

@@ -19,17 +19,28 @@
 namespace ckptdb::storage {
 namespace {
 
-// The key a chunk of `tensor_key` is stored under.
+// The checkpoint whose key range holds the chunk's bytes: its holder for a
+// chunk an incremental save shares, `id` otherwise.
+int64_t StoredIn(int64_t id, const ChunkMetadata& chunk) {
+  return chunk.holder_id != 0 ? chunk.holder_id : id;
+}
+
+// The key a chunk of `tensor_key` of checkpoint `id` is stored under.
 std::string ChunkKey(int64_t id, std::string_view tensor_key,
                      const ChunkMetadata& chunk) {
-  return EncodeChunkKey(id, chunk.writer_rank, tensor_key, chunk.global_offset);
+  return EncodeChunkKey(StoredIn(id, chunk), chunk.writer_rank, tensor_key,
+                        chunk.global_offset);
 }
 
 std::string ChunkName(int64_t id, std::string_view key,
                       const ChunkMetadata& chunk) {
   return "chunk of tensor '" + std::string(key) + "' at offset " +
          ShapeToString(chunk.global_offset) + " (checkpoint id " +
-         std::to_string(id) + ")";
+         std::to_string(id) +
+         (chunk.holder_id != 0
+              ? ", stored with checkpoint id " + std::to_string(chunk.holder_id)
+              : std::string()) +
+         ")";
 }
 
 // Reads into `iov` (consumed) from byte `at` of `fd`, until every piece is
@@ -162,7 +173,8 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
     ChunkBuffer::Impl& impl = *buffer.impl_;
     impl.pool = pool_;
     impl.owned = static_cast<char*>(pool_->Allocate(chunk.nbytes));
-    if (ReadDirect(checkpoint_id, key, chunk, {{impl.owned, chunk.nbytes}})) {
+    if (ReadDirect(StoredIn(checkpoint_id, chunk), key, chunk,
+                   {{impl.owned, chunk.nbytes}})) {
       impl.owned_size = chunk.nbytes;
       return buffer;
     }
@@ -196,7 +208,8 @@ Status StoreImpl::ReadChunkScattered(int64_t checkpoint_id,
                                      const std::vector<ChunkPiece>& pieces) {
   std::shared_lock lock(mu_);
   const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
-  if (ReadDirect(checkpoint_id, key, chunk, pieces)) return Status::OK();
+  if (ReadDirect(StoredIn(checkpoint_id, chunk), key, chunk, pieces))
+    return Status::OK();
   ChunkBuffer buffer;
   RETURN_IF_ERROR(
       ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));

@@ -20,17 +20,20 @@
 namespace ckptdb {
 namespace {
 
-// The state saved at `step`: sizes and bytes depend only on the step.
+// The state saved at `step`: sizes and bytes depend only on the step. `b`
+// changes every 4 steps only: saves in between refer to its stored chunks
+// (incremental saves), and deletes meet shared chunks.
 struct StepState {
   std::vector<uint8_t> a, b;
   std::vector<int64_t> c;
   explicit StepState(int64_t step) {
     std::mt19937_64 rng(static_cast<uint64_t>(step));
+    std::mt19937_64 rng_b(static_cast<uint64_t>(1'000'003 + step / 4));
     a.resize(200'000 + (step % 7) * 50'000);
-    b.resize(600'000 + (step % 3) * 100'000);
+    b.resize(600'000 + ((step / 4) % 3) * 100'000);
     c.resize(1000 + static_cast<size_t>(step % 5));
     for (auto& x : a) x = static_cast<uint8_t>(rng());
-    for (auto& x : b) x = static_cast<uint8_t>(rng());
+    for (auto& x : b) x = static_cast<uint8_t>(rng_b());
     for (auto& x : c) x = static_cast<int64_t>(rng());
   }
   StateDict Dict() {
@@ -117,6 +120,7 @@ void KillRounds(bool async) {
   int killed_with_commits = 0;
   int64_t max_id = 0;
   size_t listed = 0;
+  int incremental = 0;
   for (int round = 0; round < 24; ++round) {
     // A fresh process (fork + exec of this binary): RocksDB's background
     // threads of this one would not exist in a forked child.
@@ -168,6 +172,7 @@ void KillRounds(bool async) {
       ASSERT_EQ(loaded.b, expected.b);
       ASSERT_EQ(loaded.c, expected.c);
       committed_bytes += static_cast<uint64_t>(info.nbytes);
+      if (info.nbytes_written < info.nbytes) ++incremental;
     }
     if (!list->empty()) ++killed_with_commits;
     for (const CheckpointInfo& info : *list) max_id = std::max(max_id, info.id);
@@ -181,11 +186,14 @@ void KillRounds(bool async) {
                         // cannot be mistaken
   }
   EXPECT_GT(killed_with_commits, 10);
+  EXPECT_GT(incremental, 0) << "no checkpoint shared chunks";
   // The children also deleted checkpoints (ids that are no longer listed).
   EXPECT_GT(max_id, static_cast<int64_t>(listed));
   std::printf(
-      "%s: %lld checkpoints committed over 24 kills, %zu listed at the end\n",
-      async ? "async saves" : "saves", static_cast<long long>(max_id), listed);
+      "%s: %lld checkpoints committed over 24 kills, %zu listed at the end; "
+      "%d listings of incremental checkpoints\n",
+      async ? "async saves" : "saves", static_cast<long long>(max_id), listed,
+      incremental);
 }
 
 TEST(CrashTest, KilledSavesNeverLeavePartialCheckpoints) { KillRounds(false); }

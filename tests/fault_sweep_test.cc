@@ -15,6 +15,7 @@
 
 #include "ckptdb/db.h"
 #include "ckptdb/fault_injection.h"
+#include "storage/store.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
@@ -67,6 +68,26 @@ struct State {
     return s;
   }
 };
+
+// `s` with tensor `i` changed throughout: an incremental save of it writes
+// that tensor and refers to the others.
+State Changed(const State& s, size_t i) {
+  State out = s;
+  for (auto& v : out.tensors[i]) v += 1.0f;
+  return out;
+}
+
+// No chunk data in `dir` that no checkpoint accounts for (the chunks of a
+// deleted checkpoint that a remaining one shares are accounted for).
+void ExpectAccounted(const std::string& dir, const std::string& ctx) {
+  auto store = storage::Store::Open(dir, {.read_only = true});
+  ASSERT_TRUE(store.ok()) << ctx << ": " << store.status().ToString();
+  auto report = (*store)->Check();
+  ASSERT_TRUE(report.ok()) << ctx << ": " << report.status().ToString();
+  EXPECT_TRUE(report->unaccounted_chunk_ids.empty())
+      << ctx << ": chunks of id " << report->unaccounted_chunk_ids.front()
+      << " unaccounted";
+}
 
 int Seeds() {
   const char* env = std::getenv("CKPTDB_FAULT_SWEEP_SEEDS");
@@ -353,6 +374,108 @@ TEST_F(FaultSweep, EveryCallOfADelete) {
   }
 }
 
+TEST_F(FaultSweep, EveryCallOfAnIncrementalSave) {
+  for (int seed = 1; seed <= Seeds(); ++seed) {
+    std::vector<State> before = {State::Make(seed, /*multi_block=*/true)};
+    // Writes tensor 1 only; refers to checkpoint 1 for the rest.
+    State next = Changed(before[0], 1);
+    State after = Changed(next, 2);
+    const std::string templ = tmp_.Sub("template" + std::to_string(seed));
+    Build(templ, before);
+    Sweep(
+        templ, "incremental save",
+        [&](DB* db, const std::string&) {
+          StateDict sd = next.Dict();
+          return db->Save(sd, {.step = 2}).status();
+        },
+        [&](DB* db, const std::string& dir, const Status& s,
+            const std::string& ctx, bool same_handle) {
+          if (same_handle) {
+            StateDict sd = after.Dict();
+            auto saved = db->Save(sd, {.step = 3});
+            EXPECT_TRUE(saved.ok())
+                << ctx << ": next save: " << saved.status().ToString();
+            return;
+          }
+          Verify(dir, {{1, &before[0]}}, {}, ctx);
+          auto db2 = DB::Open(options_, dir);
+          ASSERT_TRUE(db2.ok());
+          auto list = (*db2)->ListCheckpoints();
+          ASSERT_TRUE(list.ok());
+          std::optional<CheckpointInfo> faulted, later;
+          for (const auto& info : *list) {
+            if (info.step == 2) faulted = info;
+            if (info.step == 3) later = info;
+          }
+          EXPECT_TRUE(!s.ok() || faulted) << ctx << ": returned OK but absent";
+          if (faulted) {
+            EXPECT_LT(faulted->nbytes_written, faulted->nbytes) << ctx;
+            ExpectLoads(**db2, faulted->id, next, ctx);
+          }
+          ASSERT_TRUE(later) << ctx << ": the next save is missing";
+          EXPECT_LT(later->nbytes_written, later->nbytes) << ctx;
+          ExpectLoads(**db2, later->id, after, ctx + " (the next save)");
+          ASSERT_TRUE((*db2)->Close().ok());
+          ExpectAccounted(dir, ctx);
+        });
+  }
+}
+
+// Deletes of checkpoints that share chunks: the one holding the bytes, the
+// one referring to them, and the last one referring to a deleted holder.
+TEST_F(FaultSweep, EveryCallOfAnIncrementalDelete) {
+  for (int seed = 1; seed <= Seeds(); ++seed) {
+    State first = State::Make(seed, /*multi_block=*/true);
+    std::vector<State> states = {first, Changed(first, 1)};
+    const std::string templ = tmp_.Sub("template" + std::to_string(seed));
+    Build(templ, states);
+    const std::string held = tmp_.Sub("held" + std::to_string(seed));
+    fs::copy(templ, held, fs::copy_options::recursive);
+    {
+      auto db = DB::Open(options_, held);
+      ASSERT_TRUE(db.ok());
+      ASSERT_TRUE((*db)->Delete(CheckpointSelector::Id(1)).ok());
+    }
+    struct Case {
+      std::string from;
+      int64_t id;
+      std::map<int64_t, State*> left;
+    };
+    const Case cases[] = {{templ, 1, {{2, &states[1]}}},
+                          {templ, 2, {{1, &states[0]}}},
+                          {held, 2, {}}};
+    for (const Case& c : cases) {
+      const std::string what = "incremental delete of " + std::to_string(c.id) +
+                               (c.from == held ? " (its holder deleted)" : "");
+      Sweep(
+          c.from, what.c_str(),
+          [&](DB* db, const std::string&) {
+            return db->Delete(CheckpointSelector::Id(c.id));
+          },
+          [&](DB* db, const std::string& dir, const Status& s,
+              const std::string& ctx, bool same_handle) {
+            if (same_handle) {
+              auto list = db->ListCheckpoints();
+              ASSERT_TRUE(list.ok()) << ctx << ": " << list.status().ToString();
+              for (const auto& info : *list) {
+                if (info.id != c.id) continue;
+                EXPECT_FALSE(s.ok()) << ctx << ": returned OK but listed";
+                Status again = db->Delete(CheckpointSelector::Id(c.id));
+                EXPECT_TRUE(again.ok()) << ctx << ": " << again.ToString();
+              }
+              return;
+            }
+            std::vector<int64_t> expected;
+            for (const auto& [id, state] : c.left) expected.push_back(id);
+            auto ids = Verify(dir, c.left, {}, ctx);
+            EXPECT_EQ(ids, expected) << ctx;
+            ExpectAccounted(dir, ctx);
+          });
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 TEST_F(FaultSweep, EveryCallOfAnOpenAndALoad) {
   for (int seed = 1; seed <= Seeds(); ++seed) {
     std::vector<State> states = {State::Make(seed),
@@ -387,11 +510,15 @@ TEST_F(FaultSweep, EveryCallOfAnOpenAndALoad) {
 TEST_F(FaultSweep, AFullDiskStillOpensDeletesAndFailsSavesCleanly) {
   // Checkpoints of 1 MiB, so that deleting one frees more than it writes.
   options_.max_chunk_bytes = 256 << 10;
+  // Different contents: an incremental save of equal ones would share every
+  // chunk, and deleting one would free nothing.
   std::vector<State> states = {State::Make(1), State::Make(2)};
-  for (State& s : states) {
+  for (size_t i = 0; i < states.size(); ++i) {
+    State& s = states[i];
     s.shapes = {{512, 512}};
     s.tensors = {std::vector<float>(512 * 512)};
-    std::iota(s.tensors[0].begin(), s.tensors[0].end(), s.tensors.size());
+    std::iota(s.tensors[0].begin(), s.tensors[0].end(),
+              static_cast<float>(1 + i * 1000000));
   }
   const std::string dir = tmp_.Sub("full");
   Build(dir, states);

@@ -160,7 +160,9 @@ json InfoJson(const CheckpointInfo& info) {
           {"created", info.created},
           {"world_size", info.world_size},
           {"num_tensors", info.num_tensors},
-          {"nbytes", info.nbytes}};
+          {"nbytes", info.nbytes},
+          {"nbytes_written", info.nbytes_written},
+          {"references", info.references}};
 }
 
 // The flat mapping as DB.metadata() gives it: int keys and list and tuple
@@ -238,6 +240,54 @@ int List(const std::string& path, bool as_json) {
 
 // ---- show -------------------------------------------------------------------
 
+// Bytes of a checkpoint's chunks that other checkpoints use too (incremental
+// saves): those it refers to in earlier checkpoints, and those of its own
+// that later checkpoints refer to.
+struct Sharing {
+  uint64_t from_earlier = 0;
+  uint64_t with_later = 0;
+};
+
+Result<Sharing> SharedBytes(storage::Store& store, const CheckpointMetadata& m) {
+  Sharing out;
+  out.from_earlier = static_cast<uint64_t>(m.info.nbytes - m.info.nbytes_written);
+  ASSIGN_OR_RETURN(auto all, store.List());
+  std::set<std::pair<std::string, Shape>> used;
+  for (const CheckpointInfo& info : all) {
+    if (!std::binary_search(info.references.begin(), info.references.end(),
+                            m.info.id))
+      continue;
+    ASSIGN_OR_RETURN(CheckpointMetadata later, store.GetMetadata(info.id));
+    for (const auto& [key, t] : later.tensors) {
+      for (const ChunkMetadata& c : t.chunks) {
+        if (c.holder_id == m.info.id) used.emplace(key, c.global_offset);
+      }
+    }
+  }
+  for (const auto& [key, t] : m.tensors) {
+    for (const ChunkMetadata& c : t.chunks) {
+      if (c.holder_id == 0 && used.contains({key, c.global_offset}))
+        out.with_later += c.nbytes;
+    }
+  }
+  return out;
+}
+
+void PrintSharing(const Sharing& sharing, const CheckpointInfo& info) {
+  std::printf("shares %s with other checkpoints: %s held by earlier ones",
+              HumanBytes(sharing.from_earlier + sharing.with_later).c_str(),
+              HumanBytes(sharing.from_earlier).c_str());
+  if (!info.references.empty()) {
+    std::printf(" (ids");
+    for (int64_t id : info.references)
+      std::printf(" %lld", static_cast<long long>(id));
+    std::printf(")");
+  }
+  std::printf(", %s of its own used by later ones; %s written\n\n",
+              HumanBytes(sharing.with_later).c_str(),
+              HumanBytes(info.nbytes_written).c_str());
+}
+
 int Show(const std::string& path, const Selection& sel, bool as_json,
          bool chunks) {
   auto opened = OpenCheckpoint(path, sel);
@@ -256,9 +306,12 @@ int Show(const std::string& path, const Selection& sel, bool as_json,
   std::printf("  created %s  saved by %d rank%s\n",
               LocalTime(m.info.created).c_str(), m.info.world_size,
               m.info.world_size == 1 ? "" : "s");
-  std::printf("%zu tensors, %s in %zu chunks; %zu small values\n\n",
+  std::printf("%zu tensors, %s in %zu chunks; %zu small values\n",
               m.tensors.size(), HumanBytes(m.info.nbytes).c_str(), nchunks,
               m.values.size());
+  auto sharing = SharedBytes(*opened->store, m);
+  if (!sharing.ok()) return Fail(sharing.status());
+  PrintSharing(*sharing, m.info);
   size_t width = 3;
   for (const auto& [key, t] : m.tensors) width = std::max(width, key.size());
   std::printf("%-*s  %-13s %-18s %6s %10s\n", static_cast<int>(width), "key",
@@ -273,11 +326,14 @@ int Show(const std::string& path, const Selection& sel, bool as_json,
     if (!chunks) continue;
     for (const ChunkMetadata& c : t.chunks) {
       std::printf(
-          "%*s    offset %-14s shape %-14s rank %-4d %10s  xxh3 %016llx\n",
+          "%*s    offset %-14s shape %-14s rank %-4d %10s  xxh3 %016llx%s\n",
           static_cast<int>(width), "", ShapeToString(c.global_offset).c_str(),
           ShapeToString(c.local_shape).c_str(), c.writer_rank,
           HumanBytes(c.nbytes).c_str(),
-          static_cast<unsigned long long>(c.checksum));
+          static_cast<unsigned long long>(c.checksum),
+          c.holder_id != 0
+              ? ("  in checkpoint " + std::to_string(c.holder_id)).c_str()
+              : "");
     }
   }
   if (!m.values.empty()) {

@@ -190,11 +190,13 @@ Result<Options> OpenOptions(py::handle create, py::handle read_only,
         ASSIGN_OR_RETURN(
             field, IntIn(value, what, 1, INT64_MAX, "an int >= 1 or None"));
       }
+    } else if (name == "incremental") {
+      ASSIGN_OR_RETURN(o.incremental, Flag(value, what));
     } else {
       return Status::InvalidArgument(
           "unknown option '" + name +
           "' (max_chunk_bytes, io_threads, sync, load_buffer_bytes, "
-          "snapshot_bytes, keep_last, keep_every_steps)");
+          "snapshot_bytes, keep_last, keep_every_steps, incremental)");
     }
   }
   return o;

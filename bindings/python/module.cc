@@ -748,13 +748,19 @@ void DefineResultTypes(py::module_& m) {
                     "number of tensors")
       .def_readonly("nbytes", &CheckpointInfo::nbytes,
                     "tensor bytes, each stored box counted once")
+      .def_readonly("nbytes_written", &CheckpointInfo::nbytes_written,
+                    "tensor bytes this checkpoint wrote; the rest of nbytes "
+                    "it shares with earlier checkpoints")
+      .def_readonly("references", &CheckpointInfo::references,
+                    "ids of earlier checkpoints whose stored chunks it uses")
       .def("__repr__", [](const CheckpointInfo& i) {
         return "CheckpointInfo(id=" + std::to_string(i.id) +
                ", step=" + (i.step ? std::to_string(*i.step) : "None") +
                ", tag=" + (i.tag ? "'" + *i.tag + "'" : "None") +
                ", world_size=" + std::to_string(i.world_size) +
                ", num_tensors=" + std::to_string(i.num_tensors) +
-               ", nbytes=" + std::to_string(i.nbytes) + ")";
+               ", nbytes=" + std::to_string(i.nbytes) +
+               ", nbytes_written=" + std::to_string(i.nbytes_written) + ")";
       });
 
   py::class_<LoadStats>(m, "LoadStats", "What one rank's load moved.")

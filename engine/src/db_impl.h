@@ -1,11 +1,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ckptdb/db.h"
 #include "engine/src/agreement.h"
 #include "engine/src/device_transport.h"
+#include "planner/incremental.h"
 #include "planner/load_plan.h"
 #include "storage/store.h"
 
@@ -28,6 +30,9 @@ class DBImpl : public DB {
                               const SaveOptions& options) override;
   Result<std::shared_ptr<PendingSave>> SaveAsync(
       const StateDict& state, const SaveOptions& options) override;
+  // Rank 0: the checkpoint an incremental save compares its chunks with (the
+  // latest committed one), 0 for none or with Options::incremental off.
+  Result<int64_t> IncrementalBase();
   Result<LoadResult> Load(StateDict& state, const CheckpointSelector& which,
                           const LoadOptions& options) override;
   Result<std::vector<CheckpointInfo>> ListCheckpoints() override;
@@ -99,6 +104,8 @@ class DBImpl : public DB {
   std::shared_ptr<AsyncSave> pending_;
   std::unique_ptr<char[]> snapshot_memory_;
   uint64_t snapshot_size_ = 0;
+  // Rank 0, incremental saves: the chunks of this handle's last commit.
+  std::optional<planner::PreviousCheckpoint> last_commit_;
 };
 
 }  // namespace ckptdb::engine

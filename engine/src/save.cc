@@ -20,8 +20,10 @@
 #include "engine/src/tensor_checks.h"
 #include "engine/src/wire.h"
 #include "planner/flatten.h"
+#include "planner/incremental.h"
 #include "planner/retention.h"
 #include "planner/save_plan.h"
+#include "storage/checksum.h"
 #include "storage/keys.h"
 
 namespace ckptdb::engine {
@@ -187,30 +189,70 @@ class DeviceChunks {
 
 std::string EncodeWritten(const Status& status,
                           const std::vector<std::string>& files,
-                          const std::vector<uint64_t>& checksums) {
+                          const std::vector<WrittenChunk>& chunks) {
   WireWriter w;
   w.Status(status);
   w.Strings(files);
-  w.U64(checksums.size());
-  for (uint64_t c : checksums) w.U64(c);
+  w.U64(chunks.size());
+  for (const WrittenChunk& c : chunks) {
+    w.U64(c.checksum);
+    w.U64(c.content_hash ? 1 : 0);
+    w.U64(c.content_hash ? c.content_hash->low : 0);
+    w.U64(c.content_hash ? c.content_hash->high : 0);
+    w.I64(c.holder_id);
+    w.I64(c.writer_rank);
+  }
   return w.Take();
 }
 
 Status DecodeWritten(std::string_view bytes, Status* status,
                      std::vector<std::string>* files,
-                     std::vector<uint64_t>* checksums) {
+                     std::vector<WrittenChunk>* chunks) {
   WireReader r(bytes);
   uint64_t n;
+  const Status malformed =
+      Status::Internal("malformed save result from a rank");
   if (!r.Status(status) || !r.Strings(files) || !r.U64(&n) ||
-      n > bytes.size() / 8) {
-    return Status::Internal("malformed save result from a rank");
+      n > bytes.size() / 48) {
+    return malformed;
   }
-  checksums->resize(n);
-  for (auto& c : *checksums) {
-    if (!r.U64(&c))
-      return Status::Internal("malformed save result from a rank");
+  chunks->resize(n);
+  for (auto& c : *chunks) {
+    uint64_t hashed = 0;
+    ContentHash hash;
+    int64_t writer = 0;
+    if (!r.U64(&c.checksum) || !r.U64(&hashed) || !r.U64(&hash.low) ||
+        !r.U64(&hash.high) || !r.I64(&c.holder_id) || !r.I64(&writer))
+      return malformed;
+    if (hashed != 0) c.content_hash = hash;
+    c.writer_rank = static_cast<int32_t>(writer);
   }
   return Status::OK();
+}
+
+// The chunks of the checkpoint an incremental save compares with, for the
+// tensors this rank writes: none when `base_id` is 0 (the first save, or
+// incremental saves off) or when they cannot be read (every chunk is then
+// written).
+planner::PreviousCheckpoint ReadPrevious(storage::Store& store, int64_t base_id,
+                                         const planner::SavePlan& plan,
+                                         int rank) {
+  planner::PreviousCheckpoint previous;
+  if (base_id == 0 || !store.Refresh().ok()) return previous;
+  std::vector<std::string> keys;
+  for (const auto& tensor : plan.tensors) {
+    for (const auto& chunk : tensor.chunks) {
+      if (chunk.writer_rank != rank) continue;
+      keys.push_back(tensor.flat_key);
+      break;
+    }
+  }
+  if (keys.empty()) return previous;
+  auto meta = store.GetMetadata(base_id, keys);
+  if (!meta.ok()) return previous;
+  previous.id = base_id;
+  previous.tensors = std::move(meta->tensors);
+  return previous;
 }
 
 // This rank's chunks of `plan`, and their order by storage key.
@@ -352,36 +394,77 @@ class SnapshotRing {
 
 namespace {
 
+// How this rank writes its chunks.
+struct WriteContext {
+  int64_t id = 0;
+  int rank = 0;
+  int world = 1;
+  int threads = 1;
+  // Hash every chunk (incremental saves on).
+  bool hash = false;
+  // What the chunks are compared with.
+  const planner::PreviousCheckpoint* previous = nullptr;
+  // An asynchronous save: the chunks' bytes come from here.
+  SnapshotRing* snapshot = nullptr;
+};
+
+// One chunk: refers to stored bytes when its content hash equals the previous
+// checkpoint's chunk (planner::DecideChunkSource), else added to `writer`.
+Result<WrittenChunk> WriteChunk(const WriteContext& context,
+                                const planner::PlannedTensor& tensor,
+                                const planner::PlannedChunk& chunk,
+                                const char* data, uint64_t nbytes,
+                                storage::StagedFileWriter& writer) {
+  WrittenChunk out;
+  out.writer_rank = context.rank;
+  if (context.hash) {
+    out.content_hash = storage::ChunkContentHash(data, nbytes);
+    const planner::ChunkSource source = planner::DecideChunkSource(
+        planner::CandidateChunk(*context.previous, tensor.flat_key,
+                                tensor.dtype, tensor.global_shape, chunk.box,
+                                context.world),
+        context.previous->id, *out.content_hash);
+    if (source.reuse) {
+      out.checksum = source.checksum;
+      out.holder_id = source.holder_id;
+      out.writer_rank = source.writer_rank;
+      return out;
+    }
+  }
+  ASSIGN_OR_RETURN(out.checksum, writer.Add(tensor.flat_key, chunk.box.offset,
+                                            std::string_view(data, nbytes)));
+  return out;
+}
+
 // Streams this rank's chunks into staged files, a part each, in parallel;
-// fills `checksums` (in plan order of the rank's chunks) and `files`.
-// With `snapshot`, the chunks' bytes come from it (an asynchronous save).
+// fills `written` (in plan order of the rank's chunks) and `files`.
 Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
                    const std::vector<MyChunk>& mine,
-                   const std::vector<size_t>& order, int64_t id, int rank,
-                   int threads, SnapshotRing* snapshot,
-                   std::vector<uint64_t>* checksums,
+                   const std::vector<size_t>& order,
+                   const WriteContext& context,
+                   std::vector<WrittenChunk>* written,
                    std::vector<std::string>* files) {
-  const std::vector<size_t> part_begin = SplitIntoParts(mine, order, threads);
+  const std::vector<size_t> part_begin =
+      SplitIntoParts(mine, order, context.threads);
   const size_t parts = part_begin.size() - 1;
-  checksums->assign(mine.size(), 0);
+  written->assign(mine.size(), WrittenChunk{});
   std::vector<std::string> part_files(parts);
-  Status written = ParallelFor(parts, threads, [&](size_t p) -> Status {
+  Status status = ParallelFor(parts, context.threads, [&](size_t p) -> Status {
     if (part_begin[p] == part_begin[p + 1]) return Status::OK();
-    ASSIGN_OR_RETURN(auto writer,
-                     store.NewStagedFile(id, rank, static_cast<int>(p)));
+    ASSIGN_OR_RETURN(auto writer, store.NewStagedFile(context.id, context.rank,
+                                                      static_cast<int>(p)));
     DeviceChunks device(mine, order);
     for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
       const MyChunk& m = mine[order[i]];
       const auto& tensor = plan.tensors[m.tensor];
       ASSIGN_OR_RETURN(const char* data,
-                       snapshot != nullptr
-                           ? snapshot->Wait(i)
+                       context.snapshot != nullptr
+                           ? context.snapshot->Wait(i)
                            : device.HostBytes(i, part_begin[p + 1]));
-      ASSIGN_OR_RETURN(
-          (*checksums)[order[i]],
-          writer->Add(tensor.flat_key, tensor.chunks[m.chunk].box.offset,
-                      std::string_view(data, m.nbytes)));
-      if (snapshot != nullptr) snapshot->Release(i);
+      ASSIGN_OR_RETURN((*written)[order[i]],
+                       WriteChunk(context, tensor, tensor.chunks[m.chunk], data,
+                                  m.nbytes, *writer));
+      if (context.snapshot != nullptr) context.snapshot->Release(i);
     }
     ASSIGN_OR_RETURN(part_files[p], writer->Finish());
     return Status::OK();
@@ -389,7 +472,7 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
   for (auto& f : part_files) {
     if (!f.empty()) files->push_back(std::move(f));
   }
-  return written;
+  return status;
 }
 
 // Rank 0, after checkpoint `id` committed: deletes what `policy` no longer
@@ -419,15 +502,18 @@ Status ApplyRetention(storage::Store& store,
 // Rank 0: every rank's written files and checksums (`results`) become the
 // record of the whole plan (every chunk of `classes`), committed; the outcome,
 // encoded for the other ranks.
+// On success, `committed` holds the checkpoint's chunks, for the next
+// incremental save to compare with; then `retention` is applied.
 std::string CommitOnRoot(storage::Store& store,
                          const planner::SaveClasses& classes,
                          size_t max_chunk_bytes, int64_t id,
                          const SaveOptions& options, int world,
                          const std::vector<std::string>& results,
+                         std::optional<planner::PreviousCheckpoint>* committed,
                          const planner::RetentionPolicy& retention) {
   std::vector<Status> write_statuses(world);
   std::vector<std::vector<std::string>> all_files(world);
-  std::vector<std::vector<uint64_t>> all_sums(world);
+  std::vector<std::vector<WrittenChunk>> all_sums(world);
   Status s;
   for (int r = 0; r < world && s.ok(); ++r) {
     s = DecodeWritten(results[r], &write_statuses[r], &all_files[r],
@@ -450,6 +536,8 @@ std::string CommitOnRoot(storage::Store& store,
   for (auto& f : all_files) staged.insert(staged.end(), f.begin(), f.end());
   if (s.ok()) s = store.Commit(meta, staged);
   if (!s.ok()) store.RemoveStaged(staged);
+  committed->reset();
+  if (s.ok()) committed->emplace(id, std::move(meta.tensors));
   if (s.ok()) s = ApplyRetention(store, retention, id);
   return EncodeInfo(s, meta.info);
 }
@@ -465,6 +553,8 @@ struct PreparedSave {
   planner::SavePlan plan;
   SaveOptions options;
   int64_t id = 0;
+  // The checkpoint an incremental save compares with (0: none).
+  int64_t base_id = 0;
   std::vector<MyChunk> mine;
   std::vector<size_t> order;  // of `mine`, by storage key: the write order
 };
@@ -494,6 +584,12 @@ class AsyncSave : public PendingSave {
   std::atomic<bool> done_{false};
 };
 
+Result<int64_t> DBImpl::IncrementalBase() {
+  if (!options_.incremental) return 0;
+  ASSIGN_OR_RETURN(auto all, store_->List());
+  return all.empty() ? 0 : all.back().id;
+}
+
 Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
                                          const SaveOptions& options) {
   RETURN_IF_ERROR(CheckOpen());
@@ -513,12 +609,16 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
                                p.classes, options_.max_chunk_bytes, rank));
 
   // Rank 0 checks that it may commit and picks the id, before any byte is
-  // written.
+  // written, and the checkpoint an incremental save compares with.
   ASSIGN_OR_RETURN(p.id, IdFromRoot(*comm_, [&]() -> Result<int64_t> {
                      if (options.tag) {
                        RETURN_IF_ERROR(store_->CheckTagFree(*options.tag));
                      }
+                     ASSIGN_OR_RETURN(p.base_id, IncrementalBase());
                      return store_->NextCheckpointId();
+                   }));
+  ASSIGN_OR_RETURN(p.base_id, IdFromRoot(*comm_, [&]() -> Result<int64_t> {
+                     return p.base_id;
                    }));
   p.mine = CollectMyChunks(p.plan, p.layout, p.views, p.id, rank, &p.order);
   return p;
@@ -528,12 +628,27 @@ Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
                                           SnapshotRing* snapshot) {
   const int rank = comm_->rank();
   // 4. Stream this rank's chunks into staged files, in key order, split into
-  // parts of contiguous key ranges written in parallel.
-  std::vector<uint64_t> checksums;
+  // parts of contiguous key ranges written in parallel; unchanged chunks are
+  // referred to, not written. Rank 0 keeps the chunks of its last commit: no
+  // read when that is the checkpoint compared with.
+  planner::PreviousCheckpoint read;
+  const planner::PreviousCheckpoint* previous = &read;
+  if (last_commit_ && last_commit_->id == p.base_id && p.base_id != 0) {
+    previous = &*last_commit_;
+  } else {
+    read = ReadPrevious(*store_, p.base_id, p.plan, rank);
+  }
+  const WriteContext context{p.id,
+                             rank,
+                             comm_->size(),
+                             io_threads(),
+                             p.base_id != 0 || options_.incremental,
+                             previous,
+                             snapshot};
+  std::vector<WrittenChunk> checksums;
   std::vector<std::string> files;
-  const Status written =
-      WriteStaged(*store_, p.plan, p.mine, p.order, p.id, rank, io_threads(),
-                  snapshot, &checksums, &files);
+  const Status written = WriteStaged(*store_, p.plan, p.mine, p.order, context,
+                                     &checksums, &files);
 
   // 5. Rank 0 ingests every rank's files and writes the record; all ranks
   // return its outcome.
@@ -543,8 +658,9 @@ Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
   std::string outcome;
   if (rank == 0) {
     outcome = CommitOnRoot(*store_, p.classes, options_.max_chunk_bytes, p.id,
-                           p.options, comm_->size(), results,
+                           p.options, comm_->size(), results, &last_commit_,
                            {options_.keep_last, options_.keep_every_steps});
+    if (!options_.incremental) last_commit_.reset();
   }
   RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
   Status committed;

@@ -1,13 +1,14 @@
 #include "engine/src/save_record.h"
 
 #include <chrono>
+#include <set>
 #include <string>
 
 namespace ckptdb::engine {
 
 Result<CheckpointMetadata> CommitRecord(
     planner::SavePlan plan, int64_t id, const SaveOptions& options, int world,
-    const std::vector<std::vector<uint64_t>>& sums_by_rank) {
+    const std::vector<std::vector<WrittenChunk>>& written_by_rank) {
   CheckpointMetadata meta;
   meta.info.id = id;
   meta.info.step = options.step;
@@ -23,24 +24,35 @@ Result<CheckpointMetadata> CommitRecord(
   meta.values = std::move(plan.values);
   meta.user_metadata = options.user_metadata;
   std::vector<size_t> cursor(world, 0);
+  std::set<int64_t> references;
+  int64_t written_bytes = 0;
   for (auto& tensor : plan.tensors) {
     TensorMetadata& t = meta.tensors[tensor.flat_key];
     t.dtype = tensor.dtype;
     t.global_shape = tensor.global_shape;
     t.chunks.reserve(tensor.chunks.size());
     for (auto& chunk : tensor.chunks) {
-      const auto& sums = sums_by_rank[chunk.writer_rank];
+      const auto& written = written_by_rank[chunk.writer_rank];
       size_t& at = cursor[chunk.writer_rank];
-      if (at >= sums.size()) {
+      if (at >= written.size()) {
         return Status::Internal("rank " + std::to_string(chunk.writer_rank) +
-                                " reported too few chunk checksums");
+                                " reported too few chunks");
       }
-      t.chunks.push_back({std::move(chunk.box.offset),
-                          std::move(chunk.box.shape), chunk.writer_rank,
-                          chunk.nbytes, sums[at++]});
+      const WrittenChunk& w = written[at++];
+      if (w.holder_id != 0) {
+        references.insert(w.holder_id);
+      } else {
+        written_bytes += static_cast<int64_t>(chunk.nbytes);
+      }
+      t.chunks.push_back(
+          {std::move(chunk.box.offset), std::move(chunk.box.shape),
+           w.holder_id != 0 ? w.writer_rank : chunk.writer_rank, chunk.nbytes,
+           w.checksum, w.holder_id, w.content_hash});
     }
     std::vector<planner::PlannedChunk>().swap(tensor.chunks);
   }
+  meta.info.nbytes_written = written_bytes;
+  meta.info.references.assign(references.begin(), references.end());
   return meta;
 }
 

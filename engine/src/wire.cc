@@ -266,6 +266,9 @@ std::string EncodeInfo(const ckptdb::Status& status,
   w.I64(info.world_size);
   w.I64(info.num_tensors);
   w.I64(info.nbytes);
+  w.I64(info.nbytes_written);
+  w.U64(info.references.size());
+  for (int64_t id : info.references) w.I64(id);
   return w.Take();
 }
 
@@ -278,8 +281,15 @@ ckptdb::Status DecodeInfo(std::string_view bytes, ckptdb::Status* status,
   if (!r.Status(status) || !r.I64(&info->id) || !r.U64(&has_step) ||
       !r.I64(&step) || !r.U64(&has_tag) || !r.Str(&tag) ||
       !r.F64(&info->created) || !r.I64(&world) || !r.I64(&info->num_tensors) ||
-      !r.I64(&info->nbytes)) {
+      !r.I64(&info->nbytes) || !r.I64(&info->nbytes_written)) {
     return Malformed("checkpoint summary");
+  }
+  uint64_t references = 0;
+  if (!r.U64(&references) || references > bytes.size() / 8)
+    return Malformed("checkpoint summary");
+  info->references.resize(references);
+  for (int64_t& id : info->references) {
+    if (!r.I64(&id)) return Malformed("checkpoint summary");
   }
   info->step = has_step ? std::optional<int64_t>(step) : std::nullopt;
   info->tag = has_tag ? std::optional<std::string>(tag) : std::nullopt;

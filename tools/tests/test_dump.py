@@ -351,3 +351,36 @@ def test_show_key_slice_errors_name_key_shape_and_slice(store):
         for needle in needles:
             assert needle in p.stderr, (needle, p.stderr)
     assert dump("show", store, "--slice", "0:4").returncode != 0  # --slice needs --key
+
+
+def test_incremental_checkpoints_show_what_they_share_and_verify_whole(tmp_path):
+    # API.md "Incremental checkpoints": show says what each checkpoint shares; verify STORE
+    # accounts for the chunks of a deleted checkpoint that a later one still uses; a damaged
+    # shared chunk is reported for every checkpoint that uses it.
+    path = str(tmp_path / "s")
+    w = rng_array((64, 256), np.float32, 8)
+    v = rng_array((64, 256), np.float32, 9)
+    with ckptdb.open(path, max_chunk_bytes=16 << 10) as db:
+        db.save({"w": w, "v": v}, step=1)
+        second = db.save({"w": w, "v": v + 1}, step=2)
+        assert second.nbytes_written == v.nbytes and second.references == [1]
+    first_text = dump("show", path, "--step", "1", check=0).stdout
+    assert "shares 64.0 KiB with other checkpoints: 0 B held by earlier ones, " \
+           "64.0 KiB of its own used by later ones" in first_text, first_text
+    second_text = dump("show", path, "--step", "2", "--chunks", check=0).stdout
+    assert "64.0 KiB held by earlier ones (ids 1)" in second_text, second_text
+    assert "in checkpoint 1" in second_text
+    listed = json.loads(dump("list", path, "--json", check=0).stdout)
+    assert [(c["nbytes_written"], c["references"]) for c in listed] == \
+           [(w.nbytes + v.nbytes, []), (v.nbytes, [1])]
+    with ckptdb.open(path, max_chunk_bytes=16 << 10) as db:
+        db.delete(step=1)
+    p = dump("verify", path, check=0)
+    assert "store: consistent" in p.stdout, p.stdout
+    with ckptdb.open(path, max_chunk_bytes=16 << 10) as db:
+        assert db.save({"w": w, "v": v + 1}, step=3).references == [1, 2]
+    # Damage to w, stored with checkpoint 1 (deleted) and used by 2 and 3.
+    assert damage(path, w.tobytes()[4096:4160])
+    for step in ("2", "3"):
+        p = dump("verify", path, "--step", step, check=1)
+        assert "'w'" in p.stdout + p.stderr, p.stdout + p.stderr

@@ -347,8 +347,10 @@ def open(path, comm=None, *, create=True, read_only=False, **options):  # noqa: 
     ``read_only``: never modify it. ``options`` map to the C++ ``Options``
     fields: ``max_chunk_bytes``, ``io_threads``, ``sync``, ``load_buffer_bytes``,
     ``snapshot_bytes`` (host memory of an asynchronous save's snapshot; 0: the
-    rank's state), and retention: ``keep_last`` (after each commit, the newest ``keep_last``
+    rank's state), retention: ``keep_last`` (after each commit, the newest ``keep_last``
     checkpoints stay and older ones are deleted) and ``keep_every_steps``
     (checkpoints whose step is a multiple of it are never deleted by retention,
-    nor are tagged ones); ``None`` keeps everything."""
+    nor are tagged ones; ``None`` keeps everything), and ``incremental``
+    (default True: a save refers to the chunks the latest checkpoint holds
+    unchanged instead of writing them again)."""
     return DB(path, comm, create=create, read_only=read_only, **options)

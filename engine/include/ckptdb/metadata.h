@@ -40,6 +40,22 @@ struct CheckpointInfo {
   int32_t world_size = 1;          // number of ranks that saved it
   int64_t num_tensors = 0;
   int64_t nbytes = 0;  // tensor bytes, each stored box counted once
+  // Tensor bytes this checkpoint wrote; the rest of `nbytes` it shares with
+  // earlier checkpoints (incremental saves). Equal to `nbytes` for a
+  // checkpoint saved without incremental saves, or before them.
+  int64_t nbytes_written = 0;
+  // Earlier checkpoints whose stored chunks this one refers to, ascending.
+  // Their bytes stay in the store while this checkpoint does, even once
+  // they are deleted themselves.
+  std::vector<int64_t> references;
+};
+
+// A 128-bit content hash of a chunk's bytes (XXH3-128, seed 0): what an
+// incremental save compares to decide that a chunk is unchanged.
+struct ContentHash {
+  uint64_t low = 0;
+  uint64_t high = 0;
+  friend bool operator==(const ContentHash&, const ContentHash&) = default;
 };
 
 // One stored box of a tensor.
@@ -49,6 +65,12 @@ struct ChunkMetadata {
   int32_t writer_rank = 0;  // rank that wrote it; part of its storage key
   uint64_t nbytes = 0;
   uint64_t checksum = 0;  // XXH3-64 of the bytes
+  // The checkpoint whose stored bytes these are: 0 for the checkpoint that
+  // records the chunk; an earlier checkpoint's id for a chunk an incremental
+  // save found unchanged (writer_rank then is the rank that wrote it there).
+  int64_t holder_id = 0;
+  // Absent in checkpoints saved before incremental saves.
+  std::optional<ContentHash> content_hash;
 };
 
 struct TensorMetadata {

@@ -59,6 +59,11 @@ struct Options {
   // RocksDB syncs the table files it writes either way. Turning it off loses
   // crash safety.
   bool sync = true;
+  // Incremental saves: a chunk equal (by its 128-bit content hash) to the same
+  // chunk (same key, box and dtype) of the latest checkpoint is not written
+  // again; the new checkpoint refers to the stored bytes. Off: every save
+  // writes every chunk.
+  bool incremental = true;
   // Testing hook (ckptdb/fault_injection.h): fails the store's file operations
   // on demand. nullptr in production.
   std::shared_ptr<FaultInjector> fault_injector;

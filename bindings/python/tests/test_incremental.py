@@ -1,0 +1,55 @@
+"""API.md "Incremental checkpoints", one process."""
+import numpy as np
+import pytest
+
+import ckptdb
+
+
+def _state(seed):
+    rng = np.random.default_rng(seed)
+    return {"model": {f"w{i}": rng.standard_normal((256, 256), dtype=np.float32)
+                      for i in range(4)}, "step": seed}
+
+
+def test_unchanged_chunks_are_not_written_again(store):
+    # "CheckpointInfo.nbytes_written gives the bytes actually written (nbytes stays the
+    # logical size)."
+    state = _state(1)
+    with ckptdb.open(store, max_chunk_bytes=64 << 10) as db:
+        first = db.save(state, step=1)
+        assert first.nbytes_written == first.nbytes == 4 * 256 * 256 * 4
+        state["model"]["w2"] = state["model"]["w2"] + 1
+        second = db.save(state, step=2)
+        assert second.nbytes == first.nbytes
+        assert second.nbytes_written == 256 * 256 * 4
+        assert second.references == [first.id]
+        listed = db.checkpoints()
+        assert [c.nbytes_written for c in listed] == [first.nbytes_written,
+                                                      second.nbytes_written]
+        assert "nbytes_written=262144" in repr(listed[1])
+        # "Deleting a checkpoint frees only bytes no remaining checkpoint refers to"
+        db.delete(id=first.id)
+        target = {"model": {f"w{i}": np.zeros((256, 256), np.float32) for i in range(4)},
+                  "step": 0}
+        db.load(target)
+        for i in range(4):
+            np.testing.assert_array_equal(target["model"][f"w{i}"], state["model"][f"w{i}"])
+        assert target["step"] == 1
+        db.verify()
+        for i in range(4):
+            np.testing.assert_array_equal(db.read(f"model.w{i}"), state["model"][f"w{i}"])
+
+
+def test_incremental_false_writes_everything(store):
+    # "ckptdb.open(..., incremental=False) turns it off."
+    state = _state(2)
+    with ckptdb.open(store, incremental=False) as db:
+        for step in range(2):
+            info = db.save(state, step=step)
+            assert info.nbytes_written == info.nbytes
+            assert info.references == []
+
+
+def test_incremental_option_must_be_a_bool(store):
+    with pytest.raises(ckptdb.InvalidArgumentError, match="incremental"):
+        ckptdb.open(store, incremental="yes")

@@ -1,0 +1,50 @@
+#pragma once
+
+// Incremental saves as plain decisions: which stored chunk a new chunk is
+// compared with, and whether it is written or refers to stored bytes.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "ckptdb/metadata.h"
+#include "planner/box.h"
+
+namespace ckptdb::planner {
+
+// Where a chunk of a save gets its stored bytes.
+struct ChunkSource {
+  // Refers to bytes already stored (true) or is written (false).
+  bool reuse = false;
+  // With `reuse`: the checkpoint whose key range holds the bytes, the rank
+  // that wrote them there and their checksum.
+  int64_t holder_id = 0;
+  int32_t writer_rank = 0;
+  uint64_t checksum = 0;
+
+  friend bool operator==(const ChunkSource&, const ChunkSource&) = default;
+};
+
+// The checkpoint an incremental save compares with (its latest committed
+// one): its id and the tensors of the keys the rank writes, with their chunks.
+struct PreviousCheckpoint {
+  int64_t id = 0;
+  std::map<std::string, TensorMetadata> tensors;
+};
+
+// The chunk of `previous` a new chunk of tensor `key` (of `dtype`, global
+// shape `global_shape`) with box `box` may equal: the same key, dtype, global
+// shape and box, with a content hash recorded, written by a rank below
+// `world` (a record names only ranks of its own world). nullptr otherwise.
+const ChunkMetadata* CandidateChunk(const PreviousCheckpoint& previous,
+                                    const std::string& key, DType dtype,
+                                    const Shape& global_shape, const Box& box,
+                                    int32_t world);
+
+// The decision for a chunk whose bytes hash to `hash`: reuse `candidate`'s
+// stored bytes (of checkpoint `previous_id`, or of the checkpoint holding
+// them in turn) when the 128-bit hashes are equal; otherwise write it.
+ChunkSource DecideChunkSource(const ChunkMetadata* candidate,
+                              int64_t previous_id, const ContentHash& hash);
+
+}  // namespace ckptdb::planner

@@ -1,0 +1,312 @@
+// Incremental checkpoints: chains of saves that share chunks, deleted in
+// every order; the remaining checkpoints load bit-exactly, and the store's
+// table files shrink to what they still refer to. Damage to a shared chunk is
+// reported for every checkpoint that uses it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "ckptdb/db.h"
+#include "storage/store.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ckptdb {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+constexpr int kTensors = 4;
+constexpr int64_t kRows = 64;
+constexpr int64_t kCols = 1024;  // 256 KiB a tensor, 4 chunks of 64 KiB
+
+struct State {
+  std::vector<std::vector<float>> tensors;
+
+  static State Make(uint32_t seed) {
+    std::mt19937 rng(seed);
+    State s;
+    for (int i = 0; i < kTensors; ++i) {
+      s.tensors.emplace_back(kRows * kCols);
+      for (auto& v : s.tensors.back()) v = static_cast<float>(rng() % 100003);
+    }
+    return s;
+  }
+  // This state with tensor `i` changed in every chunk.
+  State With(int i, uint32_t seed) const {
+    State s = *this;
+    std::mt19937 rng(seed);
+    for (auto& v : s.tensors[i]) v = static_cast<float>(rng() % 100003) + 0.5f;
+    return s;
+  }
+  StateDict Dict() {
+    StateDict sd;
+    for (int i = 0; i < kTensors; ++i) {
+      sd.Child("model").Set(
+          "w" + std::to_string(i),
+          TensorView::Whole(tensors[i].data(), DType::kFloat32, {kRows, kCols}));
+    }
+    return sd;
+  }
+};
+
+constexpr uint64_t kTensorBytes = kRows * kCols * sizeof(float);
+
+Options SmallChunks() {
+  Options options;
+  options.max_chunk_bytes = 64 << 10;
+  options.io_threads = 2;
+  return options;
+}
+
+// Bytes of the store's table files (chunks and records).
+uint64_t TableBytes(const std::string& dir) {
+  uint64_t total = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() == ".sst") total += entry.file_size();
+  }
+  return total;
+}
+
+void ExpectLoads(DB& db, int64_t id, const State& expected,
+                 const std::string& ctx) {
+  State got = State::Make(0);
+  StateDict sd = got.Dict();
+  auto loaded = db.Load(sd, CheckpointSelector::Id(id), {});
+  ASSERT_TRUE(loaded.ok()) << ctx << ": " << loaded.status().ToString();
+  EXPECT_TRUE(got.tensors == expected.tensors) << ctx << ": checkpoint " << id;
+  EXPECT_TRUE(db.Verify(CheckpointSelector::Id(id)).ok()) << ctx;
+}
+
+// The store as a whole has no chunk data that no checkpoint accounts for.
+void ExpectStoreAccounted(const std::string& dir, const std::string& ctx) {
+  auto store = storage::Store::Open(dir, {.read_only = true});
+  ASSERT_TRUE(store.ok()) << ctx << ": " << store.status().ToString();
+  auto report = (*store)->Check();
+  ASSERT_TRUE(report.ok()) << ctx;
+  EXPECT_TRUE(report->unaccounted_chunk_ids.empty())
+      << ctx << ": unaccounted chunks of id "
+      << report->unaccounted_chunk_ids.front();
+}
+
+class IncrementalChain : public ::testing::Test {
+ protected:
+  // Checkpoint 1 is states_[0]; 2 changes tensor 0; 3 changes tensor 1 of 2.
+  void SetUp() override {
+    states_.push_back(State::Make(1));
+    states_.push_back(states_[0].With(0, 2));
+    states_.push_back(states_[1].With(1, 3));
+    auto db = DB::Open(SmallChunks(), templ_.path());
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    empty_bytes_ = TableBytes(templ_.path());
+    for (auto& s : states_) {
+      StateDict sd = s.Dict();
+      auto info = (*db)->Save(sd, {});
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      infos_.push_back(*info);
+    }
+  }
+
+  // Table bytes a store holding `remaining` must keep, at least: the chunks
+  // each of them, or a checkpoint it refers to, wrote.
+  uint64_t HeldBytes(const std::set<int64_t>& remaining) const {
+    std::set<int64_t> held = remaining;
+    for (const auto& info : infos_) {
+      if (remaining.contains(info.id))
+        held.insert(info.references.begin(), info.references.end());
+    }
+    uint64_t bytes = 0;
+    for (const auto& info : infos_) {
+      if (held.contains(info.id))
+        bytes += static_cast<uint64_t>(info.nbytes_written);
+    }
+    return bytes;
+  }
+
+  TempDir templ_;
+  TempDir runs_;
+  std::vector<State> states_;
+  std::vector<CheckpointInfo> infos_;
+  uint64_t empty_bytes_ = 0;
+};
+
+TEST_F(IncrementalChain, WritesOnlyChangedChunksAndRecordsReferences) {
+  EXPECT_EQ(infos_[0].nbytes_written, infos_[0].nbytes);
+  EXPECT_EQ(infos_[0].nbytes, static_cast<int64_t>(kTensors * kTensorBytes));
+  EXPECT_TRUE(infos_[0].references.empty());
+  EXPECT_EQ(infos_[1].nbytes_written, static_cast<int64_t>(kTensorBytes));
+  EXPECT_EQ(infos_[1].references, std::vector<int64_t>{1});
+  // Tensor 0 from checkpoint 2, tensors 2 and 3 still from checkpoint 1.
+  EXPECT_EQ(infos_[2].nbytes_written, static_cast<int64_t>(kTensorBytes));
+  EXPECT_EQ(infos_[2].references, (std::vector<int64_t>{1, 2}));
+  auto db = DB::Open(SmallChunks(), templ_.path());
+  ASSERT_TRUE(db.ok());
+  auto listed = (*db)->ListCheckpoints();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 3u);
+  EXPECT_EQ((*listed)[2].nbytes_written, infos_[2].nbytes_written);
+  for (int i = 0; i < 3; ++i) ExpectLoads(**db, i + 1, states_[i], "chain");
+  ExpectStoreAccounted(templ_.path(), "chain");
+}
+
+TEST_F(IncrementalChain, DeletesInEveryOrderKeepWhatIsReferredToAndFreeTheRest) {
+  std::vector<int64_t> order = {1, 2, 3};
+  do {
+    std::string name;
+    for (int64_t id : order) name += std::to_string(id);
+    const std::string ctx = "order " + name;
+    const std::string dir = runs_.Sub(name);
+    fs::copy(templ_.path(), dir, fs::copy_options::recursive);
+    std::set<int64_t> remaining = {1, 2, 3};
+    for (int64_t id : order) {
+      {
+        auto db = DB::Open(SmallChunks(), dir);
+        ASSERT_TRUE(db.ok()) << ctx;
+        ASSERT_TRUE((*db)->Delete(CheckpointSelector::Id(id)).ok()) << ctx;
+        remaining.erase(id);
+        const std::string step = ctx + ", after deleting " + std::to_string(id);
+        for (int64_t left : remaining)
+          ExpectLoads(**db, left, states_[left - 1], step);
+        // Reclaimed: at most the bytes still referred to, plus the records'
+        // few KiB; never less than those.
+        const uint64_t held = HeldBytes(remaining);
+        const uint64_t disk = TableBytes(dir);
+        EXPECT_GE(disk, held) << step;
+        EXPECT_LE(disk, held + empty_bytes_ + (64 << 10)) << step;
+      }
+      ExpectStoreAccounted(dir, ctx);
+      // A reopen (recovery) keeps every remaining checkpoint whole.
+      auto db = DB::Open(SmallChunks(), dir);
+      ASSERT_TRUE(db.ok()) << ctx;
+      for (int64_t left : remaining)
+        ExpectLoads(**db, left, states_[left - 1], ctx + " (reopened)");
+      ASSERT_TRUE((*db)->Close().ok());
+    }
+    EXPECT_LE(TableBytes(dir), empty_bytes_ + (64 << 10)) << ctx;
+  } while (std::next_permutation(order.begin(), order.end()));
+}
+
+TEST_F(IncrementalChain, ASaveAfterDeletesStillRefersToTheKeptBytes) {
+  auto db = DB::Open(SmallChunks(), templ_.path());
+  ASSERT_TRUE(db.ok());
+  ASSERT_TRUE((*db)->Delete(CheckpointSelector::Id(1)).ok());
+  ASSERT_TRUE((*db)->Delete(CheckpointSelector::Id(2)).ok());
+  // Checkpoint 4 equals 3 but tensor 3: refers to 1 (deleted, kept for 3),
+  // 2 and 3.
+  State fourth = states_[2].With(3, 4);
+  StateDict sd = fourth.Dict();
+  auto info = (*db)->Save(sd, {});
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->nbytes_written, static_cast<int64_t>(kTensorBytes));
+  EXPECT_EQ(info->references, (std::vector<int64_t>{1, 2, 3}));
+  ASSERT_TRUE((*db)->Delete(CheckpointSelector::Id(3)).ok());
+  ExpectLoads(**db, 4, fourth, "after deleting 3");
+  ExpectStoreAccounted(templ_.path(), "after deleting 3");
+}
+
+TEST(IncrementalTest, OffWritesEveryChunk) {
+  TempDir dir;
+  Options options = SmallChunks();
+  options.incremental = false;
+  auto db = DB::Open(options, dir.path());
+  ASSERT_TRUE(db.ok());
+  State s = State::Make(9);
+  for (int i = 0; i < 2; ++i) {
+    StateDict sd = s.Dict();
+    auto info = (*db)->Save(sd, {});
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->nbytes_written, info->nbytes);
+    EXPECT_TRUE(info->references.empty());
+  }
+  // Turned on later: the first save finds no hashes to compare with (as in a
+  // store written before incremental saves), the next one shares.
+  ASSERT_TRUE((*db)->Close().ok());
+  db = DB::Open(SmallChunks(), dir.path());
+  ASSERT_TRUE(db.ok());
+  for (int i = 0; i < 2; ++i) {
+    StateDict sd = s.Dict();
+    auto info = (*db)->Save(sd, {});
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->nbytes_written, i == 0 ? info->nbytes : 0) << i;
+  }
+  ExpectLoads(**db, 4, s, "off then on");
+}
+
+TEST(IncrementalTest, AChangedDtypeOrShapeIsWrittenAgain) {
+  TempDir dir;
+  auto db = DB::Open(SmallChunks(), dir.path());
+  ASSERT_TRUE(db.ok());
+  std::vector<int32_t> a(kRows * kCols, 7);
+  StateDict first;
+  first.Set("w", TensorView::Whole(a.data(), DType::kInt32, {kRows, kCols}));
+  ASSERT_TRUE((*db)->Save(first, {}).ok());
+  // The same bytes as float32, then as another shape.
+  StateDict as_float;
+  as_float.Set("w",
+               TensorView::Whole(a.data(), DType::kFloat32, {kRows, kCols}));
+  auto info = (*db)->Save(as_float, {});
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->nbytes_written, info->nbytes);
+  StateDict reshaped;
+  reshaped.Set("w", TensorView::Whole(a.data(), DType::kFloat32,
+                                      {kRows * 2, kCols / 2}));
+  info = (*db)->Save(reshaped, {});
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->nbytes_written, info->nbytes);
+}
+
+// Flips a byte of every table file holding `probe`; true when one did.
+bool Damage(const std::string& dir, const std::string& probe) {
+  bool damaged = false;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".sst") continue;
+    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::string content((std::istreambuf_iterator<char>(f)), {});
+    auto pos = content.find(probe);
+    if (pos == std::string::npos) continue;
+    f.seekp(static_cast<std::streamoff>(pos + 10));
+    f.put(static_cast<char>(content[pos + 10] ^ 0x40));
+    damaged = true;
+  }
+  return damaged;
+}
+
+TEST(IncrementalTest, ADamagedSharedChunkIsReportedForEveryCheckpointUsingIt) {
+  TempDir dir;
+  State first = State::Make(5);
+  State second = first.With(0, 6);
+  State third = second.With(1, 7);
+  {
+    auto db = DB::Open(SmallChunks(), dir.path());
+    ASSERT_TRUE(db.ok());
+    for (State* s : {&first, &second, &third}) {
+      StateDict sd = s->Dict();
+      ASSERT_TRUE((*db)->Save(sd, {}).ok());
+    }
+  }
+  // Tensor 2's first chunk: written by checkpoint 1, used by all three.
+  const std::string probe(
+      reinterpret_cast<const char*>(first.tensors[2].data()) + 1000, 64);
+  ASSERT_TRUE(Damage(dir.path(), probe));
+  auto db = DB::Open(SmallChunks(), dir.path());
+  ASSERT_TRUE(db.ok());
+  for (int64_t id = 1; id <= 3; ++id) {
+    Status verified = (*db)->Verify(CheckpointSelector::Id(id));
+    EXPECT_TRUE(verified.IsCorruption()) << id << ": " << verified.ToString();
+    EXPECT_NE(verified.message().find("model.w2"), std::string::npos)
+        << verified.ToString();
+    State got = State::Make(0);
+    StateDict sd = got.Dict();
+    auto loaded = (*db)->Load(sd, CheckpointSelector::Id(id), {});
+    EXPECT_TRUE(loaded.status().IsCorruption()) << id;
+  }
+}
+
+}  // namespace
+}  // namespace ckptdb
