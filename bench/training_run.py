@@ -35,7 +35,7 @@ def main():
         for step in range(1, args.steps + 1):
             layers[step % 10] += 1  # one layer of ten changes
             info = db.save_async({"layers": layers, "step": step}, step=step).wait()
-            written = getattr(info, "nbytes_written", info.nbytes)
+            written = info.nbytes_written
             listing = " ".join(f"{c.step}" for c in db.checkpoints())
             print(f"step {step:2d}: wrote {written / 2**20:7.1f} MiB of {info.nbytes / 2**20:.1f}; "
                   f"kept steps [{listing}]; store {disk_usage(args.dir) / 2**20:7.1f} MiB on disk",

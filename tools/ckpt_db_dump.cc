@@ -248,16 +248,18 @@ struct Sharing {
   uint64_t with_later = 0;
 };
 
-Result<Sharing> SharedBytes(storage::Store& store, const CheckpointMetadata& m) {
+Result<Sharing> SharedBytes(DB& db, const CheckpointMetadata& m) {
   Sharing out;
-  out.from_earlier = static_cast<uint64_t>(m.info.nbytes - m.info.nbytes_written);
-  ASSIGN_OR_RETURN(auto all, store.List());
+  out.from_earlier =
+      static_cast<uint64_t>(m.info.nbytes - m.info.nbytes_written);
+  ASSIGN_OR_RETURN(auto all, db.ListCheckpoints());
   std::set<std::pair<std::string, Shape>> used;
   for (const CheckpointInfo& info : all) {
     if (!std::binary_search(info.references.begin(), info.references.end(),
                             m.info.id))
       continue;
-    ASSIGN_OR_RETURN(CheckpointMetadata later, store.GetMetadata(info.id));
+    ASSIGN_OR_RETURN(CheckpointMetadata later,
+                     db.GetMetadata(CheckpointSelector::Id(info.id)));
     for (const auto& [key, t] : later.tensors) {
       for (const ChunkMetadata& c : t.chunks) {
         if (c.holder_id == m.info.id) used.emplace(key, c.global_offset);
@@ -309,7 +311,7 @@ int Show(const std::string& path, const Selection& sel, bool as_json,
   std::printf("%zu tensors, %s in %zu chunks; %zu small values\n",
               m.tensors.size(), HumanBytes(m.info.nbytes).c_str(), nchunks,
               m.values.size());
-  auto sharing = SharedBytes(*opened->store, m);
+  auto sharing = SharedBytes(*opened->db, m);
   if (!sharing.ok()) return Fail(sharing.status());
   PrintSharing(*sharing, m.info);
   size_t width = 3;
