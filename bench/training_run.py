@@ -17,7 +17,10 @@ def disk_usage(path):
     total = 0
     for root, _, files in os.walk(path):
         for name in files:
-            total += os.stat(os.path.join(root, name)).st_blocks * 512
+            try:
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
+            except FileNotFoundError:  # RocksDB removed an obsolete file meanwhile
+                pass
     return total
 
 
