@@ -28,8 +28,7 @@ const ChunkMetadata* CandidateChunk(const PreviousCheckpoint& previous,
 ChunkSource DecideChunkSource(const ChunkMetadata* candidate,
                               int64_t previous_id, const ContentHash& hash) {
   if (candidate == nullptr || candidate->content_hash != hash) return {};
-  return {true,
-          candidate->holder_id != 0 ? candidate->holder_id : previous_id,
+  return {true, candidate->holder_id != 0 ? candidate->holder_id : previous_id,
           candidate->writer_rank, candidate->checksum};
 }
 

@@ -26,9 +26,9 @@ TEST(IncrementalTest, CandidateIsTheSameBoxOfTheSameKeyDtypeAndShape) {
   EXPECT_EQ(CandidateChunk(previous, "v", DType::kFloat32, {4, 2},
                            {{2, 0}, {2, 2}}, 2),
             nullptr);
-  EXPECT_EQ(CandidateChunk(previous, "w", DType::kInt32, {4, 2},
-                           {{2, 0}, {2, 2}}, 2),
-            nullptr);
+  EXPECT_EQ(
+      CandidateChunk(previous, "w", DType::kInt32, {4, 2}, {{2, 0}, {2, 2}}, 2),
+      nullptr);
   EXPECT_EQ(CandidateChunk(previous, "w", DType::kFloat32, {5, 2},
                            {{2, 0}, {2, 2}}, 2),
             nullptr);

@@ -425,8 +425,8 @@ Status ReadIncremental(TensorChunks::Reader r, const CheckpointInfo& info,
     const int64_t holder = holders[i];
     if (holder != 0 && !std::binary_search(info.references.begin(),
                                            info.references.end(), holder)) {
-      return Bad(what + " chunk " + std::to_string(i) + " is held by checkpoint " +
-                 std::to_string(holder) +
+      return Bad(what + " chunk " + std::to_string(i) +
+                 " is held by checkpoint " + std::to_string(holder) +
                  ", which the checkpoint's references do not name");
     }
     (*chunks)[i].holder_id = holder;
@@ -539,8 +539,8 @@ void BuildMain(Checkpoint::Builder root, const CheckpointMetadata& meta,
   if (version != 1) {
     root.setHasNbytesWritten(true);
     root.setNbytesWritten(meta.info.nbytes_written);
-    auto refs = root.initReferences(
-        static_cast<unsigned>(meta.info.references.size()));
+    auto refs =
+        root.initReferences(static_cast<unsigned>(meta.info.references.size()));
     for (unsigned i = 0; i < meta.info.references.size(); ++i)
       refs.set(i, meta.info.references[i]);
   }

@@ -109,6 +109,22 @@ uint64_t SstBytes(const std::string& dir) {
   return total;
 }
 
+// Checkpoint `info` loads as the state of its step.
+void ExpectLoadsExactly(DB& db, const CheckpointInfo& info) {
+  StepState expected(*info.step);
+  StepState loaded(*info.step);
+  std::fill(loaded.a.begin(), loaded.a.end(), 0);
+  std::fill(loaded.b.begin(), loaded.b.end(), 0);
+  std::fill(loaded.c.begin(), loaded.c.end(), 0);
+  StateDict target = loaded.Dict();
+  auto result = db.Load(target, CheckpointSelector::Id(info.id), {});
+  ASSERT_TRUE(result.ok()) << "checkpoint " << info.id << ": "
+                           << result.status().ToString();
+  ASSERT_EQ(loaded.a, expected.a);
+  ASSERT_EQ(loaded.b, expected.b);
+  ASSERT_EQ(loaded.c, expected.c);
+}
+
 // 24 rounds of: a child saving forever (asynchronously with `async`), killed
 // at a random point; the store is then checked.
 void KillRounds(bool async) {
@@ -159,18 +175,7 @@ void KillRounds(bool async) {
     for (const CheckpointInfo& info : *list) {
       ASSERT_TRUE(info.step.has_value());
       next_step = std::max(next_step, *info.step + 1);
-      StepState expected(*info.step);
-      StepState loaded(*info.step);
-      std::fill(loaded.a.begin(), loaded.a.end(), 0);
-      std::fill(loaded.b.begin(), loaded.b.end(), 0);
-      std::fill(loaded.c.begin(), loaded.c.end(), 0);
-      StateDict target = loaded.Dict();
-      auto result = (*db)->Load(target, CheckpointSelector::Id(info.id), {});
-      ASSERT_TRUE(result.ok())
-          << "checkpoint " << info.id << ": " << result.status().ToString();
-      ASSERT_EQ(loaded.a, expected.a);
-      ASSERT_EQ(loaded.b, expected.b);
-      ASSERT_EQ(loaded.c, expected.c);
+      ASSERT_NO_FATAL_FAILURE(ExpectLoadsExactly(**db, info));
       committed_bytes += static_cast<uint64_t>(info.nbytes);
       if (info.nbytes_written < info.nbytes) ++incremental;
     }

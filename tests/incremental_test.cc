@@ -48,9 +48,9 @@ struct State {
   StateDict Dict() {
     StateDict sd;
     for (int i = 0; i < kTensors; ++i) {
-      sd.Child("model").Set(
-          "w" + std::to_string(i),
-          TensorView::Whole(tensors[i].data(), DType::kFloat32, {kRows, kCols}));
+      sd.Child("model").Set("w" + std::to_string(i),
+                            TensorView::Whole(tensors[i].data(),
+                                              DType::kFloat32, {kRows, kCols}));
     }
     return sd;
   }
@@ -155,7 +155,8 @@ TEST_F(IncrementalChain, WritesOnlyChangedChunksAndRecordsReferences) {
   ExpectStoreAccounted(templ_.path(), "chain");
 }
 
-TEST_F(IncrementalChain, DeletesInEveryOrderKeepWhatIsReferredToAndFreeTheRest) {
+TEST_F(IncrementalChain,
+       DeletesInEveryOrderKeepWhatIsReferredToAndFreeTheRest) {
   std::vector<int64_t> order = {1, 2, 3};
   do {
     std::string name;
@@ -266,7 +267,8 @@ bool Damage(const std::string& dir, const std::string& probe) {
   bool damaged = false;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.path().extension() != ".sst") continue;
-    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(entry.path(),
+                   std::ios::in | std::ios::out | std::ios::binary);
     std::string content((std::istreambuf_iterator<char>(f)), {});
     auto pos = content.find(probe);
     if (pos == std::string::npos) continue;
