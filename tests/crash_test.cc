@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "ckptdb/db.h"
@@ -50,6 +51,10 @@ struct StepState {
     return sd;
   }
 };
+
+// The largest StepState's bytes.
+constexpr uint64_t kMostStateBytes =
+    (200'000 + 6 * 50'000) + (600'000 + 2 * 100'000) + (1000 + 4) * 8;
 
 Options StoreOptions() {
   Options options;
@@ -171,13 +176,22 @@ void KillRounds(bool async) {
     ASSERT_TRUE(db.ok()) << db.status().ToString();
     auto list = (*db)->ListCheckpoints();
     ASSERT_TRUE(list.ok()) << list.status().ToString();
+    // What the store may hold: the bytes each listed checkpoint wrote, and
+    // the chunk file of each deleted checkpoint a listed one still refers to
+    // (kept whole while any of its chunks is used), at most a whole state.
     uint64_t committed_bytes = 0;
+    std::set<int64_t> ids, holders;
     for (const CheckpointInfo& info : *list) {
       ASSERT_TRUE(info.step.has_value());
       next_step = std::max(next_step, *info.step + 1);
       ASSERT_NO_FATAL_FAILURE(ExpectLoadsExactly(**db, info));
-      committed_bytes += static_cast<uint64_t>(info.nbytes);
+      committed_bytes += static_cast<uint64_t>(info.nbytes_written);
       if (info.nbytes_written < info.nbytes) ++incremental;
+      ids.insert(info.id);
+      holders.insert(info.references.begin(), info.references.end());
+    }
+    for (int64_t holder : holders) {
+      if (!ids.contains(holder)) committed_bytes += kMostStateBytes;
     }
     if (!list->empty()) ++killed_with_commits;
     for (const CheckpointInfo& info : *list) max_id = std::max(max_id, info.id);

@@ -521,16 +521,16 @@ std::string CommitOnRoot(storage::Store& store,
   }
   if (s.ok()) s = FirstError(write_statuses);
   CheckpointMetadata meta;
-  Result<planner::SavePlan> plan = Status::OK();
   if (s.ok()) {
-    plan = planner::BuildClassSavePlan(classes, max_chunk_bytes);
+    Result<planner::SavePlan> plan =
+        planner::BuildClassSavePlan(classes, max_chunk_bytes);
     s = plan.status();
-  }
-  if (s.ok()) {
-    auto built =
-        CommitRecord(std::move(plan).value(), id, options, world, all_sums);
-    s = built.status();
-    if (built.ok()) meta = std::move(built).value();
+    if (s.ok()) {
+      auto built =
+          CommitRecord(std::move(plan).value(), id, options, world, all_sums);
+      s = built.status();
+      if (built.ok()) meta = std::move(built).value();
+    }
   }
   std::vector<std::string> staged;
   for (auto& f : all_files) staged.insert(staged.end(), f.begin(), f.end());
