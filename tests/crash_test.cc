@@ -130,6 +130,39 @@ void ExpectLoadsExactly(DB& db, const CheckpointInfo& info) {
   ASSERT_EQ(loaded.c, expected.c);
 }
 
+// Runs a child saving forever into `path` from `next_step` and kills it.
+void RunAndKill(const std::string& path, int64_t next_step, bool async,
+                std::mt19937& rng) {
+  // A fresh process (fork + exec of this binary): RocksDB's background
+  // threads of this one would not exist in a forked child.
+  // It reports each commit; the kill comes after 0 to 3 of them plus a random
+  // delay, so it lands anywhere in a save (or a delete), never only in Open.
+  int progress[2];
+  ASSERT_EQ(pipe(progress), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(progress[0]);
+    const std::string step = std::to_string(next_step);
+    const std::string fd = std::to_string(progress[1]);
+    execl("/proc/self/exe", "crash_test", kChildFlag, path.c_str(),
+          step.c_str(), fd.c_str(), async ? "async" : "sync",
+          static_cast<char*>(nullptr));
+    _exit(5);
+  }
+  close(progress[1]);
+  const bool progressed =
+      AwaitCommits(progress[0], static_cast<int>(rng() % 4));
+  std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
+  kill(pid, SIGKILL);
+  close(progress[0]);
+  ASSERT_TRUE(progressed) << "the child made no progress";
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status))
+      << "child exited with " << WEXITSTATUS(status);
+}
+
 // 24 rounds of: a child saving forever (asynchronously with `async`), killed
 // at a random point; the store is then checked.
 void KillRounds(bool async) {
@@ -143,34 +176,7 @@ void KillRounds(bool async) {
   size_t listed = 0;
   int incremental = 0;
   for (int round = 0; round < 24; ++round) {
-    // A fresh process (fork + exec of this binary): RocksDB's background
-    // threads of this one would not exist in a forked child.
-    // It reports each commit; the kill comes after 0 to 3 of them plus a random
-    // delay, so it lands anywhere in a save (or a delete), never only in Open.
-    int progress[2];
-    ASSERT_EQ(pipe(progress), 0);
-    pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      close(progress[0]);
-      const std::string step = std::to_string(next_step);
-      const std::string fd = std::to_string(progress[1]);
-      execl("/proc/self/exe", "crash_test", kChildFlag, dir.path().c_str(),
-            step.c_str(), fd.c_str(), async ? "async" : "sync",
-            static_cast<char*>(nullptr));
-      _exit(5);
-    }
-    close(progress[1]);
-    const bool progressed =
-        AwaitCommits(progress[0], static_cast<int>(rng() % 4));
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
-    kill(pid, SIGKILL);
-    close(progress[0]);
-    ASSERT_TRUE(progressed) << "the child made no progress";
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFSIGNALED(status))
-        << "child exited with " << WEXITSTATUS(status);
+    ASSERT_NO_FATAL_FAILURE(RunAndKill(dir.path(), next_step, async, rng));
 
     auto db = DB::Open(StoreOptions(), dir.path());
     ASSERT_TRUE(db.ok()) << db.status().ToString();
