@@ -238,6 +238,10 @@ bool StoreImpl::Visible(int64_t checkpoint_id) const {
 Result<std::vector<CheckpointInfo>> StoreImpl::List() {
   std::shared_lock lock(mu_);
   RETURN_IF_ERROR(EnsureOpenShared(lock));
+  return VisibleInfos();
+}
+
+Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
   std::vector<CheckpointInfo> out;
   Status error;
   RETURN_IF_ERROR(ForEachRecord([&](int64_t id, std::string_view record) {
@@ -439,19 +443,10 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
 }
 
 Result<std::set<int64_t>> StoreImpl::ReferencedIds() {
+  ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, VisibleInfos());
   std::set<int64_t> referenced;
-  Status error;
-  RETURN_IF_ERROR(ForEachRecord([&](int64_t id, std::string_view record) {
-    if (!Visible(id)) return true;
-    auto info = DecodeCheckpointInfo(record);
-    if (!info.ok()) {
-      error = info.status().WithContext("checkpoint id " + std::to_string(id));
-      return false;
-    }
-    referenced.insert(info->references.begin(), info->references.end());
-    return true;
-  }));
-  RETURN_IF_ERROR(error);
+  for (const CheckpointInfo& info : infos)
+    referenced.insert(info.references.begin(), info.references.end());
   return referenced;
 }
 

@@ -228,6 +228,8 @@ class StoreImpl : public Store {
   // Ids of earlier checkpoints whose chunks the visible records share
   // (incremental saves).
   Result<std::set<int64_t>> ReferencedIds();
+  // The infos of the visible records, by id; the caller holds mu_.
+  Result<std::vector<CheckpointInfo>> VisibleInfos();
   // Drops the chunks of each of `candidates` that neither has a record nor is
   // referred to by one: bytes no remaining checkpoint uses.
   Status DropUnreferenced(const std::set<int64_t>& candidates);
