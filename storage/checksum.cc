@@ -48,6 +48,14 @@ ContentHash ChunkContentHash(const void* data, size_t n) {
   return fastest(data, n);
 }
 
+ChunkDigest ChunkChecksumAndContentHash(const void* data, size_t n) {
+  // Above this length XXH3 hashes "long" inputs, where the 64-bit value is
+  // the low half of the 128-bit one; below, the two differ.
+  constexpr size_t kXxh3MidSizeMax = 240;
+  const ContentHash content = ChunkContentHash(data, n);
+  return {n > kXxh3MidSizeMax ? content.low : ChunkChecksum(data, n), content};
+}
+
 std::vector<ChecksumImpl> ChecksumImpls() {
   std::vector<ChecksumImpl> impls;
 #if defined(CKPTDB_XXH3_X86)

@@ -31,6 +31,16 @@ uint64_t ChunkChecksumOfRuns(const ByteRun* runs, size_t n);
 // on every CPU.
 ContentHash ChunkContentHash(const void* data, size_t n);
 
+// A chunk's checksum and content hash, in one pass over the bytes where they
+// share it: for inputs over 240 bytes, XXH3-64 is the low half of XXH3-128
+// (both run the same accumulation and merge it with the same secret; xxHash's
+// output is stable since 0.8.0, and checksum_test.cc checks the equality).
+struct ChunkDigest {
+  uint64_t checksum;
+  ContentHash content;
+};
+ChunkDigest ChunkChecksumAndContentHash(const void* data, size_t n);
+
 // One way of computing ChunkChecksum.
 struct ChecksumImpl {
   const char* name;

@@ -69,5 +69,25 @@ TEST(ChecksumTest, RunsGiveTheChecksumOfTheirConcatenation) {
   EXPECT_EQ(ChunkChecksumOfRuns(&whole, 1), ChunkChecksum(bytes.data(), 4096));
 }
 
+// One pass gives both values: the checksum is ChunkChecksum's for every
+// length (the low half of the content hash above 240 bytes, computed apart
+// below), and the content hash is ChunkContentHash's.
+TEST(ChecksumTest, DigestGivesTheChecksumAndContentHashOfEveryLength) {
+  std::mt19937_64 rng(13);
+  std::vector<unsigned char> bytes((size_t{1} << 20) + 64);
+  for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 1100; ++n) lengths.push_back(n);
+  for (size_t n : {4095, 65536, 524287, 524288, 1048576}) lengths.push_back(n);
+  for (size_t n : lengths) {
+    for (size_t shift : {0, 5}) {
+      const unsigned char* p = bytes.data() + shift;
+      const ChunkDigest digest = ChunkChecksumAndContentHash(p, n);
+      ASSERT_EQ(digest.checksum, ChunkChecksum(p, n)) << n << " bytes";
+      ASSERT_EQ(digest.content, ChunkContentHash(p, n)) << n << " bytes";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ckptdb::storage

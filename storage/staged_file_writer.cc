@@ -6,11 +6,13 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "storage/checksum.h"
+#include "storage/chunk_files.h"
 #include "storage/keys.h"
 #include "storage/store_impl.h"
 
@@ -33,8 +35,13 @@ class StagedFileWriterImpl : public StagedFileWriter {
     options.env = env_.get();
     // Written pages stay cached, as for any file write: a load soon after a
     // save reads them from memory.
+    // Blocks larger than the write buffer go to the file straight from the
+    // table builder. RocksDB's default (1 MiB) would copy every chunk's block
+    // once more, into the buffer, before writing it.
+    rocksdb::EnvOptions env_options;
+    env_options.writable_file_max_buffer_size = kOwnBlockBytes;
     writer_ = std::make_unique<rocksdb::SstFileWriter>(
-        rocksdb::EnvOptions(), options, /*column_family=*/nullptr,
+        env_options, options, /*column_family=*/nullptr,
         /*invalidate_page_cache=*/false);
   }
   ~StagedFileWriterImpl() override {
@@ -46,8 +53,11 @@ class StagedFileWriterImpl : public StagedFileWriter {
   }
 
   Result<uint64_t> Add(std::string_view tensor_key, const Shape& global_offset,
-                       std::string_view bytes) override {
-    const uint64_t checksum = ChunkChecksum(bytes.data(), bytes.size());
+                       std::string_view bytes,
+                       std::optional<uint64_t> known_checksum) override {
+    const uint64_t checksum =
+        known_checksum ? *known_checksum
+                       : ChunkChecksum(bytes.data(), bytes.size());
     const std::string key =
         EncodeChunkKey(id_, rank_, tensor_key, global_offset);
     RETURN_IF_ERROR(FromRocks(

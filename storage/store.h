@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,10 +54,12 @@ class ChunkBuffer {
 class StagedFileWriter {
  public:
   virtual ~StagedFileWriter() = default;
-  // Adds a chunk; returns its checksum.
+  // Adds a chunk; returns its checksum: `checksum` when the caller has
+  // computed it (ChunkChecksum of `bytes`), else computed here.
   virtual Result<uint64_t> Add(std::string_view tensor_key,
                                const Shape& global_offset,
-                               std::string_view bytes) = 0;
+                               std::string_view bytes,
+                               std::optional<uint64_t> checksum = {}) = 0;
   // Finishes (and syncs) the file; returns its path, or "" when no chunk was
   // added (the file is removed then).
   virtual Result<std::string> Finish() = 0;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "engine/src/agreement.h"
@@ -417,8 +418,12 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
                                 storage::StagedFileWriter& writer) {
   WrittenChunk out;
   out.writer_rank = context.rank;
+  std::optional<uint64_t> checksum;
   if (context.hash) {
-    out.content_hash = storage::ChunkContentHash(data, nbytes);
+    const storage::ChunkDigest digest =
+        storage::ChunkChecksumAndContentHash(data, nbytes);
+    out.content_hash = digest.content;
+    checksum = digest.checksum;
     const planner::ChunkSource source = planner::DecideChunkSource(
         planner::CandidateChunk(*context.previous, tensor.flat_key,
                                 tensor.dtype, tensor.global_shape, chunk.box,
@@ -431,8 +436,9 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
       return out;
     }
   }
-  ASSIGN_OR_RETURN(out.checksum, writer.Add(tensor.flat_key, chunk.box.offset,
-                                            std::string_view(data, nbytes)));
+  ASSIGN_OR_RETURN(out.checksum,
+                   writer.Add(tensor.flat_key, chunk.box.offset,
+                              std::string_view(data, nbytes), checksum));
   return out;
 }
 
