@@ -719,5 +719,72 @@ TEST(MultiRankTest, IncrementalSavesShareUnchangedChunksOnEveryRank) {
   });
 }
 
+// Files under `dir` this process holds open although they were deleted.
+int DeletedFilesHeldOpen(const std::string& path) {
+  int held = 0;
+  std::error_code ec;
+  const std::string dir = std::filesystem::canonical(path, ec).string();
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    std::error_code link_ec;
+    const std::string target = std::filesystem::read_symlink(fd, link_ec).string();
+    const std::string deleted = " (deleted)";
+    if (!link_ec && target.rfind(dir, 0) == 0 && target.size() > deleted.size() &&
+        target.compare(target.size() - deleted.size(), deleted.size(), deleted) == 0) {
+      ++held;
+    }
+  }
+  return held;
+}
+
+// Once a delete (explicit, or by the retention policy after a save) returns,
+// no rank holds the deleted checkpoint's files open: their space is free,
+// though every rank had read them through its own handle.
+TEST(MultiRankTest, NoRankHoldsTheFilesOfDeletedCheckpoints) {
+  if (MaxRanks() < 2) GTEST_SKIP() << "needs 2 ranks";
+  SharedTempDir dir;
+  const GlobalTensor w(DType::kFloat32, {256, 64}, 61);
+  RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
+    Options options;
+    options.max_chunk_bytes = 8192;
+    options.keep_last = 2;
+    options.incremental = false;
+    auto db = OpenRank(dir.path(), comm, options);
+    ASSERT_NE(db, nullptr);
+    auto [b, e] = Part(256, rank, 2);
+    OwnedShard ws = ShardOf(w, {b, 0}, {e - b, 64});
+    // Every rank reads all of w: its handle opens every table file.
+    OwnedShard whole = TargetOf(w, {0, 0}, {256, 64});
+    StateDict want;
+    want.Set("w", whole.View(w));
+    auto save = [&](int64_t step) {
+      StateDict sd;
+      sd.Set("w", ws.View(w));
+      EXPECT_TRUE(db->Save(sd, {.step = step}).ok()) << "rank " << rank;
+    };
+    auto read_all = [&](int64_t step) {
+      EXPECT_TRUE(db->Load(want, CheckpointSelector::Step(step), {}).ok())
+          << "rank " << rank;
+    };
+    save(1);
+    read_all(1);
+    save(2);
+    read_all(2);
+    // keep_last 2: step 1 goes.
+    save(3);
+    EXPECT_TRUE(comm->Barrier().ok());
+    EXPECT_EQ(DeletedFilesHeldOpen(dir.path()), 0)
+        << "rank " << rank << ", after the retention policy deleted step 1";
+    EXPECT_TRUE(comm->Barrier().ok());
+    read_all(3);
+    EXPECT_TRUE(db->Delete(CheckpointSelector::Step(2)).ok());
+    EXPECT_TRUE(comm->Barrier().ok());
+    EXPECT_EQ(DeletedFilesHeldOpen(dir.path()), 0)
+        << "rank " << rank << ", after deleting step 2";
+    EXPECT_TRUE(comm->Barrier().ok());
+    read_all(3);
+    EXPECT_EQ(whole.bytes, w.bytes) << "rank " << rank;
+  });
+}
+
 }  // namespace
 }  // namespace ckptdb

@@ -67,6 +67,9 @@ class DBImpl : public DB {
   // Waits for the pending asynchronous save, if any (its handle keeps the
   // outcome).
   void WaitPending();
+  // After a collective call deleted checkpoints: the other ranks re-open
+  // their read-only handles, closing the deleted files they held.
+  void LetGoOfDeletedFiles();
   // Rank 0 resolves the selector; every rank gets the id (or the same error)
   // and its metadata, refreshing a read-only handle when the checkpoint is
   // newer than it. Fails alike on every rank when the ranks' `args` differ.

@@ -673,6 +673,8 @@ Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
   CheckpointInfo info;
   RETURN_IF_ERROR(DecodeInfo(outcome, &committed, &info));
   RETURN_IF_ERROR(committed);
+  // The retention policy may have deleted checkpoints.
+  if (options_.keep_last) LetGoOfDeletedFiles();
   return info;
 }
 
