@@ -40,6 +40,10 @@ class StagedFileWriterImpl : public StagedFileWriter {
     // once more, into the buffer, before writing it.
     rocksdb::EnvOptions env_options;
     env_options.writable_file_max_buffer_size = kOwnBlockBytes;
+    // Write-back starts every few MiB (sync_file_range), while later chunks
+    // are still hashed and written, so that the sync at Finish waits for
+    // little more than the last few MiB. It makes nothing durable by itself.
+    env_options.bytes_per_sync = 4 << 20;
     writer_ = std::make_unique<rocksdb::SstFileWriter>(
         env_options, options, /*column_family=*/nullptr,
         /*invalidate_page_cache=*/false);
