@@ -59,9 +59,9 @@ class StagedFileWriterImpl : public StagedFileWriter {
   Result<uint64_t> Add(std::string_view tensor_key, const Shape& global_offset,
                        std::string_view bytes,
                        std::optional<uint64_t> known_checksum) override {
-    const uint64_t checksum =
-        known_checksum ? *known_checksum
-                       : ChunkChecksum(bytes.data(), bytes.size());
+    const uint64_t checksum = known_checksum
+                                  ? *known_checksum
+                                  : ChunkChecksum(bytes.data(), bytes.size());
     const std::string key =
         EncodeChunkKey(id_, rank_, tensor_key, global_offset);
     RETURN_IF_ERROR(FromRocks(

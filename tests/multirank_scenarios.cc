@@ -724,12 +724,16 @@ int DeletedFilesHeldOpen(const std::string& path) {
   int held = 0;
   std::error_code ec;
   const std::string dir = std::filesystem::canonical(path, ec).string();
-  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+  for (const auto& fd :
+       std::filesystem::directory_iterator("/proc/self/fd", ec)) {
     std::error_code link_ec;
-    const std::string target = std::filesystem::read_symlink(fd, link_ec).string();
+    const std::string target =
+        std::filesystem::read_symlink(fd, link_ec).string();
     const std::string deleted = " (deleted)";
-    if (!link_ec && target.rfind(dir, 0) == 0 && target.size() > deleted.size() &&
-        target.compare(target.size() - deleted.size(), deleted.size(), deleted) == 0) {
+    if (!link_ec && target.rfind(dir, 0) == 0 &&
+        target.size() > deleted.size() &&
+        target.compare(target.size() - deleted.size(), deleted.size(),
+                       deleted) == 0) {
       ++held;
     }
   }
