@@ -129,6 +129,65 @@ class FaultSweep : public ::testing::Test {
     }
   }
 
+  // Every call of saving `next` (step 2) onto a store holding `before`
+  // (step 1): step 1 stays whole; the faulted save is absent or whole, and an
+  // error after its commit says it may have taken effect; a later save of
+  // `after` (step 3), on the same handle or a reopened store, works; no chunk
+  // data is left that no checkpoint accounts for. `incremental`: `next` and
+  // `after` change part of the state, and both saves write less than all of
+  // it.
+  void SweepSave(const std::string& what, int seed, std::vector<State>& before,
+                 State& next, State& after, bool incremental) {
+    const std::string templ = tmp_.Sub("template" + std::to_string(seed));
+    Build(templ, before);
+    Sweep(
+        templ, what.c_str(),
+        [&](DB* db, const std::string&) {
+          StateDict sd = next.Dict();
+          return db->Save(sd, {.step = 2}).status();
+        },
+        [&](DB* db, const std::string& dir, const Status& s,
+            const std::string& ctx, bool same_handle) {
+          if (same_handle) {
+            // A later save on the same handle works, whatever happened.
+            StateDict sd = after.Dict();
+            auto saved = db->Save(sd, {.step = 3});
+            EXPECT_TRUE(saved.ok())
+                << ctx << ": next save: " << saved.status().ToString();
+            return;
+          }
+          Verify(dir, {{1, &before[0]}}, {}, ctx);
+          auto db2 = DB::Open(options_, dir);
+          ASSERT_TRUE(db2.ok());
+          auto list = (*db2)->ListCheckpoints();
+          ASSERT_TRUE(list.ok());
+          std::optional<CheckpointInfo> faulted, later;
+          for (const auto& info : *list) {
+            if (info.step == 2) faulted = info;
+            if (info.step == 3) later = info;
+          }
+          EXPECT_TRUE(!s.ok() || faulted) << ctx << ": returned OK but absent";
+          if (!s.ok() && faulted) {
+            EXPECT_NE(s.message().find("may have taken effect"),
+                      std::string::npos)
+                << ctx << ": failed, yet committed: " << s.ToString();
+          }
+          if (faulted) {
+            if (incremental) {
+              EXPECT_LT(faulted->nbytes_written, faulted->nbytes) << ctx;
+            }
+            ExpectLoads(**db2, faulted->id, next, ctx);
+          }
+          ASSERT_TRUE(later) << ctx << ": the next save is missing";
+          if (incremental) {
+            EXPECT_LT(later->nbytes_written, later->nbytes) << ctx;
+          }
+          ExpectLoads(**db2, later->id, after, ctx + " (the next save)");
+          ASSERT_TRUE((*db2)->Close().ok());
+          ExpectAccounted(dir, ctx);
+        });
+  }
+
   // Copies the template store to a fresh directory.
   std::string Fresh(const std::string& from) {
     const std::string to = tmp_.Sub("run" + std::to_string(++runs_));
@@ -256,45 +315,7 @@ TEST_F(FaultSweep, EveryCallOfASave) {
     std::vector<State> before = {State::Make(seed)};
     State next = State::Make(1000 + seed, /*multi_block=*/true);
     State after = State::Make(2000 + seed);
-    const std::string templ = tmp_.Sub("template" + std::to_string(seed));
-    Build(templ, before);
-    Sweep(
-        templ, "save",
-        [&](DB* db, const std::string&) {
-          StateDict sd = next.Dict();
-          return db->Save(sd, {.step = 2}).status();
-        },
-        [&](DB* db, const std::string& dir, const Status& s,
-            const std::string& ctx, bool same_handle) {
-          if (same_handle) {
-            // A later save on the same handle works, whatever happened.
-            StateDict sd = after.Dict();
-            auto saved = db->Save(sd, {.step = 3});
-            EXPECT_TRUE(saved.ok())
-                << ctx << ": next save: " << saved.status().ToString();
-            return;
-          }
-          Verify(dir, {{1, &before[0]}}, {}, ctx);
-          // The faulted save has step 2, the next one step 3.
-          auto db2 = DB::Open(options_, dir);
-          ASSERT_TRUE(db2.ok());
-          auto list = (*db2)->ListCheckpoints();
-          ASSERT_TRUE(list.ok());
-          std::optional<int64_t> faulted, later;
-          for (const auto& info : *list) {
-            if (info.step == 2) faulted = info.id;
-            if (info.step == 3) later = info.id;
-          }
-          EXPECT_TRUE(!s.ok() || faulted) << ctx << ": returned OK but absent";
-          if (!s.ok() && faulted) {
-            EXPECT_NE(s.message().find("may have taken effect"),
-                      std::string::npos)
-                << ctx << ": failed, yet committed: " << s.ToString();
-          }
-          if (faulted) ExpectLoads(**db2, *faulted, next, ctx);
-          ASSERT_TRUE(later) << ctx << ": the next save is missing";
-          ExpectLoads(**db2, *later, after, ctx + " (the next save)");
-        });
+    SweepSave("save", seed, before, next, after, /*incremental=*/false);
   }
 }
 
@@ -380,44 +401,8 @@ TEST_F(FaultSweep, EveryCallOfAnIncrementalSave) {
     // Writes tensor 1 only; refers to checkpoint 1 for the rest.
     State next = Changed(before[0], 1);
     State after = Changed(next, 2);
-    const std::string templ = tmp_.Sub("template" + std::to_string(seed));
-    Build(templ, before);
-    Sweep(
-        templ, "incremental save",
-        [&](DB* db, const std::string&) {
-          StateDict sd = next.Dict();
-          return db->Save(sd, {.step = 2}).status();
-        },
-        [&](DB* db, const std::string& dir, const Status& s,
-            const std::string& ctx, bool same_handle) {
-          if (same_handle) {
-            StateDict sd = after.Dict();
-            auto saved = db->Save(sd, {.step = 3});
-            EXPECT_TRUE(saved.ok())
-                << ctx << ": next save: " << saved.status().ToString();
-            return;
-          }
-          Verify(dir, {{1, &before[0]}}, {}, ctx);
-          auto db2 = DB::Open(options_, dir);
-          ASSERT_TRUE(db2.ok());
-          auto list = (*db2)->ListCheckpoints();
-          ASSERT_TRUE(list.ok());
-          std::optional<CheckpointInfo> faulted, later;
-          for (const auto& info : *list) {
-            if (info.step == 2) faulted = info;
-            if (info.step == 3) later = info;
-          }
-          EXPECT_TRUE(!s.ok() || faulted) << ctx << ": returned OK but absent";
-          if (faulted) {
-            EXPECT_LT(faulted->nbytes_written, faulted->nbytes) << ctx;
-            ExpectLoads(**db2, faulted->id, next, ctx);
-          }
-          ASSERT_TRUE(later) << ctx << ": the next save is missing";
-          EXPECT_LT(later->nbytes_written, later->nbytes) << ctx;
-          ExpectLoads(**db2, later->id, after, ctx + " (the next save)");
-          ASSERT_TRUE((*db2)->Close().ok());
-          ExpectAccounted(dir, ctx);
-        });
+    SweepSave("incremental save", seed, before, next, after,
+              /*incremental=*/true);
   }
 }
 
