@@ -17,253 +17,30 @@
 // tmpfs), cold: every file of the store or of the baseline is fsynced and
 // dropped with posix_fadvise(DONTNEED) first. Each measurement is the median of
 // --repeat runs, ckptdb and baseline alternating. Loaded bytes are verified.
-#include <fcntl.h>
-#include <sys/statfs.h>
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "bench/baselines.h"
+#include "bench/harness.h"
 #include "ckptdb/db.h"
 #include "ckptdb/mpi.h"
-#include "storage/checksum.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+using namespace ckptdb::bench;  // NOLINT: the harness is this tool's own
 using ckptdb::DType;
 using ckptdb::Shape;
 using ckptdb::StateDict;
 using ckptdb::TensorView;
 
-constexpr double kMiB = 1024.0 * 1024, kGiB = kMiB * 1024;
-
-struct Config {
-  std::string dir;
-  std::string size = "2G";
-  uint64_t bytes = 0;
-  int tensors = 64;
-  std::string dtype_name = "float32";
-  DType dtype = DType::kFloat32;
-  std::vector<std::string> workloads = {"save", "load", "reshard"};
-  int reshard_ranks = 0;
-  int repeat = 3;
-  int io_threads = 0;
-  std::string chunk = "0";  // 0: the library's default
-  uint64_t chunk_bytes = 0;
-  std::string load_buffer = "0";
-  uint64_t load_buffer_bytes = 0;
-  bool json = false;
-  bool verify = true;
-  bool keep = false;
-};
-
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "ckpt-bench: %s\n", what.c_str());
-  MPI_Abort(MPI_COMM_WORLD, 2);
-  std::abort();
-}
-
-void Check(const ckptdb::Status& s, const char* what) {
-  if (!s.ok()) Die(std::string(what) + ": " + s.ToString());
-}
-
-uint64_t ParseSize(const std::string& text, const std::string& option) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw CLI::ValidationError(option, "not a size: '" + text + "'");
-  }
-  const std::string unit = text.substr(used);
-  double scale = 1;
-  if (unit == "K" || unit == "KiB") scale = 1024;
-  if (unit == "M" || unit == "MiB") scale = kMiB;
-  if (unit == "G" || unit == "GiB") scale = kGiB;
-  if (scale == 1 && !unit.empty() && unit != "B")
-    throw CLI::ValidationError(option, "unknown unit in '" + text + "'");
-  if (value <= 0) throw CLI::ValidationError(option, "must be positive");
-  return static_cast<uint64_t>(value * scale);
-}
-
-uint64_t Mix(uint64_t x) {  // splitmix64
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// A row-major box [r0, r0 + rows) x [c0, c0 + cols) of tensor `t`
-// ([total_rows, total_cols] elements of `esize` bytes). Each element's bytes
-// are a function of (t, its global position): a load checks what it got
-// without another copy of the state.
-struct Box {
-  int t;
-  int64_t r0, rows, c0, cols;
-};
-
-void Generate(const Box& b, int64_t total_cols, size_t esize, uint8_t* out) {
-  for (int64_t i = 0; i < b.rows; ++i) {
-    uint8_t* row = out + static_cast<size_t>(i * b.cols) * esize;
-    const uint64_t base = (static_cast<uint64_t>(b.t) << 40) +
-                          static_cast<uint64_t>((b.r0 + i) * total_cols + b.c0);
-    for (int64_t j = 0; j < b.cols; ++j) {
-      const uint64_t v = Mix(base + j);
-      std::memcpy(row + j * esize, &v, esize);
-    }
-  }
-}
-
-bool Matches(const Box& b, int64_t total_cols, size_t esize,
-             const uint8_t* data) {
-  std::vector<uint8_t> want(static_cast<size_t>(b.cols) * esize);
-  for (int64_t i = 0; i < b.rows; ++i) {
-    Generate({b.t, b.r0 + i, 1, b.c0, b.cols}, total_cols, esize, want.data());
-    if (std::memcmp(want.data(), data + i * want.size(), want.size()) != 0)
-      return false;
-  }
-  return true;
-}
-
-// The benchmark state: tensor shape and this rank's buffers.
-struct Layout {
-  int64_t rows = 0, cols = 0;
-  size_t esize = 0;
-  std::vector<Box> boxes;
-  std::vector<std::vector<uint8_t>> buffers;
-
-  uint64_t bytes() const {
-    uint64_t n = 0;
-    for (const auto& b : buffers) n += b.size();
-    return n;
-  }
-  StateDict Dict(DType dtype) {
-    StateDict sd;
-    for (size_t i = 0; i < boxes.size(); ++i) {
-      const Box& b = boxes[i];
-      sd.Child("layers").Set(
-          "t" + std::to_string(b.t),
-          TensorView::Shard(buffers[i].data(), dtype, {b.rows, b.cols},
-                            {rows, cols}, {b.r0, b.c0}));
-    }
-    return sd;
-  }
-};
-
-// Tensors split by rows (dim 0) or columns (dim 1) into `parts`; this rank
-// holds part `part`.
-Layout MakeLayout(const Config& c, int dim, int part, int parts) {
-  Layout l;
-  l.esize = ckptdb::DTypeSize(c.dtype);
-  l.cols = 2048;
-  l.rows = std::max<int64_t>(
-      1, static_cast<int64_t>(c.bytes / c.tensors / (l.cols * l.esize)));
-  for (int t = 0; t < c.tensors; ++t) {
-    const int64_t n = dim == 0 ? l.rows : l.cols;
-    const int64_t begin = n * part / parts, end = n * (part + 1) / parts;
-    Box b = dim == 0 ? Box{t, begin, end - begin, 0, l.cols}
-                     : Box{t, 0, l.rows, begin, end - begin};
-    l.boxes.push_back(b);
-    l.buffers.emplace_back(static_cast<size_t>(b.rows * b.cols) * l.esize);
-  }
-  return l;
-}
-
-// --- measurements ---------------------------------------------------------
-
-double Now() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-template <typename T>
-T Reduce(T v, MPI_Op op, MPI_Comm comm = MPI_COMM_WORLD) {
-  T out{};
-  MPI_Datatype type =
-      std::is_same_v<T, double> ? MPI_DOUBLE : MPI_UNSIGNED_LONG_LONG;
-  MPI_Allreduce(&v, &out, 1, type, op, comm);
-  return out;
-}
-
-// Resident memory of this process from /proc/self/status ("VmRSS", "VmHWM").
-double ProcMiB(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0)
-      return std::stod(line.substr(std::strlen(field) + 1)) / 1024.0;
-  }
-  return 0;
-}
-
-// Peak resident memory of a phase, beyond what the process held when it
-// began. The kernel's high-water mark is reset (clear_refs 5) at the start.
-class RssProbe {
- public:
-  RssProbe() {
-    std::ofstream("/proc/self/clear_refs") << "5";
-    start_ = ProcMiB("VmRSS:");
-  }
-  double ExtraMiB() const { return std::max(0.0, ProcMiB("VmHWM:") - start_); }
-
- private:
-  double start_;
-};
-
-bool IsTmpfs(const std::string& dir) {
-  struct statfs st {};
-  return statfs(dir.c_str(), &st) == 0 && st.f_type == 0x01021994;
-}
-
-// fsync and drop from the page cache every file under `dir`.
-void DropCaches(const std::string& dir) {
-  std::error_code ec;
-  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
-    if (!e.is_regular_file()) continue;
-    const int fd = ::open(e.path().c_str(), O_RDONLY);
-    if (fd < 0) continue;
-    ::fdatasync(fd);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
-  }
-}
-
-// One timed collective phase: barrier, run, barrier; the slowest rank's time.
-double Timed(MPI_Comm comm, const std::function<void()>& body) {
-  MPI_Barrier(comm);
-  const double start = Now();
-  body();
-  MPI_Barrier(comm);
-  return Now() - start;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// The median over runs of baseline seconds / ckptdb seconds, each run's pair
-// measured back to back: on a shared machine (a VM's disk, its host's cache)
-// the speed of both drifts from run to run, and pairing cancels the drift.
-double MedianRatio(const std::vector<double>& baseline,
-                   const std::vector<double>& ours) {
-  std::vector<double> ratios;
-  for (size_t i = 0; i < ours.size(); ++i)
-    ratios.push_back(baseline[i] / ours[i]);
-  return Median(ratios);
-}
-
+// One line of the report.
 struct Row {
   std::string workload, cache;
   int ranks = 0;
@@ -286,116 +63,6 @@ struct Row {
   std::vector<double> extra_mib;  // per rank
   std::vector<double> held_mib;   // per rank: its shards or targets
 };
-
-// --- plain-file baselines ---------------------------------------------------
-
-void WriteAll(int fd, const uint8_t* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
-    if (w < 0) Die("writing " + path + ": " + std::strerror(errno));
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-void ReadAll(int fd, uint8_t* p, size_t n, off_t at, const std::string& path) {
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, std::min<size_t>(n, size_t{1} << 30), at);
-    if (r <= 0) Die("reading " + path + ": short read");
-    p += r;
-    at += r;
-    n -= static_cast<size_t>(r);
-  }
-}
-
-std::string BaselineFile(const Config& c, int rank) {
-  return c.dir + "/baseline/rank-" + std::to_string(rank) + ".bin";
-}
-
-void BaselineWrite(const Config& c, int rank, const Layout& l) {
-  const std::string path = BaselineFile(c, rank);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) Die("creating " + path + ": " + std::strerror(errno));
-  for (const auto& b : l.buffers) WriteAll(fd, b.data(), b.size(), path);
-  if (::fsync(fd) != 0) Die("fsync " + path + ": " + std::strerror(errno));
-  ::close(fd);
-}
-
-// Keeps checksums computed only for their cost from being optimized away.
-volatile uint64_t benchmark_sink = 0;
-
-// Reads `want` bytes starting at byte `from` of the concatenated rank files
-// into `l`'s buffers, in order. With `check`, it reads pieces of the chunk
-// size and checksums each as it lands, as any reader that verifies what it
-// reads must: the ceiling for a verified load.
-void BaselineRead(const Config& c, int writers, uint64_t per_writer,
-                  uint64_t from, Layout& l, bool check = false) {
-  uint64_t sum = 0;
-  size_t buf = 0, in_buf = 0;
-  uint64_t at = from, left = l.bytes();
-  while (left > 0) {
-    const int file = static_cast<int>(at / per_writer);
-    const uint64_t off = at % per_writer;
-    const std::string path = BaselineFile(c, std::min(file, writers - 1));
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) Die("opening " + path + ": " + std::strerror(errno));
-    uint64_t in_file = std::min(left, per_writer - off);
-    uint64_t pos = off;
-    while (in_file > 0) {
-      auto& b = l.buffers[buf];
-      size_t n = std::min<uint64_t>(in_file, b.size() - in_buf);
-      if (check) {
-        n = std::min<size_t>(n, c.chunk_bytes > 0
-                                    ? c.chunk_bytes
-                                    : ckptdb::Options().max_chunk_bytes);
-      }
-      ReadAll(fd, b.data() + in_buf, n, static_cast<off_t>(pos), path);
-      if (check) sum ^= ckptdb::storage::ChunkChecksum(b.data() + in_buf, n);
-      pos += n;
-      in_buf += n;
-      in_file -= n;
-      left -= n;
-      at += n;
-      if (in_buf == b.size()) {
-        ++buf;
-        in_buf = 0;
-      }
-    }
-    ::close(fd);
-  }
-  benchmark_sink = sum;
-}
-
-// The exchange of a reshard as plain MPI: each rank sends `nbytes` (taken
-// from `l`'s buffers) to the next rank in a ring and receives what the
-// previous one sends, in messages of up to 16 MiB, after its read: a floor for
-// moving the same bytes between the same processes.
-void ExchangeFloor(MPI_Comm comm, uint64_t nbytes, const Layout& l) {
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &ranks);
-  const int to = (rank + 1) % ranks, from = (rank + ranks - 1) % ranks;
-  uint64_t piece = uint64_t{16} << 20;
-  for (const auto& b : l.buffers) piece = std::min<uint64_t>(piece, b.size());
-  uint64_t incoming = 0;
-  MPI_Sendrecv(&nbytes, 1, MPI_UINT64_T, to, 1, &incoming, 1, MPI_UINT64_T,
-               from, 1, comm, MPI_STATUS_IGNORE);
-  // Every rank takes part in as many steps as the busiest.
-  uint64_t steps = (std::max(nbytes, incoming) + piece - 1) / piece;
-  MPI_Allreduce(MPI_IN_PLACE, &steps, 1, MPI_UINT64_T, MPI_MAX, comm);
-  static std::vector<uint8_t> in;
-  if (in.size() < piece) in.assign(piece, 1);
-  for (uint64_t k = 0; k < steps; ++k) {
-    const uint64_t out_n = std::min(nbytes, piece);
-    const uint64_t in_n = std::min(incoming, piece);
-    const uint8_t* src = l.buffers[k % l.buffers.size()].data();
-    MPI_Sendrecv(src, static_cast<int>(out_n), MPI_BYTE, to, 2, in.data(),
-                 static_cast<int>(in_n), MPI_BYTE, from, 2, comm,
-                 MPI_STATUS_IGNORE);
-    nbytes -= out_n;
-    incoming -= in_n;
-  }
-}
 
 // --- workloads --------------------------------------------------------------
 

@@ -1,0 +1,117 @@
+#include "bench/baselines.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "storage/checksum.h"
+
+namespace ckptdb::bench {
+namespace {
+
+void WriteAll(int fd, const uint8_t* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
+    if (w < 0) Die("writing " + path + ": " + std::strerror(errno));
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void ReadAll(int fd, uint8_t* p, size_t n, off_t at, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, std::min<size_t>(n, size_t{1} << 30), at);
+    if (r <= 0) Die("reading " + path + ": short read");
+    p += r;
+    at += r;
+    n -= static_cast<size_t>(r);
+  }
+}
+
+}  // namespace
+
+std::string BaselineFile(const Config& c, int rank) {
+  return c.dir + "/baseline/rank-" + std::to_string(rank) + ".bin";
+}
+
+void BaselineWrite(const Config& c, int rank, const Layout& l) {
+  const std::string path = BaselineFile(c, rank);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) Die("creating " + path + ": " + std::strerror(errno));
+  for (const auto& b : l.buffers) WriteAll(fd, b.data(), b.size(), path);
+  if (::fsync(fd) != 0) Die("fsync " + path + ": " + std::strerror(errno));
+  ::close(fd);
+}
+
+volatile uint64_t benchmark_sink = 0;
+
+void BaselineRead(const Config& c, int writers, uint64_t per_writer,
+                  uint64_t from, Layout& l, bool check) {
+  uint64_t sum = 0;
+  size_t buf = 0, in_buf = 0;
+  uint64_t at = from, left = l.bytes();
+  while (left > 0) {
+    const int file = static_cast<int>(at / per_writer);
+    const uint64_t off = at % per_writer;
+    const std::string path = BaselineFile(c, std::min(file, writers - 1));
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) Die("opening " + path + ": " + std::strerror(errno));
+    uint64_t in_file = std::min(left, per_writer - off);
+    uint64_t pos = off;
+    while (in_file > 0) {
+      auto& b = l.buffers[buf];
+      size_t n = std::min<uint64_t>(in_file, b.size() - in_buf);
+      if (check) {
+        n = std::min<size_t>(n, c.chunk_bytes > 0
+                                    ? c.chunk_bytes
+                                    : ckptdb::Options().max_chunk_bytes);
+      }
+      ReadAll(fd, b.data() + in_buf, n, static_cast<off_t>(pos), path);
+      if (check) sum ^= ckptdb::storage::ChunkChecksum(b.data() + in_buf, n);
+      pos += n;
+      in_buf += n;
+      in_file -= n;
+      left -= n;
+      at += n;
+      if (in_buf == b.size()) {
+        ++buf;
+        in_buf = 0;
+      }
+    }
+    ::close(fd);
+  }
+  benchmark_sink = sum;
+}
+
+void ExchangeFloor(MPI_Comm comm, uint64_t nbytes, const Layout& l) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &ranks);
+  const int to = (rank + 1) % ranks, from = (rank + ranks - 1) % ranks;
+  uint64_t piece = uint64_t{16} << 20;
+  for (const auto& b : l.buffers) piece = std::min<uint64_t>(piece, b.size());
+  uint64_t incoming = 0;
+  MPI_Sendrecv(&nbytes, 1, MPI_UINT64_T, to, 1, &incoming, 1, MPI_UINT64_T,
+               from, 1, comm, MPI_STATUS_IGNORE);
+  // Every rank takes part in as many steps as the busiest.
+  uint64_t steps = (std::max(nbytes, incoming) + piece - 1) / piece;
+  MPI_Allreduce(MPI_IN_PLACE, &steps, 1, MPI_UINT64_T, MPI_MAX, comm);
+  static std::vector<uint8_t> in;
+  if (in.size() < piece) in.assign(piece, 1);
+  for (uint64_t k = 0; k < steps; ++k) {
+    const uint64_t out_n = std::min(nbytes, piece);
+    const uint64_t in_n = std::min(incoming, piece);
+    const uint8_t* src = l.buffers[k % l.buffers.size()].data();
+    MPI_Sendrecv(src, static_cast<int>(out_n), MPI_BYTE, to, 2, in.data(),
+                 static_cast<int>(in_n), MPI_BYTE, from, 2, comm,
+                 MPI_STATUS_IGNORE);
+    nbytes -= out_n;
+    incoming -= in_n;
+  }
+}
+
+}  // namespace ckptdb::bench
