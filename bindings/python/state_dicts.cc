@@ -1,0 +1,443 @@
+#include "bindings/python/state_dicts.h"
+
+#include <dlpack/dlpack.h>
+
+#include <climits>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "bindings/python/arguments.h"
+#include "bindings/python/errors.h"
+
+namespace ckptdb::python {
+namespace {
+
+namespace py = pybind11;
+
+// DLPack type codes newer than the dlpack.h Debian ships (0.6).
+constexpr uint8_t kDLBoolCode = 6;
+constexpr uint8_t kDLFloat8E4M3FNCode = 10;
+constexpr uint8_t kDLFloat8E5M2Code = 12;
+
+// ---- dtypes -----------------------------------------------------------------
+
+// numpy has no bfloat16 or float8: those cross numpy as uint16 / uint8 raw
+// bits.
+std::optional<DType> FromNumpy(const py::dtype& dt) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  if (kind == 'f') {
+    if (size == 8) return DType::kFloat64;
+    if (size == 4) return DType::kFloat32;
+    if (size == 2) return DType::kFloat16;
+  } else if (kind == 'i') {
+    if (size == 8) return DType::kInt64;
+    if (size == 4) return DType::kInt32;
+    if (size == 2) return DType::kInt16;
+    if (size == 1) return DType::kInt8;
+  } else if (kind == 'u') {
+    if (size == 1) return DType::kUInt8;
+    if (size == 2) return DType::kBFloat16;  // raw bits
+  } else if (kind == 'b') {
+    return DType::kBool;
+  }
+  return std::nullopt;
+}
+
+std::optional<DType> FromDLPack(DLDataType t) {
+  if (t.lanes != 1) return std::nullopt;
+  switch (t.code) {
+    case kDLFloat:
+      if (t.bits == 64) return DType::kFloat64;
+      if (t.bits == 32) return DType::kFloat32;
+      if (t.bits == 16) return DType::kFloat16;
+      break;
+    case kDLBfloat:
+      if (t.bits == 16) return DType::kBFloat16;
+      break;
+    case kDLInt:
+      if (t.bits == 64) return DType::kInt64;
+      if (t.bits == 32) return DType::kInt32;
+      if (t.bits == 16) return DType::kInt16;
+      if (t.bits == 8) return DType::kInt8;
+      break;
+    case kDLUInt:
+      if (t.bits == 8) return DType::kUInt8;
+      break;
+    case kDLBoolCode:
+      if (t.bits == 8) return DType::kBool;
+      break;
+    case kDLFloat8E4M3FNCode:
+      if (t.bits == 8) return DType::kFloat8E4M3FN;
+      break;
+    case kDLFloat8E5M2Code:
+      if (t.bits == 8) return DType::kFloat8E5M2;
+      break;
+  }
+  return std::nullopt;
+}
+
+// ---- leaves -----------------------------------------------------------------
+
+Shape ShapeOf(const py::handle& seq, const std::string& path,
+              const char* what) {
+  const std::string name = "tensor " + Where(path) + ": Shard " + what;
+  if (!PyTuple_Check(seq.ptr()) && !PyList_Check(seq.ptr())) {
+    Invalid(name + " must be a tuple of ints, got " + TypeName(seq));
+  }
+  Shape shape;
+  for (py::handle d : seq) shape.push_back(Unwrap(Int(d, name + " item")));
+  return shape;
+}
+
+// Element strides from the byte strides of an array of `shape` (numpy), or
+// none when it is C-contiguous. Negative strides (a reversed view) and strides
+// that are not whole elements are refused.
+Shape ElementStridesOf(const Shape& shape, const int64_t* strides, int64_t unit,
+                       const std::string& path) {
+  Shape out(shape.size());
+  bool dense = true;
+  int64_t expected = unit;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (strides[d] < 0) {
+      Invalid("tensor " + Where(path) +
+              ": negative strides (a reversed view) are not supported; pass a "
+              "copy");
+    }
+    if (strides[d] % unit != 0) {
+      Invalid("tensor " + Where(path) + ": strides of " +
+              std::to_string(strides[d]) + " bytes are not whole elements of " +
+              std::to_string(unit) + " bytes");
+    }
+    out[d] = strides[d] / unit;
+    if (shape[d] != 1 && strides[d] != expected) dense = false;
+    expected *= shape[d];
+  }
+  if (dense || NumElements(shape) == 0) return {};
+  return out;
+}
+
+// A view of a numpy array's memory.
+TensorView FromArray(const py::array& array, const std::string& path,
+                     bool writable) {
+  if (writable && !array.writeable())
+    Invalid("tensor " + Where(path) + ": the array is read-only");
+  std::optional<DType> dtype = FromNumpy(array.dtype());
+  if (!dtype) {
+    Invalid("tensor " + Where(path) + ": numpy dtype " +
+            py::str(array.dtype()).cast<std::string>() +
+            " is not supported (float64 float32 float16 int64 int32 int16 int8 "
+            "uint8 bool, "
+            "uint16 for bfloat16 bits)");
+  }
+  Shape shape(array.shape(), array.shape() + array.ndim());
+  const std::vector<int64_t> byte_strides(array.strides(),
+                                          array.strides() + array.ndim());
+  Shape strides = ElementStridesOf(
+      shape, byte_strides.data(), static_cast<int64_t>(array.itemsize()), path);
+  return TensorView::Whole(const_cast<void*>(array.data()), *dtype,
+                           std::move(shape))
+      .WithStrides(std::move(strides));
+}
+
+// A view of a DLPack tensor's memory; the capsule is kept in `borrowed`.
+TensorView FromDLPackObject(const py::object& obj, const std::string& path,
+                            Borrowed& borrowed) {
+  py::object capsule;
+  try {
+    capsule = obj.attr("__dlpack__")();
+  } catch (py::error_already_set& e) {
+    // The producer refuses to export it (torch: a tensor that requires grad).
+    if (!e.matches(PyExc_Exception) || e.matches(PyExc_MemoryError)) throw;
+    const std::string message = "tensor " + Where(path) +
+                                ": its __dlpack__() raised " +
+                                TypeName(e.value()) + ": " + Str(e.value());
+    py::raise_from(e, classes().invalid_argument.ptr(), message.c_str());
+    throw py::error_already_set();
+  }
+  if (!PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
+    Invalid("tensor " + Where(path) +
+            ": __dlpack__ did not return an unused DLPack capsule");
+  }
+  auto* managed = static_cast<DLManagedTensor*>(
+      PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  borrowed.keep.push_back(
+      capsule);  // its destructor calls the producer's deleter
+  const DLTensor& t = managed->dl_tensor;
+  Device device;
+  if (t.device.device_type == kDLCUDA ||
+      t.device.device_type == kDLCUDAManaged) {
+    // The library checks that it can use the device, and waits for the
+    // producer's queued work on it (DB::Save, DB::Load).
+    device = {DeviceType::kCUDA, static_cast<int>(t.device.device_id)};
+  } else if (t.device.device_type != kDLCPU &&
+             t.device.device_type != kDLCUDAHost) {
+    Invalid("tensor " + Where(path) + ": DLPack device type " +
+            std::to_string(t.device.device_type) +
+            " is not supported (CPU and CUDA only)");
+  }
+  std::optional<DType> dtype = FromDLPack(t.dtype);
+  if (!dtype) {
+    Invalid("tensor " + Where(path) + ": DLPack dtype (code " +
+            std::to_string(t.dtype.code) + ", " + std::to_string(t.dtype.bits) +
+            " bits, " + std::to_string(t.dtype.lanes) +
+            " lanes) is not supported");
+  }
+  Shape shape(t.shape, t.shape + t.ndim);
+  // DLPack strides count elements (none: C-contiguous).
+  Shape strides;
+  if (t.strides != nullptr)
+    strides = ElementStridesOf(shape, t.strides, 1, path);
+  void* data = static_cast<char*>(t.data) + t.byte_offset;
+  return TensorView::Whole(data, *dtype, std::move(shape), device)
+      .WithStrides(std::move(strides));
+}
+
+// A view of any tensor leaf: numpy array, DLPack object, or Shard of one.
+TensorView TensorLeaf(const py::object& obj, const std::string& path,
+                      bool writable, Borrowed& borrowed);
+
+void Reinterpret(const py::object& shard, const std::string& path,
+                 TensorView& view);
+
+TensorView FromShard(const py::object& shard, const std::string& path,
+                     bool writable, Borrowed& borrowed) {
+  TensorView view = TensorLeaf(shard.attr("data"), path, writable, borrowed);
+  view.global_shape = ShapeOf(shard.attr("global_shape"), path, "global_shape");
+  view.global_offset =
+      ShapeOf(shard.attr("global_offset"), path, "global_offset");
+  Reinterpret(shard, path, view);
+  return view;
+}
+
+// A Shard's or FlatShard's `dtype`: the data's bits read as that dtype.
+void Reinterpret(const py::object& shard, const std::string& path,
+                 TensorView& view) {
+  py::object dtype = shard.attr("dtype");
+  if (!dtype.is_none()) {
+    const std::string name =
+        Unwrap(Text(dtype, "tensor " + Where(path) + ": Shard dtype"));
+    Result<DType> as = DTypeFromName(name);
+    if (!as.ok())
+      Invalid("tensor " + Where(path) + ": " + as.status().message());
+    if (DTypeSize(*as) != DTypeSize(view.dtype)) {
+      Invalid("tensor " + Where(path) + ": dtype " + name + " has " +
+              std::to_string(DTypeSize(*as)) +
+              "-byte elements but the data has " +
+              std::to_string(DTypeSize(view.dtype)));
+    }
+    view.dtype = *as;  // the same bits, read as `name`
+  }
+}
+
+// A FlatShard: its 1-D data as elements [flat_offset, + n) of the flattening.
+TensorView FromFlatShard(const py::object& shard, const std::string& path,
+                         bool writable, Borrowed& borrowed) {
+  TensorView view = TensorLeaf(shard.attr("data"), path, writable, borrowed);
+  if (view.local_shape.size() != 1) {
+    Invalid("tensor " + Where(path) +
+            ": FlatShard data must be 1-D, got shape " +
+            ShapeToString(view.local_shape));
+  }
+  view.global_shape = ShapeOf(shard.attr("global_shape"), path, "global_shape");
+  view.global_offset.clear();
+  view.flat_offset = Unwrap(Int(shard.attr("flat_offset"),
+                                "tensor " + Where(path) + ": flat_offset"));
+  Reinterpret(shard, path, view);
+  return view;
+}
+
+TensorView TensorLeaf(const py::object& obj, const std::string& path,
+                      bool writable, Borrowed& borrowed) {
+  const py::object& flat = classes().flat_shard;
+  if (classes().shard && py::isinstance(obj, classes().shard)) {
+    if (py::isinstance(obj.attr("data"), classes().shard) ||
+        (flat && py::isinstance(obj.attr("data"), flat)))
+      Invalid("tensor " + Where(path) + ": a Shard of a Shard");
+    return FromShard(obj, path, writable, borrowed);
+  }
+  if (flat && py::isinstance(obj, flat)) {
+    if (py::isinstance(obj.attr("data"), flat) ||
+        py::isinstance(obj.attr("data"), classes().shard))
+      Invalid("tensor " + Where(path) + ": a FlatShard of a Shard");
+    return FromFlatShard(obj, path, writable, borrowed);
+  }
+  borrowed.keep.push_back(obj);
+  if (py::isinstance<py::array>(obj))
+    return FromArray(obj.cast<py::array>(), path, writable);
+  if (!py::hasattr(obj, "__dlpack__")) {
+    Invalid("tensor " + Where(path) +
+            ": Shard data must be a numpy array or a DLPack tensor (an object "
+            "with __dlpack__), got " +
+            TypeName(obj));
+  }
+  return FromDLPackObject(obj, path, borrowed);
+}
+
+std::optional<Value> SmallValue(const py::handle& obj,
+                                const std::string& path) {
+  if (obj.is_none()) return Value(None{});
+  if (py::isinstance<py::bool_>(obj)) return Value(obj.cast<bool>());
+  if (py::isinstance<py::int_>(obj)) {
+    try {
+      return Value(obj.cast<int64_t>());
+    } catch (const py::cast_error&) {
+      Invalid("value " + Where(path) + ": int does not fit in 64 bits");
+    }
+  }
+  if (py::isinstance<py::float_>(obj)) return Value(obj.cast<double>());
+  if (py::isinstance<py::str>(obj))
+    return Value(Unwrap(Text(obj, "value " + Where(path))));
+  if (py::isinstance<py::bytes>(obj))
+    return Value(Bytes{obj.cast<std::string>()});
+  // numpy scalars (numpy.int64(3), numpy.float32(0.5), numpy.bool_): their
+  // Python value.
+  if (py::isinstance(obj, classes().numpy_scalar)) {
+    return SmallValue(obj.attr("item")(), path);
+  }
+  return std::nullopt;
+}
+
+bool IsTensorLeaf(const py::handle& obj) {
+  return py::isinstance<py::array>(obj) ||
+         (classes().shard && py::isinstance(obj, classes().shard)) ||
+         (classes().flat_shard && py::isinstance(obj, classes().flat_shard)) ||
+         py::hasattr(obj, "__dlpack__");
+}
+
+// The containers from the state dict down to the one being converted, with
+// their paths: a container met again among them is a cycle.
+using Ancestors = std::vector<std::pair<PyObject*, std::string>>;
+
+// Refuses to descend into `child` (at `path`) when it is one of `ancestors`
+// or would nest deeper than kMaxNesting containers.
+void CheckDescent(const py::handle& child, const std::string& path,
+                  const Ancestors& ancestors) {
+  for (const auto& [container, where] : ancestors) {
+    if (container == child.ptr()) {
+      Invalid("the state dict contains itself: " + Where(path) + " is " +
+              Where(where) + ", which holds it");
+    }
+  }
+  if (ancestors.size() >= kMaxNesting) {
+    Invalid("the state dict nests deeper than " + std::to_string(kMaxNesting) +
+            " levels at " + Where(path));
+  }
+}
+
+// The container kind of a dict, list or tuple; nullopt for anything else.
+std::optional<ContainerKind> ContainerOf(const py::handle& obj) {
+  if (PyDict_Check(obj.ptr())) return ContainerKind::kDict;
+  if (PyList_Check(obj.ptr())) return ContainerKind::kList;
+  if (PyTuple_Check(obj.ptr())) return ContainerKind::kTuple;
+  return std::nullopt;
+}
+
+// Converts a Python state dict into a StateDict of borrowed views.
+class Converter {
+ public:
+  Converter(bool writable, Borrowed& borrowed, const py::dict& root)
+      : writable_(writable), borrowed_(borrowed) {
+    ancestors_.emplace_back(root.ptr(), "");
+  }
+
+  // Builds `out` from the container `obj` at `path`, the last of the
+  // ancestors; `tuple` is its recorded tuple id when it is a tuple.
+  void Container(const py::handle& obj, const std::string& path, int tuple,
+                 StateDict& out) {
+    if (PyDict_Check(obj.ptr())) {
+      for (auto [key, item] : py::reinterpret_borrow<py::dict>(obj)) {
+        Key k = Unwrap(DictKey(key, Where(path)));
+        Item(obj, py::reinterpret_borrow<py::object>(key), std::move(k),
+             py::reinterpret_borrow<py::object>(item), path, tuple, out);
+      }
+      return;
+    }
+    const py::sequence items = py::reinterpret_borrow<py::sequence>(obj);
+    for (size_t i = 0; i < items.size(); ++i) {
+      Item(obj, py::int_(i), Key(static_cast<int64_t>(i)), items[i], path,
+           tuple, out);
+    }
+  }
+
+ private:
+  // Converts item `key` (`k`) of `container` at `path` into `out`.
+  void Item(const py::handle& container, const py::object& key, Key k,
+            const py::object& value, const std::string& path, int tuple,
+            StateDict& out) {
+    const std::string text = KeyText(k);
+    const std::string here = path.empty() ? text : path + "." + text;
+    if (std::optional<ContainerKind> kind = ContainerOf(value)) {
+      CheckDescent(value, here, ancestors_);
+      int child_tuple = ValueSlots::kNoTuple;
+      if (*kind == ContainerKind::kTuple) {
+        child_tuple = borrowed_.values.AddTuple(
+            py::reinterpret_borrow<py::object>(container), key, tuple, value);
+      }
+      ancestors_.emplace_back(value.ptr(), here);
+      Container(value, here, child_tuple, out.Child(k, *kind));
+      ancestors_.pop_back();
+    } else if (IsTensorLeaf(value) &&
+               !py::isinstance(value, classes().numpy_scalar)) {
+      out.Set(std::move(k), TensorLeaf(value, here, writable_, borrowed_));
+    } else if (std::optional<Value> v = SmallValue(value, here)) {
+      out.Set(k, std::move(*v));
+      borrowed_.values.AddValue(py::reinterpret_borrow<py::object>(container),
+                                key, tuple, out.GetValue(k));
+    } else {
+      Invalid("leaf " + Where(here) + " has unsupported type " +
+              TypeName(value) +
+              " (arrays, DLPack tensors, Shard, int, float, bool, str, bytes, "
+              "None, numpy scalars, or dict, list and tuple of them)");
+    }
+  }
+
+  const bool writable_;
+  Borrowed& borrowed_;
+  Ancestors ancestors_;
+};
+
+}  // namespace
+
+py::dtype ToNumpy(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64:
+      return py::dtype("float64");
+    case DType::kFloat32:
+      return py::dtype("float32");
+    case DType::kFloat16:
+      return py::dtype("float16");
+    case DType::kBFloat16:
+      return py::dtype("uint16");
+    case DType::kInt64:
+      return py::dtype("int64");
+    case DType::kInt32:
+      return py::dtype("int32");
+    case DType::kInt16:
+      return py::dtype("int16");
+    case DType::kInt8:
+      return py::dtype("int8");
+    case DType::kUInt8:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E5M2:
+      return py::dtype("uint8");
+    case DType::kBool:
+      return py::dtype("bool");
+  }
+  return py::dtype("uint8");
+}
+
+void Convert(const py::dict& dict, bool writable, StateDict& out,
+             Borrowed& borrowed) {
+  Converter(writable, borrowed, dict)
+      .Container(dict, "", ValueSlots::kNoTuple, out);
+}
+
+py::list ShapeList(const Shape& s) {
+  py::list out;
+  for (int64_t d : s) out.append(d);
+  return out;
+}
+
+}  // namespace ckptdb::python
