@@ -87,7 +87,7 @@ void BaselineRead(const Config& c, int writers, uint64_t per_writer,
   benchmark_sink = sum;
 }
 
-void ExchangeFloor(MPI_Comm comm, uint64_t nbytes, const Layout& l) {
+void ExchangeFloor(MPI_Comm comm, uint64_t nbytes, Layout& l) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
@@ -100,13 +100,13 @@ void ExchangeFloor(MPI_Comm comm, uint64_t nbytes, const Layout& l) {
   // Every rank takes part in as many steps as the busiest.
   uint64_t steps = (std::max(nbytes, incoming) + piece - 1) / piece;
   MPI_Allreduce(MPI_IN_PLACE, &steps, 1, MPI_UINT64_T, MPI_MAX, comm);
-  static std::vector<uint8_t> in;
-  if (in.size() < piece) in.assign(piece, 1);
+  const size_t n = l.buffers.size();
   for (uint64_t k = 0; k < steps; ++k) {
     const uint64_t out_n = std::min(nbytes, piece);
     const uint64_t in_n = std::min(incoming, piece);
-    const uint8_t* src = l.buffers[k % l.buffers.size()].data();
-    MPI_Sendrecv(src, static_cast<int>(out_n), MPI_BYTE, to, 2, in.data(),
+    const uint8_t* src = l.buffers[k % n].data();
+    uint8_t* dst = l.buffers[(k + n / 2) % n].data();
+    MPI_Sendrecv(src, static_cast<int>(out_n), MPI_BYTE, to, 2, dst,
                  static_cast<int>(in_n), MPI_BYTE, from, 2, comm,
                  MPI_STATUS_IGNORE);
     nbytes -= out_n;

@@ -33,7 +33,10 @@ void BaselineRead(const Config& c, int writers, uint64_t per_writer,
 // The exchange of a reshard as plain MPI: each rank sends `nbytes` (taken
 // from `l`'s buffers) to the next rank in a ring and receives what the
 // previous one sends, in messages of up to 16 MiB: a floor for moving the
-// same bytes between the same processes.
-void ExchangeFloor(MPI_Comm comm, uint64_t nbytes, const Layout& l);
+// same bytes between the same processes. What arrives lands in `l`'s buffers
+// (other ones than those sent from), as a reshard's slices land in its
+// targets' memory: a small receive buffer would stay in cache and flatter the
+// floor.
+void ExchangeFloor(MPI_Comm comm, uint64_t nbytes, Layout& l);
 
 }  // namespace ckptdb::bench

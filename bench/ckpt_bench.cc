@@ -485,7 +485,8 @@ class Bench {
         "which goes first); checked = the same for a baseline read that also "
         "checksums each chunk-sized piece (XXH3, as ckptdb verifies every "
         "chunk); floor (reshard) = seconds of that checked read followed by "
-        "the bytes ckptdb sent, sent as plain MPI messages in a ring, / ckptdb "
+        "the bytes ckptdb sent, sent as plain MPI messages in a ring into the "
+        "targets' memory, / ckptdb "
         "seconds; extra RSS = the largest rank's peak resident memory beyond "
         "its state at the start\n");
   }
