@@ -101,11 +101,15 @@ void ExchangeFloor(MPI_Comm comm, uint64_t nbytes, Layout& l) {
   uint64_t steps = (std::max(nbytes, incoming) + piece - 1) / piece;
   MPI_Allreduce(MPI_IN_PLACE, &steps, 1, MPI_UINT64_T, MPI_MAX, comm);
   const size_t n = l.buffers.size();
+  // With one buffer, what arrives goes to a copy of it: MPI needs the send
+  // and receive buffers apart.
+  std::vector<uint8_t> only;
+  if (n < 2) only.resize(piece);
   for (uint64_t k = 0; k < steps; ++k) {
     const uint64_t out_n = std::min(nbytes, piece);
     const uint64_t in_n = std::min(incoming, piece);
     const uint8_t* src = l.buffers[k % n].data();
-    uint8_t* dst = l.buffers[(k + n / 2) % n].data();
+    uint8_t* dst = n < 2 ? only.data() : l.buffers[(k + n / 2) % n].data();
     MPI_Sendrecv(src, static_cast<int>(out_n), MPI_BYTE, to, 2, dst,
                  static_cast<int>(in_n), MPI_BYTE, from, 2, comm,
                  MPI_STATUS_IGNORE);

@@ -113,7 +113,7 @@ std::string StagingDir(const std::string& store_path) {
 Result<std::unique_ptr<StagedFileWriter>> StoreImpl::NewStagedFile(
     int64_t checkpoint_id, int32_t rank, int part) {
   std::shared_lock lock(mu_);
-  RETURN_IF_ERROR(CheckOpen());
+  RETURN_IF_ERROR(EnsureOpenShared(lock));
   const std::string dir = StagingDir(path_);
   RETURN_IF_ERROR(fs_->CreateDirIfMissing(dir));
   const std::string path = (fs::path(dir) / (std::to_string(checkpoint_id) +

@@ -388,11 +388,19 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
 Status StoreImpl::ClearBackgroundError(
     std::shared_lock<std::shared_mutex>& lock) {
   uint64_t errors = 0;
-  if (!db_->GetIntProperty("rocksdb.background-errors", &errors) || errors == 0)
-    return Status::OK();
-  return Reopen(
-      Status::IOError("a background job of store '" + path_ + "' failed"), lock,
-      "clearing it", [] { return true; });
+  if (db_->GetIntProperty("rocksdb.background-errors", &errors) && errors > 0) {
+    return Reopen(
+        Status::IOError("a background job of store '" + path_ + "' failed"),
+        lock, "clearing it", [] { return true; });
+  }
+  // A write that failed outside a commit (a staged file of a save that then
+  // failed) leaves the file system refusing deletions until a re-open: without
+  // one, every later delete would keep its files.
+  if (fs_->write_failed()) {
+    return Reopen(Status::IOError("a write to store '" + path_ + "' failed"),
+                  lock, "re-opening it", [] { return true; });
+  }
+  return Status::OK();
 }
 
 Status StoreImpl::Delete(int64_t checkpoint_id) {
@@ -407,6 +415,7 @@ Status StoreImpl::Delete(int64_t checkpoint_id) {
 Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
   std::shared_lock lock(mu_);
   RETURN_IF_ERROR(EnsureOpenShared(lock));
+  RETURN_IF_ERROR(ClearBackgroundError(lock));
   rocksdb::PinnableSlice record;
   RETURN_IF_ERROR(GetRecord(checkpoint_id, &record));
   ASSIGN_OR_RETURN(CheckpointInfo info, DecodeCheckpointInfo(std::string_view(

@@ -59,7 +59,11 @@ class StagedFileWriter {
   virtual Result<uint64_t> Add(std::string_view tensor_key,
                                const Shape& global_offset,
                                std::string_view bytes,
-                               std::optional<uint64_t> checksum = {}) = 0;
+                               std::optional<uint64_t> checksum) = 0;
+  Result<uint64_t> Add(std::string_view tensor_key, const Shape& global_offset,
+                       std::string_view bytes) {
+    return Add(tensor_key, global_offset, bytes, std::nullopt);
+  }
   // Finishes (and syncs) the file; returns its path, or "" when no chunk was
   // added (the file is removed then).
   virtual Result<std::string> Finish() = 0;

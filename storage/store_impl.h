@@ -182,8 +182,10 @@ class StoreImpl : public Store {
   Status DeleteOnce(int64_t checkpoint_id);
   // Reopens the database when a background job of this handle failed (a
   // compaction of the `meta` column family during a faulted save): RocksDB
-  // then refuses every later write, such as the next commit's ingestion.
-  // Called as a save starts, before it stages files.
+  // then refuses every later write, such as the next commit's ingestion. Also
+  // when any write through this handle failed: the file system then refuses
+  // deletions until a re-open. Called as a save starts, before it stages
+  // files, and as a delete starts.
   Status ClearBackgroundError(std::shared_lock<std::shared_mutex>& lock);
   // The reserve: a file of kReserveBytes kept in the store so that on a full
   // disk an open and a delete still find room for their few writes.

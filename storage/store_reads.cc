@@ -167,6 +167,8 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
                                          std::string_view tensor_key,
                                          const ChunkMetadata& chunk) {
   std::shared_lock lock(mu_);
+  // A re-open that failed (Refresh, on another thread) left no database.
+  RETURN_IF_ERROR(EnsureOpenShared(lock));
   const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
   ChunkBuffer buffer;
   if (chunk.nbytes >= kOwnBlockBytes) {  // may start a block of its own
@@ -189,6 +191,8 @@ Status StoreImpl::VerifyChunk(int64_t checkpoint_id,
                               std::string_view tensor_key,
                               const ChunkMetadata& chunk) {
   std::shared_lock lock(mu_);
+  // A re-open that failed (Refresh, on another thread) left no database.
+  RETURN_IF_ERROR(EnsureOpenShared(lock));
   const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
   ChunkBuffer buffer;
   return ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer,
@@ -207,6 +211,8 @@ Status StoreImpl::ReadChunkScattered(int64_t checkpoint_id,
                                      const ChunkMetadata& chunk,
                                      const std::vector<ChunkPiece>& pieces) {
   std::shared_lock lock(mu_);
+  // A re-open that failed (Refresh, on another thread) left no database.
+  RETURN_IF_ERROR(EnsureOpenShared(lock));
   const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
   if (ReadDirect(StoredIn(checkpoint_id, chunk), key, chunk, pieces))
     return Status::OK();

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <thread>
+#include <vector>
 
 #include "ckptdb/db.h"
 #include "ckptdb/fault_injection.h"
@@ -143,6 +145,97 @@ TEST_F(Findings, AFailureAfterTheRecordIsDurableReturnsTheCheckpoint) {
   ASSERT_TRUE(Save(**db, 2).ok());
   db->reset();
   ExpectIntact(dir, {0, 1, 2});
+}
+
+// Files of the store's top directory with extension `ext`.
+int FilesWithExtension(const std::string& dir, const std::string& ext) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir))
+    n += e.path().extension() == ext;
+  return n;
+}
+
+// A failed sync of a staged file (the save fails) left the handle's file
+// system refusing deletions for good: every later save and retention delete
+// returned OK while the table files of deleted checkpoints stayed on disk.
+TEST_F(Findings, AFailedStagedWriteDoesNotKeepDeletedFilesOnDisk) {
+  const std::string dir = tmp_.Sub("s");
+  options_.keep_last = 1;
+  options_.incremental = false;
+  auto db = DB::Open(options_, dir);
+  ASSERT_TRUE(db.ok());
+  ASSERT_TRUE(Save(**db, 0).ok());
+  faults_->Arm(
+      {.nth = 1, .ops = FileOpMask(FileOp::kSync), .path_contains = "staging"});
+  EXPECT_FALSE(Save(**db, 1).ok());
+  ASSERT_FALSE(faults_->injected().empty());
+  faults_->Disarm();
+  ASSERT_TRUE(Save(**db, 1).ok());
+  const int tables = FilesWithExtension(dir, ".sst");
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Save(**db, 2).ok());
+  EXPECT_EQ((*db)->ListCheckpoints()->size(), 1u);
+  EXPECT_EQ(FilesWithExtension(dir, ".sst"), tables)
+      << "the table files of deleted checkpoints stayed";
+  db->reset();
+  ExpectIntact(dir, {2});
+}
+
+// A rank other than 0 whose handle failed to re-open after a retention delete
+// (a MANIFEST it could not open) made every later save fail on every rank until
+// that rank happened to make a local call: staging a file did not re-open.
+TEST_F(Findings, AFailedReopenAfterADeleteDoesNotFailLaterSaves) {
+  const std::string dir = tmp_.Sub("s");
+  auto comms = InProcessCommunicators(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      Options options;
+      options.keep_last = 1;
+      options.incremental = false;
+      // Rank 1's own file operations fail on demand.
+      if (rank == 1) options.fault_injector = faults_;
+      auto db = DB::Open(options, dir, comms[rank]);
+      EXPECT_TRUE(db.ok()) << db.status().ToString();
+      if (!db.ok()) return;
+      std::vector<float> w(64 * 64, 1.0f + rank);
+      StateDict sd;
+      sd.Set("w", TensorView::Shard(w.data(), DType::kFloat32, {64, 64},
+                                    {128, 64}, {64 * rank, 0}));
+      auto save = [&](int64_t step) {
+        auto saved = (*db)->Save(sd, {.step = step});
+        EXPECT_TRUE(saved.ok()) << "rank " << rank << ", step " << step << ": "
+                                << saved.status().ToString();
+      };
+      save(1);
+      save(2);
+      EXPECT_TRUE(comms[rank]->Barrier().ok());
+      if (rank == 1) {
+        faults_->Arm({.nth = 1,
+                      .from_nth_on = true,
+                      .ops = FileOpMask(FileOp::kOpen),
+                      .path_contains = "MANIFEST"});
+      }
+      // Its retention delete re-opens rank 1's handle, which fails.
+      save(3);
+      if (rank == 1) faults_->Disarm();
+      save(4);
+      save(5);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  faults_->Disarm();
+  auto db = DB::Open({}, dir);
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  auto list = (*db)->ListCheckpoints();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ(list->front().step, 5);
+  std::vector<float> got(128 * 64);
+  StateDict sd;
+  sd.Set("w", TensorView::Whole(got.data(), DType::kFloat32, {128, 64}));
+  ASSERT_TRUE((*db)->Load(sd, CheckpointSelector::Step(5), {}).ok());
+  EXPECT_EQ(got[0], 1.0f);
+  EXPECT_EQ(got.back(), 2.0f);
 }
 
 }  // namespace

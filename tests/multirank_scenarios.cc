@@ -740,24 +740,25 @@ int DeletedFilesHeldOpen(const std::string& path) {
   return held;
 }
 
-// Once a delete (explicit, or by the retention policy after a save) returns,
-// no rank holds the deleted checkpoint's files open: their space is free,
-// though every rank had read them through its own handle.
+// Once a delete (explicit, or by the retention policy after a save, also an
+// asynchronous one) returns, no rank holds the deleted checkpoint's files
+// open: their space is free, though every rank had read them through its own
+// handle, chunks of 128 KiB straight from their files.
 TEST(MultiRankTest, NoRankHoldsTheFilesOfDeletedCheckpoints) {
   if (MaxRanks() < 2) GTEST_SKIP() << "needs 2 ranks";
   SharedTempDir dir;
-  const GlobalTensor w(DType::kFloat32, {256, 64}, 61);
+  const GlobalTensor w(DType::kFloat32, {1024, 256}, 61);
   RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
     Options options;
-    options.max_chunk_bytes = 8192;
+    options.max_chunk_bytes = 128 << 10;
     options.keep_last = 2;
     options.incremental = false;
     auto db = OpenRank(dir.path(), comm, options);
     ASSERT_NE(db, nullptr);
-    auto [b, e] = Part(256, rank, 2);
-    OwnedShard ws = ShardOf(w, {b, 0}, {e - b, 64});
+    auto [b, e] = Part(1024, rank, 2);
+    OwnedShard ws = ShardOf(w, {b, 0}, {e - b, 256});
     // Every rank reads all of w: its handle opens every table file.
-    OwnedShard whole = TargetOf(w, {0, 0}, {256, 64});
+    OwnedShard whole = TargetOf(w, {0, 0}, {1024, 256});
     StateDict want;
     want.Set("w", whole.View(w));
     auto save = [&](int64_t step) {
@@ -773,8 +774,16 @@ TEST(MultiRankTest, NoRankHoldsTheFilesOfDeletedCheckpoints) {
     read_all(1);
     save(2);
     read_all(2);
-    // keep_last 2: step 1 goes.
-    save(3);
+    // keep_last 2: step 1 goes, in the background.
+    {
+      StateDict sd;
+      sd.Set("w", ws.View(w));
+      auto pending = db->SaveAsync(sd, {.step = 3});
+      EXPECT_TRUE(pending.ok()) << pending.status().ToString();
+      if (pending.ok()) {
+        EXPECT_TRUE((*pending)->Wait().ok()) << "rank " << rank;
+      }
+    }
     EXPECT_TRUE(comm->Barrier().ok());
     EXPECT_EQ(DeletedFilesHeldOpen(dir.path()), 0)
         << "rank " << rank << ", after the retention policy deleted step 1";

@@ -135,19 +135,21 @@ Status DBImpl::Delete(const CheckpointSelector& which) {
   // all-gather that checks the selector), so that no rank's earlier local call
   // (a listing, a read) races with it.
   RETURN_IF_ERROR(AllGatherAgreed(*comm_, DeleteArguments(which), "").status());
-  RETURN_IF_ERROR(StatusFromRoot(*comm_, [&]() -> Status {
+  const Status deleted = StatusFromRoot(*comm_, [&]() -> Status {
     ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
     return store_->Delete(id);
-  }));
+  });
+  // Also after a failure: the delete may have taken effect.
   LetGoOfDeletedFiles();
-  return Status::OK();
+  return deleted;
 }
 
 void DBImpl::LetGoOfDeletedFiles() {
   // A read-only handle keeps the table files it has opened, deleted or not,
   // until it re-opens: the space of a deleted checkpoint comes back only once
   // no rank holds its files. A failed re-open is not the delete's failure: the
-  // next call opens again, or reports it.
+  // handle is left closed, and every later store call opens it again (or
+  // reports why it cannot).
   if (comm_->rank() != 0) (void)store_->Refresh();
 }
 

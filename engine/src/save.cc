@@ -672,9 +672,10 @@ Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
   Status committed;
   CheckpointInfo info;
   RETURN_IF_ERROR(DecodeInfo(outcome, &committed, &info));
-  RETURN_IF_ERROR(committed);
-  // The retention policy may have deleted checkpoints.
+  // The retention policy may have deleted checkpoints, even when a later
+  // deletion failed.
   if (options_.keep_last) LetGoOfDeletedFiles();
+  RETURN_IF_ERROR(committed);
   return info;
 }
 

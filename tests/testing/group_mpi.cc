@@ -75,7 +75,9 @@ SharedTempDir::~SharedTempDir() {
 }  // namespace ckptdb::testing
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // Scenarios save asynchronously, which needs MPI_THREAD_MULTIPLE.
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   ::testing::InitGoogleTest(&argc, argv);
   const int rank = ckptdb::testing::WorldRank();
   if (rank != 0) {
