@@ -140,6 +140,15 @@ Status StoreImpl::ReadThroughRocks(int64_t checkpoint_id,
   ro.verify_checksums = verify_blocks;
   rocksdb::Status s = db_->Get(ro, chunks_, key, &buffer->impl_->slice);
   if (s.IsNotFound()) {
+    // A checkpoint deleted since the caller read its metadata (by another
+    // rank's retention policy, say) is gone, not damaged.
+    rocksdb::PinnableSlice record;
+    if (GetRecord(checkpoint_id, &record).IsNotFound()) {
+      return Status::NotFound(
+          "checkpoint id " + std::to_string(checkpoint_id) + " of store '" +
+          path_ + "' was deleted while it was read (" +
+          ChunkName(checkpoint_id, tensor_key, chunk) + ")");
+    }
     return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
                               " is missing");
   }

@@ -558,5 +558,39 @@ TEST(StoreTest, AnInterruptedCreationIsRedone) {
   ASSERT_TRUE(SaveBytes(**store, "after", 1).ok());
 }
 
+// A reader that learned a checkpoint's chunks before another handle deleted
+// it, then re-opened, is told the checkpoint is gone (NotFound), not that the
+// store is damaged. A chunk missing under a checkpoint that is still listed
+// stays Corruption.
+TEST(StoreTest, ReadingACheckpointDeletedMeanwhileIsNotFound) {
+  TempDir dir;
+  auto writer = Store::Open(dir.path(), {});
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(SaveBytes(**writer, "abcdef", 2).ok());
+  StoreOptions ro;
+  ro.read_only = true;
+  auto reader = Store::Open(dir.path(), ro);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto meta = (*reader)->GetMetadata(1);
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  ASSERT_TRUE((*writer)->Delete(1).ok());
+  ASSERT_TRUE((*reader)->Refresh().ok());
+  const ChunkMetadata& chunk = meta->tensors.at("w").chunks[0];
+  auto read = (*reader)->ReadChunk(1, "w", chunk);
+  EXPECT_TRUE(read.status().IsNotFound()) << read.status().ToString();
+  EXPECT_NE(read.status().message().find("was deleted while it was read"),
+            std::string::npos)
+      << read.status().ToString();
+
+  // A listed checkpoint whose chunk is not where its record says: damage.
+  auto kept = SaveBytes(**writer, "ghijkl", 2);
+  ASSERT_TRUE(kept.ok());
+  ChunkMetadata elsewhere = kept->tensors.at("w").chunks[0];
+  elsewhere.global_offset = {1};
+  ASSERT_TRUE((*reader)->Refresh().ok());
+  auto missing = (*reader)->ReadChunk(kept->info.id, "w", elsewhere);
+  EXPECT_TRUE(missing.status().IsCorruption()) << missing.status().ToString();
+}
+
 }  // namespace
 }  // namespace ckptdb::storage
