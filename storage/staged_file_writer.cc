@@ -33,8 +33,6 @@ class StagedFileWriterImpl : public StagedFileWriter {
     rocksdb::Options options;
     static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
     options.env = env_.get();
-    // Written pages stay cached, as for any file write: a load soon after a
-    // save reads them from memory.
     // Blocks larger than the write buffer go to the file straight from the
     // table builder. RocksDB's default (1 MiB) would copy every chunk's block
     // once more, into the buffer, before writing it.
@@ -44,6 +42,8 @@ class StagedFileWriterImpl : public StagedFileWriter {
     // are still hashed and written, so that the sync at Finish waits for
     // little more than the last few MiB. It makes nothing durable by itself.
     env_options.bytes_per_sync = 4 << 20;
+    // Written pages stay cached, as for any file write: a load soon after a
+    // save reads them from memory.
     writer_ = std::make_unique<rocksdb::SstFileWriter>(
         env_options, options, /*column_family=*/nullptr,
         /*invalidate_page_cache=*/false);

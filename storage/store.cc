@@ -283,7 +283,7 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
   std::shared_lock lock(mu_);
   RETURN_IF_ERROR(EnsureOpenShared(lock));
   // Before the save stages files, which a reopen would remove.
-  RETURN_IF_ERROR(ClearBackgroundError(lock));
+  RETURN_IF_ERROR(ReopenAfterFailedWrites(lock));
   // Above every id the journal, a record or a chunk file ever used: an id is
   // never reused, so chunks above the high-water mark are provably leftovers.
   int64_t next = journal_ ? journal_->high_water + 1 : 1;
@@ -385,7 +385,7 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   return Status::OK();
 }
 
-Status StoreImpl::ClearBackgroundError(
+Status StoreImpl::ReopenAfterFailedWrites(
     std::shared_lock<std::shared_mutex>& lock) {
   uint64_t errors = 0;
   if (db_->GetIntProperty("rocksdb.background-errors", &errors) && errors > 0) {
@@ -415,7 +415,7 @@ Status StoreImpl::Delete(int64_t checkpoint_id) {
 Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
   std::shared_lock lock(mu_);
   RETURN_IF_ERROR(EnsureOpenShared(lock));
-  RETURN_IF_ERROR(ClearBackgroundError(lock));
+  RETURN_IF_ERROR(ReopenAfterFailedWrites(lock));
   rocksdb::PinnableSlice record;
   RETURN_IF_ERROR(GetRecord(checkpoint_id, &record));
   ASSIGN_OR_RETURN(CheckpointInfo info, DecodeCheckpointInfo(std::string_view(

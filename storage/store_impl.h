@@ -186,7 +186,7 @@ class StoreImpl : public Store {
   // when any write through this handle failed: the file system then refuses
   // deletions until a re-open. Called as a save starts, before it stages
   // files, and as a delete starts.
-  Status ClearBackgroundError(std::shared_lock<std::shared_mutex>& lock);
+  Status ReopenAfterFailedWrites(std::shared_lock<std::shared_mutex>& lock);
   // The reserve: a file of kReserveBytes kept in the store so that on a full
   // disk an open and a delete still find room for their few writes.
   // EnsureReserve writes it when absent (best effort); ReleaseReserve removes
