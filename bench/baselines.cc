@@ -32,22 +32,69 @@ void ReadAll(int fd, uint8_t* p, size_t n, off_t at, const std::string& path) {
   }
 }
 
+// The chunk size of the store: what a verifying writer or reader hashes at a time.
+uint64_t ChunkBytes(const Config& c) {
+  return c.chunk_bytes > 0 ? c.chunk_bytes : ckptdb::Options().max_chunk_bytes;
+}
+
+// Hashes `b` in chunk-sized pieces, as a save must to checksum its chunks and
+// compare them with the last checkpoint's; with `fd`, each piece is written
+// right after its hash (while still in cache).
+uint64_t HashPieces(const Config& c, const std::vector<uint8_t>& b, int fd,
+                    const std::string& path) {
+  uint64_t sum = 0;
+  const size_t piece = ChunkBytes(c);
+  for (size_t at = 0; at < b.size(); at += piece) {
+    const size_t n = std::min(piece, b.size() - at);
+    const auto digest =
+        ckptdb::storage::ChunkChecksumAndContentHash(b.data() + at, n);
+    sum ^= digest.checksum ^ digest.content.high;
+    if (fd >= 0) WriteAll(fd, b.data() + at, n, path);
+  }
+  return sum;
+}
+
 }  // namespace
+
+volatile uint64_t benchmark_sink = 0;
 
 std::string BaselineFile(const Config& c, int rank) {
   return c.dir + "/baseline/rank-" + std::to_string(rank) + ".bin";
 }
 
-void BaselineWrite(const Config& c, int rank, const Layout& l) {
+std::string ChangedFile(const Config& c, int rank) {
+  return BaselineFile(c, rank) + ".changed";
+}
+
+void BaselineWrite(const Config& c, int rank, const Layout& l, bool check) {
   const std::string path = BaselineFile(c, rank);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) Die("creating " + path + ": " + std::strerror(errno));
-  for (const auto& b : l.buffers) WriteAll(fd, b.data(), b.size(), path);
+  uint64_t sum = 0;
+  for (const auto& b : l.buffers) {
+    if (check)
+      sum ^= HashPieces(c, b, fd, path);
+    else
+      WriteAll(fd, b.data(), b.size(), path);
+  }
   if (::fsync(fd) != 0) Die("fsync " + path + ": " + std::strerror(errno));
   ::close(fd);
+  benchmark_sink = sum;
 }
 
-volatile uint64_t benchmark_sink = 0;
+void IncrementalFloor(const Config& c, int rank, const Layout& l,
+                      size_t changed) {
+  uint64_t sum = 0;
+  for (const auto& b : l.buffers) sum ^= HashPieces(c, b, -1, "");
+  const std::string path = ChangedFile(c, rank);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) Die("creating " + path + ": " + std::strerror(errno));
+  for (size_t i = 0; i < std::min(changed, l.buffers.size()); ++i)
+    WriteAll(fd, l.buffers[i].data(), l.buffers[i].size(), path);
+  if (::fsync(fd) != 0) Die("fsync " + path + ": " + std::strerror(errno));
+  ::close(fd);
+  benchmark_sink = sum;
+}
 
 void BaselineRead(const Config& c, int writers, uint64_t per_writer,
                   uint64_t from, Layout& l, bool check) {
@@ -65,11 +112,7 @@ void BaselineRead(const Config& c, int writers, uint64_t per_writer,
     while (in_file > 0) {
       auto& b = l.buffers[buf];
       size_t n = std::min<uint64_t>(in_file, b.size() - in_buf);
-      if (check) {
-        n = std::min<size_t>(n, c.chunk_bytes > 0
-                                    ? c.chunk_bytes
-                                    : ckptdb::Options().max_chunk_bytes);
-      }
+      if (check) n = std::min<size_t>(n, ChunkBytes(c));
       ReadAll(fd, b.data() + in_buf, n, static_cast<off_t>(pos), path);
       if (check) sum ^= ckptdb::storage::ChunkChecksum(b.data() + in_buf, n);
       pos += n;

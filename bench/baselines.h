@@ -19,8 +19,23 @@ extern volatile uint64_t benchmark_sink;
 // The baseline file of `rank`.
 std::string BaselineFile(const Config& c, int rank);
 
-// Writes `l`'s buffers to this rank's baseline file, then fsyncs it.
-void BaselineWrite(const Config& c, int rank, const Layout& l);
+// The file IncrementalFloor writes for `rank` (not the baseline file, which
+// the loads' baselines read).
+std::string ChangedFile(const Config& c, int rank);
+
+// Writes `l`'s buffers to this rank's baseline file, then fsyncs it. With
+// `check`, it writes pieces of the chunk size, each right after its checksum
+// and content hash (one XXH3-128 pass, as a save computes them): the ceiling
+// for a save that checksums what it stores.
+void BaselineWrite(const Config& c, int rank, const Layout& l,
+                   bool check = false);
+
+// The least an incremental save of `l` does when nothing tracks which bytes
+// changed: hash every chunk-sized piece (as BaselineWrite with `check`, writing
+// nothing), then write the first `changed` buffers (the changed tensors) to
+// ChangedFile and fsync it.
+void IncrementalFloor(const Config& c, int rank, const Layout& l,
+                      size_t changed);
 
 // Reads `l.bytes()` bytes starting at byte `from` of the concatenated rank
 // files (`writers` of them, `per_writer` bytes each) into `l`'s buffers, in
