@@ -107,7 +107,10 @@ class DBImpl : public DB {
   std::shared_ptr<AsyncSave> pending_;
   std::unique_ptr<char[]> snapshot_memory_;
   uint64_t snapshot_size_ = 0;
-  // Rank 0, incremental saves: the chunks of this handle's last commit.
+  // Incremental saves: the chunks of this handle's last commit, which the
+  // next save compares with while it is the latest checkpoint. Rank 0 keeps
+  // the whole record; the other ranks their own chunks (OwnChunks in
+  // save.cc).
   std::optional<planner::PreviousCheckpoint> last_commit_;
 };
 

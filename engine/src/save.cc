@@ -3,6 +3,7 @@
 // and committed by rank 0.
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -256,6 +257,54 @@ planner::PreviousCheckpoint ReadPrevious(storage::Store& store, int64_t base_id,
   return previous;
 }
 
+// The chunks this rank saved in checkpoint `id` (`written`, for `mine` of
+// `plan`), as the record has them: what its next incremental save compares
+// with when `id` is still the latest checkpoint, without reading the store.
+planner::PreviousCheckpoint OwnChunks(int64_t id, const planner::SavePlan& plan,
+                                      const std::vector<MyChunk>& mine,
+                                      const std::vector<WrittenChunk>& written) {
+  assert(mine.size() == written.size());
+  planner::PreviousCheckpoint own;
+  own.id = id;
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const planner::PlannedTensor& tensor = plan.tensors[mine[k].tensor];
+    const planner::PlannedChunk& chunk = tensor.chunks[mine[k].chunk];
+    const WrittenChunk& w = written[k];
+    TensorMetadata& t = own.tensors[tensor.flat_key];
+    t.dtype = tensor.dtype;
+    t.global_shape = tensor.global_shape;
+    t.chunks.push_back({chunk.box.offset, chunk.box.shape,
+                        w.holder_id != 0 ? w.writer_rank : chunk.writer_rank,
+                        chunk.nbytes, w.checksum, w.holder_id,
+                        w.content_hash});
+  }
+  for (auto& [key, t] : own.tensors) {
+    std::sort(t.chunks.begin(), t.chunks.end(),
+              [](const ChunkMetadata& a, const ChunkMetadata& b) {
+                return a.global_offset < b.global_offset;
+              });
+  }
+  return own;
+}
+
+// Whether `previous` has a chunk to compare with for every chunk of `mine`:
+// a rank's own chunks of the last save are enough when it saves the same
+// chunks again; otherwise it reads the tensors it writes from the store
+// (ReadPrevious), whichever rank wrote their chunks.
+bool CoversMyChunks(const planner::PreviousCheckpoint& previous,
+                    const planner::SavePlan& plan,
+                    const std::vector<MyChunk>& mine, int world) {
+  for (const MyChunk& m : mine) {
+    const planner::PlannedTensor& tensor = plan.tensors[m.tensor];
+    if (planner::CandidateChunk(previous, tensor.flat_key, tensor.dtype,
+                                tensor.global_shape,
+                                tensor.chunks[m.chunk].box,
+                                world) == nullptr)
+      return false;
+  }
+  return true;
+}
+
 // This rank's chunks of `plan`, and their order by storage key.
 std::vector<MyChunk> CollectMyChunks(const planner::SavePlan& plan,
                                      const planner::RankSaveLayout& layout,
@@ -482,13 +531,17 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
 }
 
 // Rank 0, after checkpoint `id` committed: deletes what `policy` no longer
-// keeps, oldest first. A failure names the committed checkpoint.
+// keeps, oldest first; `*deleted` says whether it deleted or tried to (a
+// failed delete may have taken effect). A failure names the committed
+// checkpoint.
 Status ApplyRetention(storage::Store& store,
-                      const planner::RetentionPolicy& policy, int64_t id) {
+                      const planner::RetentionPolicy& policy, int64_t id,
+                      bool* deleted_any) {
   if (!policy.keep_last) return Status::OK();
   Status s = [&]() -> Status {
     ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, store.List());
     for (int64_t doomed : planner::CheckpointsToDelete(all, policy)) {
+      *deleted_any = true;
       Status deleted = store.Delete(doomed);
       if (!deleted.ok()) {
         return Status(deleted.code(), "deleting checkpoint id " +
@@ -544,8 +597,9 @@ std::string CommitOnRoot(storage::Store& store,
   if (!s.ok()) store.RemoveStaged(staged);
   committed->reset();
   if (s.ok()) committed->emplace(id, std::move(meta.tensors));
-  if (s.ok()) s = ApplyRetention(store, retention, id);
-  return EncodeInfo(s, meta.info);
+  bool deleted = false;
+  if (s.ok()) s = ApplyRetention(store, retention, id, &deleted);
+  return EncodeSaveOutcome({s, meta.info, deleted});
 }
 
 }  // namespace
@@ -635,11 +689,15 @@ Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
   const int rank = comm_->rank();
   // 4. Stream this rank's chunks into staged files, in key order, split into
   // parts of contiguous key ranges written in parallel; unchanged chunks are
-  // referred to, not written. Rank 0 keeps the chunks of its last commit: no
-  // read when that is the checkpoint compared with.
+  // referred to, not written. Every rank keeps the chunks of its last commit
+  // (rank 0 the whole record, the others their own): no read (and, on the
+  // others, no re-open of their handle) when that is the checkpoint compared
+  // with.
   planner::PreviousCheckpoint read;
   const planner::PreviousCheckpoint* previous = &read;
-  if (last_commit_ && last_commit_->id == p.base_id && p.base_id != 0) {
+  if (last_commit_ && last_commit_->id == p.base_id && p.base_id != 0 &&
+      (rank == 0 ||
+       CoversMyChunks(*last_commit_, p.plan, p.mine, comm_->size()))) {
     previous = &*last_commit_;
   } else {
     read = ReadPrevious(*store_, p.base_id, p.plan, rank);
@@ -669,14 +727,18 @@ Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
     if (!options_.incremental) last_commit_.reset();
   }
   RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
-  Status committed;
-  CheckpointInfo info;
-  RETURN_IF_ERROR(DecodeInfo(outcome, &committed, &info));
+  SaveOutcome decoded;
+  RETURN_IF_ERROR(DecodeSaveOutcome(outcome, &decoded));
+  if (rank != 0) {
+    last_commit_.reset();
+    if (decoded.status.ok() && written.ok() && options_.incremental)
+      last_commit_ = OwnChunks(decoded.info.id, p.plan, p.mine, checksums);
+  }
   // The retention policy may have deleted checkpoints, even when a later
   // deletion failed.
-  if (options_.keep_last) LetGoOfDeletedFiles();
-  RETURN_IF_ERROR(committed);
-  return info;
+  if (decoded.deleted) LetGoOfDeletedFiles();
+  RETURN_IF_ERROR(decoded.status);
+  return decoded.info;
 }
 
 Result<CheckpointInfo> DBImpl::Save(const StateDict& state,

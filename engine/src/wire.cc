@@ -253,10 +253,10 @@ ckptdb::Status DecodeTargets(std::string_view bytes, RankTargets* t) {
   return r.done() ? ckptdb::Status::OK() : Malformed("load targets");
 }
 
-std::string EncodeInfo(const ckptdb::Status& status,
-                       const CheckpointInfo& info) {
+std::string EncodeSaveOutcome(const SaveOutcome& outcome) {
+  const CheckpointInfo& info = outcome.info;
   WireWriter w;
-  w.Status(status);
+  w.Status(outcome.status);
   w.I64(info.id);
   w.U64(info.step.has_value());
   w.I64(info.step.value_or(0));
@@ -269,28 +269,33 @@ std::string EncodeInfo(const ckptdb::Status& status,
   w.I64(info.nbytes_written);
   w.U64(info.references.size());
   for (int64_t id : info.references) w.I64(id);
+  w.U64(outcome.deleted);
   return w.Take();
 }
 
-ckptdb::Status DecodeInfo(std::string_view bytes, ckptdb::Status* status,
-                          CheckpointInfo* info) {
+ckptdb::Status DecodeSaveOutcome(std::string_view bytes,
+                                 SaveOutcome* outcome) {
+  CheckpointInfo* info = &outcome->info;
   WireReader r(bytes);
   uint64_t has_step, has_tag;
   int64_t step, world;
   std::string tag;
-  if (!r.Status(status) || !r.I64(&info->id) || !r.U64(&has_step) ||
+  if (!r.Status(&outcome->status) || !r.I64(&info->id) || !r.U64(&has_step) ||
       !r.I64(&step) || !r.U64(&has_tag) || !r.Str(&tag) ||
       !r.F64(&info->created) || !r.I64(&world) || !r.I64(&info->num_tensors) ||
       !r.I64(&info->nbytes) || !r.I64(&info->nbytes_written)) {
-    return Malformed("checkpoint summary");
+    return Malformed("save outcome");
   }
   uint64_t references = 0;
   if (!r.U64(&references) || references > bytes.size() / 8)
-    return Malformed("checkpoint summary");
+    return Malformed("save outcome");
   info->references.resize(references);
   for (int64_t& id : info->references) {
-    if (!r.I64(&id)) return Malformed("checkpoint summary");
+    if (!r.I64(&id)) return Malformed("save outcome");
   }
+  uint64_t deleted = 0;
+  if (!r.U64(&deleted) || !r.done()) return Malformed("save outcome");
+  outcome->deleted = deleted != 0;
   info->step = has_step ? std::optional<int64_t>(step) : std::nullopt;
   info->tag = has_tag ? std::optional<std::string>(tag) : std::nullopt;
   info->world_size = static_cast<int32_t>(world);

@@ -110,9 +110,16 @@ struct GatheredTargets {
 };
 Result<GatheredTargets> DecodeTargetClasses(const RankClasses& gathered);
 
-// A status followed by a checkpoint summary (the outcome of a commit).
-std::string EncodeInfo(const Status& status, const CheckpointInfo& info);
-Status DecodeInfo(std::string_view bytes, Status* status, CheckpointInfo* info);
+// What rank 0 tells every rank after a save: the commit's status, the
+// checkpoint's summary, and whether the retention policy deleted (or tried to
+// delete) a checkpoint, after which the other ranks let go of its files.
+struct SaveOutcome {
+  Status status;
+  CheckpointInfo info;
+  bool deleted = false;
+};
+std::string EncodeSaveOutcome(const SaveOutcome& outcome);
+Status DecodeSaveOutcome(std::string_view bytes, SaveOutcome* outcome);
 
 std::string EncodeStatus(const Status& status);
 Status DecodeStatus(std::string_view bytes);
