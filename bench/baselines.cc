@@ -32,7 +32,8 @@ void ReadAll(int fd, uint8_t* p, size_t n, off_t at, const std::string& path) {
   }
 }
 
-// The chunk size of the store: what a verifying writer or reader hashes at a time.
+// The chunk size of the store: what a verifying writer or reader hashes at a
+// time.
 uint64_t ChunkBytes(const Config& c) {
   return c.chunk_bytes > 0 ? c.chunk_bytes : ckptdb::Options().max_chunk_bytes;
 }

@@ -20,9 +20,9 @@
 // Below the table, the ceilings of this machine, from baselines of the same
 // run: the most a checksumming save, an incremental save without change
 // tracking and a copying reshard could reach (PrintCeilings).
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -524,7 +524,8 @@ class Bench {
         "sent, sent as plain MPI messages in a ring into the targets' memory, "
         "/ ckptdb seconds; floor (incremental) = seconds of hashing every "
         "chunk-sized piece, then writing the changed tensors and fsync, / "
-        "ckptdb seconds; extra RSS = the largest rank's peak resident memory beyond "
+        "ckptdb seconds; extra RSS = the largest rank's peak resident memory "
+        "beyond "
         "its state at the start\n");
   }
 

@@ -58,9 +58,9 @@ struct State {
   StateDict Dict() {
     StateDict sd;
     for (int i = 0; i < kTensors; ++i) {
-      sd.Child("model").Set(TensorName(i),
-                            TensorView::Whole(tensors[i].data(),
-                                              DType::kFloat32, {kRows, kCols}));
+      sd.Child("model").Set(
+          TensorName(i), TensorView::Whole(tensors[i].data(), DType::kFloat32,
+                                           {kRows, kCols}));
     }
     return sd;
   }
@@ -275,10 +275,10 @@ TEST(IncrementalTest, RanksOtherThanZeroCompareWithTheirOwnLastChunks) {
           // Each rank holds half of every tensor's rows.
           sd.Child("model").Set(
               TensorName(i),
-              TensorView::Shard(state.tensors[i].data() +
-                                    rank * (kRows / 2) * kCols,
-                                DType::kFloat32, {kRows / 2, kCols},
-                                {kRows, kCols}, {rank * (kRows / 2), 0}));
+              TensorView::Shard(
+                  state.tensors[i].data() + rank * (kRows / 2) * kCols,
+                  DType::kFloat32, {kRows / 2, kCols}, {kRows, kCols},
+                  {rank * (kRows / 2), 0}));
         }
         return (*db)->Save(sd, {.step = step});
       };
@@ -293,12 +293,12 @@ TEST(IncrementalTest, RanksOtherThanZeroCompareWithTheirOwnLastChunks) {
       }
       ASSERT_TRUE(comms[rank]->Barrier().ok());
       auto same = save(s, 2);
-      ASSERT_TRUE(same.ok()) << "rank " << rank << ": "
-                             << same.status().ToString();
+      ASSERT_TRUE(same.ok())
+          << "rank " << rank << ": " << same.status().ToString();
       EXPECT_EQ(same->nbytes_written, 0) << "rank " << rank;
       auto next = save(changed, 3);
-      ASSERT_TRUE(next.ok()) << "rank " << rank << ": "
-                             << next.status().ToString();
+      ASSERT_TRUE(next.ok())
+          << "rank " << rank << ": " << next.status().ToString();
       EXPECT_EQ(next->nbytes_written, static_cast<int64_t>(kTensorBytes))
           << "rank " << rank;
       ASSERT_TRUE(comms[rank]->Barrier().ok());

@@ -19,6 +19,7 @@
 #include "engine/src/device.h"
 #include "engine/src/parallel.h"
 #include "engine/src/save_record.h"
+#include "engine/src/snapshot_ring.h"
 #include "engine/src/tensor_checks.h"
 #include "engine/src/wire.h"
 #include "planner/flatten.h"
@@ -260,9 +261,9 @@ planner::PreviousCheckpoint ReadPrevious(storage::Store& store, int64_t base_id,
 // The chunks this rank saved in checkpoint `id` (`written`, for `mine` of
 // `plan`), as the record has them: what its next incremental save compares
 // with when `id` is still the latest checkpoint, without reading the store.
-planner::PreviousCheckpoint OwnChunks(int64_t id, const planner::SavePlan& plan,
-                                      const std::vector<MyChunk>& mine,
-                                      const std::vector<WrittenChunk>& written) {
+planner::PreviousCheckpoint OwnChunks(
+    int64_t id, const planner::SavePlan& plan, const std::vector<MyChunk>& mine,
+    const std::vector<WrittenChunk>& written) {
   assert(mine.size() == written.size());
   planner::PreviousCheckpoint own;
   own.id = id;
@@ -275,8 +276,7 @@ planner::PreviousCheckpoint OwnChunks(int64_t id, const planner::SavePlan& plan,
     t.global_shape = tensor.global_shape;
     t.chunks.push_back({chunk.box.offset, chunk.box.shape,
                         w.holder_id != 0 ? w.writer_rank : chunk.writer_rank,
-                        chunk.nbytes, w.checksum, w.holder_id,
-                        w.content_hash});
+                        chunk.nbytes, w.checksum, w.holder_id, w.content_hash});
   }
   for (auto& [key, t] : own.tensors) {
     std::sort(t.chunks.begin(), t.chunks.end(),
@@ -297,8 +297,7 @@ bool CoversMyChunks(const planner::PreviousCheckpoint& previous,
   for (const MyChunk& m : mine) {
     const planner::PlannedTensor& tensor = plan.tensors[m.tensor];
     if (planner::CandidateChunk(previous, tensor.flat_key, tensor.dtype,
-                                tensor.global_shape,
-                                tensor.chunks[m.chunk].box,
+                                tensor.global_shape, tensor.chunks[m.chunk].box,
                                 world) == nullptr)
       return false;
   }
@@ -354,93 +353,6 @@ std::vector<size_t> SplitIntoParts(const std::vector<MyChunk>& mine,
 }
 
 }  // namespace
-
-// The host copies of a rank's chunks for an asynchronous save, in a ring of
-// memory: the caller's thread copies chunk after chunk (in write order) while
-// there is room, the writers wait for each chunk's copy and release it once
-// written; room comes back as the oldest copies are released. Holds at most
-// the ring's bytes. REQUIRES: every chunk fits in the ring.
-class SnapshotRing {
- public:
-  SnapshotRing(char* memory, uint64_t size, size_t chunks)
-      : memory_(memory), size_(size), copies_(chunks) {}
-
-  // Producer: room for `n` bytes, waiting while the ring is full.
-  char* Allocate(size_t i, uint64_t n) {
-    std::unique_lock lock(mu_);
-    uint64_t at = 0;
-    cv_.wait(lock, [&] { return Fits(n, &at); });
-    live_.push_back({i, at, n, false});
-    copies_[i].slot = next_slot_++;
-    return memory_ + at;
-  }
-  void Ready(size_t i, const char* data) {
-    std::lock_guard lock(mu_);
-    copies_[i].data = data;
-    cv_.notify_all();
-  }
-  // Producer: chunk `i` and every later one fail with `error`.
-  void Fail(size_t i, Status error) {
-    std::lock_guard lock(mu_);
-    failed_from_ = std::min(failed_from_, i);
-    error_ = std::move(error);
-    cv_.notify_all();
-  }
-
-  // Writers: the bytes of chunk `i`, once copied.
-  Result<const char*> Wait(size_t i) {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock,
-             [&] { return copies_[i].data != nullptr || i >= failed_from_; });
-    if (copies_[i].data == nullptr) return error_;
-    return copies_[i].data;
-  }
-  void Release(size_t i) {
-    std::lock_guard lock(mu_);
-    live_[copies_[i].slot - first_slot_].released = true;
-    while (!live_.empty() && live_.front().released) {
-      live_.pop_front();
-      ++first_slot_;
-    }
-    cv_.notify_all();
-  }
-
- private:
-  struct Live {
-    size_t chunk;
-    uint64_t at, n;
-    bool released;
-  };
-  struct Copy {
-    const char* data = nullptr;
-    uint64_t slot = 0;  // index of its Live among all allocations
-  };
-
-  // Where `n` bytes fit after the newest live copy, if they do.
-  bool Fits(uint64_t n, uint64_t* at) const {
-    if (live_.empty()) return *at = 0, true;
-    const uint64_t head = live_.front().at;
-    const uint64_t tail = live_.back().at + live_.back().n;
-    if (live_.back().at >= head) {  // live bytes are [head, tail)
-      if (size_ - tail >= n) return *at = tail, true;
-      if (head >= n) return *at = 0, true;
-      return false;
-    }
-    // Wrapped: live bytes are [head, end) and [0, tail).
-    if (head - tail >= n) return *at = tail, true;
-    return false;
-  }
-
-  char* const memory_;
-  const uint64_t size_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Copy> copies_;
-  std::deque<Live> live_;
-  uint64_t first_slot_ = 0, next_slot_ = 0;
-  size_t failed_from_ = SIZE_MAX;
-  Status error_;
-};
 
 namespace {
 

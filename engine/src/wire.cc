@@ -273,8 +273,7 @@ std::string EncodeSaveOutcome(const SaveOutcome& outcome) {
   return w.Take();
 }
 
-ckptdb::Status DecodeSaveOutcome(std::string_view bytes,
-                                 SaveOutcome* outcome) {
+ckptdb::Status DecodeSaveOutcome(std::string_view bytes, SaveOutcome* outcome) {
   CheckpointInfo* info = &outcome->info;
   WireReader r(bytes);
   uint64_t has_step, has_tag;
