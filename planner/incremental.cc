@@ -1,6 +1,7 @@
 #include "planner/incremental.h"
 
 #include <algorithm>
+#include <sstream>
 
 namespace ckptdb::planner {
 
@@ -30,6 +31,50 @@ ChunkSource DecideChunkSource(const ChunkMetadata* candidate,
   if (candidate == nullptr || candidate->content_hash != hash) return {};
   return {true, candidate->holder_id != 0 ? candidate->holder_id : previous_id,
           candidate->writer_rank, candidate->checksum};
+}
+
+Status CheckReferences(const std::map<std::string, TensorMetadata>& tensors,
+                       const PreviousCheckpoint& previous, int32_t world) {
+  for (const auto& [key, tensor] : tensors) {
+    // Both chunk lists are sorted by offset: one walk through each (no
+    // lookup per chunk; a record can hold millions).
+    auto found =
+        previous.id == 0 ? previous.tensors.end() : previous.tensors.find(key);
+    const bool comparable = found != previous.tensors.end() &&
+                            found->second.dtype == tensor.dtype &&
+                            found->second.global_shape == tensor.global_shape;
+    size_t j = 0;
+    for (const ChunkMetadata& chunk : tensor.chunks) {
+      if (chunk.holder_id == 0) continue;
+      const ChunkMetadata* candidate = nullptr;
+      if (comparable && chunk.content_hash) {
+        const auto& old = found->second.chunks;
+        while (j < old.size() && old[j].global_offset < chunk.global_offset)
+          ++j;
+        if (j < old.size() && old[j].global_offset == chunk.global_offset &&
+            old[j].local_shape == chunk.local_shape && old[j].content_hash &&
+            old[j].writer_rank < world)
+          candidate = &old[j];
+      }
+      const ChunkSource want =
+          candidate == nullptr
+              ? ChunkSource{}
+              : DecideChunkSource(candidate, previous.id, *chunk.content_hash);
+      if (want ==
+          ChunkSource{true, chunk.holder_id, chunk.writer_rank, chunk.checksum})
+        continue;
+      std::ostringstream what;
+      what << "the chunk of '" << key << "' at offset "
+           << ShapeToString(chunk.global_offset)
+           << " refers to the bytes written by rank " << chunk.writer_rank
+           << " in checkpoint id " << chunk.holder_id << ", but checkpoint id "
+           << previous.id << ", which it was compared with, "
+           << (candidate == nullptr ? "has no equal chunk there"
+                                    : "records other bytes for it");
+      return Status::Internal(what.str());
+    }
+  }
+  return Status::OK();
 }
 
 }  // namespace ckptdb::planner

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ckptdb/metadata.h"
+#include "ckptdb/status.h"
 #include "planner/box.h"
 
 namespace ckptdb::planner {
@@ -46,5 +47,15 @@ const ChunkMetadata* CandidateChunk(const PreviousCheckpoint& previous,
 // them in turn) when the 128-bit hashes are equal; otherwise write it.
 ChunkSource DecideChunkSource(const ChunkMetadata* candidate,
                               int64_t previous_id, const ContentHash& hash);
+
+// Whether every chunk of `tensors` (a new checkpoint's record, `world`
+// ranks) that refers to stored bytes refers to what `previous` (the record it
+// was compared with, holding at least the tensors with such chunks) decides
+// for it: the same holder, writer rank and checksum as DecideChunkSource gives
+// for the chunk's content hash. Rank 0 checks the record before committing
+// it, so that no rank's mistake commits a reference to bytes that are not
+// there. Internal, naming the key and offset, for the first that does not.
+Status CheckReferences(const std::map<std::string, TensorMetadata>& tensors,
+                       const PreviousCheckpoint& previous, int32_t world);
 
 }  // namespace ckptdb::planner

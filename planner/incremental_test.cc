@@ -66,5 +66,58 @@ TEST(IncrementalTest, ReusesOnlyOnAnEqual128BitHashFromTheHolder) {
   EXPECT_FALSE(DecideChunkSource(nullptr, 7, ContentHash{1, 2}).reuse);
 }
 
+// A new record whose chunks refer to TwoChunks() as DecideChunkSource would:
+// the first to checkpoint 7 (which wrote it, rank 1), the second to
+// checkpoint 3 (which 7 itself refers to, rank 0).
+std::map<std::string, TensorMetadata> ReferringRecord() {
+  std::map<std::string, TensorMetadata> tensors;
+  TensorMetadata& t = tensors["w"];
+  t.dtype = DType::kFloat32;
+  t.global_shape = {4, 2};
+  t.chunks.push_back({{0, 0}, {2, 2}, 1, 16, 111, 7, ContentHash{1, 2}});
+  t.chunks.push_back({{2, 0}, {2, 2}, 0, 16, 222, 3, ContentHash{3, 4}});
+  return tensors;
+}
+
+TEST(IncrementalTest, ReferencesAsDecidedPassTheCheck) {
+  EXPECT_TRUE(CheckReferences(ReferringRecord(), TwoChunks(), 2).ok());
+  // A written chunk needs nothing in the previous record.
+  auto tensors = ReferringRecord();
+  tensors["v"] = tensors["w"];
+  for (auto& c : tensors["v"].chunks) c.holder_id = 0;
+  EXPECT_TRUE(CheckReferences(tensors, TwoChunks(), 2).ok());
+}
+
+TEST(IncrementalTest, AReferenceOtherThanTheDecisionFailsTheCheck) {
+  const PreviousCheckpoint previous = TwoChunks();
+  auto expect_fails = [&](std::map<std::string, TensorMetadata> tensors,
+                          const std::string& why, int32_t world = 2) {
+    Status s = CheckReferences(tensors, previous, world);
+    EXPECT_EQ(s.code(), StatusCode::kInternal) << why << ": " << s.ToString();
+    EXPECT_NE(s.message().find("'w'"), std::string::npos) << s.ToString();
+  };
+  auto t = ReferringRecord();
+  t["w"].chunks[0].writer_rank = 0;
+  expect_fails(t, "writer rank");
+  t = ReferringRecord();
+  t["w"].chunks[1].checksum = 223;
+  expect_fails(t, "checksum");
+  t = ReferringRecord();
+  t["w"].chunks[1].holder_id = 7;
+  expect_fails(t, "holder: checkpoint 7 refers to 3 for it");
+  t = ReferringRecord();
+  t["w"].chunks[0].content_hash = ContentHash{1, 3};
+  expect_fails(t, "content hash");
+  t = ReferringRecord();
+  t["w"].chunks[1].global_offset = {1, 0};
+  expect_fails(t, "no chunk at that offset");
+  t = ReferringRecord();
+  t["w"].global_shape = {4, 3};
+  expect_fails(t, "other global shape");
+  expect_fails(ReferringRecord(), "writer rank outside the world", 1);
+  EXPECT_FALSE(
+      CheckReferences(ReferringRecord(), PreviousCheckpoint{}, 2).ok());
+}
+
 }  // namespace
 }  // namespace ckptdb::planner

@@ -470,14 +470,41 @@ Status ApplyRetention(storage::Store& store,
                               s.message());
 }
 
+// Rank 0, before committing `meta`: checks its references against the record
+// of checkpoint `base_id` they were decided on (planner::CheckReferences):
+// `held` where it is that record, whole (rank 0's last commit), else the
+// tensors with references, read from the store.
+Status CheckRecordReferences(
+    storage::Store& store, const CheckpointMetadata& meta, int64_t base_id,
+    const std::optional<planner::PreviousCheckpoint>& held) {
+  if (meta.info.references.empty()) return Status::OK();
+  if (held && held->id == base_id && base_id != 0)
+    return planner::CheckReferences(meta.tensors, *held, meta.info.world_size);
+  planner::PreviousCheckpoint base;
+  if (base_id != 0) {
+    std::vector<std::string> keys;
+    for (const auto& [key, tensor] : meta.tensors) {
+      if (std::any_of(tensor.chunks.begin(), tensor.chunks.end(),
+                      [](const ChunkMetadata& c) { return c.holder_id != 0; }))
+        keys.push_back(key);
+    }
+    ASSIGN_OR_RETURN(CheckpointMetadata read, store.GetMetadata(base_id, keys));
+    base.id = base_id;
+    base.tensors = std::move(read.tensors);
+  }
+  return planner::CheckReferences(meta.tensors, base, meta.info.world_size);
+}
+
 // Rank 0: every rank's written files and checksums (`results`) become the
-// record of the whole plan (every chunk of `classes`), committed; the outcome,
-// encoded for the other ranks.
-// On success, `committed` holds the checkpoint's chunks, for the next
-// incremental save to compare with; then `retention` is applied.
+// record of the whole plan (every chunk of `classes`), its references checked
+// against checkpoint `base_id` (which they were decided on), committed; the
+// outcome, encoded for the other ranks.
+// `committed` holds the chunks of rank 0's last commit; on success, those of
+// this one, for the next incremental save to compare with; then `retention`
+// is applied.
 std::string CommitOnRoot(storage::Store& store,
                          const planner::SaveClasses& classes,
-                         size_t max_chunk_bytes, int64_t id,
+                         size_t max_chunk_bytes, int64_t id, int64_t base_id,
                          const SaveOptions& options, int world,
                          const std::vector<std::string>& results,
                          std::optional<planner::PreviousCheckpoint>* committed,
@@ -503,6 +530,7 @@ std::string CommitOnRoot(storage::Store& store,
       if (built.ok()) meta = std::move(built).value();
     }
   }
+  if (s.ok()) s = CheckRecordReferences(store, meta, base_id, *committed);
   std::vector<std::string> staged;
   for (auto& f : all_files) staged.insert(staged.end(), f.begin(), f.end());
   if (s.ok()) s = store.Commit(meta, staged);
@@ -634,7 +662,8 @@ Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
   std::string outcome;
   if (rank == 0) {
     outcome = CommitOnRoot(*store_, p.classes, options_.max_chunk_bytes, p.id,
-                           p.options, comm_->size(), results, &last_commit_,
+                           p.base_id, p.options, comm_->size(), results,
+                           &last_commit_,
                            {options_.keep_last, options_.keep_every_steps});
     if (!options_.incremental) last_commit_.reset();
   }

@@ -66,6 +66,35 @@ TEST(WireTest, TruncatedInputIsAnError) {
   EXPECT_EQ(got.placements, sent.placements);
 }
 
+TEST(WireTest, SaveOutcomeRoundTripsAndTruncationIsAnError) {
+  for (bool deleted : {false, true}) {
+    SaveOutcome sent;
+    sent.status = Status::IOError("retention: deleting checkpoint id 3");
+    sent.info.id = 9;
+    sent.info.step = 90;
+    sent.info.tag = "best";
+    sent.info.world_size = 4;
+    sent.info.nbytes = 1000;
+    sent.info.nbytes_written = 100;
+    sent.info.references = {3, 7};
+    sent.deleted = deleted;
+    const std::string bytes = EncodeSaveOutcome(sent);
+    SaveOutcome got;
+    for (size_t n = 0; n < bytes.size(); ++n)
+      EXPECT_FALSE(DecodeSaveOutcome(bytes.substr(0, n), &got).ok()) << n;
+    EXPECT_FALSE(DecodeSaveOutcome(bytes + "x", &got).ok());
+    ASSERT_TRUE(DecodeSaveOutcome(bytes, &got).ok());
+    EXPECT_EQ(got.status.ToString(), sent.status.ToString());
+    EXPECT_EQ(got.info.id, 9);
+    EXPECT_EQ(got.info.step, 90);
+    EXPECT_EQ(got.info.tag, "best");
+    EXPECT_EQ(got.info.world_size, 4);
+    EXPECT_EQ(got.info.nbytes_written, 100);
+    EXPECT_EQ(got.info.references, (std::vector<int64_t>{3, 7}));
+    EXPECT_EQ(got.deleted, deleted);
+  }
+}
+
 TEST(WireTest, FirstErrorNamesRank) {
   EXPECT_TRUE(FirstError({Status::OK(), Status::OK()}).ok());
   Status s = FirstError(
