@@ -1,6 +1,5 @@
 #include "storage/file_system.h"
 
-#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <type_traits>
@@ -219,13 +218,11 @@ Status FromRocks(const rocksdb::Status& s, const std::string& context) {
   return Status::Internal(msg);
 }
 
-StoreFileSystem::StoreFileSystem(
-    std::shared_ptr<FaultInjector> faults, bool sync,
-    std::shared_ptr<std::atomic<uint64_t>> tables_deleted)
+StoreFileSystem::StoreFileSystem(std::shared_ptr<FaultInjector> faults,
+                                 bool sync)
     : FileSystemWrapper(rocksdb::FileSystem::Default()),
       faults_(std::move(faults)),
-      sync_(sync),
-      tables_deleted_(std::move(tables_deleted)) {}
+      sync_(sync) {}
 
 IOStatus StoreFileSystem::Done(FileOp op, const std::string& path, IOStatus s) {
   if (!s.ok() && Mutates(op) && !IsInfoLog(path)) write_failed_ = true;
@@ -410,20 +407,6 @@ IOStatus StoreFileSystem::GetChildren(const std::string& dir,
   return s.ok() ? target()->GetChildren(dir, io_opts, r, dbg) : s;
 }
 
-namespace {
-
-// A table file of the database (NNNNNN.sst), which read-only handles may hold
-// open; staged files are named <id>-<rank>-<part>.sst.
-bool IsTableFile(const std::string& path) {
-  const std::string name = std::filesystem::path(path).filename().string();
-  const size_t dot = name.size() > 4 ? name.size() - 4 : 0;
-  return dot > 0 && name.compare(dot, 4, ".sst") == 0 &&
-         std::all_of(name.begin(), name.begin() + dot,
-                     [](char c) { return c >= '0' && c <= '9'; });
-}
-
-}  // namespace
-
 IOStatus StoreFileSystem::Deleting(const std::string& path) {
   IOStatus s = Check(FileOp::kDelete, path);
   if (!s.ok()) return s;
@@ -441,9 +424,7 @@ IOStatus StoreFileSystem::DeleteFile(const std::string& f,
   // RocksDB's view of them, decide what is unused.
   if (write_failed_) return IOStatus::OK();
   IOStatus s = Deleting(f);
-  if (s.ok()) s = target()->DeleteFile(f, options, dbg);
-  if (s.ok() && tables_deleted_ && IsTableFile(f)) ++*tables_deleted_;
-  return s;
+  return s.ok() ? target()->DeleteFile(f, options, dbg) : s;
 }
 
 IOStatus StoreFileSystem::Truncate(const std::string& fname, size_t size,

@@ -31,12 +31,8 @@ namespace ckptdb::storage {
 class StoreFileSystem : public rocksdb::FileSystemWrapper {
  public:
   // `sync` false skips the fsyncs of ckptdb's own operations.
-  // `tables_deleted`, when given, counts the table files of the database
-  // (NNNNNN.sst, not staged files) this file system deletes; it is shared by
-  // the file systems of one store, one per open.
-  explicit StoreFileSystem(
-      std::shared_ptr<FaultInjector> faults, bool sync = true,
-      std::shared_ptr<std::atomic<uint64_t>> tables_deleted = nullptr);
+  explicit StoreFileSystem(std::shared_ptr<FaultInjector> faults,
+                           bool sync = true);
 
   static const char* kClassName() { return "CkptdbStoreFileSystem"; }
   const char* Name() const override { return kClassName(); }
@@ -149,7 +145,6 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   uint64_t pin_budget_ = 0;
   std::map<std::tuple<std::string, uint64_t, size_t>, std::string> pinned_;
   std::atomic<bool> write_failed_{false};
-  const std::shared_ptr<std::atomic<uint64_t>> tables_deleted_;
 };
 
 // RocksDB's status (or IOStatus) as ours, `context` first in its message.

@@ -173,11 +173,6 @@ class Store {
   // changed nothing since.
   virtual Status Refresh() = 0;
 
-  // How many table files of the database this handle has deleted since it
-  // was made (by deletes, recovery, or RocksDB's compactions): other handles
-  // may hold them open until they re-open.
-  virtual uint64_t TableFilesDeleted() const = 0;
-
   // A writer for one writer rank's chunks of one checkpoint; `part`
   // distinguishes several files of one rank (each covering its own key
   // range). Usable on read-only handles.

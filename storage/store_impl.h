@@ -9,7 +9,6 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -113,9 +112,6 @@ class StoreImpl : public Store {
                      const ChunkMetadata& chunk) override;
   Status Delete(int64_t checkpoint_id) override;
   Status Refresh() override;
-  uint64_t TableFilesDeleted() const override {
-    return tables_deleted_->load();
-  }
   Result<std::unique_ptr<StagedFileWriter>> NewStagedFile(int64_t checkpoint_id,
                                                           int32_t rank,
                                                           int part) override;
@@ -280,9 +276,6 @@ class StoreImpl : public Store {
   std::optional<CommitJournal> journal_;
   // Journal copies found damaged at the last open (the other one is in use).
   std::vector<std::string> journal_damaged_;
-  // Counted by every StoreFileSystem this handle makes (one per open).
-  const std::shared_ptr<std::atomic<uint64_t>> tables_deleted_ =
-      std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_mutex mu_;  // exclusive for Refresh, shared for everything else
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* chunks_ = nullptr;

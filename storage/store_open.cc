@@ -298,8 +298,8 @@ Status StoreImpl::OpenDb() {
   // Taken before opening, so that a commit racing with the open is seen by the
   // next Refresh.
   const std::string stamp = options_.read_only ? VersionStamp() : std::string();
-  fs_ = std::make_shared<StoreFileSystem>(options_.fault_injector,
-                                          options_.sync, tables_deleted_);
+  fs_ =
+      std::make_shared<StoreFileSystem>(options_.fault_injector, options_.sync);
   env_ = rocksdb::NewCompositeEnv(fs_);
   ASSIGN_OR_RETURN(const bool has_db, PrepareDirectory());
   if (!options_.read_only && has_db) RETURN_IF_ERROR(PreCheckReadOnly(has_db));

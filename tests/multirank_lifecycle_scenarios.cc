@@ -192,38 +192,5 @@ TEST(MultiRankTest, NoRankHoldsTheFilesOfDeletedCheckpoints) {
   });
 }
 
-// Table files that rank 0 deletes for other reasons than a delete (RocksDB
-// replacing the records' files as it compacts them, after many saves) are let
-// go of by the other ranks at the next save's end too, although their handles
-// no longer re-open after every save.
-TEST(MultiRankTest, NoRankHoldsRecordFilesReplacedByCompaction) {
-  if (MaxRanks() < 2) GTEST_SKIP() << "needs 2 ranks";
-  SharedTempDir dir;
-  const GlobalTensor w(DType::kFloat32, {64, 64}, 81);
-  RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
-    auto db = OpenRank(dir.path(), comm, Options());
-    ASSERT_NE(db, nullptr);
-    auto [b, e] = Part(64, rank, 2);
-    OwnedShard ws = ShardOf(w, {b, 0}, {e - b, 64});
-    OwnedShard whole = TargetOf(w, {0, 0}, {64, 64});
-    StateDict want;
-    want.Set("w", whole.View(w));
-    for (int64_t step = 1; step <= 30; ++step) {
-      StateDict sd;
-      sd.Set("w", ws.View(w));
-      ASSERT_TRUE(db->Save(sd, {.step = step}).ok()) << "rank " << rank;
-      // Early on, every rank reads: its handle opens the records' files.
-      if (step == 3) {
-        ASSERT_TRUE(db->Load(want, CheckpointSelector::Step(step), {}).ok());
-      }
-    }
-    EXPECT_TRUE(comm->Barrier().ok());
-    EXPECT_EQ(DeletedFilesHeldOpen(dir.path()), 0) << "rank " << rank;
-    EXPECT_TRUE(comm->Barrier().ok());
-    ASSERT_TRUE(db->Load(want, CheckpointSelector::Step(30), {}).ok());
-    EXPECT_EQ(whole.bytes, w.bytes) << "rank " << rank;
-  });
-}
-
 }  // namespace
 }  // namespace ckptdb

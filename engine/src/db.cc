@@ -149,13 +149,8 @@ void DBImpl::LetGoOfDeletedFiles() {
   // until it re-opens: the space of a deleted checkpoint comes back only once
   // no rank holds its files. A failed re-open is not the delete's failure: the
   // handle is left closed, and every later store call opens it again (or
-  // reports why it cannot). Rank 0 notes how many table files it had deleted
-  // by then (FinishSave compares).
-  if (comm_->rank() != 0) {
-    (void)store_->Refresh();
-  } else {
-    tables_announced_ = store_->TableFilesDeleted();
-  }
+  // reports why it cannot).
+  if (comm_->rank() != 0) (void)store_->Refresh();
 }
 
 Status DBImpl::Close() {

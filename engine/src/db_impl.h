@@ -112,10 +112,6 @@ class DBImpl : public DB {
   // the whole record; the other ranks their own chunks (OwnChunks in
   // save.cc).
   std::optional<planner::PreviousCheckpoint> last_commit_;
-  // Rank 0: the store's TableFilesDeleted when the other ranks last let go of
-  // deleted files (LetGoOfDeletedFiles); a save whose outcome finds more has
-  // them let go again.
-  uint64_t tables_announced_ = 0;
 };
 
 }  // namespace ckptdb::engine

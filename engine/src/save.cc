@@ -498,11 +498,11 @@ Status CheckRecordReferences(
 // Rank 0: every rank's written files and checksums (`results`) become the
 // record of the whole plan (every chunk of `classes`), its references checked
 // against checkpoint `base_id` (which they were decided on), committed; the
-// outcome, for the other ranks.
+// outcome, encoded for the other ranks.
 // `committed` holds the chunks of rank 0's last commit; on success, those of
 // this one, for the next incremental save to compare with; then `retention`
 // is applied.
-SaveOutcome CommitOnRoot(storage::Store& store,
+std::string CommitOnRoot(storage::Store& store,
                          const planner::SaveClasses& classes,
                          size_t max_chunk_bytes, int64_t id, int64_t base_id,
                          const SaveOptions& options, int world,
@@ -539,7 +539,7 @@ SaveOutcome CommitOnRoot(storage::Store& store,
   if (s.ok()) committed->emplace(id, std::move(meta.tensors));
   bool deleted = false;
   if (s.ok()) s = ApplyRetention(store, retention, id, &deleted);
-  return {s, meta.info, deleted};
+  return EncodeSaveOutcome({s, meta.info, deleted});
 }
 
 }  // namespace
@@ -661,16 +661,11 @@ Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
       GatherToRoot(*comm_, EncodeWritten(written, files, checksums)));
   std::string outcome;
   if (rank == 0) {
-    SaveOutcome root = CommitOnRoot(
-        *store_, p.classes, options_.max_chunk_bytes, p.id, p.base_id,
-        p.options, comm_->size(), results, &last_commit_,
-        {options_.keep_last, options_.keep_every_steps});
+    outcome = CommitOnRoot(*store_, p.classes, options_.max_chunk_bytes, p.id,
+                           p.base_id, p.options, comm_->size(), results,
+                           &last_commit_,
+                           {options_.keep_last, options_.keep_every_steps});
     if (!options_.incremental) last_commit_.reset();
-    // Also table files rank 0 deleted otherwise since the other ranks last let
-    // go (recovery at an open, RocksDB's compactions of the records).
-    root.deleted =
-        root.deleted || store_->TableFilesDeleted() != tables_announced_;
-    outcome = EncodeSaveOutcome(root);
   }
   RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
   SaveOutcome decoded;
