@@ -263,6 +263,7 @@ class Planner {
     if (read.whole_into_target || read.copies.empty()) return {};
     const TensorMetadata& tensor = Tensor(read.read);
     const ChunkMetadata& chunk = tensor.chunks[plan_.reads[read.read].chunk];
+    if (chunk.nbytes >= kMaxScatterChunkBytes) return {};
     const size_t elem = DTypeSize(tensor.dtype);
     // Few enough runs once joined; before joining, a bound on planning work.
     const uint64_t most_runs = chunk.nbytes / in_.min_scatter_run_bytes;
@@ -271,29 +272,35 @@ class Planner {
     std::vector<std::pair<uint64_t, ScatterRun>> runs;
     for (const ReadCopy& copy : read.copies) {
       const ReadItem& item = plan_.items[copy.item];
-      ScatterRun to{copy.to, 0, 0, 0};
+      // Where this copy's runs go: a place and the byte they start from.
+      ScatterRun to;
       const Shape* dst_shape = &item.lengths;
       Shape dst_offset(item.lengths.size(), 0);
+      size_t index = 0;
       if (copy.to == ReadCopy::To::kTarget) {
         const OwnTarget& target = (*in_.targets)[item.target];
         if (!target.on_host || !target.dense || target.dtype != tensor.dtype)
           return {};
-        to.index = item.target;
+        index = item.target;
         dst_shape = &target.box.shape;
         dst_offset = item.dest_offset;
       } else if (copy.to == ReadCopy::To::kMessage) {
         if (round_.sends[copy.index].in_place) return {};
-        to.index = copy.index;
+        index = copy.index;
         to.offset = copy.offset;
+        to.into_message = 1;
       } else {
         return {};
       }
-      ForEachRunPair(
-          chunk.local_shape, item.storage_offset, *dst_shape, dst_offset,
-          item.lengths, elem, [&](const RunPair& p) {
-            runs.push_back(
-                {p.src, {to.to, to.index, to.offset + p.dst, p.nbytes}});
-          });
+      if (index > UINT32_MAX) return {};
+      to.index = static_cast<uint32_t>(index);
+      ForEachRunPair(chunk.local_shape, item.storage_offset, *dst_shape,
+                     dst_offset, item.lengths, elem, [&](const RunPair& p) {
+                       ScatterRun run = to;
+                       run.offset += p.dst;
+                       run.nbytes = static_cast<uint32_t>(p.nbytes);
+                       runs.push_back({p.src, run});
+                     });
       if (runs.size() > most_unjoined) return {};
     }
     std::vector<ScatterRun> joined = JoinRuns(std::move(runs), chunk.nbytes);
@@ -313,14 +320,17 @@ class Planner {
       if (from != at) return {};  // a gap, or bytes with two places
       at += run.nbytes;
       ScatterRun* last = joined.empty() ? nullptr : &joined.back();
-      if (last != nullptr && last->to == run.to && last->index == run.index &&
+      if (last != nullptr && last->into_message == run.into_message &&
+          last->index == run.index &&
           last->offset + last->nbytes == run.offset) {
+        // Within the chunk: below kMaxScatterChunkBytes.
         last->nbytes += run.nbytes;
       } else {
         joined.push_back(run);
       }
     }
     if (at != nbytes) return {};
+    joined.shrink_to_fit();  // kept in the plan
     return joined;
   }
 

@@ -93,15 +93,24 @@ inline constexpr uint64_t kMinScatterRunBytes = 1024;
 // neighbours are joined, pass this many per joined run allowed (plus 16).
 inline constexpr uint64_t kUnjoinedRunsPerRun = 16;
 
+// Chunks of at least this many bytes are not read scattered (a run's length
+// has 31 bits).
+inline constexpr uint64_t kMaxScatterChunkBytes = uint64_t{1} << 31;
+
 // A run of a chunk read straight into the place it goes: the next `nbytes` of
 // the chunk (runs follow each other through the chunk) land at byte `offset`
 // of this rank's target `index` (kTarget) or of the round's staged send
-// `index` (kMessage).
+// `index` (kMessage). 16 bytes: a plan can hold millions (a 4 KiB run each).
 struct ScatterRun {
-  ReadCopy::To to = ReadCopy::To::kTarget;
-  size_t index = 0;
   uint64_t offset = 0;
-  uint64_t nbytes = 0;
+  uint32_t index = 0;
+  uint32_t nbytes : 31 = 0;
+  // Into a staged send rather than a target.
+  uint32_t into_message : 1 = 0;
+
+  ReadCopy::To to() const {
+    return into_message ? ReadCopy::To::kMessage : ReadCopy::To::kTarget;
+  }
   friend bool operator==(const ScatterRun&, const ScatterRun&) = default;
 };
 

@@ -742,7 +742,7 @@ TEST_P(ExchangePlanPropertyTest, ScatteredReadsPlaceEveryByteAsCopiesDo) {
         std::vector<Place> got;
         for (const ScatterRun& run : read.scatter) {
           for (uint64_t b = 0; b < run.nbytes; ++b)
-            got.push_back({run.to, run.index, run.offset + b});
+            got.push_back({run.to(), run.index, run.offset + b});
         }
         if (!read.scatter.empty()) {
           ASSERT_TRUE(possible) << "rank " << rank << " read " << read.read;

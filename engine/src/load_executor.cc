@@ -256,7 +256,7 @@ Status Walker::ReadOne(Slot& slot, size_t j) {
     std::vector<storage::ChunkPiece> pieces;
     pieces.reserve(plan_read.scatter.size());
     for (const planner::ScatterRun& run : plan_read.scatter) {
-      char* base = run.to == ReadCopy::To::kTarget
+      char* base = run.to() == ReadCopy::To::kTarget
                        ? static_cast<char*>(x_.targets[run.index]->data)
                        : slot.send_staged[run.index];
       pieces.push_back({base + run.offset, run.nbytes});
