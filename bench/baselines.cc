@@ -55,6 +55,17 @@ uint64_t HashPieces(const Config& c, const std::vector<uint8_t>& b, int fd,
   return sum;
 }
 
+// Creates `path` (truncating it), has `write` fill the open descriptor, then
+// fsyncs and closes it.
+template <typename Fn>
+void WriteSynced(const std::string& path, Fn&& write) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) Die("creating " + path + ": " + std::strerror(errno));
+  write(fd);
+  if (::fsync(fd) != 0) Die("fsync " + path + ": " + std::strerror(errno));
+  ::close(fd);
+}
+
 }  // namespace
 
 volatile uint64_t benchmark_sink = 0;
@@ -69,17 +80,15 @@ std::string ChangedFile(const Config& c, int rank) {
 
 void BaselineWrite(const Config& c, int rank, const Layout& l, bool check) {
   const std::string path = BaselineFile(c, rank);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) Die("creating " + path + ": " + std::strerror(errno));
   uint64_t sum = 0;
-  for (const auto& b : l.buffers) {
-    if (check)
-      sum ^= HashPieces(c, b, fd, path);
-    else
-      WriteAll(fd, b.data(), b.size(), path);
-  }
-  if (::fsync(fd) != 0) Die("fsync " + path + ": " + std::strerror(errno));
-  ::close(fd);
+  WriteSynced(path, [&](int fd) {
+    for (const auto& b : l.buffers) {
+      if (check)
+        sum ^= HashPieces(c, b, fd, path);
+      else
+        WriteAll(fd, b.data(), b.size(), path);
+    }
+  });
   benchmark_sink = sum;
 }
 
@@ -88,12 +97,10 @@ void IncrementalFloor(const Config& c, int rank, const Layout& l,
   uint64_t sum = 0;
   for (const auto& b : l.buffers) sum ^= HashPieces(c, b, -1, "");
   const std::string path = ChangedFile(c, rank);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) Die("creating " + path + ": " + std::strerror(errno));
-  for (size_t i = 0; i < std::min(changed, l.buffers.size()); ++i)
-    WriteAll(fd, l.buffers[i].data(), l.buffers[i].size(), path);
-  if (::fsync(fd) != 0) Die("fsync " + path + ": " + std::strerror(errno));
-  ::close(fd);
+  WriteSynced(path, [&](int fd) {
+    for (size_t i = 0; i < std::min(changed, l.buffers.size()); ++i)
+      WriteAll(fd, l.buffers[i].data(), l.buffers[i].size(), path);
+  });
   benchmark_sink = sum;
 }
 

@@ -4,6 +4,18 @@
 #include <sstream>
 
 namespace ckptdb::planner {
+namespace {
+
+// Whether `stored`, the chunk of a previous record at the offset of a new
+// chunk with box `box`, may hold the same bytes: the same box, a content hash
+// recorded, written by a rank of this world.
+bool Comparable(const ChunkMetadata& stored, const Box& box, int32_t world) {
+  return stored.global_offset == box.offset &&
+         stored.local_shape == box.shape && stored.content_hash &&
+         stored.writer_rank < world;
+}
+
+}  // namespace
 
 const ChunkMetadata* CandidateChunk(const PreviousCheckpoint& previous,
                                     const std::string& key, DType dtype,
@@ -19,10 +31,7 @@ const ChunkMetadata* CandidateChunk(const PreviousCheckpoint& previous,
                              [](const ChunkMetadata& c, const Shape& offset) {
                                return c.global_offset < offset;
                              });
-  if (at == chunks.end() || at->global_offset != box.offset ||
-      at->local_shape != box.shape || !at->content_hash ||
-      at->writer_rank >= world)
-    return nullptr;
+  if (at == chunks.end() || !Comparable(*at, box, world)) return nullptr;
   return &*at;
 }
 
@@ -51,9 +60,9 @@ Status CheckReferences(const std::map<std::string, TensorMetadata>& tensors,
         const auto& old = found->second.chunks;
         while (j < old.size() && old[j].global_offset < chunk.global_offset)
           ++j;
-        if (j < old.size() && old[j].global_offset == chunk.global_offset &&
-            old[j].local_shape == chunk.local_shape && old[j].content_hash &&
-            old[j].writer_rank < world)
+        if (j < old.size() &&
+            Comparable(old[j], Box{chunk.global_offset, chunk.local_shape},
+                       world))
           candidate = &old[j];
       }
       const ChunkSource want =

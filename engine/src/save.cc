@@ -267,14 +267,10 @@ planner::PreviousCheckpoint OwnChunks(
   own.id = id;
   for (size_t k = 0; k < mine.size(); ++k) {
     const planner::PlannedTensor& tensor = plan.tensors[mine[k].tensor];
-    const planner::PlannedChunk& chunk = tensor.chunks[mine[k].chunk];
-    const WrittenChunk& w = written[k];
     TensorMetadata& t = own.tensors[tensor.flat_key];
     t.dtype = tensor.dtype;
     t.global_shape = tensor.global_shape;
-    t.chunks.push_back({chunk.box.offset, chunk.box.shape,
-                        w.holder_id != 0 ? w.writer_rank : chunk.writer_rank,
-                        chunk.nbytes, w.checksum, w.holder_id, w.content_hash});
+    t.chunks.push_back(RecordedChunk(tensor.chunks[mine[k].chunk], written[k]));
   }
   for (auto& [key, t] : own.tensors) {
     std::sort(t.chunks.begin(), t.chunks.end(),

@@ -6,6 +6,17 @@
 
 namespace ckptdb::engine {
 
+ChunkMetadata RecordedChunk(planner::PlannedChunk chunk,
+                            const WrittenChunk& w) {
+  return {std::move(chunk.box.offset),
+          std::move(chunk.box.shape),
+          w.holder_id != 0 ? w.writer_rank : chunk.writer_rank,
+          chunk.nbytes,
+          w.checksum,
+          w.holder_id,
+          w.content_hash};
+}
+
 Result<CheckpointMetadata> CommitRecord(
     planner::SavePlan plan, int64_t id, const SaveOptions& options, int world,
     const std::vector<std::vector<WrittenChunk>>& written_by_rank) {
@@ -44,10 +55,7 @@ Result<CheckpointMetadata> CommitRecord(
       } else {
         written_bytes += static_cast<int64_t>(chunk.nbytes);
       }
-      t.chunks.push_back(
-          {std::move(chunk.box.offset), std::move(chunk.box.shape),
-           w.holder_id != 0 ? w.writer_rank : chunk.writer_rank, chunk.nbytes,
-           w.checksum, w.holder_id, w.content_hash});
+      t.chunks.push_back(RecordedChunk(std::move(chunk), w));
     }
     std::vector<planner::PlannedChunk>().swap(tensor.chunks);
   }

@@ -26,6 +26,10 @@ struct WrittenChunk {
   int32_t writer_rank = 0;
 };
 
+// How the record holds `chunk` of the plan, given what its writer reported:
+// for a chunk referring to stored bytes, the rank that wrote them there.
+ChunkMetadata RecordedChunk(planner::PlannedChunk chunk, const WrittenChunk& w);
+
 // The record rank 0 commits: the plan's tensors with what each writer
 // reported (`written_by_rank[rank]`, in plan order of its chunks), the bytes
 // written and the checkpoints referred to. Internal when a rank reported
