@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string_view>
 
 #include "storage/checksum.h"
+#include "storage/keys.h"
+#include "storage/value_files.h"
 
 namespace ckptdb::storage {
 namespace {
@@ -17,6 +20,11 @@ namespace {
 // 16 bytes per chunk of at least 64 KiB: RocksDB keeps the properties of every
 // open table file in memory.
 constexpr char kValueOffsetsProperty[] = "ckptdb.chunk-value-offsets";
+// The user property of a table file whose chunks point into a value file
+// (format 3): the file's name under the values directory, then its length as
+// the pointers need it (8 bytes), then per chunk the 8-byte hash of its key
+// and the 8-byte offset of its value in the value file.
+constexpr char kValueFileProperty[] = "ckptdb.chunk-value-file";
 
 uint64_t KeyHash(std::string_view key) {
   return ChunkChecksum(key.data(), key.size());
@@ -62,7 +70,21 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
                              rocksdb::EntryType type, rocksdb::SequenceNumber,
                              uint64_t file_size) override {
     if (type != rocksdb::kEntryPut) return rocksdb::Status::OK();
-    if (entries_ == 0 || file_size != last_block_) {
+    int64_t id = 0;
+    const std::optional<ValuePointer> pointer =
+        DecodeValuePointer(value.ToStringView());
+    if (pointer && DecodeCheckpointId(key.ToStringView(), &id)) {
+      const std::string name = ValueFileName(id, pointer->rank, pointer->part);
+      // One value file per table file; anything else is not read directly.
+      if (value_file_.empty()) value_file_ = name;
+      if (name == value_file_) {
+        PutLittleEndian<uint64_t>(&pointers_, KeyHash(key.ToStringView()));
+        PutLittleEndian<uint64_t>(&pointers_, pointer->offset);
+        value_end_ = std::max(value_end_, pointer->offset + pointer->nbytes);
+      } else {
+        mixed_ = true;
+      }
+    } else if (entries_ == 0 || file_size != last_block_) {
       const uint64_t internal_key = key.size() + 8;
       const uint64_t at = file_size + VarintLength(0) +
                           VarintLength(internal_key) +
@@ -84,6 +106,13 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
       out += *key;
     }
     (*props)[kValueOffsetsProperty] = out + offsets_;
+    if (!value_file_.empty()) {
+      std::string file = value_file_;
+      file.push_back('\0');
+      PutLittleEndian<uint64_t>(&file, value_end_);
+      (*props)[kValueFileProperty] =
+          file + (mixed_ ? std::string() : pointers_);
+    }
     return rocksdb::Status::OK();
   }
 
@@ -94,6 +123,12 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
 
  private:
   std::string offsets_;
+  // The value file the pointers name, how far into it they reach, and the
+  // pointers' key hashes and offsets; mixed_ when pointers name several files.
+  std::string value_file_;
+  uint64_t value_end_ = 0;
+  std::string pointers_;
+  bool mixed_ = false;
   std::string first_, last_;
   uint64_t last_block_ = 0;
   uint64_t entries_ = 0;
@@ -148,16 +183,21 @@ class ChunkFlushBlockPolicyFactory : public rocksdb::FlushBlockPolicyFactory {
 
 FileOffsets::~FileOffsets() {
   if (fd >= 0) ::close(fd);
+  if (value_fd >= 0) ::close(value_fd);
 }
 
 bool FileOffsets::Holds(std::string_view key) const {
   return first <= key && key <= last;
 }
 
-std::optional<uint64_t> FileOffsets::ValueOffset(std::string_view key) const {
-  auto found = at.find(KeyHash(key));
-  if (found == at.end()) return std::nullopt;
-  return found->second;
+std::optional<FileOffsets::Location> FileOffsets::ValueOffset(
+    std::string_view key) const {
+  const uint64_t hash = KeyHash(key);
+  if (auto found = external.find(hash); found != external.end())
+    return Location{&value_path, value_fd, found->second};
+  if (auto found = at.find(hash); found != at.end())
+    return Location{&path, fd, found->second};
+  return std::nullopt;
 }
 
 std::shared_ptr<rocksdb::FlushBlockPolicyFactory>
@@ -170,10 +210,41 @@ NewValueOffsetCollectorFactory() {
   return std::make_shared<ValueOffsetCollectorFactory>();
 }
 
-// Parses one file's value offsets and opens it; nullptr when it has none or
-// cannot be opened (its chunks are then read through RocksDB).
+std::optional<ValueFileExtent> ValueFileOf(
+    const rocksdb::TableProperties& props) {
+  auto found = props.user_collected_properties.find(kValueFileProperty);
+  if (found == props.user_collected_properties.end()) return std::nullopt;
+  const std::string_view bytes = found->second;
+  const size_t nul = bytes.find('\0');
+  if (nul == std::string_view::npos || bytes.size() < nul + 9)
+    return std::nullopt;
+  // <id>/<rank>-<part>.val (ValueFileName), nothing that leaves the values
+  // directory: the store may come from anywhere.
+  const std::string_view name = bytes.substr(0, nul);
+  if (!name.ends_with(".val") || name.find("..") != std::string_view::npos ||
+      name.find_first_not_of("0123456789/-.val") != std::string_view::npos ||
+      std::count(name.begin(), name.end(), '/') != 1 || name.front() == '/')
+    return std::nullopt;
+  return ValueFileExtent{std::string(bytes.substr(0, nul)),
+                         GetLittleEndian<uint64_t>(bytes.data() + nul + 1)};
+}
+
+namespace {
+
+// Adds the 16-byte (key hash, offset) pairs of `bytes` to `into`.
+void ParsePairs(std::string_view bytes,
+                std::unordered_map<uint64_t, uint64_t>* into) {
+  for (; bytes.size() >= 16; bytes.remove_prefix(16)) {
+    into->emplace(GetLittleEndian<uint64_t>(bytes.data()),
+                  GetLittleEndian<uint64_t>(bytes.data() + 8));
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<const FileOffsets> ParseFileOffsets(
-    const std::string& path, const rocksdb::TableProperties& props) {
+    const std::string& path, const rocksdb::TableProperties& props,
+    const std::string& store_path) {
   auto found = props.user_collected_properties.find(kValueOffsetsProperty);
   if (found == props.user_collected_properties.end()) return nullptr;
   auto file = std::make_shared<FileOffsets>();
@@ -186,15 +257,24 @@ std::shared_ptr<const FileOffsets> ParseFileOffsets(
     key->assign(bytes.substr(4, n));
     bytes.remove_prefix(4 + size_t{n});
   }
-  for (; bytes.size() >= 16; bytes.remove_prefix(16)) {
-    file->at.emplace(GetLittleEndian<uint64_t>(bytes.data()),
-                     GetLittleEndian<uint64_t>(bytes.data() + 8));
+  ParsePairs(bytes, &file->at);
+  if (auto values = ValueFileOf(props)) {
+    const std::string& all =
+        props.user_collected_properties.at(kValueFileProperty);
+    ParsePairs(std::string_view(all).substr(values->name.size() + 9),
+               &file->external);
+    file->value_path = ValuesDir(store_path) + "/" + values->name;
   }
   // A file of small chunks only is kept too: its range answers "not direct"
   // without asking RocksDB again.
-  if (file->at.empty()) return file;
-  file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (file->fd < 0) return nullptr;
+  if (!file->at.empty()) {
+    file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (file->fd < 0) return nullptr;
+  }
+  if (!file->external.empty()) {
+    file->value_fd = ::open(file->value_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (file->value_fd < 0) return nullptr;
+  }
   return file;
 }
 

@@ -1,10 +1,13 @@
 #pragma once
 
-// How chunk table files are laid out for direct reads: each chunk of
-// kOwnBlockBytes or more starts a data block of its own, and a user property
-// of the file records where each such chunk's value starts. Loads then read
-// those values straight from the file (Store::ReadChunkInto), each read
-// checked against the chunk's checksum; everything else goes through RocksDB.
+// How chunk table files are laid out for direct reads. Format 3: chunks of
+// kExternalValueBytes or more are in a value file (value_files.h), and a user
+// property of the table file records which one and where each chunk starts in
+// it. Format 2: each chunk of kOwnBlockBytes or more starts a data block of
+// its own, and a user property records where each such chunk's value starts.
+// Loads read those values straight from the file (Store::ReadChunkInto), each
+// read checked against the chunk's checksum; everything else goes through
+// RocksDB.
 
 #include <rocksdb/flush_block_policy.h>
 #include <rocksdb/table_properties.h>
@@ -34,8 +37,8 @@ std::shared_ptr<rocksdb::TablePropertiesCollectorFactory>
 NewValueOffsetCollectorFactory();
 
 // Where the chunk values of one table file start
-// (NewValueOffsetCollectorFactory), with the file open. Keys without an entry
-// share a block with others.
+// (NewValueOffsetCollectorFactory), with the file holding them open. Keys
+// without an entry share a block with others.
 struct FileOffsets {
   FileOffsets() = default;
   FileOffsets(const FileOffsets&) = delete;
@@ -44,21 +47,46 @@ struct FileOffsets {
 
   // Whether `key` lies in the file's key range.
   bool Holds(std::string_view key) const;
-  // Where the value under `key` starts, when that chunk starts a block.
+  // Where the value under `key` starts in the file at `path` (open as `fd`):
+  // in the value file, or in the table file when that chunk starts a block.
   // REQUIRES: Holds(key). (Keys are matched by a 64-bit hash; a mismatch
   // could only point at other bytes, which the read's checksum rejects.)
-  std::optional<uint64_t> ValueOffset(std::string_view key) const;
+  struct Location {
+    const std::string* path;
+    int fd;
+    uint64_t offset;
+  };
+  std::optional<Location> ValueOffset(std::string_view key) const;
 
+  // The table file, open when `at` has entries.
   std::string path;
   int fd = -1;
-  std::string first, last;                    // the file's key range
-  std::unordered_map<uint64_t, uint64_t> at;  // key hash -> value offset
+  // The value file, open when `external` has entries.
+  std::string value_path;
+  int value_fd = -1;
+  // The table file's key range.
+  std::string first, last;
+  // Key hash -> offset of the value in the table file.
+  std::unordered_map<uint64_t, uint64_t> at;
+  // Key hash -> offset of the value in the value file.
+  std::unordered_map<uint64_t, uint64_t> external;
 };
 
-// Parses one file's value offsets and opens it (when it has any); nullptr
-// when it has no such property or cannot be opened (its chunks are then read
-// through RocksDB).
+// Parses one table file's value offsets and opens the files they point into
+// (when it has any); nullptr when it has no such property or cannot be opened
+// (its chunks are then read through RocksDB). `store_path` locates value
+// files.
 std::shared_ptr<const FileOffsets> ParseFileOffsets(
-    const std::string& path, const rocksdb::TableProperties& props);
+    const std::string& path, const rocksdb::TableProperties& props,
+    const std::string& store_path);
+
+// The value file a table file's chunks point into (its name under the values
+// directory) and how long it must be; nullopt when they point into none.
+struct ValueFileExtent {
+  std::string name;
+  uint64_t end = 0;
+};
+std::optional<ValueFileExtent> ValueFileOf(
+    const rocksdb::TableProperties& props);
 
 }  // namespace ckptdb::storage

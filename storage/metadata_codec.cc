@@ -154,7 +154,7 @@ Result<T> WithReader(std::string_view bytes, Fn&& fn,
 }
 
 Status CheckHeader(Checkpoint::Reader r) {
-  if (r.getFormatVersion() != 1 && r.getFormatVersion() != kFormatVersion) {
+  if (r.getFormatVersion() < 1 || r.getFormatVersion() > kFormatVersion) {
     return Bad("format version " + std::to_string(r.getFormatVersion()) +
                " is not supported (this build reads 1 to " +
                std::to_string(kFormatVersion) + ")");
@@ -439,10 +439,10 @@ Result<std::vector<ChunkMetadata>> ReadTensorRecord(
     TensorChunks::Reader r, const MainRecord& main, std::string_view key,
     const TensorMetadata& tensor, uint64_t count) {
   const std::string what = "tensor '" + std::string(key) + "'";
-  if (r.getFormatVersion() != kFormatVersion) {
+  if (r.getFormatVersion() != main.format_version) {
     return Bad(what + " record has format version " +
-               std::to_string(r.getFormatVersion()) + " (this build reads " +
-               std::to_string(kFormatVersion) + ")");
+               std::to_string(r.getFormatVersion()) + ", its checkpoint's " +
+               std::to_string(main.format_version));
   }
   if (r.getCheckpointId() != main.meta.info.id ||
       std::string_view(r.getKey().cStr(), r.getKey().size()) != key) {

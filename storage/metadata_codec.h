@@ -13,10 +13,12 @@
 
 namespace ckptdb::storage {
 
-// The format new records are written in. Format 1 (one record per checkpoint,
-// every chunk inline) is still read. The layouts: storage/checkpoint.capnp;
-// the keys: storage/keys.h.
-inline constexpr uint32_t kFormatVersion = 2;
+// The format new records are written in. Format 3 has the records of format
+// 2; it says that the chunks may be in value files (storage/value_files.h),
+// which builds that read only 1 and 2 would find missing. Formats 1 (one
+// record per checkpoint, every chunk inline) and 2 are still read. The
+// layouts: storage/checkpoint.capnp; the keys: storage/keys.h.
+inline constexpr uint32_t kFormatVersion = 3;
 
 // Serializes a checkpoint as format-2 records of the `meta` column family, in
 // key order: the main record at MetaKey(id) (info, values, user metadata, and
@@ -41,7 +43,8 @@ struct MainRecord {
   // Format 2: each tensor's number of chunks, which its record must hold.
   std::map<std::string, uint64_t, std::less<>> chunk_counts;
 
-  // Whether the tensors' chunks are in the main record itself (format 1).
+  // Whether the tensors' chunks are in the main record itself (format 1;
+  // formats 2 and 3 keep them in tensor records).
   bool has_chunks() const { return format_version == 1; }
 };
 

@@ -194,7 +194,7 @@ TEST(MetadataCodecTest, MainRecordOfFormat2HasNoChunks) {
   EXPECT_EQ(records[3].first, TensorRecordKey(3, "s"));
   auto main = DecodeMainRecord(records[0].second);
   ASSERT_TRUE(main.ok()) << main.status().ToString();
-  EXPECT_EQ(main->format_version, 2u);
+  EXPECT_EQ(main->format_version, kFormatVersion);
   EXPECT_FALSE(main->has_chunks());
   EXPECT_EQ(main->meta.tensors.size(), 3u);
   for (const auto& [key, tensor] : main->meta.tensors)
@@ -304,14 +304,16 @@ TEST(MetadataCodecTest, UnknownFormatVersionIsCorruptionNamingIt) {
       records[0].second.size() / sizeof(capnp::word)));
   capnp::MallocMessageBuilder builder;
   builder.setRoot(reader.getRoot<Checkpoint>());
-  builder.getRoot<Checkpoint>().setFormatVersion(3);
+  builder.getRoot<Checkpoint>().setFormatVersion(kFormatVersion + 1);
   auto words = capnp::messageToFlatArray(builder);
   const std::string future(reinterpret_cast<const char*>(words.begin()),
                            words.size() * sizeof(capnp::word));
   for (auto decoded : {DecodeMainRecord(future).status(),
                        DecodeCheckpointInfo(future).status()}) {
     EXPECT_TRUE(decoded.IsCorruption());
-    EXPECT_NE(decoded.message().find("format version 3 is not supported"),
+    EXPECT_NE(decoded.message().find("format version " +
+                                     std::to_string(kFormatVersion + 1) +
+                                     " is not supported"),
               std::string::npos)
         << decoded.ToString();
   }

@@ -6,6 +6,7 @@
 #include <rocksdb/table.h>
 #include <rocksdb/transaction_log.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <mutex>
@@ -72,7 +73,38 @@ Status StoreImpl::DropChunks(int64_t checkpoint_id) {
                             std::to_string(checkpoint_id) + " in '" + path_ +
                             "' share files with other checkpoints");
   }
-  return Status::OK();
+  // No key names its value files any more (value_files.h).
+  return RemoveValueDir(checkpoint_id);
+}
+
+std::vector<int64_t> StoreImpl::UnusedValueDirs(const std::set<int64_t>& live) {
+  std::vector<int64_t> unused;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(ValuesDir(path_), ec)) {
+    int64_t id = 0;
+    if (ParseValueDirName(entry.path().filename().string(), &id) &&
+        !live.contains(id))
+      unused.push_back(id);
+  }
+  std::sort(unused.begin(), unused.end());
+  return unused;
+}
+
+Status StoreImpl::RemoveValueDir(int64_t checkpoint_id) {
+  const std::string dir = ValueDirOf(path_, checkpoint_id);
+  std::vector<std::string> names;
+  rocksdb::IOStatus listed =
+      fs_->GetChildren(dir, rocksdb::IOOptions(), &names, nullptr);
+  if (listed.IsNotFound() || fs_->FileExists(dir, {}, nullptr).IsNotFound())
+    return Status::OK();
+  RETURN_IF_ERROR(FromRocks(listed, "listing " + dir));
+  for (const std::string& name : names) {
+    if (name == "." || name == "..") continue;
+    RETURN_IF_ERROR(fs_->Remove(dir + "/" + name));
+  }
+  RETURN_IF_ERROR(FromRocks(fs_->DeleteDir(dir, rocksdb::IOOptions(), nullptr),
+                            "removing " + dir));
+  return fs_->SyncDir(ValuesDir(path_));
 }
 
 std::set<int64_t> StoreImpl::LiveChunkIds() {
@@ -131,6 +163,24 @@ Status StoreImpl::ScanStaged(const std::vector<std::string>& staged) {
     }
     RETURN_IF_ERROR(
         FromRocks(s, "reading staged file " + path + " before ingesting it"));
+    if (auto values = ValueFileOf(*reader.GetTableProperties()))
+      RETURN_IF_ERROR(CheckValueFile(path, *values));
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::CheckValueFile(const std::string& staged,
+                                 const ValueFileExtent& values) {
+  const std::string path = ValuesDir(path_) + "/" + values.name;
+  uint64_t size = 0;
+  RETURN_IF_ERROR(
+      FromRocks(fs_->GetFileSize(path, rocksdb::IOOptions(), &size, nullptr),
+                "value file " + path + " of staged file " + staged));
+  if (size < values.end) {
+    return Status::IOError("value file " + path + " of staged file " + staged +
+                           " holds " + std::to_string(size) +
+                           " bytes, its chunks need " +
+                           std::to_string(values.end));
   }
   return Status::OK();
 }
@@ -192,6 +242,9 @@ Status StoreImpl::CheckIngested(const CheckpointMetadata& meta) {
 
 Status StoreImpl::RemoveLeftovers() {
   std::error_code ec;
+  // Value files of checkpoints without chunks: no key can reach them.
+  for (int64_t id : UnusedValueDirs(LiveChunkIds()))
+    RETURN_IF_ERROR(RemoveValueDir(id));
   if (fs::exists(StagingDir(path_), ec)) {
     for (const auto& entry : fs::directory_iterator(StagingDir(path_), ec))
       RETURN_IF_ERROR(fs_->Remove(entry.path().string()));
@@ -499,7 +552,9 @@ Result<StoreReport> StoreImpl::Check() {
   }
   ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
-  for (int64_t id : LiveChunkIds()) {
+  const std::set<int64_t> live = LiveChunkIds();
+  report.unused_value_ids = UnusedValueDirs(live);
+  for (int64_t id : live) {
     // A deletion under way is not a problem, nor the chunks of a deleted
     // checkpoint that later ones share.
     if (!records.contains(id) && !referenced.contains(id) && Visible(id))

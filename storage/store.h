@@ -80,6 +80,9 @@ struct StoreReport {
   // been committed (chunks of ids that provably never were are removed at a
   // read-write open).
   std::vector<int64_t> unaccounted_chunk_ids;
+  // Checkpoint ids with value files but no chunks: nothing can reach them (a
+  // save or a deletion was interrupted); a read-write open removes them.
+  std::vector<int64_t> unused_value_ids;
   // No checkpoint above it ever committed: chunks of higher ids are leftovers
   // of interrupted saves, which a read-write open removes.
   int64_t high_water = 0;

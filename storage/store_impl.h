@@ -28,6 +28,7 @@
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
 #include "storage/store.h"
+#include "storage/value_files.h"
 
 namespace ckptdb::storage {
 
@@ -43,6 +44,16 @@ inline constexpr char kMetaCf[] = "meta";
 
 // An I/O error from a full file system.
 bool IsNoSpace(const Status& s);
+
+// Staged files are named <checkpoint id>-<rank>-<part>.sst.
+std::string StagedFileName(int64_t checkpoint_id, int32_t rank, int part);
+struct StagedName {
+  int64_t checkpoint_id = 0;
+  int32_t rank = 0;
+  uint32_t part = 0;
+};
+// nullopt for any other name.
+std::optional<StagedName> ParseStagedName(const std::string& path);
 
 // Options of the `chunks` column family, which staged files are written with
 // too. `block_cache` holds the allocator chunk reads use; chunks themselves
@@ -227,6 +238,15 @@ class StoreImpl : public Store {
   // checkpoint's key range.
   Status CheckIngested(const CheckpointMetadata& meta);
   Status DropChunks(int64_t checkpoint_id);
+  // Removes a checkpoint's value files and their directory, once no table
+  // file holds its keys.
+  Status RemoveValueDir(int64_t checkpoint_id);
+  // Checkpoint ids with a value directory but no key in `live` (LiveChunkIds).
+  std::vector<int64_t> UnusedValueDirs(const std::set<int64_t>& live);
+  // IOError unless the value file a staged file points into is there and
+  // long enough.
+  Status CheckValueFile(const std::string& staged,
+                        const ValueFileExtent& values);
   // Ids of earlier checkpoints whose chunks the visible records share
   // (incremental saves).
   Result<std::set<int64_t>> ReferencedIds();
@@ -238,23 +258,30 @@ class StoreImpl : public Store {
   // FailedPrecondition unless the store holds the chunks of every checkpoint
   // `info` refers to.
   Status CheckReferencesHeld(const CheckpointInfo& info);
-  // The open table file holding the chunk value under `key` and the value's
-  // offset in it, when the chunk starts a data block; files are parsed on the
-  // first read that reaches them.
-  std::optional<std::pair<std::shared_ptr<const FileOffsets>, uint64_t>>
+  // The open file holding the chunk value under `key` and the value's offset
+  // in it: its value file, or its table file when the chunk starts a data
+  // block there; table files are parsed on the first read that reaches them.
+  std::optional<
+      std::pair<std::shared_ptr<const FileOffsets>, FileOffsets::Location>>
   LocateValue(int64_t checkpoint_id, const std::string& key);
   void ForgetIndex(int64_t checkpoint_id);
-  // Reads the chunk's value straight from its table file into `pieces` (in
-  // order) and verifies it; false (nothing to report) when that is not
-  // possible, so that the caller reads it through RocksDB.
+  // Reads the chunk's value straight from its value or table file into
+  // `pieces` (in order) and verifies it; false (nothing to report) when that
+  // is not possible, so that the caller reads it through RocksDB.
   bool ReadDirect(int64_t checkpoint_id, const std::string& key,
                   const ChunkMetadata& chunk,
                   const std::vector<ChunkPiece>& pieces);
   // Reads the chunk through RocksDB into `buffer` and verifies it (and, with
-  // `verify_blocks`, RocksDB's block checksums too).
+  // `verify_blocks`, RocksDB's block checksums too). A chunk in a value file
+  // has its pointer read through RocksDB, and its bytes from the value file.
   Status ReadThroughRocks(int64_t checkpoint_id, std::string_view tensor_key,
                           const ChunkMetadata& chunk, const std::string& key,
                           ChunkBuffer* buffer, bool verify_blocks = false);
+  // Reads the bytes `pointer` (a value of chunk `chunk`) points at into
+  // `buffer`.
+  Status ReadPointedValue(int64_t checkpoint_id, std::string_view tensor_key,
+                          const ChunkMetadata& chunk,
+                          const ValuePointer& pointer, ChunkBuffer* buffer);
   // Checkpoint ids that some live chunk file holds keys of.
   std::set<int64_t> LiveChunkIds();
   // Calls fn(id, main record bytes) for every committed checkpoint in id

@@ -130,7 +130,7 @@ Result<bool> StoreImpl::PrepareDirectory() {
       creating |= name == kCreatingFile;
       current |= name == "CURRENT";
       data |= name.ends_with(".sst") || name == kReserveFile ||
-              name.rfind("CKPTDB_JOURNAL", 0) == 0;
+              name == "values" || name.rfind("CKPTDB_JOURNAL", 0) == 0;
       foreign |= !IsCreationFile(name) && name != "CURRENT";
     }
   }

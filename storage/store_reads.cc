@@ -1,9 +1,12 @@
 // Chunk reads: straight from table files where a chunk starts a block
 // (chunk_files.h), through RocksDB otherwise; every read checksum-checked.
+#include <fcntl.h>
 #include <rocksdb/db.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstring>
 #include <mutex>
@@ -68,7 +71,8 @@ bool PreadAll(int fd, std::vector<iovec>& iov, uint64_t at) {
 
 }  // namespace
 
-std::optional<std::pair<std::shared_ptr<const FileOffsets>, uint64_t>>
+std::optional<
+    std::pair<std::shared_ptr<const FileOffsets>, FileOffsets::Location>>
 StoreImpl::LocateValue(int64_t id, const std::string& key) {
   std::lock_guard lock(direct_mu_);
   auto [it, fresh] = direct_.try_emplace(id);
@@ -80,7 +84,7 @@ StoreImpl::LocateValue(int64_t id, const std::string& key) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     for (const auto& file : index.files) {
       if (!file->Holds(key)) continue;
-      std::optional<uint64_t> at = file->ValueOffset(key);
+      std::optional<FileOffsets::Location> at = file->ValueOffset(key);
       if (!at) return std::nullopt;  // shares a block
       return std::pair(file, *at);
     }
@@ -96,7 +100,7 @@ StoreImpl::LocateValue(int64_t id, const std::string& key) {
       bool known = false;
       for (const auto& file : index.files) known |= file->path == path;
       if (known) continue;
-      if (auto file = ParseFileOffsets(path, *props)) {
+      if (auto file = ParseFileOffsets(path, *props, path_)) {
         index.files.push_back(std::move(file));
         added = true;
       }
@@ -116,12 +120,12 @@ bool StoreImpl::ReadDirect(int64_t id, const std::string& key,
                            const std::vector<ChunkPiece>& pieces) {
   const auto located = LocateValue(id, key);
   if (!located) return false;
-  const auto& [file, at] = *located;
-  if (!fs_->CheckRead(file->path).ok()) return false;
+  const FileOffsets::Location& at = located->second;
+  if (!fs_->CheckRead(*at.path).ok()) return false;
   std::vector<iovec> iov;
   iov.reserve(pieces.size());
   for (const ChunkPiece& p : pieces) iov.push_back({p.data, p.size});
-  if (!PreadAll(file->fd, iov, at)) return false;
+  if (!PreadAll(at.fd, iov, at.offset)) return false;
   std::vector<ByteRun> runs;
   runs.reserve(pieces.size());
   for (const ChunkPiece& p : pieces) runs.push_back({p.data, p.size});
@@ -158,18 +162,78 @@ Status StoreImpl::ReadThroughRocks(int64_t checkpoint_id,
   }
   RETURN_IF_ERROR(
       FromRocks(s, "reading " + ChunkName(checkpoint_id, tensor_key, chunk)));
-  const auto& slice = buffer->impl_->slice;
-  if (slice.size() != chunk.nbytes) {
+  auto& slice = buffer->impl_->slice;
+  std::optional<ValuePointer> pointer;
+  if (slice.size() != chunk.nbytes && chunk.nbytes >= kExternalValueBytes)
+    pointer = DecodeValuePointer(slice.ToStringView());
+  if (pointer) {
+    const ValuePointer at = *pointer;
+    slice.Reset();
+    RETURN_IF_ERROR(
+        ReadPointedValue(checkpoint_id, tensor_key, chunk, at, buffer));
+  } else if (slice.size() != chunk.nbytes) {
     return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
                               " holds " + std::to_string(slice.size()) +
                               " bytes, expected " +
                               std::to_string(chunk.nbytes));
   }
-  if (ChunkChecksum(slice.data(), slice.size()) != chunk.checksum) {
-    return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
-                              " is damaged: checksum mismatch");
+  const std::string_view bytes = buffer->bytes();
+  if (ChunkChecksum(bytes.data(), bytes.size()) != chunk.checksum) {
+    return Status::Corruption(
+        ChunkName(checkpoint_id, tensor_key, chunk) +
+        (pointer ? " (in value file " +
+                       ValueFilePath(path_, StoredIn(checkpoint_id, chunk),
+                                     pointer->rank, pointer->part) +
+                       ")"
+                 : std::string()) +
+        " is damaged: checksum mismatch");
   }
   return Status::OK();
+}
+
+Status StoreImpl::ReadPointedValue(int64_t checkpoint_id,
+                                   std::string_view tensor_key,
+                                   const ChunkMetadata& chunk,
+                                   const ValuePointer& pointer,
+                                   ChunkBuffer* buffer) {
+  const std::string path = ValueFilePath(path_, StoredIn(checkpoint_id, chunk),
+                                         pointer.rank, pointer.part);
+  const std::string what = ChunkName(checkpoint_id, tensor_key, chunk) +
+                           " (in value file " + path + ")";
+  if (pointer.nbytes != chunk.nbytes || pointer.rank != chunk.writer_rank) {
+    return Status::Corruption(what + " is damaged: its pointer names " +
+                              std::to_string(pointer.nbytes) +
+                              " bytes of writer rank " +
+                              std::to_string(pointer.rank) + ", expected " +
+                              std::to_string(chunk.nbytes) + " of rank " +
+                              std::to_string(chunk.writer_rank));
+  }
+  RETURN_IF_ERROR(fs_->CheckRead(path));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return Status::Corruption(what + " is missing");
+    return Status::IOError("opening " + path + " to read " +
+                           ChunkName(checkpoint_id, tensor_key, chunk) + ": " +
+                           std::strerror(err));
+  }
+  ChunkBuffer::Impl& impl = *buffer->impl_;
+  impl.pool = pool_;
+  impl.owned = static_cast<char*>(pool_->Allocate(chunk.nbytes));
+  impl.owned_size = chunk.nbytes;
+  std::vector<iovec> iov = {{impl.owned, chunk.nbytes}};
+  errno = 0;
+  const bool read = PreadAll(fd, iov, pointer.offset);
+  const int err = errno;
+  ::close(fd);
+  if (read) return Status::OK();
+  if (err != 0) {
+    return Status::IOError("reading " + path + " for " +
+                           ChunkName(checkpoint_id, tensor_key, chunk) + ": " +
+                           std::strerror(err));
+  }
+  return Status::Corruption(what + " is damaged: the file ends before byte " +
+                            std::to_string(pointer.offset + pointer.nbytes));
 }
 
 Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
@@ -228,7 +292,7 @@ Status StoreImpl::ReadChunkScattered(int64_t checkpoint_id,
   ChunkBuffer buffer;
   RETURN_IF_ERROR(
       ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));
-  const char* from = buffer.impl_->slice.data();
+  const char* from = buffer.bytes().data();
   for (const ChunkPiece& p : pieces) {
     std::memcpy(p.data, from, p.size);
     from += p.size;

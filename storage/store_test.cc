@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "storage/keys.h"
+#include "storage/value_files.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb::storage {
@@ -59,11 +60,13 @@ std::string ReadAll(Store& store, const CheckpointMetadata& meta) {
   return out;
 }
 
-// Flips one byte inside the first run of 4096 `fill` bytes of a table file of
-// the store at `dir`: one chunk's value is damaged.
+// Flips one byte inside the first run of 4096 `fill` bytes of a table or value
+// file of the store at `dir`: one chunk's value is damaged.
 bool DamageOneChunk(const std::string& dir, char fill) {
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".sst") continue;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.path().extension() != ".sst" &&
+        entry.path().extension() != ".val")
+      continue;
     std::fstream f(entry.path(),
                    std::ios::in | std::ios::out | std::ios::binary);
     std::string content((std::istreambuf_iterator<char>(f)), {});
@@ -417,7 +420,8 @@ TEST(StoreTest, DamagedChunkIsCorruptionThroughEveryReadPath) {
     EXPECT_TRUE(buffer.status().IsCorruption());
     EXPECT_TRUE(direct.IsCorruption()) << direct.ToString();
     EXPECT_NE(direct.message().find("checksum mismatch"), std::string::npos);
-    // RocksDB's block checksum catches it too when verifying.
+    // Verifying (RocksDB's block checksums over the pointer, then the chunk's
+    // own over the value file's bytes) catches it too.
     Status verified = (*store)->VerifyChunk(meta.info.id, "w", chunk);
     EXPECT_TRUE(verified.IsCorruption()) << verified.ToString();
   }
@@ -590,6 +594,223 @@ TEST(StoreTest, ReadingACheckpointDeletedMeanwhileIsNotFound) {
   ASSERT_TRUE((*reader)->Refresh().ok());
   auto missing = (*reader)->ReadChunk(kept->info.id, "w", elsewhere);
   EXPECT_TRUE(missing.status().IsCorruption()) << missing.status().ToString();
+}
+
+}  // namespace
+}  // namespace ckptdb::storage
+
+namespace ckptdb::storage {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Pattern(size_t n, uint32_t seed) {
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; ++i)
+    out[i] = static_cast<char>(((i + seed) * 2654435761u) >> 13);
+  return out;
+}
+
+// Files under `dir` with extension `ext`, and their total size.
+std::pair<int, uint64_t> FilesWith(const std::string& dir,
+                                   const std::string& ext) {
+  std::pair<int, uint64_t> out{0, 0};
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+    if (!e.is_regular_file() || e.path().extension() != ext) continue;
+    ++out.first;
+    out.second += e.file_size();
+  }
+  return out;
+}
+
+// Large chunks live in value files, one per writer's staged file, and the
+// table files hold no run of their bytes; every read path returns them
+// exactly, and deleting the checkpoint removes its value directory.
+TEST(ValueFileTest, LargeChunksLiveInValueFilesThatDeleteRemoves) {
+  TempDir dir;
+  const std::string payload = Pattern(1 << 20, 1);
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  auto meta = SaveBytes(**store, payload, 2);
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  const std::string values = ValueDirOf(dir.path(), meta->info.id);
+  EXPECT_EQ(FilesWith(values, ".val"),
+            (std::pair<int, uint64_t>{2, payload.size()}));
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    if (e.path().extension() != ".sst") continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_EQ(bytes.find(payload.substr(5000, 256)), std::string::npos)
+        << e.path();
+  }
+  EXPECT_TRUE(ReadAll(**store, *meta) == payload);
+  std::string into(payload.size(), '\0');
+  for (const auto& chunk : meta->tensors.at("w").chunks) {
+    ASSERT_TRUE((*store)
+                    ->ReadChunkInto(meta->info.id, "w", chunk,
+                                    into.data() + chunk.global_offset[0])
+                    .ok());
+    EXPECT_TRUE((*store)->VerifyChunk(meta->info.id, "w", chunk).ok());
+  }
+  EXPECT_TRUE(into == payload);
+  ASSERT_TRUE((*store)->Delete(meta->info.id).ok());
+  EXPECT_FALSE(fs::exists(values));
+  EXPECT_EQ(FilesWith(dir.path(), ".val").first, 0);
+}
+
+// A value file that is missing, cut short or damaged makes every read of its
+// chunks Corruption naming the chunk and the file; the other writer's chunks
+// still read.
+TEST(ValueFileTest, AMissingCutOrDamagedValueFileIsCorruptionNamingIt) {
+  for (const std::string how : {"remove", "truncate", "flip"}) {
+    TempDir dir;
+    const std::string payload = Pattern(1 << 20, 2);
+    CheckpointMetadata meta;
+    {
+      auto store = Store::Open(dir.path(), {});
+      ASSERT_TRUE(store.ok());
+      auto saved = SaveBytes(**store, payload, 2);
+      ASSERT_TRUE(saved.ok());
+      meta = *saved;
+    }
+    const std::string file = ValueDirOf(dir.path(), meta.info.id) + "/1-0.val";
+    ASSERT_TRUE(fs::exists(file));
+    if (how == "remove") {
+      fs::remove(file);
+    } else if (how == "truncate") {
+      fs::resize_file(file, fs::file_size(file) - 1);
+    } else {
+      std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(1234);
+      f.put('\x7f');
+    }
+    for (bool read_only : {true, false}) {
+      auto store = Store::Open(dir.path(), {.read_only = read_only});
+      ASSERT_TRUE(store.ok()) << how << ": " << store.status().ToString();
+      for (const auto& chunk : meta.tensors.at("w").chunks) {
+        std::string into(chunk.nbytes, '\0');
+        const Status read =
+            (*store)->ReadChunkInto(meta.info.id, "w", chunk, into.data());
+        const Status verified = (*store)->VerifyChunk(meta.info.id, "w", chunk);
+        const auto buffer = (*store)->ReadChunk(meta.info.id, "w", chunk);
+        if (chunk.writer_rank == 0) {
+          EXPECT_TRUE(read.ok() && verified.ok() && buffer.ok()) << how;
+          continue;
+        }
+        for (const Status& s : {read, verified, buffer.status()}) {
+          EXPECT_TRUE(s.IsCorruption()) << how << ": " << s.ToString();
+          EXPECT_NE(s.message().find("tensor 'w' at offset ["),
+                    std::string::npos)
+              << s.ToString();
+          EXPECT_NE(s.message().find(file), std::string::npos) << s.ToString();
+        }
+      }
+    }
+  }
+}
+
+// Rank 0 refuses to commit staged files whose value file is gone or short,
+// naming it; nothing of the checkpoint stays.
+TEST(ValueFileTest, CommitRefusesAStagedFileWhoseValueFileIsGone) {
+  for (bool cut : {false, true}) {
+    TempDir dir;
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok());
+    const std::string payload = Pattern(256 << 10, 3);
+    ASSERT_TRUE(SaveBytes(**store, payload, 1).ok());
+    const int64_t id = *(*store)->NextCheckpointId();
+    CheckpointMetadata meta;
+    meta.info.id = id;
+    meta.info.world_size = 1;
+    meta.info.num_tensors = 1;
+    meta.info.nbytes = static_cast<int64_t>(payload.size());
+    TensorMetadata& t = meta.tensors["w"];
+    t.dtype = DType::kUInt8;
+    t.global_shape = {static_cast<int64_t>(payload.size())};
+    meta.flat_mapping["w"] = {"w"};
+    auto writer = (*store)->NewStagedFile(id, 0, 0);
+    ASSERT_TRUE(writer.ok());
+    auto sum = (*writer)->Add("w", {0}, payload);
+    ASSERT_TRUE(sum.ok());
+    t.chunks.push_back({{0}, {t.global_shape[0]}, 0, payload.size(), *sum});
+    auto staged = (*writer)->Finish();
+    ASSERT_TRUE(staged.ok());
+    const std::string file = ValueDirOf(dir.path(), id) + "/0-0.val";
+    if (cut)
+      fs::resize_file(file, payload.size() - 1);
+    else
+      fs::remove(file);
+    const Status committed = (*store)->Commit(meta, {*staged});
+    EXPECT_TRUE(committed.IsIOError()) << committed.ToString();
+    EXPECT_NE(committed.message().find(file), std::string::npos)
+        << committed.ToString();
+    EXPECT_EQ((*store)->List()->size(), 1u);
+    (*store)->RemoveStaged({*staged});
+    store->reset();
+    store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok());
+    EXPECT_EQ((*store)->List()->size(), 1u);
+    EXPECT_FALSE(fs::exists(ValueDirOf(dir.path(), id)));
+  }
+}
+
+// Value directories that no table file reaches (an interrupted save or
+// delete) are reported by Check and removed by a read-write open; those of
+// live checkpoints, and unrelated names, are kept.
+TEST(ValueFileTest, OpenRemovesValueFilesThatNoChunkReaches) {
+  TempDir dir;
+  const std::string payload = Pattern(512 << 10, 4);
+  CheckpointMetadata meta;
+  {
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok());
+    auto saved = SaveBytes(**store, payload, 2);
+    ASSERT_TRUE(saved.ok());
+    meta = *saved;
+  }
+  const std::string orphan = ValueDirOf(dir.path(), 7);
+  fs::create_directories(orphan);
+  std::ofstream(orphan + "/0-0.val") << "left by a save that died";
+  {
+    auto store = Store::Open(dir.path(), {.read_only = true});
+    ASSERT_TRUE(store.ok());
+    auto report = (*store)->Check();
+    ASSERT_TRUE(report.ok());
+    EXPECT_EQ(report->unused_value_ids, std::vector<int64_t>{7});
+    EXPECT_TRUE(fs::exists(orphan));
+  }
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  EXPECT_FALSE(fs::exists(orphan));
+  EXPECT_TRUE((*store)->Check()->unused_value_ids.empty());
+  EXPECT_TRUE(ReadAll(**store, meta) == payload);
+}
+
+// A save that fails after its value files were written leaves nothing once
+// its staged files are removed.
+TEST(ValueFileTest, AbandonedAndRemovedStagedFilesTakeTheirValueFiles) {
+  TempDir dir;
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  const std::string payload = Pattern(128 << 10, 5);
+  {
+    auto writer = (*store)->NewStagedFile(1, 0, 0);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->Add("w", {0}, payload).ok());
+    EXPECT_EQ(FilesWith(dir.path(), ".val").first, 1);
+    (*writer)->Abandon();
+    EXPECT_EQ(FilesWith(dir.path(), ".val").first, 0);
+  }
+  auto writer = (*store)->NewStagedFile(1, 3, 2);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE((*writer)->Add("w", {0}, payload).ok());
+  auto staged = (*writer)->Finish();
+  ASSERT_TRUE(staged.ok());
+  EXPECT_EQ(FilesWith(dir.path(), ".val"),
+            (std::pair<int, uint64_t>{1, payload.size()}));
+  (*store)->RemoveStaged({*staged});
+  EXPECT_EQ(FilesWith(dir.path(), ".val").first, 0);
 }
 
 }  // namespace

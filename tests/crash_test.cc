@@ -108,8 +108,9 @@ bool AwaitCommits(int fd, int n) {
 
 uint64_t SstBytes(const std::string& dir) {
   uint64_t total = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().extension() == ".sst") total += e.file_size();
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.path().extension() == ".sst" || e.path().extension() == ".val")
+      total += e.file_size();
   }
   return total;
 }

@@ -147,11 +147,12 @@ TEST_F(Findings, AFailureAfterTheRecordIsDurableReturnsTheCheckpoint) {
   ExpectIntact(dir, {0, 1, 2});
 }
 
-// Bytes of the table files in the store's top directory.
+// Bytes of the store's table and value files.
 uint64_t TableBytes(const std::string& dir) {
   uint64_t n = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() == ".sst") n += e.file_size();
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().extension() == ".sst" || e.path().extension() == ".val")
+      n += e.file_size();
   }
   return n;
 }

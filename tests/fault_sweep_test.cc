@@ -87,6 +87,9 @@ void ExpectAccounted(const std::string& dir, const std::string& ctx) {
   EXPECT_TRUE(report->unaccounted_chunk_ids.empty())
       << ctx << ": chunks of id " << report->unaccounted_chunk_ids.front()
       << " unaccounted";
+  EXPECT_TRUE(report->unused_value_ids.empty())
+      << ctx << ": value files of id " << report->unused_value_ids.front()
+      << " left";
 }
 
 int Seeds() {

@@ -75,11 +75,13 @@ Options SmallChunks() {
   return options;
 }
 
-// Bytes of the store's table files (chunks and records).
+// Bytes of the store's table and value files (chunks and records).
 uint64_t TableBytes(const std::string& dir) {
   uint64_t total = 0;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.path().extension() == ".sst") total += entry.file_size();
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.path().extension() == ".sst" ||
+        entry.path().extension() == ".val")
+      total += entry.file_size();
   }
   return total;
 }
@@ -103,6 +105,9 @@ void ExpectStoreAccounted(const std::string& dir, const std::string& ctx) {
   EXPECT_TRUE(report->unaccounted_chunk_ids.empty())
       << ctx << ": unaccounted chunks of id "
       << report->unaccounted_chunk_ids.front();
+  EXPECT_TRUE(report->unused_value_ids.empty())
+      << ctx << ": value files of id " << report->unused_value_ids.front()
+      << " left";
 }
 
 class IncrementalChain : public ::testing::Test {
@@ -335,11 +340,14 @@ TEST(IncrementalTest, AChangedDtypeOrShapeIsWrittenAgain) {
   EXPECT_EQ(info->nbytes_written, info->nbytes);
 }
 
-// Flips a byte of every table file holding `probe`; true when one did.
+// Flips a byte of every table or value file holding `probe`; true when one
+// did.
 bool Damage(const std::string& dir, const std::string& probe) {
   bool damaged = false;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.path().extension() != ".sst") continue;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.path().extension() != ".sst" &&
+        entry.path().extension() != ".val")
+      continue;
     std::fstream f(entry.path(),
                    std::ios::in | std::ios::out | std::ios::binary);
     std::string content((std::istreambuf_iterator<char>(f)), {});

@@ -669,5 +669,58 @@ TEST(MultiRankTest, WriteErrorOnOneRankFailsTheSaveEverywhere) {
   });
 }
 
+// The same with the error on rank 1's value file (large chunks): the save
+// fails everywhere, and no rank leaves value files of it behind.
+TEST(MultiRankTest, ValueFileErrorOnOneRankFailsTheSaveEverywhere) {
+  if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
+  SharedTempDir dir;
+  // 128 KiB a rank: each rank's chunk goes to a value file. The second
+  // state differs everywhere, so that an incremental save writes it all.
+  const GlobalTensor w(DType::kFloat32, {96, 1024}, 37);
+  const GlobalTensor w2(DType::kFloat32, {96, 1024}, 38);
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm);
+    auto [b, e] = Part(96, rank, 3);
+    OwnedShard shard = ShardOf(w, {b, 0}, {e - b, 1024});
+    StateDict sd;
+    sd.Set("w", shard.View(w));
+    auto first = db->Save(sd, {.step = 1});
+    EXPECT_TRUE(first.ok()) << first.status().ToString();
+    const int64_t next = first.ok() ? first->id + 1 : 0;
+    const std::string values = dir.path() + "/values/" + std::to_string(next);
+    const std::string blocker = values + "/1-0.val";
+    if (rank == 1) std::filesystem::create_directories(blocker);
+    OwnedShard shard2 = ShardOf(w2, {b, 0}, {e - b, 1024});
+    StateDict sd2;
+    sd2.Set("w", shard2.View(w2));
+    EXPECT_TRUE(comm->Barrier().ok());
+    auto failed = db->Save(sd2, {.step = 2});
+    EXPECT_FALSE(failed.ok());
+    EXPECT_TRUE(failed.status().IsIOError()) << failed.status().ToString();
+    EXPECT_NE(failed.status().message().find("rank 1"), std::string::npos)
+        << failed.status().ToString();
+    EXPECT_NE(failed.status().message().find(blocker), std::string::npos)
+        << failed.status().ToString();
+    EXPECT_TRUE(comm->Barrier().ok());
+    if (rank == 0) {
+      std::error_code ec;
+      for (const auto& entry :
+           std::filesystem::directory_iterator(values, ec)) {
+        if (entry.path() == blocker) continue;
+        ADD_FAILURE() << "value file left: " << entry.path();
+      }
+      std::filesystem::remove_all(values, ec);
+    }
+    EXPECT_TRUE(comm->Barrier().ok());
+    auto again = db->Save(sd2, {.step = 2});
+    EXPECT_TRUE(again.ok()) << again.status().ToString();
+    OwnedShard target = TargetOf(w2, {0, 0}, {96, 1024});
+    StateDict want;
+    want.Set("w", target.View(w2));
+    EXPECT_TRUE(db->Load(want, CheckpointSelector::Step(2), {}).ok());
+    EXPECT_EQ(target.bytes, w2.bytes);
+  });
+}
+
 }  // namespace
 }  // namespace ckptdb

@@ -179,11 +179,14 @@ TEST(PartialReadRandomTest, MatchesTheWholeTensor) {
   }
 }
 
-// Flips a byte inside the stored copy of `probe` in the store's table files.
+// Flips a byte inside the stored copy of `probe` in the store's table and
+// value files.
 bool DamageStored(const std::string& dir, const std::string& probe) {
   bool damaged = false;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".sst") continue;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.path().extension() != ".sst" &&
+        entry.path().extension() != ".val")
+      continue;
     std::fstream f(entry.path(),
                    std::ios::in | std::ios::out | std::ios::binary);
     std::string content((std::istreambuf_iterator<char>(f)), {});

@@ -548,8 +548,11 @@ TEST(DBTest, DamagedChunkFailsLoadAndVerify) {
   bool damaged = false;
   const std::string probe(reinterpret_cast<const char*>(w.bytes.data()) + 1000,
                           64);
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-    if (entry.path().extension() != ".sst") continue;
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(dir.path())) {
+    if (entry.path().extension() != ".sst" &&
+        entry.path().extension() != ".val")
+      continue;
     std::fstream f(entry.path(),
                    std::ios::in | std::ios::out | std::ios::binary);
     std::string content((std::istreambuf_iterator<char>(f)), {});

@@ -44,10 +44,10 @@ def rand(shape, dtype=np.float32, seed=0):
 
 def damage(store, needle):
     """Flips bits of the first stored byte of `needle` (bytes of a saved tensor) in the
-    store's table files; returns whether it was found."""
+    store's table and value files; returns whether it was found."""
     for root, _, files in os.walk(store):
         for name in files:
-            if not name.endswith(".sst"):
+            if not name.endswith((".sst", ".val")):
                 continue
             p = os.path.join(root, name)
             with open(p, "rb") as f:

@@ -1,0 +1,162 @@
+#include "storage/value_files.h"
+
+#include <charconv>
+#include <filesystem>
+#include <utility>
+
+namespace ckptdb::storage {
+namespace fs = std::filesystem;
+namespace {
+
+// "CKV1", little-endian, at the start of every pointer.
+constexpr uint32_t kPointerMagic = 0x31564b43;
+// Write-back of a value file starts every this many bytes (sync_file_range),
+// while later chunks are still hashed and written, so that the sync at Finish
+// waits for little more than the last few MiB. It makes nothing durable.
+constexpr uint64_t kWriteBackBytes = uint64_t{4} << 20;
+
+template <typename T>
+void Put(std::string* out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i)
+    out->push_back(
+        static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff));
+}
+
+template <typename T>
+T Get(const char* p) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i)
+    v |= uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
+  return static_cast<T>(v);
+}
+
+}  // namespace
+
+std::string EncodeValuePointer(const ValuePointer& pointer) {
+  std::string out;
+  out.reserve(kValuePointerBytes);
+  Put<uint32_t>(&out, kPointerMagic);
+  Put<uint32_t>(&out, static_cast<uint32_t>(pointer.rank));
+  Put<uint32_t>(&out, pointer.part);
+  Put<uint32_t>(&out, 0);
+  Put<uint64_t>(&out, pointer.offset);
+  Put<uint64_t>(&out, pointer.nbytes);
+  return out;
+}
+
+std::optional<ValuePointer> DecodeValuePointer(std::string_view value) {
+  if (value.size() != kValuePointerBytes) return std::nullopt;
+  const char* p = value.data();
+  if (Get<uint32_t>(p) != kPointerMagic || Get<uint32_t>(p + 12) != 0)
+    return std::nullopt;
+  ValuePointer pointer;
+  pointer.rank = static_cast<int32_t>(Get<uint32_t>(p + 4));
+  pointer.part = Get<uint32_t>(p + 8);
+  pointer.offset = Get<uint64_t>(p + 16);
+  pointer.nbytes = Get<uint64_t>(p + 24);
+  if (pointer.rank < 0 || pointer.offset + pointer.nbytes < pointer.offset)
+    return std::nullopt;
+  return pointer;
+}
+
+std::string ValuesDir(const std::string& store_path) {
+  return (fs::path(store_path) / "values").string();
+}
+
+std::string ValueDirOf(const std::string& store_path, int64_t checkpoint_id) {
+  return (fs::path(ValuesDir(store_path)) / std::to_string(checkpoint_id))
+      .string();
+}
+
+std::string ValueFileName(int64_t checkpoint_id, int32_t rank, uint32_t part) {
+  return std::to_string(checkpoint_id) + "/" + std::to_string(rank) + "-" +
+         std::to_string(part) + ".val";
+}
+
+std::string ValueFilePath(const std::string& store_path, int64_t checkpoint_id,
+                          int32_t rank, uint32_t part) {
+  return (fs::path(ValuesDir(store_path)) /
+          ValueFileName(checkpoint_id, rank, part))
+      .string();
+}
+
+bool ParseValueDirName(std::string_view name, int64_t* checkpoint_id) {
+  if (name.empty() || name.size() > 18 ||
+      name.find_first_not_of("0123456789") != std::string_view::npos)
+    return false;
+  const auto [end, ec] =
+      std::from_chars(name.data(), name.data() + name.size(), *checkpoint_id);
+  return ec == std::errc() && end == name.data() + name.size() &&
+         *checkpoint_id > 0;
+}
+
+ValueFileWriter::ValueFileWriter(std::shared_ptr<StoreFileSystem> fs,
+                                 std::string store_path, int64_t checkpoint_id,
+                                 int32_t rank, uint32_t part)
+    : fs_(std::move(fs)),
+      store_path_(std::move(store_path)),
+      checkpoint_id_(checkpoint_id),
+      rank_(rank),
+      part_(part),
+      path_(ValueFilePath(store_path_, checkpoint_id, rank, part)) {}
+
+ValueFileWriter::~ValueFileWriter() {
+  if (file_) Abandon();
+}
+
+Status ValueFileWriter::Create() {
+  RETURN_IF_ERROR(
+      fs_->CreateDirIfMissing(ValueDirOf(store_path_, checkpoint_id_)));
+  rocksdb::FileOptions options;
+  // Plain write(2) calls, as a program writing its own files would make.
+  options.use_mmap_writes = false;
+  return FromRocks(fs_->NewWritableFile(path_, options, &file_, nullptr),
+                   "creating value file " + path_);
+}
+
+Result<ValuePointer> ValueFileWriter::Append(std::string_view bytes) {
+  if (!file_) RETURN_IF_ERROR(Create());
+  RETURN_IF_ERROR(
+      FromRocks(file_->Append(rocksdb::Slice(bytes.data(), bytes.size()),
+                              rocksdb::IOOptions(), nullptr),
+                "writing " + std::to_string(bytes.size()) +
+                    " bytes to value file " + path_));
+  ValuePointer pointer{rank_, part_, size_, bytes.size()};
+  size_ += bytes.size();
+  unsynced_ += bytes.size();
+  if (unsynced_ >= kWriteBackBytes) {
+    RETURN_IF_ERROR(FromRocks(file_->RangeSync(synced_to_, size_ - synced_to_,
+                                               rocksdb::IOOptions(), nullptr),
+                              "starting write-back of value file " + path_));
+    synced_to_ = size_;
+    unsynced_ = 0;
+  }
+  return pointer;
+}
+
+Status ValueFileWriter::Finish() {
+  if (!file_) return Status::OK();
+  Status s = FromRocks(file_->Sync(rocksdb::IOOptions(), nullptr),
+                       "syncing value file " + path_);
+  if (s.ok()) {
+    s = FromRocks(file_->Close(rocksdb::IOOptions(), nullptr),
+                  "closing value file " + path_);
+  }
+  file_.reset();
+  // The file's entry in its checkpoint's directory, and that directory's in
+  // the values directory.
+  if (s.ok()) s = fs_->SyncDir(ValueDirOf(store_path_, checkpoint_id_));
+  if (s.ok()) s = fs_->SyncDir(ValuesDir(store_path_));
+  if (!s.ok()) (void)fs_->Remove(path_);
+  return s;
+}
+
+void ValueFileWriter::Abandon() {
+  if (file_) {
+    (void)file_->Close(rocksdb::IOOptions(), nullptr);
+    file_.reset();
+  }
+  (void)fs_->Remove(path_);
+}
+
+}  // namespace ckptdb::storage

@@ -1,0 +1,98 @@
+#pragma once
+
+// Value files: where the bytes of large chunks live (format 3). A staged
+// writer appends each chunk of kExternalValueBytes or more to a value file of
+// its own, straight from the caller's memory, and puts a ValuePointer under
+// the chunk's key in its table file instead of the bytes. The table file's
+// blocks then hold no chunk bytes: no copy into RocksDB's block builder and no
+// block checksum over them; the chunk's own checksum covers them, and every
+// read checks it.
+//
+// Layout: <store>/values/<checkpoint id>/<writer rank>-<part>.val, one per
+// staged table file that has large chunks. The chunk key names the checkpoint
+// and writer rank, the pointer the part: a value file is reachable only
+// through keys in its checkpoint's key range. So once no table file holds
+// keys of a checkpoint, its value directory is garbage, and removing it is
+// provably safe (DropChunks, and a read-write open for leftovers).
+//
+// Durability: a writer syncs its value file and the directories naming it
+// before it reports success, and the coordinator checks that every value file
+// its staged table files point into is present and long enough before it
+// ingests them and writes the record (the commit point).
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ckptdb/status.h"
+#include "storage/file_system.h"
+
+namespace ckptdb::storage {
+
+// Chunks at least this large go to value files.
+inline constexpr size_t kExternalValueBytes = size_t{64} << 10;
+
+// Where one chunk's bytes lie in a value file. Encoded as 32 bytes (a chunk
+// stored in a value file is at least kExternalValueBytes long, so a pointer
+// is never mistaken for a chunk's own bytes: readers compare the value's size
+// with the chunk's).
+struct ValuePointer {
+  int32_t rank = 0;
+  uint32_t part = 0;
+  uint64_t offset = 0;
+  uint64_t nbytes = 0;
+};
+inline constexpr size_t kValuePointerBytes = 32;
+std::string EncodeValuePointer(const ValuePointer& pointer);
+// nullopt unless `value` is an encoded pointer.
+std::optional<ValuePointer> DecodeValuePointer(std::string_view value);
+
+// <store>/values, and the directory and file names inside it.
+std::string ValuesDir(const std::string& store_path);
+std::string ValueDirOf(const std::string& store_path, int64_t checkpoint_id);
+std::string ValueFilePath(const std::string& store_path, int64_t checkpoint_id,
+                          int32_t rank, uint32_t part);
+// The value file's path relative to ValuesDir.
+std::string ValueFileName(int64_t checkpoint_id, int32_t rank, uint32_t part);
+// The checkpoint id a directory under ValuesDir is named for; false for any
+// other name.
+bool ParseValueDirName(std::string_view name, int64_t* checkpoint_id);
+
+// Appends chunk values to one value file through the store's file system
+// (every call can be failed by a test). The file is created on the first
+// Append. Not thread-safe.
+class ValueFileWriter {
+ public:
+  ValueFileWriter(std::shared_ptr<StoreFileSystem> fs, std::string store_path,
+                  int64_t checkpoint_id, int32_t rank, uint32_t part);
+  ~ValueFileWriter();
+
+  // Appends `bytes`; returns the pointer to them.
+  Result<ValuePointer> Append(std::string_view bytes);
+  // Syncs and closes the file, then syncs the directories that name it. A
+  // no-op when nothing was appended.
+  Status Finish();
+  // Closes and removes the file (best effort).
+  void Abandon();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  Status Create();
+
+  std::shared_ptr<StoreFileSystem> fs_;
+  const std::string store_path_;
+  const int64_t checkpoint_id_;
+  const int32_t rank_;
+  const uint32_t part_;
+  const std::string path_;
+  std::unique_ptr<rocksdb::FSWritableFile> file_;
+  uint64_t size_ = 0;
+  // Bytes appended since write-back was last started (RangeSync).
+  uint64_t unsynced_ = 0;
+  uint64_t synced_to_ = 0;
+};
+
+}  // namespace ckptdb::storage
