@@ -7,7 +7,6 @@
 #include <string_view>
 
 #include "storage/checksum.h"
-#include "storage/keys.h"
 #include "storage/value_files.h"
 
 namespace ckptdb::storage {
@@ -65,25 +64,20 @@ T GetLittleEndian(const char* p) {
 // read is checked against the chunk's checksum and falls back to Get.
 class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
  public:
+  explicit ValueOffsetCollector(std::shared_ptr<ValueFileLog> log)
+      : log_(std::move(log)) {}
+
   rocksdb::Status AddUserKey(const rocksdb::Slice& key,
                              const rocksdb::Slice& value,
                              rocksdb::EntryType type, rocksdb::SequenceNumber,
                              uint64_t file_size) override {
     if (type != rocksdb::kEntryPut) return rocksdb::Status::OK();
-    int64_t id = 0;
-    const std::optional<ValuePointer> pointer =
-        DecodeValuePointer(value.ToStringView());
-    if (pointer && DecodeCheckpointId(key.ToStringView(), &id)) {
-      const std::string name = ValueFileName(id, pointer->rank, pointer->part);
-      // One value file per table file; anything else is not read directly.
-      if (value_file_.empty()) value_file_ = name;
-      if (name == value_file_) {
-        PutLittleEndian<uint64_t>(&pointers_, KeyHash(key.ToStringView()));
-        PutLittleEndian<uint64_t>(&pointers_, pointer->offset);
-        value_end_ = std::max(value_end_, pointer->offset + pointer->nbytes);
-      } else {
-        mixed_ = true;
-      }
+    // The writer says which values are pointers: a chunk's own bytes may look
+    // like one.
+    if (log_ && log_->next_is_pointer) {
+      log_->next_is_pointer = false;
+      PutLittleEndian<uint64_t>(&pointers_, KeyHash(key.ToStringView()));
+      PutLittleEndian<uint64_t>(&pointers_, log_->next_offset);
     } else if (entries_ == 0 || file_size != last_block_) {
       const uint64_t internal_key = key.size() + 8;
       const uint64_t at = file_size + VarintLength(0) +
@@ -106,12 +100,11 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
       out += *key;
     }
     (*props)[kValueOffsetsProperty] = out + offsets_;
-    if (!value_file_.empty()) {
-      std::string file = value_file_;
+    if (!pointers_.empty()) {
+      std::string file = log_->name;
       file.push_back('\0');
-      PutLittleEndian<uint64_t>(&file, value_end_);
-      (*props)[kValueFileProperty] =
-          file + (mixed_ ? std::string() : pointers_);
+      PutLittleEndian<uint64_t>(&file, log_->end);
+      (*props)[kValueFileProperty] = file + pointers_;
     }
     return rocksdb::Status::OK();
   }
@@ -123,12 +116,10 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
 
  private:
   std::string offsets_;
-  // The value file the pointers name, how far into it they reach, and the
-  // pointers' key hashes and offsets; mixed_ when pointers name several files.
-  std::string value_file_;
-  uint64_t value_end_ = 0;
+  // Set by a staged writer whose table file holds pointers.
+  std::shared_ptr<ValueFileLog> log_;
+  // The pointers' key hashes and offsets in the value file.
   std::string pointers_;
-  bool mixed_ = false;
   std::string first_, last_;
   uint64_t last_block_ = 0;
   uint64_t entries_ = 0;
@@ -137,13 +128,18 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
 class ValueOffsetCollectorFactory
     : public rocksdb::TablePropertiesCollectorFactory {
  public:
+  explicit ValueOffsetCollectorFactory(std::shared_ptr<ValueFileLog> log)
+      : log_(std::move(log)) {}
   rocksdb::TablePropertiesCollector* CreateTablePropertiesCollector(
       rocksdb::TablePropertiesCollectorFactory::Context) override {
-    return new ValueOffsetCollector();
+    return new ValueOffsetCollector(log_);
   }
   const char* Name() const override {
     return "ckptdb.ValueOffsetCollectorFactory";
   }
+
+ private:
+  std::shared_ptr<ValueFileLog> log_;
 };
 
 // Ends a data block at the block size, as RocksDB's default policy does, and
@@ -206,8 +202,8 @@ NewChunkFlushBlockPolicyFactory() {
 }
 
 std::shared_ptr<rocksdb::TablePropertiesCollectorFactory>
-NewValueOffsetCollectorFactory() {
-  return std::make_shared<ValueOffsetCollectorFactory>();
+NewValueOffsetCollectorFactory(std::shared_ptr<ValueFileLog> log) {
+  return std::make_shared<ValueOffsetCollectorFactory>(std::move(log));
 }
 
 std::optional<ValueFileExtent> ValueFileOf(
@@ -244,7 +240,8 @@ void ParsePairs(std::string_view bytes,
 
 std::shared_ptr<const FileOffsets> ParseFileOffsets(
     const std::string& path, const rocksdb::TableProperties& props,
-    const std::string& store_path) {
+    const std::string& store_path,
+    const std::function<bool(const std::string&)>& may_open) {
   auto found = props.user_collected_properties.find(kValueOffsetsProperty);
   if (found == props.user_collected_properties.end()) return nullptr;
   auto file = std::make_shared<FileOffsets>();
@@ -268,10 +265,12 @@ std::shared_ptr<const FileOffsets> ParseFileOffsets(
   // A file of small chunks only is kept too: its range answers "not direct"
   // without asking RocksDB again.
   if (!file->at.empty()) {
+    if (!may_open(path)) return nullptr;
     file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (file->fd < 0) return nullptr;
   }
   if (!file->external.empty()) {
+    if (!may_open(file->value_path)) return nullptr;
     file->value_fd = ::open(file->value_path.c_str(), O_RDONLY | O_CLOEXEC);
     if (file->value_fd < 0) return nullptr;
   }

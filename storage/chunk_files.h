@@ -13,6 +13,7 @@
 #include <rocksdb/table_properties.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,10 +32,21 @@ inline constexpr size_t kOwnBlockBytes = BufferPool::kMinPooled;
 std::shared_ptr<rocksdb::FlushBlockPolicyFactory>
 NewChunkFlushBlockPolicyFactory();
 
+// What a staged writer tells the collector of its table file about the value
+// file its pointers point into: its name (ValueFileName), how long it is, and
+// whether the value being added is a pointer (to the value at next_offset).
+struct ValueFileLog {
+  std::string name;
+  uint64_t end = 0;
+  bool next_is_pointer = false;
+  uint64_t next_offset = 0;
+};
+
 // Records in each table file where the values of chunks that start a data
-// block lie.
+// block lie; with `log`, also where the values its writer put in the value
+// file lie (the pointers, as the writer declares them).
 std::shared_ptr<rocksdb::TablePropertiesCollectorFactory>
-NewValueOffsetCollectorFactory();
+NewValueOffsetCollectorFactory(std::shared_ptr<ValueFileLog> log = nullptr);
 
 // Where the chunk values of one table file start
 // (NewValueOffsetCollectorFactory), with the file holding them open. Keys
@@ -75,10 +87,11 @@ struct FileOffsets {
 // Parses one table file's value offsets and opens the files they point into
 // (when it has any); nullptr when it has no such property or cannot be opened
 // (its chunks are then read through RocksDB). `store_path` locates value
-// files.
+// files; `may_open` is asked before each file is opened.
 std::shared_ptr<const FileOffsets> ParseFileOffsets(
     const std::string& path, const rocksdb::TableProperties& props,
-    const std::string& store_path);
+    const std::string& store_path,
+    const std::function<bool(const std::string&)>& may_open);
 
 // The value file a table file's chunks point into (its name under the values
 // directory) and how long it must be; nullopt when they point into none.

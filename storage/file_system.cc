@@ -340,6 +340,11 @@ Status StoreFileSystem::CheckRead(const std::string& path) {
   return FromRocks(Check(FileOp::kRead, path), "reading " + path);
 }
 
+Status StoreFileSystem::CheckOpenForRead(const std::string& path) {
+  return FromRocks(Check(FileOp::kOpen, path, 0, /*mutating=*/false),
+                   "opening " + path);
+}
+
 // RocksDB's operations -----------------------------------------------------
 
 IOStatus StoreFileSystem::NewSequentialFile(
@@ -449,7 +454,8 @@ IOStatus StoreFileSystem::CreateDirIfMissing(const std::string& d,
                                              const IOOptions& options,
                                              IODebugContext* dbg) {
   IOStatus s = Check(FileOp::kCreateDir, d);
-  return s.ok() ? target()->CreateDirIfMissing(d, options, dbg) : s;
+  return Done(FileOp::kCreateDir, d,
+              s.ok() ? target()->CreateDirIfMissing(d, options, dbg) : s);
 }
 
 IOStatus StoreFileSystem::DeleteDir(const std::string& d,

@@ -52,6 +52,9 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   // Asks whether a read of `path` (a direct chunk read) may run: the injector's
   // verdict, as an IOError.
   Status CheckRead(const std::string& path);
+  // Asks whether `path` may be opened for reading (a value file, read
+  // directly): the injector's verdict, as an IOError.
+  Status CheckOpenForRead(const std::string& path);
 
   // Reads of `paths` are kept in memory (up to `max_bytes`) and later reads
   // of the same range answered from there, until UnpinReads. A RocksDB 7.8

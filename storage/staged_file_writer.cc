@@ -5,7 +5,6 @@
 #include <rocksdb/options.h>
 #include <rocksdb/sst_file_writer.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -27,17 +26,22 @@ class StagedFileWriterImpl : public StagedFileWriter {
  public:
   StagedFileWriterImpl(std::string path, const std::string& store_path,
                        int64_t id, int32_t rank, uint32_t part,
-                       std::shared_ptr<StoreFileSystem> fs,
+                       bool value_files, std::shared_ptr<StoreFileSystem> fs,
                        std::shared_ptr<rocksdb::Env> env)
       : path_(std::move(path)),
         id_(id),
         rank_(rank),
         fs_(std::move(fs)),
         env_(std::move(env)),
+        value_files_(value_files),
         values_(fs_, store_path, id, rank, part) {
     rocksdb::Options options;
     static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
     options.env = env_.get();
+    // This writer's collector learns from it which values are pointers.
+    log_->name = ValueFileName(id, rank, part);
+    options.table_properties_collector_factories = {
+        NewValueOffsetCollectorFactory(log_)};
     // The table file holds keys, pointers and small chunks only.
     rocksdb::EnvOptions env_options;
     // Written pages stay cached, as for any file write: a load soon after a
@@ -64,13 +68,18 @@ class StagedFileWriterImpl : public StagedFileWriter {
         EncodeChunkKey(id_, rank_, tensor_key, global_offset);
     std::string pointer;
     rocksdb::Slice value(bytes.data(), bytes.size());
-    if (bytes.size() >= kExternalValueBytes) {
+    if (value_files_ && bytes.size() >= kExternalValueBytes) {
       ASSIGN_OR_RETURN(const ValuePointer at, values_.Append(bytes));
       pointer = EncodeValuePointer(at);
       value = pointer;
+      log_->end = at.offset + at.nbytes;
+      log_->next_offset = at.offset;
+      log_->next_is_pointer = true;
     }
+    const rocksdb::Status put = writer_->Put(key, value);
+    log_->next_is_pointer = false;
     RETURN_IF_ERROR(FromRocks(
-        writer_->Put(key, value),
+        put,
         "staging chunk of '" + std::string(tensor_key) + "' into " + path_));
     ++entries_;
     return checksum;
@@ -109,7 +118,9 @@ class StagedFileWriterImpl : public StagedFileWriter {
   // Outlives writer_, which writes through it.
   std::shared_ptr<rocksdb::Env> env_;
   std::unique_ptr<rocksdb::SstFileWriter> writer_;
+  const bool value_files_;
   ValueFileWriter values_;
+  const std::shared_ptr<ValueFileLog> log_ = std::make_shared<ValueFileLog>();
   size_t entries_ = 0;
   bool finished_ = false;
 };
@@ -125,21 +136,6 @@ std::string StagedFileName(int64_t checkpoint_id, int32_t rank, int part) {
          std::to_string(part) + ".sst";
 }
 
-std::optional<StagedName> ParseStagedName(const std::string& path) {
-  const std::string name = fs::path(path).filename().string();
-  StagedName out;
-  long long id = 0;
-  int rank = 0, part = 0, used = 0;
-  if (std::sscanf(name.c_str(), "%lld-%d-%d.sst%n", &id, &rank, &part, &used) !=
-          3 ||
-      static_cast<size_t>(used) != name.size() || rank < 0 || part < 0)
-    return std::nullopt;
-  out.checkpoint_id = id;
-  out.rank = rank;
-  out.part = static_cast<uint32_t>(part);
-  return out;
-}
-
 Result<std::unique_ptr<StagedFileWriter>> StoreImpl::NewStagedFile(
     int64_t checkpoint_id, int32_t rank, int part) {
   std::shared_lock lock(mu_);
@@ -149,23 +145,20 @@ Result<std::unique_ptr<StagedFileWriter>> StoreImpl::NewStagedFile(
   const std::string path =
       (fs::path(dir) / StagedFileName(checkpoint_id, rank, part)).string();
   auto writer = std::make_unique<StagedFileWriterImpl>(
-      path, path_, checkpoint_id, rank, static_cast<uint32_t>(part), fs_, env_);
+      path, path_, checkpoint_id, rank, static_cast<uint32_t>(part),
+      options_.value_files, fs_, env_);
   RETURN_IF_ERROR(writer->Open());
   return std::unique_ptr<StagedFileWriter>(std::move(writer));
 }
 
 void StoreImpl::RemoveStaged(const std::vector<std::string>& staged_files) {
   std::shared_lock lock(mu_);
-  // Best effort: a read-write open clears the staging directory, and the
-  // value files of checkpoints without chunks, anyway.
+  // Best effort: a read-write open clears the staging directory anyway. The
+  // save's value files stay: it may have committed after all (an error that
+  // cannot tell); the next save's NextCheckpointId, or a read-write open,
+  // removes them once no table file holds the checkpoint's keys.
   if (!fs_) return;
-  for (const auto& file : staged_files) {
-    (void)fs_->Remove(file);
-    if (auto name = ParseStagedName(file)) {
-      (void)fs_->Remove(
-          ValueFilePath(path_, name->checkpoint_id, name->rank, name->part));
-    }
-  }
+  for (const auto& file : staged_files) (void)fs_->Remove(file);
 }
 
 }  // namespace ckptdb::storage

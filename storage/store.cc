@@ -77,31 +77,47 @@ Status StoreImpl::DropChunks(int64_t checkpoint_id) {
   return RemoveValueDir(checkpoint_id);
 }
 
-std::vector<int64_t> StoreImpl::UnusedValueDirs(const std::set<int64_t>& live) {
+Result<std::vector<int64_t>> StoreImpl::UnusedValueDirs(
+    const std::set<int64_t>& live) {
+  std::vector<std::string> names;
+  const rocksdb::IOStatus listed =
+      fs_->GetChildren(ValuesDir(path_), rocksdb::IOOptions(), &names, nullptr);
+  if (listed.IsNotFound()) return std::vector<int64_t>();
+  RETURN_IF_ERROR(FromRocks(listed, "listing " + ValuesDir(path_)));
   std::vector<int64_t> unused;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(ValuesDir(path_), ec)) {
+  for (const std::string& name : names) {
     int64_t id = 0;
-    if (ParseValueDirName(entry.path().filename().string(), &id) &&
-        !live.contains(id))
+    if (ParseValueDirName(name, &id) && !live.contains(id))
       unused.push_back(id);
   }
   std::sort(unused.begin(), unused.end());
   return unused;
 }
 
+void StoreImpl::RemoveUnusedValueDirs() {
+  Result<std::vector<int64_t>> unused = UnusedValueDirs(LiveChunkIds());
+  if (!unused.ok()) return;
+  for (int64_t id : *unused) (void)RemoveValueDir(id);
+}
+
 Status StoreImpl::RemoveValueDir(int64_t checkpoint_id) {
   const std::string dir = ValueDirOf(path_, checkpoint_id);
   std::vector<std::string> names;
-  rocksdb::IOStatus listed =
+  const rocksdb::IOStatus listed =
       fs_->GetChildren(dir, rocksdb::IOOptions(), &names, nullptr);
-  if (listed.IsNotFound() || fs_->FileExists(dir, {}, nullptr).IsNotFound())
-    return Status::OK();
+  if (listed.IsNotFound()) return Status::OK();
   RETURN_IF_ERROR(FromRocks(listed, "listing " + dir));
+  // Only value files: anything else in the directory is not ckptdb's.
+  bool foreign = false;
   for (const std::string& name : names) {
     if (name == "." || name == "..") continue;
+    if (!name.ends_with(".val")) {
+      foreign = true;
+      continue;
+    }
     RETURN_IF_ERROR(fs_->Remove(dir + "/" + name));
   }
+  if (foreign) return Status::OK();
   RETURN_IF_ERROR(FromRocks(fs_->DeleteDir(dir, rocksdb::IOOptions(), nullptr),
                             "removing " + dir));
   return fs_->SyncDir(ValuesDir(path_));
@@ -243,8 +259,7 @@ Status StoreImpl::CheckIngested(const CheckpointMetadata& meta) {
 Status StoreImpl::RemoveLeftovers() {
   std::error_code ec;
   // Value files of checkpoints without chunks: no key can reach them.
-  for (int64_t id : UnusedValueDirs(LiveChunkIds()))
-    RETURN_IF_ERROR(RemoveValueDir(id));
+  RemoveUnusedValueDirs();
   if (fs::exists(StagingDir(path_), ec)) {
     for (const auto& entry : fs::directory_iterator(StagingDir(path_), ec))
       RETURN_IF_ERROR(fs_->Remove(entry.path().string()));
@@ -345,6 +360,10 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
     next = std::max(next, committed + 1);
     return true;
   }));
+  // The value files of a failed save (kept in case it committed after all)
+  // and of interrupted deletes: nothing writes value files now, and none that
+  // no table file reaches can become reachable.
+  RemoveUnusedValueDirs();
   return next;
 }
 
@@ -553,7 +572,7 @@ Result<StoreReport> StoreImpl::Check() {
   ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
   const std::set<int64_t> live = LiveChunkIds();
-  report.unused_value_ids = UnusedValueDirs(live);
+  ASSIGN_OR_RETURN(report.unused_value_ids, UnusedValueDirs(live));
   for (int64_t id : live) {
     // A deletion under way is not a problem, nor the chunks of a deleted
     // checkpoint that later ones share.

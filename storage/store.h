@@ -27,6 +27,10 @@ struct StoreOptions {
   bool read_only = false;
   // fsync the store's own files (journal, markers) and directories.
   bool sync = true;
+  // Testing hook: false writes chunks of any size into table files, as stores
+  // of format 2 hold them (large chunks start a data block of their own),
+  // instead of large ones into value files.
+  bool value_files = true;
 };
 
 // The bytes of one chunk read from a store, pinned without a copy where
@@ -90,10 +94,11 @@ struct StoreReport {
   std::vector<std::string> damaged_journal_copies;
 };
 
-// One RocksDB database with column families `chunks` (tensor bytes) and `meta`
-// (per checkpoint a main Cap'n Proto record, the commit point, and one record
-// per tensor holding its chunks; storage/keys.h). Thread-safe for concurrent
-// reads.
+// One RocksDB database with column families `chunks` (tensor bytes, or for
+// chunks of 64 KiB or more pointers into value files: value_files.h) and
+// `meta` (per checkpoint a main Cap'n Proto record, the commit point, and one
+// record per tensor holding its chunks; storage/keys.h). Thread-safe for
+// concurrent reads.
 class Store {
  public:
   // Opens the store at `path`. A read-write open takes RocksDB's lock, removes
@@ -124,7 +129,9 @@ class Store {
   virtual Result<CheckpointMetadata> GetMetadata(
       int64_t checkpoint_id, const std::vector<std::string>& tensor_keys) = 0;
 
-  // The id the next commit will get. Read-write only.
+  // The id the next commit will get. Read-write only. Called before a save
+  // stages anything: it also removes the value files that no table file
+  // reaches (those of a failed save, kept in case it committed after all).
   virtual Result<int64_t> NextCheckpointId() = 0;
   // InvalidArgument when `tag` names a committed checkpoint.
   virtual Status CheckTagFree(const std::string& tag) = 0;
@@ -145,9 +152,10 @@ class Store {
   virtual Result<ChunkBuffer> ReadChunk(int64_t checkpoint_id,
                                         std::string_view tensor_key,
                                         const ChunkMetadata& chunk) = 0;
-  // Like ReadChunk, into `dst` (chunk.nbytes bytes): a chunk that starts a
-  // data block of its table file is read straight from the file, with no
-  // intermediate buffer. `dst` may be partly written on error.
+  // Like ReadChunk, into `dst` (chunk.nbytes bytes): a chunk in a value file,
+  // or one that starts a data block of its table file, is read straight from
+  // the file, with no intermediate buffer. `dst` may be partly written on
+  // error.
   virtual Status ReadChunkInto(int64_t checkpoint_id,
                                std::string_view tensor_key,
                                const ChunkMetadata& chunk, void* dst) = 0;
@@ -159,10 +167,11 @@ class Store {
                                     std::string_view tensor_key,
                                     const ChunkMetadata& chunk,
                                     const std::vector<ChunkPiece>& pieces) = 0;
-  // Reads one chunk through RocksDB with its block checksums verified, then
-  // checks the chunk's own checksum: what DB::Verify runs, so that damage to a
-  // table file outside chunk values (which direct reads never touch) is found
-  // too.
+  // Reads one chunk through RocksDB with its block checksums verified (for a
+  // chunk in a value file, its pointer; then the bytes from the value file),
+  // then checks the chunk's own checksum: what DB::Verify runs, so that damage
+  // to a table file outside chunk values (which direct reads never touch) is
+  // found too.
   virtual Status VerifyChunk(int64_t checkpoint_id, std::string_view tensor_key,
                              const ChunkMetadata& chunk) = 0;
 

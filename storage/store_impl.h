@@ -47,13 +47,6 @@ bool IsNoSpace(const Status& s);
 
 // Staged files are named <checkpoint id>-<rank>-<part>.sst.
 std::string StagedFileName(int64_t checkpoint_id, int32_t rank, int part);
-struct StagedName {
-  int64_t checkpoint_id = 0;
-  int32_t rank = 0;
-  uint32_t part = 0;
-};
-// nullopt for any other name.
-std::optional<StagedName> ParseStagedName(const std::string& path);
 
 // Options of the `chunks` column family, which staged files are written with
 // too. `block_cache` holds the allocator chunk reads use; chunks themselves
@@ -238,11 +231,15 @@ class StoreImpl : public Store {
   // checkpoint's key range.
   Status CheckIngested(const CheckpointMetadata& meta);
   Status DropChunks(int64_t checkpoint_id);
-  // Removes a checkpoint's value files and their directory, once no table
-  // file holds its keys.
+  // Removes a checkpoint's value files and then, when nothing else is in it,
+  // their directory; for when no table file holds the checkpoint's keys.
   Status RemoveValueDir(int64_t checkpoint_id);
   // Checkpoint ids with a value directory but no key in `live` (LiveChunkIds).
-  std::vector<int64_t> UnusedValueDirs(const std::set<int64_t>& live);
+  Result<std::vector<int64_t>> UnusedValueDirs(const std::set<int64_t>& live);
+  // Best effort: removes the value directories of checkpoints no table file
+  // holds keys of (leftovers of interrupted saves and deletes). What cannot be
+  // removed stays, for Check to report and a later call to retry.
+  void RemoveUnusedValueDirs();
   // IOError unless the value file a staged file points into is there and
   // long enough.
   Status CheckValueFile(const std::string& staged,
@@ -282,6 +279,13 @@ class StoreImpl : public Store {
   Status ReadPointedValue(int64_t checkpoint_id, std::string_view tensor_key,
                           const ChunkMetadata& chunk,
                           const ValuePointer& pointer, ChunkBuffer* buffer);
+  // Whether the journal on disk no longer lists `checkpoint_id` as committed
+  // (a writer deleted it after this handle read its record).
+  bool DeletedSinceOpen(int64_t checkpoint_id);
+  // Reads the bytes `pointer` points at from the value file open as `fd`
+  // into `buffer`; `what` names the chunk in errors.
+  Status ReadValueFile(int fd, const std::string& path, const std::string& what,
+                       const ValuePointer& pointer, ChunkBuffer* buffer);
   // Checkpoint ids that some live chunk file holds keys of.
   std::set<int64_t> LiveChunkIds();
   // Calls fn(id, main record bytes) for every committed checkpoint in id

@@ -1,7 +1,9 @@
-// Chunk reads: straight from table files where a chunk starts a block
-// (chunk_files.h), through RocksDB otherwise; every read checksum-checked.
+// Chunk reads: straight from value files, or from table files where a chunk
+// starts a block (chunk_files.h), through RocksDB otherwise; every read
+// checksum-checked.
 #include <fcntl.h>
 #include <rocksdb/db.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <climits>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -100,7 +103,10 @@ StoreImpl::LocateValue(int64_t id, const std::string& key) {
       bool known = false;
       for (const auto& file : index.files) known |= file->path == path;
       if (known) continue;
-      if (auto file = ParseFileOffsets(path, *props, path_)) {
+      auto may_open = [&](const std::string& file) {
+        return fs_->CheckOpenForRead(file).ok();
+      };
+      if (auto file = ParseFileOffsets(path, *props, path_, may_open)) {
         index.files.push_back(std::move(file));
         added = true;
       }
@@ -208,29 +214,73 @@ Status StoreImpl::ReadPointedValue(int64_t checkpoint_id,
                               std::to_string(chunk.nbytes) + " of rank " +
                               std::to_string(chunk.writer_rank));
   }
-  RETURN_IF_ERROR(fs_->CheckRead(path));
+  RETURN_IF_ERROR(fs_->CheckOpenForRead(path));
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    if (err == ENOENT) return Status::Corruption(what + " is missing");
-    return Status::IOError("opening " + path + " to read " +
-                           ChunkName(checkpoint_id, tensor_key, chunk) + ": " +
-                           std::strerror(err));
+    if (err != ENOENT) {
+      return Status::IOError("opening " + path + " to read " +
+                             ChunkName(checkpoint_id, tensor_key, chunk) +
+                             ": " + std::strerror(err));
+    }
+    // A checkpoint deleted since the caller read its metadata is gone, not
+    // damaged. This handle may still see its record and table files (a
+    // read-only handle sees the store as of its open): the journal on disk
+    // says whether it is still committed.
+    rocksdb::PinnableSlice record;
+    if (GetRecord(checkpoint_id, &record).IsNotFound() ||
+        DeletedSinceOpen(checkpoint_id)) {
+      return Status::NotFound("checkpoint id " + std::to_string(checkpoint_id) +
+                              " of store '" + path_ +
+                              "' was deleted while it was read (" + what + ")");
+    }
+    return Status::Corruption(what + " is missing");
   }
+  const Status read = ReadValueFile(fd, path, what, pointer, buffer);
+  ::close(fd);
+  return read;
+}
+
+bool StoreImpl::DeletedSinceOpen(int64_t checkpoint_id) {
+  Result<JournalState> state = ReadJournal(*fs_, path_);
+  return state.ok() && state->journal &&
+         !state->journal->committed.contains(checkpoint_id);
+}
+
+Status StoreImpl::ReadValueFile(int fd, const std::string& path,
+                                const std::string& what,
+                                const ValuePointer& pointer,
+                                ChunkBuffer* buffer) {
+  // The size first: the pointer comes from the store, which may come from
+  // anywhere, and sizes no file holds must not be allocated.
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    return Status::IOError("reading the size of " + path + " for " + what +
+                           ": " + std::strerror(errno));
+  }
+  if (static_cast<uint64_t>(st.st_size) < pointer.offset + pointer.nbytes) {
+    return Status::Corruption(what + " is damaged: the file ends at byte " +
+                              std::to_string(st.st_size) +
+                              ", before its end at byte " +
+                              std::to_string(pointer.offset + pointer.nbytes));
+  }
+  RETURN_IF_ERROR(fs_->CheckRead(path));
   ChunkBuffer::Impl& impl = *buffer->impl_;
   impl.pool = pool_;
-  impl.owned = static_cast<char*>(pool_->Allocate(chunk.nbytes));
-  impl.owned_size = chunk.nbytes;
-  std::vector<iovec> iov = {{impl.owned, chunk.nbytes}};
+  try {
+    impl.owned = static_cast<char*>(pool_->Allocate(pointer.nbytes));
+  } catch (const std::bad_alloc&) {
+    return Status::IOError("cannot allocate the " +
+                           std::to_string(pointer.nbytes) + " bytes of " +
+                           what);
+  }
+  impl.owned_size = pointer.nbytes;
+  std::vector<iovec> iov = {{impl.owned, pointer.nbytes}};
   errno = 0;
-  const bool read = PreadAll(fd, iov, pointer.offset);
-  const int err = errno;
-  ::close(fd);
-  if (read) return Status::OK();
-  if (err != 0) {
-    return Status::IOError("reading " + path + " for " +
-                           ChunkName(checkpoint_id, tensor_key, chunk) + ": " +
-                           std::strerror(err));
+  if (PreadAll(fd, iov, pointer.offset)) return Status::OK();
+  if (errno != 0) {
+    return Status::IOError("reading " + path + " for " + what + ": " +
+                           std::strerror(errno));
   }
   return Status::Corruption(what + " is damaged: the file ends before byte " +
                             std::to_string(pointer.offset + pointer.nbytes));

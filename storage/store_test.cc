@@ -787,9 +787,11 @@ TEST(ValueFileTest, OpenRemovesValueFilesThatNoChunkReaches) {
   EXPECT_TRUE(ReadAll(**store, meta) == payload);
 }
 
-// A save that fails after its value files were written leaves nothing once
-// its staged files are removed.
-TEST(ValueFileTest, AbandonedAndRemovedStagedFilesTakeTheirValueFiles) {
+// The value files of a save that fails after writing them stay while it may
+// have committed (RemoveStaged leaves them); the next save's
+// NextCheckpointId removes them, since no table file holds their keys.
+// Abandoned writers remove their own.
+TEST(ValueFileTest, ValueFilesOfAFailedSaveGoWhenTheNextSaveStarts) {
   TempDir dir;
   auto store = Store::Open(dir.path(), {});
   ASSERT_TRUE(store.ok());
@@ -810,7 +812,158 @@ TEST(ValueFileTest, AbandonedAndRemovedStagedFilesTakeTheirValueFiles) {
   EXPECT_EQ(FilesWith(dir.path(), ".val"),
             (std::pair<int, uint64_t>{1, payload.size()}));
   (*store)->RemoveStaged({*staged});
+  EXPECT_EQ(FilesWith(dir.path(), ".val").first, 1);
+  EXPECT_EQ((*store)->Check()->unused_value_ids, std::vector<int64_t>{1});
+  EXPECT_EQ(*(*store)->NextCheckpointId(), 1);
   EXPECT_EQ(FilesWith(dir.path(), ".val").first, 0);
+  EXPECT_FALSE(fs::exists(ValueDirOf(dir.path(), 1)));
+}
+
+// A chunk whose own bytes look like a pointer (32 bytes, the pointer's magic)
+// is stored and read as the bytes it is.
+TEST(ValueFileTest, AChunkThatLooksLikeAPointerIsJustBytes) {
+  TempDir dir;
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  const std::string lookalike = EncodeValuePointer({0, 7, 0, 1 << 20});
+  auto meta = SaveBytes(**store, lookalike, 1);
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  EXPECT_TRUE(ReadAll(**store, *meta) == lookalike);
+  const ChunkMetadata& chunk = meta->tensors.at("w").chunks[0];
+  EXPECT_TRUE((*store)->VerifyChunk(meta->info.id, "w", chunk).ok());
+  EXPECT_FALSE(fs::exists(ValuesDir(dir.path())));
+}
+
+// A reader that still sees a deleted checkpoint's table files (no Refresh)
+// finds its value files gone: NotFound, as for any read that races a delete,
+// not Corruption.
+TEST(ValueFileTest, AReadThatRacesADeleteIsNotFound) {
+  TempDir dir;
+  auto writer = Store::Open(dir.path(), {});
+  ASSERT_TRUE(writer.ok());
+  auto saved = SaveBytes(**writer, Pattern(256 << 10, 6), 1);
+  ASSERT_TRUE(saved.ok());
+  auto reader = Store::Open(dir.path(), {.read_only = true});
+  ASSERT_TRUE(reader.ok());
+  const ChunkMetadata& chunk = saved->tensors.at("w").chunks[0];
+  ASSERT_TRUE((*reader)->VerifyChunk(saved->info.id, "w", chunk).ok());
+  ASSERT_TRUE((*writer)->Delete(saved->info.id).ok());
+  ASSERT_FALSE(fs::exists(ValueDirOf(dir.path(), saved->info.id)));
+  const Status verified = (*reader)->VerifyChunk(saved->info.id, "w", chunk);
+  EXPECT_TRUE(verified.IsNotFound()) << verified.ToString();
+  EXPECT_NE(verified.message().find("was deleted while it was read"),
+            std::string::npos)
+      << verified.ToString();
+}
+
+// Something not ckptdb's inside a value directory stays, and neither a delete
+// nor an open fails over it.
+TEST(ValueFileTest, AForeignEntryInAValueDirectoryBlocksNothing) {
+  TempDir dir;
+  CheckpointMetadata meta;
+  {
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(SaveBytes(**store, Pattern(256 << 10, 7), 1).ok());
+    auto saved = SaveBytes(**store, Pattern(256 << 10, 8), 1);
+    ASSERT_TRUE(saved.ok());
+    meta = *saved;
+    fs::create_directories(ValueDirOf(dir.path(), 1) + "/not-ckptdb");
+    fs::create_directories(ValueDirOf(dir.path(), 9) + "/not-ckptdb");
+    ASSERT_TRUE((*store)->Delete(1).ok());
+    EXPECT_EQ(FilesWith(ValueDirOf(dir.path(), 1), ".val").first, 0);
+  }
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_TRUE(fs::exists(ValueDirOf(dir.path(), 9) + "/not-ckptdb"));
+  EXPECT_TRUE(ReadAll(**store, meta) == Pattern(256 << 10, 8));
+  ASSERT_TRUE(SaveBytes(**store, Pattern(256 << 10, 9), 1).ok());
+}
+
+// Stores written before value files hold large chunks in their table files:
+// every read path still returns them (directly where they start a block), and
+// a store holding both layouts reads and deletes both.
+TEST(ValueFileTest, LargeChunksInTableFilesStillRead) {
+  TempDir dir;
+  const std::string old_bytes = Pattern(3 << 20, 10);
+  const std::string new_bytes = Pattern(1 << 20, 11);
+  CheckpointMetadata old_meta, new_meta;
+  {
+    auto store = Store::Open(dir.path(), {.value_files = false});
+    ASSERT_TRUE(store.ok());
+    auto saved = SaveBytes(**store, old_bytes, 3);
+    ASSERT_TRUE(saved.ok());
+    old_meta = *saved;
+    EXPECT_FALSE(fs::exists(ValuesDir(dir.path())));
+  }
+  {
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok());
+    auto saved = SaveBytes(**store, new_bytes, 2);
+    ASSERT_TRUE(saved.ok());
+    new_meta = *saved;
+  }
+  for (bool read_only : {true, false}) {
+    auto store = Store::Open(dir.path(), {.read_only = read_only});
+    ASSERT_TRUE(store.ok());
+    for (const auto* meta : {&old_meta, &new_meta}) {
+      const std::string& bytes = meta == &old_meta ? old_bytes : new_bytes;
+      EXPECT_TRUE(ReadAll(**store, *meta) == bytes);
+      std::string into(bytes.size(), '\0');
+      for (const auto& chunk : meta->tensors.at("w").chunks) {
+        auto buffer = (*store)->ReadChunk(meta->info.id, "w", chunk);
+        ASSERT_TRUE(buffer.ok());
+        EXPECT_TRUE(buffer->read_directly());
+        ASSERT_TRUE((*store)
+                        ->ReadChunkInto(meta->info.id, "w", chunk,
+                                        into.data() + chunk.global_offset[0])
+                        .ok());
+        EXPECT_TRUE((*store)->VerifyChunk(meta->info.id, "w", chunk).ok());
+      }
+      EXPECT_TRUE(into == bytes);
+    }
+  }
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->Delete(old_meta.info.id).ok());
+  ASSERT_TRUE((*store)->Delete(new_meta.info.id).ok());
+  EXPECT_EQ(FilesWith(dir.path(), ".val").first, 0);
+  EXPECT_TRUE((*store)->List()->empty());
+}
+
+// A value file whose sync, or the sync of a directory naming it, fails fails
+// the save before its commit: nothing of it is listed, now or after a reopen.
+TEST(ValueFileTest, EveryValueFileSyncIsCheckedBeforeTheCommit) {
+  struct Case {
+    FileOp op;
+    const char* path;
+    int nth;
+  };
+  for (const Case& c :
+       {Case{FileOp::kSync, ".val", 1}, Case{FileOp::kSyncDir, "/values", 1},
+        Case{FileOp::kSyncDir, "/values", 2}}) {
+    const std::string ctx = std::string(FileOpName(c.op)) + " " + c.path +
+                            " #" + std::to_string(c.nth);
+    TempDir dir;
+    auto faults = std::make_shared<FaultInjector>();
+    {
+      auto store = Store::Open(dir.path(), {.fault_injector = faults});
+      ASSERT_TRUE(store.ok());
+      ASSERT_TRUE(SaveBytes(**store, Pattern(256 << 10, 12), 1).ok());
+      faults->Arm(
+          {.nth = c.nth, .ops = FileOpMask(c.op), .path_contains = c.path});
+      auto failed = SaveBytes(**store, Pattern(256 << 10, 13), 1);
+      EXPECT_FALSE(failed.ok()) << ctx;
+      EXPECT_EQ(faults->injected().size(), 1u) << ctx;
+      EXPECT_TRUE(failed.status().IsIOError())
+          << ctx << ": " << failed.status().ToString();
+      faults->Disarm();
+      EXPECT_EQ((*store)->List()->size(), 1u) << ctx;
+    }
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok()) << ctx;
+    EXPECT_EQ((*store)->List()->size(), 1u) << ctx;
+  }
 }
 
 }  // namespace

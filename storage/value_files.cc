@@ -143,10 +143,14 @@ Status ValueFileWriter::Finish() {
                   "closing value file " + path_);
   }
   file_.reset();
-  // The file's entry in its checkpoint's directory, and that directory's in
-  // the values directory.
+  // The file's entry in its checkpoint's directory, that directory's in the
+  // values directory, and that one's in the store directory. (Each writer
+  // syncs all three: a directory found existing may have been made by a save
+  // that died before syncing it. A sync of a directory with nothing new costs
+  // little.)
   if (s.ok()) s = fs_->SyncDir(ValueDirOf(store_path_, checkpoint_id_));
   if (s.ok()) s = fs_->SyncDir(ValuesDir(store_path_));
+  if (s.ok()) s = fs_->SyncDir(store_path_);
   if (!s.ok()) (void)fs_->Remove(path_);
   return s;
 }

@@ -71,8 +71,8 @@ class ValueFileWriter {
 
   // Appends `bytes`; returns the pointer to them.
   Result<ValuePointer> Append(std::string_view bytes);
-  // Syncs and closes the file, then syncs the directories that name it. A
-  // no-op when nothing was appended.
+  // Syncs and closes the file, then syncs the directories that name it, up to
+  // the store directory. A no-op when nothing was appended.
   Status Finish();
   // Closes and removes the file (best effort).
   void Abandon();

@@ -1,5 +1,6 @@
 // The local reads of a DB: Read (a whole tensor or part of one), Verify and
 // CheckStore.
+#include <algorithm>
 #include <mutex>
 #include <new>
 
@@ -164,6 +165,16 @@ Result<StoreCheckReport> DBImpl::CheckStore() {
                            : report.unaccounted_chunk_ids)
         .push_back(id);
   }
+  // Value files no table file reaches: leftovers of a save or a delete that
+  // was cut short, which the next read-write open (or save) removes.
+  for (int64_t id : found.unused_value_ids) {
+    if (std::find(report.unfinished_save_ids.begin(),
+                  report.unfinished_save_ids.end(),
+                  id) == report.unfinished_save_ids.end())
+      report.unfinished_save_ids.push_back(id);
+  }
+  std::sort(report.unfinished_save_ids.begin(),
+            report.unfinished_save_ids.end());
   report.damaged_journal_copies = std::move(found.damaged_journal_copies);
   return report;
 }

@@ -88,8 +88,9 @@ struct StoreCheckReport {
   // Checkpoint ids with chunk data but no record that may have been
   // committed: damage (the data is kept, never deleted).
   std::vector<int64_t> unaccounted_chunk_ids;
-  // Checkpoint ids with chunk data but no record that were never committed:
-  // a save under way or interrupted, whose leftovers the next read-write open
+  // Checkpoint ids with chunk data but no record that were never committed,
+  // or with value files that no chunk reaches: a save under way or cut short
+  // (or a delete cut short), whose leftovers the next read-write open
   // removes. Not damage.
   std::vector<int64_t> unfinished_save_ids;
   // Damaged copies of the commit journal (the other copy is in use), by path.
