@@ -206,6 +206,10 @@ NewValueOffsetCollectorFactory(std::shared_ptr<ValueFileLog> log) {
   return std::make_shared<ValueOffsetCollectorFactory>(std::move(log));
 }
 
+bool HasValueFile(const rocksdb::TableProperties& props) {
+  return props.user_collected_properties.contains(kValueFileProperty);
+}
+
 std::optional<ValueFileExtent> ValueFileOf(
     const rocksdb::TableProperties& props) {
   auto found = props.user_collected_properties.find(kValueFileProperty);
@@ -214,11 +218,12 @@ std::optional<ValueFileExtent> ValueFileOf(
   const size_t nul = bytes.find('\0');
   if (nul == std::string_view::npos || bytes.size() < nul + 9)
     return std::nullopt;
-  // <id>/<rank>-<part>.val (ValueFileName), nothing that leaves the values
-  // directory: the store may come from anywhere.
+  // <id>/<rank>-<part>-<nonce>.val (ValueFileName), nothing that leaves the
+  // values directory: the store may come from anywhere.
   const std::string_view name = bytes.substr(0, nul);
   if (!name.ends_with(".val") || name.find("..") != std::string_view::npos ||
-      name.find_first_not_of("0123456789/-.val") != std::string_view::npos ||
+      name.find_first_not_of("0123456789abcdef/-.vl") !=
+          std::string_view::npos ||
       std::count(name.begin(), name.end(), '/') != 1 || name.front() == '/')
     return std::nullopt;
   return ValueFileExtent{std::string(bytes.substr(0, nul)),

@@ -94,12 +94,15 @@ std::shared_ptr<const FileOffsets> ParseFileOffsets(
     const std::function<bool(const std::string&)>& may_open);
 
 // The value file a table file's chunks point into (its name under the values
-// directory) and how long it must be; nullopt when they point into none.
+// directory) and how long it must be; nullopt when they point into none, or
+// when the property that says so is malformed (HasValueFile tells).
 struct ValueFileExtent {
   std::string name;
   uint64_t end = 0;
 };
 std::optional<ValueFileExtent> ValueFileOf(
     const rocksdb::TableProperties& props);
+// Whether the table file has the property that names a value file.
+bool HasValueFile(const rocksdb::TableProperties& props);
 
 }  // namespace ckptdb::storage

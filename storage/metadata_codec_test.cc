@@ -297,6 +297,41 @@ TEST(MetadataCodecTest, TensorRecordsMustMatchTheirMainRecord) {
   EXPECT_NE(decoded.status().message().find("'z'"), std::string::npos);
 }
 
+// `record` (a message of type T) with its format version set to `version`.
+template <typename T>
+std::string WithFormatVersion(const std::string& record, uint32_t version) {
+  capnp::FlatArrayMessageReader reader(kj::ArrayPtr<const capnp::word>(
+      reinterpret_cast<const capnp::word*>(record.data()),
+      record.size() / sizeof(capnp::word)));
+  capnp::MallocMessageBuilder builder;
+  builder.setRoot(reader.getRoot<T>());
+  builder.getRoot<T>().setFormatVersion(version);
+  auto words = capnp::messageToFlatArray(builder);
+  return std::string(reinterpret_cast<const char*>(words.begin()),
+                     words.size() * sizeof(capnp::word));
+}
+
+// Format 2 (before value files) has the records of format 3: checkpoints
+// written then still decode; a tensor record of another format than its main
+// record's is Corruption.
+TEST(MetadataCodecTest, RecordsOfFormat2StillDecode) {
+  const Records records = EncodeCheckpointRecords(Sample());
+  auto main =
+      DecodeMainRecord(WithFormatVersion<Checkpoint>(records[0].second, 2));
+  ASSERT_TRUE(main.ok()) << main.status().ToString();
+  EXPECT_EQ(main->format_version, 2u);
+  EXPECT_FALSE(main->has_chunks());
+  auto w = DecodeTensorRecord(
+      *main, "model.w", WithFormatVersion<TensorChunks>(records[2].second, 2));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ExpectSameChunks(*w, Sample().tensors["model.w"].chunks, "model.w");
+  auto mixed = DecodeTensorRecord(*main, "model.w", records[2].second);
+  EXPECT_TRUE(mixed.status().IsCorruption()) << mixed.status().ToString();
+  EXPECT_NE(mixed.status().message().find("format version 3"),
+            std::string::npos)
+      << mixed.status().ToString();
+}
+
 TEST(MetadataCodecTest, UnknownFormatVersionIsCorruptionNamingIt) {
   const Records records = EncodeCheckpointRecords(Sample());
   capnp::FlatArrayMessageReader reader(kj::ArrayPtr<const capnp::word>(

@@ -39,7 +39,7 @@ class StagedFileWriterImpl : public StagedFileWriter {
     static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
     options.env = env_.get();
     // This writer's collector learns from it which values are pointers.
-    log_->name = ValueFileName(id, rank, part);
+    log_->name = values_.name();
     options.table_properties_collector_factories = {
         NewValueOffsetCollectorFactory(log_)};
     // The table file holds keys, pointers and small chunks only.

@@ -94,8 +94,8 @@ Result<std::vector<int64_t>> StoreImpl::UnusedValueDirs(
   return unused;
 }
 
-void StoreImpl::RemoveUnusedValueDirs() {
-  Result<std::vector<int64_t>> unused = UnusedValueDirs(LiveChunkIds());
+void StoreImpl::RemoveUnusedValueDirs(const std::set<int64_t>& live) {
+  Result<std::vector<int64_t>> unused = UnusedValueDirs(live);
   if (!unused.ok()) return;
   for (int64_t id : *unused) (void)RemoveValueDir(id);
 }
@@ -179,8 +179,13 @@ Status StoreImpl::ScanStaged(const std::vector<std::string>& staged) {
     }
     RETURN_IF_ERROR(
         FromRocks(s, "reading staged file " + path + " before ingesting it"));
-    if (auto values = ValueFileOf(*reader.GetTableProperties()))
+    const auto& props = *reader.GetTableProperties();
+    if (auto values = ValueFileOf(props)) {
       RETURN_IF_ERROR(CheckValueFile(path, *values));
+    } else if (HasValueFile(props)) {
+      return Status::IOError("staged file " + path +
+                             " names its value file in a malformed property");
+    }
   }
   return Status::OK();
 }
@@ -259,7 +264,7 @@ Status StoreImpl::CheckIngested(const CheckpointMetadata& meta) {
 Status StoreImpl::RemoveLeftovers() {
   std::error_code ec;
   // Value files of checkpoints without chunks: no key can reach them.
-  RemoveUnusedValueDirs();
+  RemoveUnusedValueDirs(LiveChunkIds());
   if (fs::exists(StagingDir(path_), ec)) {
     for (const auto& entry : fs::directory_iterator(StagingDir(path_), ec))
       RETURN_IF_ERROR(fs_->Remove(entry.path().string()));
@@ -355,7 +360,8 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
   // Above every id the journal, a record or a chunk file ever used: an id is
   // never reused, so chunks above the high-water mark are provably leftovers.
   int64_t next = journal_ ? journal_->high_water + 1 : 1;
-  for (int64_t id : LiveChunkIds()) next = std::max(next, id + 1);
+  const std::set<int64_t> live = LiveChunkIds();
+  for (int64_t id : live) next = std::max(next, id + 1);
   RETURN_IF_ERROR(ForEachRecord([&](int64_t committed, std::string_view) {
     next = std::max(next, committed + 1);
     return true;
@@ -363,7 +369,7 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
   // The value files of a failed save (kept in case it committed after all)
   // and of interrupted deletes: nothing writes value files now, and none that
   // no table file reaches can become reachable.
-  RemoveUnusedValueDirs();
+  RemoveUnusedValueDirs(live);
   return next;
 }
 

@@ -236,10 +236,10 @@ class StoreImpl : public Store {
   Status RemoveValueDir(int64_t checkpoint_id);
   // Checkpoint ids with a value directory but no key in `live` (LiveChunkIds).
   Result<std::vector<int64_t>> UnusedValueDirs(const std::set<int64_t>& live);
-  // Best effort: removes the value directories of checkpoints no table file
-  // holds keys of (leftovers of interrupted saves and deletes). What cannot be
+  // Best effort: removes the value directories of checkpoints not in `live`
+  // (LiveChunkIds: leftovers of interrupted saves and deletes). What cannot be
   // removed stays, for Check to report and a later call to retry.
-  void RemoveUnusedValueDirs();
+  void RemoveUnusedValueDirs(const std::set<int64_t>& live);
   // IOError unless the value file a staged file points into is there and
   // long enough.
   Status CheckValueFile(const std::string& staged,

@@ -59,6 +59,7 @@ bool PreadAll(int fd, std::vector<iovec>& iov, uint64_t at) {
     const int count =
         static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
     const ssize_t r = ::preadv(fd, &iov[first], count, static_cast<off_t>(at));
+    if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return false;
     at += static_cast<uint64_t>(r);
     for (size_t left = static_cast<size_t>(r); left > 0;) {
@@ -189,7 +190,7 @@ Status StoreImpl::ReadThroughRocks(int64_t checkpoint_id,
         ChunkName(checkpoint_id, tensor_key, chunk) +
         (pointer ? " (in value file " +
                        ValueFilePath(path_, StoredIn(checkpoint_id, chunk),
-                                     pointer->rank, pointer->part) +
+                                     *pointer) +
                        ")"
                  : std::string()) +
         " is damaged: checksum mismatch");
@@ -202,8 +203,8 @@ Status StoreImpl::ReadPointedValue(int64_t checkpoint_id,
                                    const ChunkMetadata& chunk,
                                    const ValuePointer& pointer,
                                    ChunkBuffer* buffer) {
-  const std::string path = ValueFilePath(path_, StoredIn(checkpoint_id, chunk),
-                                         pointer.rank, pointer.part);
+  const std::string path =
+      ValueFilePath(path_, StoredIn(checkpoint_id, chunk), pointer);
   const std::string what = ChunkName(checkpoint_id, tensor_key, chunk) +
                            " (in value file " + path + ")";
   if (pointer.nbytes != chunk.nbytes || pointer.rank != chunk.writer_rank) {
@@ -243,7 +244,11 @@ Status StoreImpl::ReadPointedValue(int64_t checkpoint_id,
 
 bool StoreImpl::DeletedSinceOpen(int64_t checkpoint_id) {
   Result<JournalState> state = ReadJournal(*fs_, path_);
+  // At or below the high-water mark and not committed: a delete took it. (A
+  // record above the mark is one whose save died before the journal named it:
+  // committed, and its loss is damage.)
   return state.ok() && state->journal &&
+         checkpoint_id <= state->journal->high_water &&
          !state->journal->committed.contains(checkpoint_id);
 }
 
@@ -297,13 +302,21 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
   if (chunk.nbytes >= kOwnBlockBytes) {  // may start a block of its own
     ChunkBuffer::Impl& impl = *buffer.impl_;
     impl.pool = pool_;
-    impl.owned = static_cast<char*>(pool_->Allocate(chunk.nbytes));
-    if (ReadDirect(StoredIn(checkpoint_id, chunk), key, chunk,
+    // The size comes from the record; a direct read allocates it before any
+    // file says how large the chunk is (reading through RocksDB does not).
+    try {
+      impl.owned = static_cast<char*>(pool_->Allocate(chunk.nbytes));
+    } catch (const std::bad_alloc&) {
+      impl.owned = nullptr;
+    }
+    if (impl.owned != nullptr &&
+        ReadDirect(StoredIn(checkpoint_id, chunk), key, chunk,
                    {{impl.owned, chunk.nbytes}})) {
       impl.owned_size = chunk.nbytes;
       return buffer;
     }
-    pool_->Deallocate(std::exchange(impl.owned, nullptr));
+    if (impl.owned != nullptr)
+      pool_->Deallocate(std::exchange(impl.owned, nullptr));
   }
   RETURN_IF_ERROR(
       ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));

@@ -1,7 +1,9 @@
 #include "storage/value_files.h"
 
 #include <charconv>
+#include <cstdio>
 #include <filesystem>
+#include <random>
 #include <utility>
 
 namespace ckptdb::storage {
@@ -38,7 +40,7 @@ std::string EncodeValuePointer(const ValuePointer& pointer) {
   Put<uint32_t>(&out, kPointerMagic);
   Put<uint32_t>(&out, static_cast<uint32_t>(pointer.rank));
   Put<uint32_t>(&out, pointer.part);
-  Put<uint32_t>(&out, 0);
+  Put<uint32_t>(&out, pointer.nonce);
   Put<uint64_t>(&out, pointer.offset);
   Put<uint64_t>(&out, pointer.nbytes);
   return out;
@@ -47,11 +49,11 @@ std::string EncodeValuePointer(const ValuePointer& pointer) {
 std::optional<ValuePointer> DecodeValuePointer(std::string_view value) {
   if (value.size() != kValuePointerBytes) return std::nullopt;
   const char* p = value.data();
-  if (Get<uint32_t>(p) != kPointerMagic || Get<uint32_t>(p + 12) != 0)
-    return std::nullopt;
+  if (Get<uint32_t>(p) != kPointerMagic) return std::nullopt;
   ValuePointer pointer;
   pointer.rank = static_cast<int32_t>(Get<uint32_t>(p + 4));
   pointer.part = Get<uint32_t>(p + 8);
+  pointer.nonce = Get<uint32_t>(p + 12);
   pointer.offset = Get<uint64_t>(p + 16);
   pointer.nbytes = Get<uint64_t>(p + 24);
   if (pointer.rank < 0 || pointer.offset + pointer.nbytes < pointer.offset)
@@ -68,15 +70,17 @@ std::string ValueDirOf(const std::string& store_path, int64_t checkpoint_id) {
       .string();
 }
 
-std::string ValueFileName(int64_t checkpoint_id, int32_t rank, uint32_t part) {
-  return std::to_string(checkpoint_id) + "/" + std::to_string(rank) + "-" +
-         std::to_string(part) + ".val";
+std::string ValueFileName(int64_t checkpoint_id, const ValuePointer& pointer) {
+  char nonce[9];
+  std::snprintf(nonce, sizeof(nonce), "%08x", pointer.nonce);
+  return std::to_string(checkpoint_id) + "/" + std::to_string(pointer.rank) +
+         "-" + std::to_string(pointer.part) + "-" + nonce + ".val";
 }
 
 std::string ValueFilePath(const std::string& store_path, int64_t checkpoint_id,
-                          int32_t rank, uint32_t part) {
+                          const ValuePointer& pointer) {
   return (fs::path(ValuesDir(store_path)) /
-          ValueFileName(checkpoint_id, rank, part))
+          ValueFileName(checkpoint_id, pointer))
       .string();
 }
 
@@ -96,9 +100,8 @@ ValueFileWriter::ValueFileWriter(std::shared_ptr<StoreFileSystem> fs,
     : fs_(std::move(fs)),
       store_path_(std::move(store_path)),
       checkpoint_id_(checkpoint_id),
-      rank_(rank),
-      part_(part),
-      path_(ValueFilePath(store_path_, checkpoint_id, rank, part)) {}
+      id_{rank, part, std::random_device()()},
+      path_(ValueFilePath(store_path_, checkpoint_id, id_)) {}
 
 ValueFileWriter::~ValueFileWriter() {
   if (file_) Abandon();
@@ -121,7 +124,9 @@ Result<ValuePointer> ValueFileWriter::Append(std::string_view bytes) {
                               rocksdb::IOOptions(), nullptr),
                 "writing " + std::to_string(bytes.size()) +
                     " bytes to value file " + path_));
-  ValuePointer pointer{rank_, part_, size_, bytes.size()};
+  ValuePointer pointer = id_;
+  pointer.offset = size_;
+  pointer.nbytes = bytes.size();
   size_ += bytes.size();
   unsynced_ += bytes.size();
   if (unsynced_ >= kWriteBackBytes) {

@@ -8,9 +8,13 @@
 // block checksum over them; the chunk's own checksum covers them, and every
 // read checks it.
 //
-// Layout: <store>/values/<checkpoint id>/<writer rank>-<part>.val, one per
-// staged table file that has large chunks. The chunk key names the checkpoint
-// and writer rank, the pointer the part: a value file is reachable only
+// Layout: <store>/values/<checkpoint id>/<writer rank>-<part>-<nonce>.val,
+// one per staged table file that has large chunks; the nonce (8 hex digits)
+// is drawn by each writer, so that no two attempts at a checkpoint id (the id
+// of a save that failed is given out again) share a file: a writer left over
+// from an earlier attempt (a process of a job that died) can neither truncate
+// nor remove a later attempt's file. The chunk key names the checkpoint and
+// writer rank, the pointer the part and nonce: a value file is reachable only
 // through keys in its checkpoint's key range. So once no table file holds
 // keys of a checkpoint, its value directory is garbage, and removing it is
 // provably safe (DropChunks, and a read-write open for leftovers).
@@ -41,6 +45,7 @@ inline constexpr size_t kExternalValueBytes = size_t{64} << 10;
 struct ValuePointer {
   int32_t rank = 0;
   uint32_t part = 0;
+  uint32_t nonce = 0;
   uint64_t offset = 0;
   uint64_t nbytes = 0;
 };
@@ -52,10 +57,11 @@ std::optional<ValuePointer> DecodeValuePointer(std::string_view value);
 // <store>/values, and the directory and file names inside it.
 std::string ValuesDir(const std::string& store_path);
 std::string ValueDirOf(const std::string& store_path, int64_t checkpoint_id);
+// The value file `pointer` (a value under a key of `checkpoint_id`) points
+// into, and its path relative to ValuesDir.
 std::string ValueFilePath(const std::string& store_path, int64_t checkpoint_id,
-                          int32_t rank, uint32_t part);
-// The value file's path relative to ValuesDir.
-std::string ValueFileName(int64_t checkpoint_id, int32_t rank, uint32_t part);
+                          const ValuePointer& pointer);
+std::string ValueFileName(int64_t checkpoint_id, const ValuePointer& pointer);
 // The checkpoint id a directory under ValuesDir is named for; false for any
 // other name.
 bool ParseValueDirName(std::string_view name, int64_t* checkpoint_id);
@@ -78,6 +84,8 @@ class ValueFileWriter {
   void Abandon();
 
   const std::string& path() const { return path_; }
+  // The file's name relative to ValuesDir.
+  std::string name() const { return ValueFileName(checkpoint_id_, id_); }
 
  private:
   Status Create();
@@ -85,8 +93,8 @@ class ValueFileWriter {
   std::shared_ptr<StoreFileSystem> fs_;
   const std::string store_path_;
   const int64_t checkpoint_id_;
-  const int32_t rank_;
-  const uint32_t part_;
+  // rank, part and nonce of this writer's pointers.
+  const ValuePointer id_;
   const std::string path_;
   std::unique_ptr<rocksdb::FSWritableFile> file_;
   uint64_t size_ = 0;
