@@ -125,15 +125,16 @@ class StagedFileWriterImpl : public StagedFileWriter {
   bool finished_ = false;
 };
 
+// Staged files are named <checkpoint id>-<rank>-<part>.sst.
+std::string StagedFileName(int64_t checkpoint_id, int32_t rank, int part) {
+  return std::to_string(checkpoint_id) + "-" + std::to_string(rank) + "-" +
+         std::to_string(part) + ".sst";
+}
+
 }  // namespace
 
 std::string StagingDir(const std::string& store_path) {
   return (fs::path(store_path) / "staging").string();
-}
-
-std::string StagedFileName(int64_t checkpoint_id, int32_t rank, int part) {
-  return std::to_string(checkpoint_id) + "-" + std::to_string(rank) + "-" +
-         std::to_string(part) + ".sst";
 }
 
 Result<std::unique_ptr<StagedFileWriter>> StoreImpl::NewStagedFile(

@@ -45,9 +45,6 @@ inline constexpr char kMetaCf[] = "meta";
 // An I/O error from a full file system.
 bool IsNoSpace(const Status& s);
 
-// Staged files are named <checkpoint id>-<rank>-<part>.sst.
-std::string StagedFileName(int64_t checkpoint_id, int32_t rank, int part);
-
 // Options of the `chunks` column family, which staged files are written with
 // too. `block_cache` holds the allocator chunk reads use; chunks themselves
 // never enter it (reads pass fill_cache = false).

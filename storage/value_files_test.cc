@@ -8,10 +8,17 @@
 #include <random>
 
 #include "storage/chunk_files.h"
+#include "storage/store_testing.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb::storage {
 namespace {
+
+namespace fs = std::filesystem;
+using ckptdb::testing::TempDir;
+using testing::ReadAll;
+using testing::SaveBytes;
+using testing::SavedIn;
 
 TEST(ValuePointerTest, RoundTripsAndRejectsEverythingElse) {
   std::mt19937_64 rng(1);
@@ -83,7 +90,7 @@ TEST(ValueFileNamesTest, ATableFileNamesOnlyAValueFileInsideTheStore) {
 // again) write different files: a writer left over from the first (a process
 // of a job that died) can neither truncate nor remove the second's.
 TEST(ValueFileWriterTest, AttemptsAtOneIdNeverShareAFile) {
-  ckptdb::testing::TempDir dir;
+  TempDir dir;
   auto fs = std::make_shared<StoreFileSystem>(nullptr);
   ValueFileWriter old_attempt(fs, dir.path(), 5, 1, 0);
   ValueFileWriter new_attempt(fs, dir.path(), 5, 1, 0);
@@ -97,6 +104,365 @@ TEST(ValueFileWriterTest, AttemptsAtOneIdNeverShareAFile) {
   std::ifstream in(new_attempt.path(), std::ios::binary);
   const std::string got((std::istreambuf_iterator<char>(in)), {});
   EXPECT_TRUE(got == bytes);
+}
+
+std::string Pattern(size_t n, uint32_t seed) {
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; ++i)
+    out[i] = static_cast<char>(((i + seed) * 2654435761u) >> 13);
+  return out;
+}
+
+// Files under `dir` with extension `ext`, and their total size.
+std::pair<int, uint64_t> FilesWith(const std::string& dir,
+                                   const std::string& ext) {
+  std::pair<int, uint64_t> out{0, 0};
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+    if (!e.is_regular_file() || e.path().extension() != ext) continue;
+    ++out.first;
+    out.second += e.file_size();
+  }
+  return out;
+}
+
+// The value file of writer `rank` (part 0) of checkpoint `id`; "" when none.
+std::string ValueFileOfRank(const std::string& dir, int64_t id, int rank) {
+  std::error_code ec;
+  const std::string prefix = std::to_string(rank) + "-0-";
+  for (const auto& e : fs::directory_iterator(ValueDirOf(dir, id), ec)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0)
+      return e.path().string();
+  }
+  return "";
+}
+
+// Large chunks live in value files, one per writer's staged file, and the
+// table files hold no run of their bytes; every read path returns them
+// exactly, and deleting the checkpoint removes its value directory.
+TEST(ValueFileTest, LargeChunksLiveInValueFilesThatDeleteRemoves) {
+  TempDir dir;
+  const std::string payload = Pattern(1 << 20, 1);
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  auto meta = SaveBytes(**store, payload, 2);
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  const std::string values = ValueDirOf(dir.path(), meta->info.id);
+  EXPECT_EQ(FilesWith(values, ".val"),
+            (std::pair<int, uint64_t>{2, payload.size()}));
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    if (e.path().extension() != ".sst") continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_EQ(bytes.find(payload.substr(5000, 256)), std::string::npos)
+        << e.path();
+  }
+  EXPECT_TRUE(ReadAll(**store, *meta) == payload);
+  std::string into(payload.size(), '\0');
+  for (const auto& chunk : meta->tensors.at("w").chunks) {
+    ASSERT_TRUE((*store)
+                    ->ReadChunkInto(meta->info.id, "w", chunk,
+                                    into.data() + chunk.global_offset[0])
+                    .ok());
+    EXPECT_TRUE((*store)->VerifyChunk(meta->info.id, "w", chunk).ok());
+  }
+  EXPECT_TRUE(into == payload);
+  ASSERT_TRUE((*store)->Delete(meta->info.id).ok());
+  EXPECT_FALSE(fs::exists(values));
+  EXPECT_EQ(FilesWith(dir.path(), ".val").first, 0);
+}
+
+// A value file that is missing, cut short or damaged makes every read of its
+// chunks Corruption naming the chunk and the file; the other writer's chunks
+// still read.
+TEST(ValueFileTest, AMissingCutOrDamagedValueFileIsCorruptionNamingIt) {
+  for (const std::string how : {"remove", "truncate", "flip"}) {
+    TempDir dir;
+    const CheckpointMetadata meta = SavedIn(dir.path(), Pattern(1 << 20, 2), 2);
+    const std::string file = ValueFileOfRank(dir.path(), meta.info.id, 1);
+    ASSERT_TRUE(fs::exists(file));
+    if (how == "remove") {
+      fs::remove(file);
+    } else if (how == "truncate") {
+      fs::resize_file(file, fs::file_size(file) - 1);
+    } else {
+      std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(1234);
+      f.put('\x7f');
+    }
+    for (bool read_only : {true, false}) {
+      auto store = Store::Open(dir.path(), {.read_only = read_only});
+      ASSERT_TRUE(store.ok()) << how << ": " << store.status().ToString();
+      for (const auto& chunk : meta.tensors.at("w").chunks) {
+        std::string into(chunk.nbytes, '\0');
+        const Status read =
+            (*store)->ReadChunkInto(meta.info.id, "w", chunk, into.data());
+        const Status verified = (*store)->VerifyChunk(meta.info.id, "w", chunk);
+        const auto buffer = (*store)->ReadChunk(meta.info.id, "w", chunk);
+        if (chunk.writer_rank == 0) {
+          EXPECT_TRUE(read.ok() && verified.ok() && buffer.ok()) << how;
+          continue;
+        }
+        for (const Status& s : {read, verified, buffer.status()}) {
+          EXPECT_TRUE(s.IsCorruption()) << how << ": " << s.ToString();
+          EXPECT_NE(s.message().find("tensor 'w' at offset ["),
+                    std::string::npos)
+              << s.ToString();
+          EXPECT_NE(s.message().find(file), std::string::npos) << s.ToString();
+        }
+      }
+    }
+  }
+}
+
+// Rank 0 refuses to commit staged files whose value file is gone or short,
+// naming it; nothing of the checkpoint stays.
+TEST(ValueFileTest, CommitRefusesAStagedFileWhoseValueFileIsGone) {
+  for (bool cut : {false, true}) {
+    TempDir dir;
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok());
+    const std::string payload = Pattern(256 << 10, 3);
+    ASSERT_TRUE(SaveBytes(**store, payload, 1).ok());
+    const int64_t id = *(*store)->NextCheckpointId();
+    CheckpointMetadata meta;
+    meta.info.id = id;
+    meta.info.world_size = 1;
+    meta.info.num_tensors = 1;
+    meta.info.nbytes = static_cast<int64_t>(payload.size());
+    TensorMetadata& t = meta.tensors["w"];
+    t.dtype = DType::kUInt8;
+    t.global_shape = {static_cast<int64_t>(payload.size())};
+    meta.flat_mapping["w"] = {"w"};
+    auto writer = (*store)->NewStagedFile(id, 0, 0);
+    ASSERT_TRUE(writer.ok());
+    auto sum = (*writer)->Add("w", {0}, payload);
+    ASSERT_TRUE(sum.ok());
+    t.chunks.push_back({{0}, {t.global_shape[0]}, 0, payload.size(), *sum});
+    auto staged = (*writer)->Finish();
+    ASSERT_TRUE(staged.ok());
+    const std::string file = ValueFileOfRank(dir.path(), id, 0);
+    ASSERT_FALSE(file.empty());
+    if (cut)
+      fs::resize_file(file, payload.size() - 1);
+    else
+      fs::remove(file);
+    const Status committed = (*store)->Commit(meta, {*staged});
+    EXPECT_TRUE(committed.IsIOError()) << committed.ToString();
+    EXPECT_NE(committed.message().find(file), std::string::npos)
+        << committed.ToString();
+    EXPECT_EQ((*store)->List()->size(), 1u);
+    (*store)->RemoveStaged({*staged});
+    store->reset();
+    store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok());
+    EXPECT_EQ((*store)->List()->size(), 1u);
+    EXPECT_FALSE(fs::exists(ValueDirOf(dir.path(), id)));
+  }
+}
+
+// Value directories that no table file reaches (an interrupted save or
+// delete) are reported by Check and removed by a read-write open; those of
+// live checkpoints, and unrelated names, are kept.
+TEST(ValueFileTest, OpenRemovesValueFilesThatNoChunkReaches) {
+  TempDir dir;
+  const std::string payload = Pattern(512 << 10, 4);
+  const CheckpointMetadata meta = SavedIn(dir.path(), payload, 2);
+  const std::string orphan = ValueDirOf(dir.path(), 7);
+  fs::create_directories(orphan);
+  std::ofstream(orphan + "/0-0-12345678.val") << "left by a save that died";
+  {
+    auto store = Store::Open(dir.path(), {.read_only = true});
+    ASSERT_TRUE(store.ok());
+    auto report = (*store)->Check();
+    ASSERT_TRUE(report.ok());
+    EXPECT_EQ(report->unused_value_ids, std::vector<int64_t>{7});
+    EXPECT_TRUE(fs::exists(orphan));
+  }
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  EXPECT_FALSE(fs::exists(orphan));
+  EXPECT_TRUE((*store)->Check()->unused_value_ids.empty());
+  EXPECT_TRUE(ReadAll(**store, meta) == payload);
+}
+
+// The value files of a save that fails after writing them stay while it may
+// have committed (RemoveStaged leaves them); the next save's
+// NextCheckpointId removes them, since no table file holds their keys.
+// Abandoned writers remove their own.
+TEST(ValueFileTest, ValueFilesOfAFailedSaveGoWhenTheNextSaveStarts) {
+  TempDir dir;
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  const std::string payload = Pattern(128 << 10, 5);
+  {
+    auto writer = (*store)->NewStagedFile(1, 0, 0);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->Add("w", {0}, payload).ok());
+    EXPECT_EQ(FilesWith(dir.path(), ".val").first, 1);
+    (*writer)->Abandon();
+    EXPECT_EQ(FilesWith(dir.path(), ".val").first, 0);
+  }
+  auto writer = (*store)->NewStagedFile(1, 3, 2);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE((*writer)->Add("w", {0}, payload).ok());
+  auto staged = (*writer)->Finish();
+  ASSERT_TRUE(staged.ok());
+  EXPECT_EQ(FilesWith(dir.path(), ".val"),
+            (std::pair<int, uint64_t>{1, payload.size()}));
+  (*store)->RemoveStaged({*staged});
+  EXPECT_EQ(FilesWith(dir.path(), ".val").first, 1);
+  EXPECT_EQ((*store)->Check()->unused_value_ids, std::vector<int64_t>{1});
+  EXPECT_EQ(*(*store)->NextCheckpointId(), 1);
+  EXPECT_EQ(FilesWith(dir.path(), ".val").first, 0);
+  EXPECT_FALSE(fs::exists(ValueDirOf(dir.path(), 1)));
+}
+
+// A chunk whose own bytes look like a pointer (32 bytes, the pointer's magic)
+// is stored and read as the bytes it is.
+TEST(ValueFileTest, AChunkThatLooksLikeAPointerIsJustBytes) {
+  TempDir dir;
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  const std::string lookalike = EncodeValuePointer({0, 7, 0, 0, 1 << 20});
+  auto meta = SaveBytes(**store, lookalike, 1);
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  EXPECT_TRUE(ReadAll(**store, *meta) == lookalike);
+  const ChunkMetadata& chunk = meta->tensors.at("w").chunks[0];
+  EXPECT_TRUE((*store)->VerifyChunk(meta->info.id, "w", chunk).ok());
+  EXPECT_FALSE(fs::exists(ValuesDir(dir.path())));
+}
+
+// A reader that still sees a deleted checkpoint's table files (no Refresh)
+// finds its value files gone: NotFound, as for any read that races a delete,
+// not Corruption.
+TEST(ValueFileTest, AReadThatRacesADeleteIsNotFound) {
+  TempDir dir;
+  auto writer = Store::Open(dir.path(), {});
+  ASSERT_TRUE(writer.ok());
+  auto saved = SaveBytes(**writer, Pattern(256 << 10, 6), 1);
+  ASSERT_TRUE(saved.ok());
+  auto reader = Store::Open(dir.path(), {.read_only = true});
+  ASSERT_TRUE(reader.ok());
+  const ChunkMetadata& chunk = saved->tensors.at("w").chunks[0];
+  ASSERT_TRUE((*reader)->VerifyChunk(saved->info.id, "w", chunk).ok());
+  ASSERT_TRUE((*writer)->Delete(saved->info.id).ok());
+  ASSERT_FALSE(fs::exists(ValueDirOf(dir.path(), saved->info.id)));
+  const Status verified = (*reader)->VerifyChunk(saved->info.id, "w", chunk);
+  EXPECT_TRUE(verified.IsNotFound()) << verified.ToString();
+  EXPECT_NE(verified.message().find("was deleted while it was read"),
+            std::string::npos)
+      << verified.ToString();
+}
+
+// Something not ckptdb's inside a value directory stays, and neither a delete
+// nor an open fails over it.
+TEST(ValueFileTest, AForeignEntryInAValueDirectoryBlocksNothing) {
+  TempDir dir;
+  CheckpointMetadata meta;
+  {
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(SaveBytes(**store, Pattern(256 << 10, 7), 1).ok());
+    auto saved = SaveBytes(**store, Pattern(256 << 10, 8), 1);
+    ASSERT_TRUE(saved.ok());
+    meta = *saved;
+    fs::create_directories(ValueDirOf(dir.path(), 1) + "/not-ckptdb");
+    fs::create_directories(ValueDirOf(dir.path(), 9) + "/not-ckptdb");
+    ASSERT_TRUE((*store)->Delete(1).ok());
+    EXPECT_EQ(FilesWith(ValueDirOf(dir.path(), 1), ".val").first, 0);
+  }
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_TRUE(fs::exists(ValueDirOf(dir.path(), 9) + "/not-ckptdb"));
+  EXPECT_TRUE(ReadAll(**store, meta) == Pattern(256 << 10, 8));
+  ASSERT_TRUE(SaveBytes(**store, Pattern(256 << 10, 9), 1).ok());
+}
+
+// Stores written before value files hold large chunks in their table files:
+// every read path still returns them (directly where they start a block), and
+// a store holding both layouts reads and deletes both.
+TEST(ValueFileTest, LargeChunksInTableFilesStillRead) {
+  TempDir dir;
+  const std::string old_bytes = Pattern(3 << 20, 10);
+  const std::string new_bytes = Pattern(1 << 20, 11);
+  CheckpointMetadata old_meta, new_meta;
+  {
+    auto store = Store::Open(dir.path(), {.value_files = false});
+    ASSERT_TRUE(store.ok());
+    auto saved = SaveBytes(**store, old_bytes, 3);
+    ASSERT_TRUE(saved.ok());
+    old_meta = *saved;
+    EXPECT_FALSE(fs::exists(ValuesDir(dir.path())));
+  }
+  {
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok());
+    auto saved = SaveBytes(**store, new_bytes, 2);
+    ASSERT_TRUE(saved.ok());
+    new_meta = *saved;
+  }
+  for (bool read_only : {true, false}) {
+    auto store = Store::Open(dir.path(), {.read_only = read_only});
+    ASSERT_TRUE(store.ok());
+    for (const auto* meta : {&old_meta, &new_meta}) {
+      const std::string& bytes = meta == &old_meta ? old_bytes : new_bytes;
+      EXPECT_TRUE(ReadAll(**store, *meta) == bytes);
+      std::string into(bytes.size(), '\0');
+      for (const auto& chunk : meta->tensors.at("w").chunks) {
+        auto buffer = (*store)->ReadChunk(meta->info.id, "w", chunk);
+        ASSERT_TRUE(buffer.ok());
+        EXPECT_TRUE(buffer->read_directly());
+        ASSERT_TRUE((*store)
+                        ->ReadChunkInto(meta->info.id, "w", chunk,
+                                        into.data() + chunk.global_offset[0])
+                        .ok());
+        EXPECT_TRUE((*store)->VerifyChunk(meta->info.id, "w", chunk).ok());
+      }
+      EXPECT_TRUE(into == bytes);
+    }
+  }
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->Delete(old_meta.info.id).ok());
+  ASSERT_TRUE((*store)->Delete(new_meta.info.id).ok());
+  EXPECT_EQ(FilesWith(dir.path(), ".val").first, 0);
+  EXPECT_TRUE((*store)->List()->empty());
+}
+
+// A value file whose sync, or the sync of a directory naming it, fails fails
+// the save before its commit: nothing of it is listed, now or after a reopen.
+TEST(ValueFileTest, EveryValueFileSyncIsCheckedBeforeTheCommit) {
+  struct Case {
+    FileOp op;
+    const char* path;
+    int nth;
+  };
+  for (const Case& c :
+       {Case{FileOp::kSync, ".val", 1}, Case{FileOp::kSyncDir, "/values", 1},
+        Case{FileOp::kSyncDir, "/values", 2}}) {
+    const std::string ctx = std::string(FileOpName(c.op)) + " " + c.path +
+                            " #" + std::to_string(c.nth);
+    TempDir dir;
+    auto faults = std::make_shared<FaultInjector>();
+    {
+      auto store = Store::Open(dir.path(), {.fault_injector = faults});
+      ASSERT_TRUE(store.ok());
+      ASSERT_TRUE(SaveBytes(**store, Pattern(256 << 10, 12), 1).ok());
+      faults->Arm(
+          {.nth = c.nth, .ops = FileOpMask(c.op), .path_contains = c.path});
+      auto failed = SaveBytes(**store, Pattern(256 << 10, 13), 1);
+      EXPECT_FALSE(failed.ok()) << ctx;
+      EXPECT_EQ(faults->injected().size(), 1u) << ctx;
+      EXPECT_TRUE(failed.status().IsIOError())
+          << ctx << ": " << failed.status().ToString();
+      faults->Disarm();
+      EXPECT_EQ((*store)->List()->size(), 1u) << ctx;
+    }
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok()) << ctx;
+    EXPECT_EQ((*store)->List()->size(), 1u) << ctx;
+  }
 }
 
 }  // namespace

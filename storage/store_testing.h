@@ -1,0 +1,72 @@
+#pragma once
+
+// Helpers for tests of the store: one tensor's bytes saved and read back.
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "storage/store.h"
+
+namespace ckptdb::storage::testing {
+
+// Stages and commits one checkpoint holding tensor "w" = bytes, split over
+// `ranks` writers.
+inline Result<CheckpointMetadata> SaveBytes(
+    Store& store, const std::string& bytes, int ranks,
+    std::optional<std::string> tag = std::nullopt) {
+  ASSIGN_OR_RETURN(int64_t id, store.NextCheckpointId());
+  CheckpointMetadata meta;
+  meta.info.id = id;
+  meta.info.world_size = ranks;
+  meta.info.tag = tag;
+  meta.info.num_tensors = 1;
+  meta.info.nbytes = static_cast<int64_t>(bytes.size());
+  TensorMetadata& t = meta.tensors["w"];
+  t.dtype = DType::kUInt8;
+  t.global_shape = {static_cast<int64_t>(bytes.size())};
+  meta.flat_mapping["w"] = {"w"};
+  std::vector<std::string> files;
+  const int64_t per = static_cast<int64_t>(bytes.size()) / ranks;
+  for (int r = 0; r < ranks; ++r) {
+    ASSIGN_OR_RETURN(auto writer, store.NewStagedFile(id, r, 0));
+    const int64_t begin = r * per;
+    const int64_t len =
+        r + 1 == ranks ? static_cast<int64_t>(bytes.size()) - begin : per;
+    ASSIGN_OR_RETURN(
+        uint64_t sum,
+        writer->Add("w", {begin}, std::string_view(bytes).substr(begin, len)));
+    t.chunks.push_back({{begin}, {len}, r, static_cast<uint64_t>(len), sum});
+    ASSIGN_OR_RETURN(std::string file, writer->Finish());
+    files.push_back(file);
+  }
+  RETURN_IF_ERROR(store.Commit(meta, files));
+  return meta;
+}
+
+inline std::string ReadAll(Store& store, const CheckpointMetadata& meta) {
+  std::string out;
+  for (const auto& chunk : meta.tensors.at("w").chunks) {
+    auto buffer = store.ReadChunk(meta.info.id, "w", chunk);
+    EXPECT_TRUE(buffer.ok()) << buffer.status().ToString();
+    if (buffer.ok()) out += buffer->bytes();
+  }
+  return out;
+}
+
+// A new store at `dir` holding `bytes` as one checkpoint over `ranks`
+// writers (SaveBytes); its metadata.
+inline CheckpointMetadata SavedIn(const std::string& dir,
+                                  const std::string& bytes, int ranks) {
+  auto store = Store::Open(dir, {});
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  if (!store.ok()) return {};
+  auto saved = SaveBytes(**store, bytes, ranks);
+  EXPECT_TRUE(saved.ok()) << saved.status().ToString();
+  return saved.ok() ? *saved : CheckpointMetadata();
+}
+
+}  // namespace ckptdb::storage::testing
