@@ -47,6 +47,7 @@ void StoreImpl::CloseDb() {
   {
     std::lock_guard lock(direct_mu_);
     direct_.clear();
+    held_values_checked_.clear();
   }
   if (!db_) return;
   for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
@@ -557,7 +558,50 @@ Status StoreImpl::CheckReferencesHeld(const CheckpointInfo& info) {
           " refers to chunks of checkpoint " + std::to_string(held) +
           ", which store '" + path_ + "' no longer holds");
     }
+    RETURN_IF_ERROR(CheckHeldValueFiles(info.id, held));
   }
+  return Status::OK();
+}
+
+Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
+  {
+    std::lock_guard lock(direct_mu_);
+    if (held_values_checked_.contains(held)) return Status::OK();
+  }
+  const std::string begin = CheckpointKeyPrefix(held);
+  const std::string end = CheckpointKeyEnd(held);
+  const rocksdb::Range range(begin, end);
+  rocksdb::TablePropertiesCollection tables;
+  RETURN_IF_ERROR(FromRocks(
+      db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables),
+      "reading the table properties of checkpoint " + std::to_string(held)));
+  for (const auto& [table, props] : tables) {
+    const std::optional<ValueFileExtent> values = ValueFileOf(*props);
+    if (!values) continue;
+    const std::string path = ValuesDir(path_) + "/" + values->name;
+    const bool missing =
+        fs_->FileExists(path, rocksdb::IOOptions(), nullptr).IsNotFound();
+    uint64_t size = 0;
+    if (!missing) {
+      RETURN_IF_ERROR(FromRocks(
+          fs_->GetFileSize(path, rocksdb::IOOptions(), &size, nullptr),
+          "value file " + path));
+      if (size >= values->end) continue;
+    }
+    return Status::Corruption(
+        "checkpoint " + std::to_string(id) +
+        " would share chunks of checkpoint " + std::to_string(held) +
+        ", whose value file " + path +
+        (!missing ? " holds " + std::to_string(size) +
+                        " bytes, its chunks need " + std::to_string(values->end)
+                  : " is missing") +
+        ": not committed. `ckpt-db-dump verify " + path_ +
+        "` lists the checkpoints that use it; a save "
+        "with incremental saves off "
+        "writes every chunk again");
+  }
+  std::lock_guard lock(direct_mu_);
+  held_values_checked_.insert(held);
   return Status::OK();
 }
 

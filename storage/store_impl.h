@@ -252,6 +252,10 @@ class StoreImpl : public Store {
   // FailedPrecondition unless the store holds the chunks of every checkpoint
   // `info` refers to.
   Status CheckReferencesHeld(const CheckpointInfo& info);
+  // Corruption unless every value file of checkpoint `held`, whose chunks
+  // checkpoint `id` shares, is there and long enough (a stat each; each held
+  // checkpoint is checked once per handle, its files being immutable).
+  Status CheckHeldValueFiles(int64_t id, int64_t held);
   // The open file holding the chunk value under `key` and the value's offset
   // in it: its value file, or its table file when the chunk starts a data
   // block there; table files are parsed on the first read that reaches them.
@@ -315,6 +319,8 @@ class StoreImpl : public Store {
       std::make_shared<BufferPool>(size_t{256} << 20);
   std::mutex direct_mu_;
   std::map<int64_t, DirectIndex> direct_;
+  // Held checkpoints whose value files CheckHeldValueFiles found whole.
+  std::set<int64_t> held_values_checked_;
 };
 
 template <typename Fn>

@@ -120,6 +120,7 @@ StoreImpl::LocateValue(int64_t id, const std::string& key) {
 void StoreImpl::ForgetIndex(int64_t id) {
   std::lock_guard lock(direct_mu_);
   direct_.erase(id);
+  held_values_checked_.erase(id);
 }
 
 bool StoreImpl::ReadDirect(int64_t id, const std::string& key,

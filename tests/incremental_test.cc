@@ -254,6 +254,48 @@ TEST(IncrementalTest, OffWritesEveryChunk) {
   ExpectLoads(**db, 4, s, "off then on");
 }
 
+// A value file of checkpoint 1 removed or cut by hand after it was saved: a
+// later save that would share its chunks is refused (Corruption naming the
+// file, nothing committed) instead of committing a checkpoint that cannot
+// load; the checkpoints already kept stay; with incremental saves off, the
+// same state saves and loads.
+TEST(IncrementalTest, ASaveDoesNotShareChunksWhoseValueFileIsGone) {
+  for (const bool cut : {false, true}) {
+    TempDir dir;
+    State s = State::Make(11);
+    std::string file;
+    {
+      auto db = DB::Open(SmallChunks(), dir.path());
+      ASSERT_TRUE(db.ok());
+      StateDict sd = s.Dict();
+      ASSERT_TRUE((*db)->Save(sd, {}).ok());
+      for (const auto& e : fs::directory_iterator(dir.path() + "/values/1"))
+        file = e.path().string();
+      ASSERT_FALSE(file.empty());
+      if (cut)
+        fs::resize_file(file, fs::file_size(file) - 1);
+      else
+        fs::remove(file);
+      State changed = s.With(0, 12);
+      StateDict next = changed.Dict();
+      auto refused = (*db)->Save(next, {});
+      EXPECT_TRUE(refused.status().IsCorruption())
+          << refused.status().ToString();
+      EXPECT_NE(refused.status().message().find(file), std::string::npos)
+          << refused.status().ToString();
+      EXPECT_EQ((*db)->ListCheckpoints()->size(), 1u);
+    }
+    Options off = SmallChunks();
+    off.incremental = false;
+    auto db = DB::Open(off, dir.path());
+    ASSERT_TRUE(db.ok());
+    StateDict sd = s.Dict();
+    auto info = (*db)->Save(sd, {});
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    ExpectLoads(**db, info->id, s, cut ? "cut" : "removed");
+  }
+}
+
 // A rank other than 0 compares with its own chunks of the last save, kept in
 // memory: it reads no record and does not re-open its handle, so a save costs
 // it no store access beyond its staged files. Shown by making every re-open of

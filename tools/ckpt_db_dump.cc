@@ -435,9 +435,9 @@ size_t VerifyStore(DB& db) {
   }
   for (int64_t id : report->unfinished_save_ids) {
     std::printf(
-        "store: chunk data of checkpoint id %lld without a record: "
-        "a save under way or interrupted (a read-write open removes "
-        "its leftovers)\n",
+        "store: leftovers of checkpoint id %lld, which has no record: chunk "
+        "or value files of a save under way or cut short, or of a delete "
+        "cut short (not damage; a read-write open removes them)\n",
         static_cast<long long>(id));
   }
   for (int64_t id : report->unaccounted_chunk_ids) {
@@ -452,8 +452,10 @@ size_t VerifyStore(DB& db) {
         "%s\n",
         copy.c_str());
   }
-  if (report->ok())
+  if (report->ok() && report->unfinished_save_ids.empty())
     std::printf("store: consistent (all chunk data belongs to checkpoints)\n");
+  else if (report->ok())
+    std::printf("store: consistent apart from the leftovers above\n");
   return report->unaccounted_chunk_ids.size() +
          report->damaged_journal_copies.size();
 }
