@@ -101,6 +101,34 @@ void StoreImpl::RemoveUnusedValueDirs(const std::set<int64_t>& live) {
   for (int64_t id : *unused) (void)RemoveValueDir(id);
 }
 
+Status StoreImpl::StrayValueFiles(int64_t checkpoint_id,
+                                  std::vector<std::string>* stray) {
+  const std::string dir = ValueDirOf(path_, checkpoint_id);
+  std::vector<std::string> names;
+  const rocksdb::IOStatus listed =
+      fs_->GetChildren(dir, rocksdb::IOOptions(), &names, nullptr);
+  if (listed.IsNotFound()) return Status::OK();
+  RETURN_IF_ERROR(FromRocks(listed, "listing " + dir));
+  std::set<std::string> named;
+  const std::string begin = CheckpointKeyPrefix(checkpoint_id);
+  const std::string end = CheckpointKeyEnd(checkpoint_id);
+  const rocksdb::Range range(begin, end);
+  rocksdb::TablePropertiesCollection tables;
+  RETURN_IF_ERROR(
+      FromRocks(db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables),
+                "reading the table properties of checkpoint " +
+                    std::to_string(checkpoint_id)));
+  for (const auto& [table, props] : tables) {
+    if (auto values = ValueFileOf(*props)) named.insert(values->name);
+  }
+  for (const std::string& name : names) {
+    const std::string relative = std::to_string(checkpoint_id) + "/" + name;
+    if (name.ends_with(".val") && !named.contains(relative))
+      stray->push_back(dir + "/" + name);
+  }
+  return Status::OK();
+}
+
 Status StoreImpl::RemoveValueDir(int64_t checkpoint_id) {
   const std::string dir = ValueDirOf(path_, checkpoint_id);
   std::vector<std::string> names;
@@ -623,6 +651,8 @@ Result<StoreReport> StoreImpl::Check() {
   ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
   const std::set<int64_t> live = LiveChunkIds();
   ASSIGN_OR_RETURN(report.unused_value_ids, UnusedValueDirs(live));
+  for (int64_t id : live)
+    RETURN_IF_ERROR(StrayValueFiles(id, &report.stray_value_files));
   for (int64_t id : live) {
     // A deletion under way is not a problem, nor the chunks of a deleted
     // checkpoint that later ones share.

@@ -87,6 +87,10 @@ struct StoreReport {
   // Checkpoint ids with value files but no chunks: nothing can reach them (a
   // save or a deletion was interrupted); a read-write open removes them.
   std::vector<int64_t> unused_value_ids;
+  // Value files in the directory of a checkpoint that has chunks, which none
+  // of its table files points into (a writer of an earlier, failed attempt at
+  // that id left them): unreachable space, by path.
+  std::vector<std::string> stray_value_files;
   // No checkpoint above it ever committed: chunks of higher ids are leftovers
   // of interrupted saves, which a read-write open removes.
   int64_t high_water = 0;

@@ -231,6 +231,10 @@ class StoreImpl : public Store {
   // Removes a checkpoint's value files and then, when nothing else is in it,
   // their directory; for when no table file holds the checkpoint's keys.
   Status RemoveValueDir(int64_t checkpoint_id);
+  // Adds to `stray` the value files in the directory of checkpoint
+  // `checkpoint_id` that none of its table files points into.
+  Status StrayValueFiles(int64_t checkpoint_id,
+                         std::vector<std::string>* stray);
   // Checkpoint ids with a value directory but no key in `live` (LiveChunkIds).
   Result<std::vector<int64_t>> UnusedValueDirs(const std::set<int64_t>& live);
   // Best effort: removes the value directories of checkpoints not in `live`

@@ -172,6 +172,24 @@ TEST(ValueFileTest, LargeChunksLiveInValueFilesThatDeleteRemoves) {
   EXPECT_EQ(FilesWith(dir.path(), ".val").first, 0);
 }
 
+// A value file in a live checkpoint's directory that none of its table files
+// points into (a writer of an earlier attempt at the id left it) is reported
+// by path; the checkpoint's own files are not.
+TEST(ValueFileTest, StrayValueFilesOfALiveCheckpointAreReported) {
+  TempDir dir;
+  const CheckpointMetadata meta =
+      SavedIn(dir.path(), Pattern(256 << 10, 14), 2);
+  auto store = Store::Open(dir.path(), {.read_only = true});
+  ASSERT_TRUE(store.ok());
+  EXPECT_TRUE((*store)->Check()->stray_value_files.empty());
+  const std::string own = ValueFileOfRank(dir.path(), meta.info.id, 1);
+  const std::string stray =
+      ValueDirOf(dir.path(), meta.info.id) + "/1-0-00000bad.val";
+  fs::copy_file(own, stray);
+  EXPECT_EQ((*store)->Check()->stray_value_files,
+            std::vector<std::string>{stray});
+}
+
 // A value file that is missing, cut short or damaged makes every read of its
 // chunks Corruption naming the chunk and the file; the other writer's chunks
 // still read.

@@ -440,6 +440,13 @@ size_t VerifyStore(DB& db) {
         "cut short (not damage; a read-write open removes them)\n",
         static_cast<long long>(id));
   }
+  for (const std::string& file : report->stray_value_files) {
+    std::printf(
+        "store: value file %s holds no chunk of its checkpoint (left by an "
+        "earlier, failed attempt at that id; not damage, it can be "
+        "removed)\n",
+        file.c_str());
+  }
   for (int64_t id : report->unaccounted_chunk_ids) {
     std::printf(
         "store: DAMAGED: chunk data of checkpoint id %lld has no "
@@ -452,7 +459,8 @@ size_t VerifyStore(DB& db) {
         "%s\n",
         copy.c_str());
   }
-  if (report->ok() && report->unfinished_save_ids.empty())
+  if (report->ok() && report->unfinished_save_ids.empty() &&
+      report->stray_value_files.empty())
     std::printf("store: consistent (all chunk data belongs to checkpoints)\n");
   else if (report->ok())
     std::printf("store: consistent apart from the leftovers above\n");

@@ -175,6 +175,7 @@ Result<StoreCheckReport> DBImpl::CheckStore() {
   }
   std::sort(report.unfinished_save_ids.begin(),
             report.unfinished_save_ids.end());
+  report.stray_value_files = std::move(found.stray_value_files);
   report.damaged_journal_copies = std::move(found.damaged_journal_copies);
   return report;
 }

@@ -93,6 +93,10 @@ struct StoreCheckReport {
   // (or a delete cut short), whose leftovers the next read-write open
   // removes. Not damage.
   std::vector<int64_t> unfinished_save_ids;
+  // Value files of a checkpoint that none of its chunks is in (left by a
+  // writer of an earlier, failed attempt at that checkpoint id), by path:
+  // unreachable space, not damage.
+  std::vector<std::string> stray_value_files;
   // Damaged copies of the commit journal (the other copy is in use), by path.
   std::vector<std::string> damaged_journal_copies;
 
