@@ -101,15 +101,20 @@ void StoreImpl::RemoveUnusedValueDirs(const std::set<int64_t>& live) {
   for (int64_t id : *unused) (void)RemoveValueDir(id);
 }
 
-Status StoreImpl::StrayValueFiles(int64_t checkpoint_id,
-                                  std::vector<std::string>* stray) {
+Status StoreImpl::ListValueDir(int64_t checkpoint_id,
+                               std::vector<std::string>* names) {
   const std::string dir = ValueDirOf(path_, checkpoint_id);
-  std::vector<std::string> names;
   const rocksdb::IOStatus listed =
-      fs_->GetChildren(dir, rocksdb::IOOptions(), &names, nullptr);
-  if (listed.IsNotFound()) return Status::OK();
-  RETURN_IF_ERROR(FromRocks(listed, "listing " + dir));
-  std::set<std::string> named;
+      fs_->GetChildren(dir, rocksdb::IOOptions(), names, nullptr);
+  if (listed.IsNotFound()) {
+    names->clear();
+    return Status::OK();
+  }
+  return FromRocks(listed, "listing " + dir);
+}
+
+Result<std::vector<ValueFileExtent>> StoreImpl::NamedValueFiles(
+    int64_t checkpoint_id) {
   const std::string begin = CheckpointKeyPrefix(checkpoint_id);
   const std::string end = CheckpointKeyEnd(checkpoint_id);
   const rocksdb::Range range(begin, end);
@@ -118,13 +123,26 @@ Status StoreImpl::StrayValueFiles(int64_t checkpoint_id,
       FromRocks(db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables),
                 "reading the table properties of checkpoint " +
                     std::to_string(checkpoint_id)));
+  std::vector<ValueFileExtent> named;
   for (const auto& [table, props] : tables) {
-    if (auto values = ValueFileOf(*props)) named.insert(values->name);
+    if (auto values = ValueFileOf(*props)) named.push_back(std::move(*values));
   }
+  return named;
+}
+
+Status StoreImpl::StrayValueFiles(int64_t checkpoint_id,
+                                  std::vector<std::string>* stray) {
+  std::vector<std::string> names;
+  RETURN_IF_ERROR(ListValueDir(checkpoint_id, &names));
+  if (names.empty()) return Status::OK();
+  ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> files,
+                   NamedValueFiles(checkpoint_id));
+  std::set<std::string> named;
+  for (const ValueFileExtent& file : files) named.insert(file.name);
   for (const std::string& name : names) {
     const std::string relative = std::to_string(checkpoint_id) + "/" + name;
     if (name.ends_with(".val") && !named.contains(relative))
-      stray->push_back(dir + "/" + name);
+      stray->push_back(ValuesDir(path_) + "/" + relative);
   }
   return Status::OK();
 }
@@ -132,10 +150,10 @@ Status StoreImpl::StrayValueFiles(int64_t checkpoint_id,
 Status StoreImpl::RemoveValueDir(int64_t checkpoint_id) {
   const std::string dir = ValueDirOf(path_, checkpoint_id);
   std::vector<std::string> names;
-  const rocksdb::IOStatus listed =
-      fs_->GetChildren(dir, rocksdb::IOOptions(), &names, nullptr);
-  if (listed.IsNotFound()) return Status::OK();
-  RETURN_IF_ERROR(FromRocks(listed, "listing " + dir));
+  RETURN_IF_ERROR(ListValueDir(checkpoint_id, &names));
+  if (names.empty() &&
+      fs_->FileExists(dir, rocksdb::IOOptions(), nullptr).IsNotFound())
+    return Status::OK();
   // Only value files: anything else in the directory is not ckptdb's.
   bool foreign = false;
   for (const std::string& name : names) {
@@ -596,17 +614,10 @@ Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
     std::lock_guard lock(direct_mu_);
     if (held_values_checked_.contains(held)) return Status::OK();
   }
-  const std::string begin = CheckpointKeyPrefix(held);
-  const std::string end = CheckpointKeyEnd(held);
-  const rocksdb::Range range(begin, end);
-  rocksdb::TablePropertiesCollection tables;
-  RETURN_IF_ERROR(FromRocks(
-      db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables),
-      "reading the table properties of checkpoint " + std::to_string(held)));
-  for (const auto& [table, props] : tables) {
-    const std::optional<ValueFileExtent> values = ValueFileOf(*props);
-    if (!values) continue;
-    const std::string path = ValuesDir(path_) + "/" + values->name;
+  ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> files,
+                   NamedValueFiles(held));
+  for (const ValueFileExtent& values : files) {
+    const std::string path = ValuesDir(path_) + "/" + values.name;
     const bool missing =
         fs_->FileExists(path, rocksdb::IOOptions(), nullptr).IsNotFound();
     uint64_t size = 0;
@@ -614,14 +625,14 @@ Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
       RETURN_IF_ERROR(FromRocks(
           fs_->GetFileSize(path, rocksdb::IOOptions(), &size, nullptr),
           "value file " + path));
-      if (size >= values->end) continue;
+      if (size >= values.end) continue;
     }
     return Status::Corruption(
         "checkpoint " + std::to_string(id) +
         " would share chunks of checkpoint " + std::to_string(held) +
         ", whose value file " + path +
         (!missing ? " holds " + std::to_string(size) +
-                        " bytes, its chunks need " + std::to_string(values->end)
+                        " bytes, its chunks need " + std::to_string(values.end)
                   : " is missing") +
         ": not committed. `ckpt-db-dump verify " + path_ +
         "` lists the checkpoints that use it; a save "

@@ -231,6 +231,11 @@ class StoreImpl : public Store {
   // Removes a checkpoint's value files and then, when nothing else is in it,
   // their directory; for when no table file holds the checkpoint's keys.
   Status RemoveValueDir(int64_t checkpoint_id);
+  // The names in checkpoint `checkpoint_id`'s value directory; none when it
+  // is absent.
+  Status ListValueDir(int64_t checkpoint_id, std::vector<std::string>* names);
+  // The value files the table files of checkpoint `checkpoint_id` point into.
+  Result<std::vector<ValueFileExtent>> NamedValueFiles(int64_t checkpoint_id);
   // Adds to `stray` the value files in the directory of checkpoint
   // `checkpoint_id` that none of its table files points into.
   Status StrayValueFiles(int64_t checkpoint_id,
