@@ -146,10 +146,14 @@ bool IsTmpfs(const std::string& dir) {
 }
 
 void DropCaches(const std::string& dir) {
+  // A file removed since the listing (RocksDB's background deletions) is
+  // skipped: its pages are gone with it.
   std::error_code ec;
-  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
-    if (!e.is_regular_file()) continue;
-    const int fd = ::open(e.path().c_str(), O_RDONLY);
+  fs::recursive_directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::error_code stat_ec;
+    if (!it->is_regular_file(stat_ec)) continue;
+    const int fd = ::open(it->path().c_str(), O_RDONLY);
     if (fd < 0) continue;
     ::fdatasync(fd);
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);

@@ -290,7 +290,28 @@ Status StoreFileSystem::SyncDir(const std::string& dir) {
 
 Status StoreFileSystem::Remove(const std::string& path) {
   if (FileExists(path, IOOptions(), nullptr).IsNotFound()) return Status::OK();
-  return FromRocks(DeleteFile(path, IOOptions(), nullptr), "removing " + path);
+  const IOStatus s = DeleteFile(path, IOOptions(), nullptr);
+  if (s.IsNotFound() || s.IsPathNotFound()) return Status::OK();
+  return FromRocks(s, "removing " + path);
+}
+
+Result<std::vector<std::string>> StoreFileSystem::ListDir(
+    const std::string& dir) {
+  std::vector<std::string> names;
+  const IOStatus s = GetChildren(dir, IOOptions(), &names, nullptr);
+  if (s.IsNotFound() || s.IsPathNotFound()) return std::vector<std::string>();
+  RETURN_IF_ERROR(FromRocks(s, "listing " + dir));
+  std::erase_if(names, [](const std::string& n) { return n == "." || n == ".."; });
+  return names;
+}
+
+Result<std::optional<uint64_t>> StoreFileSystem::SizeIfPresent(
+    const std::string& path) {
+  uint64_t size = 0;
+  const IOStatus s = GetFileSize(path, IOOptions(), &size, nullptr);
+  if (s.IsNotFound() || s.IsPathNotFound()) return std::optional<uint64_t>();
+  RETURN_IF_ERROR(FromRocks(s, "reading the size of " + path));
+  return std::optional<uint64_t>(size);
 }
 
 Status StoreFileSystem::CreateDirIfMissing(const std::string& dir) {

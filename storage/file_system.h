@@ -11,9 +11,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "ckptdb/fault_injection.h"
 #include "ckptdb/status.h"
@@ -46,8 +48,17 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   // NotFound when absent.
   Result<std::string> ReadWholeFile(const std::string& path);
   Status SyncDir(const std::string& dir);
-  // Removes a file; absent is not an error.
+  // Removes a file; absent (never there, or removed meanwhile) is not an
+  // error.
   Status Remove(const std::string& path);
+  // The names in directory `dir` (without "." and ".."); none when `dir` does
+  // not exist.
+  Result<std::vector<std::string>> ListDir(const std::string& dir);
+  // The size of file `path`, or nullopt when it is not there. A name from a
+  // listing may be gone by the time it is looked at (RocksDB removes obsolete
+  // files in the background, a delete removes value files): that is the
+  // expected result of the delete, not an error.
+  Result<std::optional<uint64_t>> SizeIfPresent(const std::string& path);
   Status CreateDirIfMissing(const std::string& dir);
   // Asks whether a read of `path` (a direct chunk read) may run: the injector's
   // verdict, as an IOError.

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "tests/testing/temp_dir.h"
 
@@ -63,6 +67,84 @@ TEST(StoreFileSystemTest, AFailedReadIsRetried) {
       random->Read(2, 4, rocksdb::IOOptions(), &got, scratch, nullptr).ok());
   EXPECT_EQ(got.ToString(), "2345");
   EXPECT_EQ(faults->injected().size(), 1u);
+}
+
+// A name in a listing may be gone by the time it is looked at: RocksDB removes
+// obsolete table files in the background. Sizes of such names are absent,
+// their removal succeeds, and a directory that is not there lists as empty.
+TEST(StoreFileSystemTest, ListingsTolerateFilesRemovedMeanwhile) {
+  TempDir dir;
+  StoreFileSystem fs(nullptr);
+  auto missing = fs.ListDir(dir.Sub("none"));
+  ASSERT_TRUE(missing.ok()) << missing.status().ToString();
+  EXPECT_TRUE(missing->empty());
+  auto no_size = fs.SizeIfPresent(dir.Sub("none"));
+  ASSERT_TRUE(no_size.ok()) << no_size.status().ToString();
+  EXPECT_FALSE(no_size->has_value());
+
+  std::ofstream(dir.Sub("kept")) << "12345";
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      const std::string file = dir.Sub("churn" + std::to_string(i % 8));
+      std::ofstream(file) << "x";
+      std::error_code ec;
+      std::filesystem::remove(file, ec);
+    }
+  });
+  int absent = 0;
+  for (int round = 0; round < 2000; ++round) {
+    auto names = fs.ListDir(dir.path());
+    ASSERT_TRUE(names.ok()) << names.status().ToString();
+    bool kept = false;
+    for (const std::string& name : *names) {
+      EXPECT_NE(name, ".");
+      EXPECT_NE(name, "..");
+      kept |= name == "kept";
+      auto size = fs.SizeIfPresent(dir.Sub(name));
+      ASSERT_TRUE(size.ok()) << name << ": " << size.status().ToString();
+      absent += !size->has_value();
+      if (name != "kept") {
+        const Status removed = fs.Remove(dir.Sub(name));
+        EXPECT_TRUE(removed.ok()) << removed.ToString();
+      }
+    }
+    EXPECT_TRUE(kept);
+  }
+  stop = true;
+  churn.join();
+  auto kept = fs.SizeIfPresent(dir.Sub("kept"));
+  ASSERT_TRUE(kept.ok() && kept->has_value());
+  EXPECT_EQ(**kept, 5u);
+  std::printf("[ listing ] %d names gone before their stat\n", absent);
+}
+
+// The test walks of a live store skip what vanishes under them, files and
+// whole directories, and never throw.
+TEST(StoreFileSystemTest, TestWalksSkipEntriesRemovedMeanwhile) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.Sub("kept"));
+  std::ofstream(dir.Sub("kept/file.sst")) << "123";
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      const std::string sub = dir.Sub("values/" + std::to_string(i % 4));
+      std::error_code ec;
+      std::filesystem::create_directories(sub, ec);
+      std::ofstream(sub + "/0-0.val") << "value";
+      std::filesystem::remove_all(sub, ec);
+    }
+  });
+  for (int round = 0; round < 2000; ++round) {
+    const auto files = ckptdb::testing::FilesUnder(dir.path(), {".sst"});
+    ASSERT_EQ(files.size(), 1u);
+    EXPECT_EQ(files[0].size, 3u);
+    (void)ckptdb::testing::BytesUnder(dir.path());
+    (void)ckptdb::testing::SnapshotDir(dir.path());
+  }
+  stop = true;
+  churn.join();
+  EXPECT_TRUE(ckptdb::testing::FilesUnder(dir.Sub("gone")).empty());
 }
 
 }  // namespace

@@ -309,15 +309,17 @@ Status StoreImpl::CheckIngested(const CheckpointMetadata& meta) {
 }
 
 Status StoreImpl::RemoveLeftovers() {
-  std::error_code ec;
   // Value files of checkpoints without chunks: no key can reach them.
   RemoveUnusedValueDirs(LiveChunkIds());
-  if (fs::exists(StagingDir(path_), ec)) {
-    for (const auto& entry : fs::directory_iterator(StagingDir(path_), ec))
-      RETURN_IF_ERROR(fs_->Remove(entry.path().string()));
+  const std::string staging = StagingDir(path_);
+  if (!fs_->FileExists(staging, rocksdb::IOOptions(), nullptr).IsNotFound()) {
+    ASSIGN_OR_RETURN(const std::vector<std::string> staged,
+                     fs_->ListDir(staging));
+    for (const std::string& name : staged)
+      RETURN_IF_ERROR(fs_->Remove(staging + "/" + name));
     RETURN_IF_ERROR(FromRocks(
-        fs_->DeleteDir(StagingDir(path_), rocksdb::IOOptions(), nullptr),
-        "removing " + StagingDir(path_)));
+        fs_->DeleteDir(staging, rocksdb::IOOptions(), nullptr),
+        "removing " + staging));
   }
   // Every read-write open starts a new write-ahead log. RocksDB 7.x keeps the
   // earlier ones until a flush, which a store that is opened without being
@@ -327,15 +329,22 @@ Status StoreImpl::RemoveLeftovers() {
   // skips empty logs, so the directory is read.)
   std::unique_ptr<rocksdb::LogFile> current;
   if (!db_->GetCurrentWalFile(&current).ok()) return Status::OK();
-  for (const auto& entry : fs::directory_iterator(path_, ec)) {
-    const fs::path& file = entry.path();
+  ASSIGN_OR_RETURN(const std::vector<std::string> names, fs_->ListDir(path_));
+  for (const std::string& name : names) {
+    const fs::path file(name);
     const std::string stem = file.stem().string();
     if (file.extension() != ".log" || stem.empty() || stem.size() > 18 ||
         stem.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoull(stem) >= current->LogNumber() ||
-        !entry.is_regular_file(ec) || entry.file_size(ec) != 0)
+        std::stoull(stem) >= current->LogNumber())
       continue;
-    RETURN_IF_ERROR(fs_->Remove(file.string()));
+    const std::string log = path_ + "/" + name;
+    bool is_dir = false;
+    if (!fs_->IsDirectory(log, rocksdb::IOOptions(), &is_dir, nullptr).ok() ||
+        is_dir)
+      continue;
+    ASSIGN_OR_RETURN(const std::optional<uint64_t> size,
+                     fs_->SizeIfPresent(log));
+    if (size == 0u) RETURN_IF_ERROR(fs_->Remove(log));
   }
   return Status::OK();
 }
@@ -676,18 +685,23 @@ Result<StoreReport> StoreImpl::Check() {
 std::string StoreImpl::VersionStamp() const {
   // What a writer changes when it commits or deletes: the WAL, the MANIFEST
   // (flushed records, ingested and deleted files), CURRENT and the journal.
+  // A file removed between the listing and its stat is left out: the stamp
+  // differs from the one taken before the removal either way.
   std::string stamp;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(path_, ec)) {
-    const std::string name = entry.path().filename().string();
+  Result<std::vector<std::string>> names = fs_->ListDir(path_);
+  if (!names.ok()) return "unlisted: " + names.status().ToString();
+  std::sort(names->begin(), names->end());
+  for (const std::string& name : *names) {
     if (name != "CURRENT" && name.rfind("MANIFEST-", 0) != 0 &&
-        name.rfind("CKPTDB_JOURNAL", 0) != 0 &&
-        entry.path().extension() != ".log") {
+        name.rfind("CKPTDB_JOURNAL", 0) != 0 && !name.ends_with(".log")) {
       continue;
     }
+    const fs::path file = fs::path(path_) / name;
     std::error_code size_ec, time_ec;
-    const auto size = entry.file_size(size_ec);
-    const auto time = entry.last_write_time(time_ec).time_since_epoch().count();
+    const auto size = fs::file_size(file, size_ec);
+    const auto time =
+        fs::last_write_time(file, time_ec).time_since_epoch().count();
+    if (size_ec || time_ec) continue;
     stamp +=
         name + ":" + std::to_string(size) + ":" + std::to_string(time) + ";";
   }

@@ -124,9 +124,9 @@ Result<bool> StoreImpl::PrepareDirectory() {
   bool creating = false, current = false, data = false, foreign = false;
   std::vector<std::string> files;
   if (exists) {
-    for (const auto& entry : fs::directory_iterator(path_, ec)) {
-      const std::string name = entry.path().filename().string();
-      files.push_back(entry.path().string());
+    ASSIGN_OR_RETURN(const std::vector<std::string> names, fs_->ListDir(path_));
+    for (const std::string& name : names) {
+      files.push_back(path_ + "/" + name);
       creating |= name == kCreatingFile;
       current |= name == "CURRENT";
       data |= name.ends_with(".sst") || name == kReserveFile ||
@@ -346,9 +346,10 @@ Status StoreImpl::CheckJournal(const std::set<int64_t>& records) {
   }
   if (lost.empty()) return Status::OK();
   std::string files;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(path_, ec)) {
-    const std::string name = entry.path().filename().string();
+  Result<std::vector<std::string>> names = fs_->ListDir(path_);
+  if (names.ok()) std::sort(names->begin(), names->end());
+  for (const std::string& name :
+       names.ok() ? *names : std::vector<std::string>()) {
     if (name == "CURRENT" || name.rfind("MANIFEST-", 0) == 0 ||
         name.ends_with(".log"))
       files += (files.empty() ? "" : ", ") + name;

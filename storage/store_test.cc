@@ -21,11 +21,8 @@ using testing::SaveBytes;
 // Flips one byte inside the first run of 4096 `fill` bytes of a table or value
 // file of the store at `dir`: one chunk's value is damaged.
 bool DamageOneChunk(const std::string& dir, char fill) {
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    if (entry.path().extension() != ".sst" &&
-        entry.path().extension() != ".val")
-      continue;
-    std::fstream f(entry.path(),
+  for (const auto& file : ckptdb::testing::FilesUnder(dir, {".sst", ".val"})) {
+    std::fstream f(file.path,
                    std::ios::in | std::ios::out | std::ios::binary);
     std::string content((std::istreambuf_iterator<char>(f)), {});
     auto pos = content.find(std::string(4096, fill));
@@ -78,10 +75,8 @@ TEST(StoreTest, CommitListReadDelete) {
   // Table files holding the second checkpoint's bytes.
   auto holding_second = [&]() {
     int n = 0;
-    for (const auto& e : std::filesystem::directory_iterator(dir.Sub("s"))) {
-      if (e.path().extension() != ".sst") continue;
-      std::ifstream in(e.path(), std::ios::binary);
-      const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    for (const auto& file : ckptdb::testing::FilesUnder(dir.Sub("s"), {".sst"})) {
+      const std::string bytes = ckptdb::testing::ReadIfPresent(file.path).value_or("");
       n += bytes.find(second_bytes) != std::string::npos;
     }
     return n;
@@ -119,10 +114,7 @@ TEST(StoreTest, ReopenKeepsCheckpoints) {
 TEST(StoreTest, ReopeningLeavesNoEmptyLogsBehind) {
   TempDir dir;
   auto logs = [&] {
-    int n = 0;
-    for (const auto& e : std::filesystem::directory_iterator(dir.path()))
-      n += e.path().extension() == ".log";
-    return n;
+    return static_cast<int>(ckptdb::testing::FilesUnder(dir.path(), {".log"}).size());
   };
   for (int open = 0; open < 5; ++open) {
     auto store = Store::Open(dir.path(), {});

@@ -117,22 +117,19 @@ std::string Pattern(size_t n, uint32_t seed) {
 std::pair<int, uint64_t> FilesWith(const std::string& dir,
                                    const std::string& ext) {
   std::pair<int, uint64_t> out{0, 0};
-  std::error_code ec;
-  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
-    if (!e.is_regular_file() || e.path().extension() != ext) continue;
+  for (const auto& file : ckptdb::testing::FilesUnder(dir, {ext.c_str()})) {
     ++out.first;
-    out.second += e.file_size();
+    out.second += file.size;
   }
   return out;
 }
 
 // The value file of writer `rank` (part 0) of checkpoint `id`; "" when none.
 std::string ValueFileOfRank(const std::string& dir, int64_t id, int rank) {
-  std::error_code ec;
   const std::string prefix = std::to_string(rank) + "-0-";
-  for (const auto& e : fs::directory_iterator(ValueDirOf(dir, id), ec)) {
-    if (e.path().filename().string().rfind(prefix, 0) == 0)
-      return e.path().string();
+  for (const auto& file : ckptdb::testing::FilesUnder(ValueDirOf(dir, id))) {
+    if (file.path.filename().string().rfind(prefix, 0) == 0)
+      return file.path.string();
   }
   return "";
 }
@@ -150,12 +147,10 @@ TEST(ValueFileTest, LargeChunksLiveInValueFilesThatDeleteRemoves) {
   const std::string values = ValueDirOf(dir.path(), meta->info.id);
   EXPECT_EQ(FilesWith(values, ".val"),
             (std::pair<int, uint64_t>{2, payload.size()}));
-  for (const auto& e : fs::directory_iterator(dir.path())) {
-    if (e.path().extension() != ".sst") continue;
-    std::ifstream in(e.path(), std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  for (const auto& file : ckptdb::testing::FilesUnder(dir.path(), {".sst"})) {
+    const std::string bytes = ckptdb::testing::ReadIfPresent(file.path).value_or("");
     EXPECT_EQ(bytes.find(payload.substr(5000, 256)), std::string::npos)
-        << e.path();
+        << file.path;
   }
   EXPECT_TRUE(ReadAll(**store, *meta) == payload);
   std::string into(payload.size(), '\0');

@@ -107,12 +107,7 @@ bool AwaitCommits(int fd, int n) {
 }
 
 uint64_t SstBytes(const std::string& dir) {
-  uint64_t total = 0;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (e.path().extension() == ".sst" || e.path().extension() == ".val")
-      total += e.file_size();
-  }
-  return total;
+  return ckptdb::testing::BytesUnder(dir, {".sst", ".val"});
 }
 
 // Checkpoint `info` loads as the state of its step.

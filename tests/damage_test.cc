@@ -140,10 +140,9 @@ TEST(DamageMatrix, EveryFileKindFlippedCutAndDeleted) {
   }
   std::vector<fs::path> files;
   bool value_files = false;
-  for (const auto& e : fs::recursive_directory_iterator(templ)) {
-    if (!e.is_regular_file()) continue;
-    files.push_back(fs::relative(e.path(), templ));
-    value_files |= e.path().extension() == ".val";
+  for (const auto& file : ckptdb::testing::FilesUnder(templ)) {
+    files.push_back(fs::relative(file.path, templ));
+    value_files |= file.path.extension() == ".val";
   }
   ASSERT_TRUE(value_files);
   int cases = 0, detected = 0, harmless = 0, silent = 0;

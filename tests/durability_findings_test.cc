@@ -110,17 +110,12 @@ TEST_F(Findings, RecordsNeverLiveOnlyInTheWriteAheadLog) {
     ASSERT_TRUE(Save(**db, 0).ok());
     ASSERT_TRUE(Save(**db, 1).ok());
     // Even before the close.
-    for (const auto& e : fs::directory_iterator(dir)) {
-      if (e.path().extension() == ".log") {
-        EXPECT_EQ(e.file_size(), 0u) << e.path();
-      }
-    }
+    for (const auto& log : ckptdb::testing::FilesUnder(dir, {".log"}))
+      EXPECT_EQ(log.size, 0u) << log.path;
   }
   // And a write-ahead log with anything in it is refused, not skipped.
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() == ".log")
-      std::ofstream(e.path(), std::ios::app) << "garbage that is no record";
-  }
+  for (const auto& log : ckptdb::testing::FilesUnder(dir, {".log"}))
+    std::ofstream(log.path, std::ios::app) << "garbage that is no record";
   auto db = DB::Open(Options(), dir);
   ASSERT_FALSE(db.ok());
   EXPECT_TRUE(db.status().IsCorruption()) << db.status().ToString();
@@ -149,12 +144,7 @@ TEST_F(Findings, AFailureAfterTheRecordIsDurableReturnsTheCheckpoint) {
 
 // Bytes of the store's table and value files.
 uint64_t TableBytes(const std::string& dir) {
-  uint64_t n = 0;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (e.path().extension() == ".sst" || e.path().extension() == ".val")
-      n += e.file_size();
-  }
-  return n;
+  return ckptdb::testing::BytesUnder(dir, {".sst", ".val"});
 }
 
 // A failed sync of a staged file (the save fails) left the handle's file

@@ -510,12 +510,7 @@ TEST_F(FaultSweep, AFullDiskStillOpensDeletesAndFailsSavesCleanly) {
   }
   const std::string dir = tmp_.Sub("full");
   Build(dir, states);
-  auto bytes_in = [&] {
-    uint64_t n = 0;
-    for (const auto& e : fs::recursive_directory_iterator(dir))
-      if (e.is_regular_file()) n += e.file_size();
-    return n;
-  };
+  auto bytes_in = [&] { return ckptdb::testing::BytesUnder(dir); };
   // Not one byte free.
   faults_->Arm({.free_bytes = 0});
   {

@@ -77,13 +77,7 @@ Options SmallChunks() {
 
 // Bytes of the store's table and value files (chunks and records).
 uint64_t TableBytes(const std::string& dir) {
-  uint64_t total = 0;
-  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-    if (entry.path().extension() == ".sst" ||
-        entry.path().extension() == ".val")
-      total += entry.file_size();
-  }
-  return total;
+  return ckptdb::testing::BytesUnder(dir, {".sst", ".val"});
 }
 
 void ExpectLoads(DB& db, int64_t id, const State& expected,
@@ -269,8 +263,8 @@ TEST(IncrementalTest, ASaveDoesNotShareChunksWhoseValueFileIsGone) {
       ASSERT_TRUE(db.ok());
       StateDict sd = s.Dict();
       ASSERT_TRUE((*db)->Save(sd, {}).ok());
-      for (const auto& e : fs::directory_iterator(dir.path() + "/values/1"))
-        file = e.path().string();
+      for (const auto& found : ckptdb::testing::FilesUnder(dir.path() + "/values/1"))
+        file = found.path.string();
       ASSERT_FALSE(file.empty());
       if (cut)
         fs::resize_file(file, fs::file_size(file) - 1);
@@ -386,11 +380,8 @@ TEST(IncrementalTest, AChangedDtypeOrShapeIsWrittenAgain) {
 // did.
 bool Damage(const std::string& dir, const std::string& probe) {
   bool damaged = false;
-  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-    if (entry.path().extension() != ".sst" &&
-        entry.path().extension() != ".val")
-      continue;
-    std::fstream f(entry.path(),
+  for (const auto& file : ckptdb::testing::FilesUnder(dir, {".sst", ".val"})) {
+    std::fstream f(file.path,
                    std::ios::in | std::ios::out | std::ios::binary);
     std::string content((std::istreambuf_iterator<char>(f)), {});
     auto pos = content.find(probe);

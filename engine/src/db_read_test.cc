@@ -183,11 +183,8 @@ TEST(PartialReadRandomTest, MatchesTheWholeTensor) {
 // value files.
 bool DamageStored(const std::string& dir, const std::string& probe) {
   bool damaged = false;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    if (entry.path().extension() != ".sst" &&
-        entry.path().extension() != ".val")
-      continue;
-    std::fstream f(entry.path(),
+  for (const auto& file : ckptdb::testing::FilesUnder(dir, {".sst", ".val"})) {
+    std::fstream f(file.path,
                    std::ios::in | std::ios::out | std::ios::binary);
     std::string content((std::istreambuf_iterator<char>(f)), {});
     const auto pos = content.find(probe);

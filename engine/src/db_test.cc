@@ -548,12 +548,8 @@ TEST(DBTest, DamagedChunkFailsLoadAndVerify) {
   bool damaged = false;
   const std::string probe(reinterpret_cast<const char*>(w.bytes.data()) + 1000,
                           64);
-  for (const auto& entry :
-       std::filesystem::recursive_directory_iterator(dir.path())) {
-    if (entry.path().extension() != ".sst" &&
-        entry.path().extension() != ".val")
-      continue;
-    std::fstream f(entry.path(),
+  for (const auto& file : ckptdb::testing::FilesUnder(dir.path(), {".sst", ".val"})) {
+    std::fstream f(file.path,
                    std::ios::in | std::ios::out | std::ios::binary);
     std::string content((std::istreambuf_iterator<char>(f)), {});
     auto pos = content.find(probe);

@@ -25,8 +25,11 @@ def snapshot(path):
             if name == "LOG" or name.startswith("LOG.old"):
                 continue
             p = os.path.join(root, name)
-            with open(p, "rb") as f:
-                data = f.read()
+            try:
+                with open(p, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:  # removed by RocksDB since the listing
+                continue
             out[p] = (len(data), hash(data))
     return out
 
@@ -50,8 +53,11 @@ def damage(store, needle):
             if not name.endswith((".sst", ".val")):
                 continue
             p = os.path.join(root, name)
-            with open(p, "rb") as f:
-                data = bytearray(f.read())
+            try:
+                with open(p, "rb") as f:
+                    data = bytearray(f.read())
+            except FileNotFoundError:  # removed by RocksDB since the listing
+                continue
             at = data.find(needle)
             if at >= 0:
                 data[at] ^= 0x40
