@@ -687,11 +687,16 @@ std::string StoreImpl::VersionStamp() const {
   // (flushed records, ingested and deleted files), CURRENT and the journal.
   // A file removed between the listing and its stat is left out: the stamp
   // differs from the one taken before the removal either way.
+  // Taken before the store's file system exists (OpenDbRetrying), so it
+  // reads the directory itself, without throwing.
   std::string stamp;
-  Result<std::vector<std::string>> names = fs_->ListDir(path_);
-  if (!names.ok()) return "unlisted: " + names.status().ToString();
-  std::sort(names->begin(), names->end());
-  for (const std::string& name : *names) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  fs::directory_iterator it(path_, ec), end;
+  for (; !ec && it != end; it.increment(ec))
+    names.push_back(it->path().filename().string());
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
     if (name != "CURRENT" && name.rfind("MANIFEST-", 0) != 0 &&
         name.rfind("CKPTDB_JOURNAL", 0) != 0 && !name.ends_with(".log")) {
       continue;
