@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "storage/checksum.h"
+#include "core/checksum.h"
 
 namespace ckptdb::bench {
 namespace {

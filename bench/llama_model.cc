@@ -128,15 +128,15 @@ Status Validate(const LlamaConfig& m, const Parallelism& par) {
                                            " must be positive, not " +
                                            std::to_string(v));
   };
-  RETURN_IF_ERROR(positive(m.layers, "layers"));
-  RETURN_IF_ERROR(positive(m.hidden, "hidden"));
-  RETURN_IF_ERROR(positive(m.ffn, "ffn"));
-  RETURN_IF_ERROR(positive(m.vocab, "vocab"));
-  RETURN_IF_ERROR(positive(m.heads, "heads"));
-  RETURN_IF_ERROR(positive(m.kv_heads, "kv_heads"));
-  RETURN_IF_ERROR(positive(par.tp, "tp"));
-  RETURN_IF_ERROR(positive(par.pp, "pp"));
-  RETURN_IF_ERROR(positive(par.dp, "dp"));
+  CKPTDB_RETURN_IF_ERROR(positive(m.layers, "layers"));
+  CKPTDB_RETURN_IF_ERROR(positive(m.hidden, "hidden"));
+  CKPTDB_RETURN_IF_ERROR(positive(m.ffn, "ffn"));
+  CKPTDB_RETURN_IF_ERROR(positive(m.vocab, "vocab"));
+  CKPTDB_RETURN_IF_ERROR(positive(m.heads, "heads"));
+  CKPTDB_RETURN_IF_ERROR(positive(m.kv_heads, "kv_heads"));
+  CKPTDB_RETURN_IF_ERROR(positive(par.tp, "tp"));
+  CKPTDB_RETURN_IF_ERROR(positive(par.pp, "pp"));
+  CKPTDB_RETURN_IF_ERROR(positive(par.dp, "dp"));
   if (m.hidden % m.heads != 0) {
     return Status::InvalidArgument("hidden " + std::to_string(m.hidden) +
                                    " does not divide by heads " +

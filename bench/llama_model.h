@@ -31,14 +31,14 @@
 
 #include "ckptdb/status.h"
 #include "ckptdb/types.h"
-#include "planner/box.h"
+#include "core/box_geometry.h"
 #include "planner/flatten.h"
 #include "planner/load_plan.h"
 #include "planner/save_plan.h"
 
 namespace ckptdb::bench {
 
-// The model's dimensions. Defaults: the Llama-3-405B-class model of issue 15.
+// The model's dimensions. Defaults: a Llama-3-405B-class model.
 struct LlamaConfig {
   // Transformer layers.
   int layers = 126;
@@ -116,11 +116,11 @@ std::vector<ModelShard> RankShards(const LlamaConfig& model,
 uint64_t ShardBytes(const std::vector<ModelShard>& shards);
 
 // What DB::Save builds from a state dict holding `shards` (BuildLayout in
-// engine/src/save.cc).
+// engine/save/save.cc).
 planner::RankSaveLayout SaveLayoutOf(const std::vector<ModelShard>& shards);
 
 // What DB::Load targets for a state dict holding `shards` (MatchLeaves in
-// engine/src/load.cc).
+// engine/load/load.cc).
 std::vector<planner::LoadTarget> LoadTargetsOf(
     const std::vector<ModelShard>& shards);
 

@@ -5,7 +5,7 @@
 #include <map>
 #include <set>
 
-#include "planner/partition.h"
+#include "core/partition.h"
 
 namespace ckptdb::bench {
 namespace {
@@ -73,7 +73,7 @@ TEST(LlamaModelTest, StagesAtTheEndsHoldFewerLayers) {
   EXPECT_EQ(StageLayers(7, 1, 0), (std::pair<int, int>{0, 7}));
 }
 
-TEST(LlamaModelTest, DefaultModelHasTheIssuesSize) {
+TEST(LlamaModelTest, DefaultModelHasLlama405BSize) {
   const LlamaConfig model;
   const auto tensors = ModelTensors(model);
   EXPECT_EQ(tensors.size(), 4548u);
@@ -99,7 +99,7 @@ TEST(LlamaModelTest, DefaultModelHasTheIssuesSize) {
   EXPECT_EQ(stored, bytes);
 }
 
-TEST(LlamaModelTest, DefaultSaveHasTheIssuesChunks) {
+TEST(LlamaModelTest, DefaultSaveHasLlama405BChunks) {
   // 10.94 M chunks of 512 KiB at TP8 x PP16: every distinct box cut by
   // SplitBox as BuildSavePlan cuts it.
   const LlamaConfig model;

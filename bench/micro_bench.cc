@@ -5,11 +5,11 @@
 #include <numeric>
 #include <vector>
 
-#include "engine/src/box_copy.h"
+#include "engine/copy/box_copy.h"
 #include "planner/load_plan.h"
-#include "planner/partition.h"
+#include "core/partition.h"
 #include "planner/save_plan.h"
-#include "storage/checksum.h"
+#include "core/checksum.h"
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
 

@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "bench/llama_model.h"
-#include "engine/src/classes.h"
-#include "engine/src/load_executor.h"
-#include "engine/src/load_planning.h"
-#include "engine/src/save_record.h"
-#include "engine/src/wire.h"
+#include "engine/collectives/classes.h"
+#include "engine/load/load_executor.h"
+#include "engine/load/load_planning.h"
+#include "engine/save/save_record.h"
+#include "engine/collectives/wire.h"
 #include "planner/exchange_plan.h"
 #include "planner/load_plan.h"
 #include "planner/save_plan.h"
@@ -174,10 +174,10 @@ Result<planner::SavePlan> SimulateSavePlanning(GatheredClasses gathered,
                                                Json& out) {
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
-  ASSIGN_OR_RETURN(engine::RankClasses classes,
+  CKPTDB_ASSIGN_OR_RETURN(engine::RankClasses classes,
                    engine::ClassesFromGathered(gathered.digests,
                                                std::move(gathered.payloads)));
-  ASSIGN_OR_RETURN(planner::SaveClasses layouts,
+  CKPTDB_ASSIGN_OR_RETURN(planner::SaveClasses layouts,
                    engine::DecodeSaveClasses(classes));
   out["decode_seconds"] = SecondsSince(start);
   out["classes"] = layouts.layouts.size();
@@ -201,7 +201,7 @@ Result<std::vector<std::pair<std::string, std::string>>> SimulateMetadata(
   }
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
-  ASSIGN_OR_RETURN(CheckpointMetadata meta,
+  CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata meta,
                    engine::CommitRecord(std::move(plan), /*id=*/1,
                                         SaveOptions{}, world, sums_by_rank));
   auto records = storage::EncodeCheckpointRecords(meta);
@@ -221,7 +221,7 @@ Result<CheckpointMetadata> SimulateRecordDecode(
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
   if (records.empty()) return Status::Corruption("no records");
-  ASSIGN_OR_RETURN(storage::MainRecord main,
+  CKPTDB_ASSIGN_OR_RETURN(storage::MainRecord main,
                    storage::DecodeMainRecord(records.begin()->second));
   const int64_t id = main.meta.info.id;
   uint64_t decoded = 0;
@@ -230,7 +230,7 @@ Result<CheckpointMetadata> SimulateRecordDecode(
     auto record = records.find(storage::TensorRecordKey(id, key));
     if (tensor == main.meta.tensors.end() || record == records.end())
       return Status::Corruption("no record of tensor '" + key + "'");
-    ASSIGN_OR_RETURN(tensor->second.chunks,
+    CKPTDB_ASSIGN_OR_RETURN(tensor->second.chunks,
                      storage::DecodeTensorRecord(main, key, record->second));
     decoded += tensor->second.chunks.size();
   }
@@ -249,12 +249,12 @@ Status SimulateLoadPlanning(const CheckpointMetadata& meta,
                             GatheredClasses gathered, int rank, Json& out) {
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
-  ASSIGN_OR_RETURN(engine::RankClasses classes,
+  CKPTDB_ASSIGN_OR_RETURN(engine::RankClasses classes,
                    engine::ClassesFromGathered(gathered.digests,
                                                std::move(gathered.payloads)));
   out["decode_seconds"] = SecondsSince(start);
   const auto plan_start = Clock::now();
-  ASSIGN_OR_RETURN(engine::RankLoadPlanning planned,
+  CKPTDB_ASSIGN_OR_RETURN(engine::RankLoadPlanning planned,
                    engine::PlanRankLoad(meta.tensors, classes, rank));
   out["plan_seconds"] = SecondsSince(plan_start);
   // The executor's exchange plan (ExecuteLoad), for host targets of the

@@ -1,7 +1,6 @@
 #include "planner/box_index.h"
 
 #include <algorithm>
-#include <cassert>
 
 namespace ckptdb::planner {
 
@@ -22,7 +21,7 @@ BoxIndex::BoxIndex(const std::vector<Box>& boxes, size_t ndim)
 BoxIndex::BoxIndex(std::vector<Ref> refs, size_t ndim)
     : boxes_(std::move(refs)), ndim_(ndim) {
   const std::vector<Ref>& boxes = boxes_;
-  assert(boxes.size() < UINT32_MAX);
+  CKPTDB_ASSERT(boxes.size() < UINT32_MAX);
   const size_t indexed = std::min(ndim, kIndexedDims);
   for (size_t d = 0; d < indexed; ++d) {
     const bool alike =

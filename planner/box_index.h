@@ -4,7 +4,7 @@
 #include <optional>
 #include <vector>
 
-#include "planner/box.h"
+#include "core/box_geometry.h"
 
 namespace ckptdb::planner {
 

@@ -1,7 +1,6 @@
 #include "planner/exchange_plan.h"
 
 #include <algorithm>
-#include <cassert>
 #include <utility>
 
 namespace ckptdb::planner {
@@ -55,7 +54,7 @@ class Planner {
     for (size_t r = 0; r < plan_.reads.size(); ++r) {
       const size_t begin = i;
       while (i < plan_.items.size() && plan_.items[i].read == r) ++i;
-      assert(r == 0 || plan_.reads[r - 1].position <= plan_.reads[r].position);
+      CKPTDB_ASSERT(r == 0 || plan_.reads[r - 1].position <= plan_.reads[r].position);
       AddRead(r, begin, i);
     }
     Finish();
@@ -389,7 +388,7 @@ std::vector<DeviceHop> DeviceHops(int reader,
 }
 
 ExchangePlan BuildExchangePlan(const ExchangeInputs& in) {
-  assert(in.window_bytes > 0 && in.min_scatter_run_bytes > 0);
+  CKPTDB_ASSERT(in.window_bytes > 0 && in.min_scatter_run_bytes > 0);
   return Planner(in).Build();
 }
 

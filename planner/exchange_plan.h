@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ckptdb/metadata.h"
-#include "planner/box.h"
+#include "core/box_geometry.h"
 #include "planner/load_plan.h"
 
 namespace ckptdb::planner {

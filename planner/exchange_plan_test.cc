@@ -14,7 +14,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "planner/random_boxes.h"
+#include "core/random_boxes.h"
 
 namespace ckptdb::planner {
 namespace {

@@ -1,6 +1,5 @@
 #include "planner/flat_range.h"
 
-#include <cassert>
 
 namespace ckptdb::planner {
 namespace {
@@ -76,7 +75,7 @@ class Decomposer {
 
 std::vector<Box> FlatRangeBoxes(const Shape& shape, int64_t begin,
                                 int64_t end) {
-  assert(0 <= begin && begin <= end && end <= NumElements(shape));
+  CKPTDB_REQUIRE(0 <= begin && begin <= end && end <= NumElements(shape));
   std::vector<Box> boxes;
   if (begin == end) {
     if (!shape.empty()) {
@@ -91,7 +90,7 @@ std::vector<Box> FlatRangeBoxes(const Shape& shape, int64_t begin,
 }
 
 int64_t FlatIndex(const Shape& shape, const Shape& coord) {
-  assert(coord.size() == shape.size());
+  CKPTDB_REQUIRE(coord.size() == shape.size());
   int64_t index = 0;
   for (size_t d = 0; d < shape.size(); ++d) index = index * shape[d] + coord[d];
   return index;

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "ckptdb/types.h"
-#include "planner/box.h"
+#include "core/box_geometry.h"
 
 namespace ckptdb::planner {
 

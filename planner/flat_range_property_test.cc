@@ -10,7 +10,7 @@
 
 #include "planner/flat_range.h"
 #include "planner/load_plan.h"
-#include "planner/random_boxes.h"
+#include "core/random_boxes.h"
 #include "planner/save_plan.h"
 
 namespace ckptdb::planner {

@@ -1,7 +1,6 @@
 #include "planner/flatten.h"
 
 #include <algorithm>
-#include <cassert>
 #include <charconv>
 
 namespace ckptdb::planner {
@@ -73,13 +72,13 @@ Status Collect(Dict& dict, Path& path, PathKinds& kinds, size_t depth,
                                    std::to_string(kMaxNesting) +
                                    " levels at '" + JoinPath(path) + "'");
   }
-  RETURN_IF_ERROR(CheckSequence(dict, path, kinds));
+  CKPTDB_RETURN_IF_ERROR(CheckSequence(dict, path, kinds));
   for (auto& [key, entry] : dict.items()) {
     path.push_back(KeyText(key));
     kinds.push_back(KindOf(dict.kind(), key));
     auto& node = entry.node;
     if (auto* child = std::get_if<StateDict>(&node)) {
-      RETURN_IF_ERROR(Collect(*child, path, kinds, depth + 1, out));
+      CKPTDB_RETURN_IF_ERROR(Collect(*child, path, kinds, depth + 1, out));
     } else {
       Leaf leaf;
       leaf.flat_key = JoinPath(path);
@@ -100,7 +99,7 @@ Result<std::vector<Leaf>> FlattenImpl(Dict& state) {
   std::vector<Leaf> leaves;
   Path path;
   PathKinds kinds;
-  RETURN_IF_ERROR(Collect(state, path, kinds, 1, leaves));
+  CKPTDB_RETURN_IF_ERROR(Collect(state, path, kinds, 1, leaves));
   std::stable_sort(
       leaves.begin(), leaves.end(),
       [](const Leaf& a, const Leaf& b) { return a.flat_key < b.flat_key; });
@@ -160,7 +159,7 @@ std::string JoinPath(const Path& path) {
 }
 
 std::string QuotePath(const Path& path, const PathKinds& kinds) {
-  assert(kinds.empty() || kinds.size() == path.size());
+  CKPTDB_ASSERT(kinds.empty() || kinds.size() == path.size());
   std::string out = "[";
   for (size_t i = 0; i < path.size(); ++i) {
     if (i) out += ", ";
@@ -206,7 +205,7 @@ Result<StateDict> Unflatten(
     }
     std::vector<Key> keys;
     for (size_t i = 0; i < path.size(); ++i) {
-      ASSIGN_OR_RETURN(Key key, KeyOf(path[i], kinds[i], flat_key));
+      CKPTDB_ASSIGN_OR_RETURN(Key key, KeyOf(path[i], kinds[i], flat_key));
       keys.push_back(std::move(key));
     }
     StateDict* dict = Descend(out, keys, kinds);

@@ -9,7 +9,7 @@
 
 #include "ckptdb/metadata.h"
 #include "ckptdb/status.h"
-#include "planner/box.h"
+#include "core/box_geometry.h"
 
 namespace ckptdb::planner {
 

@@ -1,6 +1,6 @@
 #include "planner/layout_problems.h"
 
-#include "planner/partition.h"
+#include "core/partition.h"
 
 namespace ckptdb::planner {
 namespace {

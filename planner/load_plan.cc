@@ -1,7 +1,6 @@
 #include "planner/load_plan.h"
 
 #include <algorithm>
-#include <cassert>
 #include <map>
 #include <sstream>
 
@@ -92,7 +91,7 @@ class ReaderTurns {
   // in different places start with different needers.
   int Next(const Key& key, const std::vector<int>& needers, uint64_t position,
            uint64_t nbytes) {
-    assert(!needers.empty());
+    CKPTDB_ASSERT(!needers.empty());
     uint64_t& turn =
         turns_.try_emplace(key, position / std::max<uint64_t>(1, nbytes))
             .first->second;
@@ -157,7 +156,7 @@ Result<LoadPlan> BuildLoadPlan(
   const int num_ranks = static_cast<int>(targets.size());
   for (int r = 0; r < num_ranks; ++r) {
     for (const LoadTarget& target : targets[r]) {
-      RETURN_IF_ERROR(
+      CKPTDB_RETURN_IF_ERROR(
           CheckTarget(tensors, target, "rank " + std::to_string(r)));
     }
   }
@@ -284,7 +283,7 @@ Result<LoadPlan> BuildRankLoadPlan(
     if (ranks_of_class[c].empty()) continue;
     const std::string who = "rank " + std::to_string(ranks_of_class[c][0]);
     for (const LoadTarget& target : classes.targets[c])
-      RETURN_IF_ERROR(CheckTarget(tensors, target, who));
+      CKPTDB_RETURN_IF_ERROR(CheckTarget(tensors, target, who));
   }
   const int mine = classes.class_of_rank[rank];
   std::map<std::string_view, std::vector<const LoadTarget*>> my_keys;

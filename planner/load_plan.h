@@ -8,7 +8,7 @@
 
 #include "ckptdb/metadata.h"
 #include "ckptdb/status.h"
-#include "planner/box.h"
+#include "core/box_geometry.h"
 
 namespace ckptdb::planner {
 
@@ -32,8 +32,8 @@ struct ChunkRead {
   uint64_t position = 0;
 };
 
-// One box copied from a read chunk into a target shard: the read item of
-// DESIGN.md.
+// One box copied from a read chunk into a target shard: a read item
+// (docs/design.md).
 struct ReadItem {
   size_t read =
       0;  // index into LoadPlan::reads (gives the chunk and reader rank)

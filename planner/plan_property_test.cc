@@ -6,7 +6,7 @@
 #include <set>
 
 #include "planner/load_plan.h"
-#include "planner/random_boxes.h"
+#include "core/random_boxes.h"
 #include "planner/save_plan.h"
 
 namespace ckptdb::planner {

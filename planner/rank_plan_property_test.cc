@@ -9,7 +9,7 @@
 
 #include "planner/box_index.h"
 #include "planner/load_plan.h"
-#include "planner/random_boxes.h"
+#include "core/random_boxes.h"
 #include "planner/save_plan.h"
 
 namespace ckptdb::planner {

@@ -81,7 +81,7 @@ Result<BoxReadPlan> ResolveIndex(const std::string& key, const Shape& shape,
 Result<BoxReadPlan> PlanBoxRead(const std::string& key,
                                 const TensorMetadata& tensor,
                                 const TensorIndex& index) {
-  ASSIGN_OR_RETURN(BoxReadPlan plan,
+  CKPTDB_ASSIGN_OR_RETURN(BoxReadPlan plan,
                    ResolveIndex(key, tensor.global_shape, index));
   if (plan.box.volume() == 0) return plan;
   std::vector<BoxIndex::Ref> refs;

@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "planner/random_boxes.h"
+#include "core/random_boxes.h"
 
 namespace ckptdb::planner {
 namespace {

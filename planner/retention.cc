@@ -1,15 +1,14 @@
 #include "planner/retention.h"
 
 #include <algorithm>
-#include <cassert>
 
 namespace ckptdb::planner {
 
 std::vector<int64_t> CheckpointsToDelete(
     const std::vector<CheckpointInfo>& checkpoints,
     const RetentionPolicy& policy) {
-  assert(!policy.keep_last || *policy.keep_last >= 1);
-  assert(!policy.keep_every_steps || *policy.keep_every_steps >= 1);
+  CKPTDB_REQUIRE(!policy.keep_last || *policy.keep_last >= 1);
+  CKPTDB_REQUIRE(!policy.keep_every_steps || *policy.keep_every_steps >= 1);
   if (!policy.keep_last) return {};
   std::vector<const CheckpointInfo*> by_age;
   for (const CheckpointInfo& c : checkpoints) by_age.push_back(&c);

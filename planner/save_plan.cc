@@ -4,7 +4,7 @@
 #include <queue>
 #include <sstream>
 
-#include "planner/partition.h"
+#include "core/partition.h"
 
 namespace ckptdb::planner {
 namespace {
@@ -71,11 +71,11 @@ Status GroupByKey(const Owners& owners, SavePlan* plan,
     const RankSaveLayout& layout = owners.layouts[o];
     for (size_t i = 0; i < layout.shards.size(); ++i) {
       const SaveShard& s = layout.shards[i];
-      RETURN_IF_ERROR(add_path(s.flat_key, s.path, s.kinds, owners.Named(o)));
+      CKPTDB_RETURN_IF_ERROR(add_path(s.flat_key, s.path, s.kinds, owners.Named(o)));
       (*by_key)[s.flat_key].push_back({&s, {o, i}});
     }
     for (const SaveValue& v : layout.values) {
-      RETURN_IF_ERROR(add_path(v.flat_key, v.path, v.kinds, owners.Named(o)));
+      CKPTDB_RETURN_IF_ERROR(add_path(v.flat_key, v.path, v.kinds, owners.Named(o)));
       if (plan->values.emplace(v.flat_key, v.value).second)
         value_rank[v.flat_key] = owners.Named(o);
     }
@@ -280,11 +280,11 @@ Result<SavePlan> PlanOwners(const Owners& owners, size_t max_chunk_bytes,
   SavePlan plan;
   plan.bytes_per_rank.assign(owners.world, 0);
   std::map<std::string, std::vector<ShardRef>> by_key;
-  RETURN_IF_ERROR(GroupByKey(owners, &plan, &by_key));
+  CKPTDB_RETURN_IF_ERROR(GroupByKey(owners, &plan, &by_key));
   WriterTurns turns;
   for (auto& [key, refs] : by_key) {
-    RETURN_IF_ERROR(CheckAgreement(key, refs, owners));
-    RETURN_IF_ERROR(CheckLayout(key, refs, owners));
+    CKPTDB_RETURN_IF_ERROR(CheckAgreement(key, refs, owners));
+    CKPTDB_RETURN_IF_ERROR(CheckLayout(key, refs, owners));
     const SaveShard& first = *refs.front().shard;
     PlannedTensor& tensor = plan.tensors.emplace_back(
         PlannedTensor{key, first.dtype, first.global_shape, {}});

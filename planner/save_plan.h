@@ -7,7 +7,7 @@
 
 #include "ckptdb/status.h"
 #include "ckptdb/types.h"
-#include "planner/box.h"
+#include "core/box_geometry.h"
 #include "planner/flatten.h"
 
 namespace ckptdb::planner {

@@ -40,7 +40,7 @@ TEST(SavePlanTest, RowShardsOnTwoRanks) {
 TEST(SavePlanTest, AReplicatedBoxLargerThanAChunkIsWrittenByAllItsHolders) {
   // One 1 MiB tensor held whole by 4 ranks (data parallelism), beside a
   // small sharded one: with 64 KiB chunks every holder writes a quarter of
-  // it, where one rank used to write all of it.
+  // it, not one rank all of it.
   std::vector<RankSaveLayout> ranks(4);
   for (int r = 0; r < 4; ++r) {
     ranks[r].shards.push_back(Shard("big", {256, 1024}, {0, 0}, {256, 1024}));

@@ -1,7 +1,6 @@
 #include "storage/box_stream.h"
 
 #include <algorithm>
-#include <cassert>
 
 namespace ckptdb::storage {
 namespace {
@@ -110,7 +109,7 @@ std::string EncodeBoxStream(const Shape& global_shape,
   const ChunkMetadata* prev = nullptr;
   int32_t prev_writer = 0;
   for (const ChunkMetadata* c : chunks) {
-    assert(c->global_offset.size() == n && c->local_shape.size() == n);
+    CKPTDB_ASSERT(c->global_offset.size() == n && c->local_shape.size() == n);
     if (prev != nullptr) {
       for (size_t d = 0; d < n; ++d) {
         predicted[d] = At(prev->global_offset, d);
@@ -153,7 +152,7 @@ Status DecodeBoxStream(std::string_view bytes, const Shape& global_shape,
                        const std::string& what,
                        std::vector<ChunkMetadata>* chunks) {
   const size_t n = global_shape.size();
-  assert(n <= kMaxDims);
+  CKPTDB_ASSERT(n <= kMaxDims);
   ByteReader in(bytes);
   // The previous chunk's offset and shape, and the reference shape.
   int64_t offset[kMaxDims] = {}, shape[kMaxDims] = {}, reference[kMaxDims];

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <string_view>
 
-#include "storage/checksum.h"
+#include "core/checksum.h"
 #include "storage/value_files.h"
 
 namespace ckptdb::storage {

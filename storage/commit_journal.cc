@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "storage/checksum.h"
+#include "core/checksum.h"
 
 namespace ckptdb::storage {
 namespace {
@@ -123,9 +123,9 @@ Status WriteJournal(StoreFileSystem& fs, const std::string& store_path,
   for (const std::string& path : JournalPaths(store_path)) {
     // Renamed into place, so that a reader never sees a copy half written.
     const std::string tmp = path + ".tmp";
-    RETURN_IF_ERROR(fs.WriteFileSynced(tmp, bytes)
+    CKPTDB_RETURN_IF_ERROR(fs.WriteFileSynced(tmp, bytes)
                         .WithContext("writing the commit journal"));
-    RETURN_IF_ERROR(
+    CKPTDB_RETURN_IF_ERROR(
         FromRocks(fs.RenameFile(tmp, path, rocksdb::IOOptions(), nullptr),
                   "writing the commit journal: renaming " + tmp));
   }

@@ -265,12 +265,12 @@ Result<std::string> StoreFileSystem::ReadWholeFile(const std::string& path) {
   IOStatus s = NewSequentialFile(path, rocksdb::FileOptions(), &file, nullptr);
   if (s.IsPathNotFound() || s.IsNotFound())
     return Status::NotFound("no file " + path);
-  RETURN_IF_ERROR(FromRocks(s, "reading " + path));
+  CKPTDB_RETURN_IF_ERROR(FromRocks(s, "reading " + path));
   std::string out;
   std::string scratch(64 << 10, '\0');
   for (;;) {
     Slice got;
-    RETURN_IF_ERROR(FromRocks(
+    CKPTDB_RETURN_IF_ERROR(FromRocks(
         file->Read(scratch.size(), IOOptions(), &got, scratch.data(), nullptr),
         "reading " + path));
     if (got.empty()) break;
@@ -300,7 +300,7 @@ Result<std::vector<std::string>> StoreFileSystem::ListDir(
   std::vector<std::string> names;
   const IOStatus s = GetChildren(dir, IOOptions(), &names, nullptr);
   if (s.IsNotFound() || s.IsPathNotFound()) return std::vector<std::string>();
-  RETURN_IF_ERROR(FromRocks(s, "listing " + dir));
+  CKPTDB_RETURN_IF_ERROR(FromRocks(s, "listing " + dir));
   std::erase_if(names, [](const std::string& n) { return n == "." || n == ".."; });
   return names;
 }
@@ -310,7 +310,7 @@ Result<std::optional<uint64_t>> StoreFileSystem::SizeIfPresent(
   uint64_t size = 0;
   const IOStatus s = GetFileSize(path, IOOptions(), &size, nullptr);
   if (s.IsNotFound() || s.IsPathNotFound()) return std::optional<uint64_t>();
-  RETURN_IF_ERROR(FromRocks(s, "reading the size of " + path));
+  CKPTDB_RETURN_IF_ERROR(FromRocks(s, "reading the size of " + path));
   return std::optional<uint64_t>(size);
 }
 
@@ -318,7 +318,7 @@ Status StoreFileSystem::CreateDirIfMissing(const std::string& dir) {
   const std::string parent = std::filesystem::path(dir).parent_path().string();
   if (!parent.empty() && parent != dir &&
       FileExists(parent, IOOptions(), nullptr).IsNotFound()) {
-    RETURN_IF_ERROR(CreateDirIfMissing(parent));
+    CKPTDB_RETURN_IF_ERROR(CreateDirIfMissing(parent));
   }
   return FromRocks(CreateDirIfMissing(dir, IOOptions(), nullptr),
                    "creating directory " + dir);

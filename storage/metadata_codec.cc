@@ -8,7 +8,7 @@
 #include <charconv>
 #include <cstring>
 
-#include "planner/partition.h"
+#include "core/partition.h"
 #include "storage/box_stream.h"
 #include "storage/checkpoint.capnp.h"
 #include "storage/keys.h"
@@ -184,9 +184,9 @@ Status CheckHeader(Checkpoint::Reader r) {
 Result<ChunkMetadata> ReadChunk(Chunk::Reader c, const std::string& what,
                                 DType dtype, int32_t world_size) {
   ChunkMetadata chunk;
-  ASSIGN_OR_RETURN(chunk.global_offset,
+  CKPTDB_ASSIGN_OR_RETURN(chunk.global_offset,
                    ReadShape(c.getGlobalOffset(), what + " chunk offset"));
-  ASSIGN_OR_RETURN(chunk.local_shape,
+  CKPTDB_ASSIGN_OR_RETURN(chunk.local_shape,
                    ReadShape(c.getLocalShape(), what + " chunk shape"));
   uint64_t elems = 0;
   if (!CheckedVolume(chunk.local_shape, 1, &elems))
@@ -301,7 +301,7 @@ Status ReadTensorHeader(Tensor::Reader t, const std::string& what,
   if (!IsValidDType(t.getDtype()))
     return Bad(what + " has dtype code " + std::to_string(t.getDtype()));
   tensor->dtype = static_cast<DType>(t.getDtype());
-  ASSIGN_OR_RETURN(tensor->global_shape,
+  CKPTDB_ASSIGN_OR_RETURN(tensor->global_shape,
                    ReadShape(t.getGlobalShape(), what + " shape"));
   if (!CheckedVolume(tensor->global_shape, DTypeSize(tensor->dtype), bytes))
     return Bad(what + " is too large");
@@ -313,14 +313,14 @@ Result<TensorMetadata> ReadTensorV1(Tensor::Reader t, const std::string& what,
                                     int32_t world_size) {
   TensorMetadata tensor;
   uint64_t bytes = 0;
-  RETURN_IF_ERROR(ReadTensorHeader(t, what, &tensor, &bytes));
+  CKPTDB_RETURN_IF_ERROR(ReadTensorHeader(t, what, &tensor, &bytes));
   tensor.chunks.reserve(t.getChunks().size());
   for (auto c : t.getChunks()) {
-    ASSIGN_OR_RETURN(ChunkMetadata chunk,
+    CKPTDB_ASSIGN_OR_RETURN(ChunkMetadata chunk,
                      ReadChunk(c, what, tensor.dtype, world_size));
     tensor.chunks.push_back(std::move(chunk));
   }
-  RETURN_IF_ERROR(CheckChunkLayout(what, tensor.global_shape, tensor.chunks));
+  CKPTDB_RETURN_IF_ERROR(CheckChunkLayout(what, tensor.global_shape, tensor.chunks));
   SortChunks(tensor.chunks);
   return tensor;
 }
@@ -329,7 +329,7 @@ Result<TensorMetadata> ReadTensorV1(Tensor::Reader t, const std::string& what,
 // bytes.
 Status ReadTensorV2(Tensor::Reader t, const std::string& what,
                     TensorMetadata* tensor, uint64_t* count, uint64_t* bytes) {
-  RETURN_IF_ERROR(ReadTensorHeader(t, what, tensor, bytes));
+  CKPTDB_RETURN_IF_ERROR(ReadTensorHeader(t, what, tensor, bytes));
   if (t.getChunks().size() != 0)
     return Bad(what + " has chunks inline in a format-2 record");
   *count = t.getChunkCount();
@@ -346,14 +346,14 @@ Status ReadValuesAndUserMetadata(Checkpoint::Reader r,
                                  CheckpointMetadata* meta) {
   for (auto v : r.getValues()) {
     std::string key(v.getKey().cStr(), v.getKey().size());
-    ASSIGN_OR_RETURN(Value value, ReadValue(v, key));
+    CKPTDB_ASSIGN_OR_RETURN(Value value, ReadValue(v, key));
     auto path = ReadPath(v.getPath());
     if (path.empty()) return Bad("value '" + key + "' has an empty path");
     if (meta->tensors.count(key) ||
         !meta->values.emplace(key, std::move(value)).second) {
       return Bad("key '" + key + "' appears twice");
     }
-    RETURN_IF_ERROR(ReadKinds(v.getPathKinds(), key, path, meta));
+    CKPTDB_RETURN_IF_ERROR(ReadKinds(v.getPathKinds(), key, path, meta));
     meta->flat_mapping[key] = std::move(path);
   }
   for (auto kv : r.getUserMetadata()) {
@@ -364,7 +364,7 @@ Status ReadValuesAndUserMetadata(Checkpoint::Reader r,
 }
 
 Result<MainRecord> ReadMain(Checkpoint::Reader r) {
-  RETURN_IF_ERROR(CheckHeader(r));
+  CKPTDB_RETURN_IF_ERROR(CheckHeader(r));
   MainRecord main;
   main.format_version = r.getFormatVersion();
   CheckpointMetadata& meta = main.meta;
@@ -376,10 +376,10 @@ Result<MainRecord> ReadMain(Checkpoint::Reader r) {
     TensorMetadata tensor;
     uint64_t bytes = 0, count = 0;
     if (main.has_chunks()) {
-      ASSIGN_OR_RETURN(tensor, ReadTensorV1(t, what, meta.info.world_size));
+      CKPTDB_ASSIGN_OR_RETURN(tensor, ReadTensorV1(t, what, meta.info.world_size));
       for (const ChunkMetadata& chunk : tensor.chunks) bytes += chunk.nbytes;
     } else {
-      RETURN_IF_ERROR(ReadTensorV2(t, what, &tensor, &count, &bytes));
+      CKPTDB_RETURN_IF_ERROR(ReadTensorV2(t, what, &tensor, &count, &bytes));
     }
     if (__builtin_add_overflow(total, bytes, &total))
       return Bad("tensors hold more than 2^64 bytes");
@@ -388,7 +388,7 @@ Result<MainRecord> ReadMain(Checkpoint::Reader r) {
     if (!meta.tensors.emplace(key, std::move(tensor)).second)
       return Bad(what + " appears twice");
     if (!main.has_chunks()) main.chunk_counts.emplace(key, count);
-    RETURN_IF_ERROR(ReadKinds(t.getPathKinds(), key, path, &meta));
+    CKPTDB_RETURN_IF_ERROR(ReadKinds(t.getPathKinds(), key, path, &meta));
     meta.flat_mapping[key] = std::move(path);
   }
   if (total != static_cast<uint64_t>(meta.info.nbytes)) {
@@ -396,7 +396,7 @@ Result<MainRecord> ReadMain(Checkpoint::Reader r) {
                std::to_string(total) + " bytes, the record says " +
                std::to_string(meta.info.nbytes));
   }
-  RETURN_IF_ERROR(ReadValuesAndUserMetadata(r, &meta));
+  CKPTDB_RETURN_IF_ERROR(ReadValuesAndUserMetadata(r, &meta));
   return main;
 }
 
@@ -458,15 +458,15 @@ Result<std::vector<ChunkMetadata>> ReadTensorRecord(
   }
   std::vector<ChunkMetadata> chunks(count);
   auto boxes = r.getBoxes();
-  RETURN_IF_ERROR(DecodeBoxStream(
+  CKPTDB_RETURN_IF_ERROR(DecodeBoxStream(
       std::string_view(reinterpret_cast<const char*>(boxes.begin()),
                        boxes.size()),
       tensor.global_shape, DTypeSize(tensor.dtype), main.meta.info.world_size,
       what, &chunks));
   for (unsigned i = 0; i < chunks.size(); ++i)
     chunks[i].checksum = checksums[i];
-  RETURN_IF_ERROR(ReadIncremental(r, main.meta.info, what, &chunks));
-  RETURN_IF_ERROR(CheckChunkLayout(what, tensor.global_shape, chunks));
+  CKPTDB_RETURN_IF_ERROR(ReadIncremental(r, main.meta.info, what, &chunks));
+  CKPTDB_RETURN_IF_ERROR(CheckChunkLayout(what, tensor.global_shape, chunks));
   SortChunks(chunks);
   return chunks;
 }
@@ -685,7 +685,7 @@ Status DecodeAllTensorRecords(
       return Bad("a record of tensor '" + std::string(key) +
                  "', which the checkpoint does not have");
     }
-    ASSIGN_OR_RETURN(expected->second.chunks,
+    CKPTDB_ASSIGN_OR_RETURN(expected->second.chunks,
                      DecodeTensorRecord(*main, key, bytes));
     ++expected;
   }
@@ -697,7 +697,7 @@ Result<CheckpointMetadata> DecodeCheckpointRecords(
   int64_t id = 0;
   if (records.empty() || !DecodeMetaKey(records[0].first, &id))
     return Bad("no main record");
-  ASSIGN_OR_RETURN(MainRecord main, DecodeMainRecord(records[0].second));
+  CKPTDB_ASSIGN_OR_RETURN(MainRecord main, DecodeMainRecord(records[0].second));
   if (main.meta.info.id != id) {
     return Bad("record at id " + std::to_string(id) + " claims id " +
                std::to_string(main.meta.info.id));
@@ -723,17 +723,17 @@ Result<CheckpointMetadata> DecodeCheckpointRecords(
       return Bad("a format-1 checkpoint with a tensor record");
   } else {
     Status s = DecodeAllTensorRecords(&main, next);
-    RETURN_IF_ERROR(bad_key);
-    RETURN_IF_ERROR(s);
+    CKPTDB_RETURN_IF_ERROR(bad_key);
+    CKPTDB_RETURN_IF_ERROR(s);
   }
-  RETURN_IF_ERROR(bad_key);
+  CKPTDB_RETURN_IF_ERROR(bad_key);
   return std::move(main.meta);
 }
 
 Result<CheckpointInfo> DecodeCheckpointInfo(std::string_view bytes) {
   return WithReader<CheckpointInfo, Checkpoint>(
       bytes, [](Checkpoint::Reader r) -> Result<CheckpointInfo> {
-        RETURN_IF_ERROR(CheckHeader(r));
+        CKPTDB_RETURN_IF_ERROR(CheckHeader(r));
         return ReadInfo(r);
       });
 }

@@ -8,7 +8,7 @@
 #include <chrono>
 #include <random>
 
-#include "planner/random_boxes.h"
+#include "core/random_boxes.h"
 #include "storage/box_stream.h"
 #include "storage/checkpoint.capnp.h"
 #include "storage/keys.h"

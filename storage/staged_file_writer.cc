@@ -12,7 +12,7 @@
 #include <string_view>
 #include <utility>
 
-#include "storage/checksum.h"
+#include "core/checksum.h"
 #include "storage/chunk_files.h"
 #include "storage/keys.h"
 #include "storage/store_impl.h"
@@ -69,7 +69,7 @@ class StagedFileWriterImpl : public StagedFileWriter {
     std::string pointer;
     rocksdb::Slice value(bytes.data(), bytes.size());
     if (value_files_ && bytes.size() >= kExternalValueBytes) {
-      ASSIGN_OR_RETURN(const ValuePointer at, values_.Append(bytes));
+      CKPTDB_ASSIGN_OR_RETURN(const ValuePointer at, values_.Append(bytes));
       pointer = EncodeValuePointer(at);
       value = pointer;
       log_->end = at.offset + at.nbytes;
@@ -78,7 +78,7 @@ class StagedFileWriterImpl : public StagedFileWriter {
     }
     const rocksdb::Status put = writer_->Put(key, value);
     log_->next_is_pointer = false;
-    RETURN_IF_ERROR(FromRocks(
+    CKPTDB_RETURN_IF_ERROR(FromRocks(
         put,
         "staging chunk of '" + std::string(tensor_key) + "' into " + path_));
     ++entries_;
@@ -89,7 +89,7 @@ class StagedFileWriterImpl : public StagedFileWriter {
     finished_ = true;
     if (entries_ == 0) {
       writer_.reset();
-      RETURN_IF_ERROR(fs_->Remove(path_));
+      CKPTDB_RETURN_IF_ERROR(fs_->Remove(path_));
       return std::string();
     }
     // The values first: the table file names them.
@@ -140,15 +140,15 @@ std::string StagingDir(const std::string& store_path) {
 Result<std::unique_ptr<StagedFileWriter>> StoreImpl::NewStagedFile(
     int64_t checkpoint_id, int32_t rank, int part) {
   std::shared_lock lock(mu_);
-  RETURN_IF_ERROR(EnsureOpenShared(lock));
+  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   const std::string dir = StagingDir(path_);
-  RETURN_IF_ERROR(fs_->CreateDirIfMissing(dir));
+  CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(dir));
   const std::string path =
       (fs::path(dir) / StagedFileName(checkpoint_id, rank, part)).string();
   auto writer = std::make_unique<StagedFileWriterImpl>(
       path, path_, checkpoint_id, rank, static_cast<uint32_t>(part),
       options_.value_files, fs_, env_);
-  RETURN_IF_ERROR(writer->Open());
+  CKPTDB_RETURN_IF_ERROR(writer->Open());
   return std::unique_ptr<StagedFileWriter>(std::move(writer));
 }
 

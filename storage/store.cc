@@ -65,7 +65,7 @@ Status StoreImpl::DropChunks(int64_t checkpoint_id) {
   // A checkpoint's chunks fill whole table files of their own (ingested, never
   // compacted): removing the files removes them, with no tombstone and no
   // compaction (whose failure paths trip assertions in Debian's RocksDB).
-  RETURN_IF_ERROR(
+  CKPTDB_RETURN_IF_ERROR(
       FromRocks(rocksdb::DeleteFilesInRange(db_.get(), chunks_, &b, &e, false),
                 "removing the chunk files of checkpoint " +
                     std::to_string(checkpoint_id)));
@@ -74,7 +74,8 @@ Status StoreImpl::DropChunks(int64_t checkpoint_id) {
                             std::to_string(checkpoint_id) + " in '" + path_ +
                             "' share files with other checkpoints");
   }
-  // No key names its value files any more (value_files.h).
+  // The value files go with the table files: no key of another checkpoint
+  // points into them (value_files.h).
   return RemoveValueDir(checkpoint_id);
 }
 
@@ -84,7 +85,7 @@ Result<std::vector<int64_t>> StoreImpl::UnusedValueDirs(
   const rocksdb::IOStatus listed =
       fs_->GetChildren(ValuesDir(path_), rocksdb::IOOptions(), &names, nullptr);
   if (listed.IsNotFound()) return std::vector<int64_t>();
-  RETURN_IF_ERROR(FromRocks(listed, "listing " + ValuesDir(path_)));
+  CKPTDB_RETURN_IF_ERROR(FromRocks(listed, "listing " + ValuesDir(path_)));
   std::vector<int64_t> unused;
   for (const std::string& name : names) {
     int64_t id = 0;
@@ -119,7 +120,7 @@ Result<std::vector<ValueFileExtent>> StoreImpl::NamedValueFiles(
   const std::string end = CheckpointKeyEnd(checkpoint_id);
   const rocksdb::Range range(begin, end);
   rocksdb::TablePropertiesCollection tables;
-  RETURN_IF_ERROR(
+  CKPTDB_RETURN_IF_ERROR(
       FromRocks(db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables),
                 "reading the table properties of checkpoint " +
                     std::to_string(checkpoint_id)));
@@ -133,9 +134,9 @@ Result<std::vector<ValueFileExtent>> StoreImpl::NamedValueFiles(
 Status StoreImpl::StrayValueFiles(int64_t checkpoint_id,
                                   std::vector<std::string>* stray) {
   std::vector<std::string> names;
-  RETURN_IF_ERROR(ListValueDir(checkpoint_id, &names));
+  CKPTDB_RETURN_IF_ERROR(ListValueDir(checkpoint_id, &names));
   if (names.empty()) return Status::OK();
-  ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> files,
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> files,
                    NamedValueFiles(checkpoint_id));
   std::set<std::string> named;
   for (const ValueFileExtent& file : files) named.insert(file.name);
@@ -150,7 +151,7 @@ Status StoreImpl::StrayValueFiles(int64_t checkpoint_id,
 Status StoreImpl::RemoveValueDir(int64_t checkpoint_id) {
   const std::string dir = ValueDirOf(path_, checkpoint_id);
   std::vector<std::string> names;
-  RETURN_IF_ERROR(ListValueDir(checkpoint_id, &names));
+  CKPTDB_RETURN_IF_ERROR(ListValueDir(checkpoint_id, &names));
   if (names.empty() &&
       fs_->FileExists(dir, rocksdb::IOOptions(), nullptr).IsNotFound())
     return Status::OK();
@@ -162,10 +163,10 @@ Status StoreImpl::RemoveValueDir(int64_t checkpoint_id) {
       foreign = true;
       continue;
     }
-    RETURN_IF_ERROR(fs_->Remove(dir + "/" + name));
+    CKPTDB_RETURN_IF_ERROR(fs_->Remove(dir + "/" + name));
   }
   if (foreign) return Status::OK();
-  RETURN_IF_ERROR(FromRocks(fs_->DeleteDir(dir, rocksdb::IOOptions(), nullptr),
+  CKPTDB_RETURN_IF_ERROR(FromRocks(fs_->DeleteDir(dir, rocksdb::IOOptions(), nullptr),
                             "removing " + dir));
   return fs_->SyncDir(ValuesDir(path_));
 }
@@ -202,7 +203,7 @@ Status StoreImpl::IngestStaged(const std::vector<std::string>& staged,
                     "ingesting staged chunks of " + what);
     }
     fs_->UnpinReads();
-    RETURN_IF_ERROR(s);
+    CKPTDB_RETURN_IF_ERROR(s);
   }
   return Status::OK();
 }
@@ -224,11 +225,11 @@ Status StoreImpl::ScanStaged(const std::vector<std::string>& staged) {
       if (s.ok() && !it->Valid())
         s = rocksdb::Status::Corruption("no chunk in the staged file");
     }
-    RETURN_IF_ERROR(
+    CKPTDB_RETURN_IF_ERROR(
         FromRocks(s, "reading staged file " + path + " before ingesting it"));
     const auto& props = *reader.GetTableProperties();
     if (auto values = ValueFileOf(props)) {
-      RETURN_IF_ERROR(CheckValueFile(path, *values));
+      CKPTDB_RETURN_IF_ERROR(CheckValueFile(path, *values));
     } else if (HasValueFile(props)) {
       return Status::IOError("staged file " + path +
                              " names its value file in a malformed property");
@@ -241,7 +242,7 @@ Status StoreImpl::CheckValueFile(const std::string& staged,
                                  const ValueFileExtent& values) {
   const std::string path = ValuesDir(path_) + "/" + values.name;
   uint64_t size = 0;
-  RETURN_IF_ERROR(
+  CKPTDB_RETURN_IF_ERROR(
       FromRocks(fs_->GetFileSize(path, rocksdb::IOOptions(), &size, nullptr),
                 "value file " + path + " of staged file " + staged));
   if (size < values.end) {
@@ -266,17 +267,17 @@ Status StoreImpl::RepairBoundlessFiles(bool reingest) {
     const std::string link = StagingDir(path_) + "/repair-" + f.name.substr(1);
     const std::string what = "repairing table file " + path +
                              ", which RocksDB ingested without its key range";
-    RETURN_IF_ERROR(fs_->CreateDirIfMissing(StagingDir(path_)));
-    RETURN_IF_ERROR(fs_->Remove(link));
-    RETURN_IF_ERROR(FromRocks(fs_->LinkFile(path, link, {}, nullptr), what));
-    RETURN_IF_ERROR(FromRocks(db_->DeleteFile(f.name), what));
+    CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(StagingDir(path_)));
+    CKPTDB_RETURN_IF_ERROR(fs_->Remove(link));
+    CKPTDB_RETURN_IF_ERROR(FromRocks(fs_->LinkFile(path, link, {}, nullptr), what));
+    CKPTDB_RETURN_IF_ERROR(FromRocks(db_->DeleteFile(f.name), what));
     if (!reingest) {
-      RETURN_IF_ERROR(fs_->Remove(link));
+      CKPTDB_RETURN_IF_ERROR(fs_->Remove(link));
       continue;
     }
     rocksdb::IngestExternalFileOptions ingest;
     ingest.move_files = true;
-    RETURN_IF_ERROR(
+    CKPTDB_RETURN_IF_ERROR(
         FromRocks(db_->IngestExternalFile(chunks_, {link}, ingest), what));
   }
   return Status::OK();
@@ -284,7 +285,7 @@ Status StoreImpl::RepairBoundlessFiles(bool reingest) {
 
 Status StoreImpl::CheckIngested(const CheckpointMetadata& meta) {
   const int64_t id = meta.info.id;
-  RETURN_IF_ERROR(RepairBoundlessFiles(/*reingest=*/false));
+  CKPTDB_RETURN_IF_ERROR(RepairBoundlessFiles(/*reingest=*/false));
   // Chunks an incremental save shares live in their holders' key ranges.
   uint64_t expected = 0;
   for (const auto& [key, tensor] : meta.tensors) {
@@ -313,11 +314,11 @@ Status StoreImpl::RemoveLeftovers() {
   RemoveUnusedValueDirs(LiveChunkIds());
   const std::string staging = StagingDir(path_);
   if (!fs_->FileExists(staging, rocksdb::IOOptions(), nullptr).IsNotFound()) {
-    ASSIGN_OR_RETURN(const std::vector<std::string> staged,
+    CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> staged,
                      fs_->ListDir(staging));
     for (const std::string& name : staged)
-      RETURN_IF_ERROR(fs_->Remove(staging + "/" + name));
-    RETURN_IF_ERROR(FromRocks(
+      CKPTDB_RETURN_IF_ERROR(fs_->Remove(staging + "/" + name));
+    CKPTDB_RETURN_IF_ERROR(FromRocks(
         fs_->DeleteDir(staging, rocksdb::IOOptions(), nullptr),
         "removing " + staging));
   }
@@ -329,7 +330,7 @@ Status StoreImpl::RemoveLeftovers() {
   // skips empty logs, so the directory is read.)
   std::unique_ptr<rocksdb::LogFile> current;
   if (!db_->GetCurrentWalFile(&current).ok()) return Status::OK();
-  ASSIGN_OR_RETURN(const std::vector<std::string> names, fs_->ListDir(path_));
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names, fs_->ListDir(path_));
   for (const std::string& name : names) {
     const fs::path file(name);
     const std::string stem = file.stem().string();
@@ -342,9 +343,9 @@ Status StoreImpl::RemoveLeftovers() {
     if (!fs_->IsDirectory(log, rocksdb::IOOptions(), &is_dir, nullptr).ok() ||
         is_dir)
       continue;
-    ASSIGN_OR_RETURN(const std::optional<uint64_t> size,
+    CKPTDB_ASSIGN_OR_RETURN(const std::optional<uint64_t> size,
                      fs_->SizeIfPresent(log));
-    if (size == 0u) RETURN_IF_ERROR(fs_->Remove(log));
+    if (size == 0u) CKPTDB_RETURN_IF_ERROR(fs_->Remove(log));
   }
   return Status::OK();
 }
@@ -353,7 +354,7 @@ Status StoreImpl::WriteMeta(rocksdb::WriteBatch* batch,
                             const std::string& what) {
   rocksdb::WriteOptions wo;
   wo.disableWAL = true;
-  RETURN_IF_ERROR(FromRocks(db_->Write(wo, batch), what));
+  CKPTDB_RETURN_IF_ERROR(FromRocks(db_->Write(wo, batch), what));
   rocksdb::FlushOptions flush;
   flush.wait = true;
   return FromRocks(db_->Flush(flush, meta_), what + " (flushing the record)");
@@ -366,14 +367,14 @@ bool StoreImpl::Visible(int64_t checkpoint_id) const {
 
 Result<std::vector<CheckpointInfo>> StoreImpl::List() {
   std::shared_lock lock(mu_);
-  RETURN_IF_ERROR(EnsureOpenShared(lock));
+  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   return VisibleInfos();
 }
 
 Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
   std::vector<CheckpointInfo> out;
   Status error;
-  RETURN_IF_ERROR(ForEachRecord([&](int64_t id, std::string_view record) {
+  CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id, std::string_view record) {
     if (!Visible(id)) return true;
     auto info = DecodeCheckpointInfo(record);
     if (!info.ok()) {
@@ -383,12 +384,12 @@ Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
     out.push_back(*info);
     return true;
   }));
-  RETURN_IF_ERROR(error);
+  CKPTDB_RETURN_IF_ERROR(error);
   return out;
 }
 
 Result<int64_t> StoreImpl::Resolve(const CheckpointSelector& which) {
-  ASSIGN_OR_RETURN(auto all, List());
+  CKPTDB_ASSIGN_OR_RETURN(auto all, List());
   using Kind = CheckpointSelector::Kind;
   std::optional<int64_t> found;
   for (const CheckpointInfo& info : all) {
@@ -408,17 +409,17 @@ Result<int64_t> StoreImpl::Resolve(const CheckpointSelector& which) {
 }
 
 Result<int64_t> StoreImpl::NextCheckpointId() {
-  RETURN_IF_ERROR(RequireWritable("saving"));
+  CKPTDB_RETURN_IF_ERROR(RequireWritable("saving"));
   std::shared_lock lock(mu_);
-  RETURN_IF_ERROR(EnsureOpenShared(lock));
+  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   // Before the save stages files, which a reopen would remove.
-  RETURN_IF_ERROR(ReopenAfterFailedWrites(lock));
+  CKPTDB_RETURN_IF_ERROR(ReopenAfterFailedWrites(lock));
   // Above every id the journal, a record or a chunk file ever used: an id is
   // never reused, so chunks above the high-water mark are provably leftovers.
   int64_t next = journal_ ? journal_->high_water + 1 : 1;
   const std::set<int64_t> live = LiveChunkIds();
   for (int64_t id : live) next = std::max(next, id + 1);
-  RETURN_IF_ERROR(ForEachRecord([&](int64_t committed, std::string_view) {
+  CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t committed, std::string_view) {
     next = std::max(next, committed + 1);
     return true;
   }));
@@ -430,7 +431,7 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
 }
 
 Status StoreImpl::CheckTagFree(const std::string& tag) {
-  ASSIGN_OR_RETURN(auto all, List());
+  CKPTDB_ASSIGN_OR_RETURN(auto all, List());
   for (const CheckpointInfo& info : all) {
     if (info.tag == tag) {
       return Status::InvalidArgument(
@@ -485,14 +486,14 @@ Status StoreImpl::Reopen(Status error,
 
 Status StoreImpl::Commit(const CheckpointMetadata& meta,
                          const std::vector<std::string>& staged) {
-  RETURN_IF_ERROR(RequireWritable("saving"));
+  CKPTDB_RETURN_IF_ERROR(RequireWritable("saving"));
   std::shared_lock lock(mu_);
-  RETURN_IF_ERROR(EnsureOpenShared(lock));
+  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   const int64_t id = meta.info.id;
   const std::string what = "checkpoint " + std::to_string(id);
   auto committed = [&] { return journal_ && journal_->committed.contains(id); };
   ForgetIndex(id);  // an id whose earlier commit failed is used again
-  RETURN_IF_ERROR(CheckReferencesHeld(meta.info));
+  CKPTDB_RETURN_IF_ERROR(CheckReferencesHeld(meta.info));
   if (!staged.empty()) {
     Status s = IngestStaged(staged, what);
     if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
@@ -538,7 +539,7 @@ Status StoreImpl::ReopenAfterFailedWrites(
 }
 
 Status StoreImpl::Delete(int64_t checkpoint_id) {
-  RETURN_IF_ERROR(RequireWritable("deleting"));
+  CKPTDB_RETURN_IF_ERROR(RequireWritable("deleting"));
   Status s = DeleteOnce(checkpoint_id);
   // On a full disk, the reserve makes room for the few writes a delete needs.
   if (IsNoSpace(s) && ReleaseReserve()) s = DeleteOnce(checkpoint_id);
@@ -548,14 +549,14 @@ Status StoreImpl::Delete(int64_t checkpoint_id) {
 
 Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
   std::shared_lock lock(mu_);
-  RETURN_IF_ERROR(EnsureOpenShared(lock));
-  RETURN_IF_ERROR(ReopenAfterFailedWrites(lock));
+  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
+  CKPTDB_RETURN_IF_ERROR(ReopenAfterFailedWrites(lock));
   rocksdb::PinnableSlice record;
-  RETURN_IF_ERROR(GetRecord(checkpoint_id, &record));
-  ASSIGN_OR_RETURN(CheckpointInfo info, DecodeCheckpointInfo(std::string_view(
+  CKPTDB_RETURN_IF_ERROR(GetRecord(checkpoint_id, &record));
+  CKPTDB_ASSIGN_OR_RETURN(CheckpointInfo info, DecodeCheckpointInfo(std::string_view(
                                             record.data(), record.size())));
   record.Reset();
-  ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
+  CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   const std::string what =
       "the deletion of checkpoint " + std::to_string(checkpoint_id);
   CommitJournal journal = *journal_;
@@ -586,7 +587,7 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
 }
 
 Result<std::set<int64_t>> StoreImpl::ReferencedIds() {
-  ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, VisibleInfos());
+  CKPTDB_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, VisibleInfos());
   std::set<int64_t> referenced;
   for (const CheckpointInfo& info : infos)
     referenced.insert(info.references.begin(), info.references.end());
@@ -594,11 +595,11 @@ Result<std::set<int64_t>> StoreImpl::ReferencedIds() {
 }
 
 Status StoreImpl::DropUnreferenced(const std::set<int64_t>& candidates) {
-  ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
-  ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
+  CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
+  CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
   for (int64_t id : candidates) {
     if (!records.contains(id) && !referenced.contains(id))
-      RETURN_IF_ERROR(DropChunks(id));
+      CKPTDB_RETURN_IF_ERROR(DropChunks(id));
   }
   return Status::OK();
 }
@@ -613,7 +614,7 @@ Status StoreImpl::CheckReferencesHeld(const CheckpointInfo& info) {
           " refers to chunks of checkpoint " + std::to_string(held) +
           ", which store '" + path_ + "' no longer holds");
     }
-    RETURN_IF_ERROR(CheckHeldValueFiles(info.id, held));
+    CKPTDB_RETURN_IF_ERROR(CheckHeldValueFiles(info.id, held));
   }
   return Status::OK();
 }
@@ -623,7 +624,7 @@ Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
     std::lock_guard lock(direct_mu_);
     if (held_values_checked_.contains(held)) return Status::OK();
   }
-  ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> files,
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> files,
                    NamedValueFiles(held));
   for (const ValueFileExtent& values : files) {
     const std::string path = ValuesDir(path_) + "/" + values.name;
@@ -631,7 +632,7 @@ Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
         fs_->FileExists(path, rocksdb::IOOptions(), nullptr).IsNotFound();
     uint64_t size = 0;
     if (!missing) {
-      RETURN_IF_ERROR(FromRocks(
+      CKPTDB_RETURN_IF_ERROR(FromRocks(
           fs_->GetFileSize(path, rocksdb::IOOptions(), &size, nullptr),
           "value file " + path));
       if (size >= values.end) continue;
@@ -655,7 +656,7 @@ Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
 
 Result<StoreReport> StoreImpl::Check() {
   std::shared_lock lock(mu_);
-  RETURN_IF_ERROR(CheckOpen());
+  CKPTDB_RETURN_IF_ERROR(CheckOpen());
   // The journal as read with this handle's view of the database: a writer
   // may have moved on since.
   StoreReport report;
@@ -667,12 +668,12 @@ Result<StoreReport> StoreImpl::Check() {
     report.high_water =
         journal_ ? journal_->high_water : std::numeric_limits<int64_t>::max();
   }
-  ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
-  ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
+  CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
+  CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
   const std::set<int64_t> live = LiveChunkIds();
-  ASSIGN_OR_RETURN(report.unused_value_ids, UnusedValueDirs(live));
+  CKPTDB_ASSIGN_OR_RETURN(report.unused_value_ids, UnusedValueDirs(live));
   for (int64_t id : live)
-    RETURN_IF_ERROR(StrayValueFiles(id, &report.stray_value_files));
+    CKPTDB_RETURN_IF_ERROR(StrayValueFiles(id, &report.stray_value_files));
   for (int64_t id : live) {
     // A deletion under way is not a problem, nor the chunks of a deleted
     // checkpoint that later ones share.
@@ -724,7 +725,7 @@ Status StoreImpl::Refresh() {
 Result<std::unique_ptr<Store>> Store::Open(const std::string& path,
                                            const StoreOptions& options) {
   auto store = std::make_unique<StoreImpl>(path, options);
-  RETURN_IF_ERROR(store->OpenDbRetrying());
+  CKPTDB_RETURN_IF_ERROR(store->OpenDbRetrying());
   return std::unique_ptr<Store>(std::move(store));
 }
 

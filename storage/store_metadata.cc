@@ -28,7 +28,7 @@ Status StoreImpl::ReadBack(
            it->value() == records[i].second;
     ++i;
   }
-  RETURN_IF_ERROR(FromRocks(it->status(), what));
+  CKPTDB_RETURN_IF_ERROR(FromRocks(it->status(), what));
   if (same && i == records.size()) return Status::OK();
   return Status::Corruption("the records of checkpoint " +
                             std::to_string(checkpoint_id) + " in '" + path_ +
@@ -48,7 +48,7 @@ Status StoreImpl::DeleteRecord(int64_t checkpoint_id) {
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, meta_));
     for (it->Seek(MetaKey(checkpoint_id)); it->Valid(); it->Next())
       batch.Delete(meta_, it->key());
-    RETURN_IF_ERROR(FromRocks(it->status(), what));
+    CKPTDB_RETURN_IF_ERROR(FromRocks(it->status(), what));
   }
   // A record already gone still gets its tombstone: the deletion is durable.
   if (batch.Count() == 0) batch.Delete(meta_, MetaKey(checkpoint_id));
@@ -58,7 +58,7 @@ Status StoreImpl::DeleteRecord(int64_t checkpoint_id) {
 Status StoreImpl::GetRecord(int64_t checkpoint_id,
                             rocksdb::PinnableSlice* record,
                             const rocksdb::ReadOptions& read) {
-  RETURN_IF_ERROR(CheckOpen());
+  CKPTDB_RETURN_IF_ERROR(CheckOpen());
   rocksdb::Status s = db_->Get(read, meta_, MetaKey(checkpoint_id), record);
   if (s.IsNotFound() || (s.ok() && !Visible(checkpoint_id))) {
     return Status::NotFound("no checkpoint with id " +
@@ -80,7 +80,7 @@ Result<CheckpointMetadata> StoreImpl::GetMetadata(
 Result<CheckpointMetadata> StoreImpl::ReadMetadata(
     int64_t checkpoint_id, const std::vector<std::string>* tensor_keys) {
   std::shared_lock lock(mu_);
-  RETURN_IF_ERROR(EnsureOpenShared(lock));
+  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   const std::string context = "checkpoint id " + std::to_string(checkpoint_id);
   // One view of the records, whatever commits or deletes meanwhile.
   rocksdb::ManagedSnapshot snapshot(db_.get());
@@ -89,7 +89,7 @@ Result<CheckpointMetadata> StoreImpl::ReadMetadata(
   Result<MainRecord> main = Status::Internal("unread");
   {
     rocksdb::PinnableSlice record;
-    RETURN_IF_ERROR(GetRecord(checkpoint_id, &record, read));
+    CKPTDB_RETURN_IF_ERROR(GetRecord(checkpoint_id, &record, read));
     main = DecodeMainRecord(std::string_view(record.data(), record.size()));
   }
   if (!main.ok()) return main.status().WithContext(context);
@@ -129,7 +129,7 @@ Status StoreImpl::ReadAllTensorRecords(const rocksdb::ReadOptions& read,
   };
   Status decoded = DecodeAllTensorRecords(main, next);
   // A read error ends the walk early: it, not a missing record, is the cause.
-  RETURN_IF_ERROR(FromRocks(it->status(),
+  CKPTDB_RETURN_IF_ERROR(FromRocks(it->status(),
                             "reading the tensor records of "
                             "checkpoint " +
                                 std::to_string(id)));
@@ -155,9 +155,9 @@ Status StoreImpl::ReadTensorRecords(const rocksdb::ReadOptions& read,
       return Status::Corruption("checkpoint metadata: tensor '" + key +
                                 "' has no record: its chunks are missing");
     }
-    RETURN_IF_ERROR(FromRocks(s, "reading the record of tensor '" + key +
+    CKPTDB_RETURN_IF_ERROR(FromRocks(s, "reading the record of tensor '" + key +
                                      "' of checkpoint " + std::to_string(id)));
-    ASSIGN_OR_RETURN(
+    CKPTDB_ASSIGN_OR_RETURN(
         tensor.chunks,
         DecodeTensorRecord(*main, key,
                            std::string_view(record.data(), record.size())));

@@ -20,7 +20,7 @@ using ckptdb::testing::TempDir;
 // Tensors "a" (100 bytes), "b" (37), "e" (empty) and "s" (0-d), each split
 // over `ranks` writers (the 0-d one by the last), committed as one checkpoint.
 Result<CheckpointMetadata> CommitSample(Store& store, int ranks) {
-  ASSIGN_OR_RETURN(int64_t id, store.NextCheckpointId());
+  CKPTDB_ASSIGN_OR_RETURN(int64_t id, store.NextCheckpointId());
   CheckpointMetadata meta;
   meta.info.id = id;
   meta.info.world_size = ranks;
@@ -39,25 +39,25 @@ Result<CheckpointMetadata> CommitSample(Store& store, int ranks) {
   meta.flat_mapping["lr"] = {"lr"};
   std::vector<std::string> files;
   for (int r = 0; r < ranks; ++r) {
-    ASSIGN_OR_RETURN(auto writer, store.NewStagedFile(id, r, 0));
+    CKPTDB_ASSIGN_OR_RETURN(auto writer, store.NewStagedFile(id, r, 0));
     for (const auto& [key, bytes] : data) {
       const int64_t size = static_cast<int64_t>(bytes.size());
       const int64_t begin = size * r / ranks, end = size * (r + 1) / ranks;
       if (begin == end) continue;
-      ASSIGN_OR_RETURN(
+      CKPTDB_ASSIGN_OR_RETURN(
           uint64_t sum,
           writer->Add(key, {begin}, bytes.substr(begin, end - begin)));
       meta.tensors[key].chunks.push_back(
           {{begin}, {end - begin}, r, static_cast<uint64_t>(end - begin), sum});
     }
     if (r + 1 == ranks) {
-      ASSIGN_OR_RETURN(uint64_t sum, writer->Add("s", {}, "s"));
+      CKPTDB_ASSIGN_OR_RETURN(uint64_t sum, writer->Add("s", {}, "s"));
       meta.tensors["s"].chunks.push_back({{}, {}, r, 1, sum});
     }
-    ASSIGN_OR_RETURN(std::string file, writer->Finish());
+    CKPTDB_ASSIGN_OR_RETURN(std::string file, writer->Finish());
     if (!file.empty()) files.push_back(file);
   }
-  RETURN_IF_ERROR(store.Commit(meta, files));
+  CKPTDB_RETURN_IF_ERROR(store.Commit(meta, files));
   return meta;
 }
 

@@ -124,7 +124,7 @@ Result<bool> StoreImpl::PrepareDirectory() {
   bool creating = false, current = false, data = false, foreign = false;
   std::vector<std::string> files;
   if (exists) {
-    ASSIGN_OR_RETURN(const std::vector<std::string> names, fs_->ListDir(path_));
+    CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names, fs_->ListDir(path_));
     for (const std::string& name : names) {
       files.push_back(path_ + "/" + name);
       creating |= name == kCreatingFile;
@@ -158,12 +158,12 @@ Result<bool> StoreImpl::PrepareDirectory() {
   // Only what an interrupted creation writes is here: start it again.
   const std::string marker = (fs::path(path_) / kCreatingFile).string();
   for (const auto& file : files) {
-    if (file != marker) RETURN_IF_ERROR(fs_->Remove(file));
+    if (file != marker) CKPTDB_RETURN_IF_ERROR(fs_->Remove(file));
   }
-  RETURN_IF_ERROR(fs_->CreateDirIfMissing(path_));
-  RETURN_IF_ERROR(fs_->WriteFileSynced(marker, ""));
-  RETURN_IF_ERROR(fs_->SyncDir(fs::path(path_).parent_path().string()));
-  RETURN_IF_ERROR(fs_->SyncDir(path_));
+  CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(path_));
+  CKPTDB_RETURN_IF_ERROR(fs_->WriteFileSynced(marker, ""));
+  CKPTDB_RETURN_IF_ERROR(fs_->SyncDir(fs::path(path_).parent_path().string()));
+  CKPTDB_RETURN_IF_ERROR(fs_->SyncDir(path_));
   return false;
 }
 
@@ -228,7 +228,7 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
   // the room an open needs on a nearly full disk.
   db_options.manifest_preallocation_size = 256 << 10;
   db_options.info_log = read_only ? NewNullInfoLog() : NewInfoLog(*fs_, path_);
-  if (has_db) RETURN_IF_ERROR(CheckColumnFamilies(db_options));
+  if (has_db) CKPTDB_RETURN_IF_ERROR(CheckColumnFamilies(db_options));
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
       {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
       {kChunksCf, ChunkCfOptions(ChunkReadCache(pool_))},
@@ -265,7 +265,7 @@ Status StoreImpl::CheckStoreMarker(bool has_db) {
   rocksdb::Status s =
       db_->Get(rocksdb::ReadOptions(), meta_, kStoreMarkerKey, &marker);
   if (s.IsNotFound()) {
-    ASSIGN_OR_RETURN(auto records, RecordIds());
+    CKPTDB_ASSIGN_OR_RETURN(auto records, RecordIds());
     if (!records.empty()) {
       return Status::InvalidArgument("'" + path_ +
                                      "' is not a ckptdb store (no store "
@@ -274,7 +274,7 @@ Status StoreImpl::CheckStoreMarker(bool has_db) {
     if (!options_.read_only) {
       rocksdb::WriteBatch batch;
       batch.Put(meta_, kStoreMarkerKey, kStoreMarker);
-      RETURN_IF_ERROR(WriteMeta(&batch, "creating store"));
+      CKPTDB_RETURN_IF_ERROR(WriteMeta(&batch, "creating store"));
     }
   } else if (!s.ok()) {
     return FromRocks(s, "reading the store marker of '" + path_ + "'");
@@ -288,8 +288,8 @@ Status StoreImpl::CheckStoreMarker(bool has_db) {
   const std::string creating = (fs::path(path_) / kCreatingFile).string();
   std::error_code ec;
   if (!options_.read_only && (!has_db || fs::exists(creating, ec))) {
-    RETURN_IF_ERROR(fs_->Remove(creating));
-    RETURN_IF_ERROR(fs_->SyncDir(path_));
+    CKPTDB_RETURN_IF_ERROR(fs_->Remove(creating));
+    CKPTDB_RETURN_IF_ERROR(fs_->SyncDir(path_));
   }
   return Status::OK();
 }
@@ -301,8 +301,8 @@ Status StoreImpl::OpenDb() {
   fs_ =
       std::make_shared<StoreFileSystem>(options_.fault_injector, options_.sync);
   env_ = rocksdb::NewCompositeEnv(fs_);
-  ASSIGN_OR_RETURN(const bool has_db, PrepareDirectory());
-  if (!options_.read_only && has_db) RETURN_IF_ERROR(PreCheckReadOnly(has_db));
+  CKPTDB_ASSIGN_OR_RETURN(const bool has_db, PrepareDirectory());
+  if (!options_.read_only && has_db) CKPTDB_RETURN_IF_ERROR(PreCheckReadOnly(has_db));
   Status s = OpenRocks(has_db, options_.read_only);
   if (s.ok()) s = CheckStoreMarker(has_db);
   if (s.ok()) s = RecoverCommits();
@@ -331,7 +331,7 @@ Status StoreImpl::PreCheckReadOnly(bool has_db) {
 
 Result<std::set<int64_t>> StoreImpl::RecordIds() {
   std::set<int64_t> ids;
-  RETURN_IF_ERROR(ForEachRecord([&](int64_t id, std::string_view) {
+  CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id, std::string_view) {
     ids.insert(id);
     return true;
   }));
@@ -363,20 +363,20 @@ Status StoreImpl::CheckJournal(const std::set<int64_t>& records) {
 
 Status StoreImpl::SaveJournal(CommitJournal journal) {
   journal.sequence = journal_ ? journal_->sequence + 1 : 1;
-  RETURN_IF_ERROR(WriteJournal(*fs_, path_, journal));
+  CKPTDB_RETURN_IF_ERROR(WriteJournal(*fs_, path_, journal));
   std::lock_guard journal_lock(journal_mu_);
   journal_ = std::move(journal);
   return Status::OK();
 }
 
 Status StoreImpl::RecoverCommits() {
-  ASSIGN_OR_RETURN(JournalState state, ReadJournal(*fs_, path_));
+  CKPTDB_ASSIGN_OR_RETURN(JournalState state, ReadJournal(*fs_, path_));
   journal_ = state.journal;
   journal_damaged_ = state.damaged;
-  ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
-  RETURN_IF_ERROR(CheckJournal(records));
+  CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
+  CKPTDB_RETURN_IF_ERROR(CheckJournal(records));
   if (options_.read_only) return Status::OK();
-  RETURN_IF_ERROR(RepairBoundlessFiles(/*reingest=*/true));
+  CKPTDB_RETURN_IF_ERROR(RepairBoundlessFiles(/*reingest=*/true));
   const std::set<int64_t> live = LiveChunkIds();
   CommitJournal next;
   if (journal_) {
@@ -393,7 +393,7 @@ Status StoreImpl::RecoverCommits() {
   // that died before writing it); records marked deleting lose their record.
   for (int64_t id : records) {
     if (next.deleting.contains(id)) {
-      RETURN_IF_ERROR(DeleteRecord(id));
+      CKPTDB_RETURN_IF_ERROR(DeleteRecord(id));
     } else {
       next.committed.insert(id);
       next.high_water = std::max(next.high_water, id);
@@ -402,15 +402,15 @@ Status StoreImpl::RecoverCommits() {
   // Chunks without a record: of a save above the high-water mark (never
   // committed) or of a deletion, unless a remaining record shares them
   // (incremental saves): removed. Anything else is kept.
-  ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
+  CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
   for (int64_t id : live) {
     if (next.committed.contains(id) || referenced.contains(id)) continue;
     if (id > next.high_water || next.deleting.contains(id))
-      RETURN_IF_ERROR(DropChunks(id));
+      CKPTDB_RETURN_IF_ERROR(DropChunks(id));
   }
   next.deleting.clear();
   if (!journal_ || next != *journal_ || !state.damaged.empty()) {
-    RETURN_IF_ERROR(SaveJournal(std::move(next)));
+    CKPTDB_RETURN_IF_ERROR(SaveJournal(std::move(next)));
     journal_damaged_.clear();
   }
   return RemoveLeftovers();

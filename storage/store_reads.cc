@@ -18,7 +18,7 @@
 #include <string_view>
 #include <utility>
 
-#include "storage/checksum.h"
+#include "core/checksum.h"
 #include "storage/keys.h"
 #include "storage/store_impl.h"
 
@@ -168,7 +168,7 @@ Status StoreImpl::ReadThroughRocks(int64_t checkpoint_id,
     return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
                               " is damaged: " + s.ToString());
   }
-  RETURN_IF_ERROR(
+  CKPTDB_RETURN_IF_ERROR(
       FromRocks(s, "reading " + ChunkName(checkpoint_id, tensor_key, chunk)));
   auto& slice = buffer->impl_->slice;
   std::optional<ValuePointer> pointer;
@@ -177,7 +177,7 @@ Status StoreImpl::ReadThroughRocks(int64_t checkpoint_id,
   if (pointer) {
     const ValuePointer at = *pointer;
     slice.Reset();
-    RETURN_IF_ERROR(
+    CKPTDB_RETURN_IF_ERROR(
         ReadPointedValue(checkpoint_id, tensor_key, chunk, at, buffer));
   } else if (slice.size() != chunk.nbytes) {
     return Status::Corruption(ChunkName(checkpoint_id, tensor_key, chunk) +
@@ -216,7 +216,7 @@ Status StoreImpl::ReadPointedValue(int64_t checkpoint_id,
                               std::to_string(chunk.nbytes) + " of rank " +
                               std::to_string(chunk.writer_rank));
   }
-  RETURN_IF_ERROR(fs_->CheckOpenForRead(path));
+  CKPTDB_RETURN_IF_ERROR(fs_->CheckOpenForRead(path));
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -270,7 +270,7 @@ Status StoreImpl::ReadValueFile(int fd, const std::string& path,
                               ", before its end at byte " +
                               std::to_string(pointer.offset + pointer.nbytes));
   }
-  RETURN_IF_ERROR(fs_->CheckRead(path));
+  CKPTDB_RETURN_IF_ERROR(fs_->CheckRead(path));
   ChunkBuffer::Impl& impl = *buffer->impl_;
   impl.pool = pool_;
   try {
@@ -297,7 +297,7 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
                                          const ChunkMetadata& chunk) {
   std::shared_lock lock(mu_);
   // A re-open that failed (Refresh, on another thread) left no database.
-  RETURN_IF_ERROR(EnsureOpenShared(lock));
+  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
   ChunkBuffer buffer;
   if (chunk.nbytes >= kOwnBlockBytes) {  // may start a block of its own
@@ -319,7 +319,7 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
     if (impl.owned != nullptr)
       pool_->Deallocate(std::exchange(impl.owned, nullptr));
   }
-  RETURN_IF_ERROR(
+  CKPTDB_RETURN_IF_ERROR(
       ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));
   return buffer;
 }
@@ -329,7 +329,7 @@ Status StoreImpl::VerifyChunk(int64_t checkpoint_id,
                               const ChunkMetadata& chunk) {
   std::shared_lock lock(mu_);
   // A re-open that failed (Refresh, on another thread) left no database.
-  RETURN_IF_ERROR(EnsureOpenShared(lock));
+  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
   ChunkBuffer buffer;
   return ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer,
@@ -349,12 +349,12 @@ Status StoreImpl::ReadChunkScattered(int64_t checkpoint_id,
                                      const std::vector<ChunkPiece>& pieces) {
   std::shared_lock lock(mu_);
   // A re-open that failed (Refresh, on another thread) left no database.
-  RETURN_IF_ERROR(EnsureOpenShared(lock));
+  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
   if (ReadDirect(StoredIn(checkpoint_id, chunk), key, chunk, pieces))
     return Status::OK();
   ChunkBuffer buffer;
-  RETURN_IF_ERROR(
+  CKPTDB_RETURN_IF_ERROR(
       ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));
   const char* from = buffer.bytes().data();
   for (const ChunkPiece& p : pieces) {

@@ -18,7 +18,7 @@ namespace ckptdb::storage::testing {
 inline Result<CheckpointMetadata> SaveBytes(
     Store& store, const std::string& bytes, int ranks,
     std::optional<std::string> tag = std::nullopt) {
-  ASSIGN_OR_RETURN(int64_t id, store.NextCheckpointId());
+  CKPTDB_ASSIGN_OR_RETURN(int64_t id, store.NextCheckpointId());
   CheckpointMetadata meta;
   meta.info.id = id;
   meta.info.world_size = ranks;
@@ -32,18 +32,18 @@ inline Result<CheckpointMetadata> SaveBytes(
   std::vector<std::string> files;
   const int64_t per = static_cast<int64_t>(bytes.size()) / ranks;
   for (int r = 0; r < ranks; ++r) {
-    ASSIGN_OR_RETURN(auto writer, store.NewStagedFile(id, r, 0));
+    CKPTDB_ASSIGN_OR_RETURN(auto writer, store.NewStagedFile(id, r, 0));
     const int64_t begin = r * per;
     const int64_t len =
         r + 1 == ranks ? static_cast<int64_t>(bytes.size()) - begin : per;
-    ASSIGN_OR_RETURN(
+    CKPTDB_ASSIGN_OR_RETURN(
         uint64_t sum,
         writer->Add("w", {begin}, std::string_view(bytes).substr(begin, len)));
     t.chunks.push_back({{begin}, {len}, r, static_cast<uint64_t>(len), sum});
-    ASSIGN_OR_RETURN(std::string file, writer->Finish());
+    CKPTDB_ASSIGN_OR_RETURN(std::string file, writer->Finish());
     files.push_back(file);
   }
-  RETURN_IF_ERROR(store.Commit(meta, files));
+  CKPTDB_RETURN_IF_ERROR(store.Commit(meta, files));
   return meta;
 }
 

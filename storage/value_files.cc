@@ -108,7 +108,7 @@ ValueFileWriter::~ValueFileWriter() {
 }
 
 Status ValueFileWriter::Create() {
-  RETURN_IF_ERROR(
+  CKPTDB_RETURN_IF_ERROR(
       fs_->CreateDirIfMissing(ValueDirOf(store_path_, checkpoint_id_)));
   rocksdb::FileOptions options;
   // Plain write(2) calls, as a program writing its own files would make.
@@ -118,8 +118,8 @@ Status ValueFileWriter::Create() {
 }
 
 Result<ValuePointer> ValueFileWriter::Append(std::string_view bytes) {
-  if (!file_) RETURN_IF_ERROR(Create());
-  RETURN_IF_ERROR(
+  if (!file_) CKPTDB_RETURN_IF_ERROR(Create());
+  CKPTDB_RETURN_IF_ERROR(
       FromRocks(file_->Append(rocksdb::Slice(bytes.data(), bytes.size()),
                               rocksdb::IOOptions(), nullptr),
                 "writing " + std::to_string(bytes.size()) +
@@ -130,7 +130,7 @@ Result<ValuePointer> ValueFileWriter::Append(std::string_view bytes) {
   size_ += bytes.size();
   unsynced_ += bytes.size();
   if (unsynced_ >= kWriteBackBytes) {
-    RETURN_IF_ERROR(FromRocks(file_->RangeSync(synced_to_, size_ - synced_to_,
+    CKPTDB_RETURN_IF_ERROR(FromRocks(file_->RangeSync(synced_to_, size_ - synced_to_,
                                                rocksdb::IOOptions(), nullptr),
                               "starting write-back of value file " + path_));
     synced_to_ = size_;

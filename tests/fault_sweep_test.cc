@@ -476,9 +476,9 @@ TEST_F(FaultSweep, EveryCallOfAnOpenAndALoad) {
         [&](DB* db, const std::string& dir) {
           // Closing the sweep's own handle first: the open under test is a
           // fresh read-write one.
-          RETURN_IF_ERROR(db->Close());
+          CKPTDB_RETURN_IF_ERROR(db->Close());
           auto reopened = DB::Open(options_, dir);
-          RETURN_IF_ERROR(reopened.status());
+          CKPTDB_RETURN_IF_ERROR(reopened.status());
           StateDict sd = target.Dict();
           return (*reopened)
               ->Load(sd, CheckpointSelector::Latest(), {})

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "ckptdb/db.h"
-#include "engine/src/device.h"
+#include "engine/device/device.h"
 #include "tests/testing/group.h"
 #include "tests/testing/ranks.h"
 

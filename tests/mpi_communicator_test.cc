@@ -1,6 +1,6 @@
 // The MPI communicator's collectives and transfers, over the whole mpirun job,
 // with messages split into pieces of a few bytes to exercise the splitting.
-#include "engine/src/mpi_communicator.h"
+#include "engine/collectives/mpi_communicator.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "ckptdb/db.h"
-#include "engine/src/device.h"
+#include "engine/device/device.h"
 #include "tests/testing/group.h"
 #include "tests/testing/host_device.h"
 #include "tests/testing/ranks.h"

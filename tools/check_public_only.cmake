@@ -1,16 +1,16 @@
 # ctest dump_tool_public_api_only: ckpt-db-dump is a client of the public API only. Fails when
-# the tool target sees an include directory of the project other than engine/include (so that
-# storage/, planner/ and engine/src headers could be included), or when a tool source includes a
+# the tool target sees an include directory of the project other than include/ (so that
+# core/, storage/, planner/ and engine/ headers could be included), or when a tool source includes a
 # project header other than ckptdb/*.h and the tool's own.
 # -D INCLUDES=file listing the target's include directories, SOURCE_DIR, BINARY_DIR, TOOL_DIR.
 file(STRINGS "${INCLUDES}" dirs)
 foreach(dir IN LISTS dirs)
-  if(dir STREQUAL "${SOURCE_DIR}/engine/include")
+  if(dir STREQUAL "${SOURCE_DIR}/include")
     continue()
   endif()
   if(dir STREQUAL "${SOURCE_DIR}" OR dir STREQUAL "${BINARY_DIR}" OR
-     dir MATCHES "^${SOURCE_DIR}/(storage|planner|engine|bindings)" OR
-     dir MATCHES "^${BINARY_DIR}/(storage|planner|engine)")
+     dir MATCHES "^${SOURCE_DIR}/(core|storage|planner|engine|bindings)" OR
+     dir MATCHES "^${BINARY_DIR}/(core|storage|planner|engine)")
     message(FATAL_ERROR "ckpt-db-dump sees the internal include directory ${dir}")
   endif()
 endforeach()

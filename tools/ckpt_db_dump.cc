@@ -72,8 +72,8 @@ struct Opened {
 
 Result<Opened> OpenCheckpoint(const std::string& path, const Selection& sel) {
   Opened out;
-  ASSIGN_OR_RETURN(out.db, OpenStore(path));
-  ASSIGN_OR_RETURN(out.meta, out.db->GetMetadata(sel.selector()));
+  CKPTDB_ASSIGN_OR_RETURN(out.db, OpenStore(path));
+  CKPTDB_ASSIGN_OR_RETURN(out.meta, out.db->GetMetadata(sel.selector()));
   return out;
 }
 
@@ -252,13 +252,13 @@ Result<Sharing> SharedBytes(DB& db, const CheckpointMetadata& m) {
   Sharing out;
   out.from_earlier =
       static_cast<uint64_t>(m.info.nbytes - m.info.nbytes_written);
-  ASSIGN_OR_RETURN(auto all, db.ListCheckpoints());
+  CKPTDB_ASSIGN_OR_RETURN(auto all, db.ListCheckpoints());
   std::set<std::pair<std::string, Shape>> used;
   for (const CheckpointInfo& info : all) {
     if (!std::binary_search(info.references.begin(), info.references.end(),
                             m.info.id))
       continue;
-    ASSIGN_OR_RETURN(CheckpointMetadata later,
+    CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata later,
                      db.GetMetadata(CheckpointSelector::Id(info.id)));
     for (const auto& [key, t] : later.tensors) {
       for (const ChunkMetadata& c : t.chunks) {
@@ -563,7 +563,7 @@ int Export(const std::string& path, const Selection& sel,
   Progress progress("export", total);
   // One whole tensor, each chunk read once, checksum verified.
   TensorFiller fill = [&](size_t i) -> Result<std::vector<std::byte>> {
-    ASSIGN_OR_RETURN(Tensor t,
+    CKPTDB_ASSIGN_OR_RETURN(Tensor t,
                      db.Read(chosen[i]->first, CheckpointSelector::Id(id)));
     progress.Add(t.data.size());
     return std::move(t.data);

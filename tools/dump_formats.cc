@@ -2,7 +2,6 @@
 
 #include <zip.h>
 
-#include <cassert>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -102,12 +101,12 @@ Status WriteSafetensors(const std::string& path,
     return Status::IOError("creating " + path + ": " + std::strerror(errno));
   const uint64_t length =
       text.size();  // little-endian on every platform we build for
-  RETURN_IF_ERROR(WriteAll(f.get(), &length, sizeof(length), path));
-  RETURN_IF_ERROR(WriteAll(f.get(), text.data(), text.size(), path));
+  CKPTDB_RETURN_IF_ERROR(WriteAll(f.get(), &length, sizeof(length), path));
+  CKPTDB_RETURN_IF_ERROR(WriteAll(f.get(), text.data(), text.size(), path));
   for (size_t i = 0; i < tensors.size(); ++i) {
-    ASSIGN_OR_RETURN(std::vector<std::byte> bytes, fill(i));
-    assert(bytes.size() == tensors[i].nbytes);
-    RETURN_IF_ERROR(WriteAll(f.get(), bytes.data(), bytes.size(), path));
+    CKPTDB_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, fill(i));
+    CKPTDB_ASSERT(bytes.size() == tensors[i].nbytes);
+    CKPTDB_RETURN_IF_ERROR(WriteAll(f.get(), bytes.data(), bytes.size(), path));
   }
   if (std::fflush(f.get()) != 0)
     return Status::IOError("writing " + path + ": " + std::strerror(errno));
@@ -167,7 +166,7 @@ zip_int64_t NpyCallback(void* user, void* data, zip_uint64_t len,
         return -1;
       }
       s->data = std::move(bytes).value();
-      assert(s->data.size() == s->tensor->nbytes);
+      CKPTDB_ASSERT(s->data.size() == s->tensor->nbytes);
       return 0;
     }
     case ZIP_SOURCE_READ: {

@@ -20,7 +20,7 @@ Status WrongType(const std::string& what, const char* wanted, py::handle obj) {
 // An Int in [min, max]; `wanted` describes the range for messages.
 Result<int64_t> IntIn(py::handle obj, const std::string& what, int64_t min,
                       int64_t max, const char* wanted) {
-  ASSIGN_OR_RETURN(int64_t v, Int(obj, what));
+  CKPTDB_ASSIGN_OR_RETURN(int64_t v, Int(obj, what));
   if (v < min || v > max) return WrongType(what, wanted, obj);
   return v;
 }
@@ -67,7 +67,7 @@ Result<std::string> Text(py::handle obj, const std::string& what) {
 Result<std::optional<std::string>> OptionalText(py::handle obj,
                                                 const std::string& what) {
   if (obj.is_none()) return std::optional<std::string>();
-  ASSIGN_OR_RETURN(std::string text, Text(obj, what));
+  CKPTDB_ASSIGN_OR_RETURN(std::string text, Text(obj, what));
   return std::optional<std::string>(std::move(text));
 }
 
@@ -91,7 +91,7 @@ Result<int64_t> Int(py::handle obj, const std::string& what) {
 Result<std::optional<int64_t>> OptionalInt(py::handle obj,
                                            const std::string& what) {
   if (obj.is_none()) return std::optional<int64_t>();
-  ASSIGN_OR_RETURN(int64_t v, Int(obj, what));
+  CKPTDB_ASSIGN_OR_RETURN(int64_t v, Int(obj, what));
   return std::optional<int64_t>(v);
 }
 
@@ -113,22 +113,22 @@ Result<std::map<std::string, std::string>> TextMap(py::handle obj,
       return Status::InvalidArgument(wanted + ": key " + Repr(key) + " is " +
                                      TypeName(key));
     }
-    ASSIGN_OR_RETURN(std::string k, Text(key, what + " key"));
+    CKPTDB_ASSIGN_OR_RETURN(std::string k, Text(key, what + " key"));
     const std::string entry = what + "[" + Repr(key) + "]";
     if (!PyUnicode_Check(value.ptr())) {
       return Status::InvalidArgument(wanted + ": " + entry + " is " +
                                      TypeName(value));
     }
-    ASSIGN_OR_RETURN(out[std::move(k)], Text(value, entry));
+    CKPTDB_ASSIGN_OR_RETURN(out[std::move(k)], Text(value, entry));
   }
   return out;
 }
 
 Result<CheckpointSelector> Selector(py::handle step, py::handle tag,
                                     py::handle id) {
-  ASSIGN_OR_RETURN(std::optional<int64_t> s, OptionalInt(step, "step"));
-  ASSIGN_OR_RETURN(std::optional<std::string> t, OptionalText(tag, "tag"));
-  ASSIGN_OR_RETURN(std::optional<int64_t> i, OptionalInt(id, "id"));
+  CKPTDB_ASSIGN_OR_RETURN(std::optional<int64_t> s, OptionalInt(step, "step"));
+  CKPTDB_ASSIGN_OR_RETURN(std::optional<std::string> t, OptionalText(tag, "tag"));
+  CKPTDB_ASSIGN_OR_RETURN(std::optional<int64_t> i, OptionalInt(id, "id"));
   if (s.has_value() + t.has_value() + i.has_value() > 1)
     return Status::InvalidArgument("pass at most one of step, tag and id");
   if (s) return CheckpointSelector::Step(*s);
@@ -148,7 +148,7 @@ Result<std::string> FlatKey(py::handle key) {
     const std::string what =
         "key part " + std::to_string(path.size()) + " of " + Repr(key);
     if (PyUnicode_Check(part.ptr())) {
-      ASSIGN_OR_RETURN(std::string text, Text(part, what));
+      CKPTDB_ASSIGN_OR_RETURN(std::string text, Text(part, what));
       path.emplace_back(std::move(text));
     } else {
       Result<int64_t> index = Int(part, what);
@@ -162,36 +162,36 @@ Result<std::string> FlatKey(py::handle key) {
 Result<Options> OpenOptions(py::handle create, py::handle read_only,
                             const py::dict& options) {
   Options o;
-  ASSIGN_OR_RETURN(o.create_if_missing, Flag(create, "create"));
-  ASSIGN_OR_RETURN(o.read_only, Flag(read_only, "read_only"));
+  CKPTDB_ASSIGN_OR_RETURN(o.create_if_missing, Flag(create, "create"));
+  CKPTDB_ASSIGN_OR_RETURN(o.read_only, Flag(read_only, "read_only"));
   const char* kSize = "an int >= 0";
   for (auto [key, value] : options) {
-    ASSIGN_OR_RETURN(std::string name, Text(key, "option name"));
+    CKPTDB_ASSIGN_OR_RETURN(std::string name, Text(key, "option name"));
     const std::string what = "option '" + name + "'";
     if (name == "max_chunk_bytes") {
-      ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT64_MAX, kSize));
+      CKPTDB_ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT64_MAX, kSize));
       o.max_chunk_bytes = static_cast<size_t>(v);
     } else if (name == "io_threads") {
-      ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT_MAX, kSize));
+      CKPTDB_ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT_MAX, kSize));
       o.io_threads = static_cast<int>(v);
     } else if (name == "load_buffer_bytes") {
-      ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT64_MAX, kSize));
+      CKPTDB_ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT64_MAX, kSize));
       o.load_buffer_bytes = static_cast<size_t>(v);
     } else if (name == "snapshot_bytes") {
-      ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT64_MAX, kSize));
+      CKPTDB_ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT64_MAX, kSize));
       o.snapshot_bytes = static_cast<size_t>(v);
     } else if (name == "sync") {
-      ASSIGN_OR_RETURN(o.sync, Flag(value, what));
+      CKPTDB_ASSIGN_OR_RETURN(o.sync, Flag(value, what));
     } else if (name == "keep_last" || name == "keep_every_steps") {
       std::optional<int64_t>& field =
           name == "keep_last" ? o.keep_last : o.keep_every_steps;
       field.reset();
       if (!value.is_none()) {
-        ASSIGN_OR_RETURN(
+        CKPTDB_ASSIGN_OR_RETURN(
             field, IntIn(value, what, 1, INT64_MAX, "an int >= 1 or None"));
       }
     } else if (name == "incremental") {
-      ASSIGN_OR_RETURN(o.incremental, Flag(value, what));
+      CKPTDB_ASSIGN_OR_RETURN(o.incremental, Flag(value, what));
     } else {
       return Status::InvalidArgument(
           "unknown option '" + name +
@@ -207,11 +207,11 @@ namespace {
 // One entry of a DB.read index: an int or a slice.
 Result<IndexEntry> IndexEntryOf(py::handle entry, const std::string& what) {
   if (PySlice_Check(entry.ptr())) {
-    ASSIGN_OR_RETURN(std::optional<int64_t> start,
+    CKPTDB_ASSIGN_OR_RETURN(std::optional<int64_t> start,
                      OptionalInt(entry.attr("start"), what + " start"));
-    ASSIGN_OR_RETURN(std::optional<int64_t> stop,
+    CKPTDB_ASSIGN_OR_RETURN(std::optional<int64_t> stop,
                      OptionalInt(entry.attr("stop"), what + " stop"));
-    ASSIGN_OR_RETURN(std::optional<int64_t> step,
+    CKPTDB_ASSIGN_OR_RETURN(std::optional<int64_t> step,
                      OptionalInt(entry.attr("step"), what + " step"));
     return IndexEntry::Range(start, stop, step.value_or(1));
   }
@@ -219,7 +219,7 @@ Result<IndexEntry> IndexEntryOf(py::handle entry, const std::string& what) {
       !PyIndex_Check(entry.ptr())) {
     return WrongType(what, "an int or a slice", entry);
   }
-  ASSIGN_OR_RETURN(int64_t at, Int(entry, what));
+  CKPTDB_ASSIGN_OR_RETURN(int64_t at, Int(entry, what));
   return IndexEntry::At(at);
 }
 
@@ -230,12 +230,12 @@ Result<TensorIndex> IndexOf(py::handle index, const std::string& key) {
   if (index.is_none()) return out;
   const std::string what = "index " + Repr(index) + " of tensor '" + key + "'";
   if (!PyTuple_Check(index.ptr())) {
-    ASSIGN_OR_RETURN(IndexEntry entry, IndexEntryOf(index, what));
+    CKPTDB_ASSIGN_OR_RETURN(IndexEntry entry, IndexEntryOf(index, what));
     out.push_back(entry);
     return out;
   }
   for (py::handle entry : index) {
-    ASSIGN_OR_RETURN(IndexEntry e,
+    CKPTDB_ASSIGN_OR_RETURN(IndexEntry e,
                      IndexEntryOf(entry, what + ", entry " +
                                              std::to_string(out.size()) + ","));
     out.push_back(e);

@@ -1,6 +1,5 @@
 #include "bindings/python/containers.h"
 
-#include <cassert>
 
 #include "bindings/python/arguments.h"
 
@@ -25,7 +24,7 @@ py::object ToPython(const Value& v) {
 
 Result<Key> DictKey(py::handle key, const std::string& where) {
   if (PyUnicode_Check(key.ptr())) {
-    ASSIGN_OR_RETURN(std::string text, Text(key, "a key of " + where));
+    CKPTDB_ASSIGN_OR_RETURN(std::string text, Text(key, "a key of " + where));
     return Key(std::move(text));
   }
   Result<int64_t> i = Int(key, "a key of " + where);
@@ -39,7 +38,7 @@ Result<Key> DictKey(py::handle key, const std::string& where) {
 
 py::list PathParts(const std::vector<std::string>& path,
                    const PathKinds* kinds) {
-  assert(kinds == nullptr || kinds->size() == path.size());
+  CKPTDB_ASSERT(kinds == nullptr || kinds->size() == path.size());
   py::list out;
   for (size_t i = 0; i < path.size(); ++i) {
     if (kinds != nullptr && (*kinds)[i] != PathPartKind::kStrKey) {
@@ -54,7 +53,7 @@ py::list PathParts(const std::vector<std::string>& path,
 
 int ValueSlots::AddTuple(py::object parent, py::object key, int parent_tuple,
                          py::object tuple) {
-  assert(parent_tuple < static_cast<int>(tuples_.size()));
+  CKPTDB_ASSERT(parent_tuple < static_cast<int>(tuples_.size()));
   tuples_.push_back(
       {std::move(parent), std::move(key), parent_tuple, std::move(tuple)});
   return static_cast<int>(tuples_.size()) - 1;

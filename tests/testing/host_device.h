@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/src/device.h"
-#include "engine/src/device_transport.h"
+#include "engine/device/device.h"
+#include "engine/device/device_transport.h"
 
 namespace ckptdb::testing {
 
@@ -151,7 +151,7 @@ class HostTransports {
         ++counts_->sends;
         counts_->bytes_sent += s.nbytes;
       }
-      RETURN_IF_ERROR(comm_.Exchange(sends, recvs));
+      CKPTDB_RETURN_IF_ERROR(comm_.Exchange(sends, recvs));
       for (const engine::DeviceBroadcast& b : broadcasts) {
         std::string bytes;
         if (comm_.rank() == b.root) {
@@ -159,7 +159,7 @@ class HostTransports {
           counts_->bytes_sent += b.nbytes;
           bytes.assign(static_cast<const char*>(b.data), b.nbytes);
         }
-        RETURN_IF_ERROR(comm_.Broadcast(&bytes, b.root));
+        CKPTDB_RETURN_IF_ERROR(comm_.Broadcast(&bytes, b.root));
         if (bytes.size() != b.nbytes)
           return Status::Internal("broadcast sizes differ between ranks");
         if (comm_.rank() != b.root) std::memcpy(b.data, bytes.data(), b.nbytes);

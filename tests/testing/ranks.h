@@ -11,7 +11,7 @@
 #include "ckptdb/communicator.h"
 #include "ckptdb/db.h"
 #include "ckptdb/types.h"
-#include "engine/src/box_copy.h"
+#include "engine/copy/box_copy.h"
 
 namespace ckptdb::testing {
 

@@ -354,7 +354,7 @@ def test_show_key_slice_errors_name_key_shape_and_slice(store):
 
 
 def test_incremental_checkpoints_show_what_they_share_and_verify_whole(tmp_path):
-    # API.md "Incremental checkpoints": show says what each checkpoint shares; verify STORE
+    # docs/api.md "Incremental checkpoints": show says what each checkpoint shares; verify STORE
     # accounts for the chunks of a deleted checkpoint that a later one still uses; a damaged
     # shared chunk is reported for every checkpoint that uses it.
     path = str(tmp_path / "s")

@@ -1,4 +1,4 @@
-"""PyTorch helpers (API.md "PyTorch helpers"): the state of a model and its
+"""PyTorch helpers (docs/api.md "PyTorch helpers"): the state of a model and its
 optimizer as a state dict for :meth:`ckptdb.DB.save` and :meth:`ckptdb.DB.load`.
 
     state = ckptdb.torch.get_state_dict(model, optimizer)  # {"model": ..., "optim": ...}

@@ -1,4 +1,4 @@
-"""The Python section of API.md, one process. Each test names the sentence it covers."""
+"""The Python section of docs/api.md, one process. Each test names the sentence it covers."""
 import os
 import signal
 import subprocess

@@ -1,4 +1,4 @@
-"""Bad arguments, one process (API.md "Second batch > Failures" and "Any Python state dict"):
+"""Bad arguments, one process (docs/api.md "Second batch > Failures" and "Any Python state dict"):
 every exception the package raises for a bad argument is a ckptdb.Error subclass whose
 message names the argument or path, and the store is left unchanged."""
 import json

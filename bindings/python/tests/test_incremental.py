@@ -1,4 +1,4 @@
-"""API.md "Incremental checkpoints", one process."""
+"""docs/api.md "Incremental checkpoints", one process."""
 import numpy as np
 import pytest
 

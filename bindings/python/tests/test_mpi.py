@@ -57,13 +57,13 @@ def test_ranks_that_disagree_on_arguments_all_raise(tmp_path, n):
 
 @pytest.mark.parametrize("n", [2])
 def test_state_dicts_with_int_keys_lists_and_tuples(tmp_path, n):
-    # API.md "Any Python state dict a training loop has", across ranks.
+    # docs/api.md "Any Python state dict a training loop has", across ranks.
     mpirun(n, "containers", str(tmp_path / "store"))
 
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_save_async_across_ranks(tmp_path, n):
-    # API.md "Asynchronous save" and "Retention", across ranks.
+    # docs/api.md "Asynchronous save" and "Retention", across ranks.
     mpirun(n, "async_saves", str(tmp_path / "store"))
 
 

@@ -1,4 +1,4 @@
-"""API.md "Partial reads": db.read(key, index=...) returns just that box, reading only the
+"""docs/api.md "Partial reads": db.read(key, index=...) returns just that box, reading only the
 stored chunks that hold it (db.last_read_bytes), with numpy's basic indexing."""
 import numpy as np
 import pytest

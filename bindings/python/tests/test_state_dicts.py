@@ -1,4 +1,4 @@
-"""State dicts as training loops have them (API.md "Any Python state dict a training loop
+"""State dicts as training loops have them (docs/api.md "Any Python state dict a training loop
 has"): str and int keys, dict/list/tuple containers, None, numpy scalars and 0-d arrays,
 saved and loaded back as exactly the structure they were."""
 import numpy as np

@@ -1,5 +1,5 @@
-"""Non-contiguous arrays and tensors (API.md "Any Python state dict": transposed
-and sliced views saved and filled in place) and flat-range shards (API.md
+"""Non-contiguous arrays and tensors (docs/api.md "Any Python state dict": transposed
+and sliced views saved and filled in place) and flat-range shards (docs/api.md
 "Flat-range shards"), in one process. Multi-rank cases: test_mpi.py."""
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
-"""PyTorch state as a training loop has it (issue 16's "first try") and the
-ckptdb.torch helpers (API.md "PyTorch helpers"). Skipped, saying why, only where
+"""PyTorch state as a training loop has it (a user's first try) and the
+ckptdb.torch helpers (docs/api.md "PyTorch helpers"). Skipped, saying why, only where
 torch is not installed."""
 import os
 import subprocess
@@ -48,7 +48,7 @@ def assert_same_state(a, b):
 
 
 def test_first_try_transformer_and_adamw_state_dicts_round_trip(tmp_path):
-    # The issue's first try: model.state_dict() and opt.state_dict() as they are.
+    # A first try: model.state_dict() and opt.state_dict() as they are.
     model = transformer(0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     train(model, opt, 3)

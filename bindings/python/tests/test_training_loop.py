@@ -1,4 +1,4 @@
-"""API.md, second batch: "Retention" (and, with it, the training-loop pattern)."""
+"""docs/api.md: "Retention" (and, with it, the training-loop pattern)."""
 import numpy as np
 import pytest
 

@@ -1,0 +1,93 @@
+#include "core/checksum.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+namespace ckptdb::storage {
+namespace {
+
+// Every implementation this CPU runs gives the library's XXH3-64 for every
+// length the algorithm treats differently (0-16, 17-128, 129-240, long inputs
+// with partial stripes and blocks) and at unaligned addresses.
+TEST(ChecksumTest, SameAsTheLibraryForEveryLengthAndAlignment) {
+  const std::vector<ChecksumImpl> impls = ChecksumImpls();
+  ASSERT_STREQ(impls.back().name, "library");
+  const auto reference = impls.back().fn;
+  std::mt19937_64 rng(11);
+  std::vector<unsigned char> bytes((size_t{1} << 20) + 64);
+  for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 300; ++n) lengths.push_back(n);
+  for (size_t n : {1023, 1024, 1025, 4096, 65535, 65536, 524288, 1048576})
+    lengths.push_back(n);
+  for (const ChecksumImpl& impl : impls) {
+    for (size_t n : lengths) {
+      for (size_t shift : {0, 1, 7, 33}) {
+        ASSERT_EQ(impl.fn(bytes.data() + shift, n),
+                  reference(bytes.data() + shift, n))
+            << impl.name << ": " << n << " bytes at +" << shift;
+      }
+    }
+  }
+  EXPECT_EQ(ChunkChecksum(bytes.data(), 4096),
+            impls.front().fn(bytes.data(), 4096));
+  EXPECT_NE(ChunkChecksum(bytes.data(), 4096),
+            ChunkChecksum(bytes.data() + 1, 4096));
+}
+
+// The checksum of a chunk cut into runs (empty ones too, and runs at
+// addresses that do not follow each other) is the chunk's.
+TEST(ChecksumTest, RunsGiveTheChecksumOfTheirConcatenation) {
+  std::mt19937_64 rng(12);
+  std::vector<unsigned char> bytes((size_t{1} << 19) + 300);
+  for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+  for (const ChecksumImpl& impl : ChecksumImpls()) {
+    for (int trial = 0; trial < 60; ++trial) {
+      const size_t n = trial < 30 ? rng() % 600 : rng() % (size_t{1} << 19);
+      // The runs are copied apart, each after a gap, so that no run follows
+      // the previous one in memory.
+      std::vector<std::vector<unsigned char>> copies;
+      std::vector<ByteRun> runs;
+      for (size_t at = 0; at < n || runs.empty();) {
+        const size_t len =
+            std::min<size_t>(n - at, rng() % (trial % 3 == 0 ? 40 : 9000));
+        copies.emplace_back(bytes.begin() + at, bytes.begin() + at + len);
+        copies.back().insert(copies.back().begin(), 3, 0);
+        runs.push_back({copies.back().data() + 3, len});
+        at += len;
+        if (n == 0) break;
+      }
+      ASSERT_EQ(impl.runs_fn(runs.data(), runs.size()),
+                impl.fn(bytes.data(), n))
+          << impl.name << ": " << n << " bytes in " << runs.size() << " runs";
+    }
+  }
+  const ByteRun whole{bytes.data(), 4096};
+  EXPECT_EQ(ChunkChecksumOfRuns(&whole, 1), ChunkChecksum(bytes.data(), 4096));
+}
+
+// One pass gives both values: the checksum is ChunkChecksum's for every
+// length (the low half of the content hash above 240 bytes, computed apart
+// below), and the content hash is ChunkContentHash's.
+TEST(ChecksumTest, DigestGivesTheChecksumAndContentHashOfEveryLength) {
+  std::mt19937_64 rng(13);
+  std::vector<unsigned char> bytes((size_t{1} << 20) + 64);
+  for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 1100; ++n) lengths.push_back(n);
+  for (size_t n : {4095, 65536, 524287, 524288, 1048576}) lengths.push_back(n);
+  for (size_t n : lengths) {
+    for (size_t shift : {0, 5}) {
+      const unsigned char* p = bytes.data() + shift;
+      const ChunkDigest digest = ChunkChecksumAndContentHash(p, n);
+      ASSERT_EQ(digest.checksum, ChunkChecksum(p, n)) << n << " bytes";
+      ASSERT_EQ(digest.content, ChunkContentHash(p, n)) << n << " bytes";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ckptdb::storage

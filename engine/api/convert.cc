@@ -1,0 +1,12 @@
+#include "ckptdb/convert.h"
+
+#include "engine/copy/box_copy.h"
+
+namespace ckptdb {
+
+void ConvertElements(const void* src, DType from, void* dst, DType to,
+                     size_t n) {
+  engine::ConvertElements(src, from, dst, to, n);
+}
+
+}  // namespace ckptdb

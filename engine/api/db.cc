@@ -1,0 +1,166 @@
+#include <thread>
+
+#include "engine/api/db_impl.h"
+#include "engine/collectives/wire.h"
+
+namespace ckptdb {
+
+Result<std::unique_ptr<DB>> DB::Open(const Options& options,
+                                     const std::string& path,
+                                     std::shared_ptr<Communicator> comm) {
+  if (!comm) comm = SingleProcessCommunicator();
+  if (options.max_chunk_bytes == 0 ||
+      options.max_chunk_bytes > kMaxChunkBytes) {
+    return Status::InvalidArgument("Options::max_chunk_bytes must be in [1, " +
+                                   std::to_string(kMaxChunkBytes) + "], got " +
+                                   std::to_string(options.max_chunk_bytes));
+  }
+  for (const auto& [name, value] :
+       {std::pair{"keep_last", options.keep_last},
+        std::pair{"keep_every_steps", options.keep_every_steps}}) {
+    if (value && *value < 1) {
+      return Status::InvalidArgument(std::string("Options::") + name +
+                                     " must be >= 1 (or unset), got " +
+                                     std::to_string(*value));
+    }
+  }
+  if (options.io_threads < 0) {
+    return Status::InvalidArgument("Options::io_threads must be >= 0, got " +
+                                   std::to_string(options.io_threads));
+  }
+  storage::StoreOptions store_options;
+  store_options.create_if_missing = options.create_if_missing;
+  store_options.sync = options.sync;
+  store_options.fault_injector = options.fault_injector;
+  // Rank 0 opens (and maybe creates) the store first; the others then open
+  // read-only handles.
+  Result<std::unique_ptr<storage::Store>> store =
+      Status::Internal("not opened");
+  CKPTDB_RETURN_IF_ERROR(engine::StatusFromRoot(*comm, [&] {
+    store_options.read_only = options.read_only;
+    store = storage::Store::Open(path, store_options);
+    return store.status();
+  }));
+  Status local;
+  if (comm->rank() != 0) {
+    store_options.read_only = true;
+    store = storage::Store::Open(path, store_options);
+    local = store.status();
+  }
+  CKPTDB_RETURN_IF_ERROR(engine::AgreeOnStatus(*comm, local));
+  return std::unique_ptr<DB>(new engine::DBImpl(options, path, std::move(comm),
+                                                std::move(store).value()));
+}
+
+namespace engine {
+
+DBImpl::DBImpl(Options options, std::string path,
+               std::shared_ptr<Communicator> comm,
+               std::unique_ptr<storage::Store> store)
+    : options_(std::move(options)),
+      path_(std::move(path)),
+      comm_(std::move(comm)),
+      store_(std::move(store)) {}
+
+DBImpl::~DBImpl() { WaitPending(); }
+
+int DBImpl::io_threads() const {
+  if (options_.io_threads > 0) return options_.io_threads;
+  // One thread per hardware thread, at least 2 so that a read waiting on
+  // storage overlaps another's checksum and copy. More than that per core
+  // measured no faster for loads and saves, and slower for reshards, whose
+  // exchange competes with the readers for the cores (bench/README.md).
+  return static_cast<int>(
+      std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
+}
+
+uint64_t DBImpl::load_buffer_bytes(uint64_t state_bytes) const {
+  if (options_.load_buffer_bytes > 0) return options_.load_buffer_bytes;
+  // A 16th of the state, within [8 MiB, 64 MiB]: few enough rounds that a
+  // rank rarely waits for a peer that another process holds off its core,
+  // small enough that reading the next round overlaps exchanging this one
+  // (bench/README.md has the measurements).
+  constexpr uint64_t kMin = uint64_t{8} << 20, kMax = uint64_t{64} << 20;
+  return std::clamp(state_bytes / 16, kMin, kMax);
+}
+
+Status DBImpl::CheckOpen() const {
+  if (!store_)
+    return Status::FailedPrecondition("store '" + path_ + "' is closed");
+  return Status::OK();
+}
+
+Result<CheckpointMetadata> DBImpl::ResolveLocal(
+    const CheckpointSelector& which) {
+  CKPTDB_RETURN_IF_ERROR(CheckOpen());
+  // A read-only handle sees the store as of its open: look again for later
+  // commits (a no-op when nothing changed, or for the read-write handle).
+  CKPTDB_RETURN_IF_ERROR(store_->Refresh());
+  CKPTDB_ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
+  return store_->GetMetadata(id);
+}
+
+Result<CheckpointMetadata> DBImpl::ResolveCollective(
+    const CheckpointSelector& which, const CallArguments& args,
+    const std::vector<std::string>* tensor_keys) {
+  CKPTDB_ASSIGN_OR_RETURN(int64_t id,
+                   IdFromRootAgreed(*comm_, args, [&]() -> Result<int64_t> {
+                     CKPTDB_RETURN_IF_ERROR(store_->Refresh());
+                     return store_->Resolve(which);
+                   }));
+  Status refreshed = store_->Refresh();
+  Result<CheckpointMetadata> meta =
+      !refreshed.ok() ? Result<CheckpointMetadata>(refreshed)
+      : tensor_keys   ? store_->GetMetadata(id, *tensor_keys)
+                      : store_->GetMetadata(id);
+  CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm_, meta.status()));
+  return meta;
+}
+
+Result<std::vector<CheckpointInfo>> DBImpl::ListCheckpoints() {
+  CKPTDB_RETURN_IF_ERROR(CheckOpen());
+  CKPTDB_RETURN_IF_ERROR(store_->Refresh());
+  return store_->List();
+}
+
+Result<CheckpointMetadata> DBImpl::GetMetadata(
+    const CheckpointSelector& which) {
+  return ResolveLocal(which);
+}
+
+Status DBImpl::Delete(const CheckpointSelector& which) {
+  WaitPending();
+  CKPTDB_RETURN_IF_ERROR(CheckOpen());
+  // The writer changes the store only once every rank is inside the call (the
+  // all-gather that checks the selector), so that no rank's earlier local call
+  // (a listing, a read) races with it.
+  CKPTDB_RETURN_IF_ERROR(AllGatherAgreed(*comm_, DeleteArguments(which), "").status());
+  const Status deleted = StatusFromRoot(*comm_, [&]() -> Status {
+    CKPTDB_ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
+    return store_->Delete(id);
+  });
+  // Also after a failure: the delete may have taken effect.
+  LetGoOfDeletedFiles();
+  return deleted;
+}
+
+void DBImpl::LetGoOfDeletedFiles() {
+  // A read-only handle keeps the table files it has opened, deleted or not,
+  // until it re-opens: the space of a deleted checkpoint comes back only once
+  // no rank holds its files. A failed re-open is not the delete's failure: the
+  // handle is left closed, and every later store call opens it again (or
+  // reports why it cannot).
+  if (comm_->rank() != 0) (void)store_->Refresh();
+}
+
+Status DBImpl::Close() {
+  WaitPending();
+  if (!store_) return Status::OK();
+  Status barrier = comm_->Barrier();
+  transport_.reset();
+  store_.reset();
+  return barrier;
+}
+
+}  // namespace engine
+}  // namespace ckptdb

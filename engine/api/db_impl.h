@@ -1,0 +1,117 @@
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ckptdb/db.h"
+#include "engine/collectives/agreement.h"
+#include "engine/device/device_transport.h"
+#include "planner/incremental.h"
+#include "planner/load_plan.h"
+#include "storage/store.h"
+
+namespace ckptdb::engine {
+
+struct PreparedSave;
+class AsyncSave;
+class SnapshotRing;
+
+// The DB over one Store handle per rank: rank 0 read-write (unless opened
+// read-only), the others read-only. Collective steps exchange statuses so that
+// every rank returns the same result.
+class DBImpl : public DB {
+ public:
+  DBImpl(Options options, std::string path, std::shared_ptr<Communicator> comm,
+         std::unique_ptr<storage::Store> store);
+  ~DBImpl() override;
+
+  Result<CheckpointInfo> Save(const StateDict& state,
+                              const SaveOptions& options) override;
+  Result<std::shared_ptr<PendingSave>> SaveAsync(
+      const StateDict& state, const SaveOptions& options) override;
+  // Rank 0: the checkpoint an incremental save compares its chunks with (the
+  // latest committed one), 0 for none or with Options::incremental off.
+  Result<int64_t> IncrementalBase();
+  Result<LoadResult> Load(StateDict& state, const CheckpointSelector& which,
+                          const LoadOptions& options) override;
+  Result<std::vector<CheckpointInfo>> ListCheckpoints() override;
+  Result<CheckpointMetadata> GetMetadata(
+      const CheckpointSelector& which) override;
+  using DB::Read;
+  Result<Tensor> Read(const std::string& flat_key,
+                      const CheckpointSelector& which, const TensorIndex& index,
+                      ReadStats* stats) override;
+  Status Delete(const CheckpointSelector& which) override;
+  using DB::Verify;
+  Result<VerifyReport> Verify(const CheckpointSelector& which,
+                              const VerifyOptions& options) override;
+  Result<StoreCheckReport> CheckStore() override;
+  Status Close() override;
+  const Communicator& communicator() const override { return *comm_; }
+
+  int io_threads() const;
+  // Options::load_buffer_bytes, or the default for a load of `state_bytes`
+  // into this rank's targets.
+  uint64_t load_buffer_bytes(uint64_t state_bytes) const;
+
+ private:
+  Status CheckOpen() const;
+  // Save's steps: validation and planning (collective), then writing and the
+  // commit, from the caller's tensors or from `snapshot`.
+  Result<PreparedSave> PrepareSave(const StateDict& state,
+                                   const SaveOptions& options);
+  Result<CheckpointInfo> FinishSave(const PreparedSave& p,
+                                    SnapshotRing* snapshot);
+  void TakeSnapshot(const PreparedSave& p, SnapshotRing& ring);
+  // Waits for the pending asynchronous save, if any (its handle keeps the
+  // outcome).
+  void WaitPending();
+  // After a collective call deleted checkpoints: the other ranks re-open
+  // their read-only handles, closing the deleted files they held.
+  void LetGoOfDeletedFiles();
+  // Rank 0 resolves the selector; every rank gets the id (or the same error)
+  // and its metadata, refreshing a read-only handle when the checkpoint is
+  // newer than it. Fails alike on every rank when the ranks' `args` differ.
+  // With `tensor_keys`, only those tensors come with their chunks
+  // (Store::GetMetadata(id, keys)).
+  Result<CheckpointMetadata> ResolveCollective(
+      const CheckpointSelector& which, const CallArguments& args,
+      const std::vector<std::string>* tensor_keys = nullptr);
+  // Fills in the chunks of the tensors of `targets` (this rank's part of a
+  // load) in `meta`, read from their records.
+  Status ReadChunksOf(const std::vector<planner::LoadTarget>& targets,
+                      CheckpointMetadata* meta);
+  // Local: resolves against this rank's handle, refreshing it once when nothing
+  // matches.
+  Result<CheckpointMetadata> ResolveLocal(const CheckpointSelector& which);
+
+  // The device index this rank's transport would use for a load into `views`
+  // (its first device target's, else the current device), or -1 when it has
+  // no device.
+  int TransportDevice(const std::vector<TensorView*>& views) const;
+  // The transport over `devices` (every rank's TransportDevice), created on
+  // first use. nullptr, on every rank alike, when some rank has no device or
+  // creating it failed somewhere. Collective.
+  Result<DeviceTransport*> TransportFor(const std::vector<int>& devices);
+
+  const Options options_;
+  const std::string path_;
+  std::shared_ptr<Communicator> comm_;
+  std::unique_ptr<storage::Store> store_;
+  // Declared after comm_: destroyed before it.
+  std::unique_ptr<DeviceTransport> transport_;
+  std::vector<int> transport_devices_;
+  Status transport_failure_;  // why this DB has none, once creating one failed
+  // The asynchronous save under way, and its snapshot memory (reused).
+  std::shared_ptr<AsyncSave> pending_;
+  std::unique_ptr<char[]> snapshot_memory_;
+  uint64_t snapshot_size_ = 0;
+  // Incremental saves: the chunks of this handle's last commit, which the
+  // next save compares with while it is the latest checkpoint. Rank 0 keeps
+  // the whole record; the other ranks their own chunks (OwnChunks in
+  // save.cc).
+  std::optional<planner::PreviousCheckpoint> last_commit_;
+};
+
+}  // namespace ckptdb::engine

@@ -1,0 +1,148 @@
+#include "engine/api/tensor_checks.h"
+
+#include "engine/device/device.h"
+#include "core/partition.h"
+
+namespace ckptdb::engine {
+
+namespace {
+
+// A flat range: 1-D, inside the flattened tensor.
+Status CheckFlatRange(const std::string& what, const TensorView& view) {
+  if (view.local_shape.size() != 1 || !view.global_offset.empty()) {
+    return Status::InvalidArgument(
+        what +
+        ": a flat range must be 1-D with no global offset, got local "
+        "shape " +
+        ShapeToString(view.local_shape) + " and global offset " +
+        ShapeToString(view.global_offset));
+  }
+  const int64_t begin = *view.flat_offset, n = view.local_shape[0];
+  int64_t total = 1;
+  for (int64_t d : view.global_shape) {
+    if (d < 0 || __builtin_mul_overflow(total, d, &total)) {
+      return Status::InvalidArgument(what + ": global shape " +
+                                     ShapeToString(view.global_shape) +
+                                     " is negative or too large");
+    }
+  }
+  if (begin < 0 || n < 0 || begin > total || n > total - begin) {
+    return Status::InvalidArgument(
+        what + ": flat range [" + std::to_string(begin) + ", " +
+        std::to_string(begin + n) + ") lies outside the " +
+        std::to_string(total) + " elements of global shape " +
+        ShapeToString(view.global_shape));
+  }
+  return Status::OK();
+}
+
+// Strides: one per dimension, non-negative; a device array's steps must not
+// be 0 (2-D copies need a pitch of at least one element).
+Status CheckStrides(const std::string& what, const TensorView& view) {
+  if (view.strides.empty()) return Status::OK();
+  if (view.strides.size() != view.local_shape.size()) {
+    return Status::InvalidArgument(
+        what + ": strides " + ShapeToString(view.strides) +
+        " must have one entry per dimension of local shape " +
+        ShapeToString(view.local_shape));
+  }
+  for (size_t d = 0; d < view.strides.size(); ++d) {
+    if (view.strides[d] < 0) {
+      return Status::InvalidArgument(
+          what + ": negative strides " + ShapeToString(view.strides) +
+          " (a reversed view) are not supported; pass a copy");
+    }
+    if (view.strides[d] == 0 && view.local_shape[d] > 1 &&
+        view.device.type != DeviceType::kCPU) {
+      return Status::InvalidArgument(what + ": strides " +
+                                     ShapeToString(view.strides) +
+                                     " of a device tensor must not be 0");
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckBox(const std::string& what, const TensorView& view) {
+  if (view.is_flat_range()) return CheckFlatRange(what, view);
+  const planner::PartitionError inside = planner::CheckBoxInside(
+      view.global_shape, {view.global_offset, view.local_shape});
+  if (inside == planner::PartitionError::kWrongRank) {
+    return Status::InvalidArgument(
+        what + ": local shape " + ShapeToString(view.local_shape) +
+        ", global shape " + ShapeToString(view.global_shape) +
+        " and global offset " + ShapeToString(view.global_offset) +
+        " must have the same number of dimensions");
+  }
+  if (inside != planner::PartitionError::kNone) {
+    return Status::InvalidArgument(
+        what + ": shard of shape " + ShapeToString(view.local_shape) +
+        " at offset " + ShapeToString(view.global_offset) +
+        " lies outside the global shape " + ShapeToString(view.global_shape));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status CheckView(const std::string& flat_key, const TensorView& view) {
+  const std::string what = "tensor '" + flat_key + "'";
+  if (!IsValidDType(static_cast<uint8_t>(view.dtype))) {
+    return Status::InvalidArgument(
+        what + ": unknown dtype code " +
+        std::to_string(static_cast<int>(view.dtype)));
+  }
+  CKPTDB_RETURN_IF_ERROR(CheckBox(what, view));
+  CKPTDB_RETURN_IF_ERROR(CheckStrides(what, view));
+  // Element counts must fit comfortably in 64 bits (2^62 bytes).
+  uint64_t bytes = DTypeSize(view.dtype);
+  for (int64_t d : view.global_shape) {
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) ||
+        bytes > (uint64_t{1} << 62)) {
+      return Status::InvalidArgument(what + ": global shape " +
+                                     ShapeToString(view.global_shape) +
+                                     " is too large");
+    }
+  }
+  if (view.device.type != DeviceType::kCPU) {
+    if (view.device.type != DeviceType::kCUDA || view.device.index < 0) {
+      return Status::InvalidArgument(what + ": unknown device");
+    }
+    DeviceCopier* copier = CurrentDeviceCopier();
+    if (copier == nullptr) {
+#ifdef CKPTDB_WITH_CUDA
+      return Status::InvalidArgument(
+          what + ": a CUDA tensor, but no CUDA device is available");
+#else
+      return Status::InvalidArgument(
+          what + ": device tensors need a build with CUDA support");
+#endif
+    }
+    const Status ready = copier->Synchronize(view.device);
+    if (!ready.ok()) {
+      return Status::InvalidArgument(what +
+                                     ": a CUDA tensor, but CUDA device " +
+                                     std::to_string(view.device.index) +
+                                     " cannot be used: " + ready.message());
+    }
+  }
+  if (view.data == nullptr && view.nbytes() > 0) {
+    return Status::InvalidArgument(what + ": data pointer is null");
+  }
+  return Status::OK();
+}
+
+Status CheckTargetView(const std::string& flat_key, const TensorView& view) {
+  CKPTDB_RETURN_IF_ERROR(CheckView(flat_key, view));
+  for (size_t d = 0; d < view.strides.size(); ++d) {
+    if (view.strides[d] == 0 && view.local_shape[d] > 1) {
+      return Status::InvalidArgument(
+          "tensor '" + flat_key + "': a load target with strides " +
+          ShapeToString(view.strides) +
+          " (a stride of 0: a broadcast view) would receive several elements "
+          "in one place");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace ckptdb::engine

@@ -1,0 +1,107 @@
+#include "engine/collectives/wire.h"
+
+#include <gtest/gtest.h>
+
+namespace ckptdb::engine {
+namespace {
+
+TEST(WireTest, SaveLayoutRoundTrip) {
+  planner::RankSaveLayout layout;
+  layout.shards.push_back(
+      {"a.b", {"a", "b"}, DType::kBFloat16, {4, 2}, {{2, 0}, {2, 2}}});
+  layout.values.push_back({"lr", {"lr"}, Value(0.5)});
+  layout.values.push_back({"blob", {"blob"}, Value(Bytes{"\x01\x02"})});
+  Status local;
+  planner::RankSaveLayout decoded;
+  ASSERT_TRUE(DecodeSaveLayout(EncodeSaveLayout(Status::NotFound("x"), layout),
+                               &local, &decoded)
+                  .ok());
+  EXPECT_EQ(local, Status::NotFound("x"));
+  ASSERT_EQ(decoded.shards.size(), 1u);
+  EXPECT_EQ(decoded.shards[0].path, (planner::Path{"a", "b"}));
+  EXPECT_EQ(decoded.shards[0].box, (planner::Box{{2, 0}, {2, 2}}));
+  EXPECT_EQ(decoded.values[1].value, Value(Bytes{"\x01\x02"}));
+}
+
+TEST(WireTest, PathKindsAndNoneRoundTrip) {
+  using K = PathPartKind;
+  planner::RankSaveLayout layout;
+  layout.shards.push_back({"s.0",
+                           {"s", "0"},
+                           DType::kFloat32,
+                           {2},
+                           {{0}, {2}},
+                           {K::kStrKey, K::kIntKey}});
+  layout.values.push_back(
+      {"b.1", {"b", "1"}, Value(None{}), {K::kStrKey, K::kTupleIndex}});
+  Status local;
+  planner::RankSaveLayout decoded;
+  const std::string bytes = EncodeSaveLayout(Status::OK(), layout);
+  ASSERT_TRUE(DecodeSaveLayout(bytes, &local, &decoded).ok());
+  EXPECT_EQ(decoded.shards[0].kinds, layout.shards[0].kinds);
+  EXPECT_EQ(decoded.values[0].kinds, layout.values[0].kinds);
+  EXPECT_EQ(decoded.values[0].value, Value(None{}));
+  for (size_t n = 0; n < bytes.size(); ++n)
+    EXPECT_FALSE(DecodeSaveLayout(bytes.substr(0, n), &local, &decoded).ok());
+}
+
+TEST(WireTest, TruncatedInputIsAnError) {
+  RankTargets sent;
+  sent.status = Status::NotFound("gone");
+  sent.buffer_bytes = 77;
+  sent.device = 3;
+  sent.targets = {{"w", {{0}, {4}}}, {"b", {{2, 0}, {1, 5}}}};
+  sent.placements = {{DType::kBFloat16, true}, {DType::kInt32, false}};
+  const std::string bytes = EncodeTargets(sent);
+  RankTargets got;
+  for (size_t n = 0; n < bytes.size(); ++n)
+    EXPECT_FALSE(DecodeTargets(bytes.substr(0, n), &got).ok()) << n;
+  ASSERT_TRUE(DecodeTargets(bytes, &got).ok());
+  EXPECT_EQ(got.status.ToString(), sent.status.ToString());
+  EXPECT_EQ(got.buffer_bytes, 77u);
+  EXPECT_EQ(got.device, 3);
+  ASSERT_EQ(got.targets.size(), 2u);
+  EXPECT_EQ(got.targets[1].flat_key, "b");
+  EXPECT_EQ(got.targets[1].box, (planner::Box{{2, 0}, {1, 5}}));
+  EXPECT_EQ(got.placements, sent.placements);
+}
+
+TEST(WireTest, SaveOutcomeRoundTripsAndTruncationIsAnError) {
+  for (bool deleted : {false, true}) {
+    SaveOutcome sent;
+    sent.status = Status::IOError("retention: deleting checkpoint id 3");
+    sent.info.id = 9;
+    sent.info.step = 90;
+    sent.info.tag = "best";
+    sent.info.world_size = 4;
+    sent.info.nbytes = 1000;
+    sent.info.nbytes_written = 100;
+    sent.info.references = {3, 7};
+    sent.deleted = deleted;
+    const std::string bytes = EncodeSaveOutcome(sent);
+    SaveOutcome got;
+    for (size_t n = 0; n < bytes.size(); ++n)
+      EXPECT_FALSE(DecodeSaveOutcome(bytes.substr(0, n), &got).ok()) << n;
+    EXPECT_FALSE(DecodeSaveOutcome(bytes + "x", &got).ok());
+    ASSERT_TRUE(DecodeSaveOutcome(bytes, &got).ok());
+    EXPECT_EQ(got.status.ToString(), sent.status.ToString());
+    EXPECT_EQ(got.info.id, 9);
+    EXPECT_EQ(got.info.step, 90);
+    EXPECT_EQ(got.info.tag, "best");
+    EXPECT_EQ(got.info.world_size, 4);
+    EXPECT_EQ(got.info.nbytes_written, 100);
+    EXPECT_EQ(got.info.references, (std::vector<int64_t>{3, 7}));
+    EXPECT_EQ(got.deleted, deleted);
+  }
+}
+
+TEST(WireTest, FirstErrorNamesRank) {
+  EXPECT_TRUE(FirstError({Status::OK(), Status::OK()}).ok());
+  Status s = FirstError(
+      {Status::OK(), Status::InvalidArgument("bad"), Status::NotFound("x")});
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_EQ(s.message(), "rank 1: bad");
+}
+
+}  // namespace
+}  // namespace ckptdb::engine

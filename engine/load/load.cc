@@ -1,0 +1,211 @@
+// DB::Load: target layouts all-gathered, one read plan on every rank, each
+// needed chunk read once by its reader, slices copied into local targets or
+// sent to the ranks that need them.
+#include <algorithm>
+#include <deque>
+#include <map>
+
+#include "engine/collectives/agreement.h"
+#include "engine/copy/box_views.h"
+#include "engine/collectives/classes.h"
+#include "engine/api/db_impl.h"
+#include "engine/device/device.h"
+#include "engine/load/load_executor.h"
+#include "engine/load/load_planning.h"
+#include "engine/api/tensor_checks.h"
+#include "engine/collectives/wire.h"
+#include "planner/flatten.h"
+#include "planner/load_plan.h"
+
+namespace ckptdb::engine {
+namespace {
+
+struct LocalTargets {
+  std::vector<planner::LoadTarget> targets;
+  // The box views of the state dict's tensors (BoxViews), parallel to
+  // targets.
+  std::deque<TensorView> pieces;
+  std::vector<TensorView*> views;  // parallel to targets
+  std::vector<std::pair<Value*, const Value*>>
+      values;  // (leaf, stored value) to assign
+};
+
+// Matches this rank's leaves against the checkpoint: checks dtypes and shapes,
+// lists missing and unexpected keys.
+Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
+                   const LoadOptions& options, LocalTargets* out,
+                   LoadResult* result) {
+  CKPTDB_ASSIGN_OR_RETURN(auto leaves, planner::FlattenMutable(state));
+  std::map<std::string, bool> requested;
+  const std::string where = "checkpoint id " + std::to_string(meta.info.id);
+  for (auto& leaf : leaves) {
+    requested[leaf.flat_key] = true;
+    auto tensor = meta.tensors.find(leaf.flat_key);
+    auto value = meta.values.find(leaf.flat_key);
+    if (tensor == meta.tensors.end() && value == meta.values.end()) {
+      if (options.strict) {
+        return Status::NotFound("key '" + leaf.flat_key + "' is not in " +
+                                where +
+                                " (pass strict=false to skip missing keys)");
+      }
+      result->missing_keys.push_back(leaf.flat_key);
+      continue;
+    }
+    if (leaf.value) {
+      if (value == meta.values.end()) {
+        return Status::InvalidArgument("key '" + leaf.flat_key +
+                                       "' is a tensor in " + where +
+                                       " but a small value in the state dict");
+      }
+      out->values.emplace_back(leaf.value, &value->second);
+      continue;
+    }
+    TensorView& view = *leaf.tensor;
+    if (tensor == meta.tensors.end()) {
+      return Status::InvalidArgument(
+          "key '" + leaf.flat_key + "' is a small value (" +
+          std::string(ValueTypeName(value->second)) + ") in " + where +
+          " but a tensor in the state dict");
+    }
+    CKPTDB_RETURN_IF_ERROR(CheckTargetView(leaf.flat_key, view));
+    const TensorMetadata& stored = tensor->second;
+    if (view.global_shape != stored.global_shape) {
+      return Status::InvalidArgument(
+          "tensor '" + leaf.flat_key + "': target global shape " +
+          ShapeToString(view.global_shape) + " differs from stored " +
+          ShapeToString(stored.global_shape));
+    }
+    if (view.dtype != stored.dtype) {
+      if (!options.cast) {
+        return Status::InvalidArgument(
+            "tensor '" + leaf.flat_key + "': target dtype " +
+            std::string(DTypeName(view.dtype)) + " differs from stored " +
+            std::string(DTypeName(stored.dtype)) +
+            " (pass cast=true to convert)");
+      }
+      if (!IsNumeric(view.dtype) || !IsNumeric(stored.dtype)) {
+        return Status::InvalidArgument(
+            "tensor '" + leaf.flat_key + "': cannot cast stored " +
+            std::string(DTypeName(stored.dtype)) + " to " +
+            std::string(DTypeName(view.dtype)) +
+            " (only numeric dtypes convert)");
+      }
+    }
+    for (TensorView& piece : BoxViews(view)) {
+      out->targets.push_back(
+          {leaf.flat_key, {piece.global_offset, piece.local_shape}});
+      out->views.push_back(&out->pieces.emplace_back(std::move(piece)));
+    }
+  }
+  for (const auto& [key, _] : meta.flat_mapping) {
+    if (!requested.count(key)) result->unexpected_keys.push_back(key);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status DBImpl::ReadChunksOf(const std::vector<planner::LoadTarget>& targets,
+                            CheckpointMetadata* meta) {
+  std::vector<std::string> keys;
+  for (const planner::LoadTarget& target : targets)
+    keys.push_back(target.flat_key);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata with_chunks,
+                   store_->GetMetadata(meta->info.id, keys));
+  // Only the chunks move over: MatchLeaves' targets point into `meta`.
+  for (const std::string& key : keys) {
+    auto from = with_chunks.tensors.find(key);
+    auto to = meta->tensors.find(key);
+    if (from != with_chunks.tensors.end() && to != meta->tensors.end())
+      to->second.chunks = std::move(from->second.chunks);
+  }
+  return Status::OK();
+}
+
+int DBImpl::TransportDevice(const std::vector<TensorView*>& views) const {
+  DeviceCopier* copier = CurrentDeviceCopier();
+  if (copier == nullptr || !transport_failure_.ok()) return -1;
+  for (const TensorView* view : views) {
+    if (view->device.type == DeviceType::kCUDA) return view->device.index;
+  }
+  Result<Device> device = copier->DefaultDevice();
+  return device.ok() ? device->index : -1;
+}
+
+Result<DeviceTransport*> DBImpl::TransportFor(const std::vector<int>& devices) {
+  for (int device : devices) {
+    if (device < 0) return nullptr;  // some rank cannot reach device memory
+  }
+  if (transport_ != nullptr && transport_devices_ == devices)
+    return transport_.get();
+  transport_.reset();
+  auto created = CreateDeviceTransport(
+      *comm_, {DeviceType::kCUDA, devices[comm_->rank()]});
+  const Status agreed = AgreeOnStatus(*comm_, created.status());
+  if (!agreed.ok()) {
+    // Not retried by this DB: loads move device slices through host memory.
+    transport_failure_ = agreed;
+    return nullptr;
+  }
+  transport_ = std::move(created).value();
+  transport_devices_ = devices;
+  return transport_.get();
+}
+
+Result<LoadResult> DBImpl::Load(StateDict& state,
+                                const CheckpointSelector& which,
+                                const LoadOptions& options) {
+  WaitPending();
+  CKPTDB_RETURN_IF_ERROR(CheckOpen());
+  const int world = comm_->size();
+  // Every tensor's dtype and shape (the main record), then the chunks of the
+  // tensors this rank loads only.
+  static const std::vector<std::string> kNoChunks;
+  CKPTDB_ASSIGN_OR_RETURN(
+      CheckpointMetadata meta,
+      ResolveCollective(which, LoadArguments(which, options), &kNoChunks));
+
+  LoadResult result;
+  LocalTargets local;
+  RankTargets own, shared;
+  own.status = MatchLeaves(state, meta, options, &local, &result);
+  if (own.status.ok()) own.status = ReadChunksOf(local.targets, &meta);
+  uint64_t state_bytes = 0;
+  for (const TensorView* view : local.views) {
+    state_bytes += static_cast<uint64_t>(NumElements(view->local_shape)) *
+                   DTypeSize(view->dtype);
+  }
+  own.buffer_bytes = load_buffer_bytes(state_bytes);
+  own.device = TransportDevice(local.views);
+  shared.targets = std::move(local.targets);
+  for (const TensorView* view : local.views) {
+    shared.placements.push_back(
+        {view->dtype, view->device.type == DeviceType::kCUDA &&
+                          view->device.index == own.device});
+  }
+  // Targets and placements travel once per class of identical ranks; each
+  // rank plans only its own reads, sends and receives.
+  CKPTDB_ASSIGN_OR_RETURN(RankClasses gathered,
+                   AllGatherClasses(*comm_, LoadArguments(which, options),
+                                    EncodeTargets(own), EncodeTargets(shared)));
+  CKPTDB_ASSIGN_OR_RETURN(RankLoadPlanning planned,
+                   PlanRankLoad(meta.tensors, gathered, comm_->rank()));
+  const GatheredTargets& all = planned.all;
+  DeviceTransport* transport = nullptr;
+  if (world > 1 && all.any_on_device) {
+    CKPTDB_ASSIGN_OR_RETURN(transport, TransportFor(all.devices));
+  }
+  const planner::PlacementLookup placement = [&](int rank, size_t target) {
+    return all.classes.placements[all.classes.class_of_rank[rank]][target];
+  };
+  CKPTDB_RETURN_IF_ERROR(
+      ExecuteLoad({meta, planned.plan, local.views, *store_, *comm_,
+                   io_threads(), all.buffer_bytes, placement, transport},
+                  &result.stats));
+  for (auto& [leaf, stored] : local.values) *leaf = *stored;
+  return result;
+}
+
+}  // namespace ckptdb::engine

@@ -1,0 +1,438 @@
+#include "engine/load/load_executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "engine/copy/box_copy.h"
+#include "engine/device/device.h"
+#include "engine/collectives/wire.h"
+
+namespace ckptdb::engine {
+namespace {
+
+using planner::ExchangeDeviceBox;
+using planner::ExchangeMessage;
+using planner::ExchangeRound;
+using planner::ReadCopy;
+
+// Host memory that keeps its bytes when it grows no further: reused across
+// rounds, so that a round pays neither zeroing nor first-touch faults.
+class Arena {
+ public:
+  char* Reserve(uint64_t n) {
+    if (n > size_) {
+      data_.reset(new char[n]);
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  uint64_t size_ = 0;
+};
+
+// Device buffers of one round: boxes packed by this rank (pinned host, then
+// device) and boxes staged before landing.
+struct DeviceSlot {
+  DeviceSlot(DeviceCopier* copier, Device device)
+      : out(copier, device), in(copier, device) {}
+  StagingBuffer host_out;
+  DeviceBuffer out, in;
+};
+
+// What one round in flight holds. Two slots alternate: round k + 1 is read
+// into one while round k is exchanged from the other.
+struct Slot {
+  const ExchangeRound* round = nullptr;
+  Arena arena;                             // staged sends, then staged receives
+  std::vector<char*> send_staged;          // per send: packed here, or null
+  std::vector<const char*> send_data;      // per send: what goes out
+  std::vector<char*> recv_data;            // per receive
+  std::vector<storage::ChunkBuffer> held;  // per read: chunks sent in place
+  std::optional<DeviceSlot> device;
+  size_t remaining = 0;  // reads not done yet (guarded by Walker::mu_)
+};
+
+class Walker {
+ public:
+  Walker(const LoadExecution& x, const planner::ExchangePlan& plan)
+      : x_(x), plan_(plan), rank_(x.comm.rank()) {}
+
+  Status Run() {
+    if (x_.transport != nullptr) {
+      Status reserved = ReserveDevice();
+      // Once per load, before any box moves: a rank without device memory
+      // cannot take part in the transport's steps.
+      if (x_.comm.size() > 1) reserved = AgreeOnStatus(x_.comm, reserved);
+      CKPTDB_RETURN_IF_ERROR(reserved);
+    }
+    const auto& rounds = plan_.rounds;
+    for (size_t k = 0; k < rounds.size(); ++k) {
+      for (size_t j = 0; j < rounds[k].reads.size(); ++j)
+        tasks_.push_back({k, j});
+    }
+    for (size_t k = 0; k < std::min<size_t>(2, rounds.size()); ++k) Prepare(k);
+    // This thread is one of the io_threads: it reads with the others until
+    // the round it exchanges next is read, while they (io_threads - 1, at
+    // least one) read ahead.
+    std::vector<std::thread> readers;
+    const int threads = std::max(
+        1, std::min<int>(x_.io_threads - 1, static_cast<int>(tasks_.size())));
+    for (int t = 0; t < threads; ++t)
+      readers.emplace_back([this] { ReadLoop(); });
+    for (size_t k = 0; k < rounds.size(); ++k) {
+      Slot& slot = slots_[k % 2];
+      while (HelpRead(k)) {
+      }
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return slot.remaining == 0; });
+      }
+      Exchange(slot);
+      Land(slot);
+      slot.held.clear();
+      if (k + 2 < rounds.size()) Prepare(k + 2);
+    }
+    for (std::thread& t : readers) t.join();
+    return first_error_;
+  }
+
+ private:
+  // Records a failure; the walk goes on so that no peer waits forever.
+  void Fail(Status s) {
+    if (s.ok()) return;
+    std::lock_guard lock(error_mu_);
+    if (first_error_.ok()) first_error_ = std::move(s);
+  }
+
+  // Device buffers for the largest round of each parity.
+  Status ReserveDevice() {
+    DeviceCopier* copier = CurrentDeviceCopier();
+    for (int p = 0; p < 2; ++p) {
+      uint64_t out = 0, in = 0;
+      for (size_t k = p; k < plan_.rounds.size(); k += 2) {
+        out = std::max(out, plan_.rounds[k].device_out_bytes);
+        in = std::max(in, plan_.rounds[k].device_in_bytes);
+      }
+      DeviceSlot& d = slots_[p].device.emplace(copier, x_.transport->device());
+      if (out > 0) {
+        d.host_out.Reserve(copier, out);
+        CKPTDB_RETURN_IF_ERROR(d.out.Reserve(out));
+      }
+      if (in > 0) CKPTDB_RETURN_IF_ERROR(d.in.Reserve(in));
+    }
+    return Status::OK();
+  }
+
+  // Lays out round k's host buffers and lets the readers start on it.
+  void Prepare(size_t k) {
+    Slot& slot = slots_[k % 2];
+    const ExchangeRound& round = plan_.rounds[k];
+    uint64_t bytes = 0;
+    for (const ExchangeMessage& m : round.sends)
+      bytes += m.in_place ? 0 : m.nbytes;
+    for (const ExchangeMessage& m : round.recvs)
+      bytes += m.in_place ? 0 : m.nbytes;
+    char* at = slot.arena.Reserve(bytes);
+    slot.send_data.assign(round.sends.size(), nullptr);
+    slot.send_staged.assign(round.sends.size(), nullptr);
+    slot.recv_data.assign(round.recvs.size(), nullptr);
+    for (size_t m = 0; m < round.sends.size(); ++m) {
+      if (round.sends[m].in_place) continue;  // set by the chunk's reader
+      slot.send_data[m] = slot.send_staged[m] = at;
+      at += round.sends[m].nbytes;
+    }
+    for (size_t m = 0; m < round.recvs.size(); ++m) {
+      const ExchangeMessage& msg = round.recvs[m];
+      if (msg.in_place) {
+        const planner::ReadItem& item = x_.plan.items[msg.slices[0].item];
+        slot.recv_data[m] =
+            static_cast<char*>(x_.targets[item.target]->data) + *msg.in_place;
+      } else {
+        slot.recv_data[m] = at;
+        at += msg.nbytes;
+      }
+    }
+    slot.held.resize(round.reads.size());
+    slot.round = &round;
+    std::lock_guard lock(mu_);
+    slot.remaining = round.reads.size();
+    ready_ = k + 1;
+    cv_.notify_all();
+  }
+
+  // A reader thread: reads in round order, at most one round ahead of the
+  // exchange.
+  void ReadLoop() {
+    while (true) {
+      const size_t t = next_task_.fetch_add(1);
+      if (t >= tasks_.size()) return;
+      const size_t k = tasks_[t].first;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return ready_ > k; });
+      }
+      RunTask(t);
+    }
+  }
+
+  // Reads the next chunk of round k on this thread when there is one left.
+  bool HelpRead(size_t k) {
+    size_t t = next_task_.load();
+    do {
+      if (t >= tasks_.size() || tasks_[t].first != k) return false;
+    } while (!next_task_.compare_exchange_weak(t, t + 1));
+    RunTask(t);
+    return true;
+  }
+
+  void RunTask(size_t t) {
+    const auto [k, j] = tasks_[t];
+    Slot& slot = slots_[k % 2];
+    Fail(ReadOne(slot, j));
+    std::lock_guard lock(mu_);
+    if (--slot.remaining == 0) cv_.notify_all();
+  }
+
+  Status ReadOne(Slot& slot, size_t j);
+  void Exchange(Slot& slot);
+  void MoveDeviceBoxes(Slot& slot);
+  void Land(Slot& slot);
+
+  char* Region(Slot& slot, const ExchangeDeviceBox& box) {
+    switch (box.role) {
+      case ExchangeDeviceBox::Role::kReader:
+        return slot.device->out.data() + box.offset;
+      case ExchangeDeviceBox::Role::kInPlace:
+        return static_cast<char*>(
+                   x_.targets[x_.plan.items[box.item].target]->data) +
+               box.offset;
+      case ExchangeDeviceBox::Role::kStaged:
+        return slot.device->in.data() + box.offset;
+      case ExchangeDeviceBox::Role::kNone:
+        break;
+    }
+    return nullptr;
+  }
+
+  const LoadExecution& x_;
+  const planner::ExchangePlan& plan_;
+  const int rank_;
+  Slot slots_[2];
+  std::vector<std::pair<size_t, size_t>> tasks_;  // (round, read) in order
+  std::atomic<size_t> next_task_{0};
+  StagingPool staging_;  // host staging for device targets
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t ready_ = 0;  // rounds prepared (guarded by mu_)
+  std::mutex error_mu_;
+  Status first_error_;
+};
+
+// Reads the j-th chunk of the slot's round and copies its slices where the
+// plan sends them.
+Status Walker::ReadOne(Slot& slot, size_t j) {
+  const planner::ExchangeRead& plan_read = slot.round->reads[j];
+  const planner::ChunkRead& read = x_.plan.reads[plan_read.read];
+  const TensorMetadata& tensor = x_.meta.tensors.at(read.flat_key);
+  const ChunkMetadata& chunk = tensor.chunks[read.chunk];
+  if (plan_read.whole_into_target) {
+    // The chunk is one run of a host target of this rank: no buffer.
+    const planner::ReadItem& item = x_.plan.items[plan_read.copies[0].item];
+    return x_.store.ReadChunkInto(
+        x_.meta.info.id, read.flat_key, chunk,
+        static_cast<char*>(x_.targets[item.target]->data) +
+            *plan_read.whole_into_target);
+  }
+  if (!plan_read.scatter.empty()) {
+    // Every byte straight to its place: no chunk buffer, no copies.
+    std::vector<storage::ChunkPiece> pieces;
+    pieces.reserve(plan_read.scatter.size());
+    for (const planner::ScatterRun& run : plan_read.scatter) {
+      char* base = run.to() == ReadCopy::To::kTarget
+                       ? static_cast<char*>(x_.targets[run.index]->data)
+                       : slot.send_staged[run.index];
+      pieces.push_back({base + run.offset, run.nbytes});
+    }
+    return x_.store.ReadChunkScattered(x_.meta.info.id, read.flat_key, chunk,
+                                       pieces);
+  }
+  CKPTDB_ASSIGN_OR_RETURN(storage::ChunkBuffer buffer,
+                   x_.store.ReadChunk(x_.meta.info.id, read.flat_key, chunk));
+  const char* bytes = buffer.bytes().data();
+  bool keep = false;
+  StagingBuffer staging = staging_.Take();
+  Status placed;
+  for (const ReadCopy& copy : plan_read.copies) {
+    const planner::ReadItem& item = x_.plan.items[copy.item];
+    const StridedBox src{bytes, chunk.local_shape, item.storage_offset};
+    const Shape zero(item.lengths.size(), 0);
+    switch (copy.to) {
+      case ReadCopy::To::kTarget:
+        if (placed.ok()) {
+          placed = PlaceBox(src, tensor.dtype, *x_.targets[item.target],
+                            item.dest_offset, item.lengths, &staging);
+        }
+        break;
+      case ReadCopy::To::kMessage: {
+        const ExchangeMessage& m = slot.round->sends[copy.index];
+        if (m.in_place) {  // sent from the chunk buffer, kept until then
+          slot.send_data[copy.index] = bytes + *m.in_place;
+          keep = true;
+          break;
+        }
+        CopyBox(
+            src, tensor.dtype,
+            {slot.send_staged[copy.index] + copy.offset, item.lengths, zero},
+            tensor.dtype, item.lengths);
+        break;
+      }
+      case ReadCopy::To::kDeviceBox: {
+        const ExchangeDeviceBox& box = slot.round->boxes[copy.index];
+        CopyBox(src, tensor.dtype,
+                {slot.device->host_out.data() + box.offset, item.lengths, zero},
+                box.dtype, item.lengths);
+        break;
+      }
+    }
+  }
+  staging_.Give(std::move(staging));
+  if (keep) slot.held[j] = std::move(buffer);
+  return placed;
+}
+
+// Moves the slot's host messages: every send and receive of the round with
+// its peers, point to point.
+void Walker::Exchange(Slot& slot) {
+  const ExchangeRound& round = *slot.round;
+  if (round.sends.empty() && round.recvs.empty()) return;
+  std::vector<SendBuffer> sends;
+  std::vector<RecvBuffer> recvs;
+  std::vector<std::vector<char>> lost;  // for chunks whose read failed
+  for (size_t m = 0; m < round.sends.size(); ++m) {
+    const char* data = slot.send_data[m];
+    if (data == nullptr) data = lost.emplace_back(round.sends[m].nbytes).data();
+    sends.push_back({round.sends[m].peer, data, round.sends[m].nbytes});
+  }
+  for (size_t m = 0; m < round.recvs.size(); ++m) {
+    recvs.push_back(
+        {round.recvs[m].peer, slot.recv_data[m], round.recvs[m].nbytes});
+  }
+  Fail(x_.comm.Exchange(sends, recvs));
+}
+
+// Moves the slot's device boxes: one transport step per tree level that this
+// rank takes part in.
+void Walker::MoveDeviceBoxes(Slot& slot) {
+  const ExchangeRound& round = *slot.round;
+  if (round.boxes.empty()) return;
+  if (round.device_out_bytes > 0) {
+    // The boxes this rank packed go to its device in one copy.
+    const Shape all{static_cast<int64_t>(round.device_out_bytes)};
+    Fail(CurrentDeviceCopier()->BoxToDevice(
+        x_.transport->device(), slot.device->host_out.data(),
+        {slot.device->out.data(), all, Shape{0}}, 1, all));
+  }
+  std::vector<SendBuffer> sends;
+  std::vector<RecvBuffer> recvs;
+  std::vector<DeviceBroadcast> broadcasts;
+  for (int step = 0; step < round.device_steps; ++step) {
+    sends.clear();
+    recvs.clear();
+    broadcasts.clear();
+    for (const ExchangeDeviceBox& box : round.boxes) {
+      char* region = Region(slot, box);
+      if (box.broadcast && step == 0) {
+        broadcasts.push_back(
+            {x_.plan.reads[box.read].reader_rank, region, box.nbytes});
+      }
+      for (const planner::DeviceHop& hop : box.hops) {
+        if (hop.step != step) continue;
+        if (hop.from == rank_) sends.push_back({hop.to, region, box.nbytes});
+        if (hop.to == rank_) recvs.push_back({hop.from, region, box.nbytes});
+      }
+    }
+    if (sends.empty() && recvs.empty() && broadcasts.empty()) continue;
+    Fail(x_.transport->Run(sends, recvs, broadcasts));
+  }
+}
+
+// Places what the round staged: host slices received into a buffer, device
+// boxes staged on the device.
+void Walker::Land(Slot& slot) {
+  const ExchangeRound& round = *slot.round;
+  if (x_.transport != nullptr) MoveDeviceBoxes(slot);
+  StagingBuffer staging = staging_.Take();
+  for (size_t m = 0; m < round.recvs.size(); ++m) {
+    const ExchangeMessage& msg = round.recvs[m];
+    if (msg.in_place) continue;
+    for (const planner::ExchangeSlice& s : msg.slices) {
+      const planner::ReadItem& item = x_.plan.items[s.item];
+      const Shape zero(item.lengths.size(), 0);
+      Fail(PlaceBox({slot.recv_data[m] + s.offset, item.lengths, zero},
+                    x_.meta.tensors.at(x_.plan.reads[item.read].flat_key).dtype,
+                    *x_.targets[item.target], item.dest_offset, item.lengths,
+                    &staging));
+    }
+  }
+  staging_.Give(std::move(staging));
+  for (const ExchangeDeviceBox& box : round.boxes) {
+    if (box.role != ExchangeDeviceBox::Role::kStaged) continue;
+    const planner::ReadItem& item = x_.plan.items[box.item];
+    const TensorView& target = *x_.targets[item.target];
+    Fail(CurrentDeviceCopier()->DeviceBoxToDevice(
+        target.device, Region(slot, box),
+        {target.data, target.local_shape, item.dest_offset, target.strides},
+        DTypeSize(box.dtype), item.lengths));
+  }
+}
+
+}  // namespace
+
+Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
+  const planner::LoadPlan& plan = x.plan;
+  const int rank = x.comm.rank();
+  for (const planner::ReadItem& item : plan.items) {
+    if (item.dest_rank == rank) {
+      stats->bytes_needed +=
+          item.num_elements() *
+          DTypeSize(x.meta.tensors.at(plan.reads[item.read].flat_key).dtype);
+    }
+  }
+  for (const planner::ChunkRead& read : plan.reads) {
+    if (read.reader_rank != rank) continue;
+    stats->bytes_read += read.nbytes;
+    ++stats->chunks_read;
+  }
+  std::vector<planner::OwnTarget> own;
+  for (const TensorView* view : x.targets) {
+    own.push_back({{view->global_offset, view->local_shape},
+                   view->dtype,
+                   view->device.type == DeviceType::kCPU,
+                   view->is_dense()});
+  }
+  planner::ExchangeInputs in;
+  in.rank = rank;
+  in.world = x.comm.size();
+  in.plan = &plan;
+  in.tensors = &x.meta.tensors;
+  in.targets = &own;
+  in.placements = x.placements;
+  in.device_transport = x.transport != nullptr;
+  in.window_bytes = std::max<uint64_t>(1, x.round_bytes);
+  const planner::ExchangePlan exchange = planner::BuildExchangePlan(in);
+  stats->bytes_sent += exchange.host_bytes_sent + exchange.device_bytes_sent;
+  stats->device_bytes_sent += exchange.device_bytes_sent;
+  const Status walked = Walker(x, exchange).Run();
+  if (x.comm.size() > 1) return AgreeOnStatus(x.comm, walked);
+  return walked;
+}
+
+}  // namespace ckptdb::engine

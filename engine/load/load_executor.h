@@ -1,0 +1,52 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ckptdb/communicator.h"
+#include "ckptdb/db.h"
+#include "engine/device/device_transport.h"
+#include "engine/collectives/wire.h"
+#include "planner/exchange_plan.h"
+#include "planner/load_plan.h"
+#include "storage/store.h"
+
+namespace ckptdb::engine {
+
+// What one rank needs to carry out its part of a load plan.
+struct LoadExecution {
+  const CheckpointMetadata& meta;
+  // The global plan or this rank's per-rank plan (planner::RestrictToRank).
+  const planner::LoadPlan& plan;
+  // This rank's targets, indexed like the LoadTargets it contributed to the
+  // plan.
+  const std::vector<TensorView*>& targets;
+  storage::Store& store;
+  Communicator& comm;
+  int io_threads;
+  // Bytes of the checkpoint's canonical positions per round
+  // (planner::ExchangeInputs::window_bytes); the same on every rank. What a
+  // rank holds for slices in flight stays within it plus one chunk per round,
+  // two rounds at a time.
+  uint64_t round_bytes;
+  // Any rank's target placements: the same answers on every rank.
+  const planner::PlacementLookup& placements;
+  // Moves slices for device targets of other ranks device to device when set
+  // (on every rank); they travel through host memory over `comm` otherwise.
+  DeviceTransport* transport;
+};
+
+// Carries out this rank's part of `plan` along its planner::ExchangePlan:
+// reads the chunks it is the reader of (checksums verified) on io_threads
+// threads, copies their slices straight into local targets (converting dtypes
+// where they differ) or into the messages for other ranks, and walks its
+// rounds in order, exchanging each round's messages point to point while the
+// next round's chunks are read. No collective runs per round: a rank that
+// fails keeps walking (sending what it has) and every rank returns the same
+// status, agreed once at the end; on error, targets may be partly filled.
+//
+// With a DeviceTransport, boxes for other ranks' device targets travel device
+// to device as the plan routes them (a broadcast or a binomial tree of hops).
+Status ExecuteLoad(const LoadExecution& execution, LoadStats* stats);
+
+}  // namespace ckptdb::engine

@@ -1,0 +1,240 @@
+// Durability under failed file operations, through the public API and the
+// FaultInjector hook: failed syncs and writes lose nothing committed, records
+// never live only in the write-ahead log, failed info-log writes never abort,
+// and deletions are never held back for good. (Bad arguments are covered by
+// bindings/python/tests/test_arguments.py, damaged records by
+// storage/metadata_codec_test.cc.)
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "ckptdb/db.h"
+#include "ckptdb/fault_injection.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ckptdb {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+class Durability : public ::testing::Test {
+ protected:
+  Durability() {
+    options_.fault_injector = faults_;
+    for (int i = 0; i < 3; ++i) {
+      values_[i].resize(4096);
+      std::iota(values_[i].begin(), values_[i].end(), 1000.0f * i);
+    }
+  }
+  Result<CheckpointInfo> Save(DB& db, int i) {
+    StateDict sd;
+    sd.Set("w",
+           TensorView::Whole(values_[i].data(), DType::kFloat32, {64, 64}));
+    return db.Save(sd, {.step = i});
+  }
+  // Checkpoint with step `i` loads bit-exactly from a fresh, fault-free open.
+  void ExpectIntact(const std::string& dir, std::vector<int> steps) {
+    faults_->Disarm();
+    for (bool read_only : {true, false}) {
+      Options options;
+      options.read_only = read_only;
+      auto db = DB::Open(options, dir);
+      ASSERT_TRUE(db.ok()) << db.status().ToString();
+      ASSERT_EQ((*db)->ListCheckpoints()->size(), steps.size());
+      for (int i : steps) {
+        std::vector<float> got(4096);
+        StateDict sd;
+        sd.Set("w", TensorView::Whole(got.data(), DType::kFloat32, {64, 64}));
+        auto loaded = (*db)->Load(sd, CheckpointSelector::Step(i), {});
+        ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+        EXPECT_EQ(got, values_[i]);
+      }
+    }
+  }
+  TempDir tmp_;
+  std::shared_ptr<FaultInjector> faults_ = std::make_shared<FaultInjector>();
+  Options options_;
+  std::vector<float> values_[3];
+};
+
+// 1. A failed MANIFEST sync while the staged chunks are ingested made every
+// later open fail (the clean-up deleted a file the MANIFEST named).
+TEST_F(Durability, AFailedManifestSyncDuringIngestionLosesNothing) {
+  const std::string dir = tmp_.Sub("s");
+  auto db = DB::Open(options_, dir);
+  ASSERT_TRUE(db.ok());
+  ASSERT_TRUE(Save(**db, 0).ok());
+  faults_->Arm({.nth = 1,
+                .ops = FileOpMask(FileOp::kSync),
+                .path_contains = "MANIFEST"});
+  auto failed = Save(**db, 1);
+  ASSERT_FALSE(faults_->injected().empty());
+  EXPECT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("MANIFEST"), std::string::npos)
+      << failed.status().ToString();
+  faults_->Disarm();
+  ASSERT_TRUE(Save(**db, 2).ok());
+  db->reset();
+  ExpectIntact(dir, {0, 2});
+}
+
+// 2. A failed write to RocksDB's info LOG aborted the process.
+TEST_F(Durability, FailedInfoLogWritesNeverAbort) {
+  const std::string dir = tmp_.Sub("s");
+  faults_->Arm({.nth = 1,
+                .from_nth_on = true,
+                .ops = FileOpMask(FileOp::kWrite) | FileOpMask(FileOp::kSync),
+                .path_contains = "/LOG",
+                .error = ENOSPC});
+  {
+    auto db = DB::Open(options_, dir);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    ASSERT_TRUE(Save(**db, 0).ok());
+    ASSERT_TRUE(Save(**db, 1).ok());
+    ASSERT_TRUE((*db)->Delete(CheckpointSelector::Step(0)).ok());
+  }
+  EXPECT_FALSE(faults_->injected().empty());
+  ExpectIntact(dir, {1});
+}
+
+// 3. After a clean close the commit record lived only in the write-ahead log,
+// where one flipped bit dropped it silently.
+TEST_F(Durability, RecordsNeverLiveOnlyInTheWriteAheadLog) {
+  const std::string dir = tmp_.Sub("s");
+  {
+    auto db = DB::Open(options_, dir);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(Save(**db, 0).ok());
+    ASSERT_TRUE(Save(**db, 1).ok());
+    // Even before the close.
+    for (const auto& log : ckptdb::testing::FilesUnder(dir, {".log"}))
+      EXPECT_EQ(log.size, 0u) << log.path;
+  }
+  // And a write-ahead log with anything in it is refused, not skipped.
+  for (const auto& log : ckptdb::testing::FilesUnder(dir, {".log"}))
+    std::ofstream(log.path, std::ios::app) << "garbage that is no record";
+  auto db = DB::Open(Options(), dir);
+  ASSERT_FALSE(db.ok());
+  EXPECT_TRUE(db.status().IsCorruption()) << db.status().ToString();
+}
+
+// 5. The save reported an error, yet its checkpoint was committed. Now an
+// error after the record reached the disk is found out by reopening: the
+// checkpoint is returned, and the handle keeps working.
+TEST_F(Durability, AFailureAfterTheRecordIsDurableReturnsTheCheckpoint) {
+  const std::string dir = tmp_.Sub("s");
+  auto db = DB::Open(options_, dir);
+  ASSERT_TRUE(db.ok());
+  ASSERT_TRUE(Save(**db, 0).ok());
+  faults_->Arm({.nth = 1, .path_contains = "CKPTDB_JOURNAL"});
+  auto saved = Save(**db, 1);
+  ASSERT_FALSE(faults_->injected().empty());
+  EXPECT_TRUE(saved.ok()) << saved.status().ToString();
+  faults_->Disarm();
+  auto list = (*db)->ListCheckpoints();
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 2u);
+  ASSERT_TRUE(Save(**db, 2).ok());
+  db->reset();
+  ExpectIntact(dir, {0, 1, 2});
+}
+
+// Bytes of the store's table and value files.
+uint64_t TableBytes(const std::string& dir) {
+  return ckptdb::testing::BytesUnder(dir, {".sst", ".val"});
+}
+
+// A failed sync of a staged file (the save fails) left the handle's file
+// system refusing deletions for good: every later save and retention delete
+// returned OK while the table files of deleted checkpoints stayed on disk.
+TEST_F(Durability, AFailedStagedWriteDoesNotKeepDeletedFilesOnDisk) {
+  const std::string dir = tmp_.Sub("s");
+  options_.keep_last = 1;
+  options_.incremental = false;
+  auto db = DB::Open(options_, dir);
+  ASSERT_TRUE(db.ok());
+  // 4 MiB: the chunk files outweigh the metadata's tables.
+  std::vector<float> w(1 << 20, 1.0f);
+  StateDict sd;
+  sd.Set("w", TensorView::Whole(w.data(), DType::kFloat32, {1 << 20}));
+  ASSERT_TRUE((*db)->Save(sd, {.step = 0}).ok());
+  faults_->Arm(
+      {.nth = 1, .ops = FileOpMask(FileOp::kSync), .path_contains = "staging"});
+  EXPECT_FALSE((*db)->Save(sd, {.step = 1}).ok());
+  ASSERT_FALSE(faults_->injected().empty());
+  faults_->Disarm();
+  for (int step = 1; step <= 5; ++step) {
+    ASSERT_TRUE((*db)->Save(sd, {.step = step}).ok());
+  }
+  EXPECT_EQ((*db)->ListCheckpoints()->size(), 1u);
+  // One checkpoint's chunks, and well under a second one's.
+  const uint64_t state = w.size() * sizeof(float);
+  EXPECT_LT(TableBytes(dir), state + state / 2)
+      << "the table files of deleted checkpoints stayed";
+}
+
+// A rank other than 0 whose handle failed to re-open after a retention delete
+// (a MANIFEST it could not open) made every later save fail on every rank until
+// that rank happened to make a local call: staging a file did not re-open.
+TEST_F(Durability, AFailedReopenAfterADeleteDoesNotFailLaterSaves) {
+  const std::string dir = tmp_.Sub("s");
+  auto comms = InProcessCommunicators(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      Options options;
+      options.keep_last = 1;
+      options.incremental = false;
+      // Rank 1's own file operations fail on demand.
+      if (rank == 1) options.fault_injector = faults_;
+      auto db = DB::Open(options, dir, comms[rank]);
+      EXPECT_TRUE(db.ok()) << db.status().ToString();
+      if (!db.ok()) return;
+      std::vector<float> w(64 * 64, 1.0f + rank);
+      StateDict sd;
+      sd.Set("w", TensorView::Shard(w.data(), DType::kFloat32, {64, 64},
+                                    {128, 64}, {64 * rank, 0}));
+      auto save = [&](int64_t step) {
+        auto saved = (*db)->Save(sd, {.step = step});
+        EXPECT_TRUE(saved.ok()) << "rank " << rank << ", step " << step << ": "
+                                << saved.status().ToString();
+      };
+      save(1);
+      save(2);
+      EXPECT_TRUE(comms[rank]->Barrier().ok());
+      if (rank == 1) {
+        faults_->Arm({.nth = 1,
+                      .from_nth_on = true,
+                      .ops = FileOpMask(FileOp::kOpen),
+                      .path_contains = "MANIFEST"});
+      }
+      // Its retention delete re-opens rank 1's handle, which fails.
+      save(3);
+      if (rank == 1) faults_->Disarm();
+      save(4);
+      save(5);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  faults_->Disarm();
+  auto db = DB::Open({}, dir);
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  auto list = (*db)->ListCheckpoints();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ(list->front().step, 5);
+  std::vector<float> got(128 * 64);
+  StateDict sd;
+  sd.Set("w", TensorView::Whole(got.data(), DType::kFloat32, {128, 64}));
+  ASSERT_TRUE((*db)->Load(sd, CheckpointSelector::Step(5), {}).ok());
+  EXPECT_EQ(got[0], 1.0f);
+  EXPECT_EQ(got.back(), 2.0f);
+}
+
+}  // namespace
+}  // namespace ckptdb
