@@ -51,6 +51,16 @@ class PendingSaveHandle {
   std::shared_ptr<PendingSave> pending_;
 };
 
+// Whether `comm` is an mpi4py communicator. mpi4py's C API is taken only
+// once mpi4py.MPI has been imported (by the caller, who made `comm`): `import
+// ckptdb` never imports mpi4py, whose import initializes MPI.
+bool IsMpi4pyComm(const py::object& comm) {
+  const py::dict modules = py::module_::import("sys").attr("modules");
+  if (!modules.contains("mpi4py.MPI")) return false;
+  if (import_mpi4py() < 0) throw py::error_already_set();
+  return PyObject_TypeCheck(comm.ptr(), &PyMPIComm_Type);
+}
+
 class PyDB {
  public:
   // `path`: bytes (os.fsencode) or str.
@@ -63,7 +73,7 @@ class PyDB {
     const Options o = Unwrap(OpenOptions(create, read_only, options));
     std::shared_ptr<Communicator> communicator;
     if (!comm.is_none()) {
-      if (!PyObject_TypeCheck(comm.ptr(), &PyMPIComm_Type)) {
+      if (!IsMpi4pyComm(comm)) {
         Invalid(
             "comm must be an mpi4py communicator (mpi4py.MPI.Comm) or None");
       }
@@ -345,7 +355,6 @@ void DefineDB(py::module_& m) {
 PYBIND11_MODULE(_ckptdb, m) {
   using namespace ckptdb;
   using namespace ckptdb::python;
-  if (import_mpi4py() < 0) throw py::error_already_set();
   m.doc() = "C++ core of ckptdb; use the ckptdb package.";
 
   m.def(
