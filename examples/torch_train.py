@@ -2,9 +2,13 @@
 """Trains a small torch transformer with AdamW on several ranks, checkpoints with
 ckptdb.torch.get_state_dict, and resumes on another number of ranks bit for bit.
 
-    mpirun -np 4 python3 examples/torch_train.py --store /tmp/run --steps 4 --save-every 2
-    mpirun -np 2 python3 examples/torch_train.py --store /tmp/run --steps 6 --resume-step 4 --check
+    torchrun --nproc-per-node 4 examples/torch_train.py --store /tmp/run --steps 4 --save-every 2
+    torchrun --nproc-per-node 2 examples/torch_train.py --store /tmp/run --steps 6 --resume-step 4 --check
     mpirun -np 3 python3 examples/torch_train.py --store /tmp/run --steps 6 --resume-step 2 --check
+
+Started by torchrun (or scripts/torchrun_env.py, which sets the same variables) the ranks talk
+through torch.distributed (gloo) and ckptdb gets the process group as its comm; started by
+mpirun, through mpi4py.
 
 Every rank holds the whole model (DP replicas, stored once) and computes the
 same full-batch gradient; the optimizer is sharded ZeRO-style: each rank's
@@ -20,14 +24,40 @@ tensor.
 """
 import argparse
 
+import os
+
 import torch
-from mpi4py import MPI
 
 import ckptdb
 import ckptdb.torch
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
+if "RANK" in os.environ and "OMPI_COMM_WORLD_SIZE" not in os.environ:  # torchrun's variables
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    comm = dist.group.WORLD
+    rank, size = dist.get_rank(), dist.get_world_size()
+
+    def allgather(value):
+        out = [None] * size
+        dist.all_gather_object(out, value)
+        return out
+
+    def gather_rows_of(param, n, cols):
+        for r in range(size):
+            rows = param.detach()[n * r // size:n * (r + 1) // size]
+            dist.broadcast(rows, src=r)
+else:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    allgather = comm.allgather
+
+    def gather_rows_of(param, n, cols):
+        counts = [(n * (r + 1) // size - n * r // size) * cols for r in range(size)]
+        displs = [n * r // size * cols for r in range(size)]
+        comm.Allgatherv(MPI.IN_PLACE, [param.detach().numpy(), counts, displs, MPI.FLOAT])
 
 # One thread: the same kernels see the same runs of elements on any number of ranks.
 torch.set_num_threads(1)
@@ -79,10 +109,7 @@ class RowShards(torch.nn.Module):
         for name, param in model.named_parameters():
             if name not in self.rows:
                 continue
-            n, cols = param.shape[0], param[0].numel()
-            counts = [(n * (r + 1) // size - n * r // size) * cols for r in range(size)]
-            displs = [n * r // size * cols for r in range(size)]
-            comm.Allgatherv(MPI.IN_PLACE, [param.detach().numpy(), counts, displs, MPI.FLOAT])
+            gather_rows_of(param, param.shape[0], param[0].numel())
 
 
 def batch(step):
@@ -138,7 +165,7 @@ def check_against_uninterrupted(model, opt, shards, steps):
     for name, p in shards.named_parameters():
         mine, ref = opt.state[p], ref_opt.state[ref_shards.get_parameter(name)]
         bad += [f"{name}.{k}" for k in mine if not same_bits(mine[k], ref[k])]
-    bad = comm.allgather(bad)
+    bad = allgather(bad)
     return sorted({b for per_rank in bad for b in per_rank})
 
 
@@ -162,7 +189,7 @@ def main():
             # The model's replicas were filled in place; the optimizer takes its state.
             ckptdb.torch.set_state_dict(shards, opt, {"optim": state["optim"]})
             step = state["step"]
-            read = comm.allreduce(result.stats.bytes_read)
+            read = sum(allgather(result.stats.bytes_read))
             if rank == 0:
                 print(f"resumed step {step} on {size} ranks: read {read} chunk bytes", flush=True)
         while step < args.steps:

@@ -13,6 +13,7 @@
 #include "bindings/python/errors.h"
 #include "bindings/python/state_dicts.h"
 #include "ckptdb/db.h"
+#include "ckptdb/gloo.h"
 #include "ckptdb/mpi.h"
 #include "mpi4py/mpi4py.h"
 
@@ -51,6 +52,61 @@ class PendingSaveHandle {
   std::shared_ptr<PendingSave> pending_;
 };
 
+// torch.distributed's store (or any object with set(key, bytes) and
+// get(key) -> bytes that waits for the key), called with the GIL.
+class PythonRendezvousStore : public RendezvousStore {
+ public:
+  explicit PythonRendezvousStore(py::object store) : store_(std::move(store)) {}
+  ~PythonRendezvousStore() override {
+    py::gil_scoped_acquire gil;
+    store_ = py::object();
+  }
+  Status Set(const std::string& key, const std::string& value) override {
+    py::gil_scoped_acquire gil;
+    try {
+      store_.attr("set")(key, py::bytes(value));
+      return Status::OK();
+    } catch (py::error_already_set& e) {
+      return Status::IOError("rendezvous: setting key '" + key +
+                             "' in the store failed: " + e.what());
+    }
+  }
+  Result<std::string> Get(const std::string& key) override {
+    py::gil_scoped_acquire gil;
+    try {
+      return std::string(py::bytes(store_.attr("get")(key)));
+    } catch (py::error_already_set& e) {
+      return Status::IOError("rendezvous: reading key '" + key +
+                             "' from the store failed: " + e.what());
+    }
+  }
+
+ private:
+  py::object store_;
+};
+
+// A communicator made in Python (ckptdb._comm): the gloo communicator of a
+// torch.distributed group's members.
+struct PyCommunicator {
+  std::shared_ptr<Communicator> comm;
+};
+
+PyCommunicator MakeGlooCommunicator(py::object store, int rank, int size,
+                                    const std::string& prefix,
+                                    const std::string& interface,
+                                    double timeout_seconds) {
+  auto adapter = std::make_shared<PythonRendezvousStore>(std::move(store));
+  GlooOptions options{.rank = rank, .size = size, .prefix = prefix,
+                      .interface = interface};
+  if (timeout_seconds > 0) {
+    options.timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(timeout_seconds * 1000));
+  }
+  Result<std::shared_ptr<Communicator>> comm =
+      WithoutGil([&] { return GlooCommunicator(adapter, options); });
+  return PyCommunicator{Unwrap(std::move(comm))};
+}
+
 // Whether `comm` is an mpi4py communicator. mpi4py's C API is taken only
 // once mpi4py.MPI has been imported (by the caller, who made `comm`): `import
 // ckptdb` never imports mpi4py, whose import initializes MPI.
@@ -72,10 +128,14 @@ class PyDB {
       Invalid("path " + Repr(py::bytes(path)) + " contains a NUL character");
     const Options o = Unwrap(OpenOptions(create, read_only, options));
     std::shared_ptr<Communicator> communicator;
-    if (!comm.is_none()) {
+    if (py::isinstance<PyCommunicator>(comm)) {
+      communicator = comm.cast<PyCommunicator&>().comm;
+    } else if (!comm.is_none()) {
       if (!IsMpi4pyComm(comm)) {
         Invalid(
-            "comm must be an mpi4py communicator (mpi4py.MPI.Comm) or None");
+            "comm must be an mpi4py communicator (mpi4py.MPI.Comm), a "
+            "torch.distributed process group or None, got " +
+            TypeName(comm));
       }
       communicator = Unwrap(MpiCommunicator(*PyMPIComm_Get(comm.ptr())));
     }
@@ -315,6 +375,18 @@ void DefineDB(py::module_& m) {
                                 "A save running in the background.")
       .def("done", &PendingSaveHandle::Done)
       .def("wait", &PendingSaveHandle::Wait);
+  py::class_<PyCommunicator>(m, "Communicator",
+                             "A communicator made by ckptdb._comm.")
+      .def_property_readonly("rank",
+                             [](const PyCommunicator& c) { return c.comm->rank(); })
+      .def_property_readonly("size",
+                             [](const PyCommunicator& c) { return c.comm->size(); });
+  m.def("gloo_communicator", &MakeGlooCommunicator, py::arg("store"),
+        py::arg("rank"), py::arg("size"), py::arg("prefix"),
+        py::arg("interface") = "", py::arg("timeout_seconds") = 0.0,
+        "Connects the members of a group through `store` (collective over "
+        "them) and returns this rank's gloo communicator.");
+
   py::class_<PyDB>(m, "DB", "An open store; see ckptdb.open.")
       .def(py::init<const std::string&, const py::object&, const py::object&,
                     const py::object&, const py::dict&>(),

@@ -21,7 +21,8 @@ range of one, and small values (int, float, bool, str, bytes, None, numpy
 scalars). :mod:`ckptdb.torch` gives the state of a torch model and optimizer
 (the only part of ckptdb that imports torch). numpy has no bfloat16: uint16
 numpy arrays are bfloat16 bits, and bfloat16 tensors read back as uint16.
-With ``comm`` (an mpi4py communicator) every rank calls ``open``, ``save``,
+With ``comm`` (an mpi4py communicator, or a ``torch.distributed`` process group of a job
+started the way ``torchrun`` starts it) every rank calls ``open``, ``save``,
 ``load``, ``delete`` and ``close`` together, and an error on any rank is raised
 on every rank; ranks that pass different ``step``, ``tag``, ``metadata``,
 selectors, ``strict`` or ``cast`` all raise :class:`InvalidArgumentError`.
@@ -204,7 +205,8 @@ class DB:
             raise InvalidArgumentError(
                 f"path must be a str, bytes or os.PathLike naming a directory: {e}") from None
         self._path = _os.fspath(path)
-        self._db = _ckptdb.DB(encoded, comm, create, read_only, options)
+        from . import _comm
+        self._db = _ckptdb.DB(encoded, _comm.communicator(comm), create, read_only, options)
 
     @_api
     def save(self, state_dict, *, step=None, tag=None, metadata=None):
@@ -342,7 +344,9 @@ class SaveHandle:
 @_api
 def open(path, comm=None, *, create=True, read_only=False, **options):  # noqa: A001
     """Opens or creates the store at ``path`` (a directory) and returns a
-    :class:`DB`. ``comm=None``: one process; an mpi4py communicator: every rank
+    :class:`DB`. ``comm=None``: one process; an mpi4py communicator or a
+    ``torch.distributed`` process group (``dist.group.WORLD``, or one from ``new_group``, whose
+    members alone call): every rank
     calls ``open`` together. ``create``: create the store when absent.
     ``read_only``: never modify it. ``options`` map to the C++ ``Options``
     fields: ``max_chunk_bytes``, ``io_threads``, ``sync``, ``load_buffer_bytes``,

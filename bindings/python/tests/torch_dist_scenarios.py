@@ -1,0 +1,225 @@
+"""Scenarios run by test_torch_distributed.py on ranks started as torchrun starts them
+(scripts/torchrun_env.py: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), over
+torch.distributed's gloo process groups; no MPI. Each rank checks what it holds and prints
+"<scenario> ok on <n> ranks" from rank 0.
+
+    torch_dist_scenarios.py SCENARIO STORE
+"""
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import ckptdb
+
+ROWS, COLS = 12, 10
+
+
+def full(seed, shape=(ROWS, COLS), dtype=np.float32):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def rows_of(rank, n, total=ROWS):
+    step = -(-total // n)
+    begin = min(rank * step, total)
+    return begin, min(begin + step, total)
+
+
+def expect(cond, what):
+    if not cond:
+        raise AssertionError(f"rank {dist.get_rank()}: {what}")
+
+
+def save_rows(store):
+    """Each rank holds a block of rows of w (split over all ranks), all of b (replicated)."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    w, b = full(1), full(2, (COLS,))
+    begin, end = rows_of(rank, n)
+    state = {"model": {"w": ckptdb.Shard(torch.from_numpy(w[begin:end].copy()), (begin, 0),
+                                         w.shape),
+                       "b": torch.from_numpy(b.copy())},
+             "step": 7}
+    with ckptdb.open(store, comm=dist.group.WORLD) as db:
+        expect(db.world_size == n and db.rank == rank, "rank and size of the store's comm")
+        info = db.save(state, step=7)
+        expect(info.step == 7, f"saved {info}")
+        meta = db.metadata(step=7)
+        writers = {c["rank"] for t in meta["tensors"].values() for c in t["chunks"]}
+        expect(writers == set(range(n)), f"chunks written by ranks {sorted(writers)}")
+        expect(info.nbytes_written >= w.nbytes + b.nbytes, "every byte written")
+        expect(info.nbytes_written < w.nbytes + 2 * b.nbytes, "the replica stored once")
+
+
+def load_cols(store):
+    """Each rank loads a block of columns of w (the other dimension) and all of b."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    w, b = full(1), full(2, (COLS,))
+    begin, end = rows_of(rank, n, COLS)
+    target = torch.zeros((ROWS, end - begin))
+    state = {"model": {"w": ckptdb.Shard(target, (0, begin), w.shape),
+                       "b": torch.zeros(COLS)},
+             "step": 0}
+    with ckptdb.open(store, comm=dist.group.WORLD) as db:
+        result = db.load(state)
+        expect(result.stats.chunks_read <= len(db.metadata()["tensors"]["model.w"]["chunks"])
+               + 1, "chunks read once")
+    expect(np.array_equal(target.numpy(), w[:, begin:end]), "w columns bit-exact")
+    expect(np.array_equal(state["model"]["b"].numpy(), b), "b bit-exact")
+    expect(state["step"] == 7, "small value")
+
+
+def subgroup(store):
+    """A group of ranks 0 and 2 of a world of 3: only they call ckptdb."""
+    expect(dist.get_world_size() == 3, "world of 3")
+    group = dist.new_group([0, 2])
+    rank = dist.get_rank()
+    if rank == 1:
+        dist.barrier()
+        return
+    w = full(3, (4, 6))
+    mine = 0 if rank == 0 else 1
+    state = {"w": ckptdb.Shard(torch.from_numpy(w[mine * 2:(mine + 1) * 2].copy()),
+                               (mine * 2, 0), w.shape)}
+    with ckptdb.open(store, comm=group) as db:
+        expect(db.world_size == 2 and db.rank == mine, "group rank and size")
+        db.save(state, step=1)
+        back = {"w": torch.zeros(4, 6)}
+        db.load(back)
+        expect(np.array_equal(back["w"].numpy(), w), "whole w on each member")
+    # A second store over the same group meets under a prefix of its own.
+    with ckptdb.open(store + "-2", comm=group) as db:
+        db.save(state, step=2)
+    dist.barrier()
+
+
+def save_async(store):
+    """save_async returns once the state is copied: tensors changed at once do not reach the
+    checkpoint, and every rank's wait returns the same committed checkpoint."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    begin, end = rows_of(rank, n)
+    w = torch.from_numpy(full(4)[begin:end].copy())
+    saved = w.clone()
+    with ckptdb.open(store, comm=dist.group.WORLD, keep_last=2) as db:
+        for step in range(1, 4):
+            handle = db.save_async({"w": ckptdb.Shard(w, (begin, 0), (ROWS, COLS))}, step=step)
+            w.add_(1.0)  # the next step's state, while the save runs
+            info = handle.wait()
+            expect(info.step == step, f"committed step {info.step}")
+        expect([c.step for c in db.checkpoints()] == [2, 3], "retention kept the last 2")
+        back = torch.zeros(end - begin, COLS)
+        db.load({"w": ckptdb.Shard(back, (begin, 0), (ROWS, COLS))}, step=3)
+        expect(torch.equal(back, saved + 2.0), "step 3 holds the state at its call")
+
+
+def errors(store):
+    """Disagreement and bad layouts raise on every rank and leave nothing behind."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    begin, end = rows_of(rank, n)
+    w = torch.from_numpy(full(5)[begin:end].copy())
+    with ckptdb.open(store, comm=dist.group.WORLD) as db:
+        try:
+            db.save({"w": ckptdb.Shard(w, (begin, 0), (ROWS, COLS))}, step=10 + rank)
+            raise AssertionError("steps that differ were saved")
+        except ckptdb.InvalidArgumentError as e:
+            expect("step" in str(e), f"names the step: {e}")
+        try:  # rank 0 leaves its rows out: the shards do not cover w
+            shard = {} if rank == 0 else {"w": ckptdb.Shard(w, (begin, 0), (ROWS, COLS))}
+            db.save(shard, step=1)
+            raise AssertionError("a tensor with a gap was saved")
+        except ckptdb.InvalidArgumentError as e:
+            expect("'w'" in str(e) or "w" in str(e), f"names the tensor: {e}")
+        expect(db.checkpoints() == [], "nothing committed")
+        db.save({"w": ckptdb.Shard(w, (begin, 0), (ROWS, COLS))}, step=1)
+        try:
+            db.load({"w": ckptdb.Shard(torch.zeros(1, COLS), (0, 0), (ROWS + 1, COLS))})
+            raise AssertionError("a target of another shape loaded")
+        except ckptdb.InvalidArgumentError as e:
+            expect("shape" in str(e) or "13" in str(e), f"names the shape: {e}")
+    try:
+        ckptdb.open(store, comm=object())
+        raise AssertionError("a comm of another type was taken")
+    except ckptdb.InvalidArgumentError as e:
+        expect("comm" in str(e), str(e))
+
+
+def _model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+def _train(model, opt, steps, seed):
+    """Deterministic steps with the same data on every rank (a DDP replica)."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(8, 16, generator=g)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def ddp_save(store):
+    """A replicated model with AdamW on every rank: stored once, written by all ranks."""
+    model = _model(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    _train(model, opt, 3, seed=1)
+    state = ckptdb.torch.get_state_dict(model, opt)
+    with ckptdb.open(store, comm=dist.group.WORLD, max_chunk_bytes=1024) as db:
+        info = db.save(state, step=3)
+        meta = db.metadata(step=3)
+        writers = {c["rank"] for t in meta["tensors"].values() for c in t["chunks"]}
+        expect(writers == set(range(dist.get_world_size())), f"writers {sorted(writers)}")
+        tensor_bytes = sum(p.numel() * 4 for p in model.parameters()) * 3  # weights, 2 moments
+        expect(info.nbytes_written < 1.2 * tensor_bytes, f"stored once: {info.nbytes_written}")
+    _train(model, opt, 2, seed=2)
+    torch.save({k: v for k, v in model.state_dict().items()}, store + f"-expected-{dist.get_rank()}.pt")
+
+
+def ddp_resume(store):
+    """A fresh model and AdamW resumed from the checkpoint, then trained on: bit for bit the
+    uninterrupted run."""
+    model = _model(123)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    state = ckptdb.torch.get_state_dict(model, opt)
+    with ckptdb.open(store, comm=dist.group.WORLD) as db:
+        db.load(state)
+    ckptdb.torch.set_state_dict(model, opt, state)
+    _train(model, opt, 2, seed=2)
+    expected = torch.load(store + "-expected-0.pt")
+    for k, v in model.state_dict().items():
+        expect(torch.equal(v, expected[k]), f"{k} differs from the uninterrupted run")
+
+
+def nccl_group(store):
+    """A group of the NCCL backend: ckptdb connects its members for host bytes itself."""
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    w = torch.arange(24, dtype=torch.float32, device="cuda").reshape(4, 6)
+    begin = rank * 2 % 4
+    with ckptdb.open(store, comm=dist.group.WORLD) as db:
+        db.save({"w": ckptdb.Shard(w[begin:begin + 2].contiguous(), (begin, 0), (4, 6))}, step=1)
+        back = {"w": torch.zeros(4, 6, device="cuda")}
+        db.load(back)
+    expect(torch.equal(back["w"].cpu(), w.cpu()), "device round trip")
+
+
+SCENARIOS = {f.__name__: f for f in (save_rows, load_cols, subgroup, save_async, errors, ddp_save,
+                                     ddp_resume, nccl_group)}
+
+
+def main():
+    scenario, store = sys.argv[1], sys.argv[2]
+    backend = "nccl" if scenario == "nccl_group" else "gloo"
+    dist.init_process_group(backend)
+    try:
+        SCENARIOS[scenario](store)
+        dist.barrier()
+        if dist.get_rank() == 0:
+            print(f"{scenario} ok on {dist.get_world_size()} ranks", flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

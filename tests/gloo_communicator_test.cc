@@ -1,0 +1,155 @@
+// The gloo communicator's collectives and transfers, ranks as threads over TCP
+// (group_gloo.cc), and its set-up errors.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "ckptdb/gloo.h"
+#include "tests/testing/group.h"
+
+namespace ckptdb {
+namespace {
+
+using testing::RunRanks;
+
+std::string Payload(int rank, size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(rank * 31 + i * 7);
+  return s;
+}
+
+TEST(GlooCommunicatorTest, AllGatherOfUnequalAndEmptyBuffers) {
+  for (int size : {1, 2, 5}) {
+    RunRanks(size, [&](int rank, std::shared_ptr<Communicator> comm) {
+      EXPECT_EQ(comm->rank(), rank);
+      EXPECT_EQ(comm->size(), size);
+      // Rank r contributes 13 * r bytes (rank 0 nothing), then a large part.
+      auto all = comm->AllGather(Payload(rank, 13 * static_cast<size_t>(rank)));
+      ASSERT_TRUE(all.ok()) << all.status().ToString();
+      ASSERT_EQ(all->size(), static_cast<size_t>(size));
+      for (int r = 0; r < size; ++r)
+        EXPECT_EQ((*all)[r], Payload(r, 13 * r)) << r;
+      auto big = comm->AllGather(Payload(rank, 3 << 20));
+      ASSERT_TRUE(big.ok()) << big.status().ToString();
+      for (int r = 0; r < size; ++r) EXPECT_EQ((*big)[r], Payload(r, 3 << 20));
+    });
+  }
+}
+
+TEST(GlooCommunicatorTest, BroadcastFromEveryRoot) {
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    for (int root = 0; root < 3; ++root) {
+      std::string bytes = rank == root ? Payload(root, 100 + root) : "stale";
+      ASSERT_TRUE(comm->Broadcast(&bytes, root).ok());
+      EXPECT_EQ(bytes, Payload(root, 100 + root)) << "root " << root;
+      std::string empty = rank == root ? "" : "stale";
+      ASSERT_TRUE(comm->Broadcast(&empty, root).ok());
+      EXPECT_EQ(empty, "");
+    }
+    EXPECT_TRUE(comm->Barrier().ok());
+    std::string nowhere;
+    EXPECT_FALSE(comm->Broadcast(&nowhere, 3).ok());
+  });
+}
+
+TEST(GlooCommunicatorTest, ExchangeMatchesMessagesInOrderPerPeerAndToItself) {
+  const int size = 4;
+  RunRanks(size, [&](int rank, std::shared_ptr<Communicator> comm) {
+    // Every rank sends three messages to every rank, itself included: 0 bytes,
+    // 5 bytes and 50 + rank bytes (the last one 1 MiB for its right neighbour).
+    auto size_of = [](int k, int from, int to) -> size_t {
+      if (k == 2 && to == (from + 1) % size) return size_t{1} << 20;
+      return k == 0 ? 0 : k == 1 ? 5 : 50 + static_cast<size_t>(from);
+    };
+    for (int round = 0; round < 3; ++round) {
+      std::vector<std::string> out, in;
+      std::vector<SendBuffer> sends;
+      std::vector<RecvBuffer> recvs;
+      out.reserve(3 * size);
+      in.reserve(3 * size);
+      for (int peer = 0; peer < size; ++peer) {
+        for (int k = 0; k < 3; ++k) {
+          out.push_back(Payload(round + rank * 100 + peer * 10 + k,
+                                size_of(k, rank, peer)));
+          sends.push_back({peer, out.back().data(), out.back().size()});
+          in.emplace_back(size_of(k, peer, rank), '\0');
+          recvs.push_back({peer, in.back().data(), in.back().size()});
+        }
+      }
+      const Status s = comm->Exchange(sends, recvs);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      size_t at = 0;
+      for (int peer = 0; peer < size; ++peer) {
+        for (int k = 0; k < 3; ++k) {
+          EXPECT_EQ(in[at++], Payload(round + peer * 100 + rank * 10 + k,
+                                      size_of(k, peer, rank)))
+              << "round " << round << " from " << peer << " message " << k;
+        }
+      }
+    }
+  });
+}
+
+// Messages of a pair match in order across calls: a rank may carry in one
+// call what its peer sends in two, and a rank with nothing to move skips one.
+TEST(GlooCommunicatorTest, MessagesMatchAcrossCallsOfDifferentCounts) {
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    const std::string first = Payload(1, 1000), second = Payload(2, 300000);
+    if (rank == 0) {
+      const SendBuffer a{1, first.data(), first.size()};
+      const SendBuffer b{1, second.data(), second.size()};
+      ASSERT_TRUE(comm->Exchange({&a, 1}, {}).ok());
+      ASSERT_TRUE(comm->Exchange({&b, 1}, {}).ok());
+    } else if (rank == 1) {
+      std::string x(first.size(), '\0'), y(second.size(), '\0');
+      const RecvBuffer recvs[] = {{0, x.data(), x.size()}, {0, y.data(), y.size()}};
+      ASSERT_TRUE(comm->Exchange({}, recvs).ok());
+      EXPECT_EQ(x, first);
+      EXPECT_EQ(y, second);
+    }
+    EXPECT_TRUE(comm->Barrier().ok());
+  });
+}
+
+TEST(GlooCommunicatorTest, BadPeerIsAnErrorNotAnAbort) {
+  RunRanks(2, [&](int, std::shared_ptr<Communicator> comm) {
+    char byte = 0;
+    const SendBuffer send{comm->size(), &byte, 1};
+    Status s = comm->Exchange({&send, 1}, {});
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("rank 2"), std::string::npos) << s.ToString();
+  });
+}
+
+TEST(GlooCommunicatorSetupTest, BadArgumentsAreRefusedNamingThem) {
+  auto store = InMemoryRendezvousStore();
+  auto none = GlooCommunicator(nullptr, {});
+  EXPECT_TRUE(none.status().IsInvalidArgument());
+  auto outside = GlooCommunicator(store, {.rank = 2, .size = 2});
+  EXPECT_TRUE(outside.status().IsInvalidArgument());
+  EXPECT_NE(outside.status().message().find("rank 2"), std::string::npos);
+}
+
+// A rank whose peers never come fails after the timeout, naming itself and the
+// prefix, instead of hanging.
+TEST(GlooCommunicatorSetupTest, MissingPeersFailTheRendezvous) {
+  class NeverStore : public RendezvousStore {
+   public:
+    Status Set(const std::string&, const std::string&) override {
+      return Status::OK();
+    }
+    Result<std::string> Get(const std::string& key) override {
+      return Status::IOError("rendezvous: no rank set key '" + key + "'");
+    }
+  };
+  auto comm = GlooCommunicator(std::make_shared<NeverStore>(),
+                               {.rank = 0, .size = 2, .prefix = "lonely",
+                                .hostname = "127.0.0.1"});
+  ASSERT_FALSE(comm.ok());
+  EXPECT_NE(comm.status().message().find("lonely"), std::string::npos)
+      << comm.status().ToString();
+}
+
+}  // namespace
+}  // namespace ckptdb
