@@ -21,17 +21,8 @@ using testing::SaveBytes;
 // Flips one byte inside the first run of 4096 `fill` bytes of a table or value
 // file of the store at `dir`: one chunk's value is damaged.
 bool DamageOneChunk(const std::string& dir, char fill) {
-  for (const auto& file : ckptdb::testing::FilesUnder(dir, {".sst", ".val"})) {
-    std::fstream f(file.path,
-                   std::ios::in | std::ios::out | std::ios::binary);
-    std::string content((std::istreambuf_iterator<char>(f)), {});
-    auto pos = content.find(std::string(4096, fill));
-    if (pos == std::string::npos) continue;
-    f.seekp(static_cast<std::streamoff>(pos + 100));
-    f.put(static_cast<char>(fill ^ 1));
-    return true;
-  }
-  return false;
+  return ckptdb::testing::DamageStoredBytes(dir, std::string(4096, fill), 100,
+                                           1, /*first_file_only=*/true);
 }
 
 // Saves `payload` (runs of 'q') over 2 writers into a store at `dir`, then

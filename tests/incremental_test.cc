@@ -379,18 +379,7 @@ TEST(IncrementalTest, AChangedDtypeOrShapeIsWrittenAgain) {
 // Flips a byte of every table or value file holding `probe`; true when one
 // did.
 bool Damage(const std::string& dir, const std::string& probe) {
-  bool damaged = false;
-  for (const auto& file : ckptdb::testing::FilesUnder(dir, {".sst", ".val"})) {
-    std::fstream f(file.path,
-                   std::ios::in | std::ios::out | std::ios::binary);
-    std::string content((std::istreambuf_iterator<char>(f)), {});
-    auto pos = content.find(probe);
-    if (pos == std::string::npos) continue;
-    f.seekp(static_cast<std::streamoff>(pos + 10));
-    f.put(static_cast<char>(content[pos + 10] ^ 0x40));
-    damaged = true;
-  }
-  return damaged;
+  return ckptdb::testing::DamageStoredBytes(dir, probe, 10);
 }
 
 TEST(IncrementalTest, ADamagedSharedChunkIsReportedForEveryCheckpointUsingIt) {

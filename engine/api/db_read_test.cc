@@ -182,18 +182,7 @@ TEST(PartialReadRandomTest, MatchesTheWholeTensor) {
 // Flips a byte inside the stored copy of `probe` in the store's table and
 // value files.
 bool DamageStored(const std::string& dir, const std::string& probe) {
-  bool damaged = false;
-  for (const auto& file : ckptdb::testing::FilesUnder(dir, {".sst", ".val"})) {
-    std::fstream f(file.path,
-                   std::ios::in | std::ios::out | std::ios::binary);
-    std::string content((std::istreambuf_iterator<char>(f)), {});
-    const auto pos = content.find(probe);
-    if (pos == std::string::npos) continue;
-    f.seekp(static_cast<std::streamoff>(pos + 1));
-    f.put(static_cast<char>(content[pos + 1] ^ 0x40));
-    damaged = true;
-  }
-  return damaged;
+  return ckptdb::testing::DamageStoredBytes(dir, probe, 1);
 }
 
 TEST(PartialReadDamageTest, OnlyReadChunksAreVerifiedAndReported) {

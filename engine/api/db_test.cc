@@ -545,20 +545,9 @@ TEST(DBTest, DamagedChunkFailsLoadAndVerify) {
     sd.Set("w", w.Whole());
     ASSERT_TRUE(db->Save(sd, {}).ok());
   }
-  bool damaged = false;
   const std::string probe(reinterpret_cast<const char*>(w.bytes.data()) + 1000,
                           64);
-  for (const auto& file : ckptdb::testing::FilesUnder(dir.path(), {".sst", ".val"})) {
-    std::fstream f(file.path,
-                   std::ios::in | std::ios::out | std::ios::binary);
-    std::string content((std::istreambuf_iterator<char>(f)), {});
-    auto pos = content.find(probe);
-    if (pos == std::string::npos) continue;
-    f.seekp(static_cast<std::streamoff>(pos + 10));
-    f.put(static_cast<char>(content[pos + 10] ^ 0x40));
-    damaged = true;
-  }
-  ASSERT_TRUE(damaged);
+  ASSERT_TRUE(ckptdb::testing::DamageStoredBytes(dir.path(), probe, 10));
   auto db = OpenOrDie(dir.path());
   Buf out(DType::kUInt8, {1 << 16});
   StateDict target;

@@ -113,6 +113,26 @@ inline std::optional<std::string> ReadIfPresent(const std::filesystem::path& pat
   return content;
 }
 
+// Flips bits `mask` of the byte `at` bytes into the first copy of `probe` in
+// every table and value file under the store `dir` that holds it (only the
+// first file when `first_file_only`); true when a file was damaged.
+inline bool DamageStoredBytes(const std::filesystem::path& dir,
+                              const std::string& probe, size_t at,
+                              char mask = 0x40, bool first_file_only = false) {
+  bool damaged = false;
+  for (const FoundFile& file : FilesUnder(dir, {".sst", ".val"})) {
+    std::fstream f(file.path, std::ios::in | std::ios::out | std::ios::binary);
+    const std::string content((std::istreambuf_iterator<char>(f)), {});
+    const size_t pos = content.find(probe);
+    if (pos == std::string::npos) continue;
+    f.seekp(static_cast<std::streamoff>(pos + at));
+    f.put(static_cast<char>(content[pos + at] ^ mask));
+    damaged = true;
+    if (first_file_only) break;
+  }
+  return damaged;
+}
+
 // Every file and directory under `dir` with its size, modification time and
 // content: equal snapshots mean the directory was not modified. A file that
 // vanishes while it is read is described as gone.
