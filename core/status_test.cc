@@ -24,7 +24,8 @@ TEST(StatusDeathTest, ChecksNameTheirKindAndCondition) {
   EXPECT_DEATH(CKPTDB_ASSERT(chunks == 3, "chunks of 'w'"),
                "internal check failed at .*status_test.cc:[0-9]+: chunks == 3: "
                "chunks of 'w'");
-  EXPECT_DEATH(CKPTDB_REQUIRE(chunks > 2), "precondition failed at .*: chunks > 2");
+  EXPECT_DEATH(CKPTDB_REQUIRE(chunks > 2),
+               "precondition failed at .*: chunks > 2");
   CKPTDB_ASSERT(chunks == 2);
   CKPTDB_REQUIRE(chunks > 1, "never shown");
 }

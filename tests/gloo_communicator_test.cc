@@ -103,7 +103,8 @@ TEST(GlooCommunicatorTest, MessagesMatchAcrossCallsOfDifferentCounts) {
       ASSERT_TRUE(comm->Exchange({&b, 1}, {}).ok());
     } else if (rank == 1) {
       std::string x(first.size(), '\0'), y(second.size(), '\0');
-      const RecvBuffer recvs[] = {{0, x.data(), x.size()}, {0, y.data(), y.size()}};
+      const RecvBuffer recvs[] = {{0, x.data(), x.size()},
+                                  {0, y.data(), y.size()}};
       ASSERT_TRUE(comm->Exchange({}, recvs).ok());
       EXPECT_EQ(x, first);
       EXPECT_EQ(y, second);
@@ -143,9 +144,9 @@ TEST(GlooCommunicatorSetupTest, MissingPeersFailTheRendezvous) {
       return Status::IOError("rendezvous: no rank set key '" + key + "'");
     }
   };
-  auto comm = GlooCommunicator(std::make_shared<NeverStore>(),
-                               {.rank = 0, .size = 2, .prefix = "lonely",
-                                .hostname = "127.0.0.1"});
+  auto comm = GlooCommunicator(
+      std::make_shared<NeverStore>(),
+      {.rank = 0, .size = 2, .prefix = "lonely", .hostname = "127.0.0.1"});
   ASSERT_FALSE(comm.ok());
   EXPECT_NE(comm.status().message().find("lonely"), std::string::npos)
       << comm.status().ToString();

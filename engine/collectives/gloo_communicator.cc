@@ -2,10 +2,6 @@
 // broadcast, barrier) and point-to-point transfers (gloo's unbound buffers)
 // over a full mesh of TCP connections made through a RendezvousStore. gloo
 // reports failures by exceptions; they end here, as IOError naming the call.
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/barrier.h>
@@ -13,6 +9,9 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <cstring>
@@ -35,8 +34,8 @@ class StoreAdapter : public gloo::rendezvous::Store {
       : store_(std::move(store)), prefix_(std::move(prefix)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    const Status s = store_->Set(prefix_ + "/" + key,
-                                 std::string(data.begin(), data.end()));
+    const Status s =
+        store_->Set(prefix_ + "/" + key, std::string(data.begin(), data.end()));
     if (!s.ok()) throw std::runtime_error(s.ToString());
   }
   std::vector<char> get(const std::string& key) override {
@@ -198,8 +197,8 @@ class Gloo : public Communicator {
         if (s.peer == rank()) continue;
         const uint64_t k = sent_[s.peer]++;
         if (s.nbytes == 0) continue;
-        posted_sends.push_back(context_->createUnboundBuffer(
-            const_cast<void*>(s.data), s.nbytes));
+        posted_sends.push_back(
+            context_->createUnboundBuffer(const_cast<void*>(s.data), s.nbytes));
         posted_sends.back()->send(s.peer, slot(k));
         send_peer.push_back(s.peer);
       }
@@ -208,9 +207,9 @@ class Gloo : public Communicator {
     // outlives its buffer.
     Status done = posted;
     for (size_t i = 0; i < posted_recvs.size(); ++i) {
-      Status s = Run("exchange: receiving from rank " +
-                         std::to_string(recv_peer[i]),
-                     [&] { posted_recvs[i]->waitRecv(); });
+      Status s =
+          Run("exchange: receiving from rank " + std::to_string(recv_peer[i]),
+              [&] { posted_recvs[i]->waitRecv(); });
       if (done.ok()) done = s;
     }
     for (size_t i = 0; i < posted_sends.size(); ++i) {
@@ -308,8 +307,8 @@ Result<std::shared_ptr<Communicator>> GlooCommunicator(
   }
   try {
     auto device = gloo::transport::tcp::CreateDevice(DeviceAttr(options));
-    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank,
-                                                               options.size);
+    auto context =
+        std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     context->setTimeout(options.timeout);
     StoreAdapter adapter(std::move(store), options.prefix);
     context->connectFullMesh(adapter, device);
@@ -317,9 +316,10 @@ Result<std::shared_ptr<Communicator>> GlooCommunicator(
   } catch (const std::exception& e) {
     return Status::IOError("gloo communicator: rank " +
                            std::to_string(options.rank) + " of " +
-                           std::to_string(options.size) + " could not connect "
-                           "to the others (prefix '" + options.prefix +
-                           "'): " + What(e));
+                           std::to_string(options.size) +
+                           " could not connect "
+                           "to the others (prefix '" +
+                           options.prefix + "'): " + What(e));
   }
 }
 

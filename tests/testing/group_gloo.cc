@@ -1,12 +1,13 @@
-// Ranks as threads of this process over gloo communicators (gloo_multirank_test):
-// every scenario runs over TCP connections made through an in-memory
-// rendezvous store, as the ranks of a PyTorch job do through torch's store.
+// Ranks as threads of this process over gloo communicators
+// (gloo_multirank_test): every scenario runs over TCP connections made through
+// an in-memory rendezvous store, as the ranks of a PyTorch job do through
+// torch's store.
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "ckptdb/gloo.h"
 #include "tests/testing/group.h"
@@ -27,8 +28,8 @@ void RunRanks(
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       auto comm = GlooCommunicator(
-          store, {.rank = r, .size = size, .prefix = prefix,
-                  .hostname = "127.0.0.1"});
+          store,
+          {.rank = r, .size = size, .prefix = prefix, .hostname = "127.0.0.1"});
       if (!comm.ok()) {
         ADD_FAILURE() << comm.status().ToString();
         return;

@@ -77,8 +77,9 @@ inline std::vector<FoundFile> FilesUnder(const std::filesystem::path& dir) {
     const std::uintmax_t size = fs::file_size(path, ec);
     if (!ec) out.push_back({path, size});
   });
-  std::sort(out.begin(), out.end(),
-            [](const FoundFile& a, const FoundFile& b) { return a.path < b.path; });
+  std::sort(out.begin(), out.end(), [](const FoundFile& a, const FoundFile& b) {
+    return a.path < b.path;
+  });
   return out;
 }
 
@@ -97,15 +98,17 @@ inline std::vector<FoundFile> FilesUnder(
 }
 
 // The total size of the files FilesUnder(dir, extensions) finds.
-inline std::uintmax_t BytesUnder(const std::filesystem::path& dir,
-                                 std::initializer_list<const char*> extensions = {}) {
+inline std::uintmax_t BytesUnder(
+    const std::filesystem::path& dir,
+    std::initializer_list<const char*> extensions = {}) {
   std::uintmax_t total = 0;
   for (const FoundFile& f : FilesUnder(dir, extensions)) total += f.size;
   return total;
 }
 
 // The content of `path`, or nullopt when it cannot be read (it is gone).
-inline std::optional<std::string> ReadIfPresent(const std::filesystem::path& path) {
+inline std::optional<std::string> ReadIfPresent(
+    const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
   std::string content((std::istreambuf_iterator<char>(in)), {});
