@@ -84,7 +84,6 @@ gloo::transport::tcp::attr DeviceAttr(const GlooOptions& options) {
   return attr;
 }
 
-std::string What(const std::exception& e) { return e.what(); }
 
 class Gloo : public Communicator {
  public:
@@ -255,7 +254,7 @@ class Gloo : public Communicator {
     } catch (const std::exception& e) {
       return Status::IOError("gloo " + what + " on rank " +
                              std::to_string(rank()) + " of " +
-                             std::to_string(size()) + " failed: " + What(e));
+                             std::to_string(size()) + " failed: " + e.what());
     }
   }
 
@@ -319,7 +318,7 @@ Result<std::shared_ptr<Communicator>> GlooCommunicator(
                            std::to_string(options.size) +
                            " could not connect "
                            "to the others (prefix '" +
-                           options.prefix + "'): " + What(e));
+                           options.prefix + "'): " + e.what());
   }
 }
 
