@@ -212,4 +212,11 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        # torch's gloo group keeps worker threads that must stop before the
+        # interpreter does: a job that exits without destroying its group may
+        # abort at exit ("terminate called without an active exception").
+        if "dist" in globals() and dist.is_initialized():
+            dist.destroy_process_group()
