@@ -2,7 +2,9 @@
 // (group_gloo.cc), and its set-up errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckptdb/gloo.h"
@@ -150,6 +152,50 @@ TEST(GlooCommunicatorSetupTest, MissingPeersFailTheRendezvous) {
   ASSERT_FALSE(comm.ok());
   EXPECT_NE(comm.status().message().find("lonely"), std::string::npos)
       << comm.status().ToString();
+}
+
+// A rank whose connections fail in one attempt (gloo reports a pair's set-up
+// failure as an exception) fails that attempt on every rank; all set the mesh
+// up again and the communicator works.
+TEST(GlooCommunicatorSetupTest, AFailedConnectionIsSetUpAgainOnEveryRank) {
+  class FailsOnce : public RendezvousStore {
+   public:
+    Status Set(const std::string& key, const std::string& value) override {
+      return store_->Set(key, value);
+    }
+    Result<std::string> Get(const std::string& key) override {
+      // Rank 0 reads rank 1's pair addresses of the first attempt.
+      if (key == "again/attempt-0/1" && !failed_.exchange(true))
+        return Status::IOError("rendezvous: injected failure of key " + key);
+      return store_->Get(key);
+    }
+
+   private:
+    std::shared_ptr<RendezvousStore> store_ = InMemoryRendezvousStore();
+    std::atomic<bool> failed_{false};
+  };
+  auto store = std::make_shared<FailsOnce>();
+  std::vector<Status> results(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto comm = GlooCommunicator(store, {.rank = r,
+                                           .size = 2,
+                                           .prefix = "again",
+                                           .hostname = "127.0.0.1",
+                                           .timeout = std::chrono::seconds(5)});
+      results[r] = comm.status();
+      if (!comm.ok()) return;
+      auto all = (*comm)->AllGather(std::string(1, static_cast<char>('a' + r)));
+      results[r] = all.status();
+      if (all.ok()) {
+        EXPECT_EQ(*all, (std::vector<std::string>{"a", "b"}));
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_TRUE(results[0].ok()) << results[0].ToString();
+  EXPECT_TRUE(results[1].ok()) << results[1].ToString();
 }
 
 }  // namespace

@@ -84,7 +84,6 @@ gloo::transport::tcp::attr DeviceAttr(const GlooOptions& options) {
   return attr;
 }
 
-
 class Gloo : public Communicator {
  public:
   explicit Gloo(std::shared_ptr<gloo::Context> context)
@@ -290,6 +289,57 @@ class InMemoryStore : public RendezvousStore {
   std::map<std::string, std::string> values_;
 };
 
+// gloo's TCP pairs of this version listen on a socket each and take the first
+// connection that reaches it, with no handshake naming the peer; on a busy
+// host a pair's set-up can fail ("Connection closed by peer") although every
+// rank is well. The ranks then agree, through the store, to set up the whole
+// mesh again under a fresh prefix, a bounded number of times.
+constexpr int kConnectAttempts = 3;
+
+// One attempt: this rank's device and its connections to every other rank.
+Status ConnectMesh(const std::shared_ptr<RendezvousStore>& store,
+                   const GlooOptions& options, const std::string& prefix,
+                   std::shared_ptr<gloo::Context>* context) {
+  try {
+    auto device = gloo::transport::tcp::CreateDevice(DeviceAttr(options));
+    auto made =
+        std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    made->setTimeout(options.timeout);
+    StoreAdapter adapter(store, prefix);
+    made->connectFullMesh(adapter, device);
+    *context = std::move(made);
+    return Status::OK();
+  } catch (const std::exception& e) {
+    return Status::IOError(e.what());
+  }
+}
+
+// Every rank's outcome of one attempt, published in the store: `*agreed` is OK
+// when every rank connected, else the first rank's failure, the same on every
+// rank. An error of the store itself (a rank that never answers) is returned
+// and ends the set-up.
+Status AgreeOnConnect(RendezvousStore& store, const GlooOptions& options,
+                      const std::string& prefix, const Status& mine,
+                      Status* agreed) {
+  const std::string key = prefix + "/connected/";
+  constexpr std::string_view kConnected = "connected";
+  CKPTDB_RETURN_IF_ERROR(store.Set(
+      key + std::to_string(options.rank),
+      mine.ok() ? std::string(kConnected) : "failed: " + mine.message()));
+  for (int r = 0; r < options.size; ++r) {
+    Result<std::string> outcome = store.Get(key + std::to_string(r));
+    if (!outcome.ok()) {
+      return Status::IOError("gloo communicator: rank " +
+                             std::to_string(options.rank) +
+                             " waited for the others' connections (prefix '" +
+                             prefix + "'): " + outcome.status().message());
+    }
+    if (*outcome != kConnected && agreed->ok())
+      *agreed = Status::IOError("rank " + std::to_string(r) + " " + *outcome);
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<std::shared_ptr<Communicator>> GlooCommunicator(
@@ -304,22 +354,23 @@ Result<std::shared_ptr<Communicator>> GlooCommunicator(
     return Status::InvalidArgument(
         "gloo communicator: timeout must be positive");
   }
-  try {
-    auto device = gloo::transport::tcp::CreateDevice(DeviceAttr(options));
-    auto context =
-        std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
-    context->setTimeout(options.timeout);
-    StoreAdapter adapter(std::move(store), options.prefix);
-    context->connectFullMesh(adapter, device);
-    return std::shared_ptr<Communicator>(std::make_shared<Gloo>(context));
-  } catch (const std::exception& e) {
-    return Status::IOError("gloo communicator: rank " +
-                           std::to_string(options.rank) + " of " +
-                           std::to_string(options.size) +
-                           " could not connect "
-                           "to the others (prefix '" +
-                           options.prefix + "'): " + e.what());
+  Status last;
+  for (int attempt = 0; attempt < kConnectAttempts; ++attempt) {
+    const std::string prefix =
+        options.prefix + "/attempt-" + std::to_string(attempt);
+    std::shared_ptr<gloo::Context> context;
+    Status connected = ConnectMesh(store, options, prefix, &context);
+    last = Status::OK();
+    CKPTDB_RETURN_IF_ERROR(
+        AgreeOnConnect(*store, options, prefix, connected, &last));
+    if (last.ok())
+      return std::shared_ptr<Communicator>(std::make_shared<Gloo>(context));
   }
+  return Status::IOError(
+      "gloo communicator: rank " + std::to_string(options.rank) + " of " +
+      std::to_string(options.size) + " could not connect to the others in " +
+      std::to_string(kConnectAttempts) + " attempts (prefix '" +
+      options.prefix + "'): " + last.message());
 }
 
 std::shared_ptr<RendezvousStore> InMemoryRendezvousStore() {
