@@ -699,12 +699,9 @@ Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
                       ? total
                       : std::min<uint64_t>(options_.snapshot_bytes, total);
   ring = std::max(ring, largest);
-  if (snapshot_size_ < ring) {
-    snapshot_memory_.reset(new char[ring]);
-    snapshot_size_ = ring;
-  }
-  auto snapshot = std::make_shared<SnapshotRing>(snapshot_memory_.get(), ring,
-                                                 p.mine.size());
+  Result<char*> memory = snapshot_memory_.Get(ring);
+  CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm_, memory.status()));
+  auto snapshot = std::make_shared<SnapshotRing>(*memory, ring, p.mine.size());
   auto pending = std::make_shared<AsyncSave>();
   auto start = [&] {
     pending->Start([this, prepared, snapshot] {
