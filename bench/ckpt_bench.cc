@@ -6,12 +6,20 @@
 // The state is `--tensors` 2-D tensors of `--dtype`, split by rows over the
 // ranks. Workloads:
 //   save     Save of every rank's shards   vs  each rank writes its shards to
-//                                              one file, then fsync
+//            (--changed of them changed        one file, then fsync; and the
+//            since the last save)              same save with incremental
+//                                              saves off, in a store of its own
 //   load     Load into the same layout     vs  each rank reads its file back
 //   reshard  Load split by columns over    vs  those ranks read an equal share
 //            --reshard-ranks ranks             of the files
-//   incremental  Save of the state with a  vs  a full save of the state (time
-//            tenth of its tensors changed      and bytes written), in a store
+//   async    SaveAsync until it returns    vs  a memcpy of the rank's bytes
+//            (the stall), and until Wait       into preallocated memory; a
+//            returns (the commit), of a state  blocking save, and SaveAsync
+//            --changed as for save             with incremental saves off, each
+//                                              in a store of its own
+//   incremental  Save of the state with       vs  a full save of the state
+//   (time
+//            --changed of its tensors changed  and bytes written), in a store
 //            since the last save               of its own
 // Loads run warm (page cache full) and, where caches can be dropped (not on
 // tmpfs), cold: every file of the store or of the baseline is fsynced and
@@ -24,9 +32,11 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -63,6 +73,15 @@ struct Row {
   double floor_ratio = 0;
   // Async saves: seconds until the commit (`seconds` is the stall).
   double commit_seconds = 0;
+  // Async saves: the stall of the handle's first SaveAsync, over the memcpy
+  // of the same run; the blocking save of the same state (Save, default
+  // options), and the median over runs of commit / blocking seconds.
+  double first_stall = 0, first_ratio = 0;
+  double blocking_seconds = 0, commit_over_blocking = 0;
+  // Save and async: the same save with Options::incremental off (stall and
+  // commit for async), and the medians over runs of ckptdb / off seconds.
+  double off_seconds = 0, off_commit_seconds = 0;
+  double over_off = 0, commit_over_off = 0;
   std::string baseline;
   uint64_t read = 0, needed = 0, sent = 0;
   bool has_read = false;
@@ -86,6 +105,7 @@ class Bench {
     options.io_threads = c_.io_threads;
     if (c_.chunk_bytes > 0) options.max_chunk_bytes = c_.chunk_bytes;
     options.load_buffer_bytes = c_.load_buffer_bytes;
+    options.snapshot_bytes = c_.snapshot_bytes;
     store_ = c_.dir + "/store";
     if (rank_ == 0) {
       std::error_code ec;
@@ -108,9 +128,9 @@ class Bench {
 
     // Always save once: the load workloads read this checkpoint.
     const bool want_save = Wants("save");
-    SaveWorkload(**db, want_save);
+    SaveWorkload(**db, want_save, options);
     if (Wants("load")) LoadWorkload(**db);
-    if (Wants("async")) AsyncWorkload(**db);
+    if (Wants("async")) AsyncWorkload(**db, options);
     db->reset();
     if (Wants("incremental")) IncrementalWorkload(options);
     if (Wants("reshard")) ReshardWorkload(options);
@@ -137,88 +157,210 @@ class Bench {
     return all;
   }
 
-  void SaveWorkload(ckptdb::DB& db, bool record) {
+  // The tensors that change between saves: the first --changed share of
+  // them, rounded up.
+  size_t ChangedTensors() const {
+    const size_t n = source_.buffers.size();
+    return std::min(n, static_cast<size_t>(std::ceil(c_.changed * n - 1e-9)));
+  }
+
+  // Changes every byte of the changed tensors (untimed): each save then
+  // finds them different from the last one.
+  void ChangeState() {
+    for (size_t t = 0; t < ChangedTensors(); ++t) {
+      for (auto& b : source_.buffers[t]) b ^= 0x5A;
+    }
+  }
+
+  // The generated state again (the loads check what they read against it).
+  void Regenerate() {
+    for (size_t i = 0; i < source_.boxes.size(); ++i)
+      Generate(source_.boxes[i], source_.cols, source_.esize,
+               source_.buffers[i].data());
+  }
+
+  // Deletes every checkpoint of `db` but the latest (untimed): the next save
+  // compares with it, and the store holds at most two states.
+  void KeepLatest(ckptdb::DB& db) {
+    auto all = db.ListCheckpoints();
+    Check(all.status(), "listing checkpoints");
+    for (size_t i = 0; i + 1 < all->size(); ++i) {
+      Check(db.Delete(ckptdb::CheckpointSelector::Id((*all)[i].id)),
+            "deleting a checkpoint");
+    }
+  }
+
+  // A handle of its own on `name` under --dir, emptied first.
+  std::unique_ptr<ckptdb::DB> OpenOwn(const std::string& name,
+                                      ckptdb::Options options) {
+    const std::string dir = c_.dir + "/" + name;
+    if (rank_ == 0) {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto comm = ckptdb::MpiCommunicator(MPI_COMM_WORLD);
+    Check(comm.status(), "communicator");
+    auto db = ckptdb::DB::Open(options, dir, *comm);
+    Check(db.status(), ("opening the store " + dir).c_str());
+    return std::move(db).value();
+  }
+
+  void RemoveOwn(std::unique_ptr<ckptdb::DB> db, const std::string& name) {
+    db.reset();
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank_ == 0 && !c_.keep) {
+      std::error_code ec;
+      fs::remove_all(c_.dir + "/" + name, ec);
+    }
+  }
+
+  // Each run: --changed of the tensors changed, then a save into `db`, which
+  // holds the previous run's checkpoint, against the plain write and the
+  // same save into a store with incremental saves off, order alternating.
+  // Afterwards (and alone when not recorded) the generated state is saved
+  // with tag "bench", which the loads read.
+  void SaveWorkload(ckptdb::DB& db, bool record, ckptdb::Options options) {
     StateDict sd = source_.Dict(c_.dtype);
-    std::vector<double> ours, base, checked;
+    if (record) MeasureSaves(db, sd, options);
+    Regenerate();
+    const ckptdb::Status deleted =
+        db.Delete(ckptdb::CheckpointSelector::Tag("bench"));
+    if (!deleted.IsNotFound()) Check(deleted, "deleting the previous run");
+    Check(db.Save(sd, {.step = -1, .tag = "bench"}).status(), "save");
+  }
+
+  void MeasureSaves(ckptdb::DB& db, const StateDict& sd,
+                    ckptdb::Options options) {
+    options.incremental = false;
+    auto off = OpenOwn("store-incremental-off", options);
+    std::vector<double> ours, base, checked, full;
     double extra = 0;
-    const int runs = record ? c_.repeat : 1;
     // Each side's previous output is deleted, untimed, right before it
     // writes again: neither pays for freeing the old bytes, and both write
     // into pages just freed (on a VM that hands free pages back to the host,
     // pages freed long before cost more to touch again).
     const std::string file = BaselineFile(c_, rank_);
-    for (int i = 0; i < runs; ++i) {
+    for (int i = 0; i < c_.repeat; ++i) {
+      ChangeState();
       auto baseline = [&] {
         ::unlink(file.c_str());
         base.push_back(
             Timed(MPI_COMM_WORLD, [&] { BaselineWrite(c_, rank_, source_); }));
-        if (!record) return;
         ::unlink(file.c_str());
         checked.push_back(Timed(MPI_COMM_WORLD, [&] {
           BaselineWrite(c_, rank_, source_, /*check=*/true);
         }));
       };
-      if (i % 2 == 1) baseline();  // every other run goes first
-      const ckptdb::Status deleted =
-          db.Delete(ckptdb::CheckpointSelector::Tag("bench"));
-      if (!deleted.IsNotFound()) Check(deleted, "deleting the previous run");
+      auto incremental_off = [&] {
+        KeepLatest(*off);
+        full.push_back(Timed(MPI_COMM_WORLD, [&] {
+          Check(off->Save(sd, {.step = i}).status(), "save, incremental off");
+        }));
+      };
+      if (i % 2 == 1) baseline(), incremental_off();  // every other run first
+      KeepLatest(db);
       RssProbe probe;
       ours.push_back(Timed(MPI_COMM_WORLD, [&] {
-        auto info = db.Save(sd, {.step = i, .tag = "bench"});
+        auto info = db.Save(sd, {.step = i});
         Check(info.status(), "save");
       }));
       extra = std::max(extra, probe.ExtraMiB());
-      if (i % 2 == 0) baseline();
+      if (i % 2 == 0) incremental_off(), baseline();
     }
-    if (!record) return;
+    RemoveOwn(std::move(off), "store-incremental-off");
     Row row{"save", tmpfs_ ? "tmpfs" : "disk", world_, total_};
     row.seconds = Median(ours);
     row.baseline_seconds = Median(base);
     row.ratio = MedianRatio(base, ours);
     row.checked_seconds = Median(checked);
     row.checked_ratio = MedianRatio(checked, ours);
+    row.off_seconds = Median(full);
+    row.over_off = 1 / MedianRatio(full, ours);
     row.baseline = "write+fsync";
     row.extra_mib = Gather(extra, MPI_COMM_WORLD);
     row.held_mib = Gather(source_.bytes() / kMiB, MPI_COMM_WORLD);
     rows_.push_back(row);
   }
 
-  // Asynchronous saves: the stall (until SaveAsync returns) against a memcpy
-  // of each rank's bytes into preallocated memory, and the time until the
-  // commit. One unmeasured run first: the snapshot memory is kept after it.
-  void AsyncWorkload(ckptdb::DB& db) {
+  // Asynchronous saves of a state --changed before each: the stall (until
+  // SaveAsync returns) against a memcpy of each rank's bytes into
+  // preallocated memory, and the time until the commit against a blocking
+  // save of the same state; the same async save with incremental saves off.
+  // Each kind saves into a store of its own that keeps the last checkpoint,
+  // in an order that rotates from run to run. The first run, the handle's
+  // first SaveAsync, is reported alone.
+  void AsyncWorkload(ckptdb::DB& db, ckptdb::Options options) {
     StateDict sd = source_.Dict(c_.dtype);
     std::vector<uint8_t> copy(source_.bytes(), 1);
-    std::vector<double> stalls, commits, base;
+    auto blocking = OpenOwn("store-blocking", options);
+    options.incremental = false;
+    auto off = OpenOwn("store-async-incremental-off", options);
+    std::vector<double> stalls, commits, base, blocked, off_stalls, off_commits;
+    double first_stall = 0, first_memcpy = 0;
+    auto save_async = [&](ckptdb::DB& d, int step, std::vector<double>* stall,
+                          std::vector<double>* commit) {
+      KeepLatest(d);
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double start = Now();
+      auto started = d.SaveAsync(sd, {.step = step});
+      Check(started.status(), "save_async");
+      stall->push_back(Reduce(Now() - start, MPI_MAX));
+      Check((*started)->Wait().status(), "async save");
+      commit->push_back(Reduce(Now() - start, MPI_MAX));
+    };
+    std::vector<std::function<void(int)>> kinds = {
+        [&](int i) { save_async(db, 1000 + i, &stalls, &commits); },
+        [&](int i) { save_async(*off, 1000 + i, &off_stalls, &off_commits); },
+        [&](int i) {
+          KeepLatest(*blocking);
+          blocked.push_back(Timed(MPI_COMM_WORLD, [&] {
+            Check(blocking->Save(sd, {.step = 1000 + i}).status(), "save");
+          }));
+        }};
     for (int i = 0; i <= c_.repeat; ++i) {
-      const double memcpy_s = Timed(MPI_COMM_WORLD, [&] {
+      ChangeState();
+      base.push_back(Timed(MPI_COMM_WORLD, [&] {
         size_t at = 0;
         for (const auto& b : source_.buffers) {
           std::memcpy(copy.data() + at, b.data(), b.size());
           at += b.size();
         }
         benchmark_sink = copy[at / 2];
-      });
-      std::shared_ptr<ckptdb::PendingSave> pending;
-      MPI_Barrier(MPI_COMM_WORLD);
-      const double start = Now();
-      auto started = db.SaveAsync(sd, {.step = 1000 + i});
-      Check(started.status(), "save_async");
-      const double stall = Reduce(Now() - start, MPI_MAX);
-      Check((*started)->Wait().status(), "async save");
-      const double commit = Reduce(Now() - start, MPI_MAX);
-      Check(db.Delete(ckptdb::CheckpointSelector::Step(1000 + i)), "delete");
-      if (i == 0) continue;
-      stalls.push_back(stall);
-      commits.push_back(commit);
-      base.push_back(memcpy_s);
+      }));
+      for (size_t k = 0; k < kinds.size(); ++k)
+        kinds[(k + static_cast<size_t>(i)) % kinds.size()](i);
+      if (i > 0) continue;
+      first_stall = stalls[0];
+      first_memcpy = base[0];
+      for (auto* v :
+           {&stalls, &commits, &base, &blocked, &off_stalls, &off_commits})
+        v->clear();
     }
+    RemoveOwn(std::move(blocking), "store-blocking");
+    RemoveOwn(std::move(off), "store-async-incremental-off");
+    // The store of `db` keeps the tag "bench" for loads; the async saves go.
+    auto all = db.ListCheckpoints();
+    Check(all.status(), "listing checkpoints");
+    for (const auto& info : *all) {
+      if (info.step && *info.step >= 1000)
+        Check(db.Delete(ckptdb::CheckpointSelector::Id(info.id)), "delete");
+    }
+    Regenerate();
     Row row{"async", tmpfs_ ? "tmpfs" : "disk", world_, total_};
     row.seconds = Median(stalls);
     row.baseline_seconds = Median(base);
     row.ratio = MedianRatio(base, stalls);
     row.baseline = "memcpy";
     row.commit_seconds = Median(commits);
+    row.first_stall = first_stall;
+    row.first_ratio = first_memcpy / first_stall;
+    row.blocking_seconds = Median(blocked);
+    row.commit_over_blocking = 1 / MedianRatio(blocked, commits);
+    row.off_seconds = Median(off_stalls);
+    row.off_commit_seconds = Median(off_commits);
+    row.over_off = 1 / MedianRatio(off_stalls, stalls);
+    row.commit_over_off = 1 / MedianRatio(off_commits, commits);
     row.extra_mib = Gather(0.0, MPI_COMM_WORLD);
     row.held_mib = Gather(source_.bytes() / kMiB, MPI_COMM_WORLD);
     rows_.push_back(row);
@@ -322,8 +464,8 @@ class Bench {
     }
   }
 
-  // Each run: a full save into an empty store, then a tenth of the tensors
-  // (at least one) changed in every byte, then the incremental save.
+  // Each run: a full save into an empty store, then --changed of the tensors
+  // changed in every byte, then the incremental save.
   void IncrementalWorkload(const ckptdb::Options& options) {
     const std::string dir = c_.dir + "/incremental";
     if (rank_ == 0) {
@@ -336,7 +478,7 @@ class Bench {
     auto db = ckptdb::DB::Open(options, dir, *comm);
     Check(db.status(), "opening the incremental store");
     StateDict sd = source_.Dict(c_.dtype);
-    const size_t changed = std::max<size_t>(1, source_.buffers.size() / 10);
+    const size_t changed = ChangedTensors();
     std::vector<double> full, incremental, floor;
     uint64_t written = 0;
     for (int i = 0; i < c_.repeat; ++i) {
@@ -344,9 +486,7 @@ class Bench {
       full.push_back(Timed(MPI_COMM_WORLD, [&] {
         Check((*db)->Save(sd, {.step = 2 * i}).status(), "full save");
       }));
-      for (size_t t = 0; t < changed; ++t) {
-        for (auto& b : source_.buffers[t]) b ^= 0x5A;
-      }
+      ChangeState();
       incremental.push_back(Timed(MPI_COMM_WORLD, [&] {
         auto info = (*db)->Save(sd, {.step = 2 * i + 1});
         Check(info.status(), "incremental save");
@@ -359,9 +499,7 @@ class Bench {
     }
     DeleteAll(**db);
     db->reset();
-    for (size_t i = 0; i < source_.boxes.size(); ++i)
-      Generate(source_.boxes[i], source_.cols, source_.esize,
-               source_.buffers[i].data());
+    Regenerate();
     Row row{"incremental", tmpfs_ ? "tmpfs" : "disk", world_, total_};
     row.seconds = Median(incremental);
     row.baseline_seconds = Median(full);
@@ -448,7 +586,20 @@ class Bench {
           j["bytes_needed"] = r.needed;
           j["read_over_needed"] = static_cast<double>(r.read) / r.needed;
         }
-        if (r.commit_seconds > 0) j["commit_seconds"] = r.commit_seconds;
+        j["changed"] = c_.changed;
+        if (r.commit_seconds > 0) {
+          j["commit_seconds"] = r.commit_seconds;
+          j["first_stall_seconds"] = r.first_stall;
+          j["first_stall_over_memcpy"] = 1 / r.first_ratio;
+          j["blocking_save_seconds"] = r.blocking_seconds;
+          j["commit_over_blocking"] = r.commit_over_blocking;
+          j["off_commit_seconds"] = r.off_commit_seconds;
+          j["commit_over_off"] = r.commit_over_off;
+        }
+        if (r.off_seconds > 0) {
+          j["incremental_off_seconds"] = r.off_seconds;
+          j["over_incremental_off"] = r.over_off;
+        }
         if (r.floor_seconds > 0) {
           j["floor_baseline_seconds"] = r.floor_seconds;
           j["floor_ratio"] = r.floor_ratio;
@@ -469,9 +620,9 @@ class Bench {
   void PrintTable() {
     std::printf(
         "ckpt-bench: %s of %s in %d tensors over %d writer ranks, %s, median "
-        "of %d\n",
+        "of %d; %.0f%% of the tensors changed between saves\n",
         FormatBytes(total_).c_str(), c_.dtype_name.c_str(), c_.tensors, world_,
-        c_.dir.c_str(), c_.repeat);
+        c_.dir.c_str(), c_.repeat, 100 * c_.changed);
     std::printf(
         "%-8s %-11s %5s %9s %8s %8s %12s %9s %6s %8s %6s %11s %10s %12s\n",
         "workload", "storage", "ranks", "size", "seconds", "GiB/s", "baseline",
@@ -502,8 +653,21 @@ class Bench {
       if (r.commit_seconds > 0) {
         std::printf(
             "async: seconds = the stall (until SaveAsync returns); committed "
-            "%.3f s after the call (%.2f GiB/s)\n",
-            r.commit_seconds, r.bytes / kGiB / r.commit_seconds);
+            "%.3f s after the call (%.2f GiB/s), %.2fx a blocking save "
+            "(%.3f s); the handle's first call stalled %.3f s (%.2fx its "
+            "memcpy)\n"
+            "async, incremental saves off: stall %.3f s, committed %.3f s; "
+            "incremental on / off: stall %.3fx, commit %.3fx\n",
+            r.commit_seconds, r.bytes / kGiB / r.commit_seconds,
+            r.commit_over_blocking, r.blocking_seconds, r.first_stall,
+            1 / r.first_ratio, r.off_seconds, r.off_commit_seconds, r.over_off,
+            r.commit_over_off);
+      }
+      if (r.workload == "save" && r.off_seconds > 0) {
+        std::printf(
+            "save, incremental saves off: %.3f s; incremental on / off: "
+            "%.3fx\n",
+            r.off_seconds, r.over_off);
       }
       if (r.workload != "incremental") continue;
       std::printf(
@@ -630,6 +794,14 @@ int main(int argc, char** argv) {
   app.add_option("--load-buffer", c.load_buffer,
                  "Options::load_buffer_bytes (K/M/G suffixes; default: the "
                  "library's)");
+  app.add_option("--changed", c.changed,
+                 "share of the tensors changed between saves (save, async, "
+                 "incremental): 1 all, 0.1 a tenth, 0 none")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--snapshot", c.snapshot,
+                 "Options::snapshot_bytes (K/M/G suffixes; default: the "
+                 "library's)");
   app.add_flag("--json", c.json, "one JSON object per measurement");
   app.add_flag("!--no-verify", c.verify, "skip checking loaded bytes");
   app.add_flag("--keep", c.keep, "keep the store and baseline files");
@@ -637,6 +809,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     c.bytes = ParseSize(c.size, "--size");
     if (c.chunk != "0") c.chunk_bytes = ParseSize(c.chunk, "--chunk");
+    if (c.snapshot != "0")
+      c.snapshot_bytes = ParseSize(c.snapshot, "--snapshot");
     if (c.load_buffer != "0")
       c.load_buffer_bytes = ParseSize(c.load_buffer, "--load-buffer");
     auto dtype = ckptdb::DTypeFromName(c.dtype_name);

@@ -33,6 +33,14 @@ struct Config {
   uint64_t chunk_bytes = 0;
   std::string load_buffer = "0";
   uint64_t load_buffer_bytes = 0;
+  // Share of the tensors (rounded up) whose every byte changes between two
+  // saves of the save, async and incremental workloads: 1 is a training
+  // step (every parameter and moment updated), 0.1 a model nine tenths
+  // frozen, 0 a state saved again unchanged.
+  double changed = 1.0;
+  // Options::snapshot_bytes of every handle (K/M/G suffixes; "0": the default).
+  std::string snapshot = "0";
+  uint64_t snapshot_bytes = 0;
   bool json = false;
   bool verify = true;
   bool keep = false;

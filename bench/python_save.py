@@ -4,8 +4,16 @@ alternating which goes first; prints the medians and the median of the per-run r
 (plain seconds / ckptdb seconds, so above 1 means ckptdb is faster).
 
     PYTHONPATH=build/python mpirun -np 2 /usr/bin/python3 bench/python_save.py --dir /dev/shm/ps
+
+Before each run `--changed` of the tensors (rounded up; default all, as a training step changes
+every parameter and moment) change in every byte, and the store keeps the previous run's
+checkpoint, so an incremental save compares with it; the same saves go to a second store opened
+with `incremental=False`, in the same alternation. `--fresh` times a handle's whole life instead
+(`ckptdb.open` of a new store, `save`, `close`): the first run is the process's first save; the
+figures are the medians of the runs after it, and the first one printed alone.
 """
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -33,12 +41,22 @@ def plain_write(path, arrays):
         os.close(fd)
 
 
+def keep_latest(db):
+    """Deletes every checkpoint but the latest (untimed): the next save compares with it."""
+    for old in db.checkpoints()[:-1]:
+        db.delete(id=old.id)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
     p.add_argument("--mib", type=int, default=1024, help="state size over all ranks")
     p.add_argument("--tensors", type=int, default=64)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--changed", type=float, default=1.0,
+                   help="share of the tensors changed before each save (1 all, 0 none)")
+    p.add_argument("--fresh", action="store_true",
+                   help="time open + save + close of a new store each run")
     args = p.parse_args()
     comm = MPI.COMM_WORLD if MPI else None
     rank, size = (comm.rank, comm.size) if comm else (0, 1)
@@ -55,6 +73,7 @@ def main():
     shards = [rng.standard_normal((part, 1024), dtype=np.float32) for _ in range(args.tensors)]
     state = {f"t{i}": ckptdb.Shard(s, (part * size, 1024), (rank * part, 0))
              for i, s in enumerate(shards)}
+    changed = shards[:min(len(shards), math.ceil(args.changed * len(shards) - 1e-9))]
     plain_path = os.path.join(args.dir, "plain", f"rank-{rank}.bin")
 
     def timed(fn):
@@ -67,28 +86,65 @@ def main():
     # Each side's previous output is deleted, untimed, right before it writes
     # again (as ckpt-bench does): neither pays for freeing the old bytes, and
     # both write into pages just freed.
-    ours, plain = [], []
-    with ckptdb.open(os.path.join(args.dir, "store"), comm=comm) as db:
-        for i in range(args.repeat):
+    ours, plain, off = [], [], []
 
-            def measure_plain():
-                if os.path.exists(plain_path):
-                    os.unlink(plain_path)
-                plain.append(timed(lambda: plain_write(plain_path, shards)))
+    def measure_plain():
+        if os.path.exists(plain_path):
+            os.unlink(plain_path)
+        plain.append(timed(lambda: plain_write(plain_path, shards)))
 
+    if args.fresh:
+        for i in range(args.repeat + 1):
+            for s in changed:
+                s += 1.0
             if i % 2 == 1:
                 measure_plain()
-            if db.checkpoints():
-                db.delete(step=i - 1)
-            ours.append(timed(lambda: db.save(state, step=i)))
+            path = os.path.join(args.dir, f"store-{i}")
+
+            def life():
+                with ckptdb.open(path, comm=comm) as db:
+                    db.save(state, step=i)
+            ours.append(timed(life))
+            if rank == 0:
+                shutil.rmtree(path, ignore_errors=True)  # untimed
             if i % 2 == 0:
                 measure_plain()
+        first = plain[0] / ours[0]
+        ours, plain = ours[1:], plain[1:]
+    else:
+        with ckptdb.open(os.path.join(args.dir, "store"), comm=comm) as db, \
+                ckptdb.open(os.path.join(args.dir, "store-off"), comm=comm,
+                            incremental=False) as db_off:
+            for i in range(args.repeat):
+                for s in changed:
+                    s += 1.0
+
+                def measure_off():
+                    keep_latest(db_off)
+                    off.append(timed(lambda: db_off.save(state, step=i)))
+
+                if i % 2 == 1:
+                    measure_plain()
+                    measure_off()
+                keep_latest(db)
+                ours.append(timed(lambda: db.save(state, step=i)))
+                if i % 2 == 0:
+                    measure_off()
+                    measure_plain()
     if rank == 0:
         nbytes = sum(s.nbytes for s in shards) * size
         ratio = statistics.median(b / o for b, o in zip(plain, ours))
-        print(f"python save: {nbytes / 2**30:.2f} GiB over {size} ranks, median of {args.repeat}: "
-              f"ckptdb {statistics.median(ours):.3f} s, plain write+fsync "
+        what = "open+save+close" if args.fresh else "save"
+        print(f"python {what}: {nbytes / 2**30:.2f} GiB over {size} ranks, "
+              f"{len(changed)} of {len(shards)} tensors changed before each save, median of "
+              f"{len(ours)}: ckptdb {statistics.median(ours):.3f} s, plain write+fsync "
               f"{statistics.median(plain):.3f} s, ratio {ratio:.2f}")
+        if args.fresh:
+            print(f"the process's first open+save+close: ratio {first:.2f}")
+        else:
+            over = statistics.median(o / f for o, f in zip(ours, off))
+            print(f"incremental=False: {statistics.median(off):.3f} s; "
+                  f"incremental on / off {over:.3f}")
         shutil.rmtree(args.dir, ignore_errors=True)
 
 

@@ -290,6 +290,19 @@ Result<LoadPlan> BuildRankLoadPlan(
   for (const LoadTarget& target : classes.targets[mine]) {
     if (target.box.volume() > 0) my_keys[target.flat_key].push_back(&target);
   }
+  // Every class's targets of the tensors this rank loads, by key, in class
+  // and target order: one pass over all targets, not one per tensor.
+  std::map<std::string_view, std::vector<Owner>> owners_of_key;
+  for (int c = 0; c < num_classes; ++c) {
+    if (ranks_of_class[c].empty()) continue;
+    for (size_t t = 0; t < classes.targets[c].size(); ++t) {
+      const LoadTarget& target = classes.targets[c][t];
+      if (target.box.volume() == 0) continue;
+      auto mine_too = my_keys.find(target.flat_key);
+      if (mine_too != my_keys.end())
+        owners_of_key[mine_too->first].push_back({c, t});
+    }
+  }
   const auto bases = TensorBases(tensors);
   LoadPlan plan;
   ReaderTurns<std::vector<int>> turns;
@@ -298,17 +311,11 @@ Result<LoadPlan> BuildRankLoadPlan(
     const auto& [name, meta] = *tensors.find(std::string(key));
     const StoredTensor stored(meta, bases.at(key));
     // Every class's targets of this tensor, indexed.
+    const std::vector<Owner>& owners = owners_of_key.at(key);
     std::vector<Box> boxes;
-    std::vector<Owner> owners;
-    for (int c = 0; c < num_classes; ++c) {
-      if (ranks_of_class[c].empty()) continue;
-      for (size_t t = 0; t < classes.targets[c].size(); ++t) {
-        const LoadTarget& target = classes.targets[c][t];
-        if (target.flat_key != key || target.box.volume() == 0) continue;
-        boxes.push_back(target.box);
-        owners.push_back({c, t});
-      }
-    }
+    boxes.reserve(owners.size());
+    for (const Owner& o : owners)
+      boxes.push_back(classes.targets[o.cls][o.target].box);
     const BoxIndex targets(boxes, meta.global_shape.size());
     // The chunks this rank needs, ascending.
     std::vector<size_t> chunks;

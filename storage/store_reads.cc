@@ -146,7 +146,10 @@ Status StoreImpl::ReadThroughRocks(int64_t checkpoint_id,
                                    const std::string& key, ChunkBuffer* buffer,
                                    bool verify_blocks) {
   rocksdb::ReadOptions ro;
-  ro.fill_cache = false;
+  // A small chunk shares its data block with its neighbours, which a load
+  // reads next: the block is cached (one read of it for all of them, not one
+  // per chunk). A large chunk has a block of its own, read once.
+  ro.fill_cache = chunk.nbytes < kOwnBlockBytes;
   // The chunk's own checksum, over the whole value, is verified below: for
   // loads, a second pass over the block for RocksDB's would only cost time.
   ro.verify_checksums = verify_blocks;

@@ -60,7 +60,11 @@ DBImpl::DBImpl(Options options, std::string path,
     : options_(std::move(options)),
       path_(std::move(path)),
       comm_(std::move(comm)),
-      store_(std::move(store)) {}
+      store_(std::move(store)) {
+  // The first asynchronous save then copies into memory already touched.
+  if (options_.snapshot_bytes > 0 && !options_.read_only)
+    snapshot_memory_.Prepare(options_.snapshot_bytes);
+}
 
 DBImpl::~DBImpl() { WaitPending(); }
 

@@ -7,6 +7,7 @@
 #include "ckptdb/db.h"
 #include "engine/collectives/agreement.h"
 #include "engine/device/device_transport.h"
+#include "engine/save/snapshot_memory.h"
 #include "planner/incremental.h"
 #include "planner/load_plan.h"
 #include "storage/store.h"
@@ -103,10 +104,11 @@ class DBImpl : public DB {
   std::unique_ptr<DeviceTransport> transport_;
   std::vector<int> transport_devices_;
   Status transport_failure_;  // why this DB has none, once creating one failed
-  // The asynchronous save under way, and its snapshot memory (reused).
+  // The snapshot memory of asynchronous saves (reused; prepared at open when
+  // Options::snapshot_bytes is set), and the save under way. The save uses
+  // the memory: declared after it, it goes first.
+  SnapshotMemory snapshot_memory_;
   std::shared_ptr<AsyncSave> pending_;
-  std::unique_ptr<char[]> snapshot_memory_;
-  uint64_t snapshot_size_ = 0;
   // Incremental saves: the chunks of this handle's last commit, which the
   // next save compares with while it is the latest checkpoint. Rank 0 keeps
   // the whole record; the other ranks their own chunks (OwnChunks in

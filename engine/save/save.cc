@@ -1,8 +1,13 @@
 // DB::Save: layouts gathered once per class of identical ranks, each rank
 // planning only the chunks it writes, chunks staged per writer rank, ingested
 // and committed by rank 0.
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -552,6 +557,29 @@ struct PreparedSave {
   std::vector<size_t> order;  // of `mine`, by storage key: the write order
 };
 
+namespace {
+
+// The background save yields to the caller's threads (the training step)
+// where they compete for a core: its thread, and the writer threads it
+// starts (which inherit the value), run at a nice value kBackgroundNice
+// above the process's. Without competition it runs at full speed. Linux
+// gives each thread its own nice value; elsewhere, or when refused, the
+// priority stays.
+constexpr int kBackgroundNice = 5;
+
+void LowerThisThreadsPriority() {
+#if defined(__linux__)
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  errno = 0;
+  const int current = ::getpriority(PRIO_PROCESS, tid);
+  if (errno == 0)
+    (void)::setpriority(PRIO_PROCESS, tid,
+                        std::min(current + kBackgroundNice, 19));
+#endif
+}
+
+}  // namespace
+
 // The shared state of one asynchronous save.
 class AsyncSave : public PendingSave {
  public:
@@ -565,6 +593,7 @@ class AsyncSave : public PendingSave {
   template <typename Fn>
   void Start(Fn&& fn) {
     thread_ = std::thread([this, fn = std::forward<Fn>(fn)]() mutable {
+      LowerThisThreadsPriority();
       result_ = fn();
       done_ = true;
     });
@@ -699,12 +728,9 @@ Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
                       ? total
                       : std::min<uint64_t>(options_.snapshot_bytes, total);
   ring = std::max(ring, largest);
-  if (snapshot_size_ < ring) {
-    snapshot_memory_.reset(new char[ring]);
-    snapshot_size_ = ring;
-  }
-  auto snapshot = std::make_shared<SnapshotRing>(snapshot_memory_.get(), ring,
-                                                 p.mine.size());
+  Result<char*> memory = snapshot_memory_.Get(ring);
+  CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm_, memory.status()));
+  auto snapshot = std::make_shared<SnapshotRing>(*memory, ring, p.mine.size());
   auto pending = std::make_shared<AsyncSave>();
   auto start = [&] {
     pending->Start([this, prepared, snapshot] {

@@ -45,7 +45,13 @@ struct Options {
   // of the rank's chunks: 0 takes the bytes the rank writes, so that
   // SaveAsync returns after one copy of them; less makes it wait for earlier
   // chunks to be written before copying more. At least one chunk. Kept for
-  // the next asynchronous save.
+  // the next asynchronous save. Fresh memory costs many times a copy the
+  // first time it is written (page faults; on a VM, the host backing each
+  // page), so the memory is set up before a snapshot copies into it: when
+  // this is set, on a thread started at open (the first SaveAsync waits for
+  // it if it has not finished), so that the first call stalls no longer than
+  // later ones; at 0, inside the first SaveAsync, which then stalls longer.
+  // Set it to the rank's state bytes (or more) to have both.
   size_t snapshot_bytes = 0;
   // Retention, applied by every save once its checkpoint is committed: the
   // newest keep_last checkpoints are kept, and older ones are deleted, oldest

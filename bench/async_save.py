@@ -1,0 +1,130 @@
+"""The training loop's save through Python: `save_async` of a state whose every tensor changed
+(as an optimizer step changes every parameter and both moments) against `np.copyto` of the same
+state into preallocated memory and a blocking `save`, with incremental saves on (the default)
+and off, with and without retention. One handle (a store of its own) per kind, the kinds in an
+order that rotates from run to run; medians of the runs after each handle's first, whose stall
+is printed alone.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/async_save.py --dir /dev/shm/as --mib 512
+    PYTHONPATH=build/python mpirun -np 2 /usr/bin/python3 bench/async_save.py --dir D
+
+`--changed` is the share of the tensors changed before each save (rounded up; 1 all, 0 none);
+`--snapshot-bytes` opens every handle with that `snapshot_bytes` (its memory is then set up at
+open, not in the first `save_async`).
+"""
+import argparse
+import math
+import os
+import shutil
+import statistics
+import time
+
+import numpy as np
+
+import ckptdb
+
+try:
+    from mpi4py import MPI
+except ImportError:  # one process
+    MPI = None
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--dir", required=True)
+    p.add_argument("--mib", type=int, default=512, help="state size over all ranks")
+    p.add_argument("--tensors", type=int, default=16)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--changed", type=float, default=1.0)
+    p.add_argument("--snapshot-bytes", type=int, default=0)
+    args = p.parse_args()
+    comm = MPI.COMM_WORLD if MPI and MPI.COMM_WORLD.size > 1 else None
+    rank, size = (comm.rank, comm.size) if comm else (0, 1)
+
+    def slowest(seconds):
+        return comm.allreduce(seconds, op=MPI.MAX) if comm else seconds
+
+    def barrier():
+        if comm:
+            comm.Barrier()
+
+    if rank == 0:
+        shutil.rmtree(args.dir, ignore_errors=True)
+        os.makedirs(args.dir)
+    barrier()
+    rows = (args.mib << 20) // 4 // args.tensors // 1024 // size * size
+    part = rows // size
+    rng = np.random.default_rng(rank)
+    shards = [rng.standard_normal((part, 1024), dtype=np.float32) for _ in range(args.tensors)]
+    state = {f"t{i}": ckptdb.Shard(s, (rows, 1024), (rank * part, 0))
+             for i, s in enumerate(shards)}
+    changed = shards[:min(len(shards), math.ceil(args.changed * len(shards) - 1e-9))]
+    copies = [np.ones_like(s) for s in shards]
+
+    kinds = {  # name: (open options, asynchronous)
+        "async, incremental": ({}, True),
+        "async, incremental=False": ({"incremental": False}, True),
+        "async, incremental, keep_last=2": ({"keep_last": 2}, True),
+        "async, incremental=False, keep_last=2": ({"incremental": False, "keep_last": 2}, True),
+        "blocking save, incremental": ({}, False),
+    }
+    dbs = {k: ckptdb.open(os.path.join(args.dir, f"s{i}"), comm=comm,
+                          snapshot_bytes=args.snapshot_bytes, **o)
+           for i, (k, (o, _)) in enumerate(kinds.items())}
+    stalls = {k: [] for k in kinds}
+    commits = {k: [] for k in kinds}
+    copy_s = []
+    for run in range(args.repeat + 1):
+        for s in changed:
+            s += 1.0
+        barrier()
+        start = time.perf_counter()
+        for c, s in zip(copies, shards):
+            np.copyto(c, s)
+        copy_s.append(slowest(time.perf_counter() - start))
+        names = list(kinds)
+        names = names[run % len(names):] + names[:run % len(names)]
+        for k in names:
+            db = dbs[k]
+            if "keep_last" not in kinds[k][0]:
+                for old in db.checkpoints()[:-1]:  # untimed: keep the one compared with
+                    db.delete(id=old.id)
+            barrier()
+            start = time.perf_counter()
+            if kinds[k][1]:
+                handle = db.save_async(state, step=run)
+                stalls[k].append(slowest(time.perf_counter() - start))
+                handle.wait()
+            else:
+                db.save(state, step=run)
+                stalls[k].append(0.0)
+            commits[k].append(slowest(time.perf_counter() - start))
+    for db in dbs.values():
+        db.close()
+    if rank == 0:
+        med = statistics.median
+        blocking = commits["blocking save, incremental"][1:]
+        print(f"async_save: {args.mib} MiB in {args.tensors} float32 tensors over {size} ranks, "
+              f"{len(changed)} changed before each save, {args.dir}, medians of {args.repeat} "
+              f"after the first; np.copyto {med(copy_s[1:]):.3f} s (first {copy_s[0]:.3f} s), "
+              f"blocking save {med(blocking):.3f} s")
+        print(f"{'':40}{'stall s':>9}{'/copy':>7}{'commit s':>10}{'/blocking':>10}"
+              f"{'first stall s':>14}{'/copy':>7}")
+        for k in kinds:
+            if not kinds[k][1]:
+                continue
+            st, co = stalls[k][1:], commits[k][1:]
+            over_copy = med(a / b for a, b in zip(st, copy_s[1:]))
+            over_blocking = med(a / b for a, b in zip(co, blocking))
+            print(f"{k:40}{med(st):9.3f}{over_copy:7.2f}{med(co):10.3f}{over_blocking:10.2f}"
+                  f"{stalls[k][0]:14.3f}{stalls[k][0] / copy_s[0]:7.2f}")
+        for a, b in (("async, incremental", "async, incremental=False"),
+                     ("async, incremental, keep_last=2", "async, incremental=False, keep_last=2")):
+            st = med(x / y for x, y in zip(stalls[a][1:], stalls[b][1:]))
+            co = med(x / y for x, y in zip(commits[a][1:], commits[b][1:]))
+            print(f"{a} / {b}: stall {st:.2f}, commit {co:.2f}")
+        shutil.rmtree(args.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

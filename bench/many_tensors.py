@@ -1,0 +1,92 @@
+"""Per-tensor costs: save and load of a state of many small tensors against one tensor of the
+same total bytes, alternating, each in a store of its own that keeps the last checkpoint; every
+tensor changed before each save. Prints medians and the median of the per-run ratios (many /
+one, so 1 means no per-tensor cost).
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/many_tensors.py --dir /dev/shm/mt
+    PYTHONPATH=build/python mpirun -np 2 /usr/bin/python3 bench/many_tensors.py --dir D
+"""
+import argparse
+import os
+import shutil
+import statistics
+import time
+
+import numpy as np
+
+import ckptdb
+
+try:
+    from mpi4py import MPI
+except ImportError:  # one process
+    MPI = None
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--dir", required=True)
+    p.add_argument("--tensors", type=int, default=10000)
+    p.add_argument("--kib", type=int, default=4, help="bytes of each small tensor, in KiB")
+    p.add_argument("--repeat", type=int, default=7)
+    args = p.parse_args()
+    comm = MPI.COMM_WORLD if MPI and MPI.COMM_WORLD.size > 1 else None
+    rank = comm.rank if comm else 0
+
+    def timed(fn):
+        if comm:
+            comm.Barrier()
+        start = time.perf_counter()
+        fn()
+        if comm:
+            comm.Barrier()
+        return time.perf_counter() - start
+
+    if rank == 0:
+        shutil.rmtree(args.dir, ignore_errors=True)
+        os.makedirs(args.dir)
+    if comm:
+        comm.Barrier()
+    n = args.kib << 10 >> 2  # float32 elements of a small tensor
+    rng = np.random.default_rng(rank)
+    # Each rank's own tensors (replicated keys would be written by one rank).
+    many = {f"r{rank}.layer{i}.weight": rng.standard_normal(n, dtype=np.float32)
+            for i in range(args.tensors)}
+    one = {f"r{rank}.all": rng.standard_normal(n * args.tensors, dtype=np.float32)}
+    many_target = {k: np.zeros_like(v) for k, v in many.items()}
+    one_target = {k: np.zeros_like(v) for k, v in one.items()}
+    sides = {"many": (many, many_target), "one": (one, one_target)}
+    dbs = {s: ckptdb.open(os.path.join(args.dir, s), comm=comm) for s in sides}
+    times = {(s, w): [] for s in sides for w in ("save", "load")}
+    for run in range(args.repeat + 1):
+        order = list(sides) if run % 2 == 0 else list(sides)[::-1]
+        for s in order:
+            state, target = sides[s]
+            for v in state.values():
+                v += 1.0
+            db = dbs[s]
+            for old in db.checkpoints()[:-1]:
+                db.delete(id=old.id)
+            save = timed(lambda: db.save(state, step=run))
+            load = timed(lambda: db.load(target))
+            if run > 0:  # the first run of each handle sets up what it keeps
+                times[s, "save"].append(save)
+                times[s, "load"].append(load)
+        for k, v in many.items():
+            if not np.array_equal(v, many_target[k]):
+                raise SystemExit(f"loaded {k} wrong")
+    for db in dbs.values():
+        db.close()
+    if rank == 0:
+        med = statistics.median
+        print(f"many_tensors: {args.tensors} tensors of {args.kib} KiB against one of "
+              f"{args.tensors * args.kib / 1024:.1f} MiB per rank, {args.dir}, medians of "
+              f"{args.repeat}")
+        for w in ("save", "load"):
+            ratio = med(a / b for a, b in zip(times["many", w], times["one", w]))
+            print(f"{w}: many {med(times['many', w]):.4f} s, one {med(times['one', w]):.4f} s, "
+                  f"many / one {ratio:.2f}")
+        shutil.rmtree(args.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

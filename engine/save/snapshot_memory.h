@@ -1,0 +1,56 @@
+#pragma once
+
+// The host memory behind the snapshots of asynchronous saves (DB::SaveAsync,
+// save.cc), kept from one save to the next.
+
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#include "ckptdb/status.h"
+
+namespace ckptdb::engine {
+
+// Fresh memory costs far more than a copy the first time it is written: a
+// page fault per page and, on a VM, the host backing each page (the first
+// SaveAsync of 512 MiB stalled 1.7-2.1 s against 0.04-0.08 s for a memcpy,
+// bench/README.md). So the memory is mapped with transparent huge pages where
+// the kernel offers them (a fault per 2 MiB) and written once before a
+// snapshot copies into it: on a thread started by Prepare (at open, when
+// Options::snapshot_bytes says how much), or else inside the first save that
+// needs it. Thread-safe.
+class SnapshotMemory {
+ public:
+  SnapshotMemory() = default;
+  SnapshotMemory(const SnapshotMemory&) = delete;
+  SnapshotMemory& operator=(const SnapshotMemory&) = delete;
+  // Waits for a Prepare under way.
+  ~SnapshotMemory();
+
+  // Maps and touches `bytes` on a thread of its own; returns at once. A
+  // failure there is not reported: Get then maps the memory itself.
+  void Prepare(uint64_t bytes);
+
+  // At least `bytes` of memory, every page touched: what Prepare or an
+  // earlier Get set up (waiting for Prepare to finish), else mapped and
+  // touched now, in place of the smaller region. Valid until the next Get.
+  Result<char*> Get(uint64_t bytes);
+
+  // Bytes held (0 before the first Get or finished Prepare).
+  uint64_t size();
+
+ private:
+  struct Region {
+    char* data = nullptr;
+    uint64_t size = 0;
+  };
+  static Result<Region> MapTouched(uint64_t bytes);
+  static void Unmap(Region region);
+  void JoinPreparing();
+
+  std::mutex mu_;  // guards region_ and preparing_
+  std::thread preparing_;
+  Region region_;
+};
+
+}  // namespace ckptdb::engine
