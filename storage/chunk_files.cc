@@ -1,6 +1,7 @@
 #include "storage/chunk_files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -241,6 +242,20 @@ void ParsePairs(std::string_view bytes,
   }
 }
 
+// A descriptor of the regular file at `path`, or -1. Non-blocking, so that a
+// FIFO in its place cannot hang the open; anything but a regular file is
+// refused (the caller then reads through RocksDB, which reports it).
+int OpenRegularFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
 
 std::shared_ptr<const FileOffsets> ParseFileOffsets(
@@ -271,12 +286,12 @@ std::shared_ptr<const FileOffsets> ParseFileOffsets(
   // without asking RocksDB again.
   if (!file->at.empty()) {
     if (!may_open(path)) return nullptr;
-    file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    file->fd = OpenRegularFile(path);
     if (file->fd < 0) return nullptr;
   }
   if (!file->external.empty()) {
     if (!may_open(file->value_path)) return nullptr;
-    file->value_fd = ::open(file->value_path.c_str(), O_RDONLY | O_CLOEXEC);
+    file->value_fd = OpenRegularFile(file->value_path);
     if (file->value_fd < 0) return nullptr;
   }
   return file;

@@ -95,6 +95,11 @@ Result<JournalState> ReadJournal(StoreFileSystem& fs,
     auto bytes = fs.ReadWholeFile(path);
     if (bytes.status().IsNotFound()) continue;
     any = true;
+    // Something other than a regular file in its place is a damaged copy.
+    if (bytes.status().IsCorruption()) {
+      state.damaged.push_back(path + ": " + bytes.status().message());
+      continue;
+    }
     // An I/O error says nothing about the copy's contents: the open fails.
     if (!bytes.ok()) return bytes.status();
     auto journal = DecodeJournal(*bytes);

@@ -1,5 +1,7 @@
 #include "storage/file_system.h"
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 #include <type_traits>
@@ -206,23 +208,104 @@ IOStatus OpenChecked(StoreFileSystem* fs, const std::string& path,
   return kForWrite ? fs->Done(FileOp::kOpen, path, s) : s;
 }
 
+// The kind of a directory entry of mode `mode`, as a phrase.
+std::string KindOf(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "a special file";
+}
+
+std::optional<mode_t> ModeOf(const std::string& path, bool follow) {
+  struct stat st;
+  const int r = follow ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st);
+  if (r != 0) return std::nullopt;
+  return st.st_mode;
+}
+
+// How CheckReadable's refusals end: FromRocks makes them Corruption.
+constexpr char kNotRegular[] =
+    ", not a regular file: it is not what ckptdb wrote there";
+
+// A read of anything but a regular file (a FIFO would block the open
+// forever): an IOError naming it (RocksDB asserts that a failed read of some
+// of its files is one), which FromRocks turns into Corruption.
+IOStatus CheckReadable(const std::string& path) {
+  const std::optional<std::string> kind = NotARegularFile(path, true);
+  if (!kind) return IOStatus::OK();
+  return IOStatus::IOError("store file " + path + " is " + *kind +
+                           kNotRegular);
+}
+
 }  // namespace
+
+std::optional<std::string> NotARegularFile(const std::string& path,
+                                           bool follow) {
+  const std::optional<mode_t> mode = ModeOf(path, follow);
+  if (!mode || S_ISREG(*mode)) return std::nullopt;
+  return KindOf(*mode);
+}
+
+std::optional<std::string> NotADirectory(const std::string& path) {
+  const std::optional<mode_t> mode = ModeOf(path, false);
+  if (!mode || S_ISDIR(*mode)) return std::nullopt;
+  return KindOf(*mode);
+}
 
 Status FromRocks(const rocksdb::Status& s, const std::string& context) {
   if (s.ok()) return Status::OK();
   const std::string msg = context + ": " + s.ToString();
   if (s.IsNotFound()) return Status::NotFound(msg);
   if (s.IsCorruption()) return Status::Corruption(msg);
+  // A store file that is not a regular file (CheckReadable) is damage.
+  if (s.IsIOError() && msg.find(kNotRegular) != std::string::npos)
+    return Status::Corruption(msg);
   if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
   if (s.IsIOError()) return Status::IOError(msg);
   return Status::Internal(msg);
 }
 
 StoreFileSystem::StoreFileSystem(std::shared_ptr<FaultInjector> faults,
-                                 bool sync)
+                                 bool sync, std::string root)
     : FileSystemWrapper(rocksdb::FileSystem::Default()),
       faults_(std::move(faults)),
-      sync_(sync) {}
+      sync_(sync),
+      root_(std::move(root)) {}
+
+IOStatus StoreFileSystem::CheckConfined(const std::string& path, Leaf leaf,
+                                        const char* what) const {
+  if (root_.empty() || path.size() <= root_.size() ||
+      path.compare(0, root_.size(), root_) != 0 || path[root_.size()] != '/')
+    return IOStatus::OK();
+  std::vector<std::string> parts;
+  for (const auto& part :
+       std::filesystem::path(path.substr(root_.size() + 1))) {
+    const std::string name = part.string();
+    if (name.empty() || name == ".") continue;
+    if (name == "..") {
+      return IOStatus::Corruption(std::string("not ") + what + " " + path +
+                                  ": the path leaves store " + root_);
+    }
+    parts.push_back(name);
+  }
+  std::string at = root_;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    at += "/" + parts[i];
+    const bool last = i + 1 == parts.size();
+    const std::optional<std::string> kind =
+        last && leaf == Leaf::kFile ? NotARegularFile(at, /*follow=*/false)
+                                    : NotADirectory(at);
+    if (!kind) continue;
+    return IOStatus::Corruption(
+        std::string("not ") + what + " " + path + ": " + at + " is " + *kind +
+        ", which ckptdb never makes in a store, so it is not ckptdb's and is "
+        "left alone (move it out of the store to go on)");
+  }
+  return IOStatus::OK();
+}
 
 IOStatus StoreFileSystem::Done(FileOp op, const std::string& path, IOStatus s) {
   if (!s.ok() && Mutates(op) && !IsInfoLog(path)) write_failed_ = true;
@@ -362,8 +445,9 @@ Status StoreFileSystem::CheckRead(const std::string& path) {
 }
 
 Status StoreFileSystem::CheckOpenForRead(const std::string& path) {
-  return FromRocks(Check(FileOp::kOpen, path, 0, /*mutating=*/false),
-                   "opening " + path);
+  IOStatus s = Check(FileOp::kOpen, path, 0, /*mutating=*/false);
+  if (s.ok()) s = CheckReadable(path);
+  return FromRocks(s, "opening " + path);
 }
 
 // RocksDB's operations -----------------------------------------------------
@@ -372,7 +456,8 @@ IOStatus StoreFileSystem::NewSequentialFile(
     const std::string& f, const rocksdb::FileOptions& opts,
     std::unique_ptr<rocksdb::FSSequentialFile>* r, IODebugContext* dbg) {
   return OpenChecked<SequentialFile>(this, f, r, [&](auto* file) {
-    return target()->NewSequentialFile(f, opts, file, dbg);
+    IOStatus s = CheckReadable(f);
+    return s.ok() ? target()->NewSequentialFile(f, opts, file, dbg) : s;
   });
 }
 
@@ -380,7 +465,8 @@ IOStatus StoreFileSystem::NewRandomAccessFile(
     const std::string& f, const rocksdb::FileOptions& opts,
     std::unique_ptr<rocksdb::FSRandomAccessFile>* r, IODebugContext* dbg) {
   return OpenChecked<RandomAccessFile>(this, f, r, [&](auto* file) {
-    return target()->NewRandomAccessFile(f, opts, file, dbg);
+    IOStatus s = CheckReadable(f);
+    return s.ok() ? target()->NewRandomAccessFile(f, opts, file, dbg) : s;
   });
 }
 
@@ -388,7 +474,8 @@ IOStatus StoreFileSystem::NewWritableFile(
     const std::string& f, const rocksdb::FileOptions& opts,
     std::unique_ptr<rocksdb::FSWritableFile>* r, IODebugContext* dbg) {
   return OpenChecked<WritableFile>(this, f, r, [&](auto* file) {
-    return target()->NewWritableFile(f, opts, file, dbg);
+    IOStatus s = CheckConfined(f, Leaf::kFile, "writing");
+    return s.ok() ? target()->NewWritableFile(f, opts, file, dbg) : s;
   });
 }
 
@@ -396,7 +483,8 @@ IOStatus StoreFileSystem::ReopenWritableFile(
     const std::string& f, const rocksdb::FileOptions& opts,
     std::unique_ptr<rocksdb::FSWritableFile>* r, IODebugContext* dbg) {
   return OpenChecked<WritableFile>(this, f, r, [&](auto* file) {
-    return target()->ReopenWritableFile(f, opts, file, dbg);
+    IOStatus s = CheckConfined(f, Leaf::kFile, "writing");
+    return s.ok() ? target()->ReopenWritableFile(f, opts, file, dbg) : s;
   });
 }
 
@@ -405,7 +493,8 @@ IOStatus StoreFileSystem::ReuseWritableFile(
     const rocksdb::FileOptions& opts,
     std::unique_ptr<rocksdb::FSWritableFile>* r, IODebugContext* dbg) {
   return OpenChecked<WritableFile>(this, f, r, [&](auto* file) {
-    return target()->ReuseWritableFile(f, old, opts, file, dbg);
+    IOStatus s = CheckConfined(f, Leaf::kFile, "writing");
+    return s.ok() ? target()->ReuseWritableFile(f, old, opts, file, dbg) : s;
   });
 }
 
@@ -413,6 +502,7 @@ IOStatus StoreFileSystem::NewRandomRWFile(
     const std::string& f, const rocksdb::FileOptions& opts,
     std::unique_ptr<rocksdb::FSRandomRWFile>* r, IODebugContext* dbg) {
   IOStatus s = Check(FileOp::kOpen, f);
+  if (s.ok()) s = CheckConfined(f, Leaf::kFile, "writing");
   return s.ok() ? target()->NewRandomRWFile(f, opts, r, dbg) : s;
 }
 
@@ -449,7 +539,8 @@ IOStatus StoreFileSystem::DeleteFile(const std::string& f,
   // See the class comment: after a failed write the files on disk, not
   // RocksDB's view of them, decide what is unused.
   if (write_failed_) return IOStatus::OK();
-  IOStatus s = Deleting(f);
+  IOStatus s = CheckConfined(f, Leaf::kFile, "removing");
+  if (s.ok()) s = Deleting(f);
   return s.ok() ? target()->DeleteFile(f, options, dbg) : s;
 }
 
@@ -457,6 +548,7 @@ IOStatus StoreFileSystem::Truncate(const std::string& fname, size_t size,
                                    const IOOptions& options,
                                    IODebugContext* dbg) {
   IOStatus s = Check(FileOp::kWrite, fname);
+  if (s.ok()) s = CheckConfined(fname, Leaf::kFile, "truncating");
   if (!s.ok()) return s;
   s = target()->Truncate(fname, size, options, dbg);
   if (!s.ok()) write_failed_ = true;
@@ -467,6 +559,7 @@ IOStatus StoreFileSystem::CreateDir(const std::string& d,
                                     const IOOptions& options,
                                     IODebugContext* dbg) {
   IOStatus s = Check(FileOp::kCreateDir, d);
+  if (s.ok()) s = CheckConfined(d, Leaf::kDirectory, "creating directory");
   return Done(FileOp::kCreateDir, d,
               s.ok() ? target()->CreateDir(d, options, dbg) : s);
 }
@@ -475,6 +568,7 @@ IOStatus StoreFileSystem::CreateDirIfMissing(const std::string& d,
                                              const IOOptions& options,
                                              IODebugContext* dbg) {
   IOStatus s = Check(FileOp::kCreateDir, d);
+  if (s.ok()) s = CheckConfined(d, Leaf::kDirectory, "creating directory");
   return Done(FileOp::kCreateDir, d,
               s.ok() ? target()->CreateDirIfMissing(d, options, dbg) : s);
 }
@@ -483,7 +577,8 @@ IOStatus StoreFileSystem::DeleteDir(const std::string& d,
                                     const IOOptions& options,
                                     IODebugContext* dbg) {
   if (write_failed_) return IOStatus::OK();
-  IOStatus s = Check(FileOp::kDelete, d);
+  IOStatus s = CheckConfined(d, Leaf::kDirectory, "removing directory");
+  if (s.ok()) s = Check(FileOp::kDelete, d);
   return s.ok() ? target()->DeleteDir(d, options, dbg) : s;
 }
 
@@ -498,6 +593,8 @@ IOStatus StoreFileSystem::RenameFile(const std::string& s, const std::string& t,
                                      const IOOptions& options,
                                      IODebugContext* dbg) {
   IOStatus st = Check(FileOp::kRename, t);
+  if (st.ok()) st = CheckConfined(s, Leaf::kFile, "renaming");
+  if (st.ok()) st = CheckConfined(t, Leaf::kFile, "renaming onto");
   return Done(FileOp::kRename, t,
               st.ok() ? target()->RenameFile(s, t, options, dbg) : st);
 }
@@ -506,6 +603,8 @@ IOStatus StoreFileSystem::LinkFile(const std::string& s, const std::string& t,
                                    const IOOptions& options,
                                    IODebugContext* dbg) {
   IOStatus st = Check(FileOp::kLink, t);
+  if (st.ok()) st = CheckConfined(s, Leaf::kFile, "linking");
+  if (st.ok()) st = CheckConfined(t, Leaf::kFile, "linking onto");
   return Done(FileOp::kLink, t,
               st.ok() ? target()->LinkFile(s, t, options, dbg) : st);
 }

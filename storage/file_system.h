@@ -28,13 +28,21 @@ namespace ckptdb::storage {
 //   failed MANIFEST sync RocksDB removes files that the MANIFEST on disk may
 //   already name (the table file a failed ingestion linked in), which makes the
 //   store unopenable. The store reopens its database after any failure, and
-//   that recovery, which reads the files as they are, removes what is unused.
+//   that recovery, which reads the files as they are, removes what is unused;
+// - keep every change inside the store directory `root`: a path below it
+//   whose directories include a symbolic link, or that names a symbolic link
+//   or a special file (FIFO, socket, device), is neither written, renamed,
+//   linked nor removed (Corruption naming it). ckptdb and RocksDB write only
+//   regular files and directories there, so such an entry is not theirs;
+// - open for reading only regular files: a FIFO in place of a store file
+//   would block the open forever (Corruption naming it).
 // Thread-safe.
 class StoreFileSystem : public rocksdb::FileSystemWrapper {
  public:
-  // `sync` false skips the fsyncs of ckptdb's own operations.
+  // `sync` false skips the fsyncs of ckptdb's own operations. `root`: the
+  // store directory (none: no path is checked for links).
   explicit StoreFileSystem(std::shared_ptr<FaultInjector> faults,
-                           bool sync = true);
+                           bool sync = true, std::string root = "");
 
   static const char* kClassName() { return "CkptdbStoreFileSystem"; }
   const char* Name() const override { return kClassName(); }
@@ -64,7 +72,8 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   // verdict, as an IOError.
   Status CheckRead(const std::string& path);
   // Asks whether `path` may be opened for reading (a value file, read
-  // directly): the injector's verdict, as an IOError.
+  // directly): the injector's verdict, as an IOError; Corruption naming it
+  // when it is not a regular file.
   Status CheckOpenForRead(const std::string& path);
 
   // Reads of `paths` are kept in memory (up to `max_bytes`) and later reads
@@ -151,15 +160,31 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
 
  private:
   rocksdb::IOStatus Deleting(const std::string& path);
+  // What a change to `path` may act on (EntryAt): Corruption naming `path`
+  // unless each directory between root_ and it is a directory (not a link),
+  // and it is absent or of kind `leaf`.
+  enum class Leaf { kFile, kDirectory };
+  rocksdb::IOStatus CheckConfined(const std::string& path, Leaf leaf,
+                                  const char* what) const;
 
   const std::shared_ptr<FaultInjector> faults_;
   const bool sync_;
+  const std::string root_;
   std::mutex pin_mu_;
   std::set<std::string> pin_paths_;
   uint64_t pin_budget_ = 0;
   std::map<std::tuple<std::string, uint64_t, size_t>, std::string> pinned_;
   std::atomic<bool> write_failed_{false};
 };
+
+// What is at `path` when it is not a regular file: "a directory", "a symbolic
+// link", "a FIFO", "a socket" or "a device"; nullopt for a regular file or
+// nothing. `follow`: a symbolic link at `path` is followed (its target is
+// described).
+std::optional<std::string> NotARegularFile(const std::string& path,
+                                           bool follow);
+// The same for a directory: nullopt for a directory (not a link) or nothing.
+std::optional<std::string> NotADirectory(const std::string& path);
 
 // RocksDB's status (or IOStatus) as ours, `context` first in its message.
 Status FromRocks(const rocksdb::Status& s, const std::string& context);

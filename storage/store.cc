@@ -619,13 +619,34 @@ Status StoreImpl::CheckReferencesHeld(const CheckpointInfo& info) {
   return Status::OK();
 }
 
-Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
-  {
-    std::lock_guard lock(direct_mu_);
-    if (held_values_checked_.contains(held)) return Status::OK();
+Status StoreImpl::CheckShareable(int64_t checkpoint_id) {
+  CKPTDB_RETURN_IF_ERROR(RequireWritable("checking shared chunks"));
+  std::shared_lock lock(mu_);
+  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
+  rocksdb::PinnableSlice record;
+  CKPTDB_RETURN_IF_ERROR(GetRecord(checkpoint_id, &record));
+  CKPTDB_ASSIGN_OR_RETURN(
+      CheckpointInfo info,
+      DecodeCheckpointInfo(std::string_view(record.data(), record.size())));
+  std::set<int64_t> held(info.references.begin(), info.references.end());
+  held.insert(checkpoint_id);
+  for (int64_t id : held) {
+    CKPTDB_ASSIGN_OR_RETURN(const std::string loss, ValueFileLoss(id));
+    if (loss.empty()) continue;
+    const std::string message =
+        "the chunks of checkpoint " + std::to_string(checkpoint_id) +
+        " in store '" + path_ + "' cannot be shared: the " + loss +
+        " (checkpoint " + std::to_string(id) + "'s)";
+    rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL,
+                 db_->GetDBOptions().info_log, "%s", message.c_str());
+    return Status::Corruption(message);
   }
+  return Status::OK();
+}
+
+Result<std::string> StoreImpl::ValueFileLoss(int64_t held) {
   CKPTDB_ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> files,
-                   NamedValueFiles(held));
+                          NamedValueFiles(held));
   for (const ValueFileExtent& values : files) {
     const std::string path = ValuesDir(path_) + "/" + values.name;
     const bool missing =
@@ -637,14 +658,26 @@ Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
           "value file " + path));
       if (size >= values.end) continue;
     }
+    return "value file " + path +
+           (!missing ? " holds " + std::to_string(size) +
+                           " bytes, its chunks need " +
+                           std::to_string(values.end)
+                     : " is missing");
+  }
+  return std::string();
+}
+
+Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
+  {
+    std::lock_guard lock(direct_mu_);
+    if (held_values_checked_.contains(held)) return Status::OK();
+  }
+  CKPTDB_ASSIGN_OR_RETURN(const std::string loss, ValueFileLoss(held));
+  if (!loss.empty()) {
     return Status::Corruption(
         "checkpoint " + std::to_string(id) +
         " would share chunks of checkpoint " + std::to_string(held) +
-        ", whose value file " + path +
-        (!missing ? " holds " + std::to_string(size) +
-                        " bytes, its chunks need " + std::to_string(values.end)
-                  : " is missing") +
-        ": not committed. `ckpt-db-dump verify " + path_ +
+        ", whose " + loss + ": not committed. `ckpt-db-dump verify " + path_ +
         "` lists the checkpoints that use it; a save "
         "with incremental saves off "
         "writes every chunk again");

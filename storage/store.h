@@ -139,6 +139,11 @@ class Store {
   virtual Result<int64_t> NextCheckpointId() = 0;
   // InvalidArgument when `tag` names a committed checkpoint.
   virtual Status CheckTagFree(const std::string& tag) = 0;
+  // Whether a new checkpoint may share the chunks of checkpoint
+  // `checkpoint_id` (an incremental save's base): Corruption naming the file
+  // when a value file of it, or of a checkpoint whose chunks it shares, is
+  // missing or cut short. Read-write only.
+  virtual Status CheckShareable(int64_t checkpoint_id) = 0;
 
   // Ingests the staged files (which must hold only chunks of meta.info.id) and
   // writes the metadata record: the commit point. Returns OK only once the

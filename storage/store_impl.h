@@ -99,6 +99,7 @@ class StoreImpl : public Store {
       const std::vector<std::string>& tensor_keys) override;
   Result<int64_t> NextCheckpointId() override;
   Status CheckTagFree(const std::string& tag) override;
+  Status CheckShareable(int64_t checkpoint_id) override;
   Status Commit(const CheckpointMetadata& meta,
                 const std::vector<std::string>& staged) override;
   Result<ChunkBuffer> ReadChunk(int64_t checkpoint_id,
@@ -265,6 +266,10 @@ class StoreImpl : public Store {
   // checkpoint `id` shares, is there and long enough (a stat each; each held
   // checkpoint is checked once per handle, its files being immutable).
   Status CheckHeldValueFiles(int64_t id, int64_t held);
+  // "value file P is missing" (or "... holds N bytes, its chunks need M") for
+  // the first value file of checkpoint `held` that is not whole; empty when
+  // every one is.
+  Result<std::string> ValueFileLoss(int64_t held);
   // The open file holding the chunk value under `key` and the value's offset
   // in it: its value file, or its table file when the chunk starts a data
   // block there; table files are parsed on the first read that reaches them.

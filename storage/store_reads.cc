@@ -220,9 +220,15 @@ Status StoreImpl::ReadPointedValue(int64_t checkpoint_id,
                               std::to_string(chunk.writer_rank));
   }
   CKPTDB_RETURN_IF_ERROR(fs_->CheckOpenForRead(path));
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: a FIFO put in its place since the check must not hang the
+  // open (ReadValueFile refuses anything but a regular file).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
+    if (err == ENOTDIR) {
+      return Status::Corruption(what + " is missing: a directory of its path "
+                                       "is not a directory");
+    }
     if (err != ENOENT) {
       return Status::IOError("opening " + path + " to read " +
                              ChunkName(checkpoint_id, tensor_key, chunk) +
@@ -266,6 +272,10 @@ Status StoreImpl::ReadValueFile(int fd, const std::string& path,
   if (::fstat(fd, &st) != 0) {
     return Status::IOError("reading the size of " + path + " for " + what +
                            ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return Status::Corruption(what + " is damaged: " + path +
+                              " is not a regular file");
   }
   if (static_cast<uint64_t>(st.st_size) < pointer.offset + pointer.nbytes) {
     return Status::Corruption(what + " is damaged: the file ends at byte " +

@@ -123,6 +123,16 @@ TensorView FromArray(const py::array& array, const std::string& path,
                      bool writable) {
   if (writable && !array.writeable())
     Invalid("tensor " + Where(path) + ": the array is read-only");
+  // Stored bytes are in the machine's byte order: bytes of the other order
+  // would be stored, and loaded, under the wrong label.
+  if (!array.dtype().attr("isnative").cast<bool>()) {
+    Invalid("tensor " + Where(path) + ": numpy dtype " +
+            py::str(array.dtype()).cast<std::string>() +
+            " is in non-native byte order, which ckptdb does not store; " +
+            (writable ? "load into" : "save") +
+            " array.astype(array.dtype.newbyteorder('='))" +
+            (writable ? " and copy it back" : ""));
+  }
   std::optional<DType> dtype = FromNumpy(array.dtype());
   if (!dtype) {
     Invalid("tensor " + Where(path) + ": numpy dtype " +

@@ -1,6 +1,7 @@
 #include <thread>
 
 #include "engine/api/db_impl.h"
+#include "engine/api/process_bound.h"
 #include "engine/collectives/wire.h"
 
 namespace ckptdb {
@@ -9,6 +10,8 @@ Result<std::unique_ptr<DB>> DB::Open(const Options& options,
                                      const std::string& path,
                                      std::shared_ptr<Communicator> comm) {
   if (!comm) comm = SingleProcessCommunicator();
+  // RocksDB's background threads start with the first store.
+  engine::ExitForkedChildrenAtOnce();
   if (options.max_chunk_bytes == 0 ||
       options.max_chunk_bytes > kMaxChunkBytes) {
     return Status::InvalidArgument("Options::max_chunk_bytes must be in [1, " +
@@ -48,8 +51,10 @@ Result<std::unique_ptr<DB>> DB::Open(const Options& options,
     local = store.status();
   }
   CKPTDB_RETURN_IF_ERROR(engine::AgreeOnStatus(*comm, local));
-  return std::unique_ptr<DB>(new engine::DBImpl(options, path, std::move(comm),
-                                                std::move(store).value()));
+  return engine::BindToProcess(
+      std::unique_ptr<DB>(new engine::DBImpl(options, path, std::move(comm),
+                                             std::move(store).value())),
+      path);
 }
 
 namespace engine {

@@ -609,7 +609,14 @@ class AsyncSave : public PendingSave {
 Result<int64_t> DBImpl::IncrementalBase() {
   if (!options_.incremental) return 0;
   CKPTDB_ASSIGN_OR_RETURN(auto all, store_->List());
-  return all.empty() ? 0 : all.back().id;
+  if (all.empty() || store_->read_only()) return all.empty() ? 0 : all.back().id;
+  // Bytes of the latest checkpoint that are lost (a value file missing or cut
+  // short) cannot be shared: the save writes every chunk again from the
+  // caller's tensors. The store's LOG and `verify` name the lost file.
+  const Status shareable = store_->CheckShareable(all.back().id);
+  if (shareable.IsCorruption()) return 0;
+  CKPTDB_RETURN_IF_ERROR(shareable);
+  return all.back().id;
 }
 
 Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
