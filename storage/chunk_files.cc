@@ -25,6 +25,14 @@ constexpr char kValueOffsetsProperty[] = "ckptdb.chunk-value-offsets";
 // the pointers need it (8 bytes), then per chunk the 8-byte hash of its key
 // and the 8-byte offset of its value in the value file.
 constexpr char kValueFileProperty[] = "ckptdb.chunk-value-file";
+// The user property of a chunk table file that says where every value kept in
+// the table file starts, small chunks that share a block included: per value
+// the 8-byte hash of its key and the 8-byte file offset of its value. Not
+// parsed for direct reads (RocksDB keeps the properties of every open table
+// file in memory either way); copied into the checkpoint's locator copy
+// (record_copies.h), so that a chunk's bytes are found without the file's
+// index or footer.
+constexpr char kTableOffsetsProperty[] = "ckptdb.chunk-table-offsets";
 
 uint64_t KeyHash(std::string_view key) {
   return ChunkChecksum(key.data(), key.size());
@@ -73,19 +81,21 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
                              rocksdb::EntryType type, rocksdb::SequenceNumber,
                              uint64_t file_size) override {
     if (type != rocksdb::kEntryPut) return rocksdb::Status::OK();
+    const bool starts_block = entries_ == 0 || file_size != last_block_;
+    const uint64_t in_table = TrackEntry(key, value, starts_block, file_size);
     // The writer says which values are pointers: a chunk's own bytes may look
     // like one.
     if (log_ && log_->next_is_pointer) {
       log_->next_is_pointer = false;
       PutLittleEndian<uint64_t>(&pointers_, KeyHash(key.ToStringView()));
       PutLittleEndian<uint64_t>(&pointers_, log_->next_offset);
-    } else if (entries_ == 0 || file_size != last_block_) {
-      const uint64_t internal_key = key.size() + 8;
-      const uint64_t at = file_size + VarintLength(0) +
-                          VarintLength(internal_key) +
-                          VarintLength(value.size()) + internal_key;
-      PutLittleEndian<uint64_t>(&offsets_, KeyHash(key.ToStringView()));
-      PutLittleEndian<uint64_t>(&offsets_, at);
+    } else {
+      PutLittleEndian<uint64_t>(&table_, KeyHash(key.ToStringView()));
+      PutLittleEndian<uint64_t>(&table_, in_table);
+      if (starts_block) {
+        PutLittleEndian<uint64_t>(&offsets_, KeyHash(key.ToStringView()));
+        PutLittleEndian<uint64_t>(&offsets_, in_table);
+      }
     }
     if (entries_ == 0) first_ = key.ToString();
     last_ = key.ToString();
@@ -101,6 +111,7 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
       out += *key;
     }
     (*props)[kValueOffsetsProperty] = out + offsets_;
+    (*props)[kTableOffsetsProperty] = table_;
     if (!pointers_.empty()) {
       std::string file = log_->name;
       file.push_back('\0');
@@ -116,7 +127,45 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
   const char* Name() const override { return "ckptdb.ValueOffsetCollector"; }
 
  private:
+  // Where the value of the entry (key, value) lands in the file, as RocksDB's
+  // block builder lays out a data block: each entry is the varints of the
+  // key bytes it shares with the previous key in the block (none at the
+  // block's start and at every kChunkBlockRestartInterval-th entry), of the
+  // bytes it does not share and of the value's length, then those key bytes
+  // and the value. Keys are internal keys: the user key and 8 bytes of
+  // sequence number (0 in a staged file) and type.
+  uint64_t TrackEntry(const rocksdb::Slice& key, const rocksdb::Slice& value,
+                      bool starts_block, uint64_t block_offset) {
+    std::string internal = key.ToString();
+    internal.push_back('\x01');  // RocksDB's kTypeValue, sequence number 0
+    internal.append(7, '\0');
+    if (starts_block) {
+      block_bytes_ = 0;
+      block_entries_ = 0;
+      previous_.clear();
+    }
+    size_t shared = 0;
+    if (block_entries_ % kChunkBlockRestartInterval != 0) {
+      const size_t n = std::min(previous_.size(), internal.size());
+      while (shared < n && previous_[shared] == internal[shared]) ++shared;
+    }
+    const uint64_t header = VarintLength(shared) +
+                            VarintLength(internal.size() - shared) +
+                            VarintLength(value.size());
+    const uint64_t at =
+        block_offset + block_bytes_ + header + (internal.size() - shared);
+    block_bytes_ += header + (internal.size() - shared) + value.size();
+    ++block_entries_;
+    previous_ = std::move(internal);
+    return at;
+  }
+
   std::string offsets_;
+  // Every value kept in the table file: key hash, file offset.
+  std::string table_;
+  uint64_t block_bytes_ = 0;
+  uint64_t block_entries_ = 0;
+  std::string previous_;
   // Set by a staged writer whose table file holds pointers.
   std::shared_ptr<ValueFileLog> log_;
   // The pointers' key hashes and offsets in the value file.
@@ -295,6 +344,71 @@ std::shared_ptr<const FileOffsets> ParseFileOffsets(
     if (file->value_fd < 0) return nullptr;
   }
   return file;
+}
+
+namespace {
+
+// Takes a 4-byte length and that many bytes off the front of `bytes`.
+bool TakePart(std::string_view* bytes, std::string_view* part) {
+  if (bytes->size() < 4) return false;
+  const uint32_t n = GetLittleEndian<uint32_t>(bytes->data());
+  if (bytes->size() - 4 < n) return false;
+  *part = bytes->substr(4, n);
+  bytes->remove_prefix(4 + size_t{n});
+  return true;
+}
+
+void PutPart(std::string* out, std::string_view part) {
+  PutLittleEndian<uint32_t>(out, static_cast<uint32_t>(part.size()));
+  out->append(part);
+}
+
+}  // namespace
+
+std::optional<std::pair<bool, uint64_t>> ChunkLocations::Find(
+    std::string_view key) const {
+  const uint64_t hash = KeyHash(key);
+  if (auto found = in_value_file.find(hash); found != in_value_file.end())
+    return std::pair(true, found->second);
+  if (auto found = in_table.find(hash); found != in_table.end())
+    return std::pair(false, found->second);
+  return std::nullopt;
+}
+
+std::optional<std::string> LocatorBlob(const rocksdb::TableProperties& props) {
+  const auto& user = props.user_collected_properties;
+  auto offsets = user.find(kValueOffsetsProperty);
+  auto table = user.find(kTableOffsetsProperty);
+  if (offsets == user.end() || table == user.end()) return std::nullopt;
+  auto values = user.find(kValueFileProperty);
+  std::string out;
+  PutPart(&out, offsets->second);
+  PutPart(&out, values == user.end() ? std::string() : values->second);
+  PutPart(&out, table->second);
+  return out;
+}
+
+std::optional<ChunkLocations> ParseLocatorBlob(std::string_view blob) {
+  std::string_view offsets, values, table;
+  if (!TakePart(&blob, &offsets) || !TakePart(&blob, &values) ||
+      !TakePart(&blob, &table) || !blob.empty())
+    return std::nullopt;
+  ChunkLocations out;
+  for (std::string* key : {&out.first, &out.last}) {
+    std::string_view part;
+    if (!TakePart(&offsets, &part)) return std::nullopt;
+    key->assign(part);
+  }
+  ParsePairs(table, &out.in_table);
+  if (!values.empty()) {
+    rocksdb::TableProperties props;
+    props.user_collected_properties[kValueFileProperty] = std::string(values);
+    const std::optional<ValueFileExtent> file = ValueFileOf(props);
+    if (!file) return std::nullopt;
+    out.value_file = file->name;
+    ParsePairs(values.substr(file->name.size() + 9), &out.in_value_file);
+  }
+  return out;
 }
 
 }  // namespace ckptdb::storage

@@ -26,6 +26,10 @@ namespace ckptdb::storage {
 
 // Chunks at least this large start a data block of their own.
 inline constexpr size_t kOwnBlockBytes = BufferPool::kMinPooled;
+// The block restart interval of chunk table files (ChunkCfOptions): every
+// this many entries a data block entry shares no key bytes with the previous
+// one, which the offsets of small chunks' values depend on.
+inline constexpr int kChunkBlockRestartInterval = 16;
 
 // Ends data blocks at the block size, and before every chunk of
 // kOwnBlockBytes or more.
@@ -104,5 +108,30 @@ std::optional<ValueFileExtent> ValueFileOf(
     const rocksdb::TableProperties& props);
 // Whether the table file has the property that names a value file.
 bool HasValueFile(const rocksdb::TableProperties& props);
+
+// Where every chunk value of one table file lies, from the properties its
+// writer recorded: the copy a store keeps of them (record_copies.h) finds a
+// chunk's bytes when the table file's index, footer or pointer is damaged.
+struct ChunkLocations {
+  // The table file's key range.
+  std::string first, last;
+  // The value file its pointers point into (name under the values
+  // directory); empty when none.
+  std::string value_file;
+  // Key hash -> offset of the value in the table file / in the value file.
+  std::unordered_map<uint64_t, uint64_t> in_table, in_value_file;
+
+  bool Holds(std::string_view key) const { return first <= key && key <= last; }
+  // Where the value under `key` starts: in the value file (true) or the
+  // table file (false), at the offset. (Keys are matched by a 64-bit hash; a
+  // mismatch could only point at other bytes, which the read's checksum
+  // rejects.)
+  std::optional<std::pair<bool, uint64_t>> Find(std::string_view key) const;
+};
+// The properties of a table file that ChunkLocations come from, as one
+// string; nullopt for a file without them (written before they existed).
+std::optional<std::string> LocatorBlob(const rocksdb::TableProperties& props);
+// Parses LocatorBlob's string; nullopt when it is malformed.
+std::optional<ChunkLocations> ParseLocatorBlob(std::string_view blob);
 
 }  // namespace ckptdb::storage

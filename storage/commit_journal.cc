@@ -91,9 +91,13 @@ Result<JournalState> ReadJournal(StoreFileSystem& fs,
                                  const std::string& store_path) {
   JournalState state;
   bool any = false;
+  std::vector<std::string> missing;
   for (const std::string& path : JournalPaths(store_path)) {
     auto bytes = fs.ReadWholeFile(path);
-    if (bytes.status().IsNotFound()) continue;
+    if (bytes.status().IsNotFound()) {
+      missing.push_back(path + ": missing");
+      continue;
+    }
     any = true;
     // Something other than a regular file in its place is a damaged copy.
     if (bytes.status().IsCorruption()) {
@@ -110,6 +114,10 @@ Result<JournalState> ReadJournal(StoreFileSystem& fs,
     if (!state.journal || journal->sequence > state.journal->sequence)
       state.journal = std::move(journal).value();
   }
+  // One copy without the other: the missing one is damage too (a
+  // read-write open writes it again).
+  if (any)
+    state.damaged.insert(state.damaged.end(), missing.begin(), missing.end());
   if (any && !state.journal) {
     std::string why;
     for (const auto& d : state.damaged) why += (why.empty() ? "" : "; ") + d;

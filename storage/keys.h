@@ -52,6 +52,8 @@ bool DecodeTensorRecordKey(std::string_view key, int64_t* checkpoint_id,
 inline constexpr std::string_view kStoreMarkerKey =
     "\xff"
     "store";
+// The store marker's value.
+inline constexpr std::string_view kStoreMarker = "ckptdb-store 1";
 inline constexpr std::string_view kNextIdKey =
     "\xff"
     "next_id";

@@ -34,12 +34,19 @@ rocksdb::ColumnFamilyOptions ChunkCfOptions(
   options.disable_auto_compactions = true;
   rocksdb::BlockBasedTableOptions table;
   table.block_size = 256 << 10;
+  table.block_restart_interval = kChunkBlockRestartInterval;
   table.checksum = rocksdb::kXXH3;
   table.flush_block_policy_factory = NewChunkFlushBlockPolicyFactory();
   if (block_cache) table.block_cache = std::move(block_cache);
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   options.table_properties_collector_factories.push_back(
       NewValueOffsetCollectorFactory());
+  return options;
+}
+
+rocksdb::ColumnFamilyOptions MetaCfOptions() {
+  rocksdb::ColumnFamilyOptions options;
+  options.compression = rocksdb::kNoCompression;
   return options;
 }
 
@@ -75,8 +82,9 @@ Status StoreImpl::DropChunks(int64_t checkpoint_id) {
                             "' share files with other checkpoints");
   }
   // The value files go with the table files: no key of another checkpoint
-  // points into them (value_files.h).
-  return RemoveValueDir(checkpoint_id);
+  // points into them (value_files.h); so does the copy of their locations.
+  CKPTDB_RETURN_IF_ERROR(RemoveValueDir(checkpoint_id));
+  return RemoveCopy(CopyKind::kLocators, checkpoint_id);
 }
 
 Result<std::vector<int64_t>> StoreImpl::UnusedValueDirs(
@@ -86,10 +94,16 @@ Result<std::vector<int64_t>> StoreImpl::UnusedValueDirs(
       fs_->GetChildren(ValuesDir(path_), rocksdb::IOOptions(), &names, nullptr);
   if (listed.IsNotFound()) return std::vector<int64_t>();
   CKPTDB_RETURN_IF_ERROR(FromRocks(listed, "listing " + ValuesDir(path_)));
+  // A checkpoint whose record (or a later record) uses its chunks keeps its
+  // value files even when its table files are gone (damage): the copy of
+  // their locations still reaches them.
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> records, RecordIds());
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> referenced, ReferencedIds());
   std::vector<int64_t> unused;
   for (const std::string& name : names) {
     int64_t id = 0;
-    if (ParseValueDirName(name, &id) && !live.contains(id))
+    if (ParseValueDirName(name, &id) && !live.contains(id) &&
+        !records.contains(id) && !referenced.contains(id))
       unused.push_back(id);
   }
   std::sort(unused.begin(), unused.end());
@@ -373,18 +387,33 @@ Result<std::vector<CheckpointInfo>> StoreImpl::List() {
 
 Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
   std::vector<CheckpointInfo> out;
-  Status error;
   CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id, std::string_view record) {
     if (!Visible(id)) return true;
     auto info = DecodeCheckpointInfo(record);
     if (!info.ok()) {
-      error = info.status().WithContext("checkpoint id " + std::to_string(id));
-      return false;
+      // From the copy; when both are damaged the listing still names the
+      // checkpoint, and the calls that need its record fail.
+      rocksdb::PinnableSlice copy;
+      if (MainRecordFromCopy(id, &copy).ok())
+        info = DecodeCheckpointInfo(std::string_view(copy.data(), copy.size()));
+    }
+    if (!info.ok()) {
+      CheckpointInfo damaged;
+      damaged.id = id;
+      damaged.damage = "the record of checkpoint id " + std::to_string(id) +
+                       " in store '" + path_ +
+                       "' is damaged: " + info.status().message();
+      out.push_back(std::move(damaged));
+      return true;
     }
     out.push_back(*info);
     return true;
   }));
-  CKPTDB_RETURN_IF_ERROR(error);
+  // Records only their copies hold come after the others.
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointInfo& a, const CheckpointInfo& b) {
+              return a.id < b.id;
+            });
   return out;
 }
 
@@ -498,6 +527,8 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
     Status s = IngestStaged(staged, what);
     if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
     s = CheckIngested(meta);
+    // The second copy of where its chunks lie, before the record.
+    if (s.ok()) s = WriteLocatorCopy(id);
     if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
   }
   std::string next;
@@ -510,6 +541,8 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   Status s = WriteMeta(&batch, "committing " + what);
   // Read back from its table file (which also puts it in the block cache).
   if (s.ok()) s = ReadBack(id, records);
+  // The second copy of its records, before the journal names it.
+  if (s.ok()) s = WriteCopy(*fs_, path_, CopyKind::kRecords, id, records);
   if (s.ok()) {
     CommitJournal journal = *journal_;
     journal.committed.insert(id);
@@ -713,6 +746,8 @@ Result<StoreReport> StoreImpl::Check() {
     if (!records.contains(id) && !referenced.contains(id) && Visible(id))
       report.unaccounted_chunk_ids.push_back(id);
   }
+  CKPTDB_ASSIGN_OR_RETURN(const CopyFindings copies, CompareCopies());
+  ReportCopies(copies, &report);
   return report;
 }
 

@@ -96,6 +96,12 @@ struct StoreReport {
   int64_t high_water = 0;
   // Commit journal copies that are damaged (the other one is in use).
   std::vector<std::string> damaged_journal_copies;
+  // Metadata damaged in one of its two copies (record_copies.h), one line
+  // each naming the checkpoint and the file: reads use the intact copy, and a
+  // read-write open rewrites the damaged one.
+  std::vector<std::string> repairable_metadata;
+  // Metadata damaged in both copies: the checkpoint's records are lost.
+  std::vector<std::string> lost_metadata;
 };
 
 // One RocksDB database with column families `chunks` (tensor bytes, or for
@@ -181,8 +187,17 @@ class Store {
   // then checks the chunk's own checksum: what DB::Verify runs, so that damage
   // to a table file outside chunk values (which direct reads never touch) is
   // found too.
+  // When the chunk's bytes are intact but its table file is damaged around
+  // them (its pointer, index or footer), they read back through the copy of
+  // the chunk's location (record_copies.h): then Corruption saying so, or,
+  // with `through_copy`, OK and *through_copy saying what is damaged.
   virtual Status VerifyChunk(int64_t checkpoint_id, std::string_view tensor_key,
-                             const ChunkMetadata& chunk) = 0;
+                             const ChunkMetadata& chunk,
+                             std::string* through_copy) = 0;
+  Status VerifyChunk(int64_t checkpoint_id, std::string_view tensor_key,
+                     const ChunkMetadata& chunk) {
+    return VerifyChunk(checkpoint_id, tensor_key, chunk, nullptr);
+  }
 
   // Removes a checkpoint: marks it deleting in the journal, removes its
   // record, then its chunks, reclaiming their files. Interrupted, the next

@@ -10,6 +10,7 @@
 #include <rocksdb/options.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include "storage/file_system.h"
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
+#include "storage/record_copies.h"
 #include "storage/store.h"
 #include "storage/value_files.h"
 
@@ -50,6 +52,35 @@ bool IsNoSpace(const Status& s);
 // never enter it (reads pass fill_cache = false).
 rocksdb::ColumnFamilyOptions ChunkCfOptions(
     std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
+// Options of the `meta` column family.
+rocksdb::ColumnFamilyOptions MetaCfOptions();
+
+// What comparing a store's metadata with its second copies found
+// (StoreImpl::CompareCopies): each entry names the checkpoint id and says
+// why.
+struct CopyFindings {
+  // Records in the `meta` column family damaged or missing; their copy is
+  // intact (a read-write open rewrites the column family).
+  std::map<int64_t, std::string> records_damaged;
+  // Record copies damaged or missing; the records are intact (a read-write
+  // open rewrites the copy).
+  std::map<int64_t, std::string> copies_damaged;
+  // Both damaged: the checkpoint's metadata is lost.
+  std::map<int64_t, std::string> both_damaged;
+  // Damage in the `meta` column family outside any checkpoint's records (the
+  // store marker, an index or footer): why, or empty.
+  std::string meta_scan_error;
+  // Copies of chunk locations damaged or missing, by the id whose chunks
+  // they locate; the table files' own are intact (rewritten by a read-write
+  // open).
+  std::map<int64_t, std::string> locators_damaged;
+  // Copy files of checkpoints without records or chunks (a save or a delete
+  // cut short): removed by a read-write open.
+  std::vector<std::string> stale;
+  // The store has no copies directory: written by a build that kept none.
+  // Its missing copies are not damage (a read-write open writes them).
+  bool predates_copies = false;
+};
 
 struct ChunkBuffer::Impl {
   ~Impl() {
@@ -110,8 +141,10 @@ class StoreImpl : public Store {
   Status ReadChunkScattered(int64_t checkpoint_id, std::string_view tensor_key,
                             const ChunkMetadata& chunk,
                             const std::vector<ChunkPiece>& pieces) override;
+  using Store::VerifyChunk;
   Status VerifyChunk(int64_t checkpoint_id, std::string_view tensor_key,
-                     const ChunkMetadata& chunk) override;
+                     const ChunkMetadata& chunk,
+                     std::string* through_copy) override;
   Status Delete(int64_t checkpoint_id) override;
   Status Refresh() override;
   Result<std::unique_ptr<StagedFileWriter>> NewStagedFile(int64_t checkpoint_id,
@@ -303,10 +336,87 @@ class StoreImpl : public Store {
                        const ValuePointer& pointer, ChunkBuffer* buffer);
   // Checkpoint ids that some live chunk file holds keys of.
   std::set<int64_t> LiveChunkIds();
-  // Calls fn(id, main record bytes) for every committed checkpoint in id
-  // order; fn returns false to stop. Tensor records are skipped unread.
+  // Calls fn(id, main record bytes) for every committed checkpoint: in id
+  // order from the `meta` column family, then those only their copies hold
+  // (record_copies.h); fn returns false to stop. Tensor records are skipped
+  // unread.
   template <typename Fn>
   Status ForEachRecord(Fn&& fn);
+
+  // ---- Second copies of the metadata (store_copies.cc) ----
+  // Writes the copy of checkpoint `checkpoint_id`'s chunk locations, from
+  // the properties of its table files.
+  Status WriteLocatorCopy(int64_t checkpoint_id);
+  // Removes one copy file, durably.
+  Status RemoveCopy(CopyKind kind, int64_t checkpoint_id);
+  // Checkpoint ids with a copy of `kind` (intact or not).
+  Result<std::set<int64_t>> CopyIds(CopyKind kind);
+  // The records of a checkpoint as the `meta` column family holds them,
+  // block checksums verified; NotFound when it holds none.
+  Result<CopyEntries> ReadRocksRecords(int64_t checkpoint_id);
+  // ForEachRecord's fallback: calls fn for the main records of the copies of
+  // checkpoints not in `seen`, when the scan of the `meta` column family
+  // failed (`scanned`) or missed a committed checkpoint. OK when the copies
+  // stand in for what the scan could not read.
+  Status ForEachCopiedRecord(
+      const std::set<int64_t>& seen, const Status& scanned,
+      const std::function<bool(int64_t, std::string_view)>& fn);
+  // The main record of a checkpoint from its copy, into `record`.
+  Status MainRecordFromCopy(int64_t checkpoint_id,
+                            rocksdb::PinnableSlice* record);
+  // ReadMetadata from the copy of the records.
+  Result<CheckpointMetadata> MetadataFromCopy(
+      int64_t checkpoint_id, const std::vector<std::string>* tensor_keys);
+  // Reads a chunk through the copy of its location (for when its table
+  // file's pointer, index or footer is damaged) into `buffer`, verified.
+  Status ReadThroughCopy(int64_t checkpoint_id, std::string_view tensor_key,
+                         const ChunkMetadata& chunk, const std::string& key,
+                         ChunkBuffer* buffer);
+  // The table files a rebuild set aside (damaged/<n>/*.sst).
+  std::vector<std::string> SetAsideTables();
+  // Reads chunk `chunk` from byte `offset` of the file at `path` into
+  // `buffer` and checks its checksum; `what` names it in errors.
+  Status ReadAtCopiedPlace(const std::string& path, const std::string& what,
+                           uint64_t offset, const ChunkMetadata& chunk,
+                           ChunkBuffer* buffer);
+  // Compares the metadata with its copies (every record, a full scan of the
+  // `meta` column family, every live checkpoint's chunk locations).
+  Result<CopyFindings> CompareCopies();
+  // A read-write open's repair: rewrites each damaged copy from the intact
+  // one (the whole `meta` column family when any of it is damaged) and
+  // removes stale copies.
+  Status RepairCopies();
+  // Check's lines for what CompareCopies found.
+  void ReportCopies(const CopyFindings& found, StoreReport* report);
+  Status RewriteMetaFamily();
+  // Read-write open of a store whose database RocksDB cannot open (damaged
+  // CURRENT, MANIFEST or write-ahead log): when every checkpoint the journal
+  // names committed has an intact record copy, the database description is
+  // rebuilt from the chunk table files and the copies (RebuildFromCopies);
+  // the damaged files are kept under damaged/. Otherwise `error` stands.
+  Status PreCheckOrRebuild(bool has_db);
+  // PrepareDirectory, rebuilding the database (read-write) when its
+  // CURRENT file is gone but the copies can rebuild it.
+  Result<bool> PrepareOrRebuild();
+  // Ingests the chunk table files a rebuild set aside for it (staging/
+  // rebuild-*: also those of a rebuild cut short); one that cannot be
+  // ingested goes to `aside`.
+  Status IngestRebuildTables(const std::string& aside);
+  // Whether the copies can rebuild the database: a valid journal, and an
+  // intact record copy of every checkpoint it names committed.
+  bool CanRebuild();
+  // Corruption when the `meta` column family reads without error but lacks
+  // the record of a checkpoint the journal names committed: RocksDB lost an
+  // edit (a cut or replaced MANIFEST), and with it maybe the table files the
+  // edit added, which a rebuild takes back.
+  Status CheckRocksHoldsJournal();
+  Status RebuildFromCopies();
+  // A read-only open's error `s`, saying when a read-write open can rebuild
+  // the database.
+  Status WithRebuildHint(Status s);
+  // ReadMetadata from the `meta` column family alone.
+  Result<CheckpointMetadata> ReadRocksMetadata(
+      int64_t checkpoint_id, const std::vector<std::string>* tensor_keys);
 
   const std::string path_;
   const StoreOptions options_;
@@ -339,6 +449,7 @@ class StoreImpl : public Store {
 
 template <typename Fn>
 Status StoreImpl::ForEachRecord(Fn&& fn) {
+  std::set<int64_t> seen;
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions(), meta_));
   it->SeekToFirst();
@@ -347,15 +458,19 @@ Status StoreImpl::ForEachRecord(Fn&& fn) {
     int64_t id = 0;
     std::string_view tensor_key;
     if (DecodeMetaKey(key, &id)) {
+      seen.insert(id);
       if (!fn(id, std::string_view(it->value().data(), it->value().size())))
-        break;
+        return Status::OK();
     } else if (!DecodeTensorRecordKey(key, &id, &tensor_key)) {
       break;  // the special keys, after every checkpoint's records
     }
     // The rest of the checkpoint's records are its tensors': not checkpoints.
     it->Seek(MetaRangeEnd(id));
   }
-  return FromRocks(it->status(), "listing checkpoints of '" + path_ + "'");
+  // Records the scan could not read come from their copies.
+  return ForEachCopiedRecord(
+      seen, FromRocks(it->status(), "listing checkpoints of '" + path_ + "'"),
+      [&](int64_t id, std::string_view record) { return fn(id, record); });
 }
 
 }  // namespace ckptdb::storage

@@ -48,10 +48,20 @@ Status StoreImpl::DeleteRecord(int64_t checkpoint_id) {
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, meta_));
     for (it->Seek(MetaKey(checkpoint_id)); it->Valid(); it->Next())
       batch.Delete(meta_, it->key());
-    CKPTDB_RETURN_IF_ERROR(FromRocks(it->status(), what));
+    const Status scanned = FromRocks(it->status(), what);
+    if (!scanned.ok()) {
+      // Damaged records: their keys are in the copy.
+      Result<CopyEntries> copy =
+          ReadCopy(*fs_, path_, CopyKind::kRecords, checkpoint_id);
+      if (!copy.ok()) return scanned;
+      for (const auto& [key, value] : *copy) batch.Delete(meta_, key);
+    }
   }
   // A record already gone still gets its tombstone: the deletion is durable.
   if (batch.Count() == 0) batch.Delete(meta_, MetaKey(checkpoint_id));
+  // The copy first: a copy without a record is left only by a deletion cut
+  // short, which the journal names.
+  CKPTDB_RETURN_IF_ERROR(RemoveCopy(CopyKind::kRecords, checkpoint_id));
   return WriteMeta(&batch, what);
 }
 
@@ -60,6 +70,10 @@ Status StoreImpl::GetRecord(int64_t checkpoint_id,
                             const rocksdb::ReadOptions& read) {
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   rocksdb::Status s = db_->Get(read, meta_, MetaKey(checkpoint_id), record);
+  // A record the column family cannot give is read from its copy.
+  if ((s.IsNotFound() || s.IsCorruption()) &&
+      MainRecordFromCopy(checkpoint_id, record).ok())
+    s = rocksdb::Status::OK();
   if (s.IsNotFound() || (s.ok() && !Visible(checkpoint_id))) {
     return Status::NotFound("no checkpoint with id " +
                             std::to_string(checkpoint_id) + " in store '" +
@@ -81,6 +95,22 @@ Result<CheckpointMetadata> StoreImpl::ReadMetadata(
     int64_t checkpoint_id, const std::vector<std::string>* tensor_keys) {
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
+  Result<CheckpointMetadata> meta =
+      ReadRocksMetadata(checkpoint_id, tensor_keys);
+  if (!meta.status().IsCorruption()) return meta;
+  // Damaged records are read from their copy; when it is damaged too, both
+  // errors tell.
+  Result<CheckpointMetadata> copy =
+      MetadataFromCopy(checkpoint_id, tensor_keys);
+  if (copy.ok()) return copy;
+  return Status::Corruption(meta.status().message() +
+                            (copy.status().IsNotFound()
+                                 ? std::string("; it has no copy")
+                                 : "; its copy: " + copy.status().message()));
+}
+
+Result<CheckpointMetadata> StoreImpl::ReadRocksMetadata(
+    int64_t checkpoint_id, const std::vector<std::string>* tensor_keys) {
   const std::string context = "checkpoint id " + std::to_string(checkpoint_id);
   // One view of the records, whatever commits or deletes meanwhile.
   rocksdb::ManagedSnapshot snapshot(db_.get());

@@ -19,7 +19,6 @@ namespace ckptdb::storage {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr char kStoreMarker[] = "ckptdb-store 1";
 // Present in a store directory while it is being created.
 constexpr char kCreatingFile[] = "CKPTDB_CREATING";
 constexpr char kReserveFile[] = "CKPTDB_RESERVE";
@@ -34,12 +33,6 @@ std::shared_ptr<rocksdb::Cache> ChunkReadCache(
   cache.capacity = size_t{8} << 20;
   cache.memory_allocator = std::move(pool);
   return rocksdb::NewLRUCache(cache);
-}
-
-rocksdb::ColumnFamilyOptions MetaCfOptions() {
-  rocksdb::ColumnFamilyOptions options;
-  options.compression = rocksdb::kNoCompression;
-  return options;
 }
 
 // Files RocksDB writes while creating a database, before CURRENT names it: a
@@ -130,7 +123,8 @@ Result<bool> StoreImpl::PrepareDirectory() {
       creating |= name == kCreatingFile;
       current |= name == "CURRENT";
       data |= name.ends_with(".sst") || name == kReserveFile ||
-              name == "values" || name.rfind("CKPTDB_JOURNAL", 0) == 0;
+              name == "values" || name == "copies" ||
+              name.rfind("CKPTDB_JOURNAL", 0) == 0;
       foreign |= !IsCreationFile(name) && name != "CURRENT";
     }
   }
@@ -264,7 +258,16 @@ Status StoreImpl::CheckStoreMarker(bool has_db) {
   std::string marker;
   rocksdb::Status s =
       db_->Get(rocksdb::ReadOptions(), meta_, kStoreMarkerKey, &marker);
-  if (s.IsNotFound()) {
+  // A store with a commit journal is ckptdb's even when damage to its
+  // metadata took the marker: the copies of its records stand in, and a
+  // read-write open rewrites the marker with them (RepairCopies).
+  std::error_code journal_ec;
+  const auto journal = JournalPaths(path_);
+  const bool journaled =
+      fs::exists(journal[0], journal_ec) || fs::exists(journal[1], journal_ec);
+  if (!s.ok() && journaled) {
+    // (RepairCopies finds the missing or damaged marker.)
+  } else if (s.IsNotFound()) {
     CKPTDB_ASSIGN_OR_RETURN(auto records, RecordIds());
     if (!records.empty()) {
       return Status::InvalidArgument("'" + path_ +
@@ -301,14 +304,19 @@ Status StoreImpl::OpenDb() {
   fs_ = std::make_shared<StoreFileSystem>(options_.fault_injector,
                                           options_.sync, path_);
   env_ = rocksdb::NewCompositeEnv(fs_);
-  CKPTDB_ASSIGN_OR_RETURN(const bool has_db, PrepareDirectory());
-  if (!options_.read_only && has_db) CKPTDB_RETURN_IF_ERROR(PreCheckReadOnly(has_db));
+  Result<bool> prepared = PrepareOrRebuild();
+  if (!prepared.ok())
+    return options_.read_only ? WithRebuildHint(prepared.status())
+                              : prepared.status();
+  const bool has_db = *prepared;
+  if (!options_.read_only && has_db)
+    CKPTDB_RETURN_IF_ERROR(PreCheckOrRebuild(has_db));
   Status s = OpenRocks(has_db, options_.read_only);
   if (s.ok()) s = CheckStoreMarker(has_db);
   if (s.ok()) s = RecoverCommits();
   if (!s.ok()) {
     CloseDb();
-    return s;
+    return options_.read_only ? WithRebuildHint(s) : s;
   }
   stamp_ = stamp;
   return Status::OK();
@@ -323,6 +331,7 @@ Status StoreImpl::PreCheckReadOnly(bool has_db) {
       journal_ = journal->journal;
       auto records = RecordIds();
       s = records.ok() ? CheckJournal(*records) : records.status();
+      if (s.ok()) s = CheckRocksHoldsJournal();
     }
   }
   CloseDb();
@@ -376,6 +385,7 @@ Status StoreImpl::RecoverCommits() {
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   CKPTDB_RETURN_IF_ERROR(CheckJournal(records));
   if (options_.read_only) return Status::OK();
+  CKPTDB_RETURN_IF_ERROR(RepairCopies());
   CKPTDB_RETURN_IF_ERROR(RepairBoundlessFiles(/*reingest=*/true));
   const std::set<int64_t> live = LiveChunkIds();
   CommitJournal next;

@@ -332,21 +332,43 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
     if (impl.owned != nullptr)
       pool_->Deallocate(std::exchange(impl.owned, nullptr));
   }
-  CKPTDB_RETURN_IF_ERROR(
-      ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));
+  Status read =
+      ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer);
+  if (read.IsCorruption()) {
+    // A damaged pointer, index or footer: the copy of the chunk's location
+    // finds its bytes.
+    ChunkBuffer copy;
+    if (ReadThroughCopy(checkpoint_id, tensor_key, chunk, key, &copy).ok())
+      return copy;
+  }
+  CKPTDB_RETURN_IF_ERROR(read);
   return buffer;
 }
 
 Status StoreImpl::VerifyChunk(int64_t checkpoint_id,
                               std::string_view tensor_key,
-                              const ChunkMetadata& chunk) {
+                              const ChunkMetadata& chunk,
+                              std::string* through_copy) {
   std::shared_lock lock(mu_);
   // A re-open that failed (Refresh, on another thread) left no database.
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
   ChunkBuffer buffer;
-  return ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer,
-                          /*verify_blocks=*/true);
+  Status read = ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer,
+                                 /*verify_blocks=*/true);
+  if (!read.IsCorruption()) return read;
+  ChunkBuffer copy;
+  if (!ReadThroughCopy(checkpoint_id, tensor_key, chunk, key, &copy).ok())
+    return read;
+  const std::string why =
+      read.message() +
+      "; the chunk's bytes are intact and read back through the copy of its "
+      "location (" +
+      CopyPath(path_, CopyKind::kLocators, StoredIn(checkpoint_id, chunk)) +
+      "): no data lost, reads use the copy";
+  if (through_copy == nullptr) return Status::Corruption(why);
+  *through_copy = why;
+  return Status::OK();
 }
 
 Status StoreImpl::ReadChunkInto(int64_t checkpoint_id,
@@ -367,8 +389,16 @@ Status StoreImpl::ReadChunkScattered(int64_t checkpoint_id,
   if (ReadDirect(StoredIn(checkpoint_id, chunk), key, chunk, pieces))
     return Status::OK();
   ChunkBuffer buffer;
-  CKPTDB_RETURN_IF_ERROR(
-      ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer));
+  Status read =
+      ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer);
+  if (read.IsCorruption()) {
+    ChunkBuffer copy;
+    if (ReadThroughCopy(checkpoint_id, tensor_key, chunk, key, &copy).ok()) {
+      buffer = std::move(copy);
+      read = Status::OK();
+    }
+  }
+  CKPTDB_RETURN_IF_ERROR(read);
   const char* from = buffer.bytes().data();
   for (const ChunkPiece& p : pieces) {
     std::memcpy(p.data, from, p.size);

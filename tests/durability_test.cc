@@ -115,12 +115,25 @@ TEST_F(Durability, RecordsNeverLiveOnlyInTheWriteAheadLog) {
     for (const auto& log : ckptdb::testing::FilesUnder(dir, {".log"}))
       EXPECT_EQ(log.size, 0u) << log.path;
   }
-  // And a write-ahead log with anything in it is refused, not skipped.
+  // And a write-ahead log with anything in it is refused, not skipped: a
+  // read-only open fails; a read-write open rebuilds the database from the
+  // copies of the records, keeping the log aside, and loses nothing.
   for (const auto& log : ckptdb::testing::FilesUnder(dir, {".log"}))
     std::ofstream(log.path, std::ios::app) << "garbage that is no record";
-  auto db = DB::Open(Options(), dir);
+  Options read_only;
+  read_only.read_only = true;
+  auto db = DB::Open(read_only, dir);
   ASSERT_FALSE(db.ok());
   EXPECT_TRUE(db.status().IsCorruption()) << db.status().ToString();
+  EXPECT_NE(db.status().message().find("a read-write open rebuilds"),
+            std::string::npos)
+      << db.status().ToString();
+  {
+    auto rebuilt = DB::Open(Options(), dir);
+    ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().ToString();
+  }
+  ExpectIntact(dir, {0, 1});
+  EXPECT_FALSE(ckptdb::testing::FilesUnder(dir + "/damaged", {".log"}).empty());
 }
 
 // 5. The save reported an error, yet its checkpoint was committed. Now an

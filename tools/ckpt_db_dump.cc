@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -162,7 +163,8 @@ json InfoJson(const CheckpointInfo& info) {
           {"num_tensors", info.num_tensors},
           {"nbytes", info.nbytes},
           {"nbytes_written", info.nbytes_written},
-          {"references", info.references}};
+          {"references", info.references},
+          {"damage", info.damage.empty() ? json(nullptr) : json(info.damage)}};
 }
 
 // The flat mapping as DB.metadata() gives it: int keys and list and tuple
@@ -226,6 +228,11 @@ int List(const std::string& path, bool as_json) {
   std::printf("%-6s %-10s %-16s %-19s %6s %8s %12s\n", "id", "step", "tag",
               "created", "ranks", "tensors", "size");
   for (const CheckpointInfo& info : *all) {
+    if (!info.damage.empty()) {
+      std::printf("%-6lld DAMAGED: %s\n", static_cast<long long>(info.id),
+                  info.damage.c_str());
+      continue;
+    }
     std::printf("%-6lld %-10s %-16s %-19s %6d %8lld %12s\n",
                 static_cast<long long>(info.id),
                 info.step ? std::to_string(*info.step).c_str() : "-",
@@ -455,22 +462,33 @@ size_t VerifyStore(DB& db) {
   }
   for (const std::string& copy : report->damaged_journal_copies) {
     std::printf(
-        "store: DAMAGED commit journal copy (the other is in use): "
-        "%s\n",
+        "store: DAMAGED commit journal copy (the other is in use; a "
+        "read-write open rewrites it): %s\n",
         copy.c_str());
   }
+  for (const std::string& line : report->repairable_metadata)
+    std::printf("store: DAMAGED metadata, nothing lost: %s\n", line.c_str());
+  for (const std::string& line : report->lost_metadata)
+    std::printf("store: DAMAGED metadata, LOST: %s\n", line.c_str());
   if (report->ok() && report->unfinished_save_ids.empty() &&
       report->stray_value_files.empty())
     std::printf("store: consistent (all chunk data belongs to checkpoints)\n");
   else if (report->ok())
     std::printf("store: consistent apart from the leftovers above\n");
   return report->unaccounted_chunk_ids.size() +
-         report->damaged_journal_copies.size();
+         report->damaged_journal_copies.size() +
+         report->repairable_metadata.size() + report->lost_metadata.size();
 }
 
+// Tensors lost (a chunk's bytes damaged), by key: the checkpoints they are
+// lost in (those that share the damaged chunk).
+using LostTensors = std::map<std::string, std::vector<int64_t>>;
+
 // Verifies the checkpoint `which` selects and prints the outcome; returns its
-// problems, or NotFound when there is no such checkpoint.
-Result<size_t> VerifyCheckpoint(DB& db, const CheckpointSelector& which) {
+// problems, or NotFound when there is no such checkpoint. Adds its lost
+// tensors to `lost`.
+Result<size_t> VerifyCheckpoint(DB& db, const CheckpointSelector& which,
+                                LostTensors* lost) {
   Result<VerifyReport> verified = Status::Internal("not verified");
   {
     Progress progress("verify", 0);
@@ -498,14 +516,48 @@ Result<size_t> VerifyCheckpoint(DB& db, const CheckpointSelector& which) {
               report.problems.size(),
               static_cast<unsigned long long>(report.chunks));
   for (const std::string& p : report.problems) std::printf("  %s\n", p.c_str());
+  if (report.chunks_read_through_copies > 0) {
+    std::printf(
+        "  %llu chunk(s) read back whole through the copies of their "
+        "locations: nothing of them is lost\n",
+        static_cast<unsigned long long>(report.chunks_read_through_copies));
+  }
+  for (const std::string& key : report.lost_tensors) {
+    std::printf("  LOST: tensor '%s' (its other tensors read back)\n",
+                key.c_str());
+    (*lost)[key].push_back(report.checkpoint_id);
+  }
   return report.problems.size();
+}
+
+// What verify found lost, by tensor, and what a read-write open repairs.
+void PrintSummary(const LostTensors& lost, size_t problems) {
+  if (problems == 0) return;
+  if (lost.empty()) {
+    std::printf(
+        "summary: no checkpoint lost data; a read-write open rewrites the "
+        "damaged metadata copies from the intact ones\n");
+    return;
+  }
+  for (const auto& [key, ids] : lost) {
+    std::printf("summary: LOST tensor '%s' in checkpoint(s)", key.c_str());
+    for (int64_t id : ids) std::printf(" %lld", static_cast<long long>(id));
+    std::printf(
+        " (they share the damaged chunk; no open repairs it: save the "
+        "tensor again)\n");
+  }
 }
 
 int Verify(const std::string& path, const Selection& sel) {
   auto db = OpenStore(path);
+  if (db.status().IsCorruption()) {
+    std::printf("store: DAMAGED: %s\n", db.status().message().c_str());
+    return kDamaged;
+  }
   if (!db.ok()) return Fail(db.status());
+  LostTensors lost;
   if (sel.given()) {
-    auto damaged = VerifyCheckpoint(**db, sel.selector());
+    auto damaged = VerifyCheckpoint(**db, sel.selector(), &lost);
     if (!damaged.ok()) return Fail(damaged.status());
     return *damaged == 0 ? 0 : kDamaged;
   }
@@ -513,7 +565,14 @@ int Verify(const std::string& path, const Selection& sel) {
   if (!all.ok()) return Fail(all.status());
   size_t damaged_total = 0;
   for (const CheckpointInfo& info : *all) {
-    auto damaged = VerifyCheckpoint(**db, CheckpointSelector::Id(info.id));
+    if (!info.damage.empty()) {
+      std::printf("checkpoint %lld: DAMAGED metadata: %s\n",
+                  static_cast<long long>(info.id), info.damage.c_str());
+      ++damaged_total;
+      continue;
+    }
+    auto damaged =
+        VerifyCheckpoint(**db, CheckpointSelector::Id(info.id), &lost);
     // Listed, then deleted by the store's writer: not damage.
     if (damaged.status().IsNotFound()) {
       std::printf("checkpoint %lld: deleted while verifying\n",
@@ -523,6 +582,7 @@ int Verify(const std::string& path, const Selection& sel) {
   }
   if (all->empty()) std::printf("(no checkpoints)\n");
   damaged_total += VerifyStore(**db);
+  PrintSummary(lost, damaged_total);
   return damaged_total == 0 ? 0 : kDamaged;
 }
 

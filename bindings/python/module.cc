@@ -334,7 +334,19 @@ void DefineResultTypes(py::module_& m) {
                     "it shares with earlier checkpoints")
       .def_readonly("references", &CheckpointInfo::references,
                     "ids of earlier checkpoints whose stored chunks it uses")
+      .def_property_readonly(
+          "damage",
+          [](const CheckpointInfo& i) -> std::optional<std::string> {
+            if (i.damage.empty()) return std::nullopt;
+            return i.damage;
+          },
+          "None, or (when both copies of its record are damaged: only `id` "
+          "is set) what is damaged; calls that need it raise CorruptionError")
       .def("__repr__", [](const CheckpointInfo& i) {
+        if (!i.damage.empty()) {
+          return "CheckpointInfo(id=" + std::to_string(i.id) + ", damage='" +
+                 i.damage + "')";
+        }
         return "CheckpointInfo(id=" + std::to_string(i.id) +
                ", step=" + (i.step ? std::to_string(*i.step) : "None") +
                ", tag=" + (i.tag ? "'" + *i.tag + "'" : "None") +

@@ -3,9 +3,10 @@
 #include <algorithm>
 #include <mutex>
 #include <new>
+#include <set>
 
-#include "engine/copy/box_copy.h"
 #include "engine/api/db_impl.h"
+#include "engine/copy/box_copy.h"
 #include "engine/parallel.h"
 #include "planner/layout_problems.h"
 #include "planner/read_plan.h"
@@ -133,12 +134,13 @@ Result<VerifyReport> DBImpl::Verify(const CheckpointSelector& which,
   }
   report.chunks = chunks.size();
   std::vector<Status> results(chunks.size());
+  std::vector<std::string> through_copy(chunks.size());
   std::mutex progress_mu;
   uint64_t done = 0;
   CKPTDB_RETURN_IF_ERROR(
       ParallelFor(chunks.size(), io_threads(), [&](size_t i) -> Status {
         results[i] = store_->VerifyChunk(meta.info.id, *chunks[i].first,
-                                         *chunks[i].second);
+                                         *chunks[i].second, &through_copy[i]);
         if (options.on_progress) {
           std::lock_guard lock(progress_mu);
           done += chunks[i].second->nbytes;
@@ -146,11 +148,18 @@ Result<VerifyReport> DBImpl::Verify(const CheckpointSelector& which,
         }
         return Status::OK();
       }));
-  for (const Status& s : results) {
-    if (s.ok()) continue;
-    report.problems.push_back(s.message());
+  std::set<std::string> lost;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Status& s = results[i];
+    if (s.ok() && through_copy[i].empty()) continue;
+    report.problems.push_back(s.ok() ? through_copy[i] : s.message());
     ++report.damaged_chunks;
+    if (s.ok())
+      ++report.chunks_read_through_copies;
+    else
+      lost.insert(*chunks[i].first);
   }
+  report.lost_tensors.assign(lost.begin(), lost.end());
   return report;
 }
 
@@ -177,6 +186,8 @@ Result<StoreCheckReport> DBImpl::CheckStore() {
             report.unfinished_save_ids.end());
   report.stray_value_files = std::move(found.stray_value_files);
   report.damaged_journal_copies = std::move(found.damaged_journal_copies);
+  report.repairable_metadata = std::move(found.repairable_metadata);
+  report.lost_metadata = std::move(found.lost_metadata);
   return report;
 }
 

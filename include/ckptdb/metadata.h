@@ -48,6 +48,10 @@ struct CheckpointInfo {
   // Their bytes stay in the store while this checkpoint does, even once
   // they are deleted themselves.
   std::vector<int64_t> references;
+  // Empty unless both copies of the checkpoint's record are damaged: then
+  // only `id` is set, this says what is damaged, and the calls that need the
+  // checkpoint fail with Corruption. A listing never leaves a checkpoint out.
+  std::string damage;
 };
 
 // A 128-bit content hash of a chunk's bytes (XXH3-128, seed 0): what an

@@ -67,6 +67,13 @@ struct VerifyReport {
   // chunks that overlap or leave a gap, a chunk unreadable or whose checksum
   // differs. Empty when the checkpoint is intact.
   std::vector<std::string> problems;
+  // Of the damaged chunks, those whose bytes are intact and read back through
+  // the copy the store keeps of their location (their table file is damaged
+  // around them: a pointer, index or footer). Nothing of them is lost.
+  uint64_t chunks_read_through_copies = 0;
+  // Tensors with a chunk whose bytes are damaged or missing: lost in this
+  // checkpoint and in every checkpoint that shares that chunk. Sorted.
+  std::vector<std::string> lost_tensors;
 
   bool ok() const { return problems.empty(); }
 };
@@ -87,9 +94,17 @@ struct StoreCheckReport {
   std::vector<std::string> stray_value_files;
   // Damaged copies of the commit journal (the other copy is in use), by path.
   std::vector<std::string> damaged_journal_copies;
+  // Metadata (records, chunk locations, the database's own) damaged in one
+  // of the two copies the store keeps, one line each naming the checkpoint
+  // and the file: nothing is lost, reads use the intact copy, and the next
+  // read-write open rewrites the damaged one.
+  std::vector<std::string> repairable_metadata;
+  // Metadata damaged in both copies, one line each naming the checkpoint.
+  std::vector<std::string> lost_metadata;
 
   bool ok() const {
-    return unaccounted_chunk_ids.empty() && damaged_journal_copies.empty();
+    return unaccounted_chunk_ids.empty() && damaged_journal_copies.empty() &&
+           repairable_metadata.empty() && lost_metadata.empty();
   }
 };
 

@@ -293,10 +293,10 @@ def test_verify_store_checks_the_store_as_a_whole(tmp_path):
     dump("verify", path, check=0)
 
 
-def test_a_store_that_lost_a_committed_checkpoint_does_not_open(tmp_path):
+def test_a_store_whose_manifest_lost_a_checkpoint_reads_it_from_the_copies(tmp_path):
     # A MANIFEST cut back to what it held before checkpoint 2 (RocksDB reads a cut MANIFEST
-    # without an error) is found by the commit journal: open and list fail with
-    # CorruptionError / exit 2, and nothing is deleted.
+    # without an error) loses nothing: the copy of its record stands in, verify names the
+    # damage (exit 1), a read-write open rebuilds the database, and verify is clean again.
     path = str(tmp_path / "s")
     with ckptdb.open(path) as db:
         db.save({"w": np.arange(64, dtype=np.float32)}, step=1)
@@ -307,12 +307,21 @@ def test_a_store_that_lost_a_committed_checkpoint_does_not_open(tmp_path):
         assert os.path.join(path, manifests()[0]) == manifest
     os.truncate(manifest, size)
     before = sorted(os.listdir(path))
-    for read_only in (True, False):
-        with pytest.raises(ckptdb.CorruptionError, match="2 committed"):
-            ckptdb.open(path, read_only=read_only)
-    p = dump("list", path)
-    assert p.returncode == 2 and "records are missing" in p.stderr, p.stdout + p.stderr
+    with ckptdb.open(path, read_only=True) as db:
+        assert [c.step for c in db.checkpoints()] == [1, 2]
+        np.testing.assert_array_equal(db.read("w", step=2), np.arange(64, dtype=np.float32) + 1)
+    p = dump("list", path, check=0)
+    assert len(p.stdout.splitlines()) == 3, p.stdout
+    p = dump("verify", path, check=1)
+    assert "copies/2.rec" in p.stdout and "read-write open rewrites" in p.stdout, p.stdout
     assert sorted(os.listdir(path)) == before
+    with ckptdb.open(path) as db:
+        assert [c.step for c in db.checkpoints()] == [1, 2]
+        for step in (1, 2):
+            np.testing.assert_array_equal(db.read("w", step=step),
+                                          np.arange(64, dtype=np.float32) + step - 1)
+    dump("verify", path, check=0)
+    assert any(n.startswith("MANIFEST-") for n in os.listdir(os.path.join(path, "damaged", "1")))
 
 
 def test_show_key_slice_prints_just_those_values(store):

@@ -1,0 +1,135 @@
+#include "storage/record_copies.h"
+
+#include <charconv>
+
+#include "core/checksum.h"
+
+namespace ckptdb::storage {
+namespace {
+
+constexpr char kMagic[] = "CKPTCOPY";
+constexpr size_t kMagicBytes = 8;
+// Magic, kind, entry count.
+constexpr size_t kHeaderBytes = kMagicBytes + 1 + 4;
+
+void Put32(std::string* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+}
+void Put64(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+}
+uint64_t GetLe(const char* p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i)
+    v |= uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
+  return v;
+}
+
+const char* Suffix(CopyKind kind) {
+  return kind == CopyKind::kRecords ? ".rec" : ".loc";
+}
+
+}  // namespace
+
+std::string EncodeCopy(CopyKind kind, const CopyEntries& entries) {
+  std::string out(kMagic, kMagicBytes);
+  out.push_back(static_cast<char>(kind));
+  Put32(&out, static_cast<uint32_t>(entries.size()));
+  for (const auto& [key, value] : entries) {
+    Put32(&out, static_cast<uint32_t>(key.size()));
+    out += key;
+    Put32(&out, static_cast<uint32_t>(value.size()));
+    out += value;
+  }
+  Put64(&out, ChunkChecksum(out.data(), out.size()));
+  return out;
+}
+
+Result<CopyEntries> DecodeCopy(CopyKind kind, std::string_view bytes) {
+  if (bytes.size() < kHeaderBytes + 8 ||
+      bytes.substr(0, kMagicBytes) != std::string_view(kMagic, kMagicBytes))
+    return Status::Corruption("not a copy file (no header)");
+  const std::string_view body = bytes.substr(0, bytes.size() - 8);
+  if (GetLe(bytes.data() + body.size(), 8) !=
+      ChunkChecksum(body.data(), body.size()))
+    return Status::Corruption("checksum mismatch");
+  if (bytes[kMagicBytes] != static_cast<char>(kind))
+    return Status::Corruption("a copy of another kind");
+  const uint64_t count = GetLe(bytes.data() + kMagicBytes + 1, 4);
+  std::string_view rest = body.substr(kHeaderBytes);
+  CopyEntries entries;
+  for (uint64_t i = 0; i < count; ++i) {
+    std::string parts[2];
+    for (std::string& part : parts) {
+      if (rest.size() < 4) return Status::Corruption("an entry is cut short");
+      const uint64_t n = GetLe(rest.data(), 4);
+      if (rest.size() - 4 < n)
+        return Status::Corruption("an entry is cut short");
+      part.assign(rest.substr(4, n));
+      rest.remove_prefix(4 + n);
+    }
+    entries.emplace_back(std::move(parts[0]), std::move(parts[1]));
+  }
+  if (!rest.empty()) return Status::Corruption("bytes after the last entry");
+  return entries;
+}
+
+std::string CopiesDir(const std::string& store_path) {
+  return store_path + "/copies";
+}
+
+std::string CopyPath(const std::string& store_path, CopyKind kind,
+                     int64_t checkpoint_id) {
+  return CopiesDir(store_path) + "/" + std::to_string(checkpoint_id) +
+         Suffix(kind);
+}
+
+bool ParseCopyName(std::string_view name, int64_t* checkpoint_id,
+                   CopyKind* kind) {
+  for (CopyKind k : {CopyKind::kRecords, CopyKind::kLocators}) {
+    const std::string_view suffix = Suffix(k);
+    if (name.size() <= suffix.size() || !name.ends_with(suffix)) continue;
+    const std::string_view digits = name.substr(0, name.size() - suffix.size());
+    if (digits.find_first_not_of("0123456789") != std::string_view::npos ||
+        digits.size() > 18)
+      return false;
+    int64_t id = 0;
+    std::from_chars(digits.data(), digits.data() + digits.size(), id);
+    if (id <= 0) return false;
+    *checkpoint_id = id;
+    *kind = k;
+    return true;
+  }
+  return false;
+}
+
+Status WriteCopy(StoreFileSystem& fs, const std::string& store_path,
+                 CopyKind kind, int64_t checkpoint_id,
+                 const CopyEntries& entries) {
+  const std::string dir = CopiesDir(store_path);
+  const std::string path = CopyPath(store_path, kind, checkpoint_id);
+  const std::string what = "writing the metadata copy " + path;
+  if (fs.FileExists(dir, rocksdb::IOOptions(), nullptr).IsNotFound()) {
+    CKPTDB_RETURN_IF_ERROR(fs.CreateDirIfMissing(dir).WithContext(what));
+    CKPTDB_RETURN_IF_ERROR(fs.SyncDir(store_path).WithContext(what));
+  }
+  const std::string tmp = path + ".tmp";
+  CKPTDB_RETURN_IF_ERROR(
+      fs.WriteFileSynced(tmp, EncodeCopy(kind, entries)).WithContext(what));
+  CKPTDB_RETURN_IF_ERROR(
+      FromRocks(fs.RenameFile(tmp, path, rocksdb::IOOptions(), nullptr), what));
+  return fs.SyncDir(dir).WithContext(what);
+}
+
+Result<CopyEntries> ReadCopy(StoreFileSystem& fs, const std::string& store_path,
+                             CopyKind kind, int64_t checkpoint_id) {
+  const std::string path = CopyPath(store_path, kind, checkpoint_id);
+  CKPTDB_ASSIGN_OR_RETURN(const std::string bytes, fs.ReadWholeFile(path));
+  Result<CopyEntries> entries = DecodeCopy(kind, bytes);
+  if (!entries.ok())
+    return Status::Corruption("metadata copy " + path +
+                              " is damaged: " + entries.status().message());
+  return entries;
+}
+
+}  // namespace ckptdb::storage

@@ -1,0 +1,56 @@
+#pragma once
+
+// ckptdb's second copies of a store's metadata, beside RocksDB's files (the
+// first copies), so that one damaged file of either never costs a checkpoint:
+//   copies/<id>.rec  every record of checkpoint <id> (its main record and its
+//                    tensor records, keys and values as in the `meta` column
+//                    family);
+//   copies/<id>.loc  where the chunks stored under checkpoint <id>'s keys lie:
+//                    per chunk table file the properties that locate every
+//                    value (chunk_files.h LocatorBlob), so that a chunk is
+//                    found without its table file's index, footer or pointer.
+// Each file is a list of (key, value) entries with a checksum over it all,
+// written to a temporary name, synced and renamed into place: a reader sees a
+// whole copy or none. Chunk bytes are never copied: they are the bulk, and each
+// chunk has its own checksum.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ckptdb/status.h"
+#include "storage/file_system.h"
+
+namespace ckptdb::storage {
+
+using CopyEntries = std::vector<std::pair<std::string, std::string>>;
+
+enum class CopyKind : char { kRecords = 'r', kLocators = 'l' };
+
+// Pure codec: a magic, the kind, the entry count, each entry as two
+// length-prefixed strings, then the XXH3-64 of everything before it. Decoding
+// checks the kind, every length and the checksum (Corruption otherwise).
+std::string EncodeCopy(CopyKind kind, const CopyEntries& entries);
+Result<CopyEntries> DecodeCopy(CopyKind kind, std::string_view bytes);
+
+// <store>/copies, and the copy files in it.
+std::string CopiesDir(const std::string& store_path);
+std::string CopyPath(const std::string& store_path, CopyKind kind,
+                     int64_t checkpoint_id);
+// The checkpoint id and kind a name in CopiesDir stands for; false for any
+// other name (temporary files included).
+bool ParseCopyName(std::string_view name, int64_t* checkpoint_id,
+                   CopyKind* kind);
+
+// Writes one copy file durably (temporary name, sync, rename, directory sync).
+Status WriteCopy(StoreFileSystem& fs, const std::string& store_path,
+                 CopyKind kind, int64_t checkpoint_id,
+                 const CopyEntries& entries);
+// NotFound when the copy is absent; Corruption naming its path when it is
+// damaged.
+Result<CopyEntries> ReadCopy(StoreFileSystem& fs, const std::string& store_path,
+                             CopyKind kind, int64_t checkpoint_id);
+
+}  // namespace ckptdb::storage

@@ -1,0 +1,685 @@
+// The second copies of a store's metadata (record_copies.h): reads that fall
+// back to them, the comparison a check and a read-write open run, the repair
+// that rewrites a damaged copy from the intact one, and the rebuild of a
+// database whose description (CURRENT, MANIFEST, write-ahead log) RocksDB
+// cannot read.
+#include <fcntl.h>
+#include <rocksdb/db.h>
+#include <rocksdb/sst_file_reader.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <set>
+
+#include "core/checksum.h"
+#include "storage/chunk_files.h"
+#include "storage/keys.h"
+#include "storage/metadata_codec.h"
+#include "storage/store_impl.h"
+
+namespace ckptdb::storage {
+namespace {
+
+// The directory a rebuild moves the files it replaces into.
+constexpr char kDamagedDir[] = "damaged";
+// Staged names of the chunk table files a rebuild ingests again.
+constexpr char kRebuildPrefix[] = "rebuild-";
+
+bool IsDescriptionFile(const std::string& name) {
+  return name == "CURRENT" || name.rfind("MANIFEST-", 0) == 0 ||
+         name.rfind("OPTIONS-", 0) == 0 || name.ends_with(".log") ||
+         name.ends_with(".dbtmp");
+}
+
+// The record entry of `entries` (a checkpoint's records) under `key`.
+const std::string* FindEntry(const CopyEntries& entries,
+                             const std::string& key) {
+  for (const auto& [k, v] : entries) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Status StoreImpl::WriteLocatorCopy(int64_t checkpoint_id) {
+  const std::string begin = CheckpointKeyPrefix(checkpoint_id);
+  const std::string end = CheckpointKeyEnd(checkpoint_id);
+  const rocksdb::Range range(begin, end);
+  rocksdb::TablePropertiesCollection tables;
+  CKPTDB_RETURN_IF_ERROR(
+      FromRocks(db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables),
+                "reading the chunk locations of checkpoint " +
+                    std::to_string(checkpoint_id)));
+  CopyEntries entries;
+  for (const auto& [table, props] : tables) {
+    std::optional<std::string> blob = LocatorBlob(*props);
+    if (!blob) continue;  // a file written before chunk locations were kept
+    std::optional<ChunkLocations> located = ParseLocatorBlob(*blob);
+    if (!located) continue;
+    entries.emplace_back(located->first, std::move(*blob));
+  }
+  if (entries.empty()) return Status::OK();
+  std::sort(entries.begin(), entries.end());
+  return WriteCopy(*fs_, path_, CopyKind::kLocators, checkpoint_id, entries);
+}
+
+Status StoreImpl::RemoveCopy(CopyKind kind, int64_t checkpoint_id) {
+  const std::string path = CopyPath(path_, kind, checkpoint_id);
+  CKPTDB_ASSIGN_OR_RETURN(const std::optional<uint64_t> size,
+                          fs_->SizeIfPresent(path));
+  if (!size) return Status::OK();
+  CKPTDB_RETURN_IF_ERROR(fs_->Remove(path));
+  return fs_->SyncDir(CopiesDir(path_));
+}
+
+Result<std::set<int64_t>> StoreImpl::CopyIds(CopyKind kind) {
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                          fs_->ListDir(CopiesDir(path_)));
+  std::set<int64_t> ids;
+  for (const std::string& name : names) {
+    int64_t id = 0;
+    CopyKind found;
+    if (ParseCopyName(name, &id, &found) && found == kind) ids.insert(id);
+  }
+  return ids;
+}
+
+Result<CopyEntries> StoreImpl::ReadRocksRecords(int64_t checkpoint_id) {
+  const std::string end = MetaRangeEnd(checkpoint_id);
+  rocksdb::Slice upper(end);
+  rocksdb::ReadOptions read;
+  read.iterate_upper_bound = &upper;
+  read.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, meta_));
+  CopyEntries entries;
+  for (it->Seek(MetaKey(checkpoint_id)); it->Valid(); it->Next())
+    entries.emplace_back(it->key().ToString(), it->value().ToString());
+  CKPTDB_RETURN_IF_ERROR(FromRocks(
+      it->status(),
+      "reading the records of checkpoint " + std::to_string(checkpoint_id)));
+  if (entries.empty() || entries.front().first != MetaKey(checkpoint_id)) {
+    return Status::NotFound("the meta column family of '" + path_ +
+                            "' holds no record of checkpoint " +
+                            std::to_string(checkpoint_id));
+  }
+  return entries;
+}
+
+Status StoreImpl::ForEachCopiedRecord(
+    const std::set<int64_t>& seen, const Status& scanned,
+    const std::function<bool(int64_t, std::string_view)>& fn) {
+  // Which ids may be committed: the journal's, or (a store written before
+  // journals) any.
+  std::optional<CommitJournal> journal;
+  {
+    std::lock_guard journal_lock(journal_mu_);
+    journal = journal_;
+  }
+  bool missed = false;
+  if (journal) {
+    for (int64_t id : journal->committed) missed |= !seen.contains(id);
+  }
+  if (scanned.ok() && !missed) return Status::OK();
+  Result<std::set<int64_t>> ids = CopyIds(CopyKind::kRecords);
+  if (!ids.ok()) return scanned.ok() ? ids.status() : scanned;
+  if (!scanned.ok() && ids->empty()) return scanned;
+  for (int64_t id : *ids) {
+    if (seen.contains(id)) continue;
+    // A copy left by a delete cut short is no checkpoint.
+    if (journal && !journal->committed.contains(id) &&
+        id <= journal->high_water)
+      continue;
+    rocksdb::PinnableSlice record;
+    // A copy that cannot be read still names a checkpoint: its record reads
+    // as damaged (empty), the error of the calls that need it.
+    if (!MainRecordFromCopy(id, &record).ok()) record.PinSelf("");
+    if (!fn(id, std::string_view(record.data(), record.size())))
+      return Status::OK();
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::MainRecordFromCopy(int64_t checkpoint_id,
+                                     rocksdb::PinnableSlice* record) {
+  CKPTDB_ASSIGN_OR_RETURN(
+      const CopyEntries entries,
+      ReadCopy(*fs_, path_, CopyKind::kRecords, checkpoint_id));
+  const std::string* main = FindEntry(entries, MetaKey(checkpoint_id));
+  if (main == nullptr) {
+    return Status::Corruption(
+        "metadata copy " + CopyPath(path_, CopyKind::kRecords, checkpoint_id) +
+        " holds no main record");
+  }
+  record->Reset();
+  record->PinSelf(*main);
+  return Status::OK();
+}
+
+Result<CheckpointMetadata> StoreImpl::MetadataFromCopy(
+    int64_t checkpoint_id, const std::vector<std::string>* tensor_keys) {
+  const std::string path = CopyPath(path_, CopyKind::kRecords, checkpoint_id);
+  CKPTDB_ASSIGN_OR_RETURN(
+      const CopyEntries entries,
+      ReadCopy(*fs_, path_, CopyKind::kRecords, checkpoint_id));
+  Result<CheckpointMetadata> meta = DecodeCheckpointRecords(entries);
+  if (!meta.ok()) return meta.status().WithContext("metadata copy " + path);
+  if (meta->info.id != checkpoint_id) {
+    return Status::Corruption("metadata copy " + path + " claims id " +
+                              std::to_string(meta->info.id));
+  }
+  if (tensor_keys != nullptr) {
+    const std::set<std::string_view> wanted(tensor_keys->begin(),
+                                            tensor_keys->end());
+    for (auto& [key, tensor] : meta->tensors) {
+      if (!wanted.contains(key)) tensor.chunks.clear();
+    }
+  }
+  return meta;
+}
+
+Status StoreImpl::ReadThroughCopy(int64_t checkpoint_id,
+                                  std::string_view tensor_key,
+                                  const ChunkMetadata& chunk,
+                                  const std::string& key, ChunkBuffer* buffer) {
+  const int64_t holder = chunk.holder_id != 0 ? chunk.holder_id : checkpoint_id;
+  CKPTDB_ASSIGN_OR_RETURN(const CopyEntries entries,
+                          ReadCopy(*fs_, path_, CopyKind::kLocators, holder));
+  std::optional<ChunkLocations> found;
+  for (const auto& [first, blob] : entries) {
+    std::optional<ChunkLocations> located = ParseLocatorBlob(blob);
+    if (located && located->Holds(key)) {
+      found = std::move(located);
+      break;
+    }
+  }
+  const std::string what = "chunk of tensor '" + std::string(tensor_key) +
+                           "' at offset " + ShapeToString(chunk.global_offset) +
+                           " (checkpoint id " + std::to_string(checkpoint_id) +
+                           ")";
+  const std::optional<std::pair<bool, uint64_t>> at =
+      found ? found->Find(key) : std::nullopt;
+  if (!at) {
+    return Status::NotFound("the copy of the chunk locations of checkpoint " +
+                            std::to_string(holder) + " has no " + what);
+  }
+  // Where the bytes may be: the value file; or the table file as RocksDB
+  // names it now (its number changes when a rebuild ingests it again), the
+  // one with the recorded key range, else one a rebuild set aside.
+  std::vector<std::string> candidates;
+  if (at->first) {
+    candidates.push_back(ValuesDir(path_) + "/" + found->value_file);
+  } else {
+    std::vector<rocksdb::LiveFileMetaData> files;
+    db_->GetLiveFilesMetaData(&files);
+    for (const auto& f : files) {
+      if (f.column_family_name == kChunksCf && f.smallestkey == found->first &&
+          f.largestkey == found->last)
+        candidates.push_back(f.db_path + f.name);
+    }
+    if (candidates.empty()) {
+      // Set aside by a rebuild, or on disk but unknown to RocksDB (a
+      // MANIFEST that lost the edit adding it).
+      std::set<std::string> known;
+      for (const auto& f : files) known.insert(f.db_path + f.name);
+      candidates = SetAsideTables();
+      Result<std::vector<std::string>> names = fs_->ListDir(path_);
+      for (const std::string& name :
+           names.ok() ? *names : std::vector<std::string>()) {
+        const std::string table = path_ + "/" + name;
+        if (name.ends_with(".sst") && !known.contains(table))
+          candidates.push_back(table);
+      }
+    }
+  }
+  Status read = Status::NotFound("no table file holds the " + what);
+  for (const std::string& path : candidates) {
+    read = ReadAtCopiedPlace(path, what, at->second, chunk, buffer);
+    if (read.ok()) return read;
+  }
+  return read;
+}
+
+std::vector<std::string> StoreImpl::SetAsideTables() {
+  std::vector<std::string> out;
+  const std::string root = path_ + "/" + kDamagedDir;
+  Result<std::vector<std::string>> dirs = fs_->ListDir(root);
+  if (!dirs.ok()) return out;
+  for (const std::string& dir : *dirs) {
+    Result<std::vector<std::string>> names = fs_->ListDir(root + "/" + dir);
+    if (!names.ok()) continue;
+    for (const std::string& name : *names) {
+      if (name.ends_with(".sst")) out.push_back(root + "/" + dir + "/" + name);
+    }
+  }
+  return out;
+}
+
+Status StoreImpl::ReadAtCopiedPlace(const std::string& path,
+                                    const std::string& what, uint64_t offset,
+                                    const ChunkMetadata& chunk,
+                                    ChunkBuffer* buffer) {
+  CKPTDB_RETURN_IF_ERROR(fs_->CheckOpenForRead(path));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return Status::IOError("opening " + path + " to read the " + what + ": " +
+                           std::strerror(errno));
+  }
+  ValuePointer pointer;
+  pointer.offset = offset;
+  pointer.nbytes = chunk.nbytes;
+  *buffer = ChunkBuffer();
+  Status read = ReadValueFile(fd, path, what, pointer, buffer);
+  ::close(fd);
+  CKPTDB_RETURN_IF_ERROR(read);
+  const std::string_view bytes = buffer->bytes();
+  if (ChunkChecksum(bytes.data(), bytes.size()) != chunk.checksum) {
+    return Status::Corruption("the " + what + " is damaged (in " + path +
+                              "): checksum mismatch");
+  }
+  return Status::OK();
+}
+
+Result<CopyFindings> StoreImpl::CompareCopies() {
+  CopyFindings out;
+  std::optional<CommitJournal> journal;
+  {
+    std::lock_guard journal_lock(journal_mu_);
+    journal = journal_;
+  }
+  auto maybe_committed = [&](int64_t id) {
+    return !journal || journal->committed.contains(id) ||
+           (id > journal->high_water && !journal->deleting.contains(id));
+  };
+  out.predates_copies =
+      fs_->FileExists(CopiesDir(path_), rocksdb::IOOptions(), nullptr)
+          .IsNotFound();
+  CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> ids, RecordIds());
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> copied,
+                          CopyIds(CopyKind::kRecords));
+  ids.insert(copied.begin(), copied.end());
+  for (int64_t id : ids) {
+    if (journal && journal->deleting.contains(id)) continue;
+    Result<CopyEntries> rocks = ReadRocksRecords(id);
+    Result<CopyEntries> copy = ReadCopy(*fs_, path_, CopyKind::kRecords, id);
+    // An I/O error says nothing of a copy's contents: the caller fails.
+    if (rocks.status().IsIOError()) return rocks.status();
+    if (copy.status().IsIOError()) return copy.status();
+    const std::string copy_path = CopyPath(path_, CopyKind::kRecords, id);
+    if (rocks.ok() && copy.ok()) {
+      if (*rocks != *copy) {
+        out.copies_damaged[id] =
+            copy_path + " differs from the records in the meta column family";
+      }
+    } else if (rocks.ok()) {
+      out.copies_damaged[id] = copy.status().IsNotFound()
+                                   ? copy_path + " is missing"
+                                   : copy.status().message();
+    } else if (copy.ok()) {
+      if (!rocks.status().IsNotFound() || maybe_committed(id)) {
+        out.records_damaged[id] = rocks.status().message();
+      } else {
+        out.stale.push_back(copy_path);
+      }
+    } else if (!copy.status().IsNotFound() || maybe_committed(id)) {
+      out.both_damaged[id] =
+          rocks.status().message() + "; " + copy.status().message();
+    }
+  }
+  {
+    rocksdb::ReadOptions read;
+    read.fill_cache = false;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, meta_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    }
+    if (!it->status().ok()) {
+      out.meta_scan_error =
+          FromRocks(it->status(), "reading the meta column family").message();
+    }
+    std::string marker;
+    if (out.meta_scan_error.empty() &&
+        (!db_->Get(read, meta_, kStoreMarkerKey, &marker).ok() ||
+         marker != kStoreMarker))
+      out.meta_scan_error = "the store marker is missing or damaged";
+  }
+  const std::set<int64_t> live = LiveChunkIds();
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> located,
+                          CopyIds(CopyKind::kLocators));
+  for (int64_t id : live) {
+    Result<CopyEntries> copy = ReadCopy(*fs_, path_, CopyKind::kLocators, id);
+    if (copy.ok()) continue;
+    if (copy.status().IsIOError()) return copy.status();
+    if (copy.status().IsNotFound()) {
+      // Only files that keep their chunk locations can have a copy of them.
+      const std::string begin = CheckpointKeyPrefix(id);
+      const std::string end = CheckpointKeyEnd(id);
+      const rocksdb::Range range(begin, end);
+      rocksdb::TablePropertiesCollection tables;
+      bool any = false;
+      if (db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables).ok()) {
+        for (const auto& [table, props] : tables)
+          any |= LocatorBlob(*props).has_value();
+      }
+      if (!any) continue;
+      out.locators_damaged[id] =
+          CopyPath(path_, CopyKind::kLocators, id) + " is missing";
+    } else {
+      out.locators_damaged[id] = copy.status().message();
+    }
+  }
+  // The locations of chunks that a record still uses stay, even when their
+  // table file is gone (damage): reads of the value-file chunks use them.
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> referenced, ReferencedIds());
+  for (int64_t id : located) {
+    if (!live.contains(id) && !ids.contains(id) && !referenced.contains(id))
+      out.stale.push_back(CopyPath(path_, CopyKind::kLocators, id));
+  }
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                          fs_->ListDir(CopiesDir(path_)));
+  for (const std::string& name : names) {
+    if (name.ends_with(".tmp"))
+      out.stale.push_back(CopiesDir(path_) + "/" + name);
+  }
+  return out;
+}
+
+Status StoreImpl::RepairCopies() {
+  // The chunk tables of a rebuild cut short, before anything else can take
+  // them for leftovers.
+  CKPTDB_RETURN_IF_ERROR(
+      IngestRebuildTables(path_ + "/" + kDamagedDir + "/unreadable"));
+  CKPTDB_ASSIGN_OR_RETURN(const CopyFindings found, CompareCopies());
+  for (const auto& [id, why] : found.copies_damaged) {
+    CKPTDB_ASSIGN_OR_RETURN(const CopyEntries records, ReadRocksRecords(id));
+    CKPTDB_RETURN_IF_ERROR(
+        WriteCopy(*fs_, path_, CopyKind::kRecords, id, records));
+  }
+  if (!found.records_damaged.empty() || !found.meta_scan_error.empty())
+    CKPTDB_RETURN_IF_ERROR(RewriteMetaFamily());
+  for (const auto& [id, why] : found.locators_damaged)
+    CKPTDB_RETURN_IF_ERROR(WriteLocatorCopy(id));
+  for (const std::string& stale : found.stale)
+    CKPTDB_RETURN_IF_ERROR(fs_->Remove(stale));
+  return Status::OK();
+}
+
+Status StoreImpl::RewriteMetaFamily() {
+  const std::string what =
+      "rewriting the metadata of '" + path_ + "' from its copies";
+  std::optional<CommitJournal> journal;
+  {
+    std::lock_guard journal_lock(journal_mu_);
+    journal = journal_;
+  }
+  CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> ids, RecordIds());
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> copied,
+                          CopyIds(CopyKind::kRecords));
+  ids.insert(copied.begin(), copied.end());
+  // Every record, from its copy (written first, so that an interrupted
+  // rewrite finds them all there) or from the column family.
+  std::vector<CopyEntries> all;
+  int64_t next = journal ? journal->high_water + 1 : 1;
+  for (int64_t id : ids) {
+    Result<CopyEntries> records = ReadCopy(*fs_, path_, CopyKind::kRecords, id);
+    const Status copy_read = records.status();
+    if (!records.ok()) records = ReadRocksRecords(id);
+    // Nothing is dropped while an I/O error hides what a copy holds.
+    if (copy_read.IsIOError()) return copy_read;
+    if (records.status().IsIOError()) return records.status();
+    if (!records.ok()) continue;  // lost in both: the open reports it
+    next = std::max(next, id + 1);
+    all.push_back(std::move(records).value());
+  }
+  {
+    std::string stored;
+    if (db_->Get(rocksdb::ReadOptions(), meta_, kNextIdKey, &stored).ok() &&
+        stored.size() == 8)
+      next =
+          std::max(next, static_cast<int64_t>(GetBigEndian64(stored.data())));
+  }
+  // Dropping the column family takes its table files, damaged ones included,
+  // out of the database.
+  CKPTDB_RETURN_IF_ERROR(FromRocks(db_->DropColumnFamily(meta_), what));
+  CKPTDB_RETURN_IF_ERROR(
+      FromRocks(db_->DestroyColumnFamilyHandle(meta_), what));
+  meta_ = nullptr;
+  handles_[2] = nullptr;
+  rocksdb::ColumnFamilyHandle* handle = nullptr;
+  CKPTDB_RETURN_IF_ERROR(FromRocks(
+      db_->CreateColumnFamily(MetaCfOptions(), kMetaCf, &handle), what));
+  meta_ = handles_[2] = handle;
+  rocksdb::WriteBatch batch;
+  for (const CopyEntries& records : all) {
+    for (const auto& [key, value] : records) batch.Put(meta_, key, value);
+  }
+  std::string next_id;
+  PutBigEndian64(&next_id, static_cast<uint64_t>(next));
+  batch.Put(meta_, kNextIdKey, next_id);
+  batch.Put(meta_, kStoreMarkerKey, kStoreMarker);
+  return WriteMeta(&batch, what);
+}
+
+Status StoreImpl::IngestRebuildTables(const std::string& aside) {
+  const std::string staging = StagingDir(path_);
+  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                          fs_->ListDir(staging));
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    if (name.rfind(kRebuildPrefix, 0) != 0) continue;
+    const std::string table = staging + "/" + name;
+    rocksdb::IngestExternalFileOptions ingest;
+    ingest.move_files = true;
+    if (db_->IngestExternalFile(chunks_, {table}, ingest).ok()) continue;
+    // Unreadable, or overlapping what the database holds: kept aside, its
+    // chunks missing (reads report them).
+    CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(path_ + "/" + kDamagedDir));
+    CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(aside));
+    CKPTDB_RETURN_IF_ERROR(FromRocks(
+        fs_->RenameFile(table,
+                        aside + "/" + name.substr(strlen(kRebuildPrefix)),
+                        rocksdb::IOOptions(), nullptr),
+        "setting aside " + table + ", which cannot be ingested"));
+    CKPTDB_RETURN_IF_ERROR(fs_->SyncDir(aside));
+  }
+  return Status::OK();
+}
+
+Result<bool> StoreImpl::PrepareOrRebuild() {
+  Result<bool> prepared = PrepareDirectory();
+  if (!prepared.status().IsCorruption() || options_.read_only || !CanRebuild())
+    return prepared;
+  Status rebuilt = RebuildFromCopies();
+  if (db_) CloseDb();
+  if (!rebuilt.ok()) {
+    return Status(prepared.status().code(),
+                  prepared.status().message() +
+                      "; rebuilding its database from the store's copies of "
+                      "its records failed too: " +
+                      rebuilt.ToString());
+  }
+  return true;
+}
+
+Status StoreImpl::CheckRocksHoldsJournal() {
+  if (!journal_) return Status::OK();
+  std::set<int64_t> held;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), meta_));
+  for (it->SeekToFirst(); it->Valid();) {
+    int64_t id = 0;
+    std::string_view tensor_key;
+    const std::string_view key(it->key().data(), it->key().size());
+    if (DecodeMetaKey(key, &id)) {
+      held.insert(id);
+    } else if (!DecodeTensorRecordKey(key, &id, &tensor_key)) {
+      break;
+    }
+    it->Seek(MetaRangeEnd(id));
+  }
+  // Damaged table files are the repair's (RepairCopies), not a rebuild's.
+  if (!it->status().ok()) return Status::OK();
+  std::string lost;
+  for (int64_t id : journal_->committed) {
+    if (!held.contains(id))
+      lost += (lost.empty() ? "" : ", ") + std::to_string(id);
+  }
+  if (lost.empty()) return Status::OK();
+  return Status::Corruption("store '" + path_ + "': checkpoint id(s) " + lost +
+                            " committed (commit journal) but their records "
+                            "are missing from the database: its description "
+                            "(CURRENT, MANIFEST) is damaged or was replaced");
+}
+
+bool StoreImpl::CanRebuild() {
+  Result<JournalState> state = ReadJournal(*fs_, path_);
+  if (!state.ok() || !state->journal) return false;
+  for (int64_t id : state->journal->committed) {
+    if (!ReadCopy(*fs_, path_, CopyKind::kRecords, id).ok()) return false;
+  }
+  return true;
+}
+
+Status StoreImpl::PreCheckOrRebuild(bool has_db) {
+  Status s = PreCheckReadOnly(has_db);
+  if (s.ok() || !s.IsCorruption() || !CanRebuild()) return s;
+  Status rebuilt = RebuildFromCopies();
+  if (db_) CloseDb();
+  if (!rebuilt.ok()) {
+    return Status(s.code(), s.message() +
+                                "; rebuilding its database from the store's "
+                                "copies of its records failed too: " +
+                                rebuilt.ToString());
+  }
+  return PreCheckReadOnly(has_db);
+}
+
+Status StoreImpl::WithRebuildHint(Status s) {
+  if (!s.IsCorruption() || !CanRebuild()) return s;
+  return Status(s.code(),
+                s.message() +
+                    "; every committed checkpoint has an intact copy of its "
+                    "records: a read-write open rebuilds the database from "
+                    "them and the table files, keeping the damaged files "
+                    "under " +
+                    path_ + "/" + kDamagedDir);
+}
+
+Status StoreImpl::RebuildFromCopies() {
+  const std::string what = "rebuilding the database of '" + path_ +
+                           "' from its table files and metadata copies";
+  CKPTDB_ASSIGN_OR_RETURN(const JournalState state, ReadJournal(*fs_, path_));
+  // RocksDB's lock, so that no writer opens the store meanwhile.
+  rocksdb::FileLock* lock = nullptr;
+  CKPTDB_RETURN_IF_ERROR(
+      FromRocks(env_->LockFile(path_ + "/LOCK", &lock), what));
+  const std::string root = path_ + "/" + kDamagedDir;
+  std::string aside;
+  Status s = fs_->CreateDirIfMissing(root);
+  if (s.ok()) {
+    Result<std::vector<std::string>> earlier = fs_->ListDir(root);
+    s = earlier.status();
+    if (s.ok()) {
+      aside = root + "/" + std::to_string(earlier->size() + 1);
+      s = fs_->CreateDirIfMissing(aside);
+    }
+  }
+  if (s.ok()) s = fs_->CreateDirIfMissing(StagingDir(path_));
+  Result<std::vector<std::string>> names = fs_->ListDir(path_);
+  if (s.ok()) s = names.status();
+  rocksdb::Options reader_options;
+  static_cast<rocksdb::ColumnFamilyOptions&>(reader_options) = ChunkCfOptions();
+  reader_options.env = env_.get();
+  for (size_t i = 0; s.ok() && i < names->size(); ++i) {
+    const std::string& name = (*names)[i];
+    const std::string from = path_ + "/" + name;
+    std::string to;
+    if (IsDescriptionFile(name)) {
+      to = aside + "/" + name;
+    } else if (name.ends_with(".sst")) {
+      // Chunk table files are ingested again; the metadata's are replaced by
+      // the copies. A file whose properties cannot be read is kept aside.
+      rocksdb::SstFileReader reader(reader_options);
+      const bool readable = reader.Open(from).ok();
+      const std::string family =
+          readable ? reader.GetTableProperties()->column_family_name : "";
+      if (readable && family != kMetaCf &&
+          family != rocksdb::kDefaultColumnFamilyName) {
+        to = StagingDir(path_) + "/" + kRebuildPrefix + name;
+      } else {
+        to = aside + "/" + name;
+      }
+    } else {
+      continue;
+    }
+    s = FromRocks(fs_->RenameFile(from, to, rocksdb::IOOptions(), nullptr),
+                  what + ": moving " + from);
+  }
+  if (s.ok()) s = fs_->SyncDir(aside);
+  if (s.ok()) s = fs_->SyncDir(StagingDir(path_));
+  if (s.ok()) s = fs_->SyncDir(path_);
+  env_->UnlockFile(lock).PermitUncheckedError();
+  CKPTDB_RETURN_IF_ERROR(s);
+  CKPTDB_RETURN_IF_ERROR(OpenRocks(/*has_db=*/false, /*read_only=*/false));
+  CKPTDB_RETURN_IF_ERROR(IngestRebuildTables(aside));
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> copied,
+                          CopyIds(CopyKind::kRecords));
+  const CommitJournal& journal = *state.journal;
+  int64_t next = journal.high_water + 1;
+  rocksdb::WriteBatch batch;
+  for (int64_t id : copied) {
+    if (!journal.committed.contains(id) && id <= journal.high_water) continue;
+    Result<CopyEntries> records = ReadCopy(*fs_, path_, CopyKind::kRecords, id);
+    if (!records.ok()) continue;  // CanRebuild: none the journal names
+    for (const auto& [key, value] : *records) batch.Put(meta_, key, value);
+    next = std::max(next, id + 1);
+  }
+  std::string next_id;
+  PutBigEndian64(&next_id, static_cast<uint64_t>(next));
+  batch.Put(meta_, kNextIdKey, next_id);
+  batch.Put(meta_, kStoreMarkerKey, kStoreMarker);
+  CKPTDB_RETURN_IF_ERROR(WriteMeta(&batch, what));
+  CloseDb();
+  return Status::OK();
+}
+
+void StoreImpl::ReportCopies(const CopyFindings& found, StoreReport* report) {
+  const std::string repaired = ": a read-write open rewrites it from ";
+  for (const auto& [id, why] : found.records_damaged) {
+    report->repairable_metadata.push_back(
+        "the records of checkpoint " + std::to_string(id) +
+        " in the database are damaged or missing (" + why +
+        "); reads use their intact copy " +
+        CopyPath(path_, CopyKind::kRecords, id) + repaired + "that copy");
+  }
+  // A store written before copies were kept misses them all: not damage.
+  const bool report_missing = !found.predates_copies;
+  for (const auto& [id, why] : found.copies_damaged) {
+    if (!report_missing && why.ends_with(" is missing")) continue;
+    report->repairable_metadata.push_back(
+        "the copy of the records of checkpoint " + std::to_string(id) +
+        " is damaged (" + why + ")" + repaired + "the database's records");
+  }
+  if (!found.meta_scan_error.empty() && found.records_damaged.empty()) {
+    report->repairable_metadata.push_back(
+        "the metadata table files are damaged outside any checkpoint's "
+        "records (" +
+        found.meta_scan_error + ")" + repaired + "the copies of the records");
+  }
+  for (const auto& [id, why] : found.locators_damaged) {
+    if (!report_missing && why.ends_with(" is missing")) continue;
+    report->repairable_metadata.push_back(
+        "the copy of the chunk locations of checkpoint " + std::to_string(id) +
+        " is damaged (" + why + ")" + repaired + "its table files");
+  }
+  for (const auto& [id, why] : found.both_damaged) {
+    report->lost_metadata.push_back(
+        "both copies of the records of checkpoint " + std::to_string(id) +
+        " are damaged: " + why);
+  }
+}
+
+}  // namespace ckptdb::storage
