@@ -91,9 +91,13 @@ Result<JournalState> ReadJournal(StoreFileSystem& fs,
                                  const std::string& store_path) {
   JournalState state;
   bool any = false;
+  std::vector<std::string> missing;
   for (const std::string& path : JournalPaths(store_path)) {
     auto bytes = fs.ReadWholeFile(path);
-    if (bytes.status().IsNotFound()) continue;
+    if (bytes.status().IsNotFound()) {
+      missing.push_back(path + ": missing");
+      continue;
+    }
     any = true;
     // Something other than a regular file in its place is a damaged copy.
     if (bytes.status().IsCorruption()) {
@@ -110,12 +114,15 @@ Result<JournalState> ReadJournal(StoreFileSystem& fs,
     if (!state.journal || journal->sequence > state.journal->sequence)
       state.journal = std::move(journal).value();
   }
+  // One copy missing beside the other: half the protection is gone.
+  if (any)
+    state.damaged.insert(state.damaged.end(), missing.begin(), missing.end());
   if (any && !state.journal) {
     std::string why;
     for (const auto& d : state.damaged) why += (why.empty() ? "" : "; ") + d;
     return Status::Corruption(
-        "both copies of the commit journal of '" + store_path +
-        "' are damaged, so the store cannot tell which checkpoints it "
+        "no copy of the commit journal of '" + store_path +
+        "' is whole, so the store cannot tell which checkpoints it "
         "committed: " +
         why);
   }
@@ -129,7 +136,7 @@ Status WriteJournal(StoreFileSystem& fs, const std::string& store_path,
     // Renamed into place, so that a reader never sees a copy half written.
     const std::string tmp = path + ".tmp";
     CKPTDB_RETURN_IF_ERROR(fs.WriteFileSynced(tmp, bytes)
-                        .WithContext("writing the commit journal"));
+                               .WithContext("writing the commit journal"));
     CKPTDB_RETURN_IF_ERROR(
         FromRocks(fs.RenameFile(tmp, path, rocksdb::IOOptions(), nullptr),
                   "writing the commit journal: renaming " + tmp));

@@ -137,7 +137,7 @@ Status StoreImpl::StrayValueFiles(int64_t checkpoint_id,
   CKPTDB_RETURN_IF_ERROR(ListValueDir(checkpoint_id, &names));
   if (names.empty()) return Status::OK();
   CKPTDB_ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> files,
-                   NamedValueFiles(checkpoint_id));
+                          NamedValueFiles(checkpoint_id));
   std::set<std::string> named;
   for (const ValueFileExtent& file : files) named.insert(file.name);
   for (const std::string& name : names) {
@@ -166,8 +166,8 @@ Status StoreImpl::RemoveValueDir(int64_t checkpoint_id) {
     CKPTDB_RETURN_IF_ERROR(fs_->Remove(dir + "/" + name));
   }
   if (foreign) return Status::OK();
-  CKPTDB_RETURN_IF_ERROR(FromRocks(fs_->DeleteDir(dir, rocksdb::IOOptions(), nullptr),
-                            "removing " + dir));
+  CKPTDB_RETURN_IF_ERROR(FromRocks(
+      fs_->DeleteDir(dir, rocksdb::IOOptions(), nullptr), "removing " + dir));
   return fs_->SyncDir(ValuesDir(path_));
 }
 
@@ -269,7 +269,8 @@ Status StoreImpl::RepairBoundlessFiles(bool reingest) {
                              ", which RocksDB ingested without its key range";
     CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(StagingDir(path_)));
     CKPTDB_RETURN_IF_ERROR(fs_->Remove(link));
-    CKPTDB_RETURN_IF_ERROR(FromRocks(fs_->LinkFile(path, link, {}, nullptr), what));
+    CKPTDB_RETURN_IF_ERROR(
+        FromRocks(fs_->LinkFile(path, link, {}, nullptr), what));
     CKPTDB_RETURN_IF_ERROR(FromRocks(db_->DeleteFile(f.name), what));
     if (!reingest) {
       CKPTDB_RETURN_IF_ERROR(fs_->Remove(link));
@@ -315,12 +316,12 @@ Status StoreImpl::RemoveLeftovers() {
   const std::string staging = StagingDir(path_);
   if (!fs_->FileExists(staging, rocksdb::IOOptions(), nullptr).IsNotFound()) {
     CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> staged,
-                     fs_->ListDir(staging));
+                            fs_->ListDir(staging));
     for (const std::string& name : staged)
       CKPTDB_RETURN_IF_ERROR(fs_->Remove(staging + "/" + name));
-    CKPTDB_RETURN_IF_ERROR(FromRocks(
-        fs_->DeleteDir(staging, rocksdb::IOOptions(), nullptr),
-        "removing " + staging));
+    CKPTDB_RETURN_IF_ERROR(
+        FromRocks(fs_->DeleteDir(staging, rocksdb::IOOptions(), nullptr),
+                  "removing " + staging));
   }
   // Every read-write open starts a new write-ahead log. RocksDB 7.x keeps the
   // earlier ones until a flush, which a store that is opened without being
@@ -330,7 +331,8 @@ Status StoreImpl::RemoveLeftovers() {
   // skips empty logs, so the directory is read.)
   std::unique_ptr<rocksdb::LogFile> current;
   if (!db_->GetCurrentWalFile(&current).ok()) return Status::OK();
-  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names, fs_->ListDir(path_));
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                          fs_->ListDir(path_));
   for (const std::string& name : names) {
     const fs::path file(name);
     const std::string stem = file.stem().string();
@@ -344,7 +346,7 @@ Status StoreImpl::RemoveLeftovers() {
         is_dir)
       continue;
     CKPTDB_ASSIGN_OR_RETURN(const std::optional<uint64_t> size,
-                     fs_->SizeIfPresent(log));
+                            fs_->SizeIfPresent(log));
     if (size == 0u) CKPTDB_RETURN_IF_ERROR(fs_->Remove(log));
   }
   return Status::OK();
@@ -374,7 +376,8 @@ Result<std::vector<CheckpointInfo>> StoreImpl::List() {
 Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
   std::vector<CheckpointInfo> out;
   Status error;
-  CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id, std::string_view record) {
+  CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id,
+                                           std::string_view record) {
     if (!Visible(id)) return true;
     auto info = DecodeCheckpointInfo(record);
     if (!info.ok()) {
@@ -419,10 +422,11 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
   int64_t next = journal_ ? journal_->high_water + 1 : 1;
   const std::set<int64_t> live = LiveChunkIds();
   for (int64_t id : live) next = std::max(next, id + 1);
-  CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t committed, std::string_view) {
-    next = std::max(next, committed + 1);
-    return true;
-  }));
+  CKPTDB_RETURN_IF_ERROR(
+      ForEachRecord([&](int64_t committed, std::string_view) {
+        next = std::max(next, committed + 1);
+        return true;
+      }));
   // The value files of a failed save (kept in case it committed after all)
   // and of interrupted deletes: nothing writes value files now, and none that
   // no table file reaches can become reachable.
@@ -553,8 +557,9 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
   CKPTDB_RETURN_IF_ERROR(ReopenAfterFailedWrites(lock));
   rocksdb::PinnableSlice record;
   CKPTDB_RETURN_IF_ERROR(GetRecord(checkpoint_id, &record));
-  CKPTDB_ASSIGN_OR_RETURN(CheckpointInfo info, DecodeCheckpointInfo(std::string_view(
-                                            record.data(), record.size())));
+  CKPTDB_ASSIGN_OR_RETURN(
+      CheckpointInfo info,
+      DecodeCheckpointInfo(std::string_view(record.data(), record.size())));
   record.Reset();
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   const std::string what =
@@ -633,10 +638,10 @@ Status StoreImpl::CheckShareable(int64_t checkpoint_id) {
   for (int64_t id : held) {
     CKPTDB_ASSIGN_OR_RETURN(const std::string loss, ValueFileLoss(id));
     if (loss.empty()) continue;
-    const std::string message =
-        "the chunks of checkpoint " + std::to_string(checkpoint_id) +
-        " in store '" + path_ + "' cannot be shared: the " + loss +
-        " (checkpoint " + std::to_string(id) + "'s)";
+    const std::string message = "the chunks of checkpoint " +
+                                std::to_string(checkpoint_id) + " in store '" +
+                                path_ + "' cannot be shared: the " + loss +
+                                " (checkpoint " + std::to_string(id) + "'s)";
     rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL,
                  db_->GetDBOptions().info_log, "%s", message.c_str());
     return Status::Corruption(message);
@@ -659,10 +664,10 @@ Result<std::string> StoreImpl::ValueFileLoss(int64_t held) {
       if (size >= values.end) continue;
     }
     return "value file " + path +
-           (!missing ? " holds " + std::to_string(size) +
-                           " bytes, its chunks need " +
-                           std::to_string(values.end)
-                     : " is missing");
+           (!missing
+                ? " holds " + std::to_string(size) +
+                      " bytes, its chunks need " + std::to_string(values.end)
+                : " is missing");
   }
   return std::string();
 }
@@ -674,13 +679,13 @@ Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
   }
   CKPTDB_ASSIGN_OR_RETURN(const std::string loss, ValueFileLoss(held));
   if (!loss.empty()) {
-    return Status::Corruption(
-        "checkpoint " + std::to_string(id) +
-        " would share chunks of checkpoint " + std::to_string(held) +
-        ", whose " + loss + ": not committed. `ckpt-db-dump verify " + path_ +
-        "` lists the checkpoints that use it; a save "
-        "with incremental saves off "
-        "writes every chunk again");
+    return Status::Corruption("checkpoint " + std::to_string(id) +
+                              " would share chunks of checkpoint " +
+                              std::to_string(held) + ", whose " + loss +
+                              ": not committed. `ckpt-db-dump verify " + path_ +
+                              "` lists the checkpoints that use it; a save "
+                              "with incremental saves off "
+                              "writes every chunk again");
   }
   std::lock_guard lock(direct_mu_);
   held_values_checked_.insert(held);
@@ -704,9 +709,23 @@ Result<StoreReport> StoreImpl::Check() {
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
   const std::set<int64_t> live = LiveChunkIds();
+  if (!journal_ && !records.empty()) {
+    const auto copies = JournalPaths(path_);
+    report.damaged_journal_copies.push_back(
+        copies[0] + " and " + copies[1] +
+        ": both missing, so nothing guards the checkpoints against a "
+        "database that loses records (a store written before journals has "
+        "none)");
+  }
   CKPTDB_ASSIGN_OR_RETURN(report.unused_value_ids, UnusedValueDirs(live));
-  for (int64_t id : live)
+  report.foreign_entries = ForeignEntries();
+  std::erase_if(report.unused_value_ids, [&](int64_t id) {
+    return NotADirectory(ValueDirOf(path_, id)).has_value();
+  });
+  for (int64_t id : live) {
+    if (NotADirectory(ValueDirOf(path_, id))) continue;  // foreign_entries
     CKPTDB_RETURN_IF_ERROR(StrayValueFiles(id, &report.stray_value_files));
+  }
   for (int64_t id : live) {
     // A deletion under way is not a problem, nor the chunks of a deleted
     // checkpoint that later ones share.
@@ -714,6 +733,24 @@ Result<StoreReport> StoreImpl::Check() {
       report.unaccounted_chunk_ids.push_back(id);
   }
   return report;
+}
+
+std::vector<std::string> StoreImpl::ForeignEntries() {
+  std::vector<std::string> dirs = {StagingDir(path_), ValuesDir(path_)};
+  Result<std::vector<std::string>> names = fs_->ListDir(ValuesDir(path_));
+  if (names.ok()) {
+    std::sort(names->begin(), names->end());
+    for (const std::string& name : *names) {
+      int64_t id = 0;
+      if (ParseValueDirName(name, &id)) dirs.push_back(ValueDirOf(path_, id));
+    }
+  }
+  std::vector<std::string> foreign;
+  for (const std::string& dir : dirs) {
+    if (std::optional<std::string> kind = NotADirectory(dir))
+      foreign.push_back(dir + " is " + *kind);
+  }
+  return foreign;
 }
 
 std::string StoreImpl::VersionStamp() const {

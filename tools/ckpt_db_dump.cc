@@ -455,9 +455,15 @@ size_t VerifyStore(DB& db) {
   }
   for (const std::string& copy : report->damaged_journal_copies) {
     std::printf(
-        "store: DAMAGED commit journal copy (the other is in use): "
-        "%s\n",
+        "store: DAMAGED commit journal copy: %s (a read-write open writes it "
+        "again)\n",
         copy.c_str());
+  }
+  for (const std::string& entry : report->foreign_entries) {
+    std::printf(
+        "store: NOT CKPTDB'S: %s, where the store keeps a directory; no "
+        "open removes it, so remove it yourself\n",
+        entry.c_str());
   }
   if (report->ok() && report->unfinished_save_ids.empty() &&
       report->stray_value_files.empty())
@@ -465,7 +471,8 @@ size_t VerifyStore(DB& db) {
   else if (report->ok())
     std::printf("store: consistent apart from the leftovers above\n");
   return report->unaccounted_chunk_ids.size() +
-         report->damaged_journal_copies.size();
+         report->damaged_journal_copies.size() +
+         report->foreign_entries.size();
 }
 
 // Verifies the checkpoint `which` selects and prints the outcome; returns its

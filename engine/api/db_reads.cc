@@ -177,6 +177,7 @@ Result<StoreCheckReport> DBImpl::CheckStore() {
             report.unfinished_save_ids.end());
   report.stray_value_files = std::move(found.stray_value_files);
   report.damaged_journal_copies = std::move(found.damaged_journal_copies);
+  report.foreign_entries = std::move(found.foreign_entries);
   return report;
 }
 

@@ -85,11 +85,18 @@ struct StoreCheckReport {
   // writer of an earlier, failed attempt at that checkpoint id), by path:
   // unreachable space, not damage.
   std::vector<std::string> stray_value_files;
-  // Damaged copies of the commit journal (the other copy is in use), by path.
+  // Damaged or missing copies of the commit journal, by path, with why
+  // (missing both: nothing guards the checkpoints against a database that
+  // loses records). A read-write open writes them again.
   std::vector<std::string> damaged_journal_copies;
+  // Entries that are not ckptdb's where it keeps its directories (a symbolic
+  // link or a FIFO at staging, values or values/<id>): left alone by every
+  // call, so they are for the user to remove. "PATH is a symbolic link".
+  std::vector<std::string> foreign_entries;
 
   bool ok() const {
-    return unaccounted_chunk_ids.empty() && damaged_journal_copies.empty();
+    return unaccounted_chunk_ids.empty() && damaged_journal_copies.empty() &&
+           foreign_entries.empty();
   }
 };
 
