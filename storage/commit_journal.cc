@@ -122,8 +122,8 @@ Result<JournalState> ReadJournal(StoreFileSystem& fs,
     std::string why;
     for (const auto& d : state.damaged) why += (why.empty() ? "" : "; ") + d;
     return Status::Corruption(
-        "both copies of the commit journal of '" + store_path +
-        "' are damaged, so the store cannot tell which checkpoints it "
+        "no copy of the commit journal of '" + store_path +
+        "' is whole, so the store cannot tell which checkpoints it "
         "committed: " +
         why);
   }

@@ -45,8 +45,8 @@ struct JournalState {
   // The current journal; empty when neither copy exists (a store written
   // before journals, or one being created).
   std::optional<CommitJournal> journal;
-  // Copies that cannot be decoded, or are missing while the other exists,
-  // with why.
+  // Copies that exist but cannot be read or decoded, or that are missing
+  // while the other exists, with why.
   std::vector<std::string> damaged;
 };
 

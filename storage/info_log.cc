@@ -8,8 +8,6 @@
 namespace ckptdb::storage {
 namespace {
 
-constexpr uint64_t kRotateBytes = uint64_t{4} << 20;
-
 class NullLogger : public rocksdb::Logger {
  public:
   using rocksdb::Logger::Logv;
@@ -18,8 +16,18 @@ class NullLogger : public rocksdb::Logger {
 
 class FileLogger : public rocksdb::Logger {
  public:
-  explicit FileLogger(std::unique_ptr<rocksdb::FSWritableFile> file)
-      : file_(std::move(file)) {}
+  FileLogger(std::shared_ptr<StoreFileSystem> fs, std::string path,
+             uint64_t max_bytes)
+      : fs_(std::move(fs)), path_(std::move(path)), max_bytes_(max_bytes) {
+    uint64_t size = 0;
+    if (fs_->GetFileSize(path_, rocksdb::IOOptions(), &size, nullptr).ok())
+      bytes_ = size;
+    if (bytes_ >= max_bytes_) {
+      Rotate();
+    } else {
+      Open();
+    }
+  }
   ~FileLogger() override { CloseFile(); }
 
   using rocksdb::Logger::Logv;
@@ -38,7 +46,10 @@ class FileLogger : public rocksdb::Logger {
     if (!file_->Append(rocksdb::Slice(line, n), rocksdb::IOOptions(), nullptr)
              .ok()) {
       CloseFile();
+      return;
     }
+    bytes_ += n;
+    if (bytes_ >= max_bytes_) Rotate();
   }
 
  protected:
@@ -49,32 +60,41 @@ class FileLogger : public rocksdb::Logger {
   }
 
  private:
+  // LOG becomes LOG.old, and a new LOG is started. Without a rename, logging
+  // stops (the file would otherwise only grow).
+  void Rotate() {
+    CloseFile();
+    if (!fs_->RenameFile(path_, path_ + ".old", rocksdb::IOOptions(), nullptr)
+             .ok())
+      return;
+    bytes_ = 0;
+    Open();
+  }
+  void Open() {
+    if (!fs_->ReopenWritableFile(path_, rocksdb::FileOptions(), &file_, nullptr)
+             .ok())
+      file_.reset();
+  }
   void CloseFile() {
     if (file_)
       file_->Close(rocksdb::IOOptions(), nullptr).PermitUncheckedError();
     file_.reset();
   }
 
+  const std::shared_ptr<StoreFileSystem> fs_;
+  const std::string path_;
+  const uint64_t max_bytes_;
   std::mutex mu_;
   std::unique_ptr<rocksdb::FSWritableFile> file_;
+  uint64_t bytes_ = 0;  // in the current LOG
 };
 
 }  // namespace
 
-std::shared_ptr<rocksdb::Logger> NewInfoLog(StoreFileSystem& fs,
-                                            const std::string& dir) {
-  const std::string path = dir + "/LOG";
-  const rocksdb::IOOptions io;
-  uint64_t size = 0;
-  if (fs.GetFileSize(path, io, &size, nullptr).ok() && size > kRotateBytes) {
-    fs.RenameFile(path, path + ".old", io, nullptr).PermitUncheckedError();
-  }
-  std::unique_ptr<rocksdb::FSWritableFile> file;
-  if (!fs.ReopenWritableFile(path, rocksdb::FileOptions(), &file, nullptr)
-           .ok()) {
-    return NewNullInfoLog();
-  }
-  return std::make_shared<FileLogger>(std::move(file));
+std::shared_ptr<rocksdb::Logger> NewInfoLog(std::shared_ptr<StoreFileSystem> fs,
+                                            const std::string& dir,
+                                            uint64_t max_bytes) {
+  return std::make_shared<FileLogger>(std::move(fs), dir + "/LOG", max_bytes);
 }
 
 std::shared_ptr<rocksdb::Logger> NewNullInfoLog() {

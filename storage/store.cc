@@ -666,10 +666,10 @@ Status StoreImpl::CheckShareable(int64_t checkpoint_id) {
   for (int64_t id : held) {
     CKPTDB_ASSIGN_OR_RETURN(const std::string loss, ValueFileLoss(id));
     if (loss.empty()) continue;
-    const std::string message =
-        "the chunks of checkpoint " + std::to_string(checkpoint_id) +
-        " in store '" + path_ + "' cannot be shared: the " + loss +
-        " (checkpoint " + std::to_string(id) + "'s)";
+    const std::string message = "the chunks of checkpoint " +
+                                std::to_string(checkpoint_id) + " in store '" +
+                                path_ + "' cannot be shared: the " + loss +
+                                " (checkpoint " + std::to_string(id) + "'s)";
     rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL,
                  db_->GetDBOptions().info_log, "%s", message.c_str());
     return Status::Corruption(message);
@@ -679,7 +679,7 @@ Status StoreImpl::CheckShareable(int64_t checkpoint_id) {
 
 Result<std::string> StoreImpl::ValueFileLoss(int64_t held) {
   CKPTDB_ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> files,
-                          NamedValueFiles(held));
+                   NamedValueFiles(held));
   for (const ValueFileExtent& values : files) {
     const std::string path = ValuesDir(path_) + "/" + values.name;
     const bool missing =
@@ -692,10 +692,10 @@ Result<std::string> StoreImpl::ValueFileLoss(int64_t held) {
       if (size >= values.end) continue;
     }
     return "value file " + path +
-           (!missing ? " holds " + std::to_string(size) +
-                           " bytes, its chunks need " +
-                           std::to_string(values.end)
-                     : " is missing");
+           (!missing
+                ? " holds " + std::to_string(size) +
+                      " bytes, its chunks need " + std::to_string(values.end)
+                : " is missing");
   }
   return std::string();
 }
@@ -707,13 +707,13 @@ Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
   }
   CKPTDB_ASSIGN_OR_RETURN(const std::string loss, ValueFileLoss(held));
   if (!loss.empty()) {
-    return Status::Corruption(
-        "checkpoint " + std::to_string(id) +
-        " would share chunks of checkpoint " + std::to_string(held) +
-        ", whose " + loss + ": not committed. `ckpt-db-dump verify " + path_ +
-        "` lists the checkpoints that use it; a save "
-        "with incremental saves off "
-        "writes every chunk again");
+    return Status::Corruption("checkpoint " + std::to_string(id) +
+                              " would share chunks of checkpoint " +
+                              std::to_string(held) + ", whose " + loss +
+                              ": not committed. `ckpt-db-dump verify " + path_ +
+                              "` lists the checkpoints that use it; a save "
+                              "with incremental saves off "
+                              "writes every chunk again");
   }
   std::lock_guard lock(direct_mu_);
   held_values_checked_.insert(held);
@@ -737,9 +737,23 @@ Result<StoreReport> StoreImpl::Check() {
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
   const std::set<int64_t> live = LiveChunkIds();
+  if (!journal_ && !records.empty()) {
+    const auto copies = JournalPaths(path_);
+    report.damaged_journal_copies.push_back(
+        copies[0] + " and " + copies[1] +
+        ": both missing, so nothing guards the checkpoints against a "
+        "database that loses records (a store written before journals has "
+        "none)");
+  }
   CKPTDB_ASSIGN_OR_RETURN(report.unused_value_ids, UnusedValueDirs(live));
-  for (int64_t id : live)
+  report.foreign_entries = ForeignEntries();
+  std::erase_if(report.unused_value_ids, [&](int64_t id) {
+    return NotADirectory(ValueDirOf(path_, id)).has_value();
+  });
+  for (int64_t id : live) {
+    if (NotADirectory(ValueDirOf(path_, id))) continue;  // foreign_entries
     CKPTDB_RETURN_IF_ERROR(StrayValueFiles(id, &report.stray_value_files));
+  }
   for (int64_t id : live) {
     // A deletion under way is not a problem, nor the chunks of a deleted
     // checkpoint that later ones share.
@@ -749,6 +763,24 @@ Result<StoreReport> StoreImpl::Check() {
   CKPTDB_ASSIGN_OR_RETURN(const CopyFindings copies, CompareCopies());
   ReportCopies(copies, &report);
   return report;
+}
+
+std::vector<std::string> StoreImpl::ForeignEntries() {
+  std::vector<std::string> dirs = {StagingDir(path_), ValuesDir(path_)};
+  Result<std::vector<std::string>> names = fs_->ListDir(ValuesDir(path_));
+  if (names.ok()) {
+    std::sort(names->begin(), names->end());
+    for (const std::string& name : *names) {
+      int64_t id = 0;
+      if (ParseValueDirName(name, &id)) dirs.push_back(ValueDirOf(path_, id));
+    }
+  }
+  std::vector<std::string> foreign;
+  for (const std::string& dir : dirs) {
+    if (std::optional<std::string> kind = NotADirectory(dir))
+      foreign.push_back(dir + " is " + *kind);
+  }
+  return foreign;
 }
 
 std::string StoreImpl::VersionStamp() const {

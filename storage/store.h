@@ -94,7 +94,7 @@ struct StoreReport {
   // No checkpoint above it ever committed: chunks of higher ids are leftovers
   // of interrupted saves, which a read-write open removes.
   int64_t high_water = 0;
-  // Commit journal copies that are damaged (the other one is in use).
+  // Commit journal copies that are damaged or missing, with why.
   std::vector<std::string> damaged_journal_copies;
   // Metadata damaged in one of its two copies (record_copies.h), one line
   // each naming the checkpoint and the file: reads use the intact copy, and a
@@ -102,6 +102,10 @@ struct StoreReport {
   std::vector<std::string> repairable_metadata;
   // Metadata damaged in both copies: the checkpoint's records are lost.
   std::vector<std::string> lost_metadata;
+  // Entries where the store keeps its directories (staging, values,
+  // values/<id>) that are not directories (symbolic links, FIFOs...): not
+  // ckptdb's, so no open removes them. "PATH is a symbolic link".
+  std::vector<std::string> foreign_entries;
 };
 
 // One RocksDB database with column families `chunks` (tensor bytes, or for

@@ -178,6 +178,14 @@ class StoreImpl : public Store {
   // deletes, then removes chunks of ids that provably never committed.
   Status RecoverCommits();
   Status CheckJournal(const std::set<int64_t>& records);
+  // When the journal lists checkpoints (`lost`) that the database's
+  // `records` lack, and the database proves the journal stale (it holds a
+  // record above the journal's high-water mark, and no chunk of a lost
+  // checkpoint that nothing shares is left): the lost checkpoints were
+  // deleted after the journal was written. Drops them from journal_ and says
+  // true; false (journal_ unchanged) otherwise.
+  bool AdoptDeletionsAfterStaleJournal(const std::set<int64_t>& records,
+                                       const std::set<int64_t>& lost);
   // Read-write opens check the database read-only first: RocksDB's
   // read-write recovery rewrites the MANIFEST and removes the files it does
   // not name, which would make a loss it did not report permanent.
@@ -243,6 +251,8 @@ class StoreImpl : public Store {
   // nothing to refresh.
   std::string VersionStamp() const;
   Status RemoveLeftovers();
+  // StoreReport::foreign_entries.
+  std::vector<std::string> ForeignEntries();
   // Ingests the staged files, a few at a time.
   Status IngestStaged(const std::vector<std::string>& staged,
                       const std::string& what);

@@ -221,7 +221,7 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
   // A new MANIFEST is small: its default 4 MiB preallocation would double
   // the room an open needs on a nearly full disk.
   db_options.manifest_preallocation_size = 256 << 10;
-  db_options.info_log = read_only ? NewNullInfoLog() : NewInfoLog(*fs_, path_);
+  db_options.info_log = read_only ? NewNullInfoLog() : NewInfoLog(fs_, path_);
   if (has_db) CKPTDB_RETURN_IF_ERROR(CheckColumnFamilies(db_options));
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
       {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
@@ -353,7 +353,8 @@ Status StoreImpl::CheckJournal(const std::set<int64_t>& records) {
   for (int64_t id : journal_->committed) {
     if (!records.contains(id)) lost.insert(id);
   }
-  if (lost.empty()) return Status::OK();
+  if (lost.empty() || AdoptDeletionsAfterStaleJournal(records, lost))
+    return Status::OK();
   std::string files;
   Result<std::vector<std::string>> names = fs_->ListDir(path_);
   if (names.ok()) std::sort(names->begin(), names->end());
@@ -367,7 +368,11 @@ Status StoreImpl::CheckJournal(const std::set<int64_t>& records) {
       "store '" + path_ + "': checkpoint id(s) " + Join(lost) +
       " committed (commit journal " + JournalPaths(path_)[0] +
       ") but their records are missing from the database: its files (" + files +
-      ") are damaged or were replaced. Nothing was changed.");
+      ") are damaged or were replaced, or the journal copies are older ones "
+      "put back (their high-water mark is " +
+      std::to_string(journal_->high_water) +
+      "; the database has no record above it to prove that). Nothing was "
+      "changed.");
 }
 
 Status StoreImpl::SaveJournal(CommitJournal journal) {

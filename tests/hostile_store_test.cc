@@ -275,3 +275,118 @@ TEST(HostileStore, AValueFileThatIsNotARegularFileIsNamed) {
 
 }  // namespace
 }  // namespace ckptdb
+
+namespace ckptdb {
+namespace {
+
+// Copies of both commit journal copies of `dir` into `to`, or back.
+void CopyJournal(const std::string& from, const std::string& to) {
+  for (const char* name : {"CKPTDB_JOURNAL.0", "CKPTDB_JOURNAL.1"}) {
+    fs::copy_file(fs::path(from) / name, fs::path(to) / name,
+                  fs::copy_options::overwrite_existing);
+  }
+}
+
+std::vector<int64_t> Ids(DB& db) {
+  std::vector<int64_t> ids;
+  auto list = db.ListCheckpoints();
+  EXPECT_TRUE(list.ok()) << list.status().ToString();
+  if (list.ok()) {
+    for (const CheckpointInfo& info : *list) ids.push_back(info.id);
+  }
+  return ids;
+}
+
+// Journal copies put back from a backup taken `deletes` deletes and three
+// saves ago: the database's later records prove the journal stale, and both
+// opens go on with the database's checkpoints.
+TEST(StaleJournal, OlderJournalCopiesOpenWhenTheDatabaseProvesThemStale) {
+  for (bool with_delete : {false, true}) {
+    TempDir tmp;
+    const std::string dir = tmp.Sub("store");
+    const std::string backup = tmp.Sub("backup");
+    fs::create_directories(backup);
+    std::vector<Saved> states;
+    {
+      auto db = DB::Open(Options(), dir);
+      ASSERT_TRUE(db.ok());
+      for (int i = 0; i < 5; ++i) {
+        if (i == 2) CopyJournal(dir, backup);
+        if (i == 3 && with_delete) {
+          ASSERT_TRUE((*db)->Delete(CheckpointSelector::Id(1)).ok());
+        }
+        states.push_back(
+            {Values(i + 1, kElements), Values(50 + i, kBigElements)});
+        ASSERT_TRUE((*db)->Save(states.back().Dict(), {}).ok());
+      }
+    }
+    CopyJournal(backup, dir);
+    const std::vector<int64_t> expected =
+        with_delete ? std::vector<int64_t>{2, 3, 4, 5}
+                    : std::vector<int64_t>{1, 2, 3, 4, 5};
+    for (bool read_only : {true, false, true}) {
+      Options options;
+      options.read_only = read_only;
+      auto db = DB::Open(options, dir);
+      ASSERT_TRUE(db.ok()) << "with_delete " << with_delete << ": "
+                           << db.status().ToString();
+      EXPECT_EQ(Ids(**db), expected);
+      for (int64_t id : expected) {
+        Saved got{std::vector<float>(kElements),
+                  std::vector<float>(kBigElements)};
+        StateDict sd = got.Dict();
+        ASSERT_TRUE((*db)->Load(sd, CheckpointSelector::Id(id), {}).ok());
+        EXPECT_TRUE(got == states[id - 1]) << id;
+      }
+    }
+    // The read-write open wrote the journal anew: a later delete and open
+    // go on as usual.
+    {
+      auto db = DB::Open(Options(), dir);
+      ASSERT_TRUE(db.ok());
+      ASSERT_TRUE((*db)->Delete(CheckpointSelector::Id(2)).ok());
+    }
+    auto db = DB::Open(Options(), dir);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    EXPECT_EQ(Ids(**db).size(), expected.size() - 1);
+  }
+}
+
+// Without a later record the database cannot prove the journal stale: the
+// open refuses, naming both explanations, and changes nothing.
+TEST(StaleJournal, WithoutProofTheOpenRefusesNamingTheJournal) {
+  TempDir tmp;
+  const std::string dir = tmp.Sub("store");
+  const std::string backup = tmp.Sub("backup");
+  fs::create_directories(backup);
+  {
+    auto db = DB::Open(Options(), dir);
+    ASSERT_TRUE(db.ok());
+    for (int i = 0; i < 3; ++i) {
+      Saved s{Values(i + 1, kElements), Values(9 + i, kBigElements)};
+      ASSERT_TRUE((*db)->Save(s.Dict(), {}).ok());
+    }
+    CopyJournal(dir, backup);
+    ASSERT_TRUE((*db)->Delete(CheckpointSelector::Id(2)).ok());
+  }
+  CopyJournal(backup, dir);
+  const auto before = testing::SnapshotDir(dir);
+  for (bool read_only : {true, false}) {
+    Options options;
+    options.read_only = read_only;
+    auto db = DB::Open(options, dir);
+    ASSERT_FALSE(db.ok());
+    EXPECT_TRUE(db.status().IsCorruption()) << db.status().ToString();
+    EXPECT_NE(db.status().message().find("CKPTDB_JOURNAL"), std::string::npos);
+    EXPECT_NE(db.status().message().find("older ones put back"),
+              std::string::npos)
+        << db.status().ToString();
+  }
+  for (const auto& [file, desc] : before) {
+    EXPECT_TRUE(fs::exists(fs::path(dir) / file) || file.rfind("LOG", 0) == 0)
+        << file;
+  }
+}
+
+}  // namespace
+}  // namespace ckptdb

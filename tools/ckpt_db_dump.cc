@@ -462,14 +462,20 @@ size_t VerifyStore(DB& db) {
   }
   for (const std::string& copy : report->damaged_journal_copies) {
     std::printf(
-        "store: DAMAGED commit journal copy (the other is in use; a "
-        "read-write open rewrites it): %s\n",
+        "store: DAMAGED commit journal copy: %s (a read-write open writes it "
+        "again)\n",
         copy.c_str());
   }
   for (const std::string& line : report->repairable_metadata)
     std::printf("store: DAMAGED metadata, nothing lost: %s\n", line.c_str());
   for (const std::string& line : report->lost_metadata)
     std::printf("store: DAMAGED metadata, LOST: %s\n", line.c_str());
+  for (const std::string& entry : report->foreign_entries) {
+    std::printf(
+        "store: NOT CKPTDB'S: %s, where the store keeps a directory; no "
+        "open removes it, so remove it yourself\n",
+        entry.c_str());
+  }
   if (report->ok() && report->unfinished_save_ids.empty() &&
       report->stray_value_files.empty())
     std::printf("store: consistent (all chunk data belongs to checkpoints)\n");
@@ -477,7 +483,8 @@ size_t VerifyStore(DB& db) {
     std::printf("store: consistent apart from the leftovers above\n");
   return report->unaccounted_chunk_ids.size() +
          report->damaged_journal_copies.size() +
-         report->repairable_metadata.size() + report->lost_metadata.size();
+         report->repairable_metadata.size() + report->lost_metadata.size() +
+         report->foreign_entries.size();
 }
 
 // Tensors lost (a chunk's bytes damaged), by key: the checkpoints they are

@@ -1,11 +1,14 @@
 #include "engine/api/tensor_checks.h"
 
-#include "engine/device/device.h"
 #include "core/partition.h"
+#include "engine/device/device.h"
 
 namespace ckptdb::engine {
 
 namespace {
+
+// The largest tensor a save or load takes: 1 PiB.
+constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 50;
 
 // A flat range: 1-D, inside the flattened tensor.
 Status CheckFlatRange(const std::string& what, const TensorView& view) {
@@ -93,14 +96,16 @@ Status CheckView(const std::string& flat_key, const TensorView& view) {
   }
   CKPTDB_RETURN_IF_ERROR(CheckBox(what, view));
   CKPTDB_RETURN_IF_ERROR(CheckStrides(what, view));
-  // Element counts must fit comfortably in 64 bits (2^62 bytes).
+  // At most kMaxTensorBytes: a larger tensor is no model's (a broadcast view
+  // of a few bytes may claim 2^60 elements) and would be read for hours.
   uint64_t bytes = DTypeSize(view.dtype);
   for (int64_t d : view.global_shape) {
     if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) ||
-        bytes > (uint64_t{1} << 62)) {
-      return Status::InvalidArgument(what + ": global shape " +
-                                     ShapeToString(view.global_shape) +
-                                     " is too large");
+        bytes > kMaxTensorBytes) {
+      return Status::InvalidArgument(
+          what + ": global shape " + ShapeToString(view.global_shape) +
+          " is too large (more than " + std::to_string(kMaxTensorBytes >> 40) +
+          " TiB)");
     }
   }
   if (view.device.type != DeviceType::kCPU) {

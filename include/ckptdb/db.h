@@ -47,6 +47,10 @@ const char* Version();
 // ListCheckpoints, GetMetadata, Read, Verify and CheckStore are local.
 // Thread-safety: collective calls must not overlap one another; local calls may
 // run on other threads at any time.
+// A handle (and a PendingSave from it) belongs to the process that opened it:
+// in a child of fork() every call fails with FailedPrecondition naming the
+// fork and touches nothing, and destroying it there leaves the parent's
+// resources alone. Open the store again in the child instead.
 class DB {
  public:
   // Opens (or creates, per options) the store at `path`. Collective. With

@@ -92,7 +92,9 @@ struct StoreCheckReport {
   // writer of an earlier, failed attempt at that checkpoint id), by path:
   // unreachable space, not damage.
   std::vector<std::string> stray_value_files;
-  // Damaged copies of the commit journal (the other copy is in use), by path.
+  // Damaged or missing copies of the commit journal, by path, with why
+  // (missing both: nothing guards the checkpoints against a database that
+  // loses records). A read-write open writes them again.
   std::vector<std::string> damaged_journal_copies;
   // Metadata (records, chunk locations, the database's own) damaged in one
   // of the two copies the store keeps, one line each naming the checkpoint
@@ -101,10 +103,15 @@ struct StoreCheckReport {
   std::vector<std::string> repairable_metadata;
   // Metadata damaged in both copies, one line each naming the checkpoint.
   std::vector<std::string> lost_metadata;
+  // Entries that are not ckptdb's where it keeps its directories (a symbolic
+  // link or a FIFO at staging, values or values/<id>): left alone by every
+  // call, so they are for the user to remove. "PATH is a symbolic link".
+  std::vector<std::string> foreign_entries;
 
   bool ok() const {
     return unaccounted_chunk_ids.empty() && damaged_journal_copies.empty() &&
-           repairable_metadata.empty() && lost_metadata.empty();
+           repairable_metadata.empty() && lost_metadata.empty() &&
+           foreign_entries.empty();
   }
 };
 

@@ -1,8 +1,8 @@
 """Hostile use from Python: arrays in the other byte order, handles used in a
 forked child."""
 import os
+import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -52,74 +52,70 @@ def test_arrays_in_the_other_byte_order_are_refused_or_round_trip(store, name):
         assert np.array_equal(db.read("t"), values)
 
 
-def _wait_child(pid, seconds=30):
-    """The child's exit code, or None when it is still running after `seconds`
-    (it is then killed)."""
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.05)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    return None
+def _run(scenario, store, *args):
+    """Runs fork_scenarios.py `scenario` in a fresh interpreter: its exit code
+    and output. A child that hangs fails the scenario (it waits 30 s)."""
+    script = os.path.join(os.path.dirname(__file__), "fork_scenarios.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, script, scenario, store, *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout + done.stderr
 
 
-def _in_child(calls, report):
-    """Runs in a forked child: each call's exception class name (or "ok") to
-    `report`, then a normal interpreter exit."""
-    with open(report, "w") as out:
-        for call in calls:
-            try:
-                call()
-                out.write("ok\n")
-            except Exception as e:  # noqa: BLE001 - the outcome is the test
-                out.write(f"{type(e).__name__}: {e}\n")
-    sys.exit(0)
-
-
-@pytest.mark.parametrize("pending", [False, True])
-def test_a_handle_used_in_a_forked_child_raises_and_the_child_exits(store, tmp_path, pending):
-    x = np.arange(1 << 16, dtype=np.float32)
-    db = ckptdb.open(store)
-    db.save({"x": x}, step=1)
-    handle = db.save_async({"x": x + 1}, step=2) if pending else None
-    report = str(tmp_path / "report")
-    calls = [lambda: db.save({"x": x + 2}, step=3), lambda: db.delete(step=1),
-             lambda: db.load({"x": np.zeros_like(x)}), db.checkpoints,
-             lambda: db.read("x"), db.close]
-    if pending:
-        calls.insert(0, handle.wait)
-    pid = os.fork()
-    if pid == 0:
-        _in_child(calls, report)
-    assert _wait_child(pid) == 0  # neither hangs nor crashes
-    with open(report) as f:
-        outcomes = f.read().splitlines()
-    assert len(outcomes) == len(calls)
-    for line in outcomes:
-        assert line.startswith("Error: ") and "fork" in line, line
-    # The parent's handle and store are untouched by the child.
-    if pending:
-        assert handle.wait().step == 2
-    assert [c.step for c in db.checkpoints()] == ([1, 2] if pending else [1])
-    db.save({"x": x + 3}, step=4)
-    db.close()
-    with ckptdb.open(store) as again:
-        steps = [c.step for c in again.checkpoints()]
-        assert steps == ([1, 2, 4] if pending else [1, 4])
-        assert np.array_equal(again.read("x", step=4), x + 3)
+@pytest.mark.parametrize("pending", ["blocking", "pending"])
+def test_a_handle_used_in_a_forked_child_raises_and_the_child_exits(store, pending):
+    code, out = _run("use_in_child", store, pending)
+    assert code == 0, out
+    lines = [line for line in out.splitlines()
+             if line.startswith("child ") and not line.startswith("child exit")]
+    assert len(lines) == (7 if pending == "pending" else 6), out
+    for line in lines:
+        # Every call raises naming the fork; none hangs.
+        assert line.startswith("child Error: ") and "fork" in line, line
+    assert "child exit 0" in out and "parent ok" in out, out
 
 
 def test_a_forked_child_that_never_uses_the_handle_exits(store):
-    db = ckptdb.open(store)
-    db.save({"x": np.arange(10.0)}, step=1)
-    for close_first in (False, True):
-        if close_first:
-            db.close()
-        pid = os.fork()
-        if pid == 0:
-            sys.stdout.flush()
-            sys.exit(3)  # the status comes through
-        assert _wait_child(pid) == 3
+    code, out = _run("exit_in_child", store)
+    assert code == 0, out
+    assert out.count("child exit 3") == 2, out
+
+
+@pytest.mark.parametrize("loss", ["removed", "cut short"])
+def test_a_lost_shared_value_file_is_written_again_and_retention_goes_on(store, loss):
+    rng = np.random.default_rng(5)
+    state = {"big": rng.standard_normal((512, 256), dtype=np.float32)}  # 512 KiB
+    with ckptdb.open(store, keep_last=2) as db:
+        first = db.save(state, step=1)
+        for step in (2, 3):  # share every chunk of checkpoint 1
+            assert db.save(state, step=step).nbytes_written == 0
+        assert [c.step for c in db.checkpoints()] == [2, 3]
+        held = os.path.join(store, "values", str(first.id))
+        files = [os.path.join(held, n) for n in os.listdir(held)]
+        assert files
+        for f in files:
+            if loss == "removed":
+                os.remove(f)
+            else:
+                os.truncate(f, os.path.getsize(f) // 2)
+        # The caller holds the bytes: the save writes them again, and
+        # retention runs.
+        info = db.save(state, step=4)
+        assert info.nbytes_written == info.nbytes
+        assert [c.step for c in db.checkpoints()] == [3, 4]
+        assert np.array_equal(db.read("big", step=4), state["big"])
+        # Later saves share the new bytes.
+        assert db.save(state, step=5).nbytes_written == 0
+        assert [c.step for c in db.checkpoints()] == [4, 5]
+        assert np.array_equal(db.read("big", step=5), state["big"])
+    with open(os.path.join(store, "LOG")) as log:
+        assert files[0] in log.read()  # the lost file is reported
+
+
+def test_a_broadcast_view_of_absurd_size_is_refused_at_once(store):
+    huge = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape=(1 << 60,),
+                                           strides=(0,))
+    with ckptdb.open(store) as db:
+        with pytest.raises(ckptdb.InvalidArgumentError, match="'huge'.*too large"):
+            db.save({"huge": huge})
+        assert db.checkpoints() == []
