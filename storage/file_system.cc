@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <cerrno>
 #include <filesystem>
 #include <type_traits>
 #include <utility>
@@ -229,15 +230,31 @@ std::optional<mode_t> ModeOf(const std::string& path, bool follow) {
 // How CheckReadable's refusals end: FromRocks makes them Corruption.
 constexpr char kNotRegular[] =
     ", not a regular file: it is not what ckptdb wrote there";
+constexpr char kNotADirectory[] =
+    ", not a directory: it is not what ckptdb made there";
 
 // A read of anything but a regular file (a FIFO would block the open
 // forever): an IOError naming it (RocksDB asserts that a failed read of some
 // of its files is one), which FromRocks turns into Corruption.
 IOStatus CheckReadable(const std::string& path) {
   const std::optional<std::string> kind = NotARegularFile(path, true);
-  if (!kind) return IOStatus::OK();
-  return IOStatus::IOError("store file " + path + " is " + *kind +
-                           kNotRegular);
+  if (kind) {
+    return IOStatus::IOError("store file " + path + " is " + *kind +
+                             kNotRegular);
+  }
+  // A path through something that is not a directory names that entry.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 || errno != ENOTDIR) return IOStatus::OK();
+  for (std::filesystem::path dir = std::filesystem::path(path).parent_path();
+       dir.has_relative_path(); dir = dir.parent_path()) {
+    const std::optional<mode_t> mode = ModeOf(dir.string(), true);
+    if (mode && !S_ISDIR(*mode)) {
+      return IOStatus::IOError("store file " + path + " lies under " +
+                               dir.string() + ", which is " + KindOf(*mode) +
+                               kNotADirectory);
+    }
+  }
+  return IOStatus::OK();
 }
 
 }  // namespace
@@ -261,7 +278,8 @@ Status FromRocks(const rocksdb::Status& s, const std::string& context) {
   if (s.IsNotFound()) return Status::NotFound(msg);
   if (s.IsCorruption()) return Status::Corruption(msg);
   // A store file that is not a regular file (CheckReadable) is damage.
-  if (s.IsIOError() && msg.find(kNotRegular) != std::string::npos)
+  if (s.IsIOError() && (msg.find(kNotRegular) != std::string::npos ||
+                        msg.find(kNotADirectory) != std::string::npos))
     return Status::Corruption(msg);
   if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
   if (s.IsIOError()) return Status::IOError(msg);

@@ -128,16 +128,23 @@ Status StoreImpl::ListValueDir(int64_t checkpoint_id,
   return FromRocks(listed, "listing " + dir);
 }
 
-Result<std::vector<ValueFileExtent>> StoreImpl::NamedValueFiles(
-    int64_t checkpoint_id) {
+Result<rocksdb::TablePropertiesCollection> StoreImpl::ChunkTablesOf(
+    int64_t checkpoint_id, const std::string& what) {
   const std::string begin = CheckpointKeyPrefix(checkpoint_id);
   const std::string end = CheckpointKeyEnd(checkpoint_id);
   const rocksdb::Range range(begin, end);
   rocksdb::TablePropertiesCollection tables;
   CKPTDB_RETURN_IF_ERROR(
       FromRocks(db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables),
-                "reading the table properties of checkpoint " +
+                "reading " + what + " of checkpoint " +
                     std::to_string(checkpoint_id)));
+  return tables;
+}
+
+Result<std::vector<ValueFileExtent>> StoreImpl::NamedValueFiles(
+    int64_t checkpoint_id) {
+  CKPTDB_ASSIGN_OR_RETURN(rocksdb::TablePropertiesCollection tables,
+                          ChunkTablesOf(checkpoint_id, "the table properties"));
   std::vector<ValueFileExtent> named;
   for (const auto& [table, props] : tables) {
     if (auto values = ValueFileOf(*props)) named.push_back(std::move(*values));

@@ -47,14 +47,8 @@ const std::string* FindEntry(const CopyEntries& entries,
 }  // namespace
 
 Status StoreImpl::WriteLocatorCopy(int64_t checkpoint_id) {
-  const std::string begin = CheckpointKeyPrefix(checkpoint_id);
-  const std::string end = CheckpointKeyEnd(checkpoint_id);
-  const rocksdb::Range range(begin, end);
-  rocksdb::TablePropertiesCollection tables;
-  CKPTDB_RETURN_IF_ERROR(
-      FromRocks(db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables),
-                "reading the chunk locations of checkpoint " +
-                    std::to_string(checkpoint_id)));
+  CKPTDB_ASSIGN_OR_RETURN(rocksdb::TablePropertiesCollection tables,
+                          ChunkTablesOf(checkpoint_id, "the chunk locations"));
   CopyEntries entries;
   for (const auto& [table, props] : tables) {
     std::optional<std::string> blob = LocatorBlob(*props);

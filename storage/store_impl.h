@@ -280,6 +280,10 @@ class StoreImpl : public Store {
   Status ListValueDir(int64_t checkpoint_id, std::vector<std::string>* names);
   // The value files the table files of checkpoint `checkpoint_id` point into.
   Result<std::vector<ValueFileExtent>> NamedValueFiles(int64_t checkpoint_id);
+  // The properties of the chunk tables holding checkpoint `checkpoint_id`'s
+  // chunks; an error names `what` was being read.
+  Result<rocksdb::TablePropertiesCollection> ChunkTablesOf(
+      int64_t checkpoint_id, const std::string& what);
   // Adds to `stray` the value files in the directory of checkpoint
   // `checkpoint_id` that none of its table files points into.
   Status StrayValueFiles(int64_t checkpoint_id,

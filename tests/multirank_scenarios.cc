@@ -623,10 +623,11 @@ TEST(MultiRankTest, LocalCallsAroundCollectivesSeeWholeCheckpoints) {
   });
 }
 
-// An I/O error on one rank while it writes its chunks (its staged file path is
-// taken by a directory) fails the save on every rank; nothing is committed, no
-// staged bytes are left, and the next save works.
-TEST(MultiRankTest, WriteErrorOnOneRankFailsTheSaveEverywhere) {
+// A write refused on one rank while it writes its chunks (its staged file path
+// is taken by a directory, which is not ckptdb's) fails the save on every rank
+// with Corruption naming the entry; nothing is committed, no staged bytes are
+// left, and the next save works.
+TEST(MultiRankTest, WriteRefusedOnOneRankFailsTheSaveEverywhere) {
   if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
   SharedTempDir dir;
   const GlobalTensor w(DType::kFloat32, {9, 5}, 31);
@@ -645,8 +646,11 @@ TEST(MultiRankTest, WriteErrorOnOneRankFailsTheSaveEverywhere) {
     EXPECT_TRUE(comm->Barrier().ok());
     auto failed = db->Save(sd, {.step = 2});
     EXPECT_FALSE(failed.ok());
-    EXPECT_TRUE(failed.status().IsIOError()) << failed.status().ToString();
+    EXPECT_TRUE(failed.status().IsCorruption()) << failed.status().ToString();
     EXPECT_NE(failed.status().message().find("rank 1"), std::string::npos)
+        << failed.status().ToString();
+    EXPECT_NE(failed.status().message().find(blocker + " is a directory"),
+              std::string::npos)
         << failed.status().ToString();
     auto listed = db->ListCheckpoints();
     EXPECT_TRUE(listed.ok() && listed->size() == 1u);
