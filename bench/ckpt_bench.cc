@@ -468,27 +468,19 @@ class Bench {
   // changed in every byte, then the incremental save.
   void IncrementalWorkload(const ckptdb::Options& options) {
     const std::string dir = c_.dir + "/incremental";
-    if (rank_ == 0) {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    auto comm = ckptdb::MpiCommunicator(MPI_COMM_WORLD);
-    Check(comm.status(), "communicator");
-    auto db = ckptdb::DB::Open(options, dir, *comm);
-    Check(db.status(), "opening the incremental store");
+    std::unique_ptr<ckptdb::DB> db = OpenOwn("incremental", options);
     StateDict sd = source_.Dict(c_.dtype);
     const size_t changed = ChangedTensors();
     std::vector<double> full, incremental, floor;
     uint64_t written = 0;
     for (int i = 0; i < c_.repeat; ++i) {
-      DeleteAll(**db);
+      DeleteAll(*db);
       full.push_back(Timed(MPI_COMM_WORLD, [&] {
-        Check((*db)->Save(sd, {.step = 2 * i}).status(), "full save");
+        Check(db->Save(sd, {.step = 2 * i}).status(), "full save");
       }));
       ChangeState();
       incremental.push_back(Timed(MPI_COMM_WORLD, [&] {
-        auto info = (*db)->Save(sd, {.step = 2 * i + 1});
+        auto info = db->Save(sd, {.step = 2 * i + 1});
         Check(info.status(), "incremental save");
         written = static_cast<uint64_t>(info->nbytes_written);
       }));
@@ -497,8 +489,8 @@ class Bench {
         IncrementalFloor(c_, rank_, source_, changed);
       }));
     }
-    DeleteAll(**db);
-    db->reset();
+    DeleteAll(*db);
+    db.reset();
     Regenerate();
     Row row{"incremental", tmpfs_ ? "tmpfs" : "disk", world_, total_};
     row.seconds = Median(incremental);

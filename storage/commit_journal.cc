@@ -137,7 +137,7 @@ Status WriteJournal(StoreFileSystem& fs, const std::string& store_path,
     // Renamed into place, so that a reader never sees a copy half written.
     const std::string tmp = path + ".tmp";
     CKPTDB_RETURN_IF_ERROR(fs.WriteFileSynced(tmp, bytes)
-                        .WithContext("writing the commit journal"));
+                               .WithContext("writing the commit journal"));
     CKPTDB_RETURN_IF_ERROR(
         FromRocks(fs.RenameFile(tmp, path, rocksdb::IOOptions(), nullptr),
                   "writing the commit journal: renaming " + tmp));

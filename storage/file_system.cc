@@ -2,8 +2,8 @@
 
 #include <sys/stat.h>
 
-#include <cstring>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <type_traits>
 #include <utility>
@@ -402,7 +402,8 @@ Result<std::vector<std::string>> StoreFileSystem::ListDir(
   const IOStatus s = GetChildren(dir, IOOptions(), &names, nullptr);
   if (s.IsNotFound() || s.IsPathNotFound()) return std::vector<std::string>();
   CKPTDB_RETURN_IF_ERROR(FromRocks(s, "listing " + dir));
-  std::erase_if(names, [](const std::string& n) { return n == "." || n == ".."; });
+  std::erase_if(names,
+                [](const std::string& n) { return n == "." || n == ".."; });
   return names;
 }
 

@@ -134,10 +134,9 @@ Result<rocksdb::TablePropertiesCollection> StoreImpl::ChunkTablesOf(
   const std::string end = CheckpointKeyEnd(checkpoint_id);
   const rocksdb::Range range(begin, end);
   rocksdb::TablePropertiesCollection tables;
-  CKPTDB_RETURN_IF_ERROR(
-      FromRocks(db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables),
-                "reading " + what + " of checkpoint " +
-                    std::to_string(checkpoint_id)));
+  CKPTDB_RETURN_IF_ERROR(FromRocks(
+      db_->GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables),
+      "reading " + what + " of checkpoint " + std::to_string(checkpoint_id)));
   return tables;
 }
 
@@ -158,7 +157,7 @@ Status StoreImpl::StrayValueFiles(int64_t checkpoint_id,
   CKPTDB_RETURN_IF_ERROR(ListValueDir(checkpoint_id, &names));
   if (names.empty()) return Status::OK();
   CKPTDB_ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> files,
-                   NamedValueFiles(checkpoint_id));
+                          NamedValueFiles(checkpoint_id));
   std::set<std::string> named;
   for (const ValueFileExtent& file : files) named.insert(file.name);
   for (const std::string& name : names) {
@@ -187,8 +186,8 @@ Status StoreImpl::RemoveValueDir(int64_t checkpoint_id) {
     CKPTDB_RETURN_IF_ERROR(fs_->Remove(dir + "/" + name));
   }
   if (foreign) return Status::OK();
-  CKPTDB_RETURN_IF_ERROR(FromRocks(fs_->DeleteDir(dir, rocksdb::IOOptions(), nullptr),
-                            "removing " + dir));
+  CKPTDB_RETURN_IF_ERROR(FromRocks(
+      fs_->DeleteDir(dir, rocksdb::IOOptions(), nullptr), "removing " + dir));
   return fs_->SyncDir(ValuesDir(path_));
 }
 
@@ -290,7 +289,8 @@ Status StoreImpl::RepairBoundlessFiles(bool reingest) {
                              ", which RocksDB ingested without its key range";
     CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(StagingDir(path_)));
     CKPTDB_RETURN_IF_ERROR(fs_->Remove(link));
-    CKPTDB_RETURN_IF_ERROR(FromRocks(fs_->LinkFile(path, link, {}, nullptr), what));
+    CKPTDB_RETURN_IF_ERROR(
+        FromRocks(fs_->LinkFile(path, link, {}, nullptr), what));
     CKPTDB_RETURN_IF_ERROR(FromRocks(db_->DeleteFile(f.name), what));
     if (!reingest) {
       CKPTDB_RETURN_IF_ERROR(fs_->Remove(link));
@@ -336,12 +336,12 @@ Status StoreImpl::RemoveLeftovers() {
   const std::string staging = StagingDir(path_);
   if (!fs_->FileExists(staging, rocksdb::IOOptions(), nullptr).IsNotFound()) {
     CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> staged,
-                     fs_->ListDir(staging));
+                            fs_->ListDir(staging));
     for (const std::string& name : staged)
       CKPTDB_RETURN_IF_ERROR(fs_->Remove(staging + "/" + name));
-    CKPTDB_RETURN_IF_ERROR(FromRocks(
-        fs_->DeleteDir(staging, rocksdb::IOOptions(), nullptr),
-        "removing " + staging));
+    CKPTDB_RETURN_IF_ERROR(
+        FromRocks(fs_->DeleteDir(staging, rocksdb::IOOptions(), nullptr),
+                  "removing " + staging));
   }
   // Every read-write open starts a new write-ahead log. RocksDB 7.x keeps the
   // earlier ones until a flush, which a store that is opened without being
@@ -351,7 +351,8 @@ Status StoreImpl::RemoveLeftovers() {
   // skips empty logs, so the directory is read.)
   std::unique_ptr<rocksdb::LogFile> current;
   if (!db_->GetCurrentWalFile(&current).ok()) return Status::OK();
-  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names, fs_->ListDir(path_));
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                          fs_->ListDir(path_));
   for (const std::string& name : names) {
     const fs::path file(name);
     const std::string stem = file.stem().string();
@@ -365,7 +366,7 @@ Status StoreImpl::RemoveLeftovers() {
         is_dir)
       continue;
     CKPTDB_ASSIGN_OR_RETURN(const std::optional<uint64_t> size,
-                     fs_->SizeIfPresent(log));
+                            fs_->SizeIfPresent(log));
     if (size == 0u) CKPTDB_RETURN_IF_ERROR(fs_->Remove(log));
   }
   return Status::OK();
@@ -394,7 +395,8 @@ Result<std::vector<CheckpointInfo>> StoreImpl::List() {
 
 Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
   std::vector<CheckpointInfo> out;
-  CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id, std::string_view record) {
+  CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id,
+                                           std::string_view record) {
     if (!Visible(id)) return true;
     auto info = DecodeCheckpointInfo(record);
     if (!info.ok()) {
@@ -455,10 +457,11 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
   int64_t next = journal_ ? journal_->high_water + 1 : 1;
   const std::set<int64_t> live = LiveChunkIds();
   for (int64_t id : live) next = std::max(next, id + 1);
-  CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t committed, std::string_view) {
-    next = std::max(next, committed + 1);
-    return true;
-  }));
+  CKPTDB_RETURN_IF_ERROR(
+      ForEachRecord([&](int64_t committed, std::string_view) {
+        next = std::max(next, committed + 1);
+        return true;
+      }));
   // The value files of a failed save (kept in case it committed after all)
   // and of interrupted deletes: nothing writes value files now, and none that
   // no table file reaches can become reachable.
@@ -593,8 +596,9 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
   CKPTDB_RETURN_IF_ERROR(ReopenAfterFailedWrites(lock));
   rocksdb::PinnableSlice record;
   CKPTDB_RETURN_IF_ERROR(GetRecord(checkpoint_id, &record));
-  CKPTDB_ASSIGN_OR_RETURN(CheckpointInfo info, DecodeCheckpointInfo(std::string_view(
-                                            record.data(), record.size())));
+  CKPTDB_ASSIGN_OR_RETURN(
+      CheckpointInfo info,
+      DecodeCheckpointInfo(std::string_view(record.data(), record.size())));
   record.Reset();
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   const std::string what =
@@ -686,7 +690,7 @@ Status StoreImpl::CheckShareable(int64_t checkpoint_id) {
 
 Result<std::string> StoreImpl::ValueFileLoss(int64_t held) {
   CKPTDB_ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> files,
-                   NamedValueFiles(held));
+                          NamedValueFiles(held));
   for (const ValueFileExtent& values : files) {
     const std::string path = ValuesDir(path_) + "/" + values.name;
     const bool missing =

@@ -160,9 +160,9 @@ Status StoreImpl::ReadAllTensorRecords(const rocksdb::ReadOptions& read,
   Status decoded = DecodeAllTensorRecords(main, next);
   // A read error ends the walk early: it, not a missing record, is the cause.
   CKPTDB_RETURN_IF_ERROR(FromRocks(it->status(),
-                            "reading the tensor records of "
-                            "checkpoint " +
-                                std::to_string(id)));
+                                   "reading the tensor records of "
+                                   "checkpoint " +
+                                       std::to_string(id)));
   return decoded;
 }
 
@@ -186,7 +186,8 @@ Status StoreImpl::ReadTensorRecords(const rocksdb::ReadOptions& read,
                                 "' has no record: its chunks are missing");
     }
     CKPTDB_RETURN_IF_ERROR(FromRocks(s, "reading the record of tensor '" + key +
-                                     "' of checkpoint " + std::to_string(id)));
+                                            "' of checkpoint " +
+                                            std::to_string(id)));
     CKPTDB_ASSIGN_OR_RETURN(
         tensor.chunks,
         DecodeTensorRecord(*main, key,

@@ -117,7 +117,8 @@ Result<bool> StoreImpl::PrepareDirectory() {
   bool creating = false, current = false, data = false, foreign = false;
   std::vector<std::string> files;
   if (exists) {
-    CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names, fs_->ListDir(path_));
+    CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                            fs_->ListDir(path_));
     for (const std::string& name : names) {
       files.push_back(path_ + "/" + name);
       creating |= name == kCreatingFile;

@@ -226,8 +226,9 @@ Status StoreImpl::ReadPointedValue(int64_t checkpoint_id,
   if (fd < 0) {
     const int err = errno;
     if (err == ENOTDIR) {
-      return Status::Corruption(what + " is missing: a directory of its path "
-                                       "is not a directory");
+      return Status::Corruption(what +
+                                " is missing: a directory of its path "
+                                "is not a directory");
     }
     if (err != ENOENT) {
       return Status::IOError("opening " + path + " to read " +

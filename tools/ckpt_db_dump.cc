@@ -266,7 +266,7 @@ Result<Sharing> SharedBytes(DB& db, const CheckpointMetadata& m) {
                             m.info.id))
       continue;
     CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata later,
-                     db.GetMetadata(CheckpointSelector::Id(info.id)));
+                            db.GetMetadata(CheckpointSelector::Id(info.id)));
     for (const auto& [key, t] : later.tensors) {
       for (const ChunkMetadata& c : t.chunks) {
         if (c.holder_id == m.info.id) used.emplace(key, c.global_offset);
@@ -630,8 +630,8 @@ int Export(const std::string& path, const Selection& sel,
   Progress progress("export", total);
   // One whole tensor, each chunk read once, checksum verified.
   TensorFiller fill = [&](size_t i) -> Result<std::vector<std::byte>> {
-    CKPTDB_ASSIGN_OR_RETURN(Tensor t,
-                     db.Read(chosen[i]->first, CheckpointSelector::Id(id)));
+    CKPTDB_ASSIGN_OR_RETURN(
+        Tensor t, db.Read(chosen[i]->first, CheckpointSelector::Id(id)));
     progress.Add(t.data.size());
     return std::move(t.data);
   };

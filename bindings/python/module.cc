@@ -96,11 +96,11 @@ PyCommunicator MakeGlooCommunicator(py::object store, int rank, int size,
                                     const std::string& interface,
                                     double timeout_seconds) {
   auto adapter = std::make_shared<PythonRendezvousStore>(std::move(store));
-  GlooOptions options{.rank = rank, .size = size, .prefix = prefix,
-                      .interface = interface};
+  GlooOptions options{
+      .rank = rank, .size = size, .prefix = prefix, .interface = interface};
   if (timeout_seconds > 0) {
-    options.timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(timeout_seconds * 1000));
+    options.timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
   }
   Result<std::shared_ptr<Communicator>> comm =
       WithoutGil([&] { return GlooCommunicator(adapter, options); });
@@ -389,10 +389,10 @@ void DefineDB(py::module_& m) {
       .def("wait", &PendingSaveHandle::Wait);
   py::class_<PyCommunicator>(m, "Communicator",
                              "A communicator made by ckptdb._comm.")
-      .def_property_readonly("rank",
-                             [](const PyCommunicator& c) { return c.comm->rank(); })
-      .def_property_readonly("size",
-                             [](const PyCommunicator& c) { return c.comm->size(); });
+      .def_property_readonly(
+          "rank", [](const PyCommunicator& c) { return c.comm->rank(); })
+      .def_property_readonly(
+          "size", [](const PyCommunicator& c) { return c.comm->size(); });
   m.def("gloo_communicator", &MakeGlooCommunicator, py::arg("store"),
         py::arg("rank"), py::arg("size"), py::arg("prefix"),
         py::arg("interface") = "", py::arg("timeout_seconds") = 0.0,

@@ -112,11 +112,11 @@ Result<CheckpointMetadata> DBImpl::ResolveLocal(
 Result<CheckpointMetadata> DBImpl::ResolveCollective(
     const CheckpointSelector& which, const CallArguments& args,
     const std::vector<std::string>* tensor_keys) {
-  CKPTDB_ASSIGN_OR_RETURN(int64_t id,
-                   IdFromRootAgreed(*comm_, args, [&]() -> Result<int64_t> {
-                     CKPTDB_RETURN_IF_ERROR(store_->Refresh());
-                     return store_->Resolve(which);
-                   }));
+  CKPTDB_ASSIGN_OR_RETURN(
+      int64_t id, IdFromRootAgreed(*comm_, args, [&]() -> Result<int64_t> {
+        CKPTDB_RETURN_IF_ERROR(store_->Refresh());
+        return store_->Resolve(which);
+      }));
   Status refreshed = store_->Refresh();
   Result<CheckpointMetadata> meta =
       !refreshed.ok() ? Result<CheckpointMetadata>(refreshed)
@@ -143,7 +143,8 @@ Status DBImpl::Delete(const CheckpointSelector& which) {
   // The writer changes the store only once every rank is inside the call (the
   // all-gather that checks the selector), so that no rank's earlier local call
   // (a listing, a read) races with it.
-  CKPTDB_RETURN_IF_ERROR(AllGatherAgreed(*comm_, DeleteArguments(which), "").status());
+  CKPTDB_RETURN_IF_ERROR(
+      AllGatherAgreed(*comm_, DeleteArguments(which), "").status());
   const Status deleted = StatusFromRoot(*comm_, [&]() -> Status {
     CKPTDB_ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
     return store_->Delete(id);

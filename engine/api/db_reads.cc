@@ -81,22 +81,24 @@ Result<Tensor> DBImpl::Read(const std::string& flat_key,
   CKPTDB_ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
   // The main record and this tensor's record of its chunks only.
   CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata meta,
-                   store_->GetMetadata(id, {flat_key}));
-  CKPTDB_ASSIGN_OR_RETURN(const TensorMetadata* tensor, FindTensor(meta, flat_key));
+                          store_->GetMetadata(id, {flat_key}));
+  CKPTDB_ASSIGN_OR_RETURN(const TensorMetadata* tensor,
+                          FindTensor(meta, flat_key));
   CKPTDB_ASSIGN_OR_RETURN(planner::BoxReadPlan plan,
-                   planner::PlanBoxRead(flat_key, *tensor, index));
+                          planner::PlanBoxRead(flat_key, *tensor, index));
   Tensor out;
   out.dtype = tensor->dtype;
   out.shape = plan.result_shape;
-  CKPTDB_ASSIGN_OR_RETURN(out.data, Allocate(static_cast<size_t>(plan.box.volume()) *
-                                          DTypeSize(out.dtype),
-                                      flat_key));
+  CKPTDB_ASSIGN_OR_RETURN(
+      out.data,
+      Allocate(static_cast<size_t>(plan.box.volume()) * DTypeSize(out.dtype),
+               flat_key));
   CKPTDB_RETURN_IF_ERROR(
       ParallelFor(plan.parts.size(), io_threads(), [&](size_t p) -> Status {
         const planner::ChunkPart& part = plan.parts[p];
         const ChunkMetadata& chunk = tensor->chunks[part.chunk];
         CKPTDB_ASSIGN_OR_RETURN(storage::ChunkBuffer buffer,
-                         store_->ReadChunk(id, flat_key, chunk));
+                                store_->ReadChunk(id, flat_key, chunk));
         Shape in_chunk(part.common.ndim()), in_out(part.common.ndim());
         for (size_t d = 0; d < part.common.ndim(); ++d) {
           in_chunk[d] = part.common.offset[d] - chunk.global_offset[d];

@@ -14,21 +14,21 @@
 #include <optional>
 #include <thread>
 
-#include "engine/collectives/agreement.h"
-#include "engine/copy/box_views.h"
-#include "engine/collectives/classes.h"
+#include "core/checksum.h"
 #include "engine/api/db_impl.h"
+#include "engine/api/tensor_checks.h"
+#include "engine/collectives/agreement.h"
+#include "engine/collectives/classes.h"
+#include "engine/collectives/wire.h"
+#include "engine/copy/box_views.h"
 #include "engine/device/device.h"
 #include "engine/parallel.h"
 #include "engine/save/save_record.h"
 #include "engine/save/snapshot_ring.h"
-#include "engine/api/tensor_checks.h"
-#include "engine/collectives/wire.h"
 #include "planner/flatten.h"
 #include "planner/incremental.h"
 #include "planner/retention.h"
 #include "planner/save_plan.h"
-#include "core/checksum.h"
 #include "storage/keys.h"
 
 namespace ckptdb::engine {
@@ -396,8 +396,8 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
     }
   }
   CKPTDB_ASSIGN_OR_RETURN(out.checksum,
-                   writer.Add(tensor.flat_key, chunk.box.offset,
-                              std::string_view(data, nbytes), checksum));
+                          writer.Add(tensor.flat_key, chunk.box.offset,
+                                     std::string_view(data, nbytes), checksum));
   return out;
 }
 
@@ -416,19 +416,21 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
   std::vector<std::string> part_files(parts);
   Status status = ParallelFor(parts, context.threads, [&](size_t p) -> Status {
     if (part_begin[p] == part_begin[p + 1]) return Status::OK();
-    CKPTDB_ASSIGN_OR_RETURN(auto writer, store.NewStagedFile(context.id, context.rank,
-                                                      static_cast<int>(p)));
+    CKPTDB_ASSIGN_OR_RETURN(
+        auto writer,
+        store.NewStagedFile(context.id, context.rank, static_cast<int>(p)));
     DeviceChunks device(mine, order);
     for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
       const MyChunk& m = mine[order[i]];
       const auto& tensor = plan.tensors[m.tensor];
       CKPTDB_ASSIGN_OR_RETURN(const char* data,
-                       context.snapshot != nullptr
-                           ? context.snapshot->Wait(i)
-                           : device.HostBytes(i, part_begin[p + 1]));
-      CKPTDB_ASSIGN_OR_RETURN((*written)[order[i]],
-                       WriteChunk(context, tensor, tensor.chunks[m.chunk], data,
-                                  m.nbytes, *writer));
+                              context.snapshot != nullptr
+                                  ? context.snapshot->Wait(i)
+                                  : device.HostBytes(i, part_begin[p + 1]));
+      CKPTDB_ASSIGN_OR_RETURN(
+          (*written)[order[i]],
+          WriteChunk(context, tensor, tensor.chunks[m.chunk], data, m.nbytes,
+                     *writer));
       if (context.snapshot != nullptr) context.snapshot->Release(i);
     }
     CKPTDB_ASSIGN_OR_RETURN(part_files[p], writer->Finish());
@@ -486,7 +488,8 @@ Status CheckRecordReferences(
                       [](const ChunkMetadata& c) { return c.holder_id != 0; }))
         keys.push_back(key);
     }
-    CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata read, store.GetMetadata(base_id, keys));
+    CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata read,
+                            store.GetMetadata(base_id, keys));
     base.id = base_id;
     base.tensors = std::move(read.tensors);
   }
@@ -609,7 +612,8 @@ class AsyncSave : public PendingSave {
 Result<int64_t> DBImpl::IncrementalBase() {
   if (!options_.incremental) return 0;
   CKPTDB_ASSIGN_OR_RETURN(auto all, store_->List());
-  if (all.empty() || store_->read_only()) return all.empty() ? 0 : all.back().id;
+  if (all.empty() || store_->read_only())
+    return all.empty() ? 0 : all.back().id;
   // Bytes of the latest checkpoint that are lost (a value file missing or cut
   // short) cannot be shared: the save writes every chunk again from the
   // caller's tensors. The store's LOG and `verify` name the lost file.
@@ -631,24 +635,26 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
   // metadata; 3. this rank's part of the same validated plan on every rank.
   Status local = BuildLayout(state, &p.layout, &p.views);
   CKPTDB_ASSIGN_OR_RETURN(RankClasses gathered,
-                   AllGatherClasses(*comm_, SaveArguments(options), "",
-                                    EncodeSaveLayout(local, p.layout)));
+                          AllGatherClasses(*comm_, SaveArguments(options), "",
+                                           EncodeSaveLayout(local, p.layout)));
   CKPTDB_ASSIGN_OR_RETURN(p.classes, DecodeSaveClasses(gathered));
-  CKPTDB_ASSIGN_OR_RETURN(p.plan, planner::BuildClassSavePlan(
-                               p.classes, options_.max_chunk_bytes, rank));
+  CKPTDB_ASSIGN_OR_RETURN(
+      p.plan,
+      planner::BuildClassSavePlan(p.classes, options_.max_chunk_bytes, rank));
 
   // Rank 0 checks that it may commit and picks the id, before any byte is
   // written, and the checkpoint an incremental save compares with.
-  CKPTDB_ASSIGN_OR_RETURN(p.id, IdFromRoot(*comm_, [&]() -> Result<int64_t> {
-                     if (options.tag) {
-                       CKPTDB_RETURN_IF_ERROR(store_->CheckTagFree(*options.tag));
-                     }
-                     CKPTDB_ASSIGN_OR_RETURN(p.base_id, IncrementalBase());
-                     return store_->NextCheckpointId();
-                   }));
-  CKPTDB_ASSIGN_OR_RETURN(p.base_id, IdFromRoot(*comm_, [&]() -> Result<int64_t> {
-                     return p.base_id;
-                   }));
+  CKPTDB_ASSIGN_OR_RETURN(
+      p.id, IdFromRoot(*comm_, [&]() -> Result<int64_t> {
+        if (options.tag) {
+          CKPTDB_RETURN_IF_ERROR(store_->CheckTagFree(*options.tag));
+        }
+        CKPTDB_ASSIGN_OR_RETURN(p.base_id, IncrementalBase());
+        return store_->NextCheckpointId();
+      }));
+  CKPTDB_ASSIGN_OR_RETURN(
+      p.base_id,
+      IdFromRoot(*comm_, [&]() -> Result<int64_t> { return p.base_id; }));
   p.mine = CollectMyChunks(p.plan, p.layout, p.views, p.id, rank, &p.order);
   return p;
 }
