@@ -303,7 +303,8 @@ TEST(DamageMatrix, OneDamagedFileCostsAtMostTheTensorBytesItHit) {
         for (const auto& [file, desc] : before) {
           EXPECT_TRUE(fs::exists(fs::path(dir) / file) ||
                       file.rfind("LOG", 0) == 0)
-              << ctx << ": " << file << " was deleted";
+              << ctx << ": " << file << " was deleted; the open failed with "
+              << opened.error;
         }
       }
       const Outcome after = Examine(dir, /*read_only=*/true, /*verify=*/true,
