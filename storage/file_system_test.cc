@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "ckptdb/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb::storage {

@@ -118,7 +118,7 @@ class FaultSweep : public ::testing::Test {
   void SetUp() override {
     options_.max_chunk_bytes = 64 << 10;
     options_.io_threads = 1;
-    options_.fault_injector = faults_;
+    options_.file_system_hooks = faults_;
   }
 
   // A store at `dir` holding `states` (ids 1, 2, ...), written without faults.

@@ -309,7 +309,7 @@ TEST(IncrementalTest, RanksOtherThanZeroCompareWithTheirOwnLastChunks) {
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
       Options options = SmallChunks();
-      if (rank == 1) options.fault_injector = faults;
+      if (rank == 1) options.file_system_hooks = faults;
       auto db = DB::Open(options, dir.path(), comms[rank]);
       ASSERT_TRUE(db.ok()) << db.status().ToString();
       auto save = [&](State& state, int64_t step) -> Result<CheckpointInfo> {

@@ -486,7 +486,7 @@ TEST(DBTest, SaveAsyncWithOtherCallsAndFailures) {
   TempDir dir;
   auto faults = std::make_shared<FaultInjector>();
   Options options;
-  options.fault_injector = faults;
+  options.file_system_hooks = faults;
   auto db = OpenOrDie(dir.path(), options);
   Buf w(DType::kFloat32, {300, 500});
   StateDict sd;

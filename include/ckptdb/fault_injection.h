@@ -1,20 +1,18 @@
 #pragma once
 
-// Testing hook: makes the store's file operations fail on demand, the way a
-// failing disk or a full file system would. Production code passes no
-// injector (Options::fault_injector stays nullptr) and pays nothing.
+// File-system hooks (ckptdb/file_system_hooks.h) that make the store's file
+// operations fail on demand, the way a failing disk or a full file system
+// would:
 //
 //   auto faults = std::make_shared<ckptdb::FaultInjector>();
 //   ckptdb::Options options;
-//   options.fault_injector = faults;
+//   options.file_system_hooks = faults;
 //   faults->Arm({.nth = 7});            // the 7th file operation fails, EIO
-//   faults->Arm({.nth = 1, .from_nth_on = true, .ops =
-//   FileOpMask(FileOp::kWrite),
+//   faults->Arm({.nth = 1, .from_nth_on = true,
+//                .ops = FileOpMask(FileOp::kWrite),
 //                .error = ENOSPC});     // every write fails: a full disk
 //
-// Every file operation of a store goes through it: RocksDB's (through a
-// FileSystem wrapper) and ckptdb's own (staged files, direct chunk reads, the
-// commit journal, markers, directory syncs). Thread-safe.
+// Thread-safe.
 
 #include <cerrno>
 #include <cstdint>
@@ -23,42 +21,9 @@
 #include <string_view>
 #include <vector>
 
+#include "ckptdb/file_system_hooks.h"
+
 namespace ckptdb {
-
-enum class FileOp : uint32_t {
-  // Opening or creating a file or directory handle.
-  kOpen = 0,
-  kRead,
-  // Appending or writing bytes (also truncation and preallocation).
-  kWrite,
-  // fsync / fdatasync of a file.
-  kSync,
-  // fsync of a directory.
-  kSyncDir,
-  kClose,
-  kRename,
-  // Hard links (RocksDB ingests staged files by linking them).
-  kLink,
-  kDelete,
-  kCreateDir,
-  // Listing a directory, asking a file's size or existence.
-  kStat,
-};
-inline constexpr int kNumFileOps = 11;
-
-constexpr uint32_t FileOpMask(FileOp op) {
-  return uint32_t{1} << static_cast<uint32_t>(op);
-}
-inline constexpr uint32_t kAllFileOps = (uint32_t{1} << kNumFileOps) - 1;
-// The operations that change what is on disk.
-inline constexpr uint32_t kMutatingFileOps =
-    FileOpMask(FileOp::kOpen) | FileOpMask(FileOp::kWrite) |
-    FileOpMask(FileOp::kSync) | FileOpMask(FileOp::kSyncDir) |
-    FileOpMask(FileOp::kClose) | FileOpMask(FileOp::kRename) |
-    FileOpMask(FileOp::kLink) | FileOpMask(FileOp::kDelete) |
-    FileOpMask(FileOp::kCreateDir);
-
-const char* FileOpName(FileOp op);
 
 // Which calls fail.
 struct FaultRule {
@@ -87,18 +52,20 @@ struct InjectedFault {
   int error;
 };
 
-class FaultInjector {
+class FaultInjector : public FileSystemHooks {
  public:
   // Starts counting from zero under `rule`; forgets earlier faults.
   void Arm(const FaultRule& rule);
   // Stops failing calls (counting goes on).
   void Disarm();
 
-  // Called before each file operation: 0 to let it run, or the errno to fail
-  // it with. `bytes` is what a write adds to the file system (0 otherwise).
-  int Check(FileOp op, std::string_view path, uint64_t bytes = 0);
-  // A file of `bytes` was deleted (returns its space to a `free_bytes` disk).
-  void Freed(uint64_t bytes);
+  // 0 to let the operation run, or the errno to fail it with. `bytes` is what
+  // a write adds to the file system (0 otherwise).
+  int BeforeOperation(FileOp op, std::string_view path,
+                      uint64_t bytes) override;
+  // A file of `bytes` is being deleted (returns its space to a `free_bytes`
+  // disk).
+  void Freeing(std::string_view path, uint64_t bytes) override;
 
   // Calls counted since Arm.
   int64_t calls() const;
