@@ -7,15 +7,16 @@
 #include <fstream>
 #include <random>
 
-#include "ckptdb/fault_injection.h"
 #include "storage/chunk_files.h"
 #include "storage/store_testing.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb::storage {
 namespace {
 
 namespace fs = std::filesystem;
+using ckptdb::testing::FaultInjector;
 using ckptdb::testing::TempDir;
 using testing::ReadAll;
 using testing::SaveBytes;

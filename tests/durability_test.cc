@@ -13,13 +13,14 @@
 #include <vector>
 
 #include "ckptdb/db.h"
-#include "ckptdb/fault_injection.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::FaultInjector;
 using testing::TempDir;
 
 class Durability : public ::testing::Test {

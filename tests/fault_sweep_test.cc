@@ -14,14 +14,16 @@
 #include <random>
 
 #include "ckptdb/db.h"
-#include "ckptdb/fault_injection.h"
 #include "storage/store.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::FaultInjector;
+using testing::FaultRule;
 using testing::TempDir;
 
 // One state dict's tensors, owned.

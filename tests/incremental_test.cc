@@ -15,14 +15,15 @@
 #include <thread>
 
 #include "ckptdb/db.h"
-#include "ckptdb/fault_injection.h"
 #include "storage/store.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::FaultInjector;
 using testing::TempDir;
 
 constexpr int kTensors = 4;

@@ -11,13 +11,14 @@
 #include <set>
 
 #include "ckptdb/db.h"
-#include "ckptdb/fault_injection.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/group.h"
 #include "tests/testing/ranks.h"
 
 namespace ckptdb {
 namespace {
 
+using testing::FaultInjector;
 using testing::GlobalTensor;
 using testing::MaxRanks;
 using testing::OpenRank;

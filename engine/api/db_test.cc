@@ -7,12 +7,13 @@
 #include <numeric>
 #include <random>
 
-#include "ckptdb/fault_injection.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
 namespace {
 
+using testing::FaultInjector;
 using testing::SnapshotDir;
 using testing::TempDir;
 

@@ -1,6 +1,6 @@
-#include "ckptdb/fault_injection.h"
+#include "tests/testing/fault_injection.h"
 
-namespace ckptdb {
+namespace ckptdb::testing {
 
 void FaultInjector::Arm(const FaultRule& rule) {
   std::lock_guard lock(mu_);
@@ -52,4 +52,4 @@ std::vector<InjectedFault> FaultInjector::injected() const {
   return injected_;
 }
 
-}  // namespace ckptdb
+}  // namespace ckptdb::testing

@@ -1,10 +1,10 @@
 #pragma once
 
-// File-system hooks (ckptdb/file_system_hooks.h) that make the store's file
-// operations fail on demand, the way a failing disk or a full file system
-// would:
+// Test utility: file-system hooks (ckptdb/file_system_hooks.h) that make the
+// store's file operations fail on demand, the way a failing disk or a full
+// file system would:
 //
-//   auto faults = std::make_shared<ckptdb::FaultInjector>();
+//   auto faults = std::make_shared<ckptdb::testing::FaultInjector>();
 //   ckptdb::Options options;
 //   options.file_system_hooks = faults;
 //   faults->Arm({.nth = 7});            // the 7th file operation fails, EIO
@@ -23,7 +23,7 @@
 
 #include "ckptdb/file_system_hooks.h"
 
-namespace ckptdb {
+namespace ckptdb::testing {
 
 // Which calls fail.
 struct FaultRule {
@@ -79,4 +79,4 @@ class FaultInjector : public FileSystemHooks {
   std::vector<InjectedFault> injected_;
 };
 
-}  // namespace ckptdb
+}  // namespace ckptdb::testing
