@@ -193,7 +193,7 @@ class Directory : public rocksdb::FSDirectoryWrapper {
   std::string path_;
 };
 
-// Opens with `open` once the injector allows it, and wraps what it returns.
+// Opens with `open` once the hooks allow it, and wraps what it returns.
 // A failed open for reading says nothing of what is on disk: only opens for
 // writing (and of directories, to sync them) count as failed writes.
 template <typename Wrapped, typename File, typename Open>
@@ -286,10 +286,10 @@ Status FromRocks(const rocksdb::Status& s, const std::string& context) {
   return Status::Internal(msg);
 }
 
-StoreFileSystem::StoreFileSystem(std::shared_ptr<FaultInjector> faults,
+StoreFileSystem::StoreFileSystem(std::shared_ptr<FileSystemHooks> hooks,
                                  bool sync, std::string root)
     : FileSystemWrapper(rocksdb::FileSystem::Default()),
-      faults_(std::move(faults)),
+      hooks_(std::move(hooks)),
       sync_(sync),
       root_(std::move(root)) {}
 
@@ -337,11 +337,11 @@ IOStatus StoreFileSystem::Check(FileOp op, const std::string& path,
 
 IOStatus StoreFileSystem::Check(FileOp op, const std::string& path,
                                 uint64_t bytes, bool mutating) {
-  const int error = faults_ ? faults_->Check(op, path, bytes) : 0;
+  const int error = hooks_ ? hooks_->BeforeOperation(op, path, bytes) : 0;
   if (error == 0) return IOStatus::OK();
   if (mutating && !IsInfoLog(path)) write_failed_ = true;
-  const std::string what =
-      std::string("While ") + FileOpName(op) + " " + path + " (injected)";
+  const std::string what = std::string("While ") + FileOpName(op) + " " + path +
+                           " (refused by Options::file_system_hooks)";
   if (error == ENOSPC) return IOStatus::NoSpace(what, std::strerror(error));
   return IOStatus::IOError(what, std::strerror(error));
 }
@@ -546,9 +546,9 @@ IOStatus StoreFileSystem::Deleting(const std::string& path) {
   IOStatus s = Check(FileOp::kDelete, path);
   if (!s.ok()) return s;
   uint64_t size = 0;
-  if (faults_ && !target()->GetFileSize(path, IOOptions(), &size, nullptr).ok())
+  if (hooks_ && !target()->GetFileSize(path, IOOptions(), &size, nullptr).ok())
     size = 0;
-  if (faults_) faults_->Freed(size);
+  if (hooks_) hooks_->Freeing(path, size);
   return IOStatus::OK();
 }
 

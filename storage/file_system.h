@@ -17,13 +17,14 @@
 #include <tuple>
 #include <vector>
 
-#include "ckptdb/fault_injection.h"
+#include "ckptdb/file_system_hooks.h"
 #include "ckptdb/status.h"
 
 namespace ckptdb::storage {
 
 // Wraps the default file system to
-// - consult a FaultInjector (tests) before every operation;
+// - ask the store's FileSystemHooks (Options::file_system_hooks) before
+//   every operation, and tell them of the bytes each deletion frees;
 // - hold back deletions once a write, sync, rename or link has failed. After a
 //   failed MANIFEST sync RocksDB removes files that the MANIFEST on disk may
 //   already name (the table file a failed ingestion linked in), which makes the
@@ -39,9 +40,10 @@ namespace ckptdb::storage {
 // Thread-safe.
 class StoreFileSystem : public rocksdb::FileSystemWrapper {
  public:
-  // `sync` false skips the fsyncs of ckptdb's own operations. `root`: the
-  // store directory (none: no path is checked for links).
-  explicit StoreFileSystem(std::shared_ptr<FaultInjector> faults,
+  // `hooks`: asked before every operation (nullptr: none). `sync` false skips
+  // the fsyncs of ckptdb's own operations. `root`: the store directory (none:
+  // no path is checked for links).
+  explicit StoreFileSystem(std::shared_ptr<FileSystemHooks> hooks,
                            bool sync = true, std::string root = "");
 
   static const char* kClassName() { return "CkptdbStoreFileSystem"; }
@@ -68,11 +70,11 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   // expected result of the delete, not an error.
   Result<std::optional<uint64_t>> SizeIfPresent(const std::string& path);
   Status CreateDirIfMissing(const std::string& dir);
-  // Asks whether a read of `path` (a direct chunk read) may run: the injector's
+  // Asks whether a read of `path` (a direct chunk read) may run: the hooks'
   // verdict, as an IOError.
   Status CheckRead(const std::string& path);
   // Asks whether `path` may be opened for reading (a value file, read
-  // directly): the injector's verdict, as an IOError; Corruption naming it
+  // directly): the hooks' verdict, as an IOError; Corruption naming it
   // when it is not a regular file.
   Status CheckOpenForRead(const std::string& path);
 
@@ -89,7 +91,7 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   void MaybePin(const std::string& path, uint64_t offset, size_t n,
                 const rocksdb::Slice& data);
 
-  // Called by the wrappers: the injector's verdict on one operation.
+  // Called by the wrappers: the hooks' verdict on one operation.
   rocksdb::IOStatus Check(FileOp op, const std::string& path,
                           uint64_t bytes = 0);
   // The same; a failure counts as a failed write when `mutating`.
@@ -167,7 +169,7 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus CheckConfined(const std::string& path, Leaf leaf,
                                   const char* what) const;
 
-  const std::shared_ptr<FaultInjector> faults_;
+  const std::shared_ptr<FileSystemHooks> hooks_;
   const bool sync_;
   const std::string root_;
   std::mutex pin_mu_;

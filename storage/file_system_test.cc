@@ -8,11 +8,13 @@
 #include <fstream>
 #include <thread>
 
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb::storage {
 namespace {
 
+using ckptdb::testing::FaultInjector;
 using ckptdb::testing::TempDir;
 
 // Deletions are held back only after a failed write: a failed read, or a

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ckptdb/fault_injection.h"
+#include "ckptdb/file_system_hooks.h"
 #include "ckptdb/metadata.h"
 #include "ckptdb/status.h"
 
@@ -20,8 +20,9 @@ struct ChunkPiece {
 };
 
 struct StoreOptions {
-  // Testing hook: fails file operations on demand.
-  std::shared_ptr<FaultInjector> fault_injector;
+  // Called before every file operation of the store
+  // (Options::file_system_hooks); nullptr: none.
+  std::shared_ptr<FileSystemHooks> file_system_hooks;
   bool create_if_missing = true;
   // Never modifies the directory: no lock, no log files, no cleanup.
   bool read_only = false;

@@ -67,7 +67,7 @@ void StoreImpl::EnsureReserve() {
   if (fs::exists(path, ec)) return;
   // Its own file system: a failure here (a disk still full) must not hold
   // back the database's deletions.
-  StoreFileSystem fs(options_.fault_injector, /*sync=*/true, path_);
+  StoreFileSystem fs(options_.file_system_hooks, /*sync=*/true, path_);
   if (!fs.WriteFileSynced(path, std::string(kReserveBytes, '\0')).ok())
     (void)fs.Remove(path);
 }
@@ -77,7 +77,7 @@ bool StoreImpl::ReleaseReserve() {
   std::error_code ec;
   if (!fs::exists(path, ec)) return false;
   // A fresh file system: the failed one holds deletions back.
-  StoreFileSystem fs(options_.fault_injector, /*sync=*/true, path_);
+  StoreFileSystem fs(options_.file_system_hooks, /*sync=*/true, path_);
   return fs.Remove(path).ok() && !fs::exists(path, ec);
 }
 
@@ -302,7 +302,7 @@ Status StoreImpl::OpenDb() {
   // Taken before opening, so that a commit racing with the open is seen by the
   // next Refresh.
   const std::string stamp = options_.read_only ? VersionStamp() : std::string();
-  fs_ = std::make_shared<StoreFileSystem>(options_.fault_injector,
+  fs_ = std::make_shared<StoreFileSystem>(options_.file_system_hooks,
                                           options_.sync, path_);
   env_ = rocksdb::NewCompositeEnv(fs_);
   Result<bool> prepared = PrepareOrRebuild();

@@ -9,12 +9,14 @@
 
 #include "storage/chunk_files.h"
 #include "storage/store_testing.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb::storage {
 namespace {
 
 namespace fs = std::filesystem;
+using ckptdb::testing::FaultInjector;
 using ckptdb::testing::TempDir;
 using testing::ReadAll;
 using testing::SaveBytes;
@@ -148,7 +150,8 @@ TEST(ValueFileTest, LargeChunksLiveInValueFilesThatDeleteRemoves) {
   EXPECT_EQ(FilesWith(values, ".val"),
             (std::pair<int, uint64_t>{2, payload.size()}));
   for (const auto& file : ckptdb::testing::FilesUnder(dir.path(), {".sst"})) {
-    const std::string bytes = ckptdb::testing::ReadIfPresent(file.path).value_or("");
+    const std::string bytes =
+        ckptdb::testing::ReadIfPresent(file.path).value_or("");
     EXPECT_EQ(bytes.find(payload.substr(5000, 256)), std::string::npos)
         << file.path;
   }
@@ -459,7 +462,7 @@ TEST(ValueFileTest, EveryValueFileSyncIsCheckedBeforeTheCommit) {
     TempDir dir;
     auto faults = std::make_shared<FaultInjector>();
     {
-      auto store = Store::Open(dir.path(), {.fault_injector = faults});
+      auto store = Store::Open(dir.path(), {.file_system_hooks = faults});
       ASSERT_TRUE(store.ok());
       ASSERT_TRUE(SaveBytes(**store, Pattern(256 << 10, 12), 1).ok());
       faults->Arm(

@@ -13,19 +13,20 @@
 #include <vector>
 
 #include "ckptdb/db.h"
-#include "ckptdb/fault_injection.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::FaultInjector;
 using testing::TempDir;
 
 class Durability : public ::testing::Test {
  protected:
   Durability() {
-    options_.fault_injector = faults_;
+    options_.file_system_hooks = faults_;
     for (int i = 0; i < 3; ++i) {
       values_[i].resize(4096);
       std::iota(values_[i].begin(), values_[i].end(), 1000.0f * i);
@@ -204,7 +205,7 @@ TEST_F(Durability, AFailedReopenAfterADeleteDoesNotFailLaterSaves) {
       options.keep_last = 1;
       options.incremental = false;
       // Rank 1's own file operations fail on demand.
-      if (rank == 1) options.fault_injector = faults_;
+      if (rank == 1) options.file_system_hooks = faults_;
       auto db = DB::Open(options, dir, comms[rank]);
       EXPECT_TRUE(db.ok()) << db.status().ToString();
       if (!db.ok()) return;

@@ -14,14 +14,16 @@
 #include <random>
 
 #include "ckptdb/db.h"
-#include "ckptdb/fault_injection.h"
 #include "storage/store.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::FaultInjector;
+using testing::FaultRule;
 using testing::TempDir;
 
 // One state dict's tensors, owned.
@@ -118,7 +120,7 @@ class FaultSweep : public ::testing::Test {
   void SetUp() override {
     options_.max_chunk_bytes = 64 << 10;
     options_.io_threads = 1;
-    options_.fault_injector = faults_;
+    options_.file_system_hooks = faults_;
   }
 
   // A store at `dir` holding `states` (ids 1, 2, ...), written without faults.

@@ -15,14 +15,15 @@
 #include <thread>
 
 #include "ckptdb/db.h"
-#include "ckptdb/fault_injection.h"
 #include "storage/store.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::FaultInjector;
 using testing::TempDir;
 
 constexpr int kTensors = 4;
@@ -309,7 +310,7 @@ TEST(IncrementalTest, RanksOtherThanZeroCompareWithTheirOwnLastChunks) {
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
       Options options = SmallChunks();
-      if (rank == 1) options.fault_injector = faults;
+      if (rank == 1) options.file_system_hooks = faults;
       auto db = DB::Open(options, dir.path(), comms[rank]);
       ASSERT_TRUE(db.ok()) << db.status().ToString();
       auto save = [&](State& state, int64_t step) -> Result<CheckpointInfo> {

@@ -11,13 +11,14 @@
 #include <set>
 
 #include "ckptdb/db.h"
-#include "ckptdb/fault_injection.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/group.h"
 #include "tests/testing/ranks.h"
 
 namespace ckptdb {
 namespace {
 
+using testing::FaultInjector;
 using testing::GlobalTensor;
 using testing::MaxRanks;
 using testing::OpenRank;
@@ -349,7 +350,7 @@ TEST(MultiRankTest, AFailingReaderFailsTheLoadEverywhereWithoutHanging) {
   RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
     auto faults = std::make_shared<FaultInjector>();
     Options mine = options;
-    mine.fault_injector = faults;
+    mine.file_system_hooks = faults;
     auto db = OpenRank(dir.path(), comm, mine);
     auto [b, e] = Part(64, rank, 3);
     OwnedShard t = TargetOf(w, {0, b}, {600, e - b});
@@ -690,7 +691,7 @@ TEST(MultiRankTest, ValueFileErrorOnOneRankFailsTheSaveEverywhere) {
   RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
     auto faults = std::make_shared<FaultInjector>();
     Options options;
-    if (rank == 1) options.fault_injector = faults;
+    if (rank == 1) options.file_system_hooks = faults;
     auto db = OpenRank(dir.path(), comm, options);
     auto [b, e] = Part(96, rank, 3);
     OwnedShard shard = ShardOf(w, {b, 0}, {e - b, 1024});

@@ -34,7 +34,7 @@ Result<std::unique_ptr<DB>> DB::Open(const Options& options,
   storage::StoreOptions store_options;
   store_options.create_if_missing = options.create_if_missing;
   store_options.sync = options.sync;
-  store_options.fault_injector = options.fault_injector;
+  store_options.file_system_hooks = options.file_system_hooks;
   // Rank 0 opens (and maybe creates) the store first; the others then open
   // read-only handles.
   Result<std::unique_ptr<storage::Store>> store =

@@ -2,17 +2,21 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <numeric>
 #include <random>
 
-#include "ckptdb/fault_injection.h"
+#include "ckptdb/file_system_hooks.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
 namespace {
 
+using testing::FaultInjector;
 using testing::SnapshotDir;
 using testing::TempDir;
 
@@ -479,6 +483,113 @@ TEST(DBTest, SaveAsyncSnapshotsTheStateBeforeReturning) {
   }
 }
 
+// File-system hooks a user writes: they record each operation of the store
+// and, once told to, refuse the writes of the first table file (".sst") they
+// see written with a quota errno.
+class QuotaHooks : public FileSystemHooks {
+ public:
+  struct Call {
+    FileOp op;
+    std::string path;
+    uint64_t bytes;
+  };
+  int BeforeOperation(FileOp op, std::string_view path,
+                      uint64_t bytes) override {
+    std::lock_guard lock(mu_);
+    calls_.push_back({op, std::string(path), bytes});
+    if (!refusing_ || op != FileOp::kWrite || !path.ends_with(".sst")) return 0;
+    if (refused_.empty()) refused_ = std::string(path);
+    return path == refused_ ? EDQUOT : 0;
+  }
+  void Refuse(bool on) {
+    std::lock_guard lock(mu_);
+    refusing_ = on;
+    refused_.clear();
+  }
+  std::vector<Call> calls() const {
+    std::lock_guard lock(mu_);
+    return calls_;
+  }
+  std::string refused() const {
+    std::lock_guard lock(mu_);
+    return refused_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Call> calls_;
+  bool refusing_ = false;
+  std::string refused_;
+};
+
+// Options::file_system_hooks see every file operation of an open and a save,
+// each on the store directory, a path inside it or (syncing the directory it
+// creates) its parent, writes with their bytes; an
+// errno they return fails the save with an IOError naming the operation, the
+// path and the errno, the store keeps the checkpoints it had, and the next save
+// succeeds.
+TEST(DBTest, FileSystemHooksSeeEveryOperationAndCanFailOne) {
+  TempDir dir;
+  auto hooks = std::make_shared<QuotaHooks>();
+  Options options;
+  options.file_system_hooks = hooks;
+  auto db = OpenOrDie(dir.path(), options);
+  ASSERT_NE(db, nullptr);
+  Buf w(DType::kFloat32, {300, 500});
+  StateDict sd;
+  sd.Set("w", w.Whole());
+  const size_t before = hooks->calls().size();
+  ASSERT_TRUE(db->Save(sd, {.step = 1}).ok());
+  const std::vector<QuotaHooks::Call> calls = hooks->calls();
+  ASSERT_GT(calls.size(), before);
+  const std::string parent =
+      std::filesystem::path(dir.path()).parent_path().string();
+  uint32_t seen = 0;
+  uint64_t written = 0;
+  for (const auto& call : calls) {
+    EXPECT_TRUE(call.path == dir.path() || call.path == parent ||
+                call.path.rfind(dir.path() + "/", 0) == 0)
+        << FileOpName(call.op) << " " << call.path;
+    seen |= FileOpMask(call.op);
+    if (call.op == FileOp::kWrite) {
+      written += call.bytes;
+    } else {
+      EXPECT_EQ(call.bytes, 0u) << FileOpName(call.op) << " " << call.path;
+    }
+  }
+  for (FileOp op : {FileOp::kOpen, FileOp::kRead, FileOp::kWrite, FileOp::kSync,
+                    FileOp::kSyncDir, FileOp::kClose, FileOp::kStat}) {
+    EXPECT_NE(seen & FileOpMask(op), 0u) << FileOpName(op);
+  }
+  EXPECT_GE(written, w.bytes.size());
+
+  hooks->Refuse(true);
+  auto refused = db->Save(sd, {.step = 2});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.status().IsIOError()) << refused.status().ToString();
+  const std::string message = refused.status().message();
+  EXPECT_FALSE(hooks->refused().empty());
+  for (const std::string& part : {std::string("write ") + hooks->refused(),
+                                  std::string("Options::file_system_hooks"),
+                                  std::string(std::strerror(EDQUOT))}) {
+    EXPECT_NE(message.find(part), std::string::npos)
+        << "'" << part << "' not in: " << message;
+  }
+
+  hooks->Refuse(false);
+  auto list = db->ListCheckpoints();
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].step, 1);
+  ASSERT_TRUE(db->Save(sd, {.step = 3}).ok());
+  Buf out(DType::kFloat32, {300, 500}, /*seed=*/2);
+  StateDict target;
+  target.Set("w", out.Whole());
+  ASSERT_TRUE(db->Load(target, CheckpointSelector::Step(3), {}).ok());
+  EXPECT_EQ(out.bytes, w.bytes);
+  ASSERT_TRUE(db->Close().ok());
+}
+
 // Every other collective call waits for the pending save first; invalid
 // input fails at once; a background failure (a full disk) comes from Wait and
 // leaves the store as it was.
@@ -486,7 +597,7 @@ TEST(DBTest, SaveAsyncWithOtherCallsAndFailures) {
   TempDir dir;
   auto faults = std::make_shared<FaultInjector>();
   Options options;
-  options.fault_injector = faults;
+  options.file_system_hooks = faults;
   auto db = OpenOrDie(dir.path(), options);
   Buf w(DType::kFloat32, {300, 500});
   StateDict sd;

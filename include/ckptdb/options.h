@@ -9,7 +9,7 @@
 
 namespace ckptdb {
 
-class FaultInjector;
+class FileSystemHooks;
 
 // Largest chunk a store holds: one RocksDB value.
 inline constexpr size_t kMaxChunkBytes = size_t{1} << 30;
@@ -70,9 +70,13 @@ struct Options {
   // again; the new checkpoint refers to the stored bytes. Off: every save
   // writes every chunk.
   bool incremental = true;
-  // Testing hook (ckptdb/fault_injection.h): fails the store's file operations
-  // on demand. nullptr in production.
-  std::shared_ptr<FaultInjector> fault_injector;
+  // Hooks called before every file operation of the store, RocksDB's and
+  // ckptdb's own, from any of its threads (ckptdb/file_system_hooks.h): they
+  // see each operation and its path and may fail it with an errno, for tracing
+  // I/O, enforcing quotas or testing how a job copes with a failing disk. They
+  // must be thread-safe. Each rank passes its own (or none). nullptr (the
+  // default) calls nothing and costs one pointer test an operation.
+  std::shared_ptr<FileSystemHooks> file_system_hooks;
 };
 
 // Per-save parameters.

@@ -1,34 +1,6 @@
-#include "ckptdb/fault_injection.h"
+#include "tests/testing/fault_injection.h"
 
-namespace ckptdb {
-
-const char* FileOpName(FileOp op) {
-  switch (op) {
-    case FileOp::kOpen:
-      return "open";
-    case FileOp::kRead:
-      return "read";
-    case FileOp::kWrite:
-      return "write";
-    case FileOp::kSync:
-      return "sync";
-    case FileOp::kSyncDir:
-      return "directory sync";
-    case FileOp::kClose:
-      return "close";
-    case FileOp::kRename:
-      return "rename";
-    case FileOp::kLink:
-      return "link";
-    case FileOp::kDelete:
-      return "delete";
-    case FileOp::kCreateDir:
-      return "mkdir";
-    case FileOp::kStat:
-      return "stat";
-  }
-  return "?";
-}
+namespace ckptdb::testing {
 
 void FaultInjector::Arm(const FaultRule& rule) {
   std::lock_guard lock(mu_);
@@ -43,7 +15,8 @@ void FaultInjector::Disarm() {
   armed_ = false;
 }
 
-int FaultInjector::Check(FileOp op, std::string_view path, uint64_t bytes) {
+int FaultInjector::BeforeOperation(FileOp op, std::string_view path,
+                                   uint64_t bytes) {
   std::lock_guard lock(mu_);
   if ((rule_.ops & FileOpMask(op)) == 0) return 0;
   if (!rule_.path_contains.empty() &&
@@ -64,7 +37,7 @@ int FaultInjector::Check(FileOp op, std::string_view path, uint64_t bytes) {
   return error;
 }
 
-void FaultInjector::Freed(uint64_t bytes) {
+void FaultInjector::Freeing(std::string_view, uint64_t bytes) {
   std::lock_guard lock(mu_);
   if (rule_.free_bytes >= 0) rule_.free_bytes += static_cast<int64_t>(bytes);
 }
@@ -79,4 +52,4 @@ std::vector<InjectedFault> FaultInjector::injected() const {
   return injected_;
 }
 
-}  // namespace ckptdb
+}  // namespace ckptdb::testing
