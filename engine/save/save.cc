@@ -36,7 +36,8 @@ namespace {
 
 // Local part of a save: this rank's layout and the views behind its shards
 // (a flat range gives one view per box of its decomposition).
-Status BuildLayout(const StateDict& state, planner::RankSaveLayout* layout,
+Status BuildLayout(const StateDict& state, DeviceCopier* copier,
+                   planner::RankSaveLayout* layout,
                    std::vector<TensorView>* views) {
   CKPTDB_ASSIGN_OR_RETURN(auto leaves, planner::Flatten(state));
   for (auto& leaf : leaves) {
@@ -47,7 +48,7 @@ Status BuildLayout(const StateDict& state, planner::RankSaveLayout* layout,
           {leaf.flat_key, leaf.path, *leaf.value, std::move(leaf.kinds)});
       continue;
     }
-    CKPTDB_RETURN_IF_ERROR(CheckView(leaf.flat_key, *leaf.tensor));
+    CKPTDB_RETURN_IF_ERROR(CheckView(leaf.flat_key, *leaf.tensor, copier));
     for (TensorView& v : BoxViews(*leaf.tensor)) {
       layout->shards.push_back({leaf.flat_key,
                                 leaf.path,
@@ -122,8 +123,8 @@ MyChunk MakeMyChunk(const planner::PlannedTensor& tensor, size_t t, size_t c,
 class DeviceChunks {
  public:
   DeviceChunks(const std::vector<MyChunk>& mine,
-               const std::vector<size_t>& order)
-      : mine_(mine), order_(order) {}
+               const std::vector<size_t>& order, DeviceCopier* copier)
+      : mine_(mine), order_(order), copier_(copier) {}
   DeviceChunks(const DeviceChunks&) = delete;
   DeviceChunks& operator=(const DeviceChunks&) = delete;
   // Copies in flight must finish before their buffers go.
@@ -163,7 +164,6 @@ class DeviceChunks {
 
   Status Start(size_t i) {
     const MyChunk& m = mine_[order_[i]];
-    if (copier_ == nullptr) copier_ = CurrentDeviceCopier();
     if (copier_ == nullptr)
       return Status::InvalidArgument("no device copier for a device tensor");
     const int slot = static_cast<int>(i % 2);
@@ -184,7 +184,7 @@ class DeviceChunks {
 
   const std::vector<MyChunk>& mine_;
   const std::vector<size_t>& order_;
-  DeviceCopier* copier_ = nullptr;
+  DeviceCopier* const copier_;
   StagingBuffer staging_[2];
   const Device* pending_[2] = {nullptr, nullptr};
   size_t started_ = SIZE_MAX;  // the last chunk whose copy was started
@@ -366,6 +366,8 @@ struct WriteContext {
   const planner::PreviousCheckpoint* previous = nullptr;
   // An asynchronous save: the chunks' bytes come from here.
   SnapshotRing* snapshot = nullptr;
+  // Otherwise device chunks are copied to the host by this.
+  DeviceCopier* copier = nullptr;
 };
 
 // One chunk: refers to stored bytes when its content hash equals the previous
@@ -419,7 +421,7 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
     CKPTDB_ASSIGN_OR_RETURN(
         auto writer,
         store.NewStagedFile(context.id, context.rank, static_cast<int>(p)));
-    DeviceChunks device(mine, order);
+    DeviceChunks device(mine, order, context.copier);
     for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
       const MyChunk& m = mine[order[i]];
       const auto& tensor = plan.tensors[m.tensor];
@@ -633,7 +635,7 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
   // 1-2. Local layout with the local status, gathered once per class of
   // ranks with identical layouts, once the ranks agree on step, tag and user
   // metadata; 3. this rank's part of the same validated plan on every rank.
-  Status local = BuildLayout(state, &p.layout, &p.views);
+  Status local = BuildLayout(state, devices_.copier, &p.layout, &p.views);
   CKPTDB_ASSIGN_OR_RETURN(RankClasses gathered,
                           AllGatherClasses(*comm_, SaveArguments(options), "",
                                            EncodeSaveLayout(local, p.layout)));
@@ -683,7 +685,8 @@ Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
                              io_threads(),
                              p.base_id != 0 || options_.incremental,
                              previous,
-                             snapshot};
+                             snapshot,
+                             devices_.copier};
   std::vector<WrittenChunk> checksums;
   std::vector<std::string> files;
   const Status written = WriteStaged(*store_, p.plan, p.mine, p.order, context,
@@ -767,7 +770,7 @@ Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
 // one. A failure fails the chunk and every later one: the save then fails on
 // every rank, in the background.
 void DBImpl::TakeSnapshot(const PreparedSave& p, SnapshotRing& ring) {
-  DeviceChunks device(p.mine, p.order);
+  DeviceChunks device(p.mine, p.order, devices_.copier);
   for (size_t i = 0; i < p.order.size(); ++i) {
     const MyChunk& m = p.mine[p.order[i]];
     Result<const char*> bytes = device.HostBytes(i, p.order.size());
