@@ -121,7 +121,7 @@ class DBImpl : public DB {
   // Incremental saves: the chunks of this handle's last commit, which the
   // next save compares with while it is the latest checkpoint. Rank 0 keeps
   // the whole record; the other ranks their own chunks (OwnChunks in
-  // save.cc).
+  // save_incremental.h).
   std::optional<planner::PreviousCheckpoint> last_commit_;
 };
 
