@@ -189,7 +189,7 @@ Result<planner::SavePlan> SimulateSavePlanning(GatheredClasses gathered,
   return plan;
 }
 
-// Rank 0's commit (CommitOnRoot in save.cc): the record built from the plan
+// Rank 0's commit (CommitOnRoot in save_commit.cc): the record built from the plan
 // and every writer's checksums, encoded as Store::Commit stores it.
 Result<std::vector<std::pair<std::string, std::string>>> SimulateMetadata(
     planner::SavePlan plan, int world, Json& out) {

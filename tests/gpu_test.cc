@@ -49,7 +49,7 @@ class GpuTest : public ::testing::Test {
                    << (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices")
                    << "): GPU tests skipped";
     }
-    ASSERT_NE(engine::CurrentDeviceCopier(), nullptr);
+    ASSERT_NE(engine::BuiltDeviceCopier(), nullptr);
   }
 };
 

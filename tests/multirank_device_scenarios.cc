@@ -1,12 +1,11 @@
 // Multi-rank scenarios with device tensors, through the host stand-ins of
-// tests/testing/host_device.h: device shards saved through staging, device
-// targets filled by the copier, slices for other ranks' device targets moved
-// by the device transport (or, when it fails, over the communicator). Built
-// twice like multirank_scenarios.cc.
+// tests/testing/host_device.h given to each rank's DB: device shards saved
+// through staging, device targets filled by the copier, slices for other ranks'
+// device targets moved by the device transport (or, when it fails, over the
+// communicator). Built twice like multirank_scenarios.cc.
 #include <gtest/gtest.h>
 
 #include "ckptdb/db.h"
-#include "engine/device/device.h"
 #include "tests/testing/group.h"
 #include "tests/testing/host_device.h"
 #include "tests/testing/ranks.h"
@@ -15,8 +14,10 @@ namespace ckptdb {
 namespace {
 
 using testing::GlobalTensor;
+using testing::HostSeams;
 using testing::MaxRanks;
 using testing::OpenRank;
+using testing::OpenWithDevices;
 using testing::OwnedShard;
 using testing::Part;
 using testing::RunRanks;
@@ -49,7 +50,7 @@ TEST(MultiRankTest, DeviceTensorsSaveAndReshardThroughTheCopier) {
   Options options;
   options.max_chunk_bytes = 256;  // many chunks, several per shard
   RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
-    auto db = OpenRank(dir.path(), comm, options);
+    auto db = OpenWithDevices(dir.path(), comm, options, HostSeams(device));
     auto [b, e] = Part(40, rank, 2);
     auto [cb, ce] = Part(6, rank, 2);
     auto [hb, he] = Part(30, rank, 2);
@@ -69,7 +70,7 @@ TEST(MultiRankTest, DeviceTensorsSaveAndReshardThroughTheCopier) {
   });
 
   RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
-    auto db = OpenRank(dir.path(), comm, options);
+    auto db = OpenWithDevices(dir.path(), comm, options, HostSeams(device));
     // w by columns, as float32 on the device (cast); the cube by a grid of
     // its inner dimensions on the device; the host tensor by columns.
     auto [b, e] = Part(24, rank, 3);
@@ -117,7 +118,8 @@ TEST(MultiRankTest, DeviceSlicesForOtherRanksTravelDeviceToDevice) {
   // One round per load, whatever the machine's default I/O threads.
   options.load_buffer_bytes = size_t{1} << 20;
   RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
-    auto db = OpenRank(dir.path(), comm, options);
+    auto db = OpenWithDevices(dir.path(), comm, options,
+                              HostSeams(device, &transports));
     auto [b, e] = Part(24, rank, 2);
     auto [vb, ve] = Part(1000, rank, 2);
     auto [hb, he] = Part(30, rank, 2);
@@ -138,7 +140,8 @@ TEST(MultiRankTest, DeviceSlicesForOtherRanksTravelDeviceToDevice) {
 
   const GlobalTensor w32 = w.As(DType::kFloat32);
   RunRanks(5, [&](int rank, std::shared_ptr<Communicator> comm) {
-    auto db = OpenRank(dir.path(), comm, options);
+    auto db = OpenWithDevices(dir.path(), comm, options,
+                              HostSeams(device, &transports));
     // w (saved by columns) by rows as float32 (strided: staged, cast by the
     // reader), v in five runs (in place), bias whole everywhere (broadcast),
     // emb whole on ranks 1-4 (tree), the host tensor by columns on the host.
@@ -213,7 +216,8 @@ TEST(MultiRankTest, DeviceTransportFailureFallsBackToHostTransfers) {
   Options options;
   options.max_chunk_bytes = 256;
   RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
-    auto db = OpenRank(dir.path(), comm, options);
+    auto db = OpenWithDevices(dir.path(), comm, options,
+                              HostSeams(device, &transports));
     auto [b, e] = Part(30, rank, 3);
     OwnedShard s = ShardOf(w, {b, 0}, {e - b, 8});
     StateDict sd;
@@ -232,7 +236,7 @@ TEST(MultiRankTest, DeviceTransportFailureFallsBackToHostTransfers) {
 }
 
 TEST(MultiRankTest, DeviceTensorsWithoutACopierAreRefused) {
-  if (engine::CurrentDeviceCopier() != nullptr)
+  if (engine::BuiltDeviceCopier() != nullptr)
     GTEST_SKIP() << "this machine has a CUDA device";
   SharedTempDir dir;
   const GlobalTensor w(DType::kFloat32, {4, 4}, 1);

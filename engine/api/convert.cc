@@ -1,6 +1,6 @@
 #include "ckptdb/convert.h"
 
-#include "engine/copy/box_copy.h"
+#include "engine/copy/dtype_convert.h"
 
 namespace ckptdb {
 

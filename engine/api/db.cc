@@ -9,9 +9,19 @@ namespace ckptdb {
 Result<std::unique_ptr<DB>> DB::Open(const Options& options,
                                      const std::string& path,
                                      std::shared_ptr<Communicator> comm) {
+  return engine::OpenDB(options, path, std::move(comm),
+                        engine::BuiltDeviceSeams());
+}
+
+namespace engine {
+
+Result<std::unique_ptr<DB>> OpenDB(const Options& options,
+                                   const std::string& path,
+                                   std::shared_ptr<Communicator> comm,
+                                   DeviceSeams devices) {
   if (!comm) comm = SingleProcessCommunicator();
   // RocksDB's background threads start with the first store.
-  engine::ExitForkedChildrenAtOnce();
+  ExitForkedChildrenAtOnce();
   if (options.max_chunk_bytes == 0 ||
       options.max_chunk_bytes > kMaxChunkBytes) {
     return Status::InvalidArgument("Options::max_chunk_bytes must be in [1, " +
@@ -39,7 +49,7 @@ Result<std::unique_ptr<DB>> DB::Open(const Options& options,
   // read-only handles.
   Result<std::unique_ptr<storage::Store>> store =
       Status::Internal("not opened");
-  CKPTDB_RETURN_IF_ERROR(engine::StatusFromRoot(*comm, [&] {
+  CKPTDB_RETURN_IF_ERROR(StatusFromRoot(*comm, [&] {
     store_options.read_only = options.read_only;
     store = storage::Store::Open(path, store_options);
     return store.status();
@@ -50,22 +60,21 @@ Result<std::unique_ptr<DB>> DB::Open(const Options& options,
     store = storage::Store::Open(path, store_options);
     local = store.status();
   }
-  CKPTDB_RETURN_IF_ERROR(engine::AgreeOnStatus(*comm, local));
-  return engine::BindToProcess(
-      std::unique_ptr<DB>(new engine::DBImpl(options, path, std::move(comm),
-                                             std::move(store).value())),
-      path);
+  CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm, local));
+  return BindToProcess(std::unique_ptr<DB>(new DBImpl(
+                           options, path, std::move(comm),
+                           std::move(store).value(), std::move(devices))),
+                       path);
 }
-
-namespace engine {
 
 DBImpl::DBImpl(Options options, std::string path,
                std::shared_ptr<Communicator> comm,
-               std::unique_ptr<storage::Store> store)
+               std::unique_ptr<storage::Store> store, DeviceSeams devices)
     : options_(std::move(options)),
       path_(std::move(path)),
       comm_(std::move(comm)),
-      store_(std::move(store)) {
+      store_(std::move(store)),
+      devices_(std::move(devices)) {
   // The first asynchronous save then copies into memory already touched.
   if (options_.snapshot_bytes > 0 && !options_.read_only)
     snapshot_memory_.Prepare(options_.snapshot_bytes);

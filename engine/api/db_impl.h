@@ -6,7 +6,7 @@
 
 #include "ckptdb/db.h"
 #include "engine/collectives/agreement.h"
-#include "engine/device/device_transport.h"
+#include "engine/device/device_seams.h"
 #include "engine/save/snapshot_memory.h"
 #include "planner/incremental.h"
 #include "planner/load_plan.h"
@@ -18,13 +18,21 @@ struct PreparedSave;
 class AsyncSave;
 class SnapshotRing;
 
+// DB::Open with the device copier and transports given: DB::Open gives
+// BuiltDeviceSeams(), tests give host stand-ins.
+Result<std::unique_ptr<DB>> OpenDB(const Options& options,
+                                   const std::string& path,
+                                   std::shared_ptr<Communicator> comm,
+                                   DeviceSeams devices);
+
 // The DB over one Store handle per rank: rank 0 read-write (unless opened
 // read-only), the others read-only. Collective steps exchange statuses so that
-// every rank returns the same result.
+// every rank returns the same result. Device memory is reached through
+// `devices` only.
 class DBImpl : public DB {
  public:
   DBImpl(Options options, std::string path, std::shared_ptr<Communicator> comm,
-         std::unique_ptr<storage::Store> store);
+         std::unique_ptr<storage::Store> store, DeviceSeams devices);
   ~DBImpl() override;
 
   Result<CheckpointInfo> Save(const StateDict& state,
@@ -100,6 +108,7 @@ class DBImpl : public DB {
   const std::string path_;
   std::shared_ptr<Communicator> comm_;
   std::unique_ptr<storage::Store> store_;
+  const DeviceSeams devices_;
   // Declared after comm_: destroyed before it.
   std::unique_ptr<DeviceTransport> transport_;
   std::vector<int> transport_devices_;
@@ -112,7 +121,7 @@ class DBImpl : public DB {
   // Incremental saves: the chunks of this handle's last commit, which the
   // next save compares with while it is the latest checkpoint. Rank 0 keeps
   // the whole record; the other ranks their own chunks (OwnChunks in
-  // save.cc).
+  // save_incremental.h).
   std::optional<planner::PreviousCheckpoint> last_commit_;
 };
 

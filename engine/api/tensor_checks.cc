@@ -85,9 +85,36 @@ Status CheckBox(const std::string& what, const TensorView& view) {
   return Status::OK();
 }
 
+// A device view's device is known and usable through `copier`, and the work
+// queued on it has finished.
+Status CheckDevice(const std::string& what, const TensorView& view,
+                   DeviceCopier* copier) {
+  if (view.device.type == DeviceType::kCPU) return Status::OK();
+  if (view.device.type != DeviceType::kCUDA || view.device.index < 0) {
+    return Status::InvalidArgument(what + ": unknown device");
+  }
+  if (copier == nullptr) {
+#ifdef CKPTDB_WITH_CUDA
+    return Status::InvalidArgument(
+        what + ": a CUDA tensor, but no CUDA device is available");
+#else
+    return Status::InvalidArgument(
+        what + ": device tensors need a build with CUDA support");
+#endif
+  }
+  const Status ready = copier->Synchronize(view.device);
+  if (!ready.ok()) {
+    return Status::InvalidArgument(what + ": a CUDA tensor, but CUDA device " +
+                                   std::to_string(view.device.index) +
+                                   " cannot be used: " + ready.message());
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
-Status CheckView(const std::string& flat_key, const TensorView& view) {
+Status CheckView(const std::string& flat_key, const TensorView& view,
+                 DeviceCopier* copier) {
   const std::string what = "tensor '" + flat_key + "'";
   if (!IsValidDType(static_cast<uint8_t>(view.dtype))) {
     return Status::InvalidArgument(
@@ -108,36 +135,16 @@ Status CheckView(const std::string& flat_key, const TensorView& view) {
           " TiB)");
     }
   }
-  if (view.device.type != DeviceType::kCPU) {
-    if (view.device.type != DeviceType::kCUDA || view.device.index < 0) {
-      return Status::InvalidArgument(what + ": unknown device");
-    }
-    DeviceCopier* copier = CurrentDeviceCopier();
-    if (copier == nullptr) {
-#ifdef CKPTDB_WITH_CUDA
-      return Status::InvalidArgument(
-          what + ": a CUDA tensor, but no CUDA device is available");
-#else
-      return Status::InvalidArgument(
-          what + ": device tensors need a build with CUDA support");
-#endif
-    }
-    const Status ready = copier->Synchronize(view.device);
-    if (!ready.ok()) {
-      return Status::InvalidArgument(what +
-                                     ": a CUDA tensor, but CUDA device " +
-                                     std::to_string(view.device.index) +
-                                     " cannot be used: " + ready.message());
-    }
-  }
+  CKPTDB_RETURN_IF_ERROR(CheckDevice(what, view, copier));
   if (view.data == nullptr && view.nbytes() > 0) {
     return Status::InvalidArgument(what + ": data pointer is null");
   }
   return Status::OK();
 }
 
-Status CheckTargetView(const std::string& flat_key, const TensorView& view) {
-  CKPTDB_RETURN_IF_ERROR(CheckView(flat_key, view));
+Status CheckTargetView(const std::string& flat_key, const TensorView& view,
+                       DeviceCopier* copier) {
+  CKPTDB_RETURN_IF_ERROR(CheckView(flat_key, view, copier));
   for (size_t d = 0; d < view.strides.size(); ++d) {
     if (view.strides[d] == 0 && view.local_shape[d] > 1) {
       return Status::InvalidArgument(

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "ckptdb/types.h"
+#include "engine/device/device.h"
 
 namespace ckptdb::engine {
 
@@ -12,12 +13,15 @@ namespace ckptdb::engine {
 // range inside the flattened tensor; its strides are one per dimension and
 // not negative (not 0 on a device); its device is known and usable, its
 // memory is present when it holds bytes. For a device view, waits for the
-// work queued on its device (DeviceCopier::Synchronize): the caller's
-// producer may still be writing the tensor.
-Status CheckView(const std::string& flat_key, const TensorView& view);
+// work queued on its device (`copier`->Synchronize): the caller's producer
+// may still be writing the tensor. Without a copier, device views are
+// InvalidArgument.
+Status CheckView(const std::string& flat_key, const TensorView& view,
+                 DeviceCopier* copier);
 
 // CheckView, and no two elements of a load target share memory through a
 // stride of 0.
-Status CheckTargetView(const std::string& flat_key, const TensorView& view);
+Status CheckTargetView(const std::string& flat_key, const TensorView& view,
+                       DeviceCopier* copier);
 
 }  // namespace ckptdb::engine

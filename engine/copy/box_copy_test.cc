@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/random_boxes.h"
+#include "engine/copy/dtype_convert.h"
 
 namespace ckptdb::engine {
 namespace {
@@ -172,48 +173,6 @@ TEST(BoxCopyTest, ConvertsWhileCopying) {
   EXPECT_EQ(ints[0], 1);
   EXPECT_EQ(ints[1], -2);
   EXPECT_EQ(ints[2], 127);  // saturated
-}
-
-TEST(MinifloatTest, KnownEncodings) {
-  EXPECT_EQ(FloatToHalf(1.0), 0x3C00);
-  EXPECT_EQ(FloatToHalf(-2.0), 0xC000);
-  EXPECT_EQ(FloatToHalf(65504.0), 0x7BFF);
-  EXPECT_EQ(FloatToHalf(1e6), 0x7C00);                   // overflow to inf
-  EXPECT_EQ(FloatToHalf(std::ldexp(1.0, -24)), 0x0001);  // smallest subnormal
-  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(NAN))));
-  EXPECT_EQ(FloatToBFloat16(1.0), 0x3F80);
-  EXPECT_EQ(FloatToBFloat16(3.140625), 0x4049);
-  EXPECT_EQ(FloatToE4M3FN(448.0), 0x7E);
-  EXPECT_EQ(FloatToE4M3FN(1.0), 0x38);
-  EXPECT_TRUE(std::isnan(E4M3FNToFloat(FloatToE4M3FN(1000.0))));
-  EXPECT_EQ(FloatToE5M2(1.0), 0x3C);
-  EXPECT_EQ(FloatToE5M2(57344.0), 0x7B);
-  // Round half to even: 1 + 2^-11 is halfway between two halves; ties to the
-  // even 1.0.
-  EXPECT_EQ(FloatToHalf(1.0 + std::ldexp(1.0, -11)), 0x3C00);
-  EXPECT_EQ(FloatToHalf(1.0 + 3 * std::ldexp(1.0, -11)), 0x3C02);
-}
-
-TEST(MinifloatTest, EveryCodeRoundTrips) {
-  for (uint32_t h = 0; h < 65536; ++h) {
-    double v = HalfToFloat(static_cast<uint16_t>(h));
-    if (std::isnan(v)) continue;
-    ASSERT_EQ(FloatToHalf(v), h) << h;
-    double b = BFloat16ToFloat(static_cast<uint16_t>(h));
-    if (!std::isnan(b)) {
-      ASSERT_EQ(FloatToBFloat16(b), h) << h;
-    }
-  }
-  for (uint32_t c = 0; c < 256; ++c) {
-    double a = E4M3FNToFloat(static_cast<uint8_t>(c)),
-           b = E5M2ToFloat(static_cast<uint8_t>(c));
-    if (!std::isnan(a)) {
-      ASSERT_EQ(FloatToE4M3FN(a), c) << c;
-    }
-    if (!std::isnan(b)) {
-      ASSERT_EQ(FloatToE5M2(b), c) << c;
-    }
-  }
 }
 
 }  // namespace

@@ -45,9 +45,15 @@ struct Views {
   }
 };
 
-std::unique_ptr<DB> OpenSmallChunks(const std::string& path) {
+// Several chunks per tensor; device tensors on `device` when given.
+std::unique_ptr<DB> OpenSmallChunks(const std::string& path,
+                                    testing::HostAsDevice* device = nullptr) {
   Options options;
-  options.max_chunk_bytes = 24;  // several chunks per tensor
+  options.max_chunk_bytes = 24;
+  if (device != nullptr) {
+    return testing::OpenWithDevices(path, nullptr, options,
+                                    testing::HostSeams(*device));
+  }
   auto db = DB::Open(options, path);
   EXPECT_TRUE(db.ok()) << db.status().ToString();
   return db.ok() ? std::move(db).value() : nullptr;
@@ -61,14 +67,13 @@ class StridedViewsTest
 // keep their bytes.
 TEST_P(StridedViewsTest, RoundTripThroughStridedSourcesAndTargets) {
   const auto [dtype, on_device] = GetParam();
-  std::optional<testing::HostAsDevice> device;
-  if (on_device) device.emplace();
+  testing::HostAsDevice device;
   const Views v{dtype, on_device ? Device{DeviceType::kCUDA, 0} : Device{}};
   const size_t elem = v.elem();
   const size_t parent_bytes = Views::kRows * Views::kCols * elem;
   std::vector<uint8_t> p = RandomBytes(parent_bytes, 3);
   TempDir dir;
-  auto db = OpenSmallChunks(dir.path());
+  auto db = OpenSmallChunks(dir.path(), on_device ? &device : nullptr);
   StateDict sd;
   sd.Set("t", v.Transposed(p.data())).Set("s", v.Sliced(p.data()));
   ASSERT_TRUE(db->Save(sd, {.step = 1}).ok());

@@ -1,25 +1,14 @@
 #include "engine/device/device.h"
 
-#include <atomic>
-
 namespace ckptdb::engine {
 
 // Defined by device_cuda.cc in CUDA builds, by device_none.cc otherwise.
 DeviceCopier* BuildDeviceCopier();
 
-namespace {
-std::atomic<DeviceCopier*> test_copier{nullptr};
-}  // namespace
-
-DeviceCopier* CurrentDeviceCopier() {
-  if (DeviceCopier* c = test_copier.load()) return c;
+DeviceCopier* BuiltDeviceCopier() {
   static DeviceCopier* const built = BuildDeviceCopier();
   return built;
 }
-
-void SetDeviceCopierForTesting(DeviceCopier* copier) { test_copier = copier; }
-
-bool IsTestDeviceCopier() { return test_copier.load() != nullptr; }
 
 std::vector<Copy2D> BoxAsCopies2D(const Shape& shape, const Shape& offset,
                                   const Shape& lengths, size_t elem,
@@ -73,14 +62,13 @@ void StagingPool::Give(StagingBuffer buffer) {
 
 Status PlaceBox(StridedBox src, DType src_dtype, const TensorView& target,
                 const Shape& dest_offset, const Shape& lengths,
-                StagingBuffer* staging) {
+                DeviceCopier* copier, StagingBuffer* staging) {
   const MutableStridedBox dst{target.data, target.local_shape, dest_offset,
                               target.strides};
   if (target.device.type == DeviceType::kCPU) {
     CopyBox(src, src_dtype, dst, target.dtype, lengths);
     return Status::OK();
   }
-  DeviceCopier* copier = CurrentDeviceCopier();
   if (copier == nullptr)
     return Status::InvalidArgument("no device copier for a device target");
   const size_t elem = DTypeSize(target.dtype);

@@ -13,10 +13,10 @@ namespace ckptdb::engine {
 
 // The seam between the save/load orchestration and device memory. Save and
 // load never touch device memory themselves: they stage bytes in host buffers
-// from StagingBuffer() and ask the copier to move them. A CUDA build installs
-// the CUDA copier (device_cuda.cc) when a device is present; tests install a
-// stand-in that treats "device" memory as host memory, so that every device
-// branch of save and load runs on machines without a GPU.
+// from StagingBuffer() and ask the copier to move them. A DB is given its
+// copier at open (DeviceSeams): the CUDA copier (device_cuda.cc) when a device
+// is present; in tests a stand-in that treats "device" memory as host memory,
+// so that every device branch of save and load runs on machines without a GPU.
 class DeviceCopier {
  public:
   virtual ~DeviceCopier() = default;
@@ -84,13 +84,10 @@ std::vector<Copy2D> BoxAsCopies2D(const Shape& shape, const Shape& offset,
                                   const Shape& lengths, size_t elem_size,
                                   std::span<const int64_t> strides = {});
 
-// The copier device tensors use, or nullptr: without one, device tensors are
-// InvalidArgument.
-DeviceCopier* CurrentDeviceCopier();
-
-// Installs `copier` (nullptr restores the build's own) for tests.
-void SetDeviceCopierForTesting(DeviceCopier* copier);
-bool IsTestDeviceCopier();
+// The copier of this build: CUDA's (device_cuda.cc) when the build has CUDA
+// and the machine a usable device, else nullptr (device tensors are then
+// InvalidArgument). A DB uses the copier of its DeviceSeams.
+DeviceCopier* BuiltDeviceCopier();
 
 // Host staging memory from `copier`, freed on destruction.
 class StagingBuffer {
@@ -157,9 +154,10 @@ class DeviceBuffer {
 
 // Places a box of a host buffer into a target that may live on a device:
 // host targets get CopyBox; device targets get the box packed (and converted
-// to the target's dtype) into `staging`, then copied to the device.
+// to the target's dtype) into `staging`, then copied to the device by
+// `copier` (nullptr: InvalidArgument).
 Status PlaceBox(StridedBox src, DType src_dtype, const TensorView& target,
                 const Shape& dest_offset, const Shape& lengths,
-                StagingBuffer* staging);
+                DeviceCopier* copier, StagingBuffer* staging);
 
 }  // namespace ckptdb::engine

@@ -1,5 +1,6 @@
-// Built without CUDA: device tensors are refused unless a test installs a
-// stand-in copier, and device slices never travel device to device.
+// Built without CUDA: device tensors are refused unless a DB is given a
+// stand-in copier (DeviceSeams), and device slices never travel device to
+// device.
 #include "engine/device/device.h"
 #include "engine/device/device_transport.h"
 

@@ -127,7 +127,7 @@ TEST(PlaceBox, DeviceTargetsGoThroughStagingAndConvert) {
   StagingBuffer staging;
   const Shape shape{2, 3}, zero{0, 0}, at{1, 1};
   ASSERT_TRUE(PlaceBox({src.data(), shape, zero}, DType::kFloat32, target, at,
-                       shape, &staging)
+                       shape, &device, &staging)
                   .ok());
   EXPECT_EQ(dst, (std::vector<double>{0, 0, 0, 0, 0, 1, 2, 3, 0, 4, 5, 6}));
   EXPECT_EQ(device.to_device_bytes.load(), 6 * sizeof(double));
@@ -141,7 +141,7 @@ TEST(PlaceBox, HostTargetsNeverTouchTheCopier) {
   StagingBuffer staging;
   const Shape len{2}, zero{0};
   ASSERT_TRUE(PlaceBox({src.data(), len, zero}, DType::kInt32, target, zero,
-                       len, &staging)
+                       len, &device, &staging)
                   .ok());
   EXPECT_EQ(dst, src);
   EXPECT_EQ(device.to_device_bytes.load(), 0u);
@@ -154,30 +154,70 @@ TEST(PlaceBox, HostTargetsNeverTouchTheCopier) {
 TEST(DeviceTensors, SaveAndLoadWaitForTheProducersWork) {
   testing::HostAsDevice device;
   testing::TempDir dir;
-  auto db = DB::Open(Options(), dir.path());
-  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  auto db = testing::OpenWithDevices(dir.path(), nullptr, Options(),
+                                     testing::HostSeams(device));
+  ASSERT_NE(db, nullptr);
   std::vector<float> w = {1, 2, 3, 4};
   const Device cuda{DeviceType::kCUDA, 0};
   StateDict sd;
   sd.Set("w", TensorView::Whole(w.data(), DType::kFloat32, {4}, cuda));
-  ASSERT_TRUE((*db)->Save(sd, {.step = 1}).ok());
+  ASSERT_TRUE(db->Save(sd, {.step = 1}).ok());
   EXPECT_EQ(device.synchronized.load(), 1u);
   std::vector<float> out(4, 0);
   StateDict target;
   target.Set("w", TensorView::Whole(out.data(), DType::kFloat32, {4}, cuda));
-  ASSERT_TRUE((*db)->Load(target, CheckpointSelector::Latest(), {}).ok());
+  ASSERT_TRUE(db->Load(target, CheckpointSelector::Latest(), {}).ok());
   EXPECT_EQ(device.synchronized.load(), 2u);
   EXPECT_EQ(out, w);
   device.fail_synchronize = true;
-  auto saved = (*db)->Save(sd, {.step = 2});
+  auto saved = db->Save(sd, {.step = 2});
   ASSERT_TRUE(saved.status().IsInvalidArgument());
   EXPECT_NE(saved.status().message().find("tensor 'w'"), std::string::npos)
       << saved.status().message();
-  EXPECT_TRUE((*db)
-                  ->Load(target, CheckpointSelector::Latest(), {})
+  EXPECT_TRUE(db->Load(target, CheckpointSelector::Latest(), {})
                   .status()
                   .IsInvalidArgument());
-  EXPECT_EQ((*db)->ListCheckpoints()->size(), 1u);
+  EXPECT_EQ(db->ListCheckpoints()->size(), 1u);
+}
+
+// The copier is the DB's own: beside a DB on the host stand-in, a DB opened
+// with the build's seams on a machine without a device refuses device tensors,
+// naming the tensor, and its store stays empty.
+TEST(DeviceTensors, EachDBUsesTheCopierItWasOpenedWith) {
+  if (BuiltDeviceCopier() != nullptr)
+    GTEST_SKIP() << "this machine has a CUDA device";
+  testing::HostAsDevice device;
+  testing::TempDir with_device, without;
+  auto on_device = testing::OpenWithDevices(
+      with_device.path(), nullptr, Options(), testing::HostSeams(device));
+  ASSERT_NE(on_device, nullptr);
+  auto plain = DB::Open(Options(), without.path());
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  std::vector<float> w = {1, 2};
+  StateDict sd;
+  sd.Set("w", TensorView::Whole(w.data(), DType::kFloat32, {2},
+                                {DeviceType::kCUDA, 0}));
+  EXPECT_TRUE(on_device->Save(sd, {}).ok());
+  EXPECT_EQ(device.to_host_bytes.load(), sizeof(float) * 2);
+  auto refused = (*plain)->Save(sd, {});
+  ASSERT_TRUE(refused.status().IsInvalidArgument());
+  EXPECT_NE(refused.status().message().find("tensor 'w'"), std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE((*plain)->ListCheckpoints()->empty());
+  EXPECT_EQ(device.to_host_bytes.load(), sizeof(float) * 2);
+}
+
+// A device target with no copier to fill it is InvalidArgument.
+TEST(PlaceBox, DeviceTargetsWithoutACopierAreRefused) {
+  std::vector<float> src = {1}, dst = {0};
+  TensorView target = TensorView::Whole(dst.data(), DType::kFloat32, {1},
+                                        {DeviceType::kCUDA, 0});
+  StagingBuffer staging;
+  const Shape len{1}, zero{0};
+  EXPECT_TRUE(PlaceBox({src.data(), len, zero}, DType::kFloat32, target, zero,
+                       len, nullptr, &staging)
+                  .IsInvalidArgument());
+  EXPECT_EQ(dst[0], 0);
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ struct DeviceBroadcast {
 };
 
 // Moves bytes between the device memories of a group's ranks: NCCL in CUDA
-// builds (device_nccl.cc), a stand-in over the host Communicator in tests. It
+// builds (device_nccl.cc), a stand-in over the host Communicator in tests
+// (DeviceSeams). It
 // is collective like Communicator: every rank calls Run the same number of
 // times, and every buffer is memory of device().
 class DeviceTransport {
@@ -38,19 +39,16 @@ class DeviceTransport {
                      std::span<const DeviceBroadcast> broadcasts) = 0;
 };
 
+// Creates a group's transport (DeviceSeams::transports).
 using DeviceTransportFactory =
     std::function<Result<std::unique_ptr<DeviceTransport>>(Communicator&,
                                                            const Device&)>;
 
-// Creates the transport of `comm` with this rank's memory on `device`.
-// Collective; the caller agrees on the outcome (a rank may fail where others
-// succeed). Without one (CPU-only build, a test copier with no test transport,
+// The build's transport of `comm` with this rank's memory on `device`: NCCL
+// in CUDA builds (device_nccl.cc). Collective. Without one (a CPU-only build,
 // two ranks on one GPU) it returns FailedPrecondition saying why, and loads
 // move device slices through host memory instead.
-Result<std::unique_ptr<DeviceTransport>> CreateDeviceTransport(
+Result<std::unique_ptr<DeviceTransport>> BuildDeviceTransport(
     Communicator& comm, const Device& device);
-
-// Installs `factory` (empty restores the build's own) for tests.
-void SetDeviceTransportFactoryForTesting(DeviceTransportFactory factory);
 
 }  // namespace ckptdb::engine

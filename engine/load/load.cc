@@ -5,15 +5,15 @@
 #include <deque>
 #include <map>
 
-#include "engine/collectives/agreement.h"
-#include "engine/copy/box_views.h"
-#include "engine/collectives/classes.h"
 #include "engine/api/db_impl.h"
+#include "engine/api/tensor_checks.h"
+#include "engine/collectives/agreement.h"
+#include "engine/collectives/classes.h"
+#include "engine/collectives/wire.h"
+#include "engine/copy/box_views.h"
 #include "engine/device/device.h"
 #include "engine/load/load_executor.h"
 #include "engine/load/load_planning.h"
-#include "engine/api/tensor_checks.h"
-#include "engine/collectives/wire.h"
 #include "planner/flatten.h"
 #include "planner/load_plan.h"
 
@@ -33,8 +33,8 @@ struct LocalTargets {
 // Matches this rank's leaves against the checkpoint: checks dtypes and shapes,
 // lists missing and unexpected keys.
 Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
-                   const LoadOptions& options, LocalTargets* out,
-                   LoadResult* result) {
+                   const LoadOptions& options, DeviceCopier* copier,
+                   LocalTargets* out, LoadResult* result) {
   CKPTDB_ASSIGN_OR_RETURN(auto leaves, planner::FlattenMutable(state));
   std::map<std::string, bool> requested;
   const std::string where = "checkpoint id " + std::to_string(meta.info.id);
@@ -67,7 +67,7 @@ Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
           std::string(ValueTypeName(value->second)) + ") in " + where +
           " but a tensor in the state dict");
     }
-    CKPTDB_RETURN_IF_ERROR(CheckTargetView(leaf.flat_key, view));
+    CKPTDB_RETURN_IF_ERROR(CheckTargetView(leaf.flat_key, view, copier));
     const TensorMetadata& stored = tensor->second;
     if (view.global_shape != stored.global_shape) {
       return Status::InvalidArgument(
@@ -113,7 +113,7 @@ Status DBImpl::ReadChunksOf(const std::vector<planner::LoadTarget>& targets,
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata with_chunks,
-                   store_->GetMetadata(meta->info.id, keys));
+                          store_->GetMetadata(meta->info.id, keys));
   // Only the chunks move over: MatchLeaves' targets point into `meta`.
   for (const std::string& key : keys) {
     auto from = with_chunks.tensors.find(key);
@@ -125,7 +125,7 @@ Status DBImpl::ReadChunksOf(const std::vector<planner::LoadTarget>& targets,
 }
 
 int DBImpl::TransportDevice(const std::vector<TensorView*>& views) const {
-  DeviceCopier* copier = CurrentDeviceCopier();
+  DeviceCopier* copier = devices_.copier;
   if (copier == nullptr || !transport_failure_.ok()) return -1;
   for (const TensorView* view : views) {
     if (view->device.type == DeviceType::kCUDA) return view->device.index;
@@ -141,7 +141,7 @@ Result<DeviceTransport*> DBImpl::TransportFor(const std::vector<int>& devices) {
   if (transport_ != nullptr && transport_devices_ == devices)
     return transport_.get();
   transport_.reset();
-  auto created = CreateDeviceTransport(
+  auto created = devices_.CreateTransport(
       *comm_, {DeviceType::kCUDA, devices[comm_->rank()]});
   const Status agreed = AgreeOnStatus(*comm_, created.status());
   if (!agreed.ok()) {
@@ -170,7 +170,8 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
   LoadResult result;
   LocalTargets local;
   RankTargets own, shared;
-  own.status = MatchLeaves(state, meta, options, &local, &result);
+  own.status =
+      MatchLeaves(state, meta, options, devices_.copier, &local, &result);
   if (own.status.ok()) own.status = ReadChunksOf(local.targets, &meta);
   uint64_t state_bytes = 0;
   for (const TensorView* view : local.views) {
@@ -187,11 +188,12 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
   }
   // Targets and placements travel once per class of identical ranks; each
   // rank plans only its own reads, sends and receives.
-  CKPTDB_ASSIGN_OR_RETURN(RankClasses gathered,
-                   AllGatherClasses(*comm_, LoadArguments(which, options),
-                                    EncodeTargets(own), EncodeTargets(shared)));
+  CKPTDB_ASSIGN_OR_RETURN(
+      RankClasses gathered,
+      AllGatherClasses(*comm_, LoadArguments(which, options),
+                       EncodeTargets(own), EncodeTargets(shared)));
   CKPTDB_ASSIGN_OR_RETURN(RankLoadPlanning planned,
-                   PlanRankLoad(meta.tensors, gathered, comm_->rank()));
+                          PlanRankLoad(meta.tensors, gathered, comm_->rank()));
   const GatheredTargets& all = planned.all;
   DeviceTransport* transport = nullptr;
   if (world > 1 && all.any_on_device) {
@@ -200,10 +202,10 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
   const planner::PlacementLookup placement = [&](int rank, size_t target) {
     return all.classes.placements[all.classes.class_of_rank[rank]][target];
   };
-  CKPTDB_RETURN_IF_ERROR(
-      ExecuteLoad({meta, planned.plan, local.views, *store_, *comm_,
-                   io_threads(), all.buffer_bytes, placement, transport},
-                  &result.stats));
+  CKPTDB_RETURN_IF_ERROR(ExecuteLoad(
+      {meta, planned.plan, local.views, *store_, *comm_, io_threads(),
+       all.buffer_bytes, placement, devices_.copier, transport},
+      &result.stats));
   for (auto& [leaf, stored] : local.values) *leaf = *stored;
   return result;
 }

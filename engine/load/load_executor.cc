@@ -9,9 +9,9 @@
 #include <thread>
 #include <utility>
 
+#include "engine/collectives/wire.h"
 #include "engine/copy/box_copy.h"
 #include "engine/device/device.h"
-#include "engine/collectives/wire.h"
 
 namespace ckptdb::engine {
 namespace {
@@ -114,7 +114,7 @@ class Walker {
 
   // Device buffers for the largest round of each parity.
   Status ReserveDevice() {
-    DeviceCopier* copier = CurrentDeviceCopier();
+    DeviceCopier* copier = x_.copier;
     for (int p = 0; p < 2; ++p) {
       uint64_t out = 0, in = 0;
       for (size_t k = p; k < plan_.rounds.size(); k += 2) {
@@ -264,8 +264,9 @@ Status Walker::ReadOne(Slot& slot, size_t j) {
     return x_.store.ReadChunkScattered(x_.meta.info.id, read.flat_key, chunk,
                                        pieces);
   }
-  CKPTDB_ASSIGN_OR_RETURN(storage::ChunkBuffer buffer,
-                   x_.store.ReadChunk(x_.meta.info.id, read.flat_key, chunk));
+  CKPTDB_ASSIGN_OR_RETURN(
+      storage::ChunkBuffer buffer,
+      x_.store.ReadChunk(x_.meta.info.id, read.flat_key, chunk));
   const char* bytes = buffer.bytes().data();
   bool keep = false;
   StagingBuffer staging = staging_.Take();
@@ -277,8 +278,9 @@ Status Walker::ReadOne(Slot& slot, size_t j) {
     switch (copy.to) {
       case ReadCopy::To::kTarget:
         if (placed.ok()) {
-          placed = PlaceBox(src, tensor.dtype, *x_.targets[item.target],
-                            item.dest_offset, item.lengths, &staging);
+          placed =
+              PlaceBox(src, tensor.dtype, *x_.targets[item.target],
+                       item.dest_offset, item.lengths, x_.copier, &staging);
         }
         break;
       case ReadCopy::To::kMessage: {
@@ -336,7 +338,7 @@ void Walker::MoveDeviceBoxes(Slot& slot) {
   if (round.device_out_bytes > 0) {
     // The boxes this rank packed go to its device in one copy.
     const Shape all{static_cast<int64_t>(round.device_out_bytes)};
-    Fail(CurrentDeviceCopier()->BoxToDevice(
+    Fail(x_.copier->BoxToDevice(
         x_.transport->device(), slot.device->host_out.data(),
         {slot.device->out.data(), all, Shape{0}}, 1, all));
   }
@@ -379,7 +381,7 @@ void Walker::Land(Slot& slot) {
       Fail(PlaceBox({slot.recv_data[m] + s.offset, item.lengths, zero},
                     x_.meta.tensors.at(x_.plan.reads[item.read].flat_key).dtype,
                     *x_.targets[item.target], item.dest_offset, item.lengths,
-                    &staging));
+                    x_.copier, &staging));
     }
   }
   staging_.Give(std::move(staging));
@@ -387,7 +389,7 @@ void Walker::Land(Slot& slot) {
     if (box.role != ExchangeDeviceBox::Role::kStaged) continue;
     const planner::ReadItem& item = x_.plan.items[box.item];
     const TensorView& target = *x_.targets[item.target];
-    Fail(CurrentDeviceCopier()->DeviceBoxToDevice(
+    Fail(x_.copier->DeviceBoxToDevice(
         target.device, Region(slot, box),
         {target.data, target.local_shape, item.dest_offset, target.strides},
         DTypeSize(box.dtype), item.lengths));

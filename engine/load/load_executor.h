@@ -5,8 +5,9 @@
 
 #include "ckptdb/communicator.h"
 #include "ckptdb/db.h"
-#include "engine/device/device_transport.h"
 #include "engine/collectives/wire.h"
+#include "engine/device/device.h"
+#include "engine/device/device_transport.h"
 #include "planner/exchange_plan.h"
 #include "planner/load_plan.h"
 #include "storage/store.h"
@@ -31,6 +32,8 @@ struct LoadExecution {
   uint64_t round_bytes;
   // Any rank's target placements: the same answers on every rank.
   const planner::PlacementLookup& placements;
+  // Fills this rank's device targets (set when it has any).
+  DeviceCopier* copier;
   // Moves slices for device targets of other ranks device to device when set
   // (on every rank); they travel through host memory over `comm` otherwise.
   DeviceTransport* transport;

@@ -1,7 +1,7 @@
 #pragma once
 
 // The host memory behind the snapshots of asynchronous saves (DB::SaveAsync,
-// save.cc), kept from one save to the next.
+// async_save.cc), kept from one save to the next.
 
 #include <cstdint>
 #include <mutex>

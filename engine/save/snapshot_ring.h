@@ -1,6 +1,6 @@
 #pragma once
 
-// The snapshot memory of an asynchronous save (DB::SaveAsync, save.cc).
+// The snapshot memory of an asynchronous save (DB::SaveAsync, async_save.cc).
 
 #include <condition_variable>
 #include <cstddef>

@@ -2,8 +2,11 @@
 
 // Stand-ins for a GPU and for NCCL: "device" memory is host memory, every
 // copy goes through the same 2-D copy decomposition the CUDA copier uses, and
-// device-to-device transfers go over the host Communicator. Installed, they
-// let the device branches of save and load run on machines without a GPU.
+// device-to-device transfers go over the host Communicator. Given to a DB as
+// its device seams (HostSeams, OpenWithDevices), they let the device branches
+// of save and load run on machines without a GPU.
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -13,16 +16,16 @@
 #include <string>
 #include <vector>
 
+#include "ckptdb/db.h"
+#include "engine/api/db_impl.h"
 #include "engine/device/device.h"
+#include "engine/device/device_seams.h"
 #include "engine/device/device_transport.h"
 
 namespace ckptdb::testing {
 
 class HostAsDevice : public engine::DeviceCopier {
  public:
-  HostAsDevice() { engine::SetDeviceCopierForTesting(this); }
-  ~HostAsDevice() override { engine::SetDeviceCopierForTesting(nullptr); }
-
   void* AllocHost(size_t n) override { return std::malloc(n == 0 ? 1 : n); }
   void FreeHost(void* p) override { std::free(p); }
 
@@ -117,22 +120,22 @@ class HostAsDevice : public engine::DeviceCopier {
   }
 };
 
-// Installs a DeviceTransport over each rank's host Communicator, counting what
-// it moves. `fail_rank` >= 0 makes that rank's creation fail.
+// Makes DeviceTransports over each rank's host Communicator (Factory),
+// counting what they move. `fail_rank` >= 0 makes that rank's creation fail.
 class HostTransports {
  public:
-  explicit HostTransports(int fail_rank = -1) {
-    engine::SetDeviceTransportFactoryForTesting(
-        [this, fail_rank](Communicator& comm, const Device& device)
-            -> Result<std::unique_ptr<engine::DeviceTransport>> {
-          if (comm.rank() == fail_rank)
-            return Status::FailedPrecondition("no transport on this rank");
-          ++created;
-          return std::unique_ptr<engine::DeviceTransport>(
-              new Transport(comm, device, this));
-        });
+  explicit HostTransports(int fail_rank = -1) : fail_rank_(fail_rank) {}
+
+  engine::DeviceTransportFactory Factory() {
+    return [this](Communicator& comm, const Device& device)
+               -> Result<std::unique_ptr<engine::DeviceTransport>> {
+      if (comm.rank() == fail_rank_)
+        return Status::FailedPrecondition("no transport on this rank");
+      ++created;
+      return std::unique_ptr<engine::DeviceTransport>(
+          new Transport(comm, device, this));
+    };
   }
-  ~HostTransports() { engine::SetDeviceTransportFactoryForTesting(nullptr); }
 
   std::atomic<uint64_t> created{0}, runs{0}, sends{0}, broadcasts{0},
       bytes_sent{0};
@@ -172,6 +175,30 @@ class HostTransports {
     const Device device_;
     HostTransports* counts_;
   };
+
+  const int fail_rank_;
 };
+
+// The device seams of a DB on the "device" `device`: with `transports`'
+// factory when given, else without transports (device slices for other ranks
+// travel through host memory).
+inline engine::DeviceSeams HostSeams(HostAsDevice& device,
+                                     HostTransports* transports = nullptr) {
+  engine::DeviceSeams seams;
+  seams.copier = &device;
+  if (transports != nullptr) seams.transports = transports->Factory();
+  return seams;
+}
+
+// DB::Open with `devices` as the DB's device seams (HostSeams); nullptr after
+// a failed open, which fails the test.
+inline std::unique_ptr<DB> OpenWithDevices(const std::string& path,
+                                           std::shared_ptr<Communicator> comm,
+                                           const Options& options,
+                                           engine::DeviceSeams devices) {
+  auto db = engine::OpenDB(options, path, std::move(comm), std::move(devices));
+  EXPECT_TRUE(db.ok()) << db.status().ToString();
+  return db.ok() ? std::move(db).value() : nullptr;
+}
 
 }  // namespace ckptdb::testing

@@ -12,6 +12,7 @@
 #include "ckptdb/db.h"
 #include "ckptdb/types.h"
 #include "engine/copy/box_copy.h"
+#include "engine/copy/dtype_convert.h"
 
 namespace ckptdb::testing {
 

@@ -1,0 +1,28 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ckptdb/options.h"
+#include "ckptdb/types.h"
+#include "engine/save/save_layout.h"
+#include "planner/save_plan.h"
+
+namespace ckptdb::engine {
+
+// A save between planning and writing: what the background needs, owned.
+struct PreparedSave {
+  planner::RankSaveLayout layout;
+  // Views of the caller's memory; not used after a snapshot.
+  std::vector<TensorView> views;
+  planner::SaveClasses classes;
+  planner::SavePlan plan;
+  SaveOptions options;
+  int64_t id = 0;
+  // The checkpoint an incremental save compares with (0: none).
+  int64_t base_id = 0;
+  std::vector<MyChunk> mine;
+  std::vector<size_t> order;  // of `mine`, by storage key: the write order
+};
+
+}  // namespace ckptdb::engine

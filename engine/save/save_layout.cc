@@ -1,0 +1,105 @@
+#include "engine/save/save_layout.h"
+
+#include <algorithm>
+
+#include "engine/api/tensor_checks.h"
+#include "engine/copy/box_views.h"
+#include "planner/flatten.h"
+#include "storage/keys.h"
+
+namespace ckptdb::engine {
+
+// Local part of a save: this rank's layout and the views behind its shards
+// (a flat range gives one view per box of its decomposition).
+Status BuildLayout(const StateDict& state, DeviceCopier* copier,
+                   planner::RankSaveLayout* layout,
+                   std::vector<TensorView>* views) {
+  CKPTDB_ASSIGN_OR_RETURN(auto leaves, planner::Flatten(state));
+  for (auto& leaf : leaves) {
+    // Kinds travel only when some part is not a str key.
+    if (planner::AllStrKeys(leaf.kinds)) leaf.kinds.clear();
+    if (leaf.value) {
+      layout->values.push_back(
+          {leaf.flat_key, leaf.path, *leaf.value, std::move(leaf.kinds)});
+      continue;
+    }
+    CKPTDB_RETURN_IF_ERROR(CheckView(leaf.flat_key, *leaf.tensor, copier));
+    for (TensorView& v : BoxViews(*leaf.tensor)) {
+      layout->shards.push_back({leaf.flat_key,
+                                leaf.path,
+                                v.dtype,
+                                v.global_shape,
+                                {v.global_offset, v.local_shape},
+                                leaf.kinds});
+      views->push_back(std::move(v));
+    }
+  }
+  return Status::OK();
+}
+
+namespace {
+
+// Address of `chunk` inside the writer's dense shard buffer. The planner cuts
+// chunks along outer dimensions only, so the chunk is one contiguous run of
+// the shard.
+const void* ChunkData(const planner::PlannedChunk& chunk,
+                      const planner::SaveShard& shard, const TensorView& view) {
+  int64_t linear = 0;
+  for (size_t d = 0; d < shard.box.ndim(); ++d) {
+    linear = linear * shard.box.shape[d] +
+             (chunk.box.offset[d] - shard.box.offset[d]);
+  }
+  return static_cast<const char*>(view.data) +
+         static_cast<size_t>(linear) * DTypeSize(view.dtype);
+}
+
+// The chunk `c` of `tensor` this rank writes from `view`, its shard.
+MyChunk MakeMyChunk(const planner::PlannedTensor& tensor, size_t t, size_t c,
+                    const planner::SaveShard& shard, const TensorView& view,
+                    int64_t id, int rank) {
+  const planner::PlannedChunk& chunk = tensor.chunks[c];
+  MyChunk m{
+      t,
+      c,
+      storage::EncodeChunkKey(id, rank, tensor.flat_key, chunk.box.offset),
+      view.data,
+      chunk.nbytes,
+      view.device.type == DeviceType::kCPU ? nullptr : &view.device};
+  if (view.is_dense()) {
+    m.data = ChunkData(chunk, shard, view);
+    return m;
+  }
+  m.strided = &view;
+  m.lengths = chunk.box.shape;
+  for (size_t d = 0; d < chunk.box.ndim(); ++d)
+    m.offset.push_back(chunk.box.offset[d] - shard.box.offset[d]);
+  return m;
+}
+
+}  // namespace
+
+// This rank's chunks of `plan`, and their order by storage key.
+std::vector<MyChunk> CollectMyChunks(const planner::SavePlan& plan,
+                                     const planner::RankSaveLayout& layout,
+                                     const std::vector<TensorView>& views,
+                                     int64_t id, int rank,
+                                     std::vector<size_t>* order) {
+  std::vector<MyChunk> mine;
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    const auto& tensor = plan.tensors[t];
+    for (size_t c = 0; c < tensor.chunks.size(); ++c) {
+      const auto& chunk = tensor.chunks[c];
+      if (chunk.writer_rank != rank) continue;
+      mine.push_back(MakeMyChunk(tensor, t, c,
+                                 layout.shards[chunk.source_shard],
+                                 views[chunk.source_shard], id, rank));
+    }
+  }
+  order->resize(mine.size());
+  for (size_t i = 0; i < order->size(); ++i) (*order)[i] = i;
+  std::sort(order->begin(), order->end(),
+            [&](size_t a, size_t b) { return mine[a].key < mine[b].key; });
+  return mine;
+}
+
+}  // namespace ckptdb::engine

@@ -1,0 +1,113 @@
+#include "engine/save/staged_writes.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "core/checksum.h"
+#include "engine/parallel.h"
+#include "engine/save/device_staging.h"
+
+namespace ckptdb::engine {
+namespace {
+
+// One chunk: refers to stored bytes when its content hash equals the previous
+// checkpoint's chunk (planner::DecideChunkSource), else added to `writer`.
+Result<WrittenChunk> WriteChunk(const WriteContext& context,
+                                const planner::PlannedTensor& tensor,
+                                const planner::PlannedChunk& chunk,
+                                const char* data, uint64_t nbytes,
+                                storage::StagedFileWriter& writer) {
+  WrittenChunk out;
+  out.writer_rank = context.rank;
+  std::optional<uint64_t> checksum;
+  if (context.hash) {
+    const storage::ChunkDigest digest =
+        storage::ChunkChecksumAndContentHash(data, nbytes);
+    out.content_hash = digest.content;
+    checksum = digest.checksum;
+    const planner::ChunkSource source = planner::DecideChunkSource(
+        planner::CandidateChunk(*context.previous, tensor.flat_key,
+                                tensor.dtype, tensor.global_shape, chunk.box,
+                                context.world),
+        context.previous->id, *out.content_hash);
+    if (source.reuse) {
+      out.checksum = source.checksum;
+      out.holder_id = source.holder_id;
+      out.writer_rank = source.writer_rank;
+      return out;
+    }
+  }
+  CKPTDB_ASSIGN_OR_RETURN(out.checksum,
+                          writer.Add(tensor.flat_key, chunk.box.offset,
+                                     std::string_view(data, nbytes), checksum));
+  return out;
+}
+
+}  // namespace
+
+// Where each of the parts written in parallel begins in `order` (one more
+// entry: the end): part p takes the chunks, in key order, whose cumulative
+// bytes fall in its share; a part per 64 MiB, at most `threads`.
+std::vector<size_t> SplitIntoParts(const std::vector<MyChunk>& mine,
+                                   const std::vector<size_t>& order,
+                                   int threads) {
+  uint64_t my_bytes = 0;
+  for (const auto& m : mine) my_bytes += m.nbytes;
+  const size_t parts = std::clamp<size_t>(
+      my_bytes / (size_t{64} << 20), 1,
+      std::max<size_t>(1, std::min<size_t>(threads, mine.size())));
+  std::vector<size_t> part_begin(parts + 1, order.size());
+  uint64_t seen = 0;
+  size_t p = 0;
+  part_begin[0] = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    while (p + 1 < parts && seen >= my_bytes * (p + 1) / parts)
+      part_begin[++p] = i;
+    seen += mine[order[i]].nbytes;
+  }
+  for (size_t q = p + 1; q < parts; ++q) part_begin[q] = order.size();
+  return part_begin;
+}
+
+// Streams this rank's chunks into staged files, a part each, in parallel;
+// fills `written` (in plan order of the rank's chunks) and `files`.
+Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
+                   const std::vector<MyChunk>& mine,
+                   const std::vector<size_t>& order,
+                   const WriteContext& context,
+                   std::vector<WrittenChunk>* written,
+                   std::vector<std::string>* files) {
+  const std::vector<size_t> part_begin =
+      SplitIntoParts(mine, order, context.threads);
+  const size_t parts = part_begin.size() - 1;
+  written->assign(mine.size(), WrittenChunk{});
+  std::vector<std::string> part_files(parts);
+  Status status = ParallelFor(parts, context.threads, [&](size_t p) -> Status {
+    if (part_begin[p] == part_begin[p + 1]) return Status::OK();
+    CKPTDB_ASSIGN_OR_RETURN(
+        auto writer,
+        store.NewStagedFile(context.id, context.rank, static_cast<int>(p)));
+    DeviceChunks device(mine, order, context.copier);
+    for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
+      const MyChunk& m = mine[order[i]];
+      const auto& tensor = plan.tensors[m.tensor];
+      CKPTDB_ASSIGN_OR_RETURN(const char* data,
+                              context.snapshot != nullptr
+                                  ? context.snapshot->Wait(i)
+                                  : device.HostBytes(i, part_begin[p + 1]));
+      CKPTDB_ASSIGN_OR_RETURN(
+          (*written)[order[i]],
+          WriteChunk(context, tensor, tensor.chunks[m.chunk], data, m.nbytes,
+                     *writer));
+      if (context.snapshot != nullptr) context.snapshot->Release(i);
+    }
+    CKPTDB_ASSIGN_OR_RETURN(part_files[p], writer->Finish());
+    return Status::OK();
+  });
+  for (auto& f : part_files) {
+    if (!f.empty()) files->push_back(std::move(f));
+  }
+  return status;
+}
+
+}  // namespace ckptdb::engine
