@@ -794,33 +794,30 @@ std::vector<std::string> StoreImpl::ForeignEntries() {
   return foreign;
 }
 
-std::string StoreImpl::VersionStamp() const {
+Result<std::string> StoreImpl::VersionStamp() const {
   // What a writer changes when it commits or deletes: the WAL, the MANIFEST
   // (flushed records, ingested and deleted files), CURRENT and the journal.
   // A file removed between the listing and its stat is left out: the stamp
   // differs from the one taken before the removal either way.
-  // Taken before the store's file system exists (OpenDbRetrying), so it
-  // reads the directory itself, without throwing.
-  std::string stamp;
-  std::vector<std::string> names;
-  std::error_code ec;
-  fs::directory_iterator it(path_, ec), end;
-  for (; !ec && it != end; it.increment(ec))
-    names.push_back(it->path().filename().string());
+  // Taken before the store's file system exists (OpenDbRetrying): through a
+  // file system of its own.
+  StoreFileSystem fs(options_.fault_injector, options_.sync, path_);
+  // No directory (yet), or not one: nothing a writer changes.
+  CKPTDB_ASSIGN_OR_RETURN(const bool is_dir, fs.IsDirectory(path_));
+  if (!is_dir) return std::string();
+  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> names, fs.ListDir(path_));
   std::sort(names.begin(), names.end());
+  std::string stamp;
   for (const std::string& name : names) {
     if (name != "CURRENT" && name.rfind("MANIFEST-", 0) != 0 &&
         name.rfind("CKPTDB_JOURNAL", 0) != 0 && !name.ends_with(".log")) {
       continue;
     }
-    const fs::path file = fs::path(path_) / name;
-    std::error_code size_ec, time_ec;
-    const auto size = fs::file_size(file, size_ec);
-    const auto time =
-        fs::last_write_time(file, time_ec).time_since_epoch().count();
-    if (size_ec || time_ec) continue;
-    stamp +=
-        name + ":" + std::to_string(size) + ":" + std::to_string(time) + ";";
+    CKPTDB_ASSIGN_OR_RETURN(const auto file,
+                            fs.StampIfPresent(path_ + "/" + name));
+    if (!file) continue;
+    stamp += name + ":" + std::to_string(file->size) + ":" +
+             std::to_string(file->mtime_ns) + ";";
   }
   return stamp;
 }
@@ -828,7 +825,8 @@ std::string StoreImpl::VersionStamp() const {
 Status StoreImpl::Refresh() {
   if (!options_.read_only) return Status::OK();
   std::unique_lock lock(mu_);
-  if (db_ && VersionStamp() == stamp_) return Status::OK();
+  CKPTDB_ASSIGN_OR_RETURN(const std::string stamp, VersionStamp());
+  if (db_ && stamp == stamp_) return Status::OK();
   CloseDb();
   return OpenDbRetrying();
 }

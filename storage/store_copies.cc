@@ -257,12 +257,11 @@ Status StoreImpl::ReadAtCopiedPlace(const std::string& path,
                                     const std::string& what, uint64_t offset,
                                     const ChunkMetadata& chunk,
                                     ChunkBuffer* buffer) {
-  CKPTDB_RETURN_IF_ERROR(fs_->CheckOpenForRead(path));
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return Status::IOError("opening " + path + " to read the " + what + ": " +
-                           std::strerror(errno));
-  }
+  Result<int> opened = fs_->OpenForDirectRead(path, " to read the " + what);
+  // A missing file is an I/O error here: the copy says a file is there.
+  if (opened.status().IsNotFound())
+    return Status::IOError(opened.status().message());
+  CKPTDB_ASSIGN_OR_RETURN(const int fd, opened);
   ValuePointer pointer;
   pointer.offset = offset;
   pointer.nbytes = chunk.nbytes;

@@ -172,6 +172,8 @@ class StoreImpl : public Store {
   // another RocksDB database, Corruption when a store's description is lost.
   Status CheckColumnFamilies(const rocksdb::DBOptions& db_options);
   Status CheckStoreMarker(bool has_db);
+  // Whether either copy of the commit journal is on disk.
+  Result<bool> HasJournal();
   // Reads the journal and checks every committed checkpoint has its record
   // (Corruption naming the files otherwise). Read-write, also adopts records
   // committed after the journal's last write and finishes interrupted
@@ -249,7 +251,7 @@ class StoreImpl : public Store {
                    const rocksdb::ReadOptions& read = rocksdb::ReadOptions());
   // Names, sizes and times of the files a writer changes; equal stamps mean
   // nothing to refresh.
-  std::string VersionStamp() const;
+  Result<std::string> VersionStamp() const;
   Status RemoveLeftovers();
   // StoreReport::foreign_entries.
   std::vector<std::string> ForeignEntries();
@@ -341,6 +343,10 @@ class StoreImpl : public Store {
   Status ReadPointedValue(int64_t checkpoint_id, std::string_view tensor_key,
                           const ChunkMetadata& chunk,
                           const ValuePointer& pointer, ChunkBuffer* buffer);
+  // The error for a chunk `what` of checkpoint `checkpoint_id` whose value
+  // file is gone: NotFound when the checkpoint was deleted meanwhile,
+  // Corruption otherwise.
+  Status ValueFileGone(int64_t checkpoint_id, const std::string& what);
   // Whether the journal on disk no longer lists `checkpoint_id` as committed
   // (a writer deleted it after this handle read its record).
   bool DeletedSinceOpen(int64_t checkpoint_id);
