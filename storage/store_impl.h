@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "storage/buffer_pool.h"
+#include "storage/catalogue.h"
 #include "storage/chunk_files.h"
 #include "storage/commit_journal.h"
 #include "storage/file_system.h"
@@ -184,8 +185,8 @@ class StoreImpl : public Store {
   // `records` lack, and the database proves the journal stale (it holds a
   // record above the journal's high-water mark, and no chunk of a lost
   // checkpoint that nothing shares is left): the lost checkpoints were
-  // deleted after the journal was written. Drops them from journal_ and says
-  // true; false (journal_ unchanged) otherwise.
+  // deleted after the journal was written. Drops them from the catalogue's
+  // journal and says true; false (journal unchanged) otherwise.
   bool AdoptDeletionsAfterStaleJournal(const std::set<int64_t>& records,
                                        const std::set<int64_t>& lost);
   // Read-write opens check the database read-only first: RocksDB's
@@ -244,8 +245,6 @@ class StoreImpl : public Store {
   Status EnsureOpenShared(std::shared_lock<std::shared_mutex>& lock);
   // IOError while a failed reopen left the database closed.
   Status CheckOpen() const;
-  // False for a checkpoint whose deletion began (its record may remain).
-  bool Visible(int64_t checkpoint_id) const;
   // The main record of a checkpoint; NotFound naming it when absent.
   Status GetRecord(int64_t checkpoint_id, rocksdb::PinnableSlice* record,
                    const rocksdb::ReadOptions& read = rocksdb::ReadOptions());
@@ -443,15 +442,8 @@ class StoreImpl : public Store {
   // Made anew by each OpenDb; the Env over it outlives the database.
   std::shared_ptr<StoreFileSystem> fs_;
   std::shared_ptr<rocksdb::Env> env_;
-  // The journal as last read or written; empty for a read-only handle on a
-  // store written before journals.
-  // Written by collective calls (under a shared mu_, or an exclusive one when
-  // reopening), read by local calls on other threads: those reads and the
-  // writes under a shared mu_ also hold journal_mu_.
-  mutable std::mutex journal_mu_;
-  std::optional<CommitJournal> journal_;
-  // Journal copies found damaged at the last open (the other one is in use).
-  std::vector<std::string> journal_damaged_;
+  // The journal, and the decisions over the listing of checkpoints.
+  CheckpointCatalogue catalogue_{path_};
   std::shared_mutex mu_;  // exclusive for Refresh, shared for everything else
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* chunks_ = nullptr;

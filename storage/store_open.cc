@@ -353,7 +353,7 @@ Status StoreImpl::PreCheckReadOnly(bool has_db) {
     auto journal = ReadJournal(*fs_, path_);
     s = journal.status();
     if (s.ok()) {
-      journal_ = journal->journal;
+      catalogue_.Adopt(std::move(*journal));
       auto records = RecordIds();
       s = records.ok() ? CheckJournal(*records) : records.status();
       if (s.ok()) s = CheckRocksHoldsJournal();
@@ -373,9 +373,10 @@ Result<std::set<int64_t>> StoreImpl::RecordIds() {
 }
 
 Status StoreImpl::CheckJournal(const std::set<int64_t>& records) {
-  if (!journal_) return Status::OK();
+  const std::optional<CommitJournal> journal = catalogue_.journal();
+  if (!journal) return Status::OK();
   std::set<int64_t> lost;
-  for (int64_t id : journal_->committed) {
+  for (int64_t id : journal->committed) {
     if (!records.contains(id)) lost.insert(id);
   }
   if (lost.empty() || AdoptDeletionsAfterStaleJournal(records, lost))
@@ -395,32 +396,30 @@ Status StoreImpl::CheckJournal(const std::set<int64_t>& records) {
       ") but their records are missing from the database: its files (" + files +
       ") are damaged or were replaced, or the journal copies are older ones "
       "put back (their high-water mark is " +
-      std::to_string(journal_->high_water) +
+      std::to_string(journal->high_water) +
       "; the database has no record above it to prove that). Nothing was "
       "changed.");
 }
 
 Status StoreImpl::SaveJournal(CommitJournal journal) {
-  journal.sequence = journal_ ? journal_->sequence + 1 : 1;
-  CKPTDB_RETURN_IF_ERROR(WriteJournal(*fs_, path_, journal));
-  std::lock_guard journal_lock(journal_mu_);
-  journal_ = std::move(journal);
-  return Status::OK();
+  return catalogue_.Save(*fs_, std::move(journal));
 }
 
 Status StoreImpl::RecoverCommits() {
   CKPTDB_ASSIGN_OR_RETURN(JournalState state, ReadJournal(*fs_, path_));
-  journal_ = state.journal;
-  journal_damaged_ = state.damaged;
+  const bool copies_damaged = !state.damaged.empty();
+  catalogue_.Adopt(std::move(state));
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   CKPTDB_RETURN_IF_ERROR(CheckJournal(records));
   if (options_.read_only) return Status::OK();
   CKPTDB_RETURN_IF_ERROR(RepairCopies());
   CKPTDB_RETURN_IF_ERROR(RepairBoundlessFiles(/*reingest=*/true));
   const std::set<int64_t> live = LiveChunkIds();
+  // As CheckJournal left it (without the deletions a stale journal missed).
+  const std::optional<CommitJournal> journal = catalogue_.journal();
   CommitJournal next;
-  if (journal_) {
-    next = *journal_;
+  if (journal) {
+    next = *journal;
   } else {
     // A store written before journals (or just created): every record counts
     // as committed, and chunks without one are kept: nothing proves they never
@@ -449,9 +448,9 @@ Status StoreImpl::RecoverCommits() {
       CKPTDB_RETURN_IF_ERROR(DropChunks(id));
   }
   next.deleting.clear();
-  if (!journal_ || next != *journal_ || !state.damaged.empty()) {
+  if (!journal || next != *journal || copies_damaged) {
     CKPTDB_RETURN_IF_ERROR(SaveJournal(std::move(next)));
-    journal_damaged_.clear();
+    catalogue_.ClearDamagedCopies();
   }
   return RemoveLeftovers();
 }
