@@ -291,26 +291,12 @@ void ParsePairs(std::string_view bytes,
   }
 }
 
-// A descriptor of the regular file at `path`, or -1. Non-blocking, so that a
-// FIFO in its place cannot hang the open; anything but a regular file is
-// refused (the caller then reads through RocksDB, which reports it).
-int OpenRegularFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return -1;
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 }  // namespace
 
 std::shared_ptr<const FileOffsets> ParseFileOffsets(
     const std::string& path, const rocksdb::TableProperties& props,
     const std::string& store_path,
-    const std::function<bool(const std::string&)>& may_open) {
+    const std::function<int(const std::string&)>& open_for_read) {
   auto found = props.user_collected_properties.find(kValueOffsetsProperty);
   if (found == props.user_collected_properties.end()) return nullptr;
   auto file = std::make_shared<FileOffsets>();
@@ -334,13 +320,11 @@ std::shared_ptr<const FileOffsets> ParseFileOffsets(
   // A file of small chunks only is kept too: its range answers "not direct"
   // without asking RocksDB again.
   if (!file->at.empty()) {
-    if (!may_open(path)) return nullptr;
-    file->fd = OpenRegularFile(path);
+    file->fd = open_for_read(path);
     if (file->fd < 0) return nullptr;
   }
   if (!file->external.empty()) {
-    if (!may_open(file->value_path)) return nullptr;
-    file->value_fd = OpenRegularFile(file->value_path);
+    file->value_fd = open_for_read(file->value_path);
     if (file->value_fd < 0) return nullptr;
   }
   return file;

@@ -91,11 +91,12 @@ struct FileOffsets {
 // Parses one table file's value offsets and opens the files they point into
 // (when it has any); nullptr when it has no such property or cannot be opened
 // (its chunks are then read through RocksDB). `store_path` locates value
-// files; `may_open` is asked before each file is opened.
+// files; `open_for_read` opens each file (StoreFileSystem::OpenForDirectRead):
+// a descriptor the FileOffsets then owns, or -1 when it cannot be opened.
 std::shared_ptr<const FileOffsets> ParseFileOffsets(
     const std::string& path, const rocksdb::TableProperties& props,
     const std::string& store_path,
-    const std::function<bool(const std::string&)>& may_open);
+    const std::function<int(const std::string&)>& open_for_read);
 
 // The value file a table file's chunks point into (its name under the values
 // directory) and how long it must be; nullopt when they point into none, or

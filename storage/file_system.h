@@ -78,6 +78,35 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   // when it is not a regular file.
   Status CheckOpenForRead(const std::string& path);
 
+  // ---- Queries and direct opens of ckptdb's own --------------------------
+  // Each asks the injector first (kStat, or kOpen for OpenForDirectRead) and
+  // reports a failure as an IOError naming the operation and path: an error is
+  // never mistaken for an absent file. A name from a listing that is gone by
+  // the time it is looked at is an expected result, not an error.
+
+  // Whether something (a file or a directory) is at `path`.
+  Result<bool> Exists(const std::string& path);
+  // Whether `path` is a directory (a symbolic link is followed); false when
+  // nothing is there.
+  Result<bool> IsDirectory(const std::string& path);
+  using rocksdb::FileSystemWrapper::IsDirectory;
+  // The size and last modification time (nanoseconds) of file `path`, or
+  // nullopt when it is not there.
+  struct FileStamp {
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+  };
+  Result<std::optional<FileStamp>> StampIfPresent(const std::string& path);
+  // Opens the regular file at `path` for direct reads (pread) and returns its
+  // descriptor, which the caller closes. Non-blocking, so that a FIFO in its
+  // place cannot hang the open. `purpose` (" to read ...") follows the path
+  // in errors: NotFound when nothing is there, Corruption naming the entry
+  // when it (or a directory of its path) is not what ckptdb wrote there,
+  // IOError otherwise (the injector's verdict or the open's errno).
+  Result<int> OpenForDirectRead(const std::string& path,
+                                const std::string& purpose = "");
+  // ---- end of queries and direct opens ---------------------------------
+
   // Reads of `paths` are kept in memory (up to `max_bytes`) and later reads
   // of the same range answered from there, until UnpinReads. A RocksDB 7.8
   // ingestion aborts the process (an assertion) when reading a file's last

@@ -1,6 +1,8 @@
 #include "storage/file_system.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -119,6 +121,75 @@ TEST(StoreFileSystemTest, ListingsTolerateFilesRemovedMeanwhile) {
   ASSERT_TRUE(kept.ok() && kept->has_value());
   EXPECT_EQ(**kept, 5u);
   std::printf("[ listing ] %d names gone before their stat\n", absent);
+}
+
+// ckptdb's own looks at files ask the injector: a failure is an IOError
+// naming the operation and the path, not an absent file.
+TEST(StoreFileSystemTest, LooksAtFilesReportInjectedFailuresNamingThePath) {
+  TempDir dir;
+  const std::string file = dir.Sub("f");
+  std::ofstream(file) << "12345";
+  auto faults = std::make_shared<FaultInjector>();
+  StoreFileSystem fs(faults);
+  EXPECT_TRUE(*fs.Exists(file));
+  EXPECT_FALSE(*fs.Exists(dir.Sub("absent")));
+  EXPECT_TRUE(*fs.IsDirectory(dir.path()));
+  EXPECT_FALSE(*fs.IsDirectory(file));
+  EXPECT_FALSE(*fs.IsDirectory(dir.Sub("absent")));
+  auto stamp = fs.StampIfPresent(file);
+  ASSERT_TRUE(stamp.ok() && stamp->has_value());
+  EXPECT_EQ((*stamp)->size, 5u);
+  EXPECT_FALSE(fs.StampIfPresent(dir.Sub("absent"))->has_value());
+
+  faults->Arm(
+      {.nth = 1, .from_nth_on = true, .ops = FileOpMask(FileOp::kStat)});
+  const Status exists = fs.Exists(file).status();
+  EXPECT_TRUE(exists.IsIOError());
+  EXPECT_NE(exists.message().find("checking whether " + file + " exists"),
+            std::string::npos)
+      << exists.ToString();
+  EXPECT_TRUE(fs.IsDirectory(dir.path()).status().IsIOError());
+  const Status stamped = fs.StampIfPresent(file).status();
+  EXPECT_TRUE(stamped.IsIOError());
+  EXPECT_NE(stamped.message().find(file), std::string::npos);
+  // Looking is not writing: deletions are not held back.
+  EXPECT_FALSE(fs.write_failed());
+}
+
+// A direct open for reading names the path and what it was for; a missing
+// file is NotFound, anything but a regular file Corruption.
+TEST(StoreFileSystemTest, DirectOpensForReadingNameThePathAndPurpose) {
+  TempDir dir;
+  const std::string file = dir.Sub("v");
+  std::ofstream(file) << "bytes";
+  auto faults = std::make_shared<FaultInjector>();
+  StoreFileSystem fs(faults);
+  Result<int> fd = fs.OpenForDirectRead(file, " to read chunk c");
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  char got[5];
+  EXPECT_EQ(::pread(*fd, got, 5, 0), 5);
+  EXPECT_EQ(std::string(got, 5), "bytes");
+  ::close(*fd);
+
+  const Status missing =
+      fs.OpenForDirectRead(dir.Sub("gone"), " to read chunk c").status();
+  EXPECT_TRUE(missing.IsNotFound()) << missing.ToString();
+  EXPECT_NE(
+      missing.message().find("opening " + dir.Sub("gone") + " to read chunk c"),
+      std::string::npos);
+
+  ASSERT_EQ(::mkfifo(dir.Sub("fifo").c_str(), 0600), 0);
+  const Status fifo = fs.OpenForDirectRead(dir.Sub("fifo")).status();
+  EXPECT_TRUE(fifo.IsCorruption()) << fifo.ToString();
+  EXPECT_NE(fifo.message().find(dir.Sub("fifo")), std::string::npos);
+  const Status directory = fs.OpenForDirectRead(dir.path()).status();
+  EXPECT_TRUE(directory.IsCorruption()) << directory.ToString();
+
+  faults->Arm({.nth = 1, .ops = FileOpMask(FileOp::kOpen)});
+  const Status injected = fs.OpenForDirectRead(file).status();
+  EXPECT_TRUE(injected.IsIOError()) << injected.ToString();
+  EXPECT_NE(injected.message().find("opening " + file), std::string::npos);
+  EXPECT_FALSE(fs.write_failed());
 }
 
 // The test walks of a live store skip what vanishes under them, files and

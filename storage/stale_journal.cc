@@ -13,7 +13,8 @@ bool StoreImpl::AdoptDeletionsAfterStaleJournal(
   // journal is older than the database. A database that lost its latest
   // edits (a cut MANIFEST, a damaged log) is older than the journal instead,
   // and has no such record.
-  if (!journal_ || records.empty() || *records.rbegin() <= journal_->high_water)
+  const std::optional<CommitJournal> journal = catalogue_.journal();
+  if (!journal || records.empty() || *records.rbegin() <= journal->high_water)
     return false;
   // Each checkpoint the journal lists and the database lacks must look
   // deleted: none of its chunks is left, unless a remaining checkpoint
@@ -24,14 +25,9 @@ bool StoreImpl::AdoptDeletionsAfterStaleJournal(
   for (int64_t id : lost) {
     if (live.contains(id) && !referenced->contains(id)) return false;
   }
+  catalogue_.ForgetCommitted(lost);
   std::string ids;
-  {
-    std::lock_guard journal_lock(journal_mu_);
-    for (int64_t id : lost) {
-      journal_->committed.erase(id);
-      ids += (ids.empty() ? "" : ", ") + std::to_string(id);
-    }
-  }
+  for (int64_t id : lost) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
   if (db_) {
     rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL,
                  db_->GetDBOptions().info_log,
@@ -39,7 +35,7 @@ bool StoreImpl::AdoptDeletionsAfterStaleJournal(
                  "mark %lld, records up to id %lld): checkpoint id(s) %s were "
                  "deleted since it was written",
                  JournalPaths(path_)[0].c_str(),
-                 static_cast<long long>(journal_->high_water),
+                 static_cast<long long>(journal->high_water),
                  static_cast<long long>(*records.rbegin()), ids.c_str());
   }
   return true;

@@ -382,11 +382,6 @@ Status StoreImpl::WriteMeta(rocksdb::WriteBatch* batch,
   return FromRocks(db_->Flush(flush, meta_), what + " (flushing the record)");
 }
 
-bool StoreImpl::Visible(int64_t checkpoint_id) const {
-  std::lock_guard journal_lock(journal_mu_);
-  return !journal_ || !journal_->deleting.contains(checkpoint_id);
-}
-
 Result<std::vector<CheckpointInfo>> StoreImpl::List() {
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
@@ -397,7 +392,7 @@ Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
   std::vector<CheckpointInfo> out;
   CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id,
                                            std::string_view record) {
-    if (!Visible(id)) return true;
+    if (!catalogue_.Visible(id)) return true;
     auto info = DecodeCheckpointInfo(record);
     if (!info.ok()) {
       // From the copy; when both are damaged the listing still names the
@@ -428,22 +423,7 @@ Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
 
 Result<int64_t> StoreImpl::Resolve(const CheckpointSelector& which) {
   CKPTDB_ASSIGN_OR_RETURN(auto all, List());
-  using Kind = CheckpointSelector::Kind;
-  std::optional<int64_t> found;
-  for (const CheckpointInfo& info : all) {
-    const bool match =
-        which.kind == Kind::kLatest ||
-        (which.kind == Kind::kId && info.id == which.number) ||
-        (which.kind == Kind::kStep && info.step == which.number) ||
-        (which.kind == Kind::kTag && info.tag == which.tag);
-    // The latest match wins (several checkpoints may share a step).
-    if (match) found = info.id;
-  }
-  if (!found) {
-    return Status::NotFound("no checkpoint with " + which.ToString() +
-                            " in store '" + path_ + "'");
-  }
-  return *found;
+  return catalogue_.Resolve(all, which);
 }
 
 Result<int64_t> StoreImpl::NextCheckpointId() {
@@ -452,16 +432,9 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   // Before the save stages files, which a reopen would remove.
   CKPTDB_RETURN_IF_ERROR(ReopenAfterFailedWrites(lock));
-  // Above every id the journal, a record or a chunk file ever used: an id is
-  // never reused, so chunks above the high-water mark are provably leftovers.
-  int64_t next = journal_ ? journal_->high_water + 1 : 1;
   const std::set<int64_t> live = LiveChunkIds();
-  for (int64_t id : live) next = std::max(next, id + 1);
-  CKPTDB_RETURN_IF_ERROR(
-      ForEachRecord([&](int64_t committed, std::string_view) {
-        next = std::max(next, committed + 1);
-        return true;
-      }));
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> records, RecordIds());
+  const int64_t next = catalogue_.NextId(live, records);
   // The value files of a failed save (kept in case it committed after all)
   // and of interrupted deletes: nothing writes value files now, and none that
   // no table file reaches can become reachable.
@@ -471,14 +444,7 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
 
 Status StoreImpl::CheckTagFree(const std::string& tag) {
   CKPTDB_ASSIGN_OR_RETURN(auto all, List());
-  for (const CheckpointInfo& info : all) {
-    if (info.tag == tag) {
-      return Status::InvalidArgument(
-          "tag '" + tag + "' already names checkpoint id " +
-          std::to_string(info.id) + " in store '" + path_ + "'");
-    }
-  }
-  return Status::OK();
+  return catalogue_.CheckTagFree(all, tag);
 }
 
 Status StoreImpl::CheckOpen() const {
@@ -530,7 +496,7 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   const int64_t id = meta.info.id;
   const std::string what = "checkpoint " + std::to_string(id);
-  auto committed = [&] { return journal_ && journal_->committed.contains(id); };
+  auto committed = [&] { return catalogue_.Committed(id); };
   ForgetIndex(id);  // an id whose earlier commit failed is used again
   CKPTDB_RETURN_IF_ERROR(CheckReferencesHeld(meta.info));
   if (!staged.empty()) {
@@ -554,7 +520,7 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   // The second copy of its records, before the journal names it.
   if (s.ok()) s = WriteCopy(*fs_, path_, CopyKind::kRecords, id, records);
   if (s.ok()) {
-    CommitJournal journal = *journal_;
+    CommitJournal journal = *catalogue_.journal();
     journal.committed.insert(id);
     journal.high_water = std::max(journal.high_water, id);
     s = SaveJournal(std::move(journal));
@@ -603,7 +569,7 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   const std::string what =
       "the deletion of checkpoint " + std::to_string(checkpoint_id);
-  CommitJournal journal = *journal_;
+  CommitJournal journal = *catalogue_.journal();
   journal.committed.erase(checkpoint_id);
   // The checkpoint, and the deleted checkpoints whose chunks it kept (which
   // may now be unreferenced): each loses its chunks once no remaining record
@@ -624,7 +590,7 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
   }
   if (!s.ok()) {
     return Reopen(s, lock, what, [&] {
-      return journal_ && !journal_->committed.contains(checkpoint_id);
+      return catalogue_.journal() && !catalogue_.Committed(checkpoint_id);
     });
   }
   return Status::OK();
@@ -737,18 +703,16 @@ Result<StoreReport> StoreImpl::Check() {
   // The journal as read with this handle's view of the database: a writer
   // may have moved on since.
   StoreReport report;
-  report.damaged_journal_copies = journal_damaged_;
+  report.damaged_journal_copies = catalogue_.damaged_copies();
   // Without a journal (a store written before them) nothing is provably a
   // leftover.
-  {
-    std::lock_guard journal_lock(journal_mu_);
-    report.high_water =
-        journal_ ? journal_->high_water : std::numeric_limits<int64_t>::max();
-  }
+  const std::optional<CommitJournal> journal = catalogue_.journal();
+  report.high_water =
+      journal ? journal->high_water : std::numeric_limits<int64_t>::max();
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
   const std::set<int64_t> live = LiveChunkIds();
-  if (!journal_ && !records.empty()) {
+  if (!journal && !records.empty()) {
     const auto copies = JournalPaths(path_);
     report.damaged_journal_copies.push_back(
         copies[0] + " and " + copies[1] +
@@ -768,7 +732,8 @@ Result<StoreReport> StoreImpl::Check() {
   for (int64_t id : live) {
     // A deletion under way is not a problem, nor the chunks of a deleted
     // checkpoint that later ones share.
-    if (!records.contains(id) && !referenced.contains(id) && Visible(id))
+    if (!records.contains(id) && !referenced.contains(id) &&
+        catalogue_.Visible(id))
       report.unaccounted_chunk_ids.push_back(id);
   }
   CKPTDB_ASSIGN_OR_RETURN(const CopyFindings copies, CompareCopies());
@@ -794,33 +759,30 @@ std::vector<std::string> StoreImpl::ForeignEntries() {
   return foreign;
 }
 
-std::string StoreImpl::VersionStamp() const {
+Result<std::string> StoreImpl::VersionStamp() const {
   // What a writer changes when it commits or deletes: the WAL, the MANIFEST
   // (flushed records, ingested and deleted files), CURRENT and the journal.
   // A file removed between the listing and its stat is left out: the stamp
   // differs from the one taken before the removal either way.
-  // Taken before the store's file system exists (OpenDbRetrying), so it
-  // reads the directory itself, without throwing.
-  std::string stamp;
-  std::vector<std::string> names;
-  std::error_code ec;
-  fs::directory_iterator it(path_, ec), end;
-  for (; !ec && it != end; it.increment(ec))
-    names.push_back(it->path().filename().string());
+  // Taken before the store's file system exists (OpenDbRetrying): through a
+  // file system of its own.
+  StoreFileSystem fs(options_.file_system_hooks, options_.sync, path_);
+  // No directory (yet), or not one: nothing a writer changes.
+  CKPTDB_ASSIGN_OR_RETURN(const bool is_dir, fs.IsDirectory(path_));
+  if (!is_dir) return std::string();
+  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> names, fs.ListDir(path_));
   std::sort(names.begin(), names.end());
+  std::string stamp;
   for (const std::string& name : names) {
     if (name != "CURRENT" && name.rfind("MANIFEST-", 0) != 0 &&
         name.rfind("CKPTDB_JOURNAL", 0) != 0 && !name.ends_with(".log")) {
       continue;
     }
-    const fs::path file = fs::path(path_) / name;
-    std::error_code size_ec, time_ec;
-    const auto size = fs::file_size(file, size_ec);
-    const auto time =
-        fs::last_write_time(file, time_ec).time_since_epoch().count();
-    if (size_ec || time_ec) continue;
-    stamp +=
-        name + ":" + std::to_string(size) + ":" + std::to_string(time) + ";";
+    CKPTDB_ASSIGN_OR_RETURN(const auto file,
+                            fs.StampIfPresent(path_ + "/" + name));
+    if (!file) continue;
+    stamp += name + ":" + std::to_string(file->size) + ":" +
+             std::to_string(file->mtime_ns) + ";";
   }
   return stamp;
 }
@@ -828,7 +790,8 @@ std::string StoreImpl::VersionStamp() const {
 Status StoreImpl::Refresh() {
   if (!options_.read_only) return Status::OK();
   std::unique_lock lock(mu_);
-  if (db_ && VersionStamp() == stamp_) return Status::OK();
+  CKPTDB_ASSIGN_OR_RETURN(const std::string stamp, VersionStamp());
+  if (db_ && stamp == stamp_) return Status::OK();
   CloseDb();
   return OpenDbRetrying();
 }

@@ -109,11 +109,7 @@ Status StoreImpl::ForEachCopiedRecord(
     const std::function<bool(int64_t, std::string_view)>& fn) {
   // Which ids may be committed: the journal's, or (a store written before
   // journals) any.
-  std::optional<CommitJournal> journal;
-  {
-    std::lock_guard journal_lock(journal_mu_);
-    journal = journal_;
-  }
+  const std::optional<CommitJournal> journal = catalogue_.journal();
   bool missed = false;
   if (journal) {
     for (int64_t id : journal->committed) missed |= !seen.contains(id);
@@ -257,12 +253,11 @@ Status StoreImpl::ReadAtCopiedPlace(const std::string& path,
                                     const std::string& what, uint64_t offset,
                                     const ChunkMetadata& chunk,
                                     ChunkBuffer* buffer) {
-  CKPTDB_RETURN_IF_ERROR(fs_->CheckOpenForRead(path));
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return Status::IOError("opening " + path + " to read the " + what + ": " +
-                           std::strerror(errno));
-  }
+  Result<int> opened = fs_->OpenForDirectRead(path, " to read the " + what);
+  // A missing file is an I/O error here: the copy says a file is there.
+  if (opened.status().IsNotFound())
+    return Status::IOError(opened.status().message());
+  CKPTDB_ASSIGN_OR_RETURN(const int fd, opened);
   ValuePointer pointer;
   pointer.offset = offset;
   pointer.nbytes = chunk.nbytes;
@@ -280,11 +275,7 @@ Status StoreImpl::ReadAtCopiedPlace(const std::string& path,
 
 Result<CopyFindings> StoreImpl::CompareCopies() {
   CopyFindings out;
-  std::optional<CommitJournal> journal;
-  {
-    std::lock_guard journal_lock(journal_mu_);
-    journal = journal_;
-  }
+  const std::optional<CommitJournal> journal = catalogue_.journal();
   auto maybe_committed = [&](int64_t id) {
     return !journal || journal->committed.contains(id) ||
            (id > journal->high_water && !journal->deleting.contains(id));
@@ -404,11 +395,7 @@ Status StoreImpl::RepairCopies() {
 Status StoreImpl::RewriteMetaFamily() {
   const std::string what =
       "rewriting the metadata of '" + path_ + "' from its copies";
-  std::optional<CommitJournal> journal;
-  {
-    std::lock_guard journal_lock(journal_mu_);
-    journal = journal_;
-  }
+  const std::optional<CommitJournal> journal = catalogue_.journal();
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> ids, RecordIds());
   CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> copied,
                           CopyIds(CopyKind::kRecords));
@@ -499,7 +486,8 @@ Result<bool> StoreImpl::PrepareOrRebuild() {
 }
 
 Status StoreImpl::CheckRocksHoldsJournal() {
-  if (!journal_) return Status::OK();
+  const std::optional<CommitJournal> journal = catalogue_.journal();
+  if (!journal) return Status::OK();
   std::set<int64_t> held;
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions(), meta_));
@@ -517,7 +505,7 @@ Status StoreImpl::CheckRocksHoldsJournal() {
   // Damaged table files are the repair's (RepairCopies), not a rebuild's.
   if (!it->status().ok()) return Status::OK();
   std::string lost;
-  for (int64_t id : journal_->committed) {
+  for (int64_t id : journal->committed) {
     if (!held.contains(id))
       lost += (lost.empty() ? "" : ", ") + std::to_string(id);
   }

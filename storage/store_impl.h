@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "storage/buffer_pool.h"
+#include "storage/catalogue.h"
 #include "storage/chunk_files.h"
 #include "storage/commit_journal.h"
 #include "storage/file_system.h"
@@ -172,6 +173,8 @@ class StoreImpl : public Store {
   // another RocksDB database, Corruption when a store's description is lost.
   Status CheckColumnFamilies(const rocksdb::DBOptions& db_options);
   Status CheckStoreMarker(bool has_db);
+  // Whether either copy of the commit journal is on disk.
+  Result<bool> HasJournal();
   // Reads the journal and checks every committed checkpoint has its record
   // (Corruption naming the files otherwise). Read-write, also adopts records
   // committed after the journal's last write and finishes interrupted
@@ -182,8 +185,8 @@ class StoreImpl : public Store {
   // `records` lack, and the database proves the journal stale (it holds a
   // record above the journal's high-water mark, and no chunk of a lost
   // checkpoint that nothing shares is left): the lost checkpoints were
-  // deleted after the journal was written. Drops them from journal_ and says
-  // true; false (journal_ unchanged) otherwise.
+  // deleted after the journal was written. Drops them from the catalogue's
+  // journal and says true; false (journal unchanged) otherwise.
   bool AdoptDeletionsAfterStaleJournal(const std::set<int64_t>& records,
                                        const std::set<int64_t>& lost);
   // Read-write opens check the database read-only first: RocksDB's
@@ -242,14 +245,12 @@ class StoreImpl : public Store {
   Status EnsureOpenShared(std::shared_lock<std::shared_mutex>& lock);
   // IOError while a failed reopen left the database closed.
   Status CheckOpen() const;
-  // False for a checkpoint whose deletion began (its record may remain).
-  bool Visible(int64_t checkpoint_id) const;
   // The main record of a checkpoint; NotFound naming it when absent.
   Status GetRecord(int64_t checkpoint_id, rocksdb::PinnableSlice* record,
                    const rocksdb::ReadOptions& read = rocksdb::ReadOptions());
   // Names, sizes and times of the files a writer changes; equal stamps mean
   // nothing to refresh.
-  std::string VersionStamp() const;
+  Result<std::string> VersionStamp() const;
   Status RemoveLeftovers();
   // StoreReport::foreign_entries.
   std::vector<std::string> ForeignEntries();
@@ -341,6 +342,10 @@ class StoreImpl : public Store {
   Status ReadPointedValue(int64_t checkpoint_id, std::string_view tensor_key,
                           const ChunkMetadata& chunk,
                           const ValuePointer& pointer, ChunkBuffer* buffer);
+  // The error for a chunk `what` of checkpoint `checkpoint_id` whose value
+  // file is gone: NotFound when the checkpoint was deleted meanwhile,
+  // Corruption otherwise.
+  Status ValueFileGone(int64_t checkpoint_id, const std::string& what);
   // Whether the journal on disk no longer lists `checkpoint_id` as committed
   // (a writer deleted it after this handle read its record).
   bool DeletedSinceOpen(int64_t checkpoint_id);
@@ -437,15 +442,8 @@ class StoreImpl : public Store {
   // Made anew by each OpenDb; the Env over it outlives the database.
   std::shared_ptr<StoreFileSystem> fs_;
   std::shared_ptr<rocksdb::Env> env_;
-  // The journal as last read or written; empty for a read-only handle on a
-  // store written before journals.
-  // Written by collective calls (under a shared mu_, or an exclusive one when
-  // reopening), read by local calls on other threads: those reads and the
-  // writes under a shared mu_ also hold journal_mu_.
-  mutable std::mutex journal_mu_;
-  std::optional<CommitJournal> journal_;
-  // Journal copies found damaged at the last open (the other one is in use).
-  std::vector<std::string> journal_damaged_;
+  // The journal, and the decisions over the listing of checkpoints.
+  CheckpointCatalogue catalogue_{path_};
   std::shared_mutex mu_;  // exclusive for Refresh, shared for everything else
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* chunks_ = nullptr;

@@ -74,7 +74,7 @@ Status StoreImpl::GetRecord(int64_t checkpoint_id,
   if ((s.IsNotFound() || s.IsCorruption()) &&
       MainRecordFromCopy(checkpoint_id, record).ok())
     s = rocksdb::Status::OK();
-  if (s.IsNotFound() || (s.ok() && !Visible(checkpoint_id))) {
+  if (s.IsNotFound() || (s.ok() && !catalogue_.Visible(checkpoint_id))) {
     return Status::NotFound("no checkpoint with id " +
                             std::to_string(checkpoint_id) + " in store '" +
                             path_ + "'");

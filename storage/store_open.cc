@@ -63,54 +63,65 @@ void StoreImpl::EnsureReserve() {
   std::shared_lock lock(mu_);
   if (options_.read_only || !db_) return;
   const std::string path = path_ + "/" + kReserveFile;
-  std::error_code ec;
-  if (fs::exists(path, ec)) return;
   // Its own file system: a failure here (a disk still full) must not hold
   // back the database's deletions.
   StoreFileSystem fs(options_.file_system_hooks, /*sync=*/true, path_);
+  // Best effort: a reserve that cannot be looked for is not written.
+  const Result<bool> present = fs.Exists(path);
+  if (!present.ok() || *present) return;
   if (!fs.WriteFileSynced(path, std::string(kReserveBytes, '\0')).ok())
     (void)fs.Remove(path);
 }
 
 bool StoreImpl::ReleaseReserve() {
   const std::string path = path_ + "/" + kReserveFile;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return false;
   // A fresh file system: the failed one holds deletions back.
   StoreFileSystem fs(options_.file_system_hooks, /*sync=*/true, path_);
-  return fs.Remove(path).ok() && !fs::exists(path, ec);
+  const Result<bool> present = fs.Exists(path);
+  if (!present.ok() || !*present || !fs.Remove(path).ok()) return false;
+  const Result<bool> left = fs.Exists(path);
+  return left.ok() && !*left;
 }
 
 Status StoreImpl::OpenDbRetrying() {
-  std::string before = VersionStamp();
-  Status s = OpenDb();
   if (!options_.read_only) {
+    Status s = OpenDb();
     // On a full disk the reserve makes room for the open's own writes.
     if (IsNoSpace(s) && ReleaseReserve()) s = OpenDb();
     if (s.ok()) EnsureReserve();
     return s;
   }
+  CKPTDB_ASSIGN_OR_RETURN(std::string before, VersionStamp());
+  Status s = OpenDb();
   // Up to ~10 s of a writer's activity; past it, the last open stands (a
   // failure, or a view that the next Refresh replaces). A failure while no
   // writer changed anything is the store's state, not a race: it stands.
   for (int attempt = 0; attempt < 110; ++attempt) {
-    const std::string now = VersionStamp();
+    Result<std::string> now_or = VersionStamp();
+    if (!now_or.ok()) {
+      if (db_) CloseDb();
+      return now_or.status();
+    }
+    const std::string& now = *now_or;
     const bool changed_meanwhile = s.ok() && now != stamp_;
     const bool raced = (s.IsIOError() || s.IsCorruption()) && now != before;
     if (!changed_meanwhile && !raced) break;
     std::this_thread::sleep_for(
         std::chrono::milliseconds(std::min(1 << attempt, 100)));
     if (db_) CloseDb();
-    before = VersionStamp();
+    CKPTDB_ASSIGN_OR_RETURN(before, VersionStamp());
     s = OpenDb();
   }
   return s;
 }
 
 Result<bool> StoreImpl::PrepareDirectory() {
-  std::error_code ec;
-  const bool exists = fs::exists(path_, ec);
-  if (exists && !fs::is_directory(path_, ec)) {
+  CKPTDB_ASSIGN_OR_RETURN(const bool exists, fs_->Exists(path_));
+  bool is_dir = false;
+  if (exists) {
+    CKPTDB_ASSIGN_OR_RETURN(is_dir, fs_->IsDirectory(path_));
+  }
+  if (exists && !is_dir) {
     return Status::InvalidArgument(
         "'" + path_ + "' is not a directory, so not a ckptdb store");
   }
@@ -177,9 +188,11 @@ Status StoreImpl::CheckColumnFamilies(const rocksdb::DBOptions& db_options) {
     return listed;
   // A store whose journal exists was ckptdb's: a database that cannot be
   // read, or lacks its column families, lost its MANIFEST or CURRENT.
-  std::error_code ec;
-  const auto journal = JournalPaths(path_);
-  if (!ours && (fs::exists(journal[0], ec) || fs::exists(journal[1], ec))) {
+  bool journaled = false;
+  if (!ours) {
+    CKPTDB_ASSIGN_OR_RETURN(journaled, HasJournal());
+  }
+  if (journaled) {
     return Status::Corruption(
         "store '" + path_ +
         "': its database description (CURRENT, MANIFEST) is damaged or "
@@ -253,6 +266,14 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
   return Status::OK();
 }
 
+Result<bool> StoreImpl::HasJournal() {
+  for (const std::string& copy : JournalPaths(path_)) {
+    CKPTDB_ASSIGN_OR_RETURN(const bool present, fs_->Exists(copy));
+    if (present) return true;
+  }
+  return false;
+}
+
 Status StoreImpl::CheckStoreMarker(bool has_db) {
   // The marker is written right after creation. A store without it is accepted
   // only while its metadata is empty: a creation interrupted before the marker.
@@ -262,10 +283,7 @@ Status StoreImpl::CheckStoreMarker(bool has_db) {
   // A store with a commit journal is ckptdb's even when damage to its
   // metadata took the marker: the copies of its records stand in, and a
   // read-write open rewrites the marker with them (RepairCopies).
-  std::error_code journal_ec;
-  const auto journal = JournalPaths(path_);
-  const bool journaled =
-      fs::exists(journal[0], journal_ec) || fs::exists(journal[1], journal_ec);
+  CKPTDB_ASSIGN_OR_RETURN(const bool journaled, HasJournal());
   if (!s.ok() && journaled) {
     // (RepairCopies finds the missing or damaged marker.)
   } else if (s.IsNotFound()) {
@@ -290,8 +308,11 @@ Status StoreImpl::CheckStoreMarker(bool has_db) {
   // The store is complete: from here on, a crash leaves a valid store. A
   // CREATING file beside a complete store is stray and changes nothing.
   const std::string creating = (fs::path(path_) / kCreatingFile).string();
-  std::error_code ec;
-  if (!options_.read_only && (!has_db || fs::exists(creating, ec))) {
+  bool stray_marker = false;
+  if (!options_.read_only && has_db) {
+    CKPTDB_ASSIGN_OR_RETURN(stray_marker, fs_->Exists(creating));
+  }
+  if (!options_.read_only && (!has_db || stray_marker)) {
     CKPTDB_RETURN_IF_ERROR(fs_->Remove(creating));
     CKPTDB_RETURN_IF_ERROR(fs_->SyncDir(path_));
   }
@@ -301,7 +322,10 @@ Status StoreImpl::CheckStoreMarker(bool has_db) {
 Status StoreImpl::OpenDb() {
   // Taken before opening, so that a commit racing with the open is seen by the
   // next Refresh.
-  const std::string stamp = options_.read_only ? VersionStamp() : std::string();
+  std::string stamp;
+  if (options_.read_only) {
+    CKPTDB_ASSIGN_OR_RETURN(stamp, VersionStamp());
+  }
   fs_ = std::make_shared<StoreFileSystem>(options_.file_system_hooks,
                                           options_.sync, path_);
   env_ = rocksdb::NewCompositeEnv(fs_);
@@ -329,7 +353,7 @@ Status StoreImpl::PreCheckReadOnly(bool has_db) {
     auto journal = ReadJournal(*fs_, path_);
     s = journal.status();
     if (s.ok()) {
-      journal_ = journal->journal;
+      catalogue_.Adopt(std::move(*journal));
       auto records = RecordIds();
       s = records.ok() ? CheckJournal(*records) : records.status();
       if (s.ok()) s = CheckRocksHoldsJournal();
@@ -349,9 +373,10 @@ Result<std::set<int64_t>> StoreImpl::RecordIds() {
 }
 
 Status StoreImpl::CheckJournal(const std::set<int64_t>& records) {
-  if (!journal_) return Status::OK();
+  const std::optional<CommitJournal> journal = catalogue_.journal();
+  if (!journal) return Status::OK();
   std::set<int64_t> lost;
-  for (int64_t id : journal_->committed) {
+  for (int64_t id : journal->committed) {
     if (!records.contains(id)) lost.insert(id);
   }
   if (lost.empty() || AdoptDeletionsAfterStaleJournal(records, lost))
@@ -371,32 +396,30 @@ Status StoreImpl::CheckJournal(const std::set<int64_t>& records) {
       ") but their records are missing from the database: its files (" + files +
       ") are damaged or were replaced, or the journal copies are older ones "
       "put back (their high-water mark is " +
-      std::to_string(journal_->high_water) +
+      std::to_string(journal->high_water) +
       "; the database has no record above it to prove that). Nothing was "
       "changed.");
 }
 
 Status StoreImpl::SaveJournal(CommitJournal journal) {
-  journal.sequence = journal_ ? journal_->sequence + 1 : 1;
-  CKPTDB_RETURN_IF_ERROR(WriteJournal(*fs_, path_, journal));
-  std::lock_guard journal_lock(journal_mu_);
-  journal_ = std::move(journal);
-  return Status::OK();
+  return catalogue_.Save(*fs_, std::move(journal));
 }
 
 Status StoreImpl::RecoverCommits() {
   CKPTDB_ASSIGN_OR_RETURN(JournalState state, ReadJournal(*fs_, path_));
-  journal_ = state.journal;
-  journal_damaged_ = state.damaged;
+  const bool copies_damaged = !state.damaged.empty();
+  catalogue_.Adopt(std::move(state));
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   CKPTDB_RETURN_IF_ERROR(CheckJournal(records));
   if (options_.read_only) return Status::OK();
   CKPTDB_RETURN_IF_ERROR(RepairCopies());
   CKPTDB_RETURN_IF_ERROR(RepairBoundlessFiles(/*reingest=*/true));
   const std::set<int64_t> live = LiveChunkIds();
+  // As CheckJournal left it (without the deletions a stale journal missed).
+  const std::optional<CommitJournal> journal = catalogue_.journal();
   CommitJournal next;
-  if (journal_) {
-    next = *journal_;
+  if (journal) {
+    next = *journal;
   } else {
     // A store written before journals (or just created): every record counts
     // as committed, and chunks without one are kept: nothing proves they never
@@ -425,9 +448,9 @@ Status StoreImpl::RecoverCommits() {
       CKPTDB_RETURN_IF_ERROR(DropChunks(id));
   }
   next.deleting.clear();
-  if (!journal_ || next != *journal_ || !state.damaged.empty()) {
+  if (!journal || next != *journal || copies_damaged) {
     CKPTDB_RETURN_IF_ERROR(SaveJournal(std::move(next)));
-    journal_damaged_.clear();
+    catalogue_.ClearDamagedCopies();
   }
   return RemoveLeftovers();
 }

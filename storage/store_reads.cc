@@ -104,10 +104,11 @@ StoreImpl::LocateValue(int64_t id, const std::string& key) {
       bool known = false;
       for (const auto& file : index.files) known |= file->path == path;
       if (known) continue;
-      auto may_open = [&](const std::string& file) {
-        return fs_->CheckOpenForRead(file).ok();
+      auto open_for_read = [&](const std::string& file) {
+        Result<int> fd = fs_->OpenForDirectRead(file);
+        return fd.ok() ? *fd : -1;
       };
-      if (auto file = ParseFileOffsets(path, *props, path_, may_open)) {
+      if (auto file = ParseFileOffsets(path, *props, path_, open_for_read)) {
         index.files.push_back(std::move(file));
         added = true;
       }
@@ -219,38 +220,29 @@ Status StoreImpl::ReadPointedValue(int64_t checkpoint_id,
                               std::to_string(chunk.nbytes) + " of rank " +
                               std::to_string(chunk.writer_rank));
   }
-  CKPTDB_RETURN_IF_ERROR(fs_->CheckOpenForRead(path));
-  // Non-blocking: a FIFO put in its place since the check must not hang the
-  // open (ReadValueFile refuses anything but a regular file).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOTDIR) {
-      return Status::Corruption(what +
-                                " is missing: a directory of its path "
-                                "is not a directory");
-    }
-    if (err != ENOENT) {
-      return Status::IOError("opening " + path + " to read " +
-                             ChunkName(checkpoint_id, tensor_key, chunk) +
-                             ": " + std::strerror(err));
-    }
-    // A checkpoint deleted since the caller read its metadata is gone, not
-    // damaged. This handle may still see its record and table files (a
-    // read-only handle sees the store as of its open): the journal on disk
-    // says whether it is still committed.
-    rocksdb::PinnableSlice record;
-    if (GetRecord(checkpoint_id, &record).IsNotFound() ||
-        DeletedSinceOpen(checkpoint_id)) {
-      return Status::NotFound("checkpoint id " + std::to_string(checkpoint_id) +
-                              " of store '" + path_ +
-                              "' was deleted while it was read (" + what + ")");
-    }
-    return Status::Corruption(what + " is missing");
-  }
-  const Status read = ReadValueFile(fd, path, what, pointer, buffer);
-  ::close(fd);
+  Result<int> fd = fs_->OpenForDirectRead(
+      path, " to read " + ChunkName(checkpoint_id, tensor_key, chunk));
+  if (fd.status().IsNotFound()) return ValueFileGone(checkpoint_id, what);
+  CKPTDB_RETURN_IF_ERROR(fd.status());
+  const Status read = ReadValueFile(*fd, path, what, pointer, buffer);
+  ::close(*fd);
   return read;
+}
+
+Status StoreImpl::ValueFileGone(int64_t checkpoint_id,
+                                const std::string& what) {
+  // A checkpoint deleted since the caller read its metadata is gone, not
+  // damaged. This handle may still see its record and table files (a
+  // read-only handle sees the store as of its open): the journal on disk
+  // says whether it is still committed.
+  rocksdb::PinnableSlice record;
+  if (GetRecord(checkpoint_id, &record).IsNotFound() ||
+      DeletedSinceOpen(checkpoint_id)) {
+    return Status::NotFound("checkpoint id " + std::to_string(checkpoint_id) +
+                            " of store '" + path_ +
+                            "' was deleted while it was read (" + what + ")");
+  }
+  return Status::Corruption(what + " is missing");
 }
 
 bool StoreImpl::DeletedSinceOpen(int64_t checkpoint_id) {

@@ -8,11 +8,14 @@
 
 #include "storage/keys.h"
 #include "storage/store_testing.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb::storage {
 namespace {
 
+using ckptdb::testing::FaultInjector;
+using ckptdb::testing::FaultRule;
 using ckptdb::testing::SnapshotDir;
 using ckptdb::testing::TempDir;
 using testing::ReadAll;
@@ -22,7 +25,7 @@ using testing::SaveBytes;
 // file of the store at `dir`: one chunk's value is damaged.
 bool DamageOneChunk(const std::string& dir, char fill) {
   return ckptdb::testing::DamageStoredBytes(dir, std::string(4096, fill), 100,
-                                           1, /*first_file_only=*/true);
+                                            1, /*first_file_only=*/true);
 }
 
 // Saves `payload` (runs of 'q') over 2 writers into a store at `dir`, then
@@ -66,8 +69,10 @@ TEST(StoreTest, CommitListReadDelete) {
   // Table files holding the second checkpoint's bytes.
   auto holding_second = [&]() {
     int n = 0;
-    for (const auto& file : ckptdb::testing::FilesUnder(dir.Sub("s"), {".sst"})) {
-      const std::string bytes = ckptdb::testing::ReadIfPresent(file.path).value_or("");
+    for (const auto& file :
+         ckptdb::testing::FilesUnder(dir.Sub("s"), {".sst"})) {
+      const std::string bytes =
+          ckptdb::testing::ReadIfPresent(file.path).value_or("");
       n += bytes.find(second_bytes) != std::string::npos;
     }
     return n;
@@ -105,7 +110,8 @@ TEST(StoreTest, ReopenKeepsCheckpoints) {
 TEST(StoreTest, ReopeningLeavesNoEmptyLogsBehind) {
   TempDir dir;
   auto logs = [&] {
-    return static_cast<int>(ckptdb::testing::FilesUnder(dir.path(), {".log"}).size());
+    return static_cast<int>(
+        ckptdb::testing::FilesUnder(dir.path(), {".log"}).size());
   };
   for (int open = 0; open < 5; ++open) {
     auto store = Store::Open(dir.path(), {});
@@ -172,6 +178,80 @@ TEST(StoreTest, ReadOnlyHandleSeesCommitsAfterRefresh) {
   auto reader = Store::Open(dir.path(), ro);
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   ASSERT_TRUE(SaveBytes(**writer, "abc", 1).ok());
+  ASSERT_TRUE((*reader)->Refresh().ok());
+  auto meta = (*reader)->GetMetadata(1);
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  EXPECT_EQ(ReadAll(**reader, *meta), "abc");
+}
+
+// The store's own looks at its files (whether the creation marker or a
+// journal is there, what a writer changed) go through its file system: a
+// failure there is an error naming the operation and the file, never taken
+// for an absent file.
+TEST(StoreTest, AFailedLookForTheCreationMarkerFailsTheOpenNamingIt) {
+  TempDir dir;
+  testing::SavedIn(dir.path(), "abc", 1);
+  auto faults = std::make_shared<FaultInjector>();
+  faults->Arm({.nth = 1,
+               .from_nth_on = true,
+               .ops = FileOpMask(FileOp::kStat),
+               .path_contains = "CKPTDB_CREATING"});
+  StoreOptions options;
+  options.file_system_hooks = faults;
+  auto store = Store::Open(dir.path(), options);
+  ASSERT_FALSE(store.ok());
+  EXPECT_TRUE(store.status().IsIOError()) << store.status().ToString();
+  EXPECT_NE(store.status().message().find("checking whether " + dir.path() +
+                                          "/CKPTDB_CREATING exists"),
+            std::string::npos)
+      << store.status().ToString();
+  faults->Disarm();
+  EXPECT_TRUE(Store::Open(dir.path(), options).ok());
+}
+
+TEST(StoreTest, AFailedLookForTheJournalFailsTheOpenNamingIt) {
+  TempDir dir;
+  testing::SavedIn(dir.path(), "abc", 1);
+  auto faults = std::make_shared<FaultInjector>();
+  faults->Arm({.nth = 1,
+               .from_nth_on = true,
+               .ops = FileOpMask(FileOp::kStat),
+               .path_contains = "CKPTDB_JOURNAL"});
+  StoreOptions options;
+  options.file_system_hooks = faults;
+  auto store = Store::Open(dir.path(), options);
+  ASSERT_FALSE(store.ok());
+  EXPECT_TRUE(store.status().IsIOError()) << store.status().ToString();
+  EXPECT_NE(store.status().message().find("checking whether " + dir.path() +
+                                          "/CKPTDB_JOURNAL"),
+            std::string::npos)
+      << store.status().ToString();
+  faults->Disarm();
+  EXPECT_TRUE(Store::Open(dir.path(), options).ok());
+}
+
+TEST(StoreTest, ARefreshThatCannotLookAtTheWritersFilesIsAnIOError) {
+  TempDir dir;
+  auto writer = Store::Open(dir.path(), {});
+  ASSERT_TRUE(writer.ok());
+  auto faults = std::make_shared<FaultInjector>();
+  StoreOptions ro;
+  ro.read_only = true;
+  ro.file_system_hooks = faults;
+  auto reader = Store::Open(dir.path(), ro);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  ASSERT_TRUE(SaveBytes(**writer, "abc", 1).ok());
+  faults->Arm({.nth = 1,
+               .from_nth_on = true,
+               .ops = FileOpMask(FileOp::kStat),
+               .path_contains = "CKPTDB_JOURNAL"});
+  const Status refreshed = (*reader)->Refresh();
+  EXPECT_TRUE(refreshed.IsIOError()) << refreshed.ToString();
+  EXPECT_NE(refreshed.message().find("reading the size and time of " +
+                                     dir.path() + "/CKPTDB_JOURNAL"),
+            std::string::npos)
+      << refreshed.ToString();
+  faults->Disarm();
   ASSERT_TRUE((*reader)->Refresh().ok());
   auto meta = (*reader)->GetMetadata(1);
   ASSERT_TRUE(meta.ok()) << meta.status().ToString();
