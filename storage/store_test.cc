@@ -188,46 +188,36 @@ TEST(StoreTest, ReadOnlyHandleSeesCommitsAfterRefresh) {
 // journal is there, what a writer changed) go through its file system: a
 // failure there is an error naming the operation and the file, never taken
 // for an absent file.
-TEST(StoreTest, AFailedLookForTheCreationMarkerFailsTheOpenNamingIt) {
+// Opens a saved store with every stat of a path containing `file` failing:
+// the open fails with an IOError naming the look at that file, and succeeds
+// once the fault is gone.
+void ExpectAFailedLookAtFailsTheOpen(const std::string& file) {
   TempDir dir;
   testing::SavedIn(dir.path(), "abc", 1);
   auto faults = std::make_shared<FaultInjector>();
   faults->Arm({.nth = 1,
                .from_nth_on = true,
                .ops = FileOpMask(FileOp::kStat),
-               .path_contains = "CKPTDB_CREATING"});
+               .path_contains = file});
   StoreOptions options;
   options.file_system_hooks = faults;
   auto store = Store::Open(dir.path(), options);
   ASSERT_FALSE(store.ok());
   EXPECT_TRUE(store.status().IsIOError()) << store.status().ToString();
   EXPECT_NE(store.status().message().find("checking whether " + dir.path() +
-                                          "/CKPTDB_CREATING exists"),
+                                          "/" + file),
             std::string::npos)
       << store.status().ToString();
   faults->Disarm();
   EXPECT_TRUE(Store::Open(dir.path(), options).ok());
 }
 
+TEST(StoreTest, AFailedLookForTheCreationMarkerFailsTheOpenNamingIt) {
+  ExpectAFailedLookAtFailsTheOpen("CKPTDB_CREATING");
+}
+
 TEST(StoreTest, AFailedLookForTheJournalFailsTheOpenNamingIt) {
-  TempDir dir;
-  testing::SavedIn(dir.path(), "abc", 1);
-  auto faults = std::make_shared<FaultInjector>();
-  faults->Arm({.nth = 1,
-               .from_nth_on = true,
-               .ops = FileOpMask(FileOp::kStat),
-               .path_contains = "CKPTDB_JOURNAL"});
-  StoreOptions options;
-  options.file_system_hooks = faults;
-  auto store = Store::Open(dir.path(), options);
-  ASSERT_FALSE(store.ok());
-  EXPECT_TRUE(store.status().IsIOError()) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("checking whether " + dir.path() +
-                                          "/CKPTDB_JOURNAL"),
-            std::string::npos)
-      << store.status().ToString();
-  faults->Disarm();
-  EXPECT_TRUE(Store::Open(dir.path(), options).ok());
+  ExpectAFailedLookAtFailsTheOpen("CKPTDB_JOURNAL");
 }
 
 TEST(StoreTest, ARefreshThatCannotLookAtTheWritersFilesIsAnIOError) {

@@ -76,13 +76,6 @@ Status ApplyRetention(storage::Store& store,
                               s.message());
 }
 
-// Rank 0: every rank's written files and checksums (`results`) become the
-// record of the whole plan (every chunk of `classes`), its references checked
-// against checkpoint `base_id` (which they were decided on), committed; the
-// outcome, encoded for the other ranks.
-// `committed` holds the chunks of rank 0's last commit; on success, those of
-// this one, for the next incremental save to compare with; then `retention`
-// is applied.
 std::string CommitOnRoot(storage::Store& store,
                          const planner::SaveClasses& classes,
                          size_t max_chunk_bytes, int64_t id, int64_t base_id,
