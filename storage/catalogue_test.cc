@@ -4,11 +4,13 @@
 
 #include <memory>
 
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb::storage {
 namespace {
 
+using ckptdb::testing::FaultInjector;
 using ckptdb::testing::TempDir;
 
 CheckpointInfo Info(int64_t id, std::optional<int64_t> step,
