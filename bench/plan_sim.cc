@@ -27,10 +27,10 @@
 
 #include "bench/llama_model.h"
 #include "engine/collectives/classes.h"
+#include "engine/collectives/wire.h"
 #include "engine/load/load_executor.h"
 #include "engine/load/load_planning.h"
 #include "engine/save/save_record.h"
-#include "engine/collectives/wire.h"
 #include "planner/exchange_plan.h"
 #include "planner/load_plan.h"
 #include "planner/save_plan.h"
@@ -175,10 +175,10 @@ Result<planner::SavePlan> SimulateSavePlanning(GatheredClasses gathered,
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
   CKPTDB_ASSIGN_OR_RETURN(engine::RankClasses classes,
-                   engine::ClassesFromGathered(gathered.digests,
-                                               std::move(gathered.payloads)));
+                          engine::ClassesFromGathered(
+                              gathered.digests, std::move(gathered.payloads)));
   CKPTDB_ASSIGN_OR_RETURN(planner::SaveClasses layouts,
-                   engine::DecodeSaveClasses(classes));
+                          engine::DecodeSaveClasses(classes));
   out["decode_seconds"] = SecondsSince(start);
   out["classes"] = layouts.layouts.size();
   const auto plan_start = Clock::now();
@@ -189,8 +189,8 @@ Result<planner::SavePlan> SimulateSavePlanning(GatheredClasses gathered,
   return plan;
 }
 
-// Rank 0's commit (CommitOnRoot in save_commit.cc): the record built from the plan
-// and every writer's checksums, encoded as Store::Commit stores it.
+// Rank 0's commit (CommitOnRoot in save_commit.cc): the record built from the
+// plan and every writer's checksums, encoded as Store::Commit stores it.
 Result<std::vector<std::pair<std::string, std::string>>> SimulateMetadata(
     planner::SavePlan plan, int world, Json& out) {
   std::vector<std::vector<engine::WrittenChunk>> sums_by_rank(world);
@@ -201,9 +201,10 @@ Result<std::vector<std::pair<std::string, std::string>>> SimulateMetadata(
   }
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
-  CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata meta,
-                   engine::CommitRecord(std::move(plan), /*id=*/1,
-                                        SaveOptions{}, world, sums_by_rank));
+  CKPTDB_ASSIGN_OR_RETURN(
+      CheckpointMetadata meta,
+      engine::CommitRecord(std::move(plan), /*id=*/1, SaveOptions{}, world,
+                           sums_by_rank));
   auto records = storage::EncodeCheckpointRecords(meta);
   out["encode_seconds"] = SecondsSince(start);
   out["encode_cpu_seconds"] = CpuSeconds() - cpu_start;
@@ -222,7 +223,7 @@ Result<CheckpointMetadata> SimulateRecordDecode(
   const double cpu_start = CpuSeconds();
   if (records.empty()) return Status::Corruption("no records");
   CKPTDB_ASSIGN_OR_RETURN(storage::MainRecord main,
-                   storage::DecodeMainRecord(records.begin()->second));
+                          storage::DecodeMainRecord(records.begin()->second));
   const int64_t id = main.meta.info.id;
   uint64_t decoded = 0;
   for (const std::string& key : keys) {
@@ -230,8 +231,9 @@ Result<CheckpointMetadata> SimulateRecordDecode(
     auto record = records.find(storage::TensorRecordKey(id, key));
     if (tensor == main.meta.tensors.end() || record == records.end())
       return Status::Corruption("no record of tensor '" + key + "'");
-    CKPTDB_ASSIGN_OR_RETURN(tensor->second.chunks,
-                     storage::DecodeTensorRecord(main, key, record->second));
+    CKPTDB_ASSIGN_OR_RETURN(
+        tensor->second.chunks,
+        storage::DecodeTensorRecord(main, key, record->second));
     decoded += tensor->second.chunks.size();
   }
   out["decode_seconds"] = SecondsSince(start);
@@ -250,12 +252,12 @@ Status SimulateLoadPlanning(const CheckpointMetadata& meta,
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
   CKPTDB_ASSIGN_OR_RETURN(engine::RankClasses classes,
-                   engine::ClassesFromGathered(gathered.digests,
-                                               std::move(gathered.payloads)));
+                          engine::ClassesFromGathered(
+                              gathered.digests, std::move(gathered.payloads)));
   out["decode_seconds"] = SecondsSince(start);
   const auto plan_start = Clock::now();
   CKPTDB_ASSIGN_OR_RETURN(engine::RankLoadPlanning planned,
-                   engine::PlanRankLoad(meta.tensors, classes, rank));
+                          engine::PlanRankLoad(meta.tensors, classes, rank));
   out["plan_seconds"] = SecondsSince(plan_start);
   // The executor's exchange plan (ExecuteLoad), for host targets of the
   // stored dtype.

@@ -1,8 +1,9 @@
 #pragma once
 
 // The metadata record of a save, as rank 0 builds it before the commit
-// (DB::Save, CommitOnRoot in save_commit.cc). Internal; a header of its own so that the planning
-// simulator (bench/plan_sim.cc) runs this code rather than a copy.
+// (DB::Save, CommitOnRoot in save_commit.cc). Internal; a header of its own so
+// that the planning simulator (bench/plan_sim.cc) runs this code rather than a
+// copy.
 
 #include <cstdint>
 #include <optional>
