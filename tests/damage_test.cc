@@ -227,39 +227,67 @@ struct Tally {
   int cases = 0, detected = 0, lossless = 0;
   size_t lost = 0;
   int worst_checkpoints = 0;
+
+  // Counts one case: what the read-only check found first, and what was lost
+  // after the read-write open.
+  void Add(const Outcome& first, const Outcome& after) {
+    ++cases;
+    detected += first.detected ? 1 : 0;
+    lossless += after.lost.empty() ? 1 : 0;
+    lost += after.lost.size();
+    std::set<int64_t> hit;
+    for (const Pair& pair : after.lost) hit.insert(pair.first);
+    worst_checkpoints =
+        std::max(worst_checkpoints, static_cast<int>(hit.size()));
+  }
 };
+
+// Saves kCheckpoints checkpoints of kTensors into `dir` (each later one
+// writes only the changing tensors), into `saved` by id.
+void SaveCheckpoints(const std::string& dir, Saved* saved) {
+  auto db = DB::Open(Options(), dir);
+  ASSERT_TRUE(db.ok());
+  for (int i = 0; i < kCheckpoints; ++i) {
+    std::map<std::string, std::vector<float>> tensors;
+    StateDict sd;
+    for (size_t t = 0; t < kTensors.size(); ++t) {
+      const TensorSpec& spec = kTensors[t];
+      const uint32_t seed = static_cast<uint32_t>(
+          100 * t + (spec.changes ? static_cast<uint32_t>(i) : 0u));
+      tensors[spec.key] = Values(seed, Elements(spec.shape));
+    }
+    for (auto& [key, values] : tensors) {
+      for (const TensorSpec& spec : kTensors) {
+        if (key == spec.key)
+          sd.Set(key,
+                 TensorView::Whole(values.data(), DType::kFloat32, spec.shape));
+      }
+    }
+    auto info = (*db)->Save(sd, {});
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    if (i > 0) {
+      ASSERT_LT(info->nbytes_written, info->nbytes);
+    }
+    (*saved)[info->id] = std::move(tensors);
+  }
+}
+
+void PrintMatrix(int cases, const std::map<std::string, Tally>& by_kind) {
+  std::printf("damage matrix: %d cases (%d checkpoints x %zu tensors)\n", cases,
+              kCheckpoints, kTensors.size());
+  std::printf("  %-28s %5s %8s %8s %11s %16s\n", "damage, file kind", "cases",
+              "detected", "lossless", "pairs lost", "worst checkpoints");
+  for (const auto& [what, t] : by_kind) {
+    std::printf("  %-28s %5d %8d %8d %11zu %16d\n", what.c_str(), t.cases,
+                t.detected, t.lossless, t.lost, t.worst_checkpoints);
+  }
+}
 
 TEST(DamageMatrix, OneDamagedFileCostsAtMostTheTensorBytesItHit) {
   TempDir tmp(fs::is_directory("/dev/shm") ? "/dev/shm" : "");
   const std::string templ = tmp.Sub("template");
   Saved saved;
-  {
-    auto db = DB::Open(Options(), templ);
-    ASSERT_TRUE(db.ok());
-    for (int i = 0; i < kCheckpoints; ++i) {
-      std::map<std::string, std::vector<float>> tensors;
-      StateDict sd;
-      for (size_t t = 0; t < kTensors.size(); ++t) {
-        const TensorSpec& spec = kTensors[t];
-        const uint32_t seed = static_cast<uint32_t>(
-            100 * t + (spec.changes ? static_cast<uint32_t>(i) : 0u));
-        tensors[spec.key] = Values(seed, Elements(spec.shape));
-      }
-      for (auto& [key, values] : tensors) {
-        for (const TensorSpec& spec : kTensors) {
-          if (key == spec.key)
-            sd.Set(key, TensorView::Whole(values.data(), DType::kFloat32,
-                                          spec.shape));
-        }
-      }
-      auto info = (*db)->Save(sd, {});
-      ASSERT_TRUE(info.ok()) << info.status().ToString();
-      if (i > 0) {
-        ASSERT_LT(info->nbytes_written, info->nbytes);
-      }
-      saved[info->id] = std::move(tensors);
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(SaveCheckpoints(templ, &saved));
   std::vector<fs::path> files;
   std::set<std::string> kinds;
   for (const auto& file : ckptdb::testing::FilesUnder(templ)) {
@@ -334,15 +362,7 @@ TEST(DamageMatrix, OneDamagedFileCostsAtMostTheTensorBytesItHit) {
         EXPECT_TRUE(first.detected || !first.lost.empty())
             << ctx << ": the read-only check saw nothing";
       }
-      Tally& tally = by_kind[damage.how + " " + kind];
-      ++tally.cases;
-      tally.detected += first.detected ? 1 : 0;
-      tally.lossless += after.lost.empty() ? 1 : 0;
-      tally.lost += after.lost.size();
-      std::set<int64_t> hit;
-      for (const Pair& pair : after.lost) hit.insert(pair.first);
-      tally.worst_checkpoints =
-          std::max(tally.worst_checkpoints, static_cast<int>(hit.size()));
+      by_kind[damage.how + " " + kind].Add(first, after);
       if (!after.lost.empty() || first.detected)
         std::printf("  %-55s lost %zu; %s\n", ctx.c_str(), after.lost.size(),
                     (first.error.empty() ? after.error : first.error)
@@ -351,14 +371,7 @@ TEST(DamageMatrix, OneDamagedFileCostsAtMostTheTensorBytesItHit) {
       fs::remove_all(dir);
     }
   }
-  std::printf("damage matrix: %d cases (%d checkpoints x %zu tensors)\n", cases,
-              kCheckpoints, kTensors.size());
-  std::printf("  %-28s %5s %8s %8s %11s %16s\n", "damage, file kind", "cases",
-              "detected", "lossless", "pairs lost", "worst checkpoints");
-  for (const auto& [what, t] : by_kind) {
-    std::printf("  %-28s %5d %8d %8d %11zu %16d\n", what.c_str(), t.cases,
-                t.detected, t.lossless, t.lost, t.worst_checkpoints);
-  }
+  PrintMatrix(cases, by_kind);
 }
 
 TEST(DamageMatrix, AStrayCreatingMarkerChangesNothing) {
