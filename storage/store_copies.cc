@@ -275,14 +275,25 @@ Status StoreImpl::ReadAtCopiedPlace(const std::string& path,
 
 Result<CopyFindings> StoreImpl::CompareCopies() {
   CopyFindings out;
+  out.predates_copies =
+      fs_->FileExists(CopiesDir(path_), rocksdb::IOOptions(), nullptr)
+          .IsNotFound();
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> ids,
+                          CompareRecordCopies(&out));
+  ScanMetaFamily(&out);
+  CKPTDB_RETURN_IF_ERROR(CompareLocatorCopies(ids, &out));
+  return out;
+}
+
+// The records of every checkpoint with records or a copy of them, against
+// that copy; returns those ids.
+Result<std::set<int64_t>> StoreImpl::CompareRecordCopies(CopyFindings* found) {
+  CopyFindings& out = *found;
   const std::optional<CommitJournal> journal = catalogue_.journal();
   auto maybe_committed = [&](int64_t id) {
     return !journal || journal->committed.contains(id) ||
            (id > journal->high_water && !journal->deleting.contains(id));
   };
-  out.predates_copies =
-      fs_->FileExists(CopiesDir(path_), rocksdb::IOOptions(), nullptr)
-          .IsNotFound();
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> ids, RecordIds());
   CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> copied,
                           CopyIds(CopyKind::kRecords));
@@ -315,22 +326,34 @@ Result<CopyFindings> StoreImpl::CompareCopies() {
           rocks.status().message() + "; " + copy.status().message();
     }
   }
-  {
-    rocksdb::ReadOptions read;
-    read.fill_cache = false;
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, meta_));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    }
-    if (!it->status().ok()) {
-      out.meta_scan_error =
-          FromRocks(it->status(), "reading the meta column family").message();
-    }
-    std::string marker;
-    if (out.meta_scan_error.empty() &&
-        (!db_->Get(read, meta_, kStoreMarkerKey, &marker).ok() ||
-         marker != kStoreMarker))
-      out.meta_scan_error = "the store marker is missing or damaged";
+  return ids;
+}
+
+// Reads the whole meta column family and its store marker: damage outside
+// any checkpoint's records.
+void StoreImpl::ScanMetaFamily(CopyFindings* found) {
+  CopyFindings& out = *found;
+  rocksdb::ReadOptions read;
+  read.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, meta_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
   }
+  if (!it->status().ok()) {
+    out.meta_scan_error =
+        FromRocks(it->status(), "reading the meta column family").message();
+  }
+  std::string marker;
+  if (out.meta_scan_error.empty() &&
+      (!db_->Get(read, meta_, kStoreMarkerKey, &marker).ok() ||
+       marker != kStoreMarker))
+    out.meta_scan_error = "the store marker is missing or damaged";
+}
+
+// The copies of chunk locations against the table files of the live
+// checkpoints; copies of nothing and temporary copies are stale.
+Status StoreImpl::CompareLocatorCopies(const std::set<int64_t>& ids,
+                                       CopyFindings* found) {
+  CopyFindings& out = *found;
   const std::set<int64_t> live = LiveChunkIds();
   CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> located,
                           CopyIds(CopyKind::kLocators));
@@ -369,7 +392,7 @@ Result<CopyFindings> StoreImpl::CompareCopies() {
     if (name.ends_with(".tmp"))
       out.stale.push_back(CopiesDir(path_) + "/" + name);
   }
-  return out;
+  return Status::OK();
 }
 
 Status StoreImpl::RepairCopies() {

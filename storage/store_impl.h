@@ -401,6 +401,11 @@ class StoreImpl : public Store {
   // Compares the metadata with its copies (every record, a full scan of the
   // `meta` column family, every live checkpoint's chunk locations).
   Result<CopyFindings> CompareCopies();
+  // CompareCopies' steps.
+  Result<std::set<int64_t>> CompareRecordCopies(CopyFindings* found);
+  void ScanMetaFamily(CopyFindings* found);
+  Status CompareLocatorCopies(const std::set<int64_t>& ids,
+                              CopyFindings* found);
   // A read-write open's repair: rewrites each damaged copy from the intact
   // one (the whole `meta` column family when any of it is damaged) and
   // removes stale copies.
