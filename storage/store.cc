@@ -47,6 +47,11 @@ rocksdb::ColumnFamilyOptions ChunkCfOptions(
 rocksdb::ColumnFamilyOptions MetaCfOptions() {
   rocksdb::ColumnFamilyOptions options;
   options.compression = rocksdb::kNoCompression;
+  // Compacted only when the store asks (CompactMetaIfDeep): a compaction
+  // reads every block of its input files, and one running in the background
+  // would meet a damaged block whenever it happened to start, failing the
+  // writes around it and deleting its inputs, instead of at a known step.
+  options.disable_auto_compactions = true;
   return options;
 }
 
@@ -382,6 +387,39 @@ Status StoreImpl::WriteMeta(rocksdb::WriteBatch* batch,
   return FromRocks(db_->Flush(flush, meta_), what + " (flushing the record)");
 }
 
+Status StoreImpl::CompactMetaIfDeep() {
+  rocksdb::ColumnFamilyMetaData family;
+  db_->GetColumnFamilyMetaData(meta_, &family);
+  if (family.levels.empty() ||
+      family.levels[0].files.size() < kMetaCompactionTrigger)
+    return Status::OK();
+  return FromRocks(
+      db_->CompactRange(rocksdb::CompactRangeOptions(), meta_, nullptr,
+                        nullptr),
+      "compacting the metadata table files of store '" + path_ + "'");
+}
+
+Status StoreImpl::VerifyMetaTables() {
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db_->GetLiveFilesMetaData(&files);
+  rocksdb::Options options;
+  static_cast<rocksdb::ColumnFamilyOptions&>(options) = MetaCfOptions();
+  options.env = env_.get();
+  for (const rocksdb::LiveFileMetaData& file : files) {
+    if (file.column_family_name != kMetaCf) continue;
+    const std::string table = file.db_path + file.name;
+    rocksdb::SstFileReader reader(options);
+    rocksdb::Status s = reader.Open(table);
+    if (s.ok()) s = reader.VerifyChecksum();
+    if (s.IsCorruption()) {
+      return Status::Corruption("store '" + path_ + "': metadata table file " +
+                                table + " is damaged: " + s.ToString());
+    }
+    CKPTDB_RETURN_IF_ERROR(FromRocks(s, "verifying " + table));
+  }
+  return Status::OK();
+}
+
 Result<std::vector<CheckpointInfo>> StoreImpl::List() {
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
@@ -526,6 +564,11 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
     s = SaveJournal(std::move(journal));
   }
   if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
+  // The commit stands whatever the compaction does: a failed one leaves a
+  // background error, which the next write's reopen clears (and the reopen's
+  // check finds any damaged metadata table first).
+  Status compacted = CompactMetaIfDeep();
+  (void)compacted;
   return Status::OK();
 }
 

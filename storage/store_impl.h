@@ -44,6 +44,9 @@ inline constexpr uint64_t kIngestPinBytes = uint64_t{256} << 20;
 // The store's column families.
 inline constexpr char kChunksCf[] = "chunks";
 inline constexpr char kMetaCf[] = "meta";
+// Level-0 metadata table files at which the store compacts them
+// (CompactMetaIfDeep); RocksDB's own default trigger.
+inline constexpr size_t kMetaCompactionTrigger = 4;
 
 // An I/O error from a full file system.
 bool IsNoSpace(const Status& s);
@@ -218,6 +221,16 @@ class StoreImpl : public Store {
   // metadata never lives in RocksDB's write-ahead log, whose damage RocksDB
   // recovers from by dropping what follows it.
   Status WriteMeta(rocksdb::WriteBatch* batch, const std::string& what);
+  // Compacts the meta column family once it has kMetaCompactionTrigger table
+  // files in level 0 (each WriteMeta adds one), so that lookups stay cheap.
+  // Metadata is compacted only here, at steps the store chooses, never in the
+  // background (MetaCfOptions).
+  Status CompactMetaIfDeep();
+  // Reads every block of every metadata table file and checks its checksum:
+  // Corruption naming the file when one is damaged. A read-write open runs it
+  // before anything may compact those files, since reads alone skip the
+  // blocks that newer records shadow.
+  Status VerifyMetaTables();
   // After a failed commit or delete: the database is reopened, which reads
   // what reached the disk and recovers it; `happened` then tells whether the
   // operation took effect (OK) or not (`error`). When the reopen fails too,

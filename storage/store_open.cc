@@ -359,6 +359,7 @@ Status StoreImpl::PreCheckReadOnly(bool has_db) {
       if (s.ok()) s = CheckRocksHoldsJournal();
     }
   }
+  if (s.ok()) s = VerifyMetaTables();
   CloseDb();
   return s;
 }
