@@ -297,7 +297,17 @@ Result<std::set<int64_t>> StoreImpl::CompareRecordCopies(CopyFindings* found) {
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> ids, RecordIds());
   CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> copied,
                           CopyIds(CopyKind::kRecords));
-  ids.insert(copied.begin(), copied.end());
+  for (int64_t id : copied) {
+    // A read-only open sees the database as it was when it opened, and the
+    // copies as they are now: a copy above the journal's high-water mark
+    // without a record is of a commit made since, outside this view.
+    // (Records are written before their copy, so in a read-write open the
+    // missing record is damage.)
+    if (options_.read_only && journal && id > journal->high_water &&
+        !ids.contains(id))
+      continue;
+    ids.insert(id);
+  }
   for (int64_t id : ids) {
     if (journal && journal->deleting.contains(id)) continue;
     Result<CopyEntries> rocks = ReadRocksRecords(id);
@@ -312,6 +322,7 @@ Result<std::set<int64_t>> StoreImpl::CompareRecordCopies(CopyFindings* found) {
             copy_path + " differs from the records in the meta column family";
       }
     } else if (rocks.ok()) {
+      if (copy.status().IsNotFound() && DeletedSinceTheView(id)) continue;
       out.copies_damaged[id] = copy.status().IsNotFound()
                                    ? copy_path + " is missing"
                                    : copy.status().message();
@@ -327,6 +338,18 @@ Result<std::set<int64_t>> StoreImpl::CompareRecordCopies(CopyFindings* found) {
     }
   }
   return ids;
+}
+
+bool StoreImpl::DeletedSinceTheView(int64_t checkpoint_id) {
+  if (!options_.read_only) return false;
+  // A delete writes the journal without the checkpoint (and with the
+  // checkpoints whose chunks it frees in `deleting`) before it removes their
+  // files.
+  Result<JournalState> now = ReadJournal(*fs_, path_);
+  if (!now.ok() || !now->journal) return false;
+  const std::optional<CommitJournal> view = catalogue_.journal();
+  return (!view || *now->journal != *view) &&
+         !now->journal->committed.contains(checkpoint_id);
 }
 
 // Reads the whole meta column family and its store marker: damage outside
@@ -362,6 +385,7 @@ Status StoreImpl::CompareLocatorCopies(const std::set<int64_t>& ids,
     if (copy.ok()) continue;
     if (copy.status().IsIOError()) return copy.status();
     if (copy.status().IsNotFound()) {
+      if (DeletedSinceTheView(id)) continue;
       // Only files that keep their chunk locations can have a copy of them.
       const std::string begin = CheckpointKeyPrefix(id);
       const std::string end = CheckpointKeyEnd(id);
@@ -422,7 +446,17 @@ Status StoreImpl::RewriteMetaFamily() {
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> ids, RecordIds());
   CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> copied,
                           CopyIds(CopyKind::kRecords));
-  ids.insert(copied.begin(), copied.end());
+  for (int64_t id : copied) {
+    // A read-only open sees the database as it was when it opened, and the
+    // copies as they are now: a copy above the journal's high-water mark
+    // without a record is of a commit made since, outside this view.
+    // (Records are written before their copy, so in a read-write open the
+    // missing record is damage.)
+    if (options_.read_only && journal && id > journal->high_water &&
+        !ids.contains(id))
+      continue;
+    ids.insert(id);
+  }
   // Every record, from its copy (written first, so that an interrupted
   // rewrite finds them all there) or from the column family.
   std::vector<CopyEntries> all;

@@ -231,6 +231,11 @@ class StoreImpl : public Store {
   // before anything may compact those files, since reads alone skip the
   // blocks that newer records shadow.
   Status VerifyMetaTables();
+  // In a read-only open: true when the journal on disk has been written since
+  // this view was taken and no longer counts `checkpoint_id` as committed: a
+  // delete since may have removed its files. Always false in a read-write
+  // open.
+  bool DeletedSinceTheView(int64_t checkpoint_id);
   // After a failed commit or delete: the database is reopened, which reads
   // what reached the disk and recovers it; `happened` then tells whether the
   // operation took effect (OK) or not (`error`). When the reopen fails too,

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -361,6 +362,69 @@ TEST(DBTest, ReadOnlyHandleRefusesWritesAndNeverModifiesTheDirectory) {
     ASSERT_TRUE(db->ListCheckpoints().ok());
   }
   EXPECT_EQ(SnapshotDir(dir.path()), before);
+}
+
+// Runs `action` once, the first time the store lists its copies directory.
+class OnListingCopies : public FileSystemHooks {
+ public:
+  explicit OnListingCopies(std::function<void()> action)
+      : action_(std::move(action)) {}
+  int BeforeOperation(FileOp op, std::string_view path, uint64_t) override {
+    if (op == FileOp::kStat && path.ends_with("/copies") && action_) {
+      std::function<void()> action = std::move(action_);
+      action_ = nullptr;
+      action();
+    }
+    return 0;
+  }
+  void Freeing(std::string_view, uint64_t) override {}
+  bool ran() const { return !action_; }
+
+ private:
+  std::function<void()> action_;
+};
+
+void CheckStoreWhileAWriterWrites(bool commit);
+
+// A read-only handle sees the store as it was when it opened; a commit or a
+// delete that lands while it checks the store is outside its view, not
+// damage.
+TEST(DBTest, AReadOnlyStoreCheckIgnoresWritesMadeSinceItOpened) {
+  for (const bool commit : {true, false}) {
+    SCOPED_TRACE(commit ? "a commit" : "a delete");
+    ASSERT_NO_FATAL_FAILURE(CheckStoreWhileAWriterWrites(commit));
+  }
+}
+
+void CheckStoreWhileAWriterWrites(bool commit) {
+  TempDir dir;
+  Buf w(DType::kFloat32, {1000});
+  StateDict sd;
+  sd.Set("w", w.Whole());
+  auto writer = OpenOrDie(dir.path());
+  // Every step changes the tensor, so that no checkpoint shares another's
+  // chunks and a delete removes them.
+  ASSERT_TRUE(writer->Save(sd, {.step = 1}).ok());
+  ++w.bytes[0];
+  ASSERT_TRUE(writer->Save(sd, {.step = 2}).ok());
+  ++w.bytes[0];
+  Status later;
+  auto hooks = std::make_shared<OnListingCopies>([&] {
+    later = commit ? writer->Save(sd, {.step = 3}).status()
+                   : writer->Delete(CheckpointSelector::Step(1));
+  });
+  Options ro;
+  ro.read_only = true;
+  ro.file_system_hooks = hooks;
+  auto reader = OpenOrDie(dir.path(), ro);
+  ASSERT_EQ(reader->ListCheckpoints()->size(), 2u);
+  auto report = reader->CheckStore();
+  ASSERT_TRUE(hooks->ran());
+  ASSERT_TRUE(later.ok()) << later.ToString();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->ok()) << (report->repairable_metadata.empty()
+                                    ? std::string("damage")
+                                    : report->repairable_metadata.front());
 }
 
 TEST(DBTest, OpenRejectsNonStoreAndBadOptions) {
