@@ -35,7 +35,14 @@ if "RANK" in os.environ and "OMPI_COMM_WORLD_SIZE" not in os.environ:  # torchru
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
-    comm = dist.group.WORLD
+
+    def job_comm():
+        # Looked up when used, never kept: a reference that outlives
+        # destroy_process_group keeps torch's gloo worker threads running into
+        # the interpreter's exit, where one that frees a tensor aborts the
+        # process ("terminate called without an active exception").
+        return dist.group.WORLD
+
     rank, size = dist.get_rank(), dist.get_world_size()
 
     def allgather(value):
@@ -53,6 +60,9 @@ else:
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     allgather = comm.allgather
+
+    def job_comm():
+        return comm
 
     def gather_rows_of(param, n, cols):
         counts = [(n * (r + 1) // size - n * r // size) * cols for r in range(size)]
@@ -181,7 +191,7 @@ def main():
 
     model, shards, opt = setup()
     step = 0
-    with ckptdb.open(args.store, comm) as db:
+    with ckptdb.open(args.store, job_comm()) as db:
         if args.resume_step is not None:
             state = checkpoint_state(model, shards, opt)
             state["step"] = 0
@@ -216,7 +226,7 @@ if __name__ == "__main__":
         main()
     finally:
         # torch's gloo group keeps worker threads that must stop before the
-        # interpreter does: a job that exits without destroying its group may
-        # abort at exit ("terminate called without an active exception").
+        # interpreter does: a job that exits without destroying its group (or
+        # holds a reference to it past destroy_process_group) may abort at exit.
         if "dist" in globals() and dist.is_initialized():
             dist.destroy_process_group()

@@ -42,6 +42,10 @@ def test_save_async_snapshots_the_state_and_retention_runs(tmp_path):
     torchrun(2, "save_async", str(tmp_path / "store"))
 
 
+def test_the_group_is_freed_at_destroy_while_its_stores_stay_open(tmp_path):
+    torchrun(3, "group_freed", str(tmp_path / "store"))
+
+
 def test_errors_and_disagreement_raise_on_every_rank(tmp_path):
     torchrun(3, "errors", str(tmp_path / "store"))
 

@@ -5,7 +5,10 @@ torch.distributed's gloo process groups; no MPI. Each rank checks what it holds 
 
     torch_dist_scenarios.py SCENARIO STORE
 """
+import gc
+import os
 import sys
+import weakref
 
 import numpy as np
 import torch
@@ -119,6 +122,34 @@ def save_async(store):
                f"step 3 holds the state at its call: {(back - saved).unique().tolist()}")
 
 
+def group_freed(store):
+    """ckptdb keeps no reference to a torch.distributed group: destroy_process_group frees
+    the group (and stops its gloo worker threads, which would otherwise run into the
+    interpreter's exit) while a store opened over it, and over a subgroup, is still open; the
+    stores go on over their own connections and close."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    begin, end = rows_of(rank, n)
+    w = torch.from_numpy(full(6)[begin:end].copy())
+    sub = dist.new_group([0, 1])
+    db = ckptdb.open(store, comm=dist.group.WORLD)
+    db.save({"w": shard(w, (begin, 0), (ROWS, COLS))}, step=1)
+    side = ckptdb.open(store + "-sub", comm=sub) if rank < 2 else None
+    if side is not None:
+        side.save({"b": torch.arange(4.0)}, step=1)
+    groups = [weakref.ref(dist.group.WORLD)] + ([weakref.ref(sub)] if rank < 2 else [])
+    del sub
+    dist.destroy_process_group()
+    gc.collect()
+    alive = [i for i, g in enumerate(groups) if g() is not None]
+    expect(not alive, f"groups {alive} (0: WORLD, 1: the subgroup) outlive destroy_process_group")
+    back = torch.zeros(end - begin, COLS)
+    db.load({"w": shard(back, (begin, 0), (ROWS, COLS))}, step=1)
+    expect(torch.equal(back, w), "loaded after the group was destroyed")
+    db.close()
+    if side is not None:
+        side.close()
+
+
 def errors(store):
     """Disagreement and bad layouts raise on every rank and leave nothing behind."""
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -212,7 +243,7 @@ def nccl_group(store):
 
 
 SCENARIOS = {f.__name__: f for f in (save_rows, load_cols, subgroup, save_async, errors, ddp_save,
-                                     ddp_resume, nccl_group)}
+                                     ddp_resume, nccl_group, group_freed)}
 
 
 def main():
@@ -221,11 +252,13 @@ def main():
     dist.init_process_group(backend)
     try:
         SCENARIOS[scenario](store)
-        dist.barrier()
-        if dist.get_rank() == 0:
-            print(f"{scenario} ok on {dist.get_world_size()} ranks", flush=True)
+        if dist.is_initialized():
+            dist.barrier()
+        if os.environ["RANK"] == "0":
+            print(f"{scenario} ok on {os.environ['WORLD_SIZE']} ranks", flush=True)
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 if __name__ == "__main__":
