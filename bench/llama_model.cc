@@ -98,7 +98,7 @@ planner::Box ParamBox(const Param& p, int tp, int tp_index) {
   planner::Box box{Shape(p.shape.size(), 0), p.shape};
   if (p.split == Split::kReplicated) return box;
   const size_t dim = p.split == Split::kDim0 ? 0 : 1;
-  std::tie(box.offset[dim], box.shape[dim]) =
+  std::tie(box.origin[dim], box.shape[dim]) =
       SplitDim(p.shape[dim], tp, tp_index);
   return box;
 }

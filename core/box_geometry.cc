@@ -5,19 +5,19 @@
 namespace ckptdb::planner {
 
 std::string BoxToString(const Box& box) {
-  return "{offset " + ShapeToString(box.offset) + ", shape " +
+  return "{offset " + ShapeToString(box.origin) + ", shape " +
          ShapeToString(box.shape) + "}";
 }
 
 std::optional<Box> Intersect(const Box& a, const Box& b) {
   Box out;
-  out.offset.resize(a.ndim());
+  out.origin.resize(a.ndim());
   out.shape.resize(a.ndim());
   for (size_t d = 0; d < a.ndim(); ++d) {
-    int64_t begin = std::max(a.offset[d], b.offset[d]);
+    int64_t begin = std::max(a.origin[d], b.origin[d]);
     int64_t end = std::min(a.exclusive_max(d), b.exclusive_max(d));
     if (end <= begin) return std::nullopt;
-    out.offset[d] = begin;
+    out.origin[d] = begin;
     out.shape[d] = end - begin;
   }
   return out;
@@ -25,7 +25,7 @@ std::optional<Box> Intersect(const Box& a, const Box& b) {
 
 bool Contains(const Box& outer, const Box& inner) {
   for (size_t d = 0; d < outer.ndim(); ++d) {
-    if (inner.offset[d] < outer.offset[d] ||
+    if (inner.origin[d] < outer.origin[d] ||
         inner.exclusive_max(d) > outer.exclusive_max(d)) {
       return false;
     }
@@ -74,15 +74,15 @@ std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes) {
   if (Fits(box, elem_size, max_bytes)) return {box};
   const auto [cut, step] = FindCut(box, elem_size, max_bytes);
   std::vector<Box> out;
-  Shape outer_index(cut, 0);  // index in dims [0, cut), relative to box.offset
+  Shape outer_index(cut, 0);  // index in dims [0, cut), relative to box.origin
   while (true) {
     for (int64_t begin = 0; begin < box.shape[cut]; begin += step) {
       Box piece = box;
       for (size_t d = 0; d < cut; ++d) {
-        piece.offset[d] = box.offset[d] + outer_index[d];
+        piece.origin[d] = box.origin[d] + outer_index[d];
         piece.shape[d] = 1;
       }
-      piece.offset[cut] = box.offset[cut] + begin;
+      piece.origin[cut] = box.origin[cut] + begin;
       piece.shape[cut] = std::min(step, box.shape[cut] - begin);
       out.push_back(std::move(piece));
     }

@@ -71,7 +71,7 @@ Shape RowMajorStrides(const Shape& global_shape) {
 uint64_t Origin(const Shape& strides, const Box& box) {
   uint64_t linear = 0;
   for (size_t d = 0; d < box.ndim(); ++d)
-    linear += static_cast<uint64_t>(box.offset[d] * strides[d]);
+    linear += static_cast<uint64_t>(box.origin[d] * strides[d]);
   return linear;
 }
 
@@ -135,7 +135,7 @@ void AppendCorners(const Shape& global_shape, const Shape& strides,
   size_t k = 0;
   uint64_t linear = 0;
   for (size_t d = 0; d < box.ndim(); ++d) {
-    linear += static_cast<uint64_t>(box.offset[d] * strides[d]);
+    linear += static_cast<uint64_t>(box.origin[d] * strides[d]);
     if (box.exclusive_max(d) < global_shape[d]) {
       CKPTDB_ASSERT(k < steps.size());
       steps[k++] = static_cast<uint64_t>(box.shape[d] * strides[d]);
@@ -244,7 +244,7 @@ size_t SweepDim(const BoxPtrs& boxes, const std::vector<size_t>& live) {
   size_t dim = 0, most = 0;
   for (size_t d = 0; d < boxes[live[0]]->ndim(); ++d) {
     std::vector<int64_t> begins;
-    for (size_t i : live) begins.push_back(boxes[i]->offset[d]);
+    for (size_t i : live) begins.push_back(boxes[i]->origin[d]);
     std::sort(begins.begin(), begins.end());
     const size_t distinct =
         std::unique(begins.begin(), begins.end()) - begins.begin();
@@ -264,11 +264,11 @@ PartitionProblem CheckBySweep(int64_t total, const BoxPtrs& boxes,
     const size_t dim = SweepDim(boxes, live);
     std::vector<size_t> order = live;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return boxes[a]->offset[dim] < boxes[b]->offset[dim];
+      return boxes[a]->origin[dim] < boxes[b]->origin[dim];
     });
     std::vector<size_t> open;
     for (size_t i : order) {
-      const int64_t begin = boxes[i]->offset[dim];
+      const int64_t begin = boxes[i]->origin[dim];
       std::erase_if(open, [&](size_t j) {
         return boxes[j]->exclusive_max(dim) <= begin;
       });
@@ -344,13 +344,13 @@ std::string PartitionProblem::ToString() const {
 
 PartitionError CheckBoxInside(const Shape& global_shape, const Box& box) {
   const size_t ndim = global_shape.size();
-  if (box.offset.size() != ndim || box.shape.size() != ndim)
+  if (box.origin.size() != ndim || box.shape.size() != ndim)
     return PartitionError::kWrongRank;
   for (size_t d = 0; d < ndim; ++d) {
     // Written so that no sum can overflow.
-    if (box.offset[d] < 0 || box.shape[d] < 0 ||
-        box.offset[d] > global_shape[d] ||
-        box.shape[d] > global_shape[d] - box.offset[d]) {
+    if (box.origin[d] < 0 || box.shape[d] < 0 ||
+        box.origin[d] > global_shape[d] ||
+        box.shape[d] > global_shape[d] - box.origin[d]) {
       return PartitionError::kOutside;
     }
   }

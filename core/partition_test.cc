@@ -14,8 +14,8 @@ using testing::RandomPartition;
 
 using E = PartitionError;
 
-Box B(Shape offset, Shape shape) {
-  return Box{std::move(offset), std::move(shape)};
+Box B(Shape origin, Shape shape) {
+  return Box{std::move(origin), std::move(shape)};
 }
 
 PartitionOptions Replicas() { return {.allow_replicas = true}; }
@@ -136,7 +136,7 @@ TEST(PartitionTest, LargeInputsAreChecked) {
   std::vector<Box> rows;
   for (int64_t r = 0; r < 1'000'000; ++r) rows.push_back(B({r, 0}, {1, 8}));
   EXPECT_TRUE(CheckPartition({1'000'000, 8}, rows).ok());
-  rows[500'000].offset[0] = 500'001;  // a gap, then an overlap
+  rows[500'000].origin[0] = 500'001;  // a gap, then an overlap
   PartitionProblem p = CheckPartition({1'000'000, 8}, rows);
   EXPECT_EQ(p.error, E::kGap);
   EXPECT_EQ(p.missing_element, (Shape{500'000, 0}));
@@ -175,7 +175,7 @@ void ForEachElement(const Shape& shape, Fn&& fn) {
 
 bool Holds(const Box& box, const Shape& coord) {
   for (size_t d = 0; d < coord.size(); ++d) {
-    if (coord[d] < box.offset[d] || coord[d] >= box.offset[d] + box.shape[d])
+    if (coord[d] < box.origin[d] || coord[d] >= box.origin[d] + box.shape[d])
       return false;
   }
   return true;
@@ -191,14 +191,14 @@ PartitionProblem BruteForce(const Shape& shape, const std::vector<Box>& boxes,
   for (size_t i = 0; i < boxes.size(); ++i) {
     const Box& b = boxes[i];
     want.box = i;
-    if (b.offset.size() != shape.size() || b.shape.size() != shape.size()) {
+    if (b.origin.size() != shape.size() || b.shape.size() != shape.size()) {
       want.error = E::kWrongRank;
       return want;
     }
     int64_t volume = 1;
     for (size_t d = 0; d < shape.size(); ++d) {
-      if (b.offset[d] < 0 || b.shape[d] < 0 ||
-          b.offset[d] + b.shape[d] > shape[d]) {
+      if (b.origin[d] < 0 || b.shape[d] < 0 ||
+          b.origin[d] + b.shape[d] > shape[d]) {
         want.error = E::kOutside;
         return want;
       }
@@ -244,8 +244,8 @@ int64_t Rand(std::mt19937& rng, int64_t lo, int64_t hi) {  // [lo, hi]
 Box RandomBox(const Shape& shape, std::mt19937& rng) {
   Box b{Shape(shape.size()), Shape(shape.size())};
   for (size_t d = 0; d < shape.size(); ++d) {
-    b.offset[d] = Rand(rng, 0, shape[d]);
-    b.shape[d] = Rand(rng, 0, shape[d] - b.offset[d]);
+    b.origin[d] = Rand(rng, 0, shape[d]);
+    b.shape[d] = Rand(rng, 0, shape[d] - b.origin[d]);
   }
   return b;
 }
@@ -260,7 +260,7 @@ void Mutate(const Shape& shape, std::mt19937& rng, std::vector<Box>& boxes) {
       break;
     case 1:  // shifted by one: overlap and gap of the same volume, or outside
       if (ndim > 0 && !boxes.empty())
-        boxes[i].offset[rng() % ndim] += rng() % 2 ? 1 : -1;
+        boxes[i].origin[rng() % ndim] += rng() % 2 ? 1 : -1;
       break;
     case 2:  // grown or shrunk by one
       if (ndim > 0 && !boxes.empty())
@@ -274,7 +274,7 @@ void Mutate(const Shape& shape, std::mt19937& rng, std::vector<Box>& boxes) {
       break;
     case 5:  // another rank
       if (!boxes.empty()) {
-        boxes[i].offset.push_back(0);
+        boxes[i].origin.push_back(0);
         boxes[i].shape.push_back(1);
       }
       break;
@@ -285,7 +285,7 @@ void Mutate(const Shape& shape, std::mt19937& rng, std::vector<Box>& boxes) {
     default:  // a replica that also moved by one
       if (ndim > 0 && !boxes.empty()) {
         boxes.push_back(boxes[i]);
-        boxes.back().offset[rng() % ndim] += 1;
+        boxes.back().origin[rng() % ndim] += 1;
       }
       break;
   }

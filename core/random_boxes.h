@@ -26,7 +26,7 @@ inline void RandomPartition(const Box& box, std::mt19937& rng, int depth,
   const int64_t cut = 1 + static_cast<int64_t>(rng() % (box.shape[d] - 1));
   Box lo = box, hi = box;
   lo.shape[d] = cut;
-  hi.offset[d] += cut;
+  hi.origin[d] += cut;
   hi.shape[d] -= cut;
   RandomPartition(lo, rng, depth - 1, out);
   RandomPartition(hi, rng, depth - 1, out);
@@ -43,7 +43,7 @@ inline int64_t Linear(const Shape& shape, const Shape& coord) {
 template <typename Fn>
 void ForEachElement(const Box& box, Fn&& fn) {
   if (box.volume() == 0) return;
-  Shape coord = box.offset;
+  Shape coord = box.origin;
   while (true) {
     fn(coord);
     size_t d = box.ndim();
@@ -51,7 +51,7 @@ void ForEachElement(const Box& box, Fn&& fn) {
       if (d == 0) return;
       --d;
       if (++coord[d] < box.exclusive_max(d)) break;
-      coord[d] = box.offset[d];
+      coord[d] = box.origin[d];
     }
   }
 }

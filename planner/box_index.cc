@@ -9,7 +9,7 @@ namespace {
 std::vector<BoxIndex::Ref> RefsOf(const std::vector<Box>& boxes) {
   std::vector<BoxIndex::Ref> refs;
   refs.reserve(boxes.size());
-  for (const Box& box : boxes) refs.push_back({&box.offset, &box.shape});
+  for (const Box& box : boxes) refs.push_back({&box.origin, &box.shape});
   return refs;
 }
 
@@ -26,7 +26,7 @@ BoxIndex::BoxIndex(std::vector<Ref> refs, size_t ndim)
   for (size_t d = 0; d < indexed; ++d) {
     const bool alike =
         d > 0 && std::all_of(boxes.begin(), boxes.end(), [&](const Ref& b) {
-          return (*b.offset)[d] == (*boxes.front().offset)[d];
+          return (*b.origin)[d] == (*boxes.front().origin)[d];
         });
     if (alike) continue;
     Axis& axis = axes_.emplace_back();
@@ -62,7 +62,7 @@ void BoxIndex::Candidates(const Box& query, std::vector<uint32_t>* out) const {
   for (size_t a = 0; a < axes_.size(); ++a) {
     const Axis& axis = axes_[a];
     const size_t d = axis.dim;
-    const int64_t begin = query.offset[d], end = query.exclusive_max(d);
+    const int64_t begin = query.origin[d], end = query.exclusive_max(d);
     const size_t hi = static_cast<size_t>(
         std::partition_point(axis.order.begin(), axis.order.end(),
                              [&](uint32_t b) { return Begin(b, d) < end; }) -
@@ -79,7 +79,7 @@ void BoxIndex::Candidates(const Box& query, std::vector<uint32_t>* out) const {
   }
   const Axis& axis = axes_[best];
   for (size_t i = best_lo; i < best_hi; ++i) {
-    if (End(axis.order[i], axis.dim) > query.offset[axis.dim])
+    if (End(axis.order[i], axis.dim) > query.origin[axis.dim])
       out->push_back(axis.order[i]);
   }
   std::sort(out->begin(), out->end());
@@ -88,11 +88,11 @@ void BoxIndex::Candidates(const Box& query, std::vector<uint32_t>* out) const {
 std::optional<Box> BoxIndex::Common(const Ref& box, const Box& query) const {
   Box out{Shape(ndim_), Shape(ndim_)};
   for (size_t d = 0; d < ndim_; ++d) {
-    const int64_t begin = std::max((*box.offset)[d], query.offset[d]);
+    const int64_t begin = std::max((*box.origin)[d], query.origin[d]);
     const int64_t end =
-        std::min((*box.offset)[d] + (*box.shape)[d], query.exclusive_max(d));
+        std::min((*box.origin)[d] + (*box.shape)[d], query.exclusive_max(d));
     if (end <= begin) return std::nullopt;
-    out.offset[d] = begin;
+    out.origin[d] = begin;
     out.shape[d] = end - begin;
   }
   return out;

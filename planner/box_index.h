@@ -24,7 +24,7 @@ class BoxIndex {
 
   // A box's extents, borrowed.
   struct Ref {
-    const Shape* offset;
+    const Shape* origin;
     const Shape* shape;
   };
 
@@ -58,9 +58,9 @@ class BoxIndex {
   void Candidates(const Box& query, std::vector<uint32_t>* out) const;
   // Intersect (box.h) for a borrowed box.
   std::optional<Box> Common(const Ref& box, const Box& query) const;
-  int64_t Begin(uint32_t b, size_t d) const { return (*boxes_[b].offset)[d]; }
+  int64_t Begin(uint32_t b, size_t d) const { return (*boxes_[b].origin)[d]; }
   int64_t End(uint32_t b, size_t d) const {
-    return (*boxes_[b].offset)[d] + (*boxes_[b].shape)[d];
+    return (*boxes_[b].origin)[d] + (*boxes_[b].shape)[d];
   }
 
   std::vector<Ref> boxes_;

@@ -28,7 +28,7 @@ using PlacementLookup = std::function<TargetPlacement(int rank, size_t target)>;
 
 // One of the planning rank's own targets, as its memory holds it.
 struct OwnTarget {
-  Box box;  // offset and local shape in the tensor's index space
+  Box box;  // origin and shape in the tensor's index space
   DType dtype = DType::kFloat32;
   bool on_host = true;
   // The target's memory is dense row-major: a box that is one run of it can

@@ -81,7 +81,7 @@ Case RandomCase(std::mt19937& rng) {
     std::sort(cells.begin(), cells.end());  // stored order: by offset
     for (const Box& cell : cells) {
       const uint64_t n = cell.volume() * DTypeSize(meta.dtype);
-      meta.chunks.push_back({cell.offset, cell.shape, 0, n, 0});
+      meta.chunks.push_back({cell.origin, cell.shape, 0, n, 0});
       c.max_chunk = std::max(c.max_chunk, n);
     }
     total += whole.volume() * DTypeSize(meta.dtype);

@@ -1,6 +1,5 @@
 #include "planner/flat_range.h"
 
-
 namespace ckptdb::planner {
 namespace {
 
@@ -54,13 +53,13 @@ class Decomposer {
   // dimensions) under `prefix`; for a complete prefix, its one element.
   void Add(const Shape& prefix, int64_t first, int64_t last) {
     Box box;
-    box.offset = prefix;
+    box.origin = prefix;
     box.shape.assign(prefix.size(), 1);
     if (prefix.size() < shape_.size()) {
-      box.offset.push_back(first);
+      box.origin.push_back(first);
       box.shape.push_back(last - first);
       for (size_t d = prefix.size() + 1; d < shape_.size(); ++d) {
-        box.offset.push_back(0);
+        box.origin.push_back(0);
         box.shape.push_back(shape_[d]);
       }
     }

@@ -12,7 +12,7 @@ namespace ckptdb::planner {
 // flattening of an array of `shape`, in flat order. Each box is
 // one contiguous run of the flattening (leading extents 1, then one partial
 // dimension, then whole dimensions), so box k holds the elements
-// [FlatIndex(shape, box.offset), + box.volume()) of the range. A box is as
+// [FlatIndex(shape, box.origin), + box.volume()) of the range. A box is as
 // large as the range allows: at most two boxes per dimension but the first
 // (a head and a tail around one middle box), 2 * ndim - 1 in all (1 for a 0-d
 // shape), none empty but for an empty range: it gives one empty box at the

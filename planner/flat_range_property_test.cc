@@ -8,9 +8,9 @@
 #include <random>
 #include <set>
 
+#include "core/random_boxes.h"
 #include "planner/flat_range.h"
 #include "planner/load_plan.h"
-#include "core/random_boxes.h"
 #include "planner/save_plan.h"
 
 namespace ckptdb::planner {
@@ -83,10 +83,10 @@ void CheckBoxesOfRandomRange(int seed) {
   for (const Box& box : boxes) {
     ASSERT_GT(box.volume(), 0) << what;
     ASSERT_TRUE(Contains(Box{Shape(shape.size(), 0), shape}, box)) << what;
-    EXPECT_EQ(ContiguousRun(shape, box.offset, box.shape, 1),
-              std::optional<size_t>(FlatIndex(shape, box.offset)))
+    EXPECT_EQ(ContiguousRun(shape, box.origin, box.shape, 1),
+              std::optional<size_t>(FlatIndex(shape, box.origin)))
         << what << ": " << BoxToString(box) << " is not one run";
-    EXPECT_EQ(FlatIndex(shape, box.offset), next) << what;
+    EXPECT_EQ(FlatIndex(shape, box.origin), next) << what;
     next += box.volume();
     ++per_level[Level(shape, box)];
     ForEachElement(box, [&](const Shape& x) { ++count[FlatIndex(shape, x)]; });
@@ -213,7 +213,7 @@ TEST(FlatLayoutProperty, SaveValidationMatchesBruteForce2000Cases) {
 int64_t PositionIn(const Shape& shape, const Piece& piece, const Shape& x) {
   if (piece.flat) return FlatIndex(shape, x) - piece.begin;
   Shape in_box(x.size());
-  for (size_t d = 0; d < x.size(); ++d) in_box[d] = x[d] - piece.box.offset[d];
+  for (size_t d = 0; d < x.size(); ++d) in_box[d] = x[d] - piece.box.origin[d];
   return FlatIndex(piece.box.shape, in_box);
 }
 
@@ -240,7 +240,7 @@ void CheckDelivered(const Shape& shape, const TensorMetadata& stored,
           for (size_t d = 0; d < i.size(); ++d) {
             from_chunk[d] =
                 chunk.global_offset[d] + item.storage_offset[d] + i[d];
-            global[d] = box.offset[d] + item.dest_offset[d] + i[d];
+            global[d] = box.origin[d] + item.dest_offset[d] + i[d];
           }
           ASSERT_EQ(from_chunk, global);
           ++count[p][PositionIn(shape, mine[p], global)];
@@ -271,7 +271,7 @@ void CheckReshard(int seed) {
   TensorMetadata stored{DType::kInt16, shape, {}};
   for (const PlannedChunk& c : save->tensors.at(0).chunks) {
     stored.chunks.push_back(
-        {c.box.offset, c.box.shape, c.writer_rank, c.nbytes, 0});
+        {c.box.origin, c.box.shape, c.writer_rank, c.nbytes, 0});
   }
   const std::map<std::string, TensorMetadata> tensors = {{"t", stored}};
 

@@ -10,7 +10,7 @@ namespace {
 // chunk with box `box`, may hold the same bytes: the same box, a content hash
 // recorded, written by a rank of this world.
 bool Comparable(const ChunkMetadata& stored, const Box& box, int32_t world) {
-  return stored.global_offset == box.offset &&
+  return stored.global_offset == box.origin &&
          stored.local_shape == box.shape && stored.content_hash &&
          stored.writer_rank < world;
 }
@@ -27,7 +27,7 @@ const ChunkMetadata* CandidateChunk(const PreviousCheckpoint& previous,
     return nullptr;
   const auto& chunks = tensor->second.chunks;
   // Chunks are sorted by global offset.
-  auto at = std::lower_bound(chunks.begin(), chunks.end(), box.offset,
+  auto at = std::lower_bound(chunks.begin(), chunks.end(), box.origin,
                              [](const ChunkMetadata& c, const Shape& offset) {
                                return c.global_offset < offset;
                              });

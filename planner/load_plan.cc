@@ -27,7 +27,7 @@ Status CheckTarget(const std::map<std::string, TensorMetadata>& tensors,
   const Shape& shape = it->second.global_shape;
   const Box whole{Shape(shape.size(), 0), shape};
   if (target.box.ndim() != whole.ndim() ||
-      target.box.offset.size() != whole.ndim() ||
+      target.box.origin.size() != whole.ndim() ||
       std::any_of(target.box.shape.begin(), target.box.shape.end(),
                   [](int64_t n) { return n < 0; }) ||
       !Contains(whole, target.box)) {
@@ -123,10 +123,10 @@ void EmitRead(const std::string& key, const StoredTensor& stored, size_t chunk,
   });
   for (Need& need : needs) {
     const Shape& target_offset =
-        targets_of_rank_class[class_of(need.dest_rank)][need.target].box.offset;
+        targets_of_rank_class[class_of(need.dest_rank)][need.target].box.origin;
     plan->items.push_back({read, need.dest_rank, need.target,
-                           Sub(need.common.offset, c.global_offset),
-                           Sub(need.common.offset, target_offset),
+                           Sub(need.common.origin, c.global_offset),
+                           Sub(need.common.origin, target_offset),
                            std::move(need.common.shape)});
   }
 }

@@ -5,8 +5,8 @@
 #include <random>
 #include <set>
 
-#include "planner/load_plan.h"
 #include "core/random_boxes.h"
+#include "planner/load_plan.h"
 #include "planner/save_plan.h"
 
 namespace ckptdb::planner {
@@ -81,7 +81,7 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
       ForEachElement(c.box,
                      [&](const Shape& x) { ++count[Linear(t.shape, x)]; });
       meta.chunks.push_back(
-          {c.box.offset, c.box.shape, c.writer_rank, c.nbytes, 0});
+          {c.box.origin, c.box.shape, c.writer_rank, c.nbytes, 0});
     }
     for (int n : count) EXPECT_EQ(n, 1);
     stored[t.key] = std::move(meta);
@@ -151,7 +151,7 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
               from_chunk[d] =
                   chunk.global_offset[d] + item.storage_offset[d] + i[d];
               from_target[d] =
-                  target.box.offset[d] + item.dest_offset[d] + i[d];
+                  target.box.origin[d] + item.dest_offset[d] + i[d];
               in_target[d] = item.dest_offset[d] + i[d];
             }
             EXPECT_EQ(from_chunk, from_target);

@@ -7,9 +7,9 @@
 #include <random>
 #include <set>
 
+#include "core/random_boxes.h"
 #include "planner/box_index.h"
 #include "planner/load_plan.h"
-#include "core/random_boxes.h"
 #include "planner/save_plan.h"
 
 namespace ckptdb::planner {
@@ -122,11 +122,11 @@ TEST_P(RankPlanPropertyTest, LoadPartsMakeTheGlobalPlan) {
     std::vector<Box> cells;
     RandomPartition(Box{Shape(t.shape.size(), 0), t.shape}, rng, 4, cells);
     std::sort(cells.begin(), cells.end(),
-              [](const Box& a, const Box& b) { return a.offset < b.offset; });
+              [](const Box& a, const Box& b) { return a.origin < b.origin; });
     TensorMetadata meta{t.dtype, t.shape, {}};
     for (const Box& cell : cells) {
       meta.chunks.push_back(
-          {cell.offset, cell.shape, 0,
+          {cell.origin, cell.shape, 0,
            static_cast<uint64_t>(cell.volume()) * DTypeSize(t.dtype), 0});
     }
     stored[t.key] = std::move(meta);
@@ -194,9 +194,9 @@ TEST_P(RankPlanPropertyTest, BoxIndexAndSplitSizesMatchBruteForce) {
   for (int q = 0; q < 20; ++q) {
     Box query{Shape(ndim), Shape(ndim)};
     for (int d = 0; d < ndim; ++d) {
-      query.offset[d] = static_cast<int64_t>(rng() % shape[d]);
+      query.origin[d] = static_cast<int64_t>(rng() % shape[d]);
       query.shape[d] =
-          static_cast<int64_t>(rng() % (shape[d] - query.offset[d] + 1));
+          static_cast<int64_t>(rng() % (shape[d] - query.origin[d] + 1));
     }
     std::vector<std::pair<size_t, Box>> expected, got;
     for (size_t b = 0; b < boxes.size(); ++b) {

@@ -68,7 +68,7 @@ Result<BoxReadPlan> ResolveIndex(const std::string& key, const Shape& shape,
     if (!range.ok()) {
       return BadIndex(key, shape, index, range.status().message());
     }
-    plan.box.offset[d] = range->first;
+    plan.box.origin[d] = range->first;
     plan.box.shape[d] = range->second - range->first;
   }
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -82,7 +82,7 @@ Result<BoxReadPlan> PlanBoxRead(const std::string& key,
                                 const TensorMetadata& tensor,
                                 const TensorIndex& index) {
   CKPTDB_ASSIGN_OR_RETURN(BoxReadPlan plan,
-                   ResolveIndex(key, tensor.global_shape, index));
+                          ResolveIndex(key, tensor.global_shape, index));
   if (plan.box.volume() == 0) return plan;
   std::vector<BoxIndex::Ref> refs;
   refs.reserve(tensor.chunks.size());

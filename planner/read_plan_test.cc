@@ -16,7 +16,7 @@ TensorMetadata Tensor(Shape shape, const std::vector<Box>& chunks) {
   t.global_shape = std::move(shape);
   for (const Box& b : chunks) {
     t.chunks.push_back(
-        {b.offset, b.shape, 0, static_cast<uint64_t>(b.volume()) * 4, 0});
+        {b.origin, b.shape, 0, static_cast<uint64_t>(b.volume()) * 4, 0});
   }
   return t;
 }
@@ -125,7 +125,7 @@ TEST(PlanBoxReadTest, MatchesBruteForce) {
     for (const ChunkPart& p : plan->parts) {
       testing::ForEachElement(p.common, [&](const Shape& coord) {
         for (size_t d = 0; d < ndim; ++d)
-          relative[d] = coord[d] - plan->box.offset[d];
+          relative[d] = coord[d] - plan->box.origin[d];
         ++seen[testing::Linear(plan->box.shape, relative)];
       });
     }

@@ -184,10 +184,11 @@ Status CheckHeader(Checkpoint::Reader r) {
 Result<ChunkMetadata> ReadChunk(Chunk::Reader c, const std::string& what,
                                 DType dtype, int32_t world_size) {
   ChunkMetadata chunk;
-  CKPTDB_ASSIGN_OR_RETURN(chunk.global_offset,
-                   ReadShape(c.getGlobalOffset(), what + " chunk offset"));
+  CKPTDB_ASSIGN_OR_RETURN(
+      chunk.global_offset,
+      ReadShape(c.getGlobalOffset(), what + " chunk offset"));
   CKPTDB_ASSIGN_OR_RETURN(chunk.local_shape,
-                   ReadShape(c.getLocalShape(), what + " chunk shape"));
+                          ReadShape(c.getLocalShape(), what + " chunk shape"));
   uint64_t elems = 0;
   if (!CheckedVolume(chunk.local_shape, 1, &elems))
     return Bad(what + " chunk is too large");
@@ -252,13 +253,13 @@ Status CheckChunkLayout(const std::string& what, const Shape& global_shape,
   // The boxes borrow the chunks' extents for the check.
   std::vector<planner::Box> boxes(chunks.size());
   for (size_t i = 0; i < chunks.size(); ++i) {
-    boxes[i].offset = std::move(chunks[i].global_offset);
+    boxes[i].origin = std::move(chunks[i].global_offset);
     boxes[i].shape = std::move(chunks[i].local_shape);
   }
   const planner::PartitionProblem problem =
       planner::CheckPartition(global_shape, boxes);
   for (size_t i = 0; i < chunks.size(); ++i) {
-    chunks[i].global_offset = std::move(boxes[i].offset);
+    chunks[i].global_offset = std::move(boxes[i].origin);
     chunks[i].local_shape = std::move(boxes[i].shape);
   }
   return LayoutError(what, global_shape, chunks, problem);
@@ -302,7 +303,7 @@ Status ReadTensorHeader(Tensor::Reader t, const std::string& what,
     return Bad(what + " has dtype code " + std::to_string(t.getDtype()));
   tensor->dtype = static_cast<DType>(t.getDtype());
   CKPTDB_ASSIGN_OR_RETURN(tensor->global_shape,
-                   ReadShape(t.getGlobalShape(), what + " shape"));
+                          ReadShape(t.getGlobalShape(), what + " shape"));
   if (!CheckedVolume(tensor->global_shape, DTypeSize(tensor->dtype), bytes))
     return Bad(what + " is too large");
   return Status::OK();
@@ -317,10 +318,11 @@ Result<TensorMetadata> ReadTensorV1(Tensor::Reader t, const std::string& what,
   tensor.chunks.reserve(t.getChunks().size());
   for (auto c : t.getChunks()) {
     CKPTDB_ASSIGN_OR_RETURN(ChunkMetadata chunk,
-                     ReadChunk(c, what, tensor.dtype, world_size));
+                            ReadChunk(c, what, tensor.dtype, world_size));
     tensor.chunks.push_back(std::move(chunk));
   }
-  CKPTDB_RETURN_IF_ERROR(CheckChunkLayout(what, tensor.global_shape, tensor.chunks));
+  CKPTDB_RETURN_IF_ERROR(
+      CheckChunkLayout(what, tensor.global_shape, tensor.chunks));
   SortChunks(tensor.chunks);
   return tensor;
 }
@@ -376,7 +378,8 @@ Result<MainRecord> ReadMain(Checkpoint::Reader r) {
     TensorMetadata tensor;
     uint64_t bytes = 0, count = 0;
     if (main.has_chunks()) {
-      CKPTDB_ASSIGN_OR_RETURN(tensor, ReadTensorV1(t, what, meta.info.world_size));
+      CKPTDB_ASSIGN_OR_RETURN(tensor,
+                              ReadTensorV1(t, what, meta.info.world_size));
       for (const ChunkMetadata& chunk : tensor.chunks) bytes += chunk.nbytes;
     } else {
       CKPTDB_RETURN_IF_ERROR(ReadTensorV2(t, what, &tensor, &count, &bytes));
@@ -686,7 +689,7 @@ Status DecodeAllTensorRecords(
                  "', which the checkpoint does not have");
     }
     CKPTDB_ASSIGN_OR_RETURN(expected->second.chunks,
-                     DecodeTensorRecord(*main, key, bytes));
+                            DecodeTensorRecord(*main, key, bytes));
     ++expected;
   }
   return expected == end ? Status::OK() : missing(expected->first);

@@ -416,7 +416,7 @@ TensorMetadata RandomTensor(std::mt19937& rng, int32_t world) {
   std::shuffle(boxes.begin(), boxes.end(), rng);
   for (const planner::Box& b : boxes) {
     ChunkMetadata c;
-    c.global_offset = b.offset;
+    c.global_offset = b.origin;
     c.local_shape = b.shape;
     c.writer_rank = rng() % 3 ? static_cast<int32_t>(rng() % world) : 0;
     c.nbytes = NumElements(b.shape) * DTypeSize(t.dtype);

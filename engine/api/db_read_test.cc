@@ -17,7 +17,7 @@ using testing::TempDir;
 using E = IndexEntry;
 
 std::string BoxToString(const Box& box) {
-  return "offset " + ShapeToString(box.offset) + " shape " +
+  return "offset " + ShapeToString(box.origin) + " shape " +
          ShapeToString(box.shape);
 }
 

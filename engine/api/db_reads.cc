@@ -30,13 +30,13 @@ Result<Tensor> DB::Read(const std::string& flat_key,
                         const CheckpointSelector& which, const Box& box,
                         ReadStats* stats) {
   // An index counts negative positions from the end; a box has none.
-  bool negative = box.offset.size() != box.shape.size();
-  for (size_t d = 0; d < box.offset.size() && !negative; ++d) {
-    negative = box.offset[d] < 0 || box.shape[d] < 0;
+  bool negative = box.origin.size() != box.shape.size();
+  for (size_t d = 0; d < box.origin.size() && !negative; ++d) {
+    negative = box.origin[d] < 0 || box.shape[d] < 0;
   }
   if (negative) {
     return Status::InvalidArgument(
-        "box offset " + ShapeToString(box.offset) + " shape " +
+        "box offset " + ShapeToString(box.origin) + " shape " +
         ShapeToString(box.shape) + " of tensor '" + flat_key +
         "': offsets and extents must be >= 0, one of each per dimension");
   }
@@ -101,8 +101,8 @@ Result<Tensor> DBImpl::Read(const std::string& flat_key,
                                 store_->ReadChunk(id, flat_key, chunk));
         Shape in_chunk(part.common.ndim()), in_out(part.common.ndim());
         for (size_t d = 0; d < part.common.ndim(); ++d) {
-          in_chunk[d] = part.common.offset[d] - chunk.global_offset[d];
-          in_out[d] = part.common.offset[d] - plan.box.offset[d];
+          in_chunk[d] = part.common.origin[d] - chunk.global_offset[d];
+          in_out[d] = part.common.origin[d] - plan.box.origin[d];
         }
         CopyBox({buffer.bytes().data(), chunk.local_shape, in_chunk},
                 tensor->dtype, {out.data.data(), plan.box.shape, in_out},

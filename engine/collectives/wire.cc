@@ -171,7 +171,7 @@ std::string EncodeSaveLayout(const ckptdb::Status& local,
     w.Kinds(s.kinds);
     w.U64(static_cast<uint64_t>(s.dtype));
     w.Shape(s.global_shape);
-    w.Shape(s.box.offset);
+    w.Shape(s.box.origin);
     w.Shape(s.box.shape);
   }
   w.U64(layout.values.size());
@@ -196,7 +196,7 @@ ckptdb::Status DecodeSaveLayout(std::string_view bytes, ckptdb::Status* local,
     if (!r.Str(&s.flat_key) || !r.Strings(&s.path) ||
         !r.Kinds(&s.kinds, s.path.size()) || !r.U64(&dtype) ||
         !IsValidDType(static_cast<uint8_t>(dtype)) ||
-        !r.Shape(&s.global_shape) || !r.Shape(&s.box.offset) ||
+        !r.Shape(&s.global_shape) || !r.Shape(&s.box.origin) ||
         !r.Shape(&s.box.shape)) {
       return Malformed("save layout");
     }
@@ -221,7 +221,7 @@ std::string EncodeTargets(const RankTargets& t) {
   w.U64(t.targets.size());
   for (size_t i = 0; i < t.targets.size(); ++i) {
     w.Str(t.targets[i].flat_key);
-    w.Shape(t.targets[i].box.offset);
+    w.Shape(t.targets[i].box.origin);
     w.Shape(t.targets[i].box.shape);
     w.U64(static_cast<uint64_t>(t.placements[i].dtype));
     w.U64(t.placements[i].on_device);
@@ -242,7 +242,7 @@ ckptdb::Status DecodeTargets(std::string_view bytes, RankTargets* t) {
   for (size_t i = 0; i < n; ++i) {
     uint64_t dtype, on_device;
     if (!r.Str(&t->targets[i].flat_key) ||
-        !r.Shape(&t->targets[i].box.offset) ||
+        !r.Shape(&t->targets[i].box.origin) ||
         !r.Shape(&t->targets[i].box.shape) || !r.U64(&dtype) ||
         !IsValidDType(static_cast<uint8_t>(dtype)) || !r.U64(&on_device) ||
         on_device > 1) {
@@ -366,7 +366,7 @@ Result<planner::SaveClasses> DecodeSaveClasses(const RankClasses& gathered) {
   std::vector<Status> by_class(gathered.payloads.size());
   for (size_t c = 0; c < gathered.payloads.size(); ++c) {
     CKPTDB_RETURN_IF_ERROR(DecodeSaveLayout(gathered.payloads[c], &by_class[c],
-                                     &classes.layouts[c]));
+                                            &classes.layouts[c]));
   }
   for (size_t r = 0; r < statuses.size(); ++r)
     statuses[r] = by_class[gathered.class_of_rank[r]];

@@ -1,6 +1,5 @@
 #include "engine/copy/box_views.h"
 
-
 #include "planner/flat_range.h"
 
 namespace ckptdb::engine {
@@ -14,12 +13,12 @@ std::vector<TensorView> BoxViews(const TensorView& view) {
   for (planner::Box& box : planner::FlatRangeBoxes(
            view.global_shape, begin, begin + view.local_shape[0])) {
     const int64_t at =
-        planner::FlatIndex(view.global_shape, box.offset) - begin;
+        planner::FlatIndex(view.global_shape, box.origin) - begin;
     TensorView piece = TensorView::Shard(
         static_cast<char*>(view.data) +
             static_cast<size_t>(at * step) * DTypeSize(view.dtype),
         view.dtype, std::move(box.shape), view.global_shape,
-        std::move(box.offset), view.device);
+        std::move(box.origin), view.device);
     if (step != 1) {
       piece.strides = RowMajorStrides(piece.local_shape);
       for (int64_t& s : piece.strides) s *= step;

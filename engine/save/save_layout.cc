@@ -47,7 +47,7 @@ const void* ChunkData(const planner::PlannedChunk& chunk,
   int64_t linear = 0;
   for (size_t d = 0; d < shard.box.ndim(); ++d) {
     linear = linear * shard.box.shape[d] +
-             (chunk.box.offset[d] - shard.box.offset[d]);
+             (chunk.box.origin[d] - shard.box.origin[d]);
   }
   return static_cast<const char*>(view.data) +
          static_cast<size_t>(linear) * DTypeSize(view.dtype);
@@ -61,7 +61,7 @@ MyChunk MakeMyChunk(const planner::PlannedTensor& tensor, size_t t, size_t c,
   MyChunk m{
       t,
       c,
-      storage::EncodeChunkKey(id, rank, tensor.flat_key, chunk.box.offset),
+      storage::EncodeChunkKey(id, rank, tensor.flat_key, chunk.box.origin),
       view.data,
       chunk.nbytes,
       view.device.type == DeviceType::kCPU ? nullptr : &view.device};
@@ -72,7 +72,7 @@ MyChunk MakeMyChunk(const planner::PlannedTensor& tensor, size_t t, size_t c,
   m.strided = &view;
   m.lengths = chunk.box.shape;
   for (size_t d = 0; d < chunk.box.ndim(); ++d)
-    m.offset.push_back(chunk.box.offset[d] - shard.box.offset[d]);
+    m.offset.push_back(chunk.box.origin[d] - shard.box.origin[d]);
   return m;
 }
 

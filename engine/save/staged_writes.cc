@@ -38,7 +38,7 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
     }
   }
   CKPTDB_ASSIGN_OR_RETURN(out.checksum,
-                          writer.Add(tensor.flat_key, chunk.box.offset,
+                          writer.Add(tensor.flat_key, chunk.box.origin,
                                      std::string_view(data, nbytes), checksum));
   return out;
 }

@@ -13,16 +13,16 @@
 
 namespace ckptdb {
 
-// A half-open box [offset, offset + shape) in a tensor's global index space. A
-// 0-d box (empty offset and shape) holds one element. The one box type of the
+// A half-open box [origin, origin + shape) in a tensor's global index space. A
+// 0-d box (empty origin and shape) holds one element. The one box type of the
 // library: shards, chunks and reads are all described by it.
 struct Box {
-  Shape offset;
+  Shape origin;
   Shape shape;
 
   int64_t volume() const { return NumElements(shape); }
   size_t ndim() const { return shape.size(); }
-  int64_t exclusive_max(size_t dim) const { return offset[dim] + shape[dim]; }
+  int64_t exclusive_max(size_t dim) const { return origin[dim] + shape[dim]; }
 
   friend bool operator==(const Box&, const Box&) = default;
   friend auto operator<=>(const Box&, const Box&) = default;
