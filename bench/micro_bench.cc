@@ -5,11 +5,11 @@
 #include <numeric>
 #include <vector>
 
+#include "core/checksum.h"
+#include "core/partition.h"
 #include "engine/copy/box_copy.h"
 #include "planner/load_plan.h"
-#include "core/partition.h"
 #include "planner/save_plan.h"
-#include "core/checksum.h"
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
 
@@ -27,7 +27,7 @@ void BM_BuildLoadPlan(benchmark::State& state) {
   for (int64_t t = 0; t < tensors; ++t) {
     TensorMetadata meta{DType::kFloat32, {rows, cols}, {}};
     for (int64_t r = 0; r < rows; ++r)
-      meta.chunks.push_back({{r, 0}, {1, cols}, 0, cols * 4, 0});
+      meta.chunks.push_back({Box{{r, 0}, {1, cols}}, 0, cols * 4, 0});
     const std::string key = std::string("t").append(std::to_string(t));
     stored[key] = std::move(meta);
     for (int k = 0; k < ranks; ++k) {
@@ -170,7 +170,7 @@ CheckpointMetadata MetadataSample(int64_t tensors, int64_t rows,
         const auto writer = static_cast<int32_t>(
             (t * 8 + c + 128 * static_cast<int64_t>(next >> 50)) % world);
         tensor.chunks.push_back(
-            {{r * 16, c * 1024}, {16, 1024}, writer, 16 * 1024 * 2, next});
+            {Box{{r * 16, c * 1024}, {16, 1024}}, writer, 16 * 1024 * 2, next});
       }
     }
     meta.info.nbytes += rows * 16 * 8192 * 2;

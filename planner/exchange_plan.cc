@@ -54,7 +54,8 @@ class Planner {
     for (size_t r = 0; r < plan_.reads.size(); ++r) {
       const size_t begin = i;
       while (i < plan_.items.size() && plan_.items[i].read == r) ++i;
-      CKPTDB_ASSERT(r == 0 || plan_.reads[r - 1].position <= plan_.reads[r].position);
+      CKPTDB_ASSERT(r == 0 ||
+                    plan_.reads[r - 1].position <= plan_.reads[r].position);
       AddRead(r, begin, i);
     }
     Finish();
@@ -138,7 +139,7 @@ class Planner {
     const ReadItem& item = plan_.items[begin];
     const TensorMetadata& tensor = Tensor(r);
     if (item.dest_rank != rank_ ||
-        item.lengths != tensor.chunks[plan_.reads[r].chunk].local_shape)
+        item.lengths != tensor.chunks[plan_.reads[r].chunk].box.shape)
       return std::nullopt;
     return LandsInPlace(item, tensor.dtype);
   }
@@ -235,7 +236,7 @@ class Planner {
       const ReadItem& item = plan_.items[m.slices[0].item];
       const TensorMetadata& tensor = Tensor(item.read);
       m.in_place = ContiguousRun(
-          tensor.chunks[plan_.reads[item.read].chunk].local_shape,
+          tensor.chunks[plan_.reads[item.read].chunk].box.shape,
           item.storage_offset, item.lengths, DTypeSize(tensor.dtype));
     }
     round.recvs = LayOutMessages(in_list_, in_.own_message_bytes,
@@ -293,7 +294,7 @@ class Planner {
       }
       if (index > UINT32_MAX) return {};
       to.index = static_cast<uint32_t>(index);
-      ForEachRunPair(chunk.local_shape, item.storage_offset, *dst_shape,
+      ForEachRunPair(chunk.box.shape, item.storage_offset, *dst_shape,
                      dst_offset, item.lengths, elem, [&](const RunPair& p) {
                        ScatterRun run = to;
                        run.offset += p.dst;

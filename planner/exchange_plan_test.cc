@@ -81,7 +81,7 @@ Case RandomCase(std::mt19937& rng) {
     std::sort(cells.begin(), cells.end());  // stored order: by offset
     for (const Box& cell : cells) {
       const uint64_t n = cell.volume() * DTypeSize(meta.dtype);
-      meta.chunks.push_back({cell.origin, cell.shape, 0, n, 0});
+      meta.chunks.push_back({Box{cell.origin, cell.shape}, 0, n, 0});
       c.max_chunk = std::max(c.max_chunk, n);
     }
     total += whole.volume() * DTypeSize(meta.dtype);
@@ -287,7 +287,7 @@ class ExchangePlanPropertyTest : public ::testing::TestWithParam<int> {
       int64_t k = 0;  // element within the item's box, row-major
       uint64_t last_src = 0, last_dst = 0;
       ForEachElement(box, [&](const Shape& x) {
-        const uint64_t src = Linear(chunk.local_shape, x) * elem;
+        const uint64_t src = Linear(chunk.box.shape, x) * elem;
         uint64_t dst = copy.offset + k++ * elem;
         if (target != nullptr) {
           Shape y(x.size());
@@ -510,7 +510,7 @@ TEST_P(ExchangePlanPropertyTest, InPlaceExactlyWhereOneRun) {
         const auto& chunk = Tensor(item.read).chunks[Read(item.read).chunk];
         std::optional<uint64_t> want;
         if (!m.packed) {
-          want = BruteRun(chunk.local_shape, item.storage_offset, item.lengths,
+          want = BruteRun(chunk.box.shape, item.storage_offset, item.lengths,
                           DTypeSize(Tensor(item.read).dtype));
         }
         EXPECT_EQ(m.in_place, want);
@@ -526,7 +526,7 @@ TEST_P(ExchangePlanPropertyTest, InPlaceExactlyWhereOneRun) {
           const OwnTarget& t = c_.own[rank][item.target];
           if (t.on_host && t.dtype == stored &&
               item.lengths ==
-                  Tensor(read.read).chunks[Read(read.read).chunk].local_shape) {
+                  Tensor(read.read).chunks[Read(read.read).chunk].box.shape) {
             want = BruteRun(t.box.shape, item.dest_offset, item.lengths,
                             DTypeSize(stored));
           }

@@ -238,8 +238,7 @@ void CheckDelivered(const Shape& shape, const TensorMetadata& stored,
         Box{Shape(item.lengths.size(), 0), item.lengths}, [&](const Shape& i) {
           Shape from_chunk(i.size()), global(i.size());
           for (size_t d = 0; d < i.size(); ++d) {
-            from_chunk[d] =
-                chunk.global_offset[d] + item.storage_offset[d] + i[d];
+            from_chunk[d] = chunk.box.origin[d] + item.storage_offset[d] + i[d];
             global[d] = box.origin[d] + item.dest_offset[d] + i[d];
           }
           ASSERT_EQ(from_chunk, global);
@@ -270,8 +269,7 @@ void CheckReshard(int seed) {
   ASSERT_TRUE(save.ok()) << save.status().ToString();
   TensorMetadata stored{DType::kInt16, shape, {}};
   for (const PlannedChunk& c : save->tensors.at(0).chunks) {
-    stored.chunks.push_back(
-        {c.box.origin, c.box.shape, c.writer_rank, c.nbytes, 0});
+    stored.chunks.push_back({c.box, c.writer_rank, c.nbytes, 0});
   }
   const std::map<std::string, TensorMetadata> tensors = {{"t", stored}};
 

@@ -10,9 +10,8 @@ namespace {
 // chunk with box `box`, may hold the same bytes: the same box, a content hash
 // recorded, written by a rank of this world.
 bool Comparable(const ChunkMetadata& stored, const Box& box, int32_t world) {
-  return stored.global_offset == box.origin &&
-         stored.local_shape == box.shape && stored.content_hash &&
-         stored.writer_rank < world;
+  return stored.box.origin == box.origin && stored.box.shape == box.shape &&
+         stored.content_hash && stored.writer_rank < world;
 }
 
 }  // namespace
@@ -29,7 +28,7 @@ const ChunkMetadata* CandidateChunk(const PreviousCheckpoint& previous,
   // Chunks are sorted by global offset.
   auto at = std::lower_bound(chunks.begin(), chunks.end(), box.origin,
                              [](const ChunkMetadata& c, const Shape& offset) {
-                               return c.global_offset < offset;
+                               return c.box.origin < offset;
                              });
   if (at == chunks.end() || !Comparable(*at, box, world)) return nullptr;
   return &*at;
@@ -58,11 +57,8 @@ Status CheckReferences(const std::map<std::string, TensorMetadata>& tensors,
       const ChunkMetadata* candidate = nullptr;
       if (comparable && chunk.content_hash) {
         const auto& old = found->second.chunks;
-        while (j < old.size() && old[j].global_offset < chunk.global_offset)
-          ++j;
-        if (j < old.size() &&
-            Comparable(old[j], Box{chunk.global_offset, chunk.local_shape},
-                       world))
+        while (j < old.size() && old[j].box.origin < chunk.box.origin) ++j;
+        if (j < old.size() && Comparable(old[j], chunk.box, world))
           candidate = &old[j];
       }
       const ChunkSource want =
@@ -74,7 +70,7 @@ Status CheckReferences(const std::map<std::string, TensorMetadata>& tensors,
         continue;
       std::ostringstream what;
       what << "the chunk of '" << key << "' at offset "
-           << ShapeToString(chunk.global_offset)
+           << ShapeToString(chunk.box.origin)
            << " refers to the bytes written by rank " << chunk.writer_rank
            << " in checkpoint id " << chunk.holder_id << ", but checkpoint id "
            << previous.id << ", which it was compared with, "

@@ -11,8 +11,8 @@ PreviousCheckpoint TwoChunks() {
   TensorMetadata& t = previous.tensors["w"];
   t.dtype = DType::kFloat32;
   t.global_shape = {4, 2};
-  t.chunks.push_back({{0, 0}, {2, 2}, 1, 16, 111, 0, ContentHash{1, 2}});
-  t.chunks.push_back({{2, 0}, {2, 2}, 0, 16, 222, 3, ContentHash{3, 4}});
+  t.chunks.push_back({Box{{0, 0}, {2, 2}}, 1, 16, 111, 0, ContentHash{1, 2}});
+  t.chunks.push_back({Box{{2, 0}, {2, 2}}, 0, 16, 222, 3, ContentHash{3, 4}});
   return previous;
 }
 
@@ -74,8 +74,8 @@ std::map<std::string, TensorMetadata> ReferringRecord() {
   TensorMetadata& t = tensors["w"];
   t.dtype = DType::kFloat32;
   t.global_shape = {4, 2};
-  t.chunks.push_back({{0, 0}, {2, 2}, 1, 16, 111, 7, ContentHash{1, 2}});
-  t.chunks.push_back({{2, 0}, {2, 2}, 0, 16, 222, 3, ContentHash{3, 4}});
+  t.chunks.push_back({Box{{0, 0}, {2, 2}}, 1, 16, 111, 7, ContentHash{1, 2}});
+  t.chunks.push_back({Box{{2, 0}, {2, 2}}, 0, 16, 222, 3, ContentHash{3, 4}});
   return tensors;
 }
 
@@ -109,7 +109,7 @@ TEST(IncrementalTest, AReferenceOtherThanTheDecisionFailsTheCheck) {
   t["w"].chunks[0].content_hash = ContentHash{1, 3};
   expect_fails(t, "content hash");
   t = ReferringRecord();
-  t["w"].chunks[1].global_offset = {1, 0};
+  t["w"].chunks[1].box.origin = {1, 0};
   expect_fails(t, "no chunk at that offset");
   t = ReferringRecord();
   t["w"].global_shape = {4, 3};

@@ -6,8 +6,8 @@ namespace ckptdb::planner {
 namespace {
 
 std::string ChunkName(const ChunkMetadata& c) {
-  return "chunk at offset " + ShapeToString(c.global_offset) + " shape " +
-         ShapeToString(c.local_shape) + " (writer rank " +
+  return "chunk at offset " + ShapeToString(c.box.origin) + " shape " +
+         ShapeToString(c.box.shape) + " (writer rank " +
          std::to_string(c.writer_rank) + ")";
 }
 
@@ -50,17 +50,17 @@ std::vector<std::string> LayoutProblems(const std::string& key,
   std::vector<Box> boxes;
   boxes.reserve(t.chunks.size());
   for (const ChunkMetadata& c : t.chunks) {
-    boxes.push_back({c.global_offset, c.local_shape});
+    boxes.push_back({c.box.origin, c.box.shape});
     if (CheckBoxInside(t.global_shape, boxes.back()) != PartitionError::kNone) {
       problems.push_back(name + ": " + ChunkName(c) + " lies outside " +
                          ShapeToString(t.global_shape));
       continue;
     }
     const uint64_t expected =
-        static_cast<uint64_t>(NumElements(c.local_shape)) * DTypeSize(t.dtype);
+        static_cast<uint64_t>(NumElements(c.box.shape)) * DTypeSize(t.dtype);
     if (c.nbytes != expected) {
       problems.push_back(name + ": chunk at offset " +
-                         ShapeToString(c.global_offset) + " records " +
+                         ShapeToString(c.box.origin) + " records " +
                          std::to_string(c.nbytes) + " bytes, its box holds " +
                          std::to_string(expected));
     }

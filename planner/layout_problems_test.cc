@@ -10,7 +10,8 @@ TensorMetadata Rows(std::vector<std::pair<int64_t, int64_t>>
   TensorMetadata t;
   t.global_shape = {10, 4};
   for (auto [b, n] : rows) {
-    t.chunks.push_back({{b, 0}, {n, 4}, 0, static_cast<uint64_t>(n) * 16, 0});
+    t.chunks.push_back(
+        {Box{{b, 0}, {n, 4}}, 0, static_cast<uint64_t>(n) * 16, 0});
   }
   return t;
 }
@@ -18,7 +19,7 @@ TensorMetadata Rows(std::vector<std::pair<int64_t, int64_t>>
 TEST(LayoutProblemsTest, ExactPartitionIsFine) {
   EXPECT_TRUE(LayoutProblems("w", Rows({{0, 3}, {3, 7}})).empty());
   TensorMetadata scalar;
-  scalar.chunks.push_back({{}, {}, 0, 4, 0});
+  scalar.chunks.push_back({Box{{}, {}}, 0, 4, 0});
   EXPECT_TRUE(LayoutProblems("s", scalar).empty());
 }
 

@@ -59,7 +59,7 @@ struct StoredTensor {
     std::vector<BoxIndex::Ref> refs;
     refs.reserve(m.chunks.size());
     for (const ChunkMetadata& c : m.chunks)
-      refs.push_back({&c.global_offset, &c.local_shape});
+      refs.push_back({&c.box.origin, &c.box.shape});
     return refs;
   }
 };
@@ -125,7 +125,7 @@ void EmitRead(const std::string& key, const StoredTensor& stored, size_t chunk,
     const Shape& target_offset =
         targets_of_rank_class[class_of(need.dest_rank)][need.target].box.origin;
     plan->items.push_back({read, need.dest_rank, need.target,
-                           Sub(need.common.origin, c.global_offset),
+                           Sub(need.common.origin, c.box.origin),
                            Sub(need.common.origin, target_offset),
                            std::move(need.common.shape)});
   }
@@ -330,11 +330,10 @@ Result<LoadPlan> BuildRankLoadPlan(
       const ChunkMetadata& chunk = meta.chunks[c];
       hits.clear();
       needer_classes.clear();
-      targets.ForEachOverlap(Box{chunk.global_offset, chunk.local_shape},
-                             [&](size_t b, const Box& common) {
-                               hits.emplace_back(owners[b], common);
-                               needer_classes.push_back(owners[b].cls);
-                             });
+      targets.ForEachOverlap(chunk.box, [&](size_t b, const Box& common) {
+        hits.emplace_back(owners[b], common);
+        needer_classes.push_back(owners[b].cls);
+      });
       std::sort(needer_classes.begin(), needer_classes.end());
       needer_classes.erase(
           std::unique(needer_classes.begin(), needer_classes.end()),

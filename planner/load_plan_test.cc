@@ -13,11 +13,11 @@ TensorMetadata RowChunks(Shape global, int64_t rows_per_chunk,
   const int64_t row = NumElements(global) / global[0];
   for (int64_t r = 0; r < global[0]; r += rows_per_chunk) {
     ChunkMetadata c;
-    c.global_offset = Shape(global.size(), 0);
-    c.global_offset[0] = r;
-    c.local_shape = global;
-    c.local_shape[0] = std::min(rows_per_chunk, global[0] - r);
-    c.nbytes = static_cast<uint64_t>(c.local_shape[0] * row) * DTypeSize(dtype);
+    c.box.origin = Shape(global.size(), 0);
+    c.box.origin[0] = r;
+    c.box.shape = global;
+    c.box.shape[0] = std::min(rows_per_chunk, global[0] - r);
+    c.nbytes = static_cast<uint64_t>(c.box.shape[0] * row) * DTypeSize(dtype);
     t.chunks.push_back(c);
   }
   return t;
@@ -57,7 +57,7 @@ TEST(LoadPlanTest, ReadsOnlyChunksThatOverlap) {
 TEST(LoadPlanTest, ZeroDimTensor) {
   TensorMetadata t;
   t.global_shape = {};
-  t.chunks.push_back({{}, {}, 0, 4, 0});
+  t.chunks.push_back({Box{{}, {}}, 0, 4, 0});
   auto plan = BuildLoadPlan({{"s", t}}, {{{"s", Box{}}}, {{"s", Box{}}}});
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->reads.size(), 1u);

@@ -80,8 +80,7 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
       EXPECT_TRUE(Contains(src.box, c.box));
       ForEachElement(c.box,
                      [&](const Shape& x) { ++count[Linear(t.shape, x)]; });
-      meta.chunks.push_back(
-          {c.box.origin, c.box.shape, c.writer_rank, c.nbytes, 0});
+      meta.chunks.push_back({c.box, c.writer_rank, c.nbytes, 0});
     }
     for (int n : count) EXPECT_EQ(n, 1);
     stored[t.key] = std::move(meta);
@@ -108,9 +107,7 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
     for (const LoadTarget& target : targets[r]) {
       const auto& chunks = stored.at(target.flat_key).chunks;
       for (size_t c = 0; c < chunks.size(); ++c) {
-        if (target.box.volume() > 0 &&
-            Intersect(Box{chunks[c].global_offset, chunks[c].local_shape},
-                      target.box)) {
+        if (target.box.volume() > 0 && Intersect(chunks[c].box, target.box)) {
           needed.insert({target.flat_key, c});
         }
       }
@@ -149,14 +146,14 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
                 in_target(i.size());
             for (size_t d = 0; d < i.size(); ++d) {
               from_chunk[d] =
-                  chunk.global_offset[d] + item.storage_offset[d] + i[d];
+                  chunk.box.origin[d] + item.storage_offset[d] + i[d];
               from_target[d] =
                   target.box.origin[d] + item.dest_offset[d] + i[d];
               in_target[d] = item.dest_offset[d] + i[d];
             }
             EXPECT_EQ(from_chunk, from_target);
-            EXPECT_TRUE(Contains(Box{chunk.global_offset, chunk.local_shape},
-                                 Box{from_chunk, Shape(i.size(), 1)}));
+            EXPECT_TRUE(
+                Contains(chunk.box, Box{from_chunk, Shape(i.size(), 1)}));
             ++count[item.target][Linear(target.box.shape, in_target)];
           });
     }

@@ -126,8 +126,8 @@ TEST_P(RankPlanPropertyTest, LoadPartsMakeTheGlobalPlan) {
     TensorMetadata meta{t.dtype, t.shape, {}};
     for (const Box& cell : cells) {
       meta.chunks.push_back(
-          {cell.origin, cell.shape, 0,
-           static_cast<uint64_t>(cell.volume()) * DTypeSize(t.dtype), 0});
+          {cell, 0, static_cast<uint64_t>(cell.volume()) * DTypeSize(t.dtype),
+           0});
     }
     stored[t.key] = std::move(meta);
   }

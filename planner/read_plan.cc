@@ -87,7 +87,7 @@ Result<BoxReadPlan> PlanBoxRead(const std::string& key,
   std::vector<BoxIndex::Ref> refs;
   refs.reserve(tensor.chunks.size());
   for (const ChunkMetadata& c : tensor.chunks) {
-    refs.push_back({&c.global_offset, &c.local_shape});
+    refs.push_back({&c.box.origin, &c.box.shape});
   }
   const BoxIndex chunks(std::move(refs), tensor.global_shape.size());
   chunks.ForEachOverlap(plan.box, [&](size_t chunk, const Box& common) {

@@ -15,8 +15,7 @@ TensorMetadata Tensor(Shape shape, const std::vector<Box>& chunks) {
   TensorMetadata t;
   t.global_shape = std::move(shape);
   for (const Box& b : chunks) {
-    t.chunks.push_back(
-        {b.origin, b.shape, 0, static_cast<uint64_t>(b.volume()) * 4, 0});
+    t.chunks.push_back({b, 0, static_cast<uint64_t>(b.volume()) * 4, 0});
   }
   return t;
 }

@@ -109,33 +109,32 @@ std::string EncodeBoxStream(const Shape& global_shape,
   const ChunkMetadata* prev = nullptr;
   int32_t prev_writer = 0;
   for (const ChunkMetadata* c : chunks) {
-    CKPTDB_ASSERT(c->global_offset.size() == n && c->local_shape.size() == n);
+    CKPTDB_ASSERT(c->box.origin.size() == n && c->box.shape.size() == n);
     if (prev != nullptr) {
       for (size_t d = 0; d < n; ++d) {
-        predicted[d] = At(prev->global_offset, d);
-        prev_shape[d] = At(prev->local_shape, d);
+        predicted[d] = At(prev->box.origin, d);
+        prev_shape[d] = At(prev->box.shape, d);
       }
       Advance(global_shape, prev_shape.data(), n, predicted.data());
     }
     uint8_t flags = 0;
     for (size_t d = 0; d < n; ++d) {
-      const int64_t offset = At(c->global_offset, d);
+      const int64_t offset = At(c->box.origin, d);
       if (offset != predicted[d]) flags |= kOffsetGiven;
-      if (At(c->local_shape, d) !=
-          Clipped(reference[d], global_shape[d], offset))
+      if (At(c->box.shape, d) != Clipped(reference[d], global_shape[d], offset))
         flags |= kShapeGiven;
     }
     if (c->writer_rank != prev_writer) flags |= kWriterGiven;
     out.push_back(static_cast<char>(flags));
     if (flags & kOffsetGiven) {
       for (size_t d = 0; d < n; ++d) {
-        PutVarint(&out, ZigZag(static_cast<uint64_t>(At(c->global_offset, d)) -
+        PutVarint(&out, ZigZag(static_cast<uint64_t>(At(c->box.origin, d)) -
                                static_cast<uint64_t>(predicted[d])));
       }
     }
     if (flags & kShapeGiven) {
       for (size_t d = 0; d < n; ++d) {
-        reference[d] = At(c->local_shape, d);
+        reference[d] = At(c->box.shape, d);
         PutVarint(&out, static_cast<uint64_t>(reference[d]));
       }
     }
@@ -199,10 +198,10 @@ Status DecodeBoxStream(std::string_view bytes, const Shape& global_shape,
       writer = static_cast<int32_t>(v);
     }
     ChunkMetadata& chunk = (*chunks)[i];
-    chunk.global_offset.assign(offset, offset + n);
-    chunk.local_shape.assign(shape, shape + n);
+    chunk.box.origin.assign(offset, offset + n);
+    chunk.box.shape.assign(shape, shape + n);
     chunk.writer_rank = writer;
-    if (!CheckedVolume(chunk.local_shape, elem_size, &chunk.nbytes))
+    if (!CheckedVolume(chunk.box.shape, elem_size, &chunk.nbytes))
       return Bad(what, i, "too large");
   }
   if (in.left() != 0) {

@@ -185,18 +185,17 @@ Result<ChunkMetadata> ReadChunk(Chunk::Reader c, const std::string& what,
                                 DType dtype, int32_t world_size) {
   ChunkMetadata chunk;
   CKPTDB_ASSIGN_OR_RETURN(
-      chunk.global_offset,
-      ReadShape(c.getGlobalOffset(), what + " chunk offset"));
-  CKPTDB_ASSIGN_OR_RETURN(chunk.local_shape,
+      chunk.box.origin, ReadShape(c.getGlobalOffset(), what + " chunk offset"));
+  CKPTDB_ASSIGN_OR_RETURN(chunk.box.shape,
                           ReadShape(c.getLocalShape(), what + " chunk shape"));
   uint64_t elems = 0;
-  if (!CheckedVolume(chunk.local_shape, 1, &elems))
+  if (!CheckedVolume(chunk.box.shape, 1, &elems))
     return Bad(what + " chunk is too large");
   chunk.writer_rank = c.getWriterRank();
   chunk.nbytes = c.getNbytes();
   chunk.checksum = c.getChecksum();
   if (chunk.nbytes != elems * DTypeSize(dtype)) {
-    return Bad(what + " chunk at " + ShapeToString(chunk.global_offset) +
+    return Bad(what + " chunk at " + ShapeToString(chunk.box.origin) +
                " records " + std::to_string(chunk.nbytes) + " bytes for " +
                std::to_string(elems) + " elements");
   }
@@ -209,8 +208,8 @@ Result<ChunkMetadata> ReadChunk(Chunk::Reader c, const std::string& what,
 
 // "chunk at [2, 0] of shape [2, 2] (writer rank 1)".
 std::string ChunkName(const ChunkMetadata& c) {
-  return "chunk at " + ShapeToString(c.global_offset) + " of shape " +
-         ShapeToString(c.local_shape) + " (writer rank " +
+  return "chunk at " + ShapeToString(c.box.origin) + " of shape " +
+         ShapeToString(c.box.shape) + " (writer rank " +
          std::to_string(c.writer_rank) + ")";
 }
 
@@ -253,14 +252,14 @@ Status CheckChunkLayout(const std::string& what, const Shape& global_shape,
   // The boxes borrow the chunks' extents for the check.
   std::vector<planner::Box> boxes(chunks.size());
   for (size_t i = 0; i < chunks.size(); ++i) {
-    boxes[i].origin = std::move(chunks[i].global_offset);
-    boxes[i].shape = std::move(chunks[i].local_shape);
+    boxes[i].origin = std::move(chunks[i].box.origin);
+    boxes[i].shape = std::move(chunks[i].box.shape);
   }
   const planner::PartitionProblem problem =
       planner::CheckPartition(global_shape, boxes);
   for (size_t i = 0; i < chunks.size(); ++i) {
-    chunks[i].global_offset = std::move(boxes[i].origin);
-    chunks[i].local_shape = std::move(boxes[i].shape);
+    chunks[i].box.origin = std::move(boxes[i].origin);
+    chunks[i].box.shape = std::move(boxes[i].shape);
   }
   return LayoutError(what, global_shape, chunks, problem);
 }
@@ -290,7 +289,7 @@ Result<Value> ReadValue(SmallValue::Reader v, const std::string& key) {
 // Sorts chunks by global offset (already sorted when written by this code).
 void SortChunks(std::vector<ChunkMetadata>& chunks) {
   auto by_offset = [](const ChunkMetadata& a, const ChunkMetadata& b) {
-    return a.global_offset < b.global_offset;
+    return a.box.origin < b.box.origin;
   };
   if (!std::is_sorted(chunks.begin(), chunks.end(), by_offset))
     std::sort(chunks.begin(), chunks.end(), by_offset);
@@ -480,10 +479,10 @@ void SetChunksV1(ListBuilder chunks, const std::vector<ChunkMetadata>& from) {
     const ChunkMetadata& chunk = from[c];
     auto cb = chunks[c];
     SetShape(
-        cb.initGlobalOffset(static_cast<unsigned>(chunk.global_offset.size())),
-        chunk.global_offset);
-    SetShape(cb.initLocalShape(static_cast<unsigned>(chunk.local_shape.size())),
-             chunk.local_shape);
+        cb.initGlobalOffset(static_cast<unsigned>(chunk.box.origin.size())),
+        chunk.box.origin);
+    SetShape(cb.initLocalShape(static_cast<unsigned>(chunk.box.shape.size())),
+             chunk.box.shape);
     cb.setWriterRank(chunk.writer_rank);
     cb.setNbytes(chunk.nbytes);
     cb.setChecksum(chunk.checksum);
@@ -609,7 +608,7 @@ std::string EncodeTensorRecord(int64_t checkpoint_id, const std::string& key,
   for (size_t i = 0; i < sorted.size(); ++i) sorted[i] = &tensor.chunks[i];
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](const ChunkMetadata* a, const ChunkMetadata* b) {
-                     return a->global_offset < b->global_offset;
+                     return a->box.origin < b->box.origin;
                    });
   const std::string boxes = EncodeBoxStream(tensor.global_shape, sorted);
   // Room for the header, the key, the boxes and the checksums in one segment.

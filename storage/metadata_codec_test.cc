@@ -26,10 +26,10 @@ CheckpointMetadata Sample() {
   meta.info.created = 1700000000.5;
   meta.info.world_size = 2;
   TensorMetadata w{DType::kBFloat16, {4, 2}, {}};
-  w.chunks.push_back({{2, 0}, {2, 2}, 1, 8, 0xabc});
-  w.chunks.push_back({{0, 0}, {2, 2}, 0, 8, 0xdef});
+  w.chunks.push_back({Box{{2, 0}, {2, 2}}, 1, 8, 0xabc});
+  w.chunks.push_back({Box{{0, 0}, {2, 2}}, 0, 8, 0xdef});
   meta.tensors["model.w"] = w;
-  meta.tensors["s"] = TensorMetadata{DType::kFloat64, {}, {{{}, {}, 0, 8, 1}}};
+  meta.tensors["s"] = TensorMetadata{DType::kFloat64, {}, {{Box{}, 0, 8, 1}}};
   meta.tensors["e"] = TensorMetadata{DType::kInt8, {0, 3}, {}};
   meta.info.nbytes = 24;
   meta.info.num_tensors = 3;
@@ -59,12 +59,12 @@ std::vector<Records> BothFormats(const CheckpointMetadata& meta) {
 void ExpectSameChunks(const std::vector<ChunkMetadata>& got,
                       std::vector<ChunkMetadata> want, const std::string& ctx) {
   std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) {
-    return a.global_offset < b.global_offset;
+    return a.box.origin < b.box.origin;
   });
   ASSERT_EQ(got.size(), want.size()) << ctx;
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].global_offset, want[i].global_offset) << ctx << " #" << i;
-    EXPECT_EQ(got[i].local_shape, want[i].local_shape) << ctx << " #" << i;
+    EXPECT_EQ(got[i].box.origin, want[i].box.origin) << ctx << " #" << i;
+    EXPECT_EQ(got[i].box.shape, want[i].box.shape) << ctx << " #" << i;
     EXPECT_EQ(got[i].writer_rank, want[i].writer_rank) << ctx << " #" << i;
     EXPECT_EQ(got[i].nbytes, want[i].nbytes) << ctx << " #" << i;
     EXPECT_EQ(got[i].checksum, want[i].checksum) << ctx << " #" << i;
@@ -223,7 +223,7 @@ void ExpectCorruption(const CheckpointMetadata& meta, const std::string& needle,
 
 TEST(MetadataCodecTest, RejectsInconsistentRecords) {
   CheckpointMetadata meta = Sample();
-  meta.tensors["model.w"].chunks[0].global_offset = {3, 0};
+  meta.tensors["model.w"].chunks[0].box.origin = {3, 0};
   ExpectCorruption(meta, "outside its shape");
   meta = Sample();
   meta.tensors["model.w"].chunks[0].nbytes = 9;  // format 2 stores no sizes
@@ -241,7 +241,7 @@ TEST(MetadataCodecTest, RejectsInconsistentRecords) {
   meta.info.nbytes = 1;
   ExpectCorruption(meta, "the record says 1");
   meta = Sample();
-  meta.tensors["model.w"].chunks[0].local_shape = {2, 3};
+  meta.tensors["model.w"].chunks[0].box.shape = {2, 3};
   meta.tensors["model.w"].chunks[0].nbytes = 12;
   ExpectCorruption(meta, "outside its shape");
 }
@@ -250,13 +250,13 @@ TEST(MetadataCodecTest, RejectsOverlapThatHidesAGapOfTheSameVolume) {
   // Rows [0, 2) and [1, 3) of [4, 2]: 8 elements held, as many as the tensor
   // has, but row 1 twice and row 3 never.
   CheckpointMetadata meta = Sample();
-  meta.tensors["model.w"].chunks[0].global_offset = {1, 0};
+  meta.tensors["model.w"].chunks[0].box.origin = {1, 0};
   ExpectCorruption(meta, "tensor 'model.w'");
   ExpectCorruption(meta, "overlap");
   ExpectCorruption(meta, "[1, 0]");
   // A chunk of no element was never written: a damaged record.
   meta = Sample();
-  meta.tensors["model.w"].chunks.push_back({{4, 0}, {0, 2}, 0, 0, 0});
+  meta.tensors["model.w"].chunks.push_back({Box{{4, 0}, {0, 2}}, 0, 0, 0});
   ExpectCorruption(meta, "empty chunk at [4, 0]");
 }
 
@@ -416,8 +416,8 @@ TensorMetadata RandomTensor(std::mt19937& rng, int32_t world) {
   std::shuffle(boxes.begin(), boxes.end(), rng);
   for (const planner::Box& b : boxes) {
     ChunkMetadata c;
-    c.global_offset = b.origin;
-    c.local_shape = b.shape;
+    c.box.origin = b.origin;
+    c.box.shape = b.shape;
     c.writer_rank = rng() % 3 ? static_cast<int32_t>(rng() % world) : 0;
     c.nbytes = NumElements(b.shape) * DTypeSize(t.dtype);
     c.checksum = (uint64_t{rng()} << 32) | rng();
@@ -469,9 +469,7 @@ CheckpointMetadata Grid(int64_t rows, int64_t cols, int32_t world) {
       const Shape shape = {8,
                            std::min<int64_t>(128, t.global_shape[1] - c * 128)};
       t.chunks.push_back(
-          {{r * 8, c * 128},
-           shape,
-           writer,
+          {Box{{r * 8, c * 128}, shape}, writer,
            static_cast<uint64_t>(NumElements(shape) * 2),
            0x9e3779b97f4a7c15ull * static_cast<uint64_t>(r * cols + c)});
       writer = (writer + 131) % world;

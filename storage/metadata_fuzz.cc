@@ -24,7 +24,7 @@ const MainRecord& FixedMain() {
     CheckpointMetadata meta;
     meta.info.id = 7;
     meta.info.world_size = 300;
-    meta.tensors["a"] = {DType::kFloat32, {}, {{{}, {}, 299, 4, 1}}};
+    meta.tensors["a"] = {DType::kFloat32, {}, {{Box{}, 299, 4, 1}}};
     meta.tensors["b"] = {DType::kInt8, {0, 2}, {}};
     meta.tensors["c"] = {DType::kBFloat16,
                          {6, 4},

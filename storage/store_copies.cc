@@ -188,7 +188,7 @@ Status StoreImpl::ReadThroughCopy(int64_t checkpoint_id,
     }
   }
   const std::string what = "chunk of tensor '" + std::string(tensor_key) +
-                           "' at offset " + ShapeToString(chunk.global_offset) +
+                           "' at offset " + ShapeToString(chunk.box.origin) +
                            " (checkpoint id " + std::to_string(checkpoint_id) +
                            ")";
   const std::optional<std::pair<bool, uint64_t>> at =

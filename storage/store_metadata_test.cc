@@ -47,12 +47,13 @@ Result<CheckpointMetadata> CommitSample(Store& store, int ranks) {
       CKPTDB_ASSIGN_OR_RETURN(
           uint64_t sum,
           writer->Add(key, {begin}, bytes.substr(begin, end - begin)));
-      meta.tensors[key].chunks.push_back(
-          {{begin}, {end - begin}, r, static_cast<uint64_t>(end - begin), sum});
+      meta.tensors[key].chunks.push_back({Box{{begin}, {end - begin}}, r,
+                                          static_cast<uint64_t>(end - begin),
+                                          sum});
     }
     if (r + 1 == ranks) {
       CKPTDB_ASSIGN_OR_RETURN(uint64_t sum, writer->Add("s", {}, "s"));
-      meta.tensors["s"].chunks.push_back({{}, {}, r, 1, sum});
+      meta.tensors["s"].chunks.push_back({Box{{}, {}}, r, 1, sum});
     }
     CKPTDB_ASSIGN_OR_RETURN(std::string file, writer->Finish());
     if (!file.empty()) files.push_back(file);
@@ -115,8 +116,8 @@ void ExpectChunksEqual(const TensorMetadata& got, const TensorMetadata& want,
                        const std::string& key) {
   ASSERT_EQ(got.chunks.size(), want.chunks.size()) << key;
   for (size_t i = 0; i < got.chunks.size(); ++i) {
-    EXPECT_EQ(got.chunks[i].global_offset, want.chunks[i].global_offset) << key;
-    EXPECT_EQ(got.chunks[i].local_shape, want.chunks[i].local_shape) << key;
+    EXPECT_EQ(got.chunks[i].box.origin, want.chunks[i].box.origin) << key;
+    EXPECT_EQ(got.chunks[i].box.shape, want.chunks[i].box.shape) << key;
     EXPECT_EQ(got.chunks[i].writer_rank, want.chunks[i].writer_rank) << key;
     EXPECT_EQ(got.chunks[i].nbytes, want.chunks[i].nbytes) << key;
     EXPECT_EQ(got.chunks[i].checksum, want.chunks[i].checksum) << key;

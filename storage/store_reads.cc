@@ -35,13 +35,13 @@ int64_t StoredIn(int64_t id, const ChunkMetadata& chunk) {
 std::string ChunkKey(int64_t id, std::string_view tensor_key,
                      const ChunkMetadata& chunk) {
   return EncodeChunkKey(StoredIn(id, chunk), chunk.writer_rank, tensor_key,
-                        chunk.global_offset);
+                        chunk.box.origin);
 }
 
 std::string ChunkName(int64_t id, std::string_view key,
                       const ChunkMetadata& chunk) {
   return "chunk of tensor '" + std::string(key) + "' at offset " +
-         ShapeToString(chunk.global_offset) + " (checkpoint id " +
+         ShapeToString(chunk.box.origin) + " (checkpoint id " +
          std::to_string(id) +
          (chunk.holder_id != 0
               ? ", stored with checkpoint id " + std::to_string(chunk.holder_id)

@@ -326,7 +326,7 @@ TEST(StoreTest, LargeChunksAreReadStraightFromTheirFiles) {
       whole += buffer->bytes();
       ASSERT_TRUE((*store)
                       ->ReadChunkInto(meta.info.id, "w", chunk,
-                                      into.data() + chunk.global_offset[0])
+                                      into.data() + chunk.box.origin[0])
                       .ok());
     }
     EXPECT_TRUE(whole == payload) << read_only;
@@ -359,7 +359,7 @@ TEST(StoreTest, SmallAndLargeChunksOfOneFileReadBackExactly) {
     const int64_t at = static_cast<int64_t>(all.size());
     auto sum = (*writer)->Add("w", {at}, bytes);
     ASSERT_TRUE(sum.ok());
-    t.chunks.push_back({{at}, {n}, 0, static_cast<uint64_t>(n), *sum});
+    t.chunks.push_back({Box{{at}, {n}}, 0, static_cast<uint64_t>(n), *sum});
     all += bytes;
   }
   t.global_shape = {static_cast<int64_t>(all.size())};
@@ -371,13 +371,13 @@ TEST(StoreTest, SmallAndLargeChunksOfOneFileReadBackExactly) {
     auto buffer = (*store)->ReadChunk(1, "w", chunk);
     ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
     EXPECT_TRUE(buffer->bytes() == std::string_view(all).substr(
-                                       chunk.global_offset[0], chunk.nbytes));
+                                       chunk.box.origin[0], chunk.nbytes));
     if (chunk.nbytes == (300 << 10) || chunk.nbytes == (700 << 10)) {
       EXPECT_TRUE(buffer->read_directly()) << chunk.nbytes;
     }
     ASSERT_TRUE(
         (*store)
-            ->ReadChunkInto(1, "w", chunk, into.data() + chunk.global_offset[0])
+            ->ReadChunkInto(1, "w", chunk, into.data() + chunk.box.origin[0])
             .ok());
     // Scattered: pieces of every size down to 0 bytes, more of them than one
     // preadv takes, each written after a gap.
@@ -393,8 +393,8 @@ TEST(StoreTest, SmallAndLargeChunksOfOneFileReadBackExactly) {
     ASSERT_TRUE((*store)->ReadChunkScattered(1, "w", chunk, pieces).ok());
     std::string joined;
     for (const ChunkPiece& p : pieces) joined.append(p.data, p.size);
-    EXPECT_TRUE(joined == std::string_view(all).substr(chunk.global_offset[0],
-                                                       chunk.nbytes))
+    EXPECT_TRUE(joined ==
+                std::string_view(all).substr(chunk.box.origin[0], chunk.nbytes))
         << chunk.nbytes << " bytes in " << pieces.size() << " pieces";
   }
   EXPECT_TRUE(into == all);
@@ -601,7 +601,7 @@ TEST(StoreTest, ReadingACheckpointDeletedMeanwhileIsNotFound) {
   auto kept = SaveBytes(**writer, "ghijkl", 2);
   ASSERT_TRUE(kept.ok());
   ChunkMetadata elsewhere = kept->tensors.at("w").chunks[0];
-  elsewhere.global_offset = {1};
+  elsewhere.box.origin = {1};
   ASSERT_TRUE((*reader)->Refresh().ok());
   auto missing = (*reader)->ReadChunk(kept->info.id, "w", elsewhere);
   EXPECT_TRUE(missing.status().IsCorruption()) << missing.status().ToString();

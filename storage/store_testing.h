@@ -39,7 +39,8 @@ inline Result<CheckpointMetadata> SaveBytes(
     CKPTDB_ASSIGN_OR_RETURN(
         uint64_t sum,
         writer->Add("w", {begin}, std::string_view(bytes).substr(begin, len)));
-    t.chunks.push_back({{begin}, {len}, r, static_cast<uint64_t>(len), sum});
+    t.chunks.push_back(
+        {Box{{begin}, {len}}, r, static_cast<uint64_t>(len), sum});
     CKPTDB_ASSIGN_OR_RETURN(std::string file, writer->Finish());
     files.push_back(file);
   }

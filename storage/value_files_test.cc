@@ -160,7 +160,7 @@ TEST(ValueFileTest, LargeChunksLiveInValueFilesThatDeleteRemoves) {
   for (const auto& chunk : meta->tensors.at("w").chunks) {
     ASSERT_TRUE((*store)
                     ->ReadChunkInto(meta->info.id, "w", chunk,
-                                    into.data() + chunk.global_offset[0])
+                                    into.data() + chunk.box.origin[0])
                     .ok());
     EXPECT_TRUE((*store)->VerifyChunk(meta->info.id, "w", chunk).ok());
   }
@@ -254,7 +254,8 @@ TEST(ValueFileTest, CommitRefusesAStagedFileWhoseValueFileIsGone) {
     ASSERT_TRUE(writer.ok());
     auto sum = (*writer)->Add("w", {0}, payload);
     ASSERT_TRUE(sum.ok());
-    t.chunks.push_back({{0}, {t.global_shape[0]}, 0, payload.size(), *sum});
+    t.chunks.push_back(
+        {Box{{0}, {t.global_shape[0]}}, 0, payload.size(), *sum});
     auto staged = (*writer)->Finish();
     ASSERT_TRUE(staged.ok());
     const std::string file = ValueFileOfRank(dir.path(), id, 0);
@@ -431,7 +432,7 @@ TEST(ValueFileTest, LargeChunksInTableFilesStillRead) {
         EXPECT_TRUE(buffer->read_directly());
         ASSERT_TRUE((*store)
                         ->ReadChunkInto(meta->info.id, "w", chunk,
-                                        into.data() + chunk.global_offset[0])
+                                        into.data() + chunk.box.origin[0])
                         .ok());
         EXPECT_TRUE((*store)->VerifyChunk(meta->info.id, "w", chunk).ok());
       }

@@ -190,8 +190,8 @@ json MetadataJson(const CheckpointMetadata& m) {
   for (const auto& [key, t] : m.tensors) {
     json chunks = json::array();
     for (const ChunkMetadata& c : t.chunks) {
-      chunks.push_back({{"global_offset", c.global_offset},
-                        {"local_shape", c.local_shape},
+      chunks.push_back({{"global_offset", c.box.origin},
+                        {"local_shape", c.box.shape},
                         {"rank", c.writer_rank},
                         {"nbytes", c.nbytes}});
     }
@@ -269,13 +269,13 @@ Result<Sharing> SharedBytes(DB& db, const CheckpointMetadata& m) {
                             db.GetMetadata(CheckpointSelector::Id(info.id)));
     for (const auto& [key, t] : later.tensors) {
       for (const ChunkMetadata& c : t.chunks) {
-        if (c.holder_id == m.info.id) used.emplace(key, c.global_offset);
+        if (c.holder_id == m.info.id) used.emplace(key, c.box.origin);
       }
     }
   }
   for (const auto& [key, t] : m.tensors) {
     for (const ChunkMetadata& c : t.chunks) {
-      if (c.holder_id == 0 && used.contains({key, c.global_offset}))
+      if (c.holder_id == 0 && used.contains({key, c.box.origin}))
         out.with_later += c.nbytes;
     }
   }
@@ -336,8 +336,8 @@ int Show(const std::string& path, const Selection& sel, bool as_json,
     for (const ChunkMetadata& c : t.chunks) {
       std::printf(
           "%*s    offset %-14s shape %-14s rank %-4d %10s  xxh3 %016llx%s\n",
-          static_cast<int>(width), "", ShapeToString(c.global_offset).c_str(),
-          ShapeToString(c.local_shape).c_str(), c.writer_rank,
+          static_cast<int>(width), "", ShapeToString(c.box.origin).c_str(),
+          ShapeToString(c.box.shape).c_str(), c.writer_rank,
           HumanBytes(c.nbytes).c_str(),
           static_cast<unsigned long long>(c.checksum),
           c.holder_id != 0

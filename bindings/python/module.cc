@@ -226,8 +226,8 @@ class PyDB {
       py::list chunks;
       for (const ChunkMetadata& c : t.chunks) {
         py::dict chunk;
-        chunk["global_offset"] = ShapeList(c.global_offset);
-        chunk["local_shape"] = ShapeList(c.local_shape);
+        chunk["global_offset"] = ShapeList(c.box.origin);
+        chunk["local_shape"] = ShapeList(c.box.shape);
         chunk["rank"] = c.writer_rank;
         chunk["nbytes"] = c.nbytes;
         chunks.append(chunk);

@@ -101,10 +101,10 @@ Result<Tensor> DBImpl::Read(const std::string& flat_key,
                                 store_->ReadChunk(id, flat_key, chunk));
         Shape in_chunk(part.common.ndim()), in_out(part.common.ndim());
         for (size_t d = 0; d < part.common.ndim(); ++d) {
-          in_chunk[d] = part.common.origin[d] - chunk.global_offset[d];
+          in_chunk[d] = part.common.origin[d] - chunk.box.origin[d];
           in_out[d] = part.common.origin[d] - plan.box.origin[d];
         }
-        CopyBox({buffer.bytes().data(), chunk.local_shape, in_chunk},
+        CopyBox({buffer.bytes().data(), chunk.box.shape, in_chunk},
                 tensor->dtype, {out.data.data(), plan.box.shape, in_out},
                 tensor->dtype, part.common.shape);
         return Status::OK();

@@ -273,7 +273,7 @@ Status Walker::ReadOne(Slot& slot, size_t j) {
   Status placed;
   for (const ReadCopy& copy : plan_read.copies) {
     const planner::ReadItem& item = x_.plan.items[copy.item];
-    const StridedBox src{bytes, chunk.local_shape, item.storage_offset};
+    const StridedBox src{bytes, chunk.box.shape, item.storage_offset};
     const Shape zero(item.lengths.size(), 0);
     switch (copy.to) {
       case ReadCopy::To::kTarget:

@@ -48,7 +48,7 @@ planner::PreviousCheckpoint OwnChunks(
   for (auto& [key, t] : own.tensors) {
     std::sort(t.chunks.begin(), t.chunks.end(),
               [](const ChunkMetadata& a, const ChunkMetadata& b) {
-                return a.global_offset < b.global_offset;
+                return a.box.origin < b.box.origin;
               });
   }
   return own;

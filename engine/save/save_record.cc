@@ -8,8 +8,7 @@ namespace ckptdb::engine {
 
 ChunkMetadata RecordedChunk(planner::PlannedChunk chunk,
                             const WrittenChunk& w) {
-  return {std::move(chunk.box.origin),
-          std::move(chunk.box.shape),
+  return {std::move(chunk.box),
           w.holder_id != 0 ? w.writer_rank : chunk.writer_rank,
           chunk.nbytes,
           w.checksum,

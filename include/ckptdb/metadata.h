@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ckptdb/box.h"
 #include "ckptdb/types.h"
 
 namespace ckptdb {
@@ -64,8 +65,7 @@ struct ContentHash {
 
 // One stored box of a tensor.
 struct ChunkMetadata {
-  Shape global_offset;
-  Shape local_shape;
+  Box box;                  // in the tensor's global index space
   int32_t writer_rank = 0;  // rank that wrote it; part of its storage key
   uint64_t nbytes = 0;
   uint64_t checksum = 0;  // XXH3-64 of the bytes
@@ -81,7 +81,7 @@ struct TensorMetadata {
   DType dtype = DType::kFloat32;
   Shape global_shape;
   std::vector<ChunkMetadata>
-      chunks;  // sorted by global offset; a partition of the tensor
+      chunks;  // sorted by box origin; a partition of the tensor
 };
 
 // Everything a checkpoint records besides tensor bytes.
