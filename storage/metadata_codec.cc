@@ -248,20 +248,11 @@ Status LayoutError(const std::string& what, const Shape& global_shape,
 
 // Checks that the chunks partition the tensor: each element stored once.
 Status CheckChunkLayout(const std::string& what, const Shape& global_shape,
-                        std::vector<ChunkMetadata>& chunks) {
-  // The boxes borrow the chunks' extents for the check.
-  std::vector<planner::Box> boxes(chunks.size());
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    boxes[i].origin = std::move(chunks[i].box.origin);
-    boxes[i].shape = std::move(chunks[i].box.shape);
-  }
-  const planner::PartitionProblem problem =
-      planner::CheckPartition(global_shape, boxes);
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    chunks[i].box.origin = std::move(boxes[i].origin);
-    chunks[i].box.shape = std::move(boxes[i].shape);
-  }
-  return LayoutError(what, global_shape, chunks, problem);
+                        const std::vector<ChunkMetadata>& chunks) {
+  std::vector<const Box*> boxes(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) boxes[i] = &chunks[i].box;
+  return LayoutError(what, global_shape, chunks,
+                     planner::CheckPartitionOfPointers(global_shape, boxes));
 }
 
 Result<Value> ReadValue(SmallValue::Reader v, const std::string& key) {
