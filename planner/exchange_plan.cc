@@ -139,7 +139,7 @@ class Planner {
     const ReadItem& item = plan_.items[begin];
     const TensorMetadata& tensor = Tensor(r);
     if (item.dest_rank != rank_ ||
-        item.lengths != tensor.chunks[plan_.reads[r].chunk].box.shape)
+        item.box.shape != tensor.chunks[plan_.reads[r].chunk].box.shape)
       return std::nullopt;
     return LandsInPlace(item, tensor.dtype);
   }
@@ -151,7 +151,7 @@ class Planner {
     const OwnTarget& target = (*in_.targets)[item.target];
     if (!target.on_host || !target.dense || target.dtype != dtype)
       return std::nullopt;
-    return ContiguousRun(target.box.shape, item.dest_offset, item.lengths,
+    return ContiguousRun(target.box.shape, item.dest_origin, item.box.shape,
                          DTypeSize(dtype));
   }
 
@@ -163,8 +163,7 @@ class Planner {
     for (size_t b = first_box; b < round_.boxes.size(); ++b) {
       ExchangeDeviceBox& box = round_.boxes[b];
       const ReadItem& first = plan_.items[box.item];
-      if (box.dtype == dtype && first.storage_offset == item.storage_offset &&
-          first.lengths == item.lengths) {
+      if (box.dtype == dtype && first.box == item.box) {
         box.receivers.push_back(item.dest_rank);
         return SIZE_MAX;
       }
@@ -193,8 +192,7 @@ class Planner {
     for (size_t i = begin; i < end; ++i) {
       const ReadItem& other = plan_.items[i];
       if (other.dest_rank == plan_.reads[r].reader_rank ||
-          other.storage_offset != item.storage_offset ||
-          other.lengths != item.lengths)
+          other.box != item.box)
         continue;
       auto p = DevicePlacement(other);
       if (p && p->dtype == dtype) box.receivers.push_back(other.dest_rank);
@@ -203,7 +201,7 @@ class Planner {
     const OwnTarget& target = (*in_.targets)[item.target];
     std::optional<uint64_t> run;
     if (target.dense) {
-      run = ContiguousRun(target.box.shape, item.dest_offset, item.lengths,
+      run = ContiguousRun(target.box.shape, item.dest_origin, item.box.shape,
                           DTypeSize(dtype));
     }
     if (run) {
@@ -237,7 +235,7 @@ class Planner {
       const TensorMetadata& tensor = Tensor(item.read);
       m.in_place = ContiguousRun(
           tensor.chunks[plan_.reads[item.read].chunk].box.shape,
-          item.storage_offset, item.lengths, DTypeSize(tensor.dtype));
+          item.box.origin, item.box.shape, DTypeSize(tensor.dtype));
     }
     round.recvs = LayOutMessages(in_list_, in_.own_message_bytes,
                                  [](size_t, size_t, uint64_t) {});
@@ -274,8 +272,8 @@ class Planner {
       const ReadItem& item = plan_.items[copy.item];
       // Where this copy's runs go: a place and the byte they start from.
       ScatterRun to;
-      const Shape* dst_shape = &item.lengths;
-      Shape dst_offset(item.lengths.size(), 0);
+      const Shape* dst_shape = &item.box.shape;
+      Shape dst_offset(item.box.shape.size(), 0);
       size_t index = 0;
       if (copy.to == ReadCopy::To::kTarget) {
         const OwnTarget& target = (*in_.targets)[item.target];
@@ -283,7 +281,7 @@ class Planner {
           return {};
         index = item.target;
         dst_shape = &target.box.shape;
-        dst_offset = item.dest_offset;
+        dst_offset = item.dest_origin;
       } else if (copy.to == ReadCopy::To::kMessage) {
         if (round_.sends[copy.index].in_place) return {};
         index = copy.index;
@@ -294,8 +292,8 @@ class Planner {
       }
       if (index > UINT32_MAX) return {};
       to.index = static_cast<uint32_t>(index);
-      ForEachRunPair(chunk.box.shape, item.storage_offset, *dst_shape,
-                     dst_offset, item.lengths, elem, [&](const RunPair& p) {
+      ForEachRunPair(chunk.box.shape, item.box.origin, *dst_shape, dst_offset,
+                     item.box.shape, elem, [&](const RunPair& p) {
                        ScatterRun run = to;
                        run.offset += p.dst;
                        run.nbytes = static_cast<uint32_t>(p.nbytes);

@@ -283,7 +283,7 @@ class ExchangePlanPropertyTest : public ::testing::TestWithParam<int> {
         if (!target->on_host || !target->dense || target->dtype != t.dtype)
           return std::nullopt;
       }
-      const Box box{item.storage_offset, item.lengths};
+      const Box& box = item.box;
       int64_t k = 0;  // element within the item's box, row-major
       uint64_t last_src = 0, last_dst = 0;
       ForEachElement(box, [&](const Shape& x) {
@@ -292,7 +292,7 @@ class ExchangePlanPropertyTest : public ::testing::TestWithParam<int> {
         if (target != nullptr) {
           Shape y(x.size());
           for (size_t d = 0; d < x.size(); ++d)
-            y[d] = x[d] - item.storage_offset[d] + item.dest_offset[d];
+            y[d] = x[d] - item.box.origin[d] + item.dest_origin[d];
           dst = Linear(target->box.shape, y) * elem;
         }
         const size_t index = target ? item.target : copy.index;
@@ -375,8 +375,8 @@ TEST_P(ExchangePlanPropertyTest, RoundsFollowPositionsWithinBudget) {
         const OwnTarget& t = c_.own[rank][item.target];
         const bool in_place = bytes >= c_.own_bytes && t.on_host &&
                               t.dtype == Tensor(r).dtype &&
-                              BruteRun(t.box.shape, item.dest_offset,
-                                       item.lengths, DTypeSize(t.dtype));
+                              BruteRun(t.box.shape, item.dest_origin,
+                                       item.box.shape, DTypeSize(t.dtype));
         if (!in_place) held[Round(r)] += bytes;
       }
       if (!mine) continue;
@@ -475,7 +475,7 @@ TEST_P(ExchangePlanPropertyTest, EveryByteDeliveredOnceToItsPlace) {
     }
     if (deliveries != 1) continue;
     const Box& target = c_.targets[item.dest_rank][item.target].box;
-    ForEachElement(Box{item.dest_offset, item.lengths}, [&](const Shape& x) {
+    ForEachElement(Box{item.dest_origin, item.box.shape}, [&](const Shape& x) {
       ++count[item.dest_rank][item.target][Linear(target.shape, x)];
     });
   }
@@ -500,7 +500,7 @@ TEST_P(ExchangePlanPropertyTest, InPlaceExactlyWhereOneRun) {
         const DType stored = Tensor(item.read).dtype;
         std::optional<uint64_t> want;
         if (!m.packed && t.on_host && t.dtype == stored) {
-          want = BruteRun(t.box.shape, item.dest_offset, item.lengths,
+          want = BruteRun(t.box.shape, item.dest_origin, item.box.shape,
                           DTypeSize(stored));
         }
         EXPECT_EQ(m.in_place, want);
@@ -510,7 +510,7 @@ TEST_P(ExchangePlanPropertyTest, InPlaceExactlyWhereOneRun) {
         const auto& chunk = Tensor(item.read).chunks[Read(item.read).chunk];
         std::optional<uint64_t> want;
         if (!m.packed) {
-          want = BruteRun(chunk.box.shape, item.storage_offset, item.lengths,
+          want = BruteRun(chunk.box.shape, item.box.origin, item.box.shape,
                           DTypeSize(Tensor(item.read).dtype));
         }
         EXPECT_EQ(m.in_place, want);
@@ -525,9 +525,9 @@ TEST_P(ExchangePlanPropertyTest, InPlaceExactlyWhereOneRun) {
           const ReadItem& item = Item(items[0]);
           const OwnTarget& t = c_.own[rank][item.target];
           if (t.on_host && t.dtype == stored &&
-              item.lengths ==
+              item.box.shape ==
                   Tensor(read.read).chunks[Read(read.read).chunk].box.shape) {
-            want = BruteRun(t.box.shape, item.dest_offset, item.lengths,
+            want = BruteRun(t.box.shape, item.dest_origin, item.box.shape,
                             DTypeSize(stored));
           }
         }
@@ -537,8 +537,9 @@ TEST_P(ExchangePlanPropertyTest, InPlaceExactlyWhereOneRun) {
         if (box.role == ExchangeDeviceBox::Role::kReader) continue;
         const ReadItem& item = Item(box.item);
         const OwnTarget& t = c_.own[rank][item.target];
-        const std::optional<uint64_t> run = BruteRun(
-            t.box.shape, item.dest_offset, item.lengths, DTypeSize(box.dtype));
+        const std::optional<uint64_t> run =
+            BruteRun(t.box.shape, item.dest_origin, item.box.shape,
+                     DTypeSize(box.dtype));
         EXPECT_EQ(box.role == ExchangeDeviceBox::Role::kInPlace,
                   run.has_value());
         if (run) {
@@ -560,7 +561,7 @@ TEST_P(ExchangePlanPropertyTest, DeviceRoutesAreValidTrees) {
   std::map<Key, std::set<int>> want;
   for (const ReadItem& item : c_.plan.items) {
     if (!Device(item)) continue;
-    want[{item.read, item.storage_offset, item.lengths,
+    want[{item.read, item.box.origin, item.box.shape,
           c_.placements[item.dest_rank][item.target].dtype}]
         .insert(item.dest_rank);
   }
@@ -574,7 +575,7 @@ TEST_P(ExchangePlanPropertyTest, DeviceRoutesAreValidTrees) {
         for (int r : box.receivers) route << " " << r;
         for (const DeviceHop& h : box.hops)
           route << " " << h.step << ":" << h.from << ">" << h.to;
-        seen[{box.read, item.storage_offset, item.lengths, box.dtype}]
+        seen[{box.read, item.box.origin, item.box.shape, box.dtype}]
             .emplace_back(rank, route.str());
       }
     }
@@ -596,8 +597,8 @@ TEST_P(ExchangePlanPropertyTest, DeviceRoutesAreValidTrees) {
     for (const ExchangeRound& round : plans_[reader].rounds) {
       for (const ExchangeDeviceBox& b : round.boxes) {
         if (b.read == std::get<0>(key) && b.dtype == std::get<3>(key) &&
-            Item(b.item).storage_offset == std::get<1>(key) &&
-            Item(b.item).lengths == std::get<2>(key))
+            Item(b.item).box.origin == std::get<1>(key) &&
+            Item(b.item).box.shape == std::get<2>(key))
           box = &b;
       }
     }

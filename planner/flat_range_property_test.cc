@@ -234,16 +234,17 @@ void CheckDelivered(const Shape& shape, const TensorMetadata& stored,
     if (item.dest_rank != rank) continue;
     const auto& [p, box] = target_boxes[item.target];
     const ChunkMetadata& chunk = stored.chunks[plan.reads[item.read].chunk];
-    ForEachElement(
-        Box{Shape(item.lengths.size(), 0), item.lengths}, [&](const Shape& i) {
-          Shape from_chunk(i.size()), global(i.size());
-          for (size_t d = 0; d < i.size(); ++d) {
-            from_chunk[d] = chunk.box.origin[d] + item.storage_offset[d] + i[d];
-            global[d] = box.origin[d] + item.dest_offset[d] + i[d];
-          }
-          ASSERT_EQ(from_chunk, global);
-          ++count[p][PositionIn(shape, mine[p], global)];
-        });
+    ForEachElement(Box{Shape(item.box.shape.size(), 0), item.box.shape},
+                   [&](const Shape& i) {
+                     Shape from_chunk(i.size()), global(i.size());
+                     for (size_t d = 0; d < i.size(); ++d) {
+                       from_chunk[d] =
+                           chunk.box.origin[d] + item.box.origin[d] + i[d];
+                       global[d] = box.origin[d] + item.dest_origin[d] + i[d];
+                     }
+                     ASSERT_EQ(from_chunk, global);
+                     ++count[p][PositionIn(shape, mine[p], global)];
+                   });
   }
   for (const auto& c : count) {
     for (int k : c) EXPECT_EQ(k, 1);

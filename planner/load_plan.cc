@@ -125,9 +125,9 @@ void EmitRead(const std::string& key, const StoredTensor& stored, size_t chunk,
     const Shape& target_offset =
         targets_of_rank_class[class_of(need.dest_rank)][need.target].box.origin;
     plan->items.push_back({read, need.dest_rank, need.target,
-                           Sub(need.common.origin, c.box.origin),
-                           Sub(need.common.origin, target_offset),
-                           std::move(need.common.shape)});
+                           Box{Sub(need.common.origin, c.box.origin),
+                               std::move(need.common.shape)},
+                           Sub(need.common.origin, target_offset)});
   }
 }
 
@@ -143,9 +143,9 @@ std::string LoadPlan::ToString() const {
   for (const auto& item : items) {
     out << "  item read " << item.read << " -> rank " << item.dest_rank
         << " target " << item.target << " src "
-        << ShapeToString(item.storage_offset) << " dst "
-        << ShapeToString(item.dest_offset) << " len "
-        << ShapeToString(item.lengths) << "\n";
+        << ShapeToString(item.box.origin) << " dst "
+        << ShapeToString(item.dest_origin) << " len "
+        << ShapeToString(item.box.shape) << "\n";
   }
   return out.str();
 }
@@ -376,11 +376,9 @@ LoadPlan RestrictToRank(const LoadPlan& global, int rank,
         const ReadItem& item = global.items[i];
         const bool co_receiver =
             on_device && on_device(item.dest_rank, item.target) &&
-            std::any_of(device_items.begin(), device_items.end(),
-                        [&](const ReadItem* mine) {
-                          return mine->storage_offset == item.storage_offset &&
-                                 mine->lengths == item.lengths;
-                        });
+            std::any_of(
+                device_items.begin(), device_items.end(),
+                [&](const ReadItem* mine) { return mine->box == item.box; });
         if (r.reader_rank == rank || item.dest_rank == rank || co_receiver) {
           out.items.push_back(item);
           out.items.back().read = index;

@@ -39,13 +39,9 @@ struct ReadItem {
       0;  // index into LoadPlan::reads (gives the chunk and reader rank)
   int dest_rank = 0;
   size_t target = 0;  // index into the dest rank's targets
-  Shape
-      storage_offset;  // begin of the box relative to the chunk's global offset
-  Shape dest_offset;  // begin of the box relative to the target's global offset
-  Shape lengths;
-  uint64_t num_elements() const {
-    return static_cast<uint64_t>(NumElements(lengths));
-  }
+  Box box;            // the piece, in the chunk's own coordinates
+  Shape dest_origin;  // where the piece begins in the target's coordinates
+  uint64_t num_elements() const { return static_cast<uint64_t>(box.volume()); }
 };
 
 // A load plan: the global one (every needed chunk, every item), or one

@@ -38,9 +38,9 @@ TEST(LoadPlanTest, RowsToColumnsOnTwoRanks) {
   const ReadItem& item = plan->items[3];  // chunk 1 -> rank 1
   EXPECT_EQ(item.read, 1u);
   EXPECT_EQ(item.dest_rank, 1);
-  EXPECT_EQ(item.storage_offset, (Shape{0, 3}));
-  EXPECT_EQ(item.dest_offset, (Shape{2, 0}));
-  EXPECT_EQ(item.lengths, (Shape{2, 3}));
+  EXPECT_EQ(item.box.origin, (Shape{0, 3}));
+  EXPECT_EQ(item.dest_origin, (Shape{2, 0}));
+  EXPECT_EQ(item.box.shape, (Shape{2, 3}));
   EXPECT_EQ(plan->read_bytes_per_rank, (std::vector<uint64_t>{48, 48}));
 }
 

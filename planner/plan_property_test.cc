@@ -140,16 +140,15 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
       ASSERT_EQ(cr.flat_key, target.flat_key);
       const ChunkMetadata& chunk = stored.at(cr.flat_key).chunks[cr.chunk];
       ForEachElement(
-          Box{Shape(item.lengths.size(), 0), item.lengths},
+          Box{Shape(item.box.shape.size(), 0), item.box.shape},
           [&](const Shape& i) {
             Shape from_chunk(i.size()), from_target(i.size()),
                 in_target(i.size());
             for (size_t d = 0; d < i.size(); ++d) {
-              from_chunk[d] =
-                  chunk.box.origin[d] + item.storage_offset[d] + i[d];
+              from_chunk[d] = chunk.box.origin[d] + item.box.origin[d] + i[d];
               from_target[d] =
-                  target.box.origin[d] + item.dest_offset[d] + i[d];
-              in_target[d] = item.dest_offset[d] + i[d];
+                  target.box.origin[d] + item.dest_origin[d] + i[d];
+              in_target[d] = item.dest_origin[d] + i[d];
             }
             EXPECT_EQ(from_chunk, from_target);
             EXPECT_TRUE(

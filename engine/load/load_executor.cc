@@ -273,14 +273,14 @@ Status Walker::ReadOne(Slot& slot, size_t j) {
   Status placed;
   for (const ReadCopy& copy : plan_read.copies) {
     const planner::ReadItem& item = x_.plan.items[copy.item];
-    const StridedBox src{bytes, chunk.box.shape, item.storage_offset};
-    const Shape zero(item.lengths.size(), 0);
+    const StridedBox src{bytes, chunk.box.shape, item.box.origin};
+    const Shape zero(item.box.shape.size(), 0);
     switch (copy.to) {
       case ReadCopy::To::kTarget:
         if (placed.ok()) {
           placed =
               PlaceBox(src, tensor.dtype, *x_.targets[item.target],
-                       item.dest_offset, item.lengths, x_.copier, &staging);
+                       item.dest_origin, item.box.shape, x_.copier, &staging);
         }
         break;
       case ReadCopy::To::kMessage: {
@@ -292,15 +292,16 @@ Status Walker::ReadOne(Slot& slot, size_t j) {
         }
         CopyBox(
             src, tensor.dtype,
-            {slot.send_staged[copy.index] + copy.offset, item.lengths, zero},
-            tensor.dtype, item.lengths);
+            {slot.send_staged[copy.index] + copy.offset, item.box.shape, zero},
+            tensor.dtype, item.box.shape);
         break;
       }
       case ReadCopy::To::kDeviceBox: {
         const ExchangeDeviceBox& box = slot.round->boxes[copy.index];
-        CopyBox(src, tensor.dtype,
-                {slot.device->host_out.data() + box.offset, item.lengths, zero},
-                box.dtype, item.lengths);
+        CopyBox(
+            src, tensor.dtype,
+            {slot.device->host_out.data() + box.offset, item.box.shape, zero},
+            box.dtype, item.box.shape);
         break;
       }
     }
@@ -377,10 +378,10 @@ void Walker::Land(Slot& slot) {
     if (msg.in_place) continue;
     for (const planner::ExchangeSlice& s : msg.slices) {
       const planner::ReadItem& item = x_.plan.items[s.item];
-      const Shape zero(item.lengths.size(), 0);
-      Fail(PlaceBox({slot.recv_data[m] + s.offset, item.lengths, zero},
+      const Shape zero(item.box.shape.size(), 0);
+      Fail(PlaceBox({slot.recv_data[m] + s.offset, item.box.shape, zero},
                     x_.meta.tensors.at(x_.plan.reads[item.read].flat_key).dtype,
-                    *x_.targets[item.target], item.dest_offset, item.lengths,
+                    *x_.targets[item.target], item.dest_origin, item.box.shape,
                     x_.copier, &staging));
     }
   }
@@ -391,8 +392,8 @@ void Walker::Land(Slot& slot) {
     const TensorView& target = *x_.targets[item.target];
     Fail(x_.copier->DeviceBoxToDevice(
         target.device, Region(slot, box),
-        {target.data, target.local_shape, item.dest_offset, target.strides},
-        DTypeSize(box.dtype), item.lengths));
+        {target.data, target.local_shape, item.dest_origin, target.strides},
+        DTypeSize(box.dtype), item.box.shape));
   }
 }
 
