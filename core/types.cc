@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "ckptdb/box.h"
+
 namespace ckptdb {
 namespace {
 
@@ -104,6 +106,8 @@ TensorView TensorView::WithStrides(Shape element_strides) const {
   v.strides = std::move(element_strides);
   return v;
 }
+
+Box TensorView::box() const { return Box{global_offset, local_shape}; }
 
 bool TensorView::is_dense() const {
   if (strides.empty() || num_elements() == 0) return true;

@@ -67,8 +67,8 @@ Status CheckStrides(const std::string& what, const TensorView& view) {
 
 Status CheckBox(const std::string& what, const TensorView& view) {
   if (view.is_flat_range()) return CheckFlatRange(what, view);
-  const planner::PartitionError inside = planner::CheckBoxInside(
-      view.global_shape, {view.global_offset, view.local_shape});
+  const planner::PartitionError inside =
+      planner::CheckBoxInside(view.global_shape, view.box());
   if (inside == planner::PartitionError::kWrongRank) {
     return Status::InvalidArgument(
         what + ": local shape " + ShapeToString(view.local_shape) +

@@ -92,8 +92,7 @@ Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
       }
     }
     for (TensorView& piece : BoxViews(view)) {
-      out->targets.push_back(
-          {leaf.flat_key, {piece.global_offset, piece.local_shape}});
+      out->targets.push_back({leaf.flat_key, piece.box()});
       out->views.push_back(&out->pieces.emplace_back(std::move(piece)));
     }
   }

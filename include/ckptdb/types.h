@@ -68,6 +68,8 @@ struct Device {
 // and holds elements [flat_offset, flat_offset + local_shape[0]) of the
 // row-major flattening of the global tensor, as ZeRO or FSDP shard flattened
 // parameters).
+struct Box;  // ckptdb/box.h
+
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::kFloat32;
@@ -100,6 +102,9 @@ struct TensorView {
   TensorView WithStrides(Shape element_strides) const;
 
   bool is_flat_range() const { return flat_offset.has_value(); }
+  // The shard's box in the global index space: [global_offset, global_offset +
+  // local_shape). Not for a flat range.
+  Box box() const;
   // True when `data` is dense row-major: no strides, or the strides a dense
   // array of local_shape has (dimensions of extent 1 aside).
   bool is_dense() const;
