@@ -28,9 +28,9 @@ const char* DeviceChunks::HostChunk(const MyChunk& m) {
   if (m.strided == nullptr) return static_cast<const char*>(m.data);
   const TensorView& v = *m.strided;
   packed_.resize(m.nbytes);
-  const Shape zero(m.lengths.size(), 0);
-  CopyBox({v.data, v.local_shape, m.offset, v.strides}, v.dtype,
-          {packed_.data(), m.lengths, zero}, v.dtype, m.lengths);
+  const Shape zero(m.in_view.shape.size(), 0);
+  CopyBox({v.data, v.local_shape, m.in_view.origin, v.strides}, v.dtype,
+          {packed_.data(), m.in_view.shape, zero}, v.dtype, m.in_view.shape);
   return packed_.data();
 }
 
@@ -43,8 +43,8 @@ Status DeviceChunks::Start(size_t i) {
   if (m.strided != nullptr) {
     const TensorView& v = *m.strided;
     CKPTDB_RETURN_IF_ERROR(copier_->StartBoxToHost(
-        *m.device, {v.data, v.local_shape, m.offset, v.strides},
-        staging_[slot].data(), DTypeSize(v.dtype), m.lengths, slot));
+        *m.device, {v.data, v.local_shape, m.in_view.origin, v.strides},
+        staging_[slot].data(), DTypeSize(v.dtype), m.in_view.shape, slot));
   } else {
     CKPTDB_RETURN_IF_ERROR(copier_->StartToHost(
         *m.device, m.data, staging_[slot].data(), m.nbytes, slot));

@@ -25,12 +25,8 @@ Status BuildLayout(const StateDict& state, DeviceCopier* copier,
     }
     CKPTDB_RETURN_IF_ERROR(CheckView(leaf.flat_key, *leaf.tensor, copier));
     for (TensorView& v : BoxViews(*leaf.tensor)) {
-      layout->shards.push_back({leaf.flat_key,
-                                leaf.path,
-                                v.dtype,
-                                v.global_shape,
-                                {v.global_offset, v.local_shape},
-                                leaf.kinds});
+      layout->shards.push_back({leaf.flat_key, leaf.path, v.dtype,
+                                v.global_shape, v.box(), leaf.kinds});
       views->push_back(std::move(v));
     }
   }
@@ -70,9 +66,9 @@ MyChunk MakeMyChunk(const planner::PlannedTensor& tensor, size_t t, size_t c,
     return m;
   }
   m.strided = &view;
-  m.lengths = chunk.box.shape;
+  m.in_view.shape = chunk.box.shape;
   for (size_t d = 0; d < chunk.box.ndim(); ++d)
-    m.offset.push_back(chunk.box.origin[d] - shard.box.origin[d]);
+    m.in_view.origin.push_back(chunk.box.origin[d] - shard.box.origin[d]);
   return m;
 }
 

@@ -33,8 +33,7 @@ struct MyChunk {
   // the chunk's bytes.
   const TensorView* strided = nullptr;
   // Strided source: the chunk's box in the view's local index space.
-  Shape offset;
-  Shape lengths;
+  Box in_view;
 };
 
 // This rank's chunks of `plan`, and their order by storage key.
