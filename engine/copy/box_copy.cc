@@ -114,13 +114,15 @@ void CopyBox(StridedBox src, DType src_dtype, MutableStridedBox dst,
              DType dst_dtype, const Shape& lengths) {
   if (NumElements(lengths) == 0) return;
   const size_t src_elem = DTypeSize(src_dtype), dst_elem = DTypeSize(dst_dtype);
-  const std::vector<size_t> src_stride = ElementStrides(src.shape, src.strides);
-  const std::vector<size_t> dst_stride = ElementStrides(dst.shape, dst.strides);
+  const std::vector<size_t> src_stride =
+      ElementStrides(src.buffer_shape, src.strides);
+  const std::vector<size_t> dst_stride =
+      ElementStrides(dst.buffer_shape, dst.strides);
   const BoxRun r = InnermostRun(lengths, src_stride, dst_stride);
   size_t src_base = 0, dst_base = 0;
   for (size_t d = 0; d < lengths.size(); ++d) {
-    src_base += static_cast<size_t>(src.offset[d]) * src_stride[d];
-    dst_base += static_cast<size_t>(dst.offset[d]) * dst_stride[d];
+    src_base += static_cast<size_t>(src.origin[d]) * src_stride[d];
+    dst_base += static_cast<size_t>(dst.origin[d]) * dst_stride[d];
   }
   // Runs repeat along dimension `outer` (a line). Single elements (a strided
   // innermost dimension, as in a transpose) go by tiled planes of the lines

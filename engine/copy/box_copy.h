@@ -10,20 +10,20 @@
 
 namespace ckptdb::engine {
 
-// A box inside a buffer holding a whole array of `shape`: the box starts at
-// `offset` within it. The buffer is dense row-major unless `strides` (element
-// strides, one per dimension, non-negative) says otherwise.
+// A box inside a buffer holding a whole array of `buffer_shape`: the box starts
+// at `origin` within it. The buffer is dense row-major unless `strides`
+// (element strides, one per dimension, non-negative) says otherwise.
 struct StridedBox {
   const void* data;
-  const Shape& shape;
-  const Shape& offset;
+  const Shape& buffer_shape;
+  const Shape& origin;
   std::span<const int64_t> strides = {};
 };
 
 struct MutableStridedBox {
   void* data;
-  const Shape& shape;
-  const Shape& offset;
+  const Shape& buffer_shape;
+  const Shape& origin;
   std::span<const int64_t> strides = {};
 };
 

@@ -48,7 +48,8 @@ class CudaCopier : public DeviceCopier {
 
   Status StartToHost(const Device& device, const void* src, void* dst, size_t n,
                      int slot) override {
-    CKPTDB_RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
+    CKPTDB_RETURN_IF_ERROR(
+        FromCuda(cudaSetDevice(device.index), "selecting device"));
     return FromCuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost,
                                     StreamFor(device.index, slot)),
                     "device-to-host copy");
@@ -56,13 +57,14 @@ class CudaCopier : public DeviceCopier {
 
   Status StartBoxToHost(const Device& device, StridedBox src, void* dst,
                         size_t elem, const Shape& lengths, int slot) override {
-    CKPTDB_RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
+    CKPTDB_RETURN_IF_ERROR(
+        FromCuda(cudaSetDevice(device.index), "selecting device"));
     if (NumElements(lengths) == 0) return Status::OK();
     cudaStream_t stream = StreamFor(device.index, slot);
     const char* base = static_cast<const char*>(src.data);
     char* to = static_cast<char*>(dst);
-    for (const Copy2D& c :
-         BoxAsCopies2D(src.shape, src.offset, lengths, elem, src.strides)) {
+    for (const Copy2D& c : BoxAsCopies2D(src.buffer_shape, src.origin, lengths,
+                                         elem, src.strides)) {
       CKPTDB_RETURN_IF_ERROR(FromCuda(
           cudaMemcpy2DAsync(to, c.width, base + c.offset, c.pitch, c.width,
                             c.rows, cudaMemcpyDeviceToHost, stream),
@@ -73,7 +75,8 @@ class CudaCopier : public DeviceCopier {
   }
 
   Status Wait(const Device& device, int slot) override {
-    CKPTDB_RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
+    CKPTDB_RETURN_IF_ERROR(
+        FromCuda(cudaSetDevice(device.index), "selecting device"));
     return FromCuda(cudaStreamSynchronize(StreamFor(device.index, slot)),
                     "waiting for a copy");
   }
@@ -91,7 +94,8 @@ class CudaCopier : public DeviceCopier {
   }
 
   Result<void*> AllocDevice(const Device& device, size_t n) override {
-    CKPTDB_RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
+    CKPTDB_RETURN_IF_ERROR(
+        FromCuda(cudaSetDevice(device.index), "selecting device"));
     void* p = nullptr;
     CKPTDB_RETURN_IF_ERROR(
         FromCuda(cudaMalloc(&p, n == 0 ? 1 : n), "allocating transfer memory"));
@@ -104,13 +108,15 @@ class CudaCopier : public DeviceCopier {
   }
 
   Status Synchronize(const Device& device) override {
-    CKPTDB_RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
+    CKPTDB_RETURN_IF_ERROR(
+        FromCuda(cudaSetDevice(device.index), "selecting device"));
     return FromCuda(cudaDeviceSynchronize(), "waiting for the device");
   }
 
   Result<Device> DefaultDevice() override {
     int index = 0;
-    CKPTDB_RETURN_IF_ERROR(FromCuda(cudaGetDevice(&index), "finding the device"));
+    CKPTDB_RETURN_IF_ERROR(
+        FromCuda(cudaGetDevice(&index), "finding the device"));
     return Device{DeviceType::kCUDA, index};
   }
 
@@ -119,13 +125,14 @@ class CudaCopier : public DeviceCopier {
   static Status CopyBox(const Device& device, const void* src,
                         MutableStridedBox dst, size_t elem,
                         const Shape& lengths, cudaMemcpyKind kind) {
-    CKPTDB_RETURN_IF_ERROR(FromCuda(cudaSetDevice(device.index), "selecting device"));
+    CKPTDB_RETURN_IF_ERROR(
+        FromCuda(cudaSetDevice(device.index), "selecting device"));
     cudaStream_t stream = StreamFor(device.index, 0);
     const char* from = static_cast<const char*>(src);
     char* base = static_cast<char*>(dst.data);
     cudaError_t queued = cudaSuccess;
-    for (const Copy2D& c :
-         BoxAsCopies2D(dst.shape, dst.offset, lengths, elem, dst.strides)) {
+    for (const Copy2D& c : BoxAsCopies2D(dst.buffer_shape, dst.origin, lengths,
+                                         elem, dst.strides)) {
       queued = cudaMemcpy2DAsync(base + c.offset, c.pitch, from, c.width,
                                  c.width, c.rows, kind, stream);
       if (queued != cudaSuccess) break;

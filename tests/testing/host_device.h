@@ -45,7 +45,7 @@ class HostAsDevice : public engine::DeviceCopier {
     if (NumElements(lengths) == 0) return Status::OK();
     char* to = static_cast<char*>(dst);
     for (const engine::Copy2D& c : engine::BoxAsCopies2D(
-             src.shape, src.offset, lengths, elem_size, src.strides)) {
+             src.buffer_shape, src.origin, lengths, elem_size, src.strides)) {
       for (size_t r = 0; r < c.rows; ++r) {
         std::memcpy(to,
                     static_cast<const char*>(src.data) + c.offset + r * c.pitch,
@@ -107,7 +107,7 @@ class HostAsDevice : public engine::DeviceCopier {
       return Status::Internal("bad device copy");
     const char* from = static_cast<const char*>(src);
     for (const engine::Copy2D& c : engine::BoxAsCopies2D(
-             dst.shape, dst.offset, lengths, elem_size, dst.strides)) {
+             dst.buffer_shape, dst.origin, lengths, elem_size, dst.strides)) {
       for (size_t r = 0; r < c.rows; ++r) {
         std::memcpy(static_cast<char*>(dst.data) + c.offset + r * c.pitch, from,
                     c.width);
