@@ -6,6 +6,7 @@
 #include "core/checksum.h"
 #include "engine/parallel.h"
 #include "engine/save/device_staging.h"
+#include "planner/write_parts.h"
 
 namespace ckptdb::engine {
 namespace {
@@ -45,30 +46,6 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
 
 }  // namespace
 
-// Where each of the parts written in parallel begins in `order` (one more
-// entry: the end): part p takes the chunks, in key order, whose cumulative
-// bytes fall in its share; a part per 64 MiB, at most `threads`.
-std::vector<size_t> SplitIntoParts(const std::vector<MyChunk>& mine,
-                                   const std::vector<size_t>& order,
-                                   int threads) {
-  uint64_t my_bytes = 0;
-  for (const auto& m : mine) my_bytes += m.nbytes;
-  const size_t parts = std::clamp<size_t>(
-      my_bytes / (size_t{64} << 20), 1,
-      std::max<size_t>(1, std::min<size_t>(threads, mine.size())));
-  std::vector<size_t> part_begin(parts + 1, order.size());
-  uint64_t seen = 0;
-  size_t p = 0;
-  part_begin[0] = 0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    while (p + 1 < parts && seen >= my_bytes * (p + 1) / parts)
-      part_begin[++p] = i;
-    seen += mine[order[i]].nbytes;
-  }
-  for (size_t q = p + 1; q < parts; ++q) part_begin[q] = order.size();
-  return part_begin;
-}
-
 // Streams this rank's chunks into staged files, a part each, in parallel;
 // fills `written` (in plan order of the rank's chunks) and `files`.
 Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
@@ -77,8 +54,11 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
                    const WriteContext& context,
                    std::vector<WrittenChunk>* written,
                    std::vector<std::string>* files) {
+  std::vector<uint64_t> bytes_in_order(order.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    bytes_in_order[i] = mine[order[i]].nbytes;
   const std::vector<size_t> part_begin =
-      SplitIntoParts(mine, order, context.threads);
+      planner::SplitIntoParts(bytes_in_order, context.threads);
   const size_t parts = part_begin.size() - 1;
   written->assign(mine.size(), WrittenChunk{});
   std::vector<std::string> part_files(parts);

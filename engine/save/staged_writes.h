@@ -34,13 +34,6 @@ struct WriteContext {
   DeviceCopier* copier = nullptr;
 };
 
-// Where each of the parts written in parallel begins in `order` (one more
-// entry: the end): part p takes the chunks, in key order, whose cumulative
-// bytes fall in its share; a part per 64 MiB, at most `threads`.
-std::vector<size_t> SplitIntoParts(const std::vector<MyChunk>& mine,
-                                   const std::vector<size_t>& order,
-                                   int threads);
-
 // Streams this rank's chunks into staged files, a part each, in parallel;
 // fills `written` (in plan order of the rank's chunks) and `files`.
 Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,

@@ -1,0 +1,25 @@
+#pragma once
+
+// How one rank cuts the chunks it writes into parts written in parallel, a
+// staged file each.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace ckptdb::planner {
+
+// The bytes of the rank's chunks that make one part, at most.
+inline constexpr uint64_t kWritePartBytes = uint64_t{64} << 20;
+
+// Where each part begins in the write order of the rank's chunks, whose sizes
+// in that order are `bytes`, with one more entry, the end: part p writes
+// chunks [begins[p], begins[p + 1]). There is a part per `part_bytes` of the
+// total (at least one, at most `threads`, at most one per chunk), and a chunk
+// goes to the part whose equal share of the total holds the bytes written
+// before it. A part is empty when one chunk spans more than a share.
+std::vector<size_t> SplitIntoParts(std::span<const uint64_t> bytes, int threads,
+                                   uint64_t part_bytes = kWritePartBytes);
+
+}  // namespace ckptdb::planner
