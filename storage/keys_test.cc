@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "storage/store.h"
+
 namespace ckptdb::storage {
 namespace {
 
@@ -35,6 +37,18 @@ TEST(KeysTest, WriterRangesDoNotOverlap) {
   EXPECT_EQ(id, 7);
   ASSERT_TRUE(DecodeCheckpointId(CheckpointKeyEnd(9), &id));
   EXPECT_EQ(id, 9);
+}
+
+TEST(KeysTest, ChunksAreWrittenInTheOrderOfTheirStorageKeys) {
+  const std::string nul("a\0b", 3);
+  const Shape o1{1}, o2{2}, o10{10}, o256{256};
+  // By key: "a" ends before "a\0b" (its terminator sorts first), which sorts
+  // before "ab"; offsets compare as numbers, 2 before 10 before 256.
+  const std::vector<ChunkToWrite> chunks{
+      {"ab", &o1}, {"a", &o10}, {nul, &o1}, {"a", &o2}, {"a", &o256}};
+  EXPECT_EQ(ChunkWriteOrder(7, 3, chunks),
+            (std::vector<size_t>{3, 1, 4, 2, 0}));
+  EXPECT_TRUE(ChunkWriteOrder(7, 3, {}).empty());
 }
 
 TEST(KeysTest, MetaKeys) {

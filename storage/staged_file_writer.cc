@@ -5,6 +5,7 @@
 #include <rocksdb/options.h>
 #include <rocksdb/sst_file_writer.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -20,6 +21,18 @@
 
 namespace ckptdb::storage {
 namespace fs = std::filesystem;
+std::vector<size_t> ChunkWriteOrder(int64_t id, int32_t rank,
+                                    std::span<const ChunkToWrite> chunks) {
+  std::vector<std::string> keys(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i)
+    keys[i] = EncodeChunkKey(id, rank, chunks[i].tensor_key, *chunks[i].origin);
+  std::vector<size_t> order(chunks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+  return order;
+}
+
 namespace {
 
 class StagedFileWriterImpl : public StagedFileWriter {

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,10 +53,21 @@ class ChunkBuffer {
   std::unique_ptr<Impl> impl_;
 };
 
+// A chunk one rank writes: its tensor's flat key and its box's origin.
+struct ChunkToWrite {
+  std::string_view tensor_key;
+  const Shape* origin = nullptr;
+};
+
+// The order in which writer `rank`'s chunks `chunks` of checkpoint `id` must
+// be added to a StagedFileWriter: indexes into `chunks`, by storage key.
+std::vector<size_t> ChunkWriteOrder(int64_t id, int32_t rank,
+                                    std::span<const ChunkToWrite> chunks);
+
 // Writes one writer rank's chunks of one checkpoint into a staged SST file
 // inside the store directory, for Store::Commit to ingest. Chunks must be added
-// in increasing EncodeChunkKey order. Usable by any rank, read-only handle or
-// not. Not thread-safe.
+// in increasing EncodeChunkKey order (ChunkWriteOrder). Usable by any rank,
+// read-only handle or not. Not thread-safe.
 class StagedFileWriter {
  public:
   virtual ~StagedFileWriter() = default;

@@ -5,7 +5,7 @@
 #include "engine/api/tensor_checks.h"
 #include "engine/copy/box_views.h"
 #include "planner/flatten.h"
-#include "storage/keys.h"
+#include "storage/store.h"
 
 namespace ckptdb::engine {
 
@@ -51,16 +51,10 @@ const void* ChunkData(const planner::PlannedChunk& chunk,
 
 // The chunk `c` of `tensor` this rank writes from `view`, its shard.
 MyChunk MakeMyChunk(const planner::PlannedTensor& tensor, size_t t, size_t c,
-                    const planner::SaveShard& shard, const TensorView& view,
-                    int64_t id, int rank) {
+                    const planner::SaveShard& shard, const TensorView& view) {
   const planner::PlannedChunk& chunk = tensor.chunks[c];
-  MyChunk m{
-      t,
-      c,
-      storage::EncodeChunkKey(id, rank, tensor.flat_key, chunk.box.origin),
-      view.data,
-      chunk.nbytes,
-      view.device.type == DeviceType::kCPU ? nullptr : &view.device};
+  MyChunk m{t, c, view.data, chunk.nbytes,
+            view.device.type == DeviceType::kCPU ? nullptr : &view.device};
   if (view.is_dense()) {
     m.data = ChunkData(chunk, shard, view);
     return m;
@@ -88,13 +82,15 @@ std::vector<MyChunk> CollectMyChunks(const planner::SavePlan& plan,
       if (chunk.writer_rank != rank) continue;
       mine.push_back(MakeMyChunk(tensor, t, c,
                                  layout.shards[chunk.source_shard],
-                                 views[chunk.source_shard], id, rank));
+                                 views[chunk.source_shard]));
     }
   }
-  order->resize(mine.size());
-  for (size_t i = 0; i < order->size(); ++i) (*order)[i] = i;
-  std::sort(order->begin(), order->end(),
-            [&](size_t a, size_t b) { return mine[a].key < mine[b].key; });
+  std::vector<storage::ChunkToWrite> names(mine.size());
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const auto& tensor = plan.tensors[mine[i].tensor];
+    names[i] = {tensor.flat_key, &tensor.chunks[mine[i].chunk].box.origin};
+  }
+  *order = storage::ChunkWriteOrder(id, rank, names);
   return mine;
 }
 

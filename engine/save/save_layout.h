@@ -24,7 +24,6 @@ Status BuildLayout(const StateDict& state, DeviceCopier* copier,
 struct MyChunk {
   size_t tensor;
   size_t chunk;
-  std::string key;  // storage key, for ordering
   // Dense source: the chunk's bytes. Strided source: the view's data.
   const void* data;
   uint64_t nbytes;
