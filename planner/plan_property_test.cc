@@ -33,20 +33,11 @@ Tensor RandomTensor(std::mt19937& rng, int i) {
   return t;
 }
 
-class PlanPropertyTest : public ::testing::TestWithParam<int> {};
-
-TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
-  std::mt19937 rng(static_cast<unsigned>(GetParam()));
-  const int num_save = 1 + static_cast<int>(rng() % 4);
-  const int num_load = 1 + static_cast<int>(rng() % 4);
-  const int num_tensors = 1 + static_cast<int>(rng() % 4);
-  std::vector<Tensor> tensors;
-  for (int i = 0; i < num_tensors; ++i) tensors.push_back(RandomTensor(rng, i));
-
-  // Save layouts: every cell of a random partition held by 1..num_save ranks
-  // (replicas).
+// Save layouts: every cell of a random partition held by 1..num_save ranks
+// (replicas).
+std::vector<RankSaveLayout> RandomSaveLayouts(
+    const std::vector<Tensor>& tensors, int num_save, std::mt19937& rng) {
   std::vector<RankSaveLayout> save(num_save);
-  std::map<std::string, std::vector<std::pair<Box, std::set<int>>>> holders;
   for (const Tensor& t : tensors) {
     std::vector<Box> cells;
     RandomPartition(Box{Shape(t.shape.size(), 0), t.shape}, rng, 4, cells);
@@ -57,17 +48,18 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
         ranks.insert(static_cast<int>(rng() % num_save));
       for (int r : ranks)
         save[r].shards.push_back({t.key, {t.key}, t.dtype, t.shape, cell});
-      holders[t.key].push_back({cell, ranks});
     }
   }
-  const size_t max_chunk = 1 + rng() % 64;
-  auto save_plan = BuildSavePlan(save, max_chunk);
-  ASSERT_TRUE(save_plan.ok()) << save_plan.status().ToString();
+  return save;
+}
 
-  // The chunks partition every tensor, each written by a rank holding it,
-  // within max_chunk.
+// The chunks partition every tensor, each written by a rank holding it,
+// within max_chunk. Returns them as a store records them.
+std::map<std::string, TensorMetadata> ExpectChunksPartitionTensors(
+    const std::vector<Tensor>& tensors, const std::vector<RankSaveLayout>& save,
+    const SavePlan& save_plan, size_t max_chunk) {
   std::map<std::string, TensorMetadata> stored;
-  for (const PlannedTensor& pt : save_plan->tensors) {
+  for (const PlannedTensor& pt : save_plan.tensors) {
     const Tensor& t =
         *std::find_if(tensors.begin(), tensors.end(),
                       [&](const Tensor& x) { return x.key == pt.flat_key; });
@@ -85,9 +77,13 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
     for (int n : count) EXPECT_EQ(n, 1);
     stored[t.key] = std::move(meta);
   }
+  return stored;
+}
 
-  // Load targets: random partitions again, some cells on several ranks, some on
-  // none.
+// Load targets: random partitions again, some cells on several ranks, some on
+// none.
+std::vector<std::vector<LoadTarget>> RandomLoadTargets(
+    const std::vector<Tensor>& tensors, int num_load, std::mt19937& rng) {
   std::vector<std::vector<LoadTarget>> targets(num_load);
   for (const Tensor& t : tensors) {
     std::vector<Box> cells;
@@ -98,13 +94,18 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
       }
     }
   }
-  auto load_plan = BuildLoadPlan(stored, targets);
-  ASSERT_TRUE(load_plan.ok()) << load_plan.status().ToString();
+  return targets;
+}
 
-  // Brute force: the set of (key, chunk) pairs any target meets.
+// Every chunk some target meets (brute force) is read once, by a rank that
+// needs it, and no other chunk is read.
+void ExpectNeededChunksReadOnce(
+    const std::map<std::string, TensorMetadata>& stored,
+    const std::vector<std::vector<LoadTarget>>& targets,
+    const LoadPlan& load_plan) {
   std::set<std::pair<std::string, size_t>> needed;
-  for (int r = 0; r < num_load; ++r) {
-    for (const LoadTarget& target : targets[r]) {
+  for (const auto& of_rank : targets) {
+    for (const LoadTarget& target : of_rank) {
       const auto& chunks = stored.at(target.flat_key).chunks;
       for (size_t c = 0; c < chunks.size(); ++c) {
         if (target.box.volume() > 0 && Intersect(chunks[c].box, target.box)) {
@@ -115,51 +116,78 @@ TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
   }
   std::set<std::pair<std::string, size_t>> read;
   std::map<size_t, std::set<int>> needers;
-  for (const ReadItem& item : load_plan->items)
+  for (const ReadItem& item : load_plan.items)
     needers[item.read].insert(item.dest_rank);
-  for (size_t i = 0; i < load_plan->reads.size(); ++i) {
-    const ChunkRead& r = load_plan->reads[i];
+  for (size_t i = 0; i < load_plan.reads.size(); ++i) {
+    const ChunkRead& r = load_plan.reads[i];
     EXPECT_TRUE(read.insert({r.flat_key, r.chunk}).second)
         << "chunk read twice";
     EXPECT_TRUE(needers[i].count(r.reader_rank))
         << "reader does not need the chunk";
   }
   EXPECT_EQ(read, needed);
+}
 
-  // Every target element is written exactly once, from the right stored
-  // element.
-  for (int r = 0; r < num_load; ++r) {
-    std::vector<std::vector<int>> count(targets[r].size());
-    for (size_t t = 0; t < targets[r].size(); ++t) {
-      count[t].assign(static_cast<size_t>(targets[r][t].box.volume()), 0);
-    }
-    for (const ReadItem& item : load_plan->items) {
-      if (item.dest_rank != r) continue;
-      const LoadTarget& target = targets[r][item.target];
-      const ChunkRead& cr = load_plan->reads[item.read];
-      ASSERT_EQ(cr.flat_key, target.flat_key);
-      const ChunkMetadata& chunk = stored.at(cr.flat_key).chunks[cr.chunk];
-      ForEachElement(
-          Box{Shape(item.box.shape.size(), 0), item.box.shape},
-          [&](const Shape& i) {
-            Shape from_chunk(i.size()), from_target(i.size()),
-                in_target(i.size());
-            for (size_t d = 0; d < i.size(); ++d) {
-              from_chunk[d] = chunk.box.origin[d] + item.box.origin[d] + i[d];
-              from_target[d] =
-                  target.box.origin[d] + item.dest_origin[d] + i[d];
-              in_target[d] = item.dest_origin[d] + i[d];
-            }
-            EXPECT_EQ(from_chunk, from_target);
-            EXPECT_TRUE(
-                Contains(chunk.box, Box{from_chunk, Shape(i.size(), 1)}));
-            ++count[item.target][Linear(target.box.shape, in_target)];
-          });
-    }
-    for (const auto& c : count) {
-      for (int n : c) EXPECT_EQ(n, 1);
-    }
+// Every element of rank r's targets is written exactly once, from the right
+// stored element.
+void ExpectTargetElementsWrittenOnce(
+    const std::map<std::string, TensorMetadata>& stored,
+    const std::vector<LoadTarget>& targets, int r, const LoadPlan& load_plan) {
+  std::vector<std::vector<int>> count(targets.size());
+  for (size_t t = 0; t < targets.size(); ++t) {
+    count[t].assign(static_cast<size_t>(targets[t].box.volume()), 0);
   }
+  for (const ReadItem& item : load_plan.items) {
+    if (item.dest_rank != r) continue;
+    const LoadTarget& target = targets[item.target];
+    const ChunkRead& cr = load_plan.reads[item.read];
+    ASSERT_EQ(cr.flat_key, target.flat_key);
+    const ChunkMetadata& chunk = stored.at(cr.flat_key).chunks[cr.chunk];
+    ForEachElement(
+        Box{Shape(item.box.shape.size(), 0), item.box.shape},
+        [&](const Shape& i) {
+          Shape from_chunk(i.size()), from_target(i.size()),
+              in_target(i.size());
+          for (size_t d = 0; d < i.size(); ++d) {
+            from_chunk[d] = chunk.box.origin[d] + item.box.origin[d] + i[d];
+            from_target[d] = target.box.origin[d] + item.dest_origin[d] + i[d];
+            in_target[d] = item.dest_origin[d] + i[d];
+          }
+          EXPECT_EQ(from_chunk, from_target);
+          EXPECT_TRUE(Contains(chunk.box, Box{from_chunk, Shape(i.size(), 1)}));
+          ++count[item.target][Linear(target.box.shape, in_target)];
+        });
+  }
+  for (const auto& c : count) {
+    for (int n : c) EXPECT_EQ(n, 1);
+  }
+}
+
+class PlanPropertyTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(PlanPropertyTest, SaveThenLoadPlansMatchBruteForce) {
+  std::mt19937 rng(static_cast<unsigned>(GetParam()));
+  const int num_save = 1 + static_cast<int>(rng() % 4);
+  const int num_load = 1 + static_cast<int>(rng() % 4);
+  const int num_tensors = 1 + static_cast<int>(rng() % 4);
+  std::vector<Tensor> tensors;
+  for (int i = 0; i < num_tensors; ++i) tensors.push_back(RandomTensor(rng, i));
+
+  const std::vector<RankSaveLayout> save =
+      RandomSaveLayouts(tensors, num_save, rng);
+  const size_t max_chunk = 1 + rng() % 64;
+  auto save_plan = BuildSavePlan(save, max_chunk);
+  ASSERT_TRUE(save_plan.ok()) << save_plan.status().ToString();
+  const std::map<std::string, TensorMetadata> stored =
+      ExpectChunksPartitionTensors(tensors, save, *save_plan, max_chunk);
+
+  const std::vector<std::vector<LoadTarget>> targets =
+      RandomLoadTargets(tensors, num_load, rng);
+  auto load_plan = BuildLoadPlan(stored, targets);
+  ASSERT_TRUE(load_plan.ok()) << load_plan.status().ToString();
+  ExpectNeededChunksReadOnce(stored, targets, *load_plan);
+  for (int r = 0; r < num_load; ++r)
+    ExpectTargetElementsWrittenOnce(stored, targets[r], r, *load_plan);
 
   // Determinism: the same input gives the same plans.
   EXPECT_EQ(BuildSavePlan(save, max_chunk)->ToString(), save_plan->ToString());
