@@ -23,6 +23,12 @@ std::optional<Box> Intersect(const Box& a, const Box& b) {
   return out;
 }
 
+std::vector<const Box*> ChunkBoxes(const std::vector<ChunkMetadata>& chunks) {
+  std::vector<const Box*> boxes(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) boxes[i] = &chunks[i].box;
+  return boxes;
+}
+
 bool Contains(const Box& outer, const Box& inner) {
   for (size_t d = 0; d < outer.ndim(); ++d) {
     if (inner.origin[d] < outer.origin[d] ||

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ckptdb/box.h"
+#include "ckptdb/metadata.h"
 #include "ckptdb/types.h"
 
 namespace ckptdb::planner {
@@ -19,6 +20,10 @@ std::string BoxToString(const Box& box);
 // The common part of two boxes of the same rank, or nullopt when they share no
 // element.
 std::optional<Box> Intersect(const Box& a, const Box& b);
+
+// The boxes of `chunks`, borrowed: for the checks and indexes that take
+// boxes held elsewhere (CheckPartitionOfPointers, BoxIndex).
+std::vector<const Box*> ChunkBoxes(const std::vector<ChunkMetadata>& chunks);
 
 // True when `inner` lies inside `outer`.
 bool Contains(const Box& outer, const Box& inner);

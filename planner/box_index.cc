@@ -6,27 +6,27 @@ namespace ckptdb::planner {
 
 namespace {
 
-std::vector<BoxIndex::Ref> RefsOf(const std::vector<Box>& boxes) {
-  std::vector<BoxIndex::Ref> refs;
-  refs.reserve(boxes.size());
-  for (const Box& box : boxes) refs.push_back({&box.origin, &box.shape});
-  return refs;
+std::vector<const Box*> PointersTo(const std::vector<Box>& boxes) {
+  std::vector<const Box*> pointers;
+  pointers.reserve(boxes.size());
+  for (const Box& box : boxes) pointers.push_back(&box);
+  return pointers;
 }
 
 }  // namespace
 
 BoxIndex::BoxIndex(const std::vector<Box>& boxes, size_t ndim)
-    : BoxIndex(RefsOf(boxes), ndim) {}
+    : BoxIndex(PointersTo(boxes), ndim) {}
 
-BoxIndex::BoxIndex(std::vector<Ref> refs, size_t ndim)
-    : boxes_(std::move(refs)), ndim_(ndim) {
-  const std::vector<Ref>& boxes = boxes_;
+BoxIndex::BoxIndex(std::vector<const Box*> boxes_in, size_t ndim)
+    : boxes_(std::move(boxes_in)), ndim_(ndim) {
+  const std::vector<const Box*>& boxes = boxes_;
   CKPTDB_ASSERT(boxes.size() < UINT32_MAX);
   const size_t indexed = std::min(ndim, kIndexedDims);
   for (size_t d = 0; d < indexed; ++d) {
     const bool alike =
-        d > 0 && std::all_of(boxes.begin(), boxes.end(), [&](const Ref& b) {
-          return (*b.origin)[d] == (*boxes.front().origin)[d];
+        d > 0 && std::all_of(boxes.begin(), boxes.end(), [&](const Box* b) {
+          return b->origin[d] == boxes.front()->origin[d];
         });
     if (alike) continue;
     Axis& axis = axes_.emplace_back();
@@ -50,7 +50,7 @@ BoxIndex::BoxIndex(std::vector<Ref> refs, size_t ndim)
 
 void BoxIndex::Candidates(const Box& query, std::vector<uint32_t>* out) const {
   out->clear();
-  const std::vector<Ref>& boxes = boxes_;
+  const std::vector<const Box*>& boxes = boxes_;
   if (axes_.empty()) {
     for (size_t i = 0; i < boxes.size(); ++i)
       out->push_back(static_cast<uint32_t>(i));
@@ -83,19 +83,6 @@ void BoxIndex::Candidates(const Box& query, std::vector<uint32_t>* out) const {
       out->push_back(axis.order[i]);
   }
   std::sort(out->begin(), out->end());
-}
-
-std::optional<Box> BoxIndex::Common(const Ref& box, const Box& query) const {
-  Box out{Shape(ndim_), Shape(ndim_)};
-  for (size_t d = 0; d < ndim_; ++d) {
-    const int64_t begin = std::max((*box.origin)[d], query.origin[d]);
-    const int64_t end =
-        std::min((*box.origin)[d] + (*box.shape)[d], query.exclusive_max(d));
-    if (end <= begin) return std::nullopt;
-    out.origin[d] = begin;
-    out.shape[d] = end - begin;
-  }
-  return out;
 }
 
 }  // namespace ckptdb::planner

@@ -16,19 +16,13 @@ namespace ckptdb::planner {
 // row-parallel query (all rows, some columns) against chunks cut into row
 // bands of column blocks scans one column block, not every chunk.
 //
-// The extents are borrowed: they must outlive the index and not change. Every
+// The boxes are borrowed: they must outlive the index and not change. Every
 // box has `ndim` dimensions.
 class BoxIndex {
  public:
   static constexpr size_t kIndexedDims = 4;
 
-  // A box's extents, borrowed.
-  struct Ref {
-    const Shape* origin;
-    const Shape* shape;
-  };
-
-  BoxIndex(std::vector<Ref> boxes, size_t ndim);
+  BoxIndex(std::vector<const Box*> boxes, size_t ndim);
   explicit BoxIndex(const std::vector<Box>& boxes, size_t ndim);
 
   // Calls fn(box index, intersection) for every box meeting `query` with at
@@ -39,7 +33,7 @@ class BoxIndex {
     for (uint32_t b : scratch_) {
       if (ndim_ == 0) {
         fn(static_cast<size_t>(b), Box{});
-      } else if (auto common = Common(boxes_[b], query)) {
+      } else if (auto common = Intersect(*boxes_[b], query)) {
         fn(static_cast<size_t>(b), *common);
       }
     }
@@ -56,14 +50,12 @@ class BoxIndex {
 
   // The indices of the boxes that may meet `query`, ascending.
   void Candidates(const Box& query, std::vector<uint32_t>* out) const;
-  // Intersect (box.h) for a borrowed box.
-  std::optional<Box> Common(const Ref& box, const Box& query) const;
-  int64_t Begin(uint32_t b, size_t d) const { return (*boxes_[b].origin)[d]; }
+  int64_t Begin(uint32_t b, size_t d) const { return boxes_[b]->origin[d]; }
   int64_t End(uint32_t b, size_t d) const {
-    return (*boxes_[b].origin)[d] + (*boxes_[b].shape)[d];
+    return boxes_[b]->exclusive_max(d);
   }
 
-  std::vector<Ref> boxes_;
+  std::vector<const Box*> boxes_;
   size_t ndim_;
   std::vector<Axis> axes_;
   // Reused by ForEachOverlap; the index is not thread-safe for queries.

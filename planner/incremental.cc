@@ -10,8 +10,7 @@ namespace {
 // chunk with box `box`, may hold the same bytes: the same box, a content hash
 // recorded, written by a rank of this world.
 bool Comparable(const ChunkMetadata& stored, const Box& box, int32_t world) {
-  return stored.box.origin == box.origin && stored.box.shape == box.shape &&
-         stored.content_hash && stored.writer_rank < world;
+  return stored.box == box && stored.content_hash && stored.writer_rank < world;
 }
 
 }  // namespace

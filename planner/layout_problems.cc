@@ -50,14 +50,14 @@ std::vector<std::string> LayoutProblems(const std::string& key,
   std::vector<Box> boxes;
   boxes.reserve(t.chunks.size());
   for (const ChunkMetadata& c : t.chunks) {
-    boxes.push_back({c.box.origin, c.box.shape});
+    boxes.push_back(c.box);
     if (CheckBoxInside(t.global_shape, boxes.back()) != PartitionError::kNone) {
       problems.push_back(name + ": " + ChunkName(c) + " lies outside " +
                          ShapeToString(t.global_shape));
       continue;
     }
     const uint64_t expected =
-        static_cast<uint64_t>(NumElements(c.box.shape)) * DTypeSize(t.dtype);
+        static_cast<uint64_t>(c.box.volume()) * DTypeSize(t.dtype);
     if (c.nbytes != expected) {
       problems.push_back(name + ": chunk at offset " +
                          ShapeToString(c.box.origin) + " records " +

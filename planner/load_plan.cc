@@ -47,20 +47,12 @@ struct StoredTensor {
   std::vector<uint64_t> position;
 
   StoredTensor(const TensorMetadata& m, uint64_t base)
-      : meta(&m), index(Refs(m), m.global_shape.size()) {
+      : meta(&m), index(ChunkBoxes(m.chunks), m.global_shape.size()) {
     position.reserve(m.chunks.size());
     for (const ChunkMetadata& c : m.chunks) {
       position.push_back(base);
       base += c.nbytes;
     }
-  }
-
-  static std::vector<BoxIndex::Ref> Refs(const TensorMetadata& m) {
-    std::vector<BoxIndex::Ref> refs;
-    refs.reserve(m.chunks.size());
-    for (const ChunkMetadata& c : m.chunks)
-      refs.push_back({&c.box.origin, &c.box.shape});
-    return refs;
   }
 };
 

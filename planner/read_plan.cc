@@ -84,12 +84,7 @@ Result<BoxReadPlan> PlanBoxRead(const std::string& key,
   CKPTDB_ASSIGN_OR_RETURN(BoxReadPlan plan,
                           ResolveIndex(key, tensor.global_shape, index));
   if (plan.box.volume() == 0) return plan;
-  std::vector<BoxIndex::Ref> refs;
-  refs.reserve(tensor.chunks.size());
-  for (const ChunkMetadata& c : tensor.chunks) {
-    refs.push_back({&c.box.origin, &c.box.shape});
-  }
-  const BoxIndex chunks(std::move(refs), tensor.global_shape.size());
+  const BoxIndex chunks(ChunkBoxes(tensor.chunks), tensor.global_shape.size());
   chunks.ForEachOverlap(plan.box, [&](size_t chunk, const Box& common) {
     plan.parts.push_back({chunk, common});
   });

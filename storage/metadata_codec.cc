@@ -249,10 +249,9 @@ Status LayoutError(const std::string& what, const Shape& global_shape,
 // Checks that the chunks partition the tensor: each element stored once.
 Status CheckChunkLayout(const std::string& what, const Shape& global_shape,
                         const std::vector<ChunkMetadata>& chunks) {
-  std::vector<const Box*> boxes(chunks.size());
-  for (size_t i = 0; i < chunks.size(); ++i) boxes[i] = &chunks[i].box;
   return LayoutError(what, global_shape, chunks,
-                     planner::CheckPartitionOfPointers(global_shape, boxes));
+                     planner::CheckPartitionOfPointers(
+                         global_shape, planner::ChunkBoxes(chunks)));
 }
 
 Result<Value> ReadValue(SmallValue::Reader v, const std::string& key) {

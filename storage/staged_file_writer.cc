@@ -21,6 +21,7 @@
 
 namespace ckptdb::storage {
 namespace fs = std::filesystem;
+
 std::vector<size_t> ChunkWriteOrder(int64_t id, int32_t rank,
                                     std::span<const ChunkToWrite> chunks) {
   std::vector<std::string> keys(chunks.size());
