@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "storage/buffer_pool.h"
+#include "storage/value_files.h"
 
 namespace ckptdb::storage {
 
@@ -98,13 +99,9 @@ std::shared_ptr<const FileOffsets> ParseFileOffsets(
     const std::string& store_path,
     const std::function<int(const std::string&)>& open_for_read);
 
-// The value file a table file's chunks point into (its name under the values
-// directory) and how long it must be; nullopt when they point into none, or
-// when the property that says so is malformed (HasValueFile tells).
-struct ValueFileExtent {
-  std::string name;
-  uint64_t end = 0;
-};
+// The value file a table file's chunks point into and how long it must be;
+// nullopt when they point into none, or when the property that says so is
+// malformed (HasValueFile tells).
 std::optional<ValueFileExtent> ValueFileOf(
     const rocksdb::TableProperties& props);
 // Whether the table file has the property that names a value file.

@@ -1,7 +1,5 @@
-// Staged chunk files: one writer rank's chunks of one checkpoint, written
-// with RocksDB's SstFileWriter into the store's staging directory, for
-// Store::Commit to ingest; the bytes of large chunks go to a value file
-// (value_files.h), with a pointer in the table file.
+#include "storage/staged_file_writer.h"
+
 #include <rocksdb/options.h>
 #include <rocksdb/sst_file_writer.h>
 
@@ -139,13 +137,23 @@ class StagedFileWriterImpl : public StagedFileWriter {
   bool finished_ = false;
 };
 
-// Staged files are named <checkpoint id>-<rank>-<part>.sst.
+}  // namespace
+
 std::string StagedFileName(int64_t checkpoint_id, int32_t rank, int part) {
   return std::to_string(checkpoint_id) + "-" + std::to_string(rank) + "-" +
          std::to_string(part) + ".sst";
 }
 
-}  // namespace
+Result<std::unique_ptr<StagedFileWriter>> OpenStagedFileWriter(
+    const std::string& path, const std::string& store_path,
+    int64_t checkpoint_id, int32_t rank, uint32_t part, bool value_files,
+    std::shared_ptr<StoreFileSystem> fs, std::shared_ptr<rocksdb::Env> env) {
+  auto writer = std::make_unique<StagedFileWriterImpl>(
+      path, store_path, checkpoint_id, rank, part, value_files, std::move(fs),
+      std::move(env));
+  CKPTDB_RETURN_IF_ERROR(writer->Open());
+  return std::unique_ptr<StagedFileWriter>(std::move(writer));
+}
 
 std::string StagingDir(const std::string& store_path) {
   return (fs::path(store_path) / "staging").string();
@@ -159,11 +167,9 @@ Result<std::unique_ptr<StagedFileWriter>> StoreImpl::NewStagedFile(
   CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(dir));
   const std::string path =
       (fs::path(dir) / StagedFileName(checkpoint_id, rank, part)).string();
-  auto writer = std::make_unique<StagedFileWriterImpl>(
-      path, path_, checkpoint_id, rank, static_cast<uint32_t>(part),
-      options_.value_files, fs_, env_);
-  CKPTDB_RETURN_IF_ERROR(writer->Open());
-  return std::unique_ptr<StagedFileWriter>(std::move(writer));
+  return OpenStagedFileWriter(path, path_, checkpoint_id, rank,
+                              static_cast<uint32_t>(part), options_.value_files,
+                              fs_, env_);
 }
 
 void StoreImpl::RemoveStaged(const std::vector<std::string>& staged_files) {

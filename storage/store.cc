@@ -24,41 +24,10 @@
 namespace ckptdb::storage {
 namespace fs = std::filesystem;
 
-rocksdb::ColumnFamilyOptions ChunkCfOptions(
-    std::shared_ptr<rocksdb::Cache> block_cache) {
-  rocksdb::ColumnFamilyOptions options;
-  options.compression = rocksdb::kNoCompression;
-  options.bottommost_compression = rocksdb::kNoCompression;
-  // Chunks arrive only by ingestion of non-overlapping files into the
-  // bottommost level; nothing ever needs to rewrite them.
-  options.disable_auto_compactions = true;
-  rocksdb::BlockBasedTableOptions table;
-  table.block_size = 256 << 10;
-  table.block_restart_interval = kChunkBlockRestartInterval;
-  table.checksum = rocksdb::kXXH3;
-  table.flush_block_policy_factory = NewChunkFlushBlockPolicyFactory();
-  if (block_cache) table.block_cache = std::move(block_cache);
-  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  options.table_properties_collector_factories.push_back(
-      NewValueOffsetCollectorFactory());
-  return options;
-}
-
-rocksdb::ColumnFamilyOptions MetaCfOptions() {
-  rocksdb::ColumnFamilyOptions options;
-  options.compression = rocksdb::kNoCompression;
-  // Compacted only when the store asks (CompactMetaIfDeep): a compaction
-  // reads every block of its input files, and one running in the background
-  // would meet a damaged block whenever it happened to start, failing the
-  // writes around it and deleting its inputs, instead of at a known step.
-  options.disable_auto_compactions = true;
-  return options;
-}
-
 void StoreImpl::CloseDb() {
+  files_.reset();
   {
-    std::lock_guard lock(direct_mu_);
-    direct_.clear();
+    std::lock_guard lock(held_mu_);
     held_values_checked_.clear();
   }
   if (!db_) return;
@@ -88,49 +57,33 @@ Status StoreImpl::DropChunks(int64_t checkpoint_id) {
   }
   // The value files go with the table files: no key of another checkpoint
   // points into them (value_files.h); so does the copy of their locations.
-  CKPTDB_RETURN_IF_ERROR(RemoveValueDir(checkpoint_id));
+  CKPTDB_RETURN_IF_ERROR(ValueDirs().Remove(checkpoint_id));
   return RemoveCopy(CopyKind::kLocators, checkpoint_id);
 }
 
 Result<std::vector<int64_t>> StoreImpl::UnusedValueDirs(
     const std::set<int64_t>& live) {
-  std::vector<std::string> names;
-  const rocksdb::IOStatus listed =
-      fs_->GetChildren(ValuesDir(path_), rocksdb::IOOptions(), &names, nullptr);
-  if (listed.IsNotFound()) return std::vector<int64_t>();
-  CKPTDB_RETURN_IF_ERROR(FromRocks(listed, "listing " + ValuesDir(path_)));
+  CKPTDB_ASSIGN_OR_RETURN(std::vector<int64_t> ids, ValueDirs().Ids());
+  if (ids.empty()) return ids;
   // A checkpoint whose record (or a later record) uses its chunks keeps its
   // value files even when its table files are gone (damage): the copy of
   // their locations still reaches them.
   CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> records, RecordIds());
   CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> referenced, ReferencedIds());
-  std::vector<int64_t> unused;
-  for (const std::string& name : names) {
-    int64_t id = 0;
-    if (ParseValueDirName(name, &id) && !live.contains(id) &&
-        !records.contains(id) && !referenced.contains(id))
-      unused.push_back(id);
-  }
-  std::sort(unused.begin(), unused.end());
-  return unused;
+  std::erase_if(ids, [&](int64_t id) {
+    return live.contains(id) || records.contains(id) || referenced.contains(id);
+  });
+  return ids;
+}
+
+ValueDirectories StoreImpl::ValueDirs() {
+  return ValueDirectories(*fs_, path_);
 }
 
 void StoreImpl::RemoveUnusedValueDirs(const std::set<int64_t>& live) {
   Result<std::vector<int64_t>> unused = UnusedValueDirs(live);
   if (!unused.ok()) return;
-  for (int64_t id : *unused) (void)RemoveValueDir(id);
-}
-
-Status StoreImpl::ListValueDir(int64_t checkpoint_id,
-                               std::vector<std::string>* names) {
-  const std::string dir = ValueDirOf(path_, checkpoint_id);
-  const rocksdb::IOStatus listed =
-      fs_->GetChildren(dir, rocksdb::IOOptions(), names, nullptr);
-  if (listed.IsNotFound()) {
-    names->clear();
-    return Status::OK();
-  }
-  return FromRocks(listed, "listing " + dir);
+  for (int64_t id : *unused) (void)ValueDirs().Remove(id);
 }
 
 Result<rocksdb::TablePropertiesCollection> StoreImpl::ChunkTablesOf(
@@ -156,183 +109,12 @@ Result<std::vector<ValueFileExtent>> StoreImpl::NamedValueFiles(
   return named;
 }
 
-Status StoreImpl::StrayValueFiles(int64_t checkpoint_id,
-                                  std::vector<std::string>* stray) {
-  std::vector<std::string> names;
-  CKPTDB_RETURN_IF_ERROR(ListValueDir(checkpoint_id, &names));
-  if (names.empty()) return Status::OK();
-  CKPTDB_ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> files,
-                          NamedValueFiles(checkpoint_id));
-  std::set<std::string> named;
-  for (const ValueFileExtent& file : files) named.insert(file.name);
-  for (const std::string& name : names) {
-    const std::string relative = std::to_string(checkpoint_id) + "/" + name;
-    if (name.ends_with(".val") && !named.contains(relative))
-      stray->push_back(ValuesDir(path_) + "/" + relative);
-  }
-  return Status::OK();
-}
-
-Status StoreImpl::RemoveValueDir(int64_t checkpoint_id) {
-  const std::string dir = ValueDirOf(path_, checkpoint_id);
-  std::vector<std::string> names;
-  CKPTDB_RETURN_IF_ERROR(ListValueDir(checkpoint_id, &names));
-  if (names.empty() &&
-      fs_->FileExists(dir, rocksdb::IOOptions(), nullptr).IsNotFound())
-    return Status::OK();
-  // Only value files: anything else in the directory is not ckptdb's.
-  bool foreign = false;
-  for (const std::string& name : names) {
-    if (name == "." || name == "..") continue;
-    if (!name.ends_with(".val")) {
-      foreign = true;
-      continue;
-    }
-    CKPTDB_RETURN_IF_ERROR(fs_->Remove(dir + "/" + name));
-  }
-  if (foreign) return Status::OK();
-  CKPTDB_RETURN_IF_ERROR(FromRocks(
-      fs_->DeleteDir(dir, rocksdb::IOOptions(), nullptr), "removing " + dir));
-  return fs_->SyncDir(ValuesDir(path_));
-}
-
 std::set<int64_t> StoreImpl::LiveChunkIds() {
-  std::vector<rocksdb::LiveFileMetaData> files;
-  db_->GetLiveFilesMetaData(&files);
-  std::set<int64_t> ids;
-  for (const auto& f : files) {
-    if (f.column_family_name != kChunksCf) continue;
-    int64_t id = 0;
-    if (DecodeCheckpointId(f.smallestkey, &id)) ids.insert(id);
-    if (DecodeCheckpointId(f.largestkey, &id)) ids.insert(id);
-  }
-  return ids;
+  return storage::LiveChunkIds(*db_);
 }
 
-Status StoreImpl::IngestStaged(const std::vector<std::string>& staged,
-                               const std::string& what) {
-  // In batches, each scanned first with its reads pinned (ScanStaged); the
-  // record, written after the last batch, stays the commit point.
-  for (size_t begin = 0; begin < staged.size(); begin += kIngestBatchFiles) {
-    const std::vector<std::string> batch(
-        staged.begin() + static_cast<std::ptrdiff_t>(begin),
-        staged.begin() + static_cast<std::ptrdiff_t>(std::min(
-                             staged.size(), begin + kIngestBatchFiles)));
-    fs_->PinReadsOf({batch.begin(), batch.end()}, kIngestPinBytes);
-    Status s = ScanStaged(batch);
-    if (s.ok()) {
-      rocksdb::IngestExternalFileOptions ingest;
-      ingest.move_files = true;
-      ingest.snapshot_consistency = false;
-      s = FromRocks(db_->IngestExternalFile(chunks_, batch, ingest),
-                    "ingesting staged chunks of " + what);
-    }
-    fs_->UnpinReads();
-    CKPTDB_RETURN_IF_ERROR(s);
-  }
-  return Status::OK();
-}
-
-Status StoreImpl::ScanStaged(const std::vector<std::string>& staged) {
-  rocksdb::Options options;
-  static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
-  options.env = env_.get();
-  for (const std::string& path : staged) {
-    rocksdb::SstFileReader reader(options);
-    rocksdb::Status s = reader.Open(path);
-    if (s.ok()) {
-      rocksdb::ReadOptions ro;
-      ro.fill_cache = false;
-      std::unique_ptr<rocksdb::Iterator> it(reader.NewIterator(ro));
-      it->SeekToFirst();
-      if (it->Valid()) it->SeekToLast();
-      s = it->status();
-      if (s.ok() && !it->Valid())
-        s = rocksdb::Status::Corruption("no chunk in the staged file");
-    }
-    CKPTDB_RETURN_IF_ERROR(
-        FromRocks(s, "reading staged file " + path + " before ingesting it"));
-    const auto& props = *reader.GetTableProperties();
-    if (auto values = ValueFileOf(props)) {
-      CKPTDB_RETURN_IF_ERROR(CheckValueFile(path, *values));
-    } else if (HasValueFile(props)) {
-      return Status::IOError("staged file " + path +
-                             " names its value file in a malformed property");
-    }
-  }
-  return Status::OK();
-}
-
-Status StoreImpl::CheckValueFile(const std::string& staged,
-                                 const ValueFileExtent& values) {
-  const std::string path = ValuesDir(path_) + "/" + values.name;
-  uint64_t size = 0;
-  CKPTDB_RETURN_IF_ERROR(
-      FromRocks(fs_->GetFileSize(path, rocksdb::IOOptions(), &size, nullptr),
-                "value file " + path + " of staged file " + staged));
-  if (size < values.end) {
-    return Status::IOError("value file " + path + " of staged file " + staged +
-                           " holds " + std::to_string(size) +
-                           " bytes, its chunks need " +
-                           std::to_string(values.end));
-  }
-  return Status::OK();
-}
-
-Status StoreImpl::RepairBoundlessFiles(bool reingest) {
-  std::vector<rocksdb::LiveFileMetaData> files;
-  db_->GetLiveFilesMetaData(&files);
-  for (const auto& f : files) {
-    int64_t id = 0;
-    if (f.column_family_name != kChunksCf ||
-        (DecodeCheckpointId(f.smallestkey, &id) &&
-         DecodeCheckpointId(f.largestkey, &id)))
-      continue;
-    const std::string path = f.db_path + f.name;
-    const std::string link = StagingDir(path_) + "/repair-" + f.name.substr(1);
-    const std::string what = "repairing table file " + path +
-                             ", which RocksDB ingested without its key range";
-    CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(StagingDir(path_)));
-    CKPTDB_RETURN_IF_ERROR(fs_->Remove(link));
-    CKPTDB_RETURN_IF_ERROR(
-        FromRocks(fs_->LinkFile(path, link, {}, nullptr), what));
-    CKPTDB_RETURN_IF_ERROR(FromRocks(db_->DeleteFile(f.name), what));
-    if (!reingest) {
-      CKPTDB_RETURN_IF_ERROR(fs_->Remove(link));
-      continue;
-    }
-    rocksdb::IngestExternalFileOptions ingest;
-    ingest.move_files = true;
-    CKPTDB_RETURN_IF_ERROR(
-        FromRocks(db_->IngestExternalFile(chunks_, {link}, ingest), what));
-  }
-  return Status::OK();
-}
-
-Status StoreImpl::CheckIngested(const CheckpointMetadata& meta) {
-  const int64_t id = meta.info.id;
-  CKPTDB_RETURN_IF_ERROR(RepairBoundlessFiles(/*reingest=*/false));
-  // Chunks an incremental save shares live in their holders' key ranges.
-  uint64_t expected = 0;
-  for (const auto& [key, tensor] : meta.tensors) {
-    for (const ChunkMetadata& chunk : tensor.chunks)
-      expected += chunk.holder_id == 0 ? 1 : 0;
-  }
-  uint64_t found = 0;
-  std::vector<rocksdb::LiveFileMetaData> files;
-  db_->GetLiveFilesMetaData(&files);
-  for (const auto& f : files) {
-    int64_t first = 0, last = 0;
-    if (f.column_family_name == kChunksCf &&
-        DecodeCheckpointId(f.smallestkey, &first) &&
-        DecodeCheckpointId(f.largestkey, &last) && first == id && last == id)
-      found += f.num_entries;
-  }
-  if (found == expected) return Status::OK();
-  return Status::IOError("ingesting the staged chunks of checkpoint " +
-                         std::to_string(id) + " into '" + path_ + "' left " +
-                         std::to_string(found) + " of its " +
-                         std::to_string(expected) + " chunks");
+ChunkIngester StoreImpl::Ingester() {
+  return ChunkIngester(*db_, chunks_, *fs_, env_.get(), path_);
 }
 
 Status StoreImpl::RemoveLeftovers() {
@@ -538,9 +320,10 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   ForgetIndex(id);  // an id whose earlier commit failed is used again
   CKPTDB_RETURN_IF_ERROR(CheckReferencesHeld(meta.info));
   if (!staged.empty()) {
-    Status s = IngestStaged(staged, what);
+    ChunkIngester ingester = Ingester();
+    Status s = ingester.Ingest(staged, what);
     if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
-    s = CheckIngested(meta);
+    s = ingester.CheckIngested(meta);
     // The second copy of where its chunks lie, before the record.
     if (s.ok()) s = WriteLocatorCopy(id);
     if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
@@ -700,29 +483,12 @@ Status StoreImpl::CheckShareable(int64_t checkpoint_id) {
 Result<std::string> StoreImpl::ValueFileLoss(int64_t held) {
   CKPTDB_ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> files,
                           NamedValueFiles(held));
-  for (const ValueFileExtent& values : files) {
-    const std::string path = ValuesDir(path_) + "/" + values.name;
-    const bool missing =
-        fs_->FileExists(path, rocksdb::IOOptions(), nullptr).IsNotFound();
-    uint64_t size = 0;
-    if (!missing) {
-      CKPTDB_RETURN_IF_ERROR(FromRocks(
-          fs_->GetFileSize(path, rocksdb::IOOptions(), &size, nullptr),
-          "value file " + path));
-      if (size >= values.end) continue;
-    }
-    return "value file " + path +
-           (!missing
-                ? " holds " + std::to_string(size) +
-                      " bytes, its chunks need " + std::to_string(values.end)
-                : " is missing");
-  }
-  return std::string();
+  return ValueDirs().FirstLoss(files);
 }
 
 Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
   {
-    std::lock_guard lock(direct_mu_);
+    std::lock_guard lock(held_mu_);
     if (held_values_checked_.contains(held)) return Status::OK();
   }
   CKPTDB_ASSIGN_OR_RETURN(const std::string loss, ValueFileLoss(held));
@@ -735,7 +501,7 @@ Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
                               "with incremental saves off "
                               "writes every chunk again");
   }
-  std::lock_guard lock(direct_mu_);
+  std::lock_guard lock(held_mu_);
   held_values_checked_.insert(held);
   return Status::OK();
 }
@@ -770,7 +536,13 @@ Result<StoreReport> StoreImpl::Check() {
   });
   for (int64_t id : live) {
     if (NotADirectory(ValueDirOf(path_, id))) continue;  // foreign_entries
-    CKPTDB_RETURN_IF_ERROR(StrayValueFiles(id, &report.stray_value_files));
+    std::vector<std::string> names;
+    CKPTDB_RETURN_IF_ERROR(ValueDirs().List(id, &names));
+    if (names.empty()) continue;
+    CKPTDB_ASSIGN_OR_RETURN(const std::vector<ValueFileExtent> named,
+                            NamedValueFiles(id));
+    CKPTDB_RETURN_IF_ERROR(
+        ValueDirs().AddStray(id, named, &report.stray_value_files));
   }
   for (int64_t id : live) {
     // A deletion under way is not a problem, nor the chunks of a deleted

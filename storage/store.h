@@ -49,6 +49,7 @@ class ChunkBuffer {
 
  private:
   friend class StoreImpl;
+  friend class ChunkFileReader;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -262,7 +262,7 @@ Status StoreImpl::ReadAtCopiedPlace(const std::string& path,
   pointer.offset = offset;
   pointer.nbytes = chunk.nbytes;
   *buffer = ChunkBuffer();
-  Status read = ReadValueFile(fd, path, what, pointer, buffer);
+  Status read = files_->ReadValueFile(fd, path, what, pointer, buffer);
   ::close(fd);
   CKPTDB_RETURN_IF_ERROR(read);
   const std::string_view bytes = buffer->bytes();
@@ -509,9 +509,7 @@ Status StoreImpl::IngestRebuildTables(const std::string& aside) {
   for (const std::string& name : names) {
     if (name.rfind(kRebuildPrefix, 0) != 0) continue;
     const std::string table = staging + "/" + name;
-    rocksdb::IngestExternalFileOptions ingest;
-    ingest.move_files = true;
-    if (db_->IngestExternalFile(chunks_, {table}, ingest).ok()) continue;
+    if (Ingester().IngestUnscanned(table).ok()) continue;
     // Unreadable, or overlapping what the database holds: kept aside, its
     // chunks missing (reads report them).
     CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(path_ + "/" + kDamagedDir));

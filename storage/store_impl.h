@@ -1,9 +1,12 @@
 #pragma once
 
-// The store's implementation, shared by store.cc (commits, listings,
-// deletes), store_open.cc (opening, recovery), store_metadata.cc (reading,
-// reading back and removing metadata records), store_reads.cc (chunk reads)
-// and staged_file_writer.cc. Private to storage/.
+// The store's implementation: the executor over the store's pieces (the
+// checkpoint catalogue, the ingester, value directories, the chunk file
+// reader, the recovery decision; docs/design.md, "The store's pieces"). Its
+// methods are spread over store.cc (commits, listings, deletes, checks),
+// store_open.cc (opening, recovery), store_metadata.cc (records),
+// store_reads.cc (chunk reads through RocksDB), store_copies.cc (the second
+// copies of the metadata) and staged_file_writer.cc. Private to storage/.
 
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
@@ -25,8 +28,11 @@
 #include "storage/buffer_pool.h"
 #include "storage/catalogue.h"
 #include "storage/chunk_files.h"
+#include "storage/chunk_reader.h"
+#include "storage/column_families.h"
 #include "storage/commit_journal.h"
 #include "storage/file_system.h"
+#include "storage/ingester.h"
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
 #include "storage/record_copies.h"
@@ -35,29 +41,8 @@
 
 namespace ckptdb::storage {
 
-// Staged files ingested together, and the bytes of their reads kept in
-// memory meanwhile (StoreFileSystem::PinReadsOf): the footer, index and the
-// first and last data blocks of each, a few MiB with the default chunk size.
-inline constexpr size_t kIngestBatchFiles = 16;
-inline constexpr uint64_t kIngestPinBytes = uint64_t{256} << 20;
-
-// The store's column families.
-inline constexpr char kChunksCf[] = "chunks";
-inline constexpr char kMetaCf[] = "meta";
-// Level-0 metadata table files at which the store compacts them
-// (CompactMetaIfDeep); RocksDB's own default trigger.
-inline constexpr size_t kMetaCompactionTrigger = 4;
-
 // An I/O error from a full file system.
 bool IsNoSpace(const Status& s);
-
-// Options of the `chunks` column family, which staged files are written with
-// too. `block_cache` holds the allocator chunk reads use; chunks themselves
-// never enter it (reads pass fill_cache = false).
-rocksdb::ColumnFamilyOptions ChunkCfOptions(
-    std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
-// Options of the `meta` column family.
-rocksdb::ColumnFamilyOptions MetaCfOptions();
 
 // What comparing a store's metadata with its second copies found
 // (StoreImpl::CompareCopies): each entry names the checkpoint id and says
@@ -84,25 +69,6 @@ struct CopyFindings {
   // The store has no copies directory: written by a build that kept none.
   // Its missing copies are not damage (a read-write open writes them).
   bool predates_copies = false;
-};
-
-struct ChunkBuffer::Impl {
-  ~Impl() {
-    if (owned != nullptr) pool->Deallocate(owned);
-  }
-  rocksdb::PinnableSlice slice;
-  // Read directly from the table file: a buffer of `pool`.
-  std::shared_ptr<BufferPool> pool;
-  char* owned = nullptr;
-  size_t owned_size = 0;
-};
-
-// The table files of one checkpoint that this handle has read chunks from.
-// Files are looked up and parsed as reads reach them, so that a rank holds
-// only the offsets (and open files) of the chunks it reads, not of the whole
-// checkpoint.
-struct DirectIndex {
-  std::vector<std::shared_ptr<const FileOffsets>> files;
 };
 
 class StoreImpl : public Store {
@@ -167,6 +133,8 @@ class StoreImpl : public Store {
     return Status::OK();
   }
   void CloseDb();
+  // Forgets what the handle knows of checkpoint `checkpoint_id`'s files.
+  void ForgetIndex(int64_t checkpoint_id);
   // OpenDb's steps.
   // Whether the directory holds a database; creates it (and the CREATING
   // marker) when absent and asked to.
@@ -272,41 +240,17 @@ class StoreImpl : public Store {
   Status RemoveLeftovers();
   // StoreReport::foreign_entries.
   std::vector<std::string> ForeignEntries();
-  // Ingests the staged files, a few at a time.
-  Status IngestStaged(const std::vector<std::string>& staged,
-                      const std::string& what);
-  // Reads each staged file's first and last chunk key, as an ingestion does:
-  // RocksDB 7.8's ingestion aborts the process (an assertion) when the read
-  // of the last key fails after the first succeeded, so a file that cannot
-  // be read is refused here with an IOError (and the file system retries a
-  // failed read, for errors that pass).
-  Status ScanStaged(const std::vector<std::string>& staged);
-  // RocksDB 7.8 ingests a file whose key range it failed to read (an I/O
-  // error while it scans the file) with an empty range: reads then miss its
-  // chunks, and deletions over it trip assertions. Each such file is taken
-  // out of the database and, with `reingest`, ingested again (its bytes are
-  // intact), or else dropped.
-  Status RepairBoundlessFiles(bool reingest);
-  // After an ingestion: every chunk of `meta` is in a file of its
-  // checkpoint's key range.
-  Status CheckIngested(const CheckpointMetadata& meta);
+  // The ingester over the open database.
+  ChunkIngester Ingester();
   Status DropChunks(int64_t checkpoint_id);
-  // Removes a checkpoint's value files and then, when nothing else is in it,
-  // their directory; for when no table file holds the checkpoint's keys.
-  Status RemoveValueDir(int64_t checkpoint_id);
-  // The names in checkpoint `checkpoint_id`'s value directory; none when it
-  // is absent.
-  Status ListValueDir(int64_t checkpoint_id, std::vector<std::string>* names);
+  // The value directories over the store's file system.
+  ValueDirectories ValueDirs();
   // The value files the table files of checkpoint `checkpoint_id` point into.
   Result<std::vector<ValueFileExtent>> NamedValueFiles(int64_t checkpoint_id);
   // The properties of the chunk tables holding checkpoint `checkpoint_id`'s
   // chunks; an error names `what` was being read.
   Result<rocksdb::TablePropertiesCollection> ChunkTablesOf(
       int64_t checkpoint_id, const std::string& what);
-  // Adds to `stray` the value files in the directory of checkpoint
-  // `checkpoint_id` that none of its table files points into.
-  Status StrayValueFiles(int64_t checkpoint_id,
-                         std::vector<std::string>* stray);
   // Checkpoint ids with a value directory but no key in `live` (LiveChunkIds).
   Result<std::vector<int64_t>> UnusedValueDirs(const std::set<int64_t>& live);
   // Best effort: removes the value directories of checkpoints not in `live`
@@ -336,19 +280,6 @@ class StoreImpl : public Store {
   // the first value file of checkpoint `held` that is not whole; empty when
   // every one is.
   Result<std::string> ValueFileLoss(int64_t held);
-  // The open file holding the chunk value under `key` and the value's offset
-  // in it: its value file, or its table file when the chunk starts a data
-  // block there; table files are parsed on the first read that reaches them.
-  std::optional<
-      std::pair<std::shared_ptr<const FileOffsets>, FileOffsets::Location>>
-  LocateValue(int64_t checkpoint_id, const std::string& key);
-  void ForgetIndex(int64_t checkpoint_id);
-  // Reads the chunk's value straight from its value or table file into
-  // `pieces` (in order) and verifies it; false (nothing to report) when that
-  // is not possible, so that the caller reads it through RocksDB.
-  bool ReadDirect(int64_t checkpoint_id, const std::string& key,
-                  const ChunkMetadata& chunk,
-                  const std::vector<ChunkPiece>& pieces);
   // Reads the chunk through RocksDB into `buffer` and verifies it (and, with
   // `verify_blocks`, RocksDB's block checksums too). A chunk in a value file
   // has its pointer read through RocksDB, and its bytes from the value file.
@@ -367,10 +298,6 @@ class StoreImpl : public Store {
   // Whether the journal on disk no longer lists `checkpoint_id` as committed
   // (a writer deleted it after this handle read its record).
   bool DeletedSinceOpen(int64_t checkpoint_id);
-  // Reads the bytes `pointer` points at from the value file open as `fd`
-  // into `buffer`; `what` names the chunk in errors.
-  Status ReadValueFile(int fd, const std::string& path, const std::string& what,
-                       const ValuePointer& pointer, ChunkBuffer* buffer);
   // Checkpoint ids that some live chunk file holds keys of.
   std::set<int64_t> LiveChunkIds();
   // Calls fn(id, main record bytes) for every committed checkpoint: in id
@@ -476,9 +403,10 @@ class StoreImpl : public Store {
   // Buffers of chunk reads, RocksDB's and direct ones.
   const std::shared_ptr<BufferPool> pool_ =
       std::make_shared<BufferPool>(size_t{256} << 20);
-  std::mutex direct_mu_;
-  std::map<int64_t, DirectIndex> direct_;
+  // Made by each OpenRocks, over its database.
+  std::unique_ptr<ChunkFileReader> files_;
   // Held checkpoints whose value files CheckHeldValueFiles found whole.
+  std::mutex held_mu_;
   std::set<int64_t> held_values_checked_;
 };
 

@@ -13,6 +13,7 @@
 #include "storage/commit_journal.h"
 #include "storage/info_log.h"
 #include "storage/keys.h"
+#include "storage/recovery.h"
 #include "storage/store_impl.h"
 
 namespace ckptdb::storage {
@@ -263,6 +264,7 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
   db_.reset(raw);
   chunks_ = handles_[1];
   meta_ = handles_[2];
+  files_ = std::make_unique<ChunkFileReader>(*db_, chunks_, fs_, pool_, path_);
   return Status::OK();
 }
 
@@ -414,43 +416,19 @@ Status StoreImpl::RecoverCommits() {
   CKPTDB_RETURN_IF_ERROR(CheckJournal(records));
   if (options_.read_only) return Status::OK();
   CKPTDB_RETURN_IF_ERROR(RepairCopies());
-  CKPTDB_RETURN_IF_ERROR(RepairBoundlessFiles(/*reingest=*/true));
-  const std::set<int64_t> live = LiveChunkIds();
-  // As CheckJournal left it (without the deletions a stale journal missed).
-  const std::optional<CommitJournal> journal = catalogue_.journal();
-  CommitJournal next;
-  if (journal) {
-    next = *journal;
-  } else {
-    // A store written before journals (or just created): every record counts
-    // as committed, and chunks without one are kept: nothing proves they never
-    // committed.
-    for (int64_t id : records) next.high_water = std::max(next.high_water, id);
-    if (!live.empty())
-      next.high_water = std::max(next.high_water, *live.rbegin());
-  }
-  // Records the journal does not know committed after its last write (a save
-  // that died before writing it); records marked deleting lose their record.
-  for (int64_t id : records) {
-    if (next.deleting.contains(id)) {
-      CKPTDB_RETURN_IF_ERROR(DeleteRecord(id));
-    } else {
-      next.committed.insert(id);
-      next.high_water = std::max(next.high_water, id);
-    }
-  }
-  // Chunks without a record: of a save above the high-water mark (never
-  // committed) or of a deletion, unless a remaining record shares them
-  // (incremental saves): removed. Anything else is kept.
-  CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
-  for (int64_t id : live) {
-    if (next.committed.contains(id) || referenced.contains(id)) continue;
-    if (id > next.high_water || next.deleting.contains(id))
-      CKPTDB_RETURN_IF_ERROR(DropChunks(id));
-  }
-  next.deleting.clear();
-  if (!journal || next != *journal || copies_damaged) {
-    CKPTDB_RETURN_IF_ERROR(SaveJournal(std::move(next)));
+  CKPTDB_RETURN_IF_ERROR(Ingester().RepairBoundlessFiles(/*reingest=*/true));
+  // Visible records only: those whose deletion began share nothing.
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> referenced, ReferencedIds());
+  // The journal as CheckJournal left it (without the deletions a stale
+  // journal missed).
+  const Recovery recovery =
+      PlanRecovery(catalogue_.journal(), records, LiveChunkIds(), referenced);
+  for (int64_t id : recovery.records_to_delete)
+    CKPTDB_RETURN_IF_ERROR(DeleteRecord(id));
+  for (int64_t id : recovery.chunks_to_drop)
+    CKPTDB_RETURN_IF_ERROR(DropChunks(id));
+  if (recovery.journal_changed || copies_damaged) {
+    CKPTDB_RETURN_IF_ERROR(SaveJournal(recovery.journal));
     catalogue_.ClearDamagedCopies();
   }
   return RemoveLeftovers();

@@ -1,9 +1,11 @@
 #include "storage/value_files.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <utility>
 
 namespace ckptdb::storage {
@@ -130,9 +132,10 @@ Result<ValuePointer> ValueFileWriter::Append(std::string_view bytes) {
   size_ += bytes.size();
   unsynced_ += bytes.size();
   if (unsynced_ >= kWriteBackBytes) {
-    CKPTDB_RETURN_IF_ERROR(FromRocks(file_->RangeSync(synced_to_, size_ - synced_to_,
-                                               rocksdb::IOOptions(), nullptr),
-                              "starting write-back of value file " + path_));
+    CKPTDB_RETURN_IF_ERROR(
+        FromRocks(file_->RangeSync(synced_to_, size_ - synced_to_,
+                                   rocksdb::IOOptions(), nullptr),
+                  "starting write-back of value file " + path_));
     synced_to_ = size_;
     unsynced_ = 0;
   }
@@ -166,6 +169,92 @@ void ValueFileWriter::Abandon() {
     file_.reset();
   }
   (void)fs_->Remove(path_);
+}
+
+Result<std::vector<int64_t>> ValueDirectories::Ids() {
+  std::vector<std::string> names;
+  const rocksdb::IOStatus listed =
+      fs_.GetChildren(ValuesDir(path_), rocksdb::IOOptions(), &names, nullptr);
+  if (listed.IsNotFound()) return std::vector<int64_t>();
+  CKPTDB_RETURN_IF_ERROR(FromRocks(listed, "listing " + ValuesDir(path_)));
+  std::vector<int64_t> ids;
+  for (const std::string& name : names) {
+    int64_t id = 0;
+    if (ParseValueDirName(name, &id)) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+Status ValueDirectories::List(int64_t checkpoint_id,
+                              std::vector<std::string>* names) {
+  const std::string dir = ValueDirOf(path_, checkpoint_id);
+  const rocksdb::IOStatus listed =
+      fs_.GetChildren(dir, rocksdb::IOOptions(), names, nullptr);
+  if (listed.IsNotFound()) {
+    names->clear();
+    return Status::OK();
+  }
+  return FromRocks(listed, "listing " + dir);
+}
+
+Status ValueDirectories::Remove(int64_t checkpoint_id) {
+  const std::string dir = ValueDirOf(path_, checkpoint_id);
+  std::vector<std::string> names;
+  CKPTDB_RETURN_IF_ERROR(List(checkpoint_id, &names));
+  if (names.empty() &&
+      fs_.FileExists(dir, rocksdb::IOOptions(), nullptr).IsNotFound())
+    return Status::OK();
+  bool foreign = false;
+  for (const std::string& name : names) {
+    if (name == "." || name == "..") continue;
+    if (!name.ends_with(".val")) {
+      foreign = true;
+      continue;
+    }
+    CKPTDB_RETURN_IF_ERROR(fs_.Remove(dir + "/" + name));
+  }
+  if (foreign) return Status::OK();
+  CKPTDB_RETURN_IF_ERROR(FromRocks(
+      fs_.DeleteDir(dir, rocksdb::IOOptions(), nullptr), "removing " + dir));
+  return fs_.SyncDir(ValuesDir(path_));
+}
+
+Status ValueDirectories::AddStray(int64_t checkpoint_id,
+                                  const std::vector<ValueFileExtent>& named,
+                                  std::vector<std::string>* stray) {
+  std::vector<std::string> names;
+  CKPTDB_RETURN_IF_ERROR(List(checkpoint_id, &names));
+  std::set<std::string> reached;
+  for (const ValueFileExtent& file : named) reached.insert(file.name);
+  for (const std::string& name : names) {
+    const std::string relative = std::to_string(checkpoint_id) + "/" + name;
+    if (name.ends_with(".val") && !reached.contains(relative))
+      stray->push_back(ValuesDir(path_) + "/" + relative);
+  }
+  return Status::OK();
+}
+
+Result<std::string> ValueDirectories::FirstLoss(
+    const std::vector<ValueFileExtent>& files) {
+  for (const ValueFileExtent& values : files) {
+    const std::string path = ValuesDir(path_) + "/" + values.name;
+    const bool missing =
+        fs_.FileExists(path, rocksdb::IOOptions(), nullptr).IsNotFound();
+    uint64_t size = 0;
+    if (!missing) {
+      CKPTDB_RETURN_IF_ERROR(
+          FromRocks(fs_.GetFileSize(path, rocksdb::IOOptions(), &size, nullptr),
+                    "value file " + path));
+      if (size >= values.end) continue;
+    }
+    return "value file " + path +
+           (!missing
+                ? " holds " + std::to_string(size) +
+                      " bytes, its chunks need " + std::to_string(values.end)
+                : " is missing");
+  }
+  return std::string();
 }
 
 }  // namespace ckptdb::storage

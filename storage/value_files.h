@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ckptdb/status.h"
 #include "storage/file_system.h"
@@ -65,6 +66,46 @@ std::string ValueFileName(int64_t checkpoint_id, const ValuePointer& pointer);
 // The checkpoint id a directory under ValuesDir is named for; false for any
 // other name.
 bool ParseValueDirName(std::string_view name, int64_t* checkpoint_id);
+
+// A value file a table file's chunks point into (its name under ValuesDir)
+// and how long it must be to hold them.
+struct ValueFileExtent {
+  std::string name;
+  uint64_t end = 0;
+};
+
+// The value directories of a store as its file system shows them: what is
+// there, what is whole, what is stray, and their removal. Which directories
+// are in use is the store's knowledge (its table files and records): callers
+// pass it in. Every operation goes through `fs`.
+class ValueDirectories {
+ public:
+  ValueDirectories(StoreFileSystem& fs, std::string store_path)
+      : fs_(fs), path_(std::move(store_path)) {}
+
+  // The checkpoint ids with a directory under ValuesDir, in order; none when
+  // ValuesDir is absent. Other names are skipped.
+  Result<std::vector<int64_t>> Ids();
+  // The names in checkpoint `checkpoint_id`'s directory; none when absent.
+  Status List(int64_t checkpoint_id, std::vector<std::string>* names);
+  // Removes the directory's value files and then, when nothing else is in it,
+  // the directory (durably). Entries that are not value files are not
+  // ckptdb's: they stay, and so does the directory. OK when absent.
+  Status Remove(int64_t checkpoint_id);
+  // Adds to `stray` the paths of the value files in checkpoint
+  // `checkpoint_id`'s directory that are not in `named` (the value files its
+  // table files point into).
+  Status AddStray(int64_t checkpoint_id,
+                  const std::vector<ValueFileExtent>& named,
+                  std::vector<std::string>* stray);
+  // "value file P is missing" or "value file P holds N bytes, its chunks need
+  // M" for the first of `files` that is not whole; empty when all are.
+  Result<std::string> FirstLoss(const std::vector<ValueFileExtent>& files);
+
+ private:
+  StoreFileSystem& fs_;
+  const std::string path_;
+};
 
 // Appends chunk values to one value file through the store's file system
 // (every call can be failed by a test). The file is created on the first

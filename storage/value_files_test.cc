@@ -66,6 +66,74 @@ TEST(ValueFileNamesTest, DirectoriesAreCheckpointIds) {
             "/s/values/7/3-1-0000beef.val");
 }
 
+// Writes `bytes` bytes to `path`, creating its directories.
+void WriteFile(const std::string& path, size_t bytes) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path) << std::string(bytes, 'v');
+}
+
+TEST(ValueDirectoriesTest, ListsTheDirectoriesNamedForCheckpointsInOrder) {
+  TempDir dir;
+  StoreFileSystem files(nullptr, /*sync=*/false, dir.path());
+  ValueDirectories values(files, dir.path());
+  auto none = values.Ids();
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none->empty());
+  for (const char* name : {"12", "3", "notes", "7.tmp"})
+    fs::create_directories(ValuesDir(dir.path()) + "/" + name);
+  auto ids = values.Ids();
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  EXPECT_EQ(*ids, (std::vector<int64_t>{3, 12}));
+  std::vector<std::string> names;
+  ASSERT_TRUE(values.List(99, &names).ok());
+  EXPECT_TRUE(names.empty());
+}
+
+TEST(ValueDirectoriesTest, RemoveTakesValueFilesAndKeepsWhatIsNotCkptdbs) {
+  TempDir dir;
+  StoreFileSystem files(nullptr, /*sync=*/false, dir.path());
+  ValueDirectories values(files, dir.path());
+  const std::string four = ValueDirOf(dir.path(), 4);
+  const std::string five = ValueDirOf(dir.path(), 5);
+  WriteFile(four + "/0-0-00000001.val", 10);
+  WriteFile(four + "/1-0-00000002.val", 10);
+  WriteFile(five + "/0-0-00000003.val", 10);
+  WriteFile(five + "/README", 3);
+  EXPECT_TRUE(values.Remove(4).ok());
+  EXPECT_FALSE(fs::exists(four));
+  EXPECT_TRUE(values.Remove(5).ok());
+  EXPECT_FALSE(fs::exists(five + "/0-0-00000003.val"));
+  EXPECT_TRUE(fs::exists(five + "/README"));
+  EXPECT_TRUE(values.Remove(6).ok()) << "an absent directory is removed";
+}
+
+TEST(ValueDirectoriesTest, FindsStrayAndIncompleteValueFiles) {
+  TempDir dir;
+  StoreFileSystem files(nullptr, /*sync=*/false, dir.path());
+  ValueDirectories values(files, dir.path());
+  const std::string eight = ValueDirOf(dir.path(), 8);
+  WriteFile(eight + "/0-0-00000001.val", 100);
+  WriteFile(eight + "/1-0-00000002.val", 100);
+  WriteFile(eight + "/notes.txt", 1);
+  std::vector<std::string> stray;
+  ASSERT_TRUE(values.AddStray(8, {{"8/0-0-00000001.val", 100}}, &stray).ok());
+  EXPECT_EQ(stray, std::vector<std::string>{eight + "/1-0-00000002.val"});
+
+  auto whole = values.FirstLoss(
+      {{"8/0-0-00000001.val", 100}, {"8/1-0-00000002.val", 40}});
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(*whole, "");
+  auto short_file = values.FirstLoss(
+      {{"8/0-0-00000001.val", 100}, {"8/1-0-00000002.val", 101}});
+  ASSERT_TRUE(short_file.ok());
+  EXPECT_EQ(*short_file, "value file " + eight +
+                             "/1-0-00000002.val holds 100 bytes, its chunks "
+                             "need 101");
+  auto missing = values.FirstLoss({{"8/2-0-00000003.val", 1}});
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(*missing, "value file " + eight + "/2-0-00000003.val is missing");
+}
+
 // The value file a table file names comes from the store, which may come
 // from anywhere: only a name of the form <id>/<rank>-<part>.val is used.
 TEST(ValueFileNamesTest, ATableFileNamesOnlyAValueFileInsideTheStore) {

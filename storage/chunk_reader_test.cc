@@ -1,0 +1,124 @@
+#include "storage/chunk_reader.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/checksum.h"
+#include "storage/chunks_db_testing.h"
+#include "storage/keys.h"
+#include "storage/value_files.h"
+
+namespace ckptdb::storage {
+namespace {
+
+class ChunkReaderTest : public testing::ChunksDbTest {
+ protected:
+  // Stages and ingests chunks of checkpoint `id` (ChunksDbTest::Stage).
+  CheckpointMetadata Saved(int64_t id, const std::vector<int64_t>& sizes,
+                           char fill) {
+    CheckpointMetadata meta;
+    next_origin_ = 0;
+    const std::string staged = Stage(id, 0, sizes, fill, &meta);
+    EXPECT_TRUE(Ingester().Ingest({staged}, "checkpoint").ok());
+    return meta;
+  }
+  ChunkFileReader Reader() {
+    return ChunkFileReader(*db_, handles_[1], fs_,
+                           std::make_shared<BufferPool>(size_t{64} << 20),
+                           dir_.path());
+  }
+  static std::string KeyOf(int64_t id, const ChunkMetadata& chunk) {
+    return EncodeChunkKey(id, chunk.writer_rank, "w", chunk.box.origin);
+  }
+};
+
+TEST_F(ChunkReaderTest, ReadsLargeChunksStraightFromValueAndTableFiles) {
+  for (bool in_value_files : {true, false}) {
+    value_files_ = in_value_files;
+    const int64_t id = in_value_files ? 1 : 2;
+    const int64_t large = int64_t{kExternalValueBytes} * 2;
+    const CheckpointMetadata meta = Saved(id, {large, large}, 'L');
+    ChunkFileReader reader = Reader();
+    for (const ChunkMetadata& chunk : meta.tensors.at("w").chunks) {
+      std::string head(100, '\0'), tail(chunk.nbytes - 100, '\0');
+      ASSERT_TRUE(reader.ReadDirect(
+          id, KeyOf(id, chunk), chunk.checksum,
+          {{head.data(), head.size()}, {tail.data(), tail.size()}}))
+          << (in_value_files ? "value file" : "table file");
+      EXPECT_EQ(head + tail, std::string(chunk.nbytes, 'L'));
+    }
+  }
+}
+
+TEST_F(ChunkReaderTest, LeavesToRocksDBWhatItCannotReadWhole) {
+  const CheckpointMetadata meta =
+      Saved(3, {100, 200, int64_t{kExternalValueBytes}}, 's');
+  const auto& chunks = meta.tensors.at("w").chunks;
+  ChunkFileReader reader = Reader();
+  std::string bytes(chunks[1].nbytes, '\0');
+  // A small chunk inside a block it shares with its neighbours.
+  EXPECT_FALSE(reader.ReadDirect(3, KeyOf(3, chunks[1]), chunks[1].checksum,
+                                 {{bytes.data(), bytes.size()}}));
+  std::string large(chunks[2].nbytes, '\0');
+  // A checksum that does not match what the file holds.
+  EXPECT_FALSE(reader.ReadDirect(3, KeyOf(3, chunks[2]), chunks[2].checksum + 1,
+                                 {{large.data(), large.size()}}));
+  // A key no file holds.
+  EXPECT_FALSE(reader.ReadDirect(4, KeyOf(4, chunks[2]), chunks[2].checksum,
+                                 {{large.data(), large.size()}}));
+  // A failing disk.
+  hooks_->suffix = ".val";
+  hooks_->reads = 0;
+  hooks_->fail_from = 0;
+  EXPECT_FALSE(reader.ReadDirect(3, KeyOf(3, chunks[2]), chunks[2].checksum,
+                                 {{large.data(), large.size()}}));
+  hooks_->suffix.clear();
+  EXPECT_TRUE(reader.ReadDirect(3, KeyOf(3, chunks[2]), chunks[2].checksum,
+                                {{large.data(), large.size()}}));
+}
+
+TEST_F(ChunkReaderTest, AValueFileReadIsCheckedAgainstTheFileBeforeAllocating) {
+  const std::string path = dir_.Sub("values.bin");
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fputs("0123456789", f);
+    std::fclose(f);
+  }
+  ChunkFileReader reader = Reader();
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ValuePointer pointer;
+  pointer.offset = 2;
+  pointer.nbytes = 5;
+  ChunkBuffer buffer;
+  ASSERT_TRUE(reader.ReadValueFile(fd, path, "chunk", pointer, &buffer).ok());
+  EXPECT_EQ(buffer.bytes(), "23456");
+  // Bytes past the end of the file, as a damaged pointer would name.
+  pointer.nbytes = uint64_t{1} << 40;
+  ChunkBuffer past;
+  const Status s = reader.ReadValueFile(fd, path, "chunk", pointer, &past);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("the file ends at byte 10"), std::string::npos)
+      << s.message();
+  ::close(fd);
+  // Not a regular file.
+  const int dir_fd = ::open(dir_.path().c_str(), O_RDONLY);
+  ASSERT_GE(dir_fd, 0);
+  pointer.nbytes = 1;
+  const Status not_file =
+      reader.ReadValueFile(dir_fd, dir_.path(), "chunk", pointer, &past);
+  EXPECT_EQ(not_file.code(), StatusCode::kCorruption);
+  EXPECT_NE(not_file.message().find("is not a regular file"), std::string::npos)
+      << not_file.message();
+  ::close(dir_fd);
+}
+
+}  // namespace
+}  // namespace ckptdb::storage

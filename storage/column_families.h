@@ -1,0 +1,43 @@
+#pragma once
+
+// The store's RocksDB column families and their options. Private to
+// storage/.
+//
+//   chunks  one key per stored chunk (keys.h), in table files that arrive
+//           only by ingestion of staged files (ingester.h) and are never
+//           rewritten; the bytes of large chunks live in value files
+//           (value_files.h), the table file holds a pointer to them.
+//   meta    the checkpoint records, the store marker and the next id; written
+//           straight into table files (never the write-ahead log) and
+//           compacted only when the store asks.
+
+#include <rocksdb/cache.h>
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+
+namespace ckptdb::storage {
+
+inline constexpr char kChunksCf[] = "chunks";
+inline constexpr char kMetaCf[] = "meta";
+// Level-0 metadata table files at which the store compacts them
+// (StoreImpl::CompactMetaIfDeep); RocksDB's own default trigger.
+inline constexpr size_t kMetaCompactionTrigger = 4;
+
+// Options of the `chunks` column family, which staged files are written with
+// too. `block_cache` holds the allocator chunk reads use; chunks themselves
+// never enter it (reads pass fill_cache = false).
+rocksdb::ColumnFamilyOptions ChunkCfOptions(
+    std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
+// Options of the `meta` column family.
+rocksdb::ColumnFamilyOptions MetaCfOptions();
+
+// Checkpoint ids that some live table file of the `chunks` column family
+// holds keys of (its first or last key).
+std::set<int64_t> LiveChunkIds(rocksdb::DB& db);
+
+}  // namespace ckptdb::storage
