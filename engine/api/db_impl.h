@@ -6,7 +6,9 @@
 
 #include "ckptdb/db.h"
 #include "engine/collectives/agreement.h"
+#include "engine/collectives/wire.h"
 #include "engine/device/device_seams.h"
+#include "engine/save/save_record.h"
 #include "engine/save/snapshot_memory.h"
 #include "planner/incremental.h"
 #include "planner/load_plan.h"
@@ -72,6 +74,16 @@ class DBImpl : public DB {
                                    const SaveOptions& options);
   Result<CheckpointInfo> FinishSave(const PreparedSave& p,
                                     SnapshotRing* snapshot);
+  // FinishSave's steps: this rank's chunks into staged files (their
+  // checksums and the files), then every rank's report to rank 0, which
+  // commits, and its outcome back to every rank.
+  Status WriteMyChunks(const PreparedSave& p, SnapshotRing* snapshot,
+                       std::vector<WrittenChunk>* checksums,
+                       std::vector<std::string>* files);
+  Result<SaveOutcome> CommitOnEveryRank(
+      const PreparedSave& p, const Status& written,
+      const std::vector<std::string>& files,
+      const std::vector<WrittenChunk>& checksums);
   void TakeSnapshot(const PreparedSave& p, SnapshotRing& ring);
   // Waits for the pending asynchronous save, if any (its handle keeps the
   // outcome).

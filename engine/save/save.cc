@@ -64,15 +64,13 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
   return p;
 }
 
-Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
-                                          SnapshotRing* snapshot) {
+Status DBImpl::WriteMyChunks(const PreparedSave& p, SnapshotRing* snapshot,
+                             std::vector<WrittenChunk>* checksums,
+                             std::vector<std::string>* files) {
   const int rank = comm_->rank();
-  // 4. Stream this rank's chunks into staged files, in key order, split into
-  // parts of contiguous key ranges written in parallel; unchanged chunks are
-  // referred to, not written. Every rank keeps the chunks of its last commit
-  // (rank 0 the whole record, the others their own): no read (and, on the
-  // others, no re-open of their handle) when that is the checkpoint compared
-  // with.
+  // Every rank keeps the chunks of its last commit (rank 0 the whole record,
+  // the others their own): no read (and, on the others, no re-open of their
+  // handle) when that is the checkpoint compared with.
   planner::PreviousCheckpoint read;
   const planner::PreviousCheckpoint* previous =
       ComparedWith(last_commit_, *store_, p.base_id, p.plan, p.mine, rank,
@@ -85,37 +83,56 @@ Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
                              previous,
                              snapshot,
                              devices_.copier};
-  std::vector<WrittenChunk> checksums;
-  std::vector<std::string> files;
-  const Status written = WriteStaged(*store_, p.plan, p.mine, p.order, context,
-                                     &checksums, &files);
+  return WriteStaged(*store_, p.plan, p.mine, p.order, context, checksums,
+                     files);
+}
 
-  // 5. Rank 0 ingests every rank's files and writes the record; all ranks
-  // return its outcome.
+Result<SaveOutcome> DBImpl::CommitOnEveryRank(
+    const PreparedSave& p, const Status& written,
+    const std::vector<std::string>& files,
+    const std::vector<WrittenChunk>& checksums) {
   CKPTDB_ASSIGN_OR_RETURN(
       auto results,
       GatherToRoot(*comm_, EncodeWritten(written, files, checksums)));
   std::string outcome;
-  if (rank == 0) {
-    outcome = CommitOnRoot(*store_, p.classes, options_.max_chunk_bytes, p.id,
-                           p.base_id, p.options, comm_->size(), results,
-                           &last_commit_,
+  if (comm_->rank() == 0) {
+    outcome = CommitOnRoot(*store_,
+                           {p.classes, options_.max_chunk_bytes, p.id,
+                            p.base_id, p.options, comm_->size()},
+                           results, &last_commit_,
                            {options_.keep_last, options_.keep_every_steps});
     if (!options_.incremental) last_commit_.reset();
   }
   CKPTDB_RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
   SaveOutcome decoded;
   CKPTDB_RETURN_IF_ERROR(DecodeSaveOutcome(outcome, &decoded));
-  if (rank != 0) {
+  return decoded;
+}
+
+Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
+                                          SnapshotRing* snapshot) {
+  // 4. Stream this rank's chunks into staged files, in key order, split into
+  // parts of contiguous key ranges written in parallel; unchanged chunks are
+  // referred to, not written.
+  std::vector<WrittenChunk> checksums;
+  std::vector<std::string> files;
+  const Status written = WriteMyChunks(p, snapshot, &checksums, &files);
+  // 5. Rank 0 ingests every rank's files and writes the record; all ranks
+  // return its outcome.
+  CKPTDB_ASSIGN_OR_RETURN(const SaveOutcome outcome,
+                          CommitOnEveryRank(p, written, files, checksums));
+  // What the next incremental save compares with (rank 0's whole record is
+  // kept by CommitOnRoot).
+  if (comm_->rank() != 0) {
     last_commit_.reset();
-    if (decoded.status.ok() && written.ok() && options_.incremental)
-      last_commit_ = OwnChunks(decoded.info.id, p.plan, p.mine, checksums);
+    if (outcome.status.ok() && written.ok() && options_.incremental)
+      last_commit_ = OwnChunks(outcome.info.id, p.plan, p.mine, checksums);
   }
   // The retention policy may have deleted checkpoints, even when a later
   // deletion failed.
-  if (decoded.deleted) LetGoOfDeletedFiles();
-  CKPTDB_RETURN_IF_ERROR(decoded.status);
-  return decoded.info;
+  if (outcome.deleted) LetGoOfDeletedFiles();
+  CKPTDB_RETURN_IF_ERROR(outcome.status);
+  return outcome.info;
 }
 
 Result<CheckpointInfo> DBImpl::Save(const StateDict& state,

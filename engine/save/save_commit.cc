@@ -76,43 +76,57 @@ Status ApplyRetention(storage::Store& store,
                               s.message());
 }
 
-std::string CommitOnRoot(storage::Store& store,
-                         const planner::SaveClasses& classes,
-                         size_t max_chunk_bytes, int64_t id, int64_t base_id,
-                         const SaveOptions& options, int world,
+RankReports DecodeReports(const std::vector<std::string>& results, int world) {
+  RankReports reports;
+  reports.chunks.resize(world);
+  std::vector<Status> write_statuses(world);
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> files;
+    reports.status = DecodeWritten(results[r], &write_statuses[r], &files,
+                                   &reports.chunks[r]);
+    reports.staged.insert(reports.staged.end(), files.begin(), files.end());
+    if (!reports.status.ok()) return reports;
+  }
+  reports.status = FirstError(write_statuses);
+  return reports;
+}
+
+namespace {
+
+// The record of checkpoint `commit.id`: the whole plan, with the checksums
+// and references every rank reported (`chunks`, by rank).
+Result<CheckpointMetadata> BuildRecord(
+    const RootCommit& commit,
+    const std::vector<std::vector<WrittenChunk>>& chunks) {
+  CKPTDB_ASSIGN_OR_RETURN(
+      planner::SavePlan plan,
+      planner::BuildClassSavePlan(commit.classes, commit.max_chunk_bytes));
+  return CommitRecord(std::move(plan), commit.id, commit.options, commit.world,
+                      chunks);
+}
+
+}  // namespace
+
+std::string CommitOnRoot(storage::Store& store, const RootCommit& commit,
                          const std::vector<std::string>& results,
                          std::optional<planner::PreviousCheckpoint>* committed,
                          const planner::RetentionPolicy& retention) {
-  std::vector<Status> write_statuses(world);
-  std::vector<std::vector<std::string>> all_files(world);
-  std::vector<std::vector<WrittenChunk>> all_sums(world);
-  Status s;
-  for (int r = 0; r < world && s.ok(); ++r) {
-    s = DecodeWritten(results[r], &write_statuses[r], &all_files[r],
-                      &all_sums[r]);
-  }
-  if (s.ok()) s = FirstError(write_statuses);
+  RankReports reports = DecodeReports(results, commit.world);
+  Status s = reports.status;
   CheckpointMetadata meta;
   if (s.ok()) {
-    Result<planner::SavePlan> plan =
-        planner::BuildClassSavePlan(classes, max_chunk_bytes);
-    s = plan.status();
-    if (s.ok()) {
-      auto built =
-          CommitRecord(std::move(plan).value(), id, options, world, all_sums);
-      s = built.status();
-      if (built.ok()) meta = std::move(built).value();
-    }
+    Result<CheckpointMetadata> built = BuildRecord(commit, reports.chunks);
+    s = built.status();
+    if (built.ok()) meta = std::move(built).value();
   }
-  if (s.ok()) s = CheckRecordReferences(store, meta, base_id, *committed);
-  std::vector<std::string> staged;
-  for (auto& f : all_files) staged.insert(staged.end(), f.begin(), f.end());
-  if (s.ok()) s = store.Commit(meta, staged);
-  if (!s.ok()) store.RemoveStaged(staged);
+  if (s.ok())
+    s = CheckRecordReferences(store, meta, commit.base_id, *committed);
+  if (s.ok()) s = store.Commit(meta, reports.staged);
+  if (!s.ok()) store.RemoveStaged(reports.staged);
   committed->reset();
-  if (s.ok()) committed->emplace(id, std::move(meta.tensors));
+  if (s.ok()) committed->emplace(commit.id, std::move(meta.tensors));
   bool deleted = false;
-  if (s.ok()) s = ApplyRetention(store, retention, id, &deleted);
+  if (s.ok()) s = ApplyRetention(store, retention, commit.id, &deleted);
   return EncodeSaveOutcome({s, meta.info, deleted});
 }
 

@@ -39,17 +39,34 @@ Status ApplyRetention(storage::Store& store,
                       const planner::RetentionPolicy& policy, int64_t id,
                       bool* deleted_any);
 
+// What rank 0 commits: the save plan's inputs (every chunk of `classes`, cut
+// at `max_chunk_bytes`), checkpoint `id`, whose references were decided
+// against checkpoint `base_id`, saved by `world` ranks with `options`.
+struct RootCommit {
+  const planner::SaveClasses& classes;
+  size_t max_chunk_bytes = 0;
+  int64_t id = 0;
+  int64_t base_id = 0;
+  const SaveOptions& options;
+  int world = 0;
+};
+
+// Every rank's report (EncodeWritten), decoded in rank order until the first
+// one that is malformed: the staged files and chunks of those decoded, and
+// the first error among their write statuses, or the decoding error.
+struct RankReports {
+  Status status;
+  std::vector<std::string> staged;
+  std::vector<std::vector<WrittenChunk>> chunks;
+};
+RankReports DecodeReports(const std::vector<std::string>& results, int world);
+
 // Rank 0: every rank's written files and checksums (`results`) become the
-// record of the whole plan (every chunk of `classes`), its references checked
-// against checkpoint `base_id` (which they were decided on), committed; the
-// outcome, encoded for the other ranks.
-// `committed` holds the chunks of rank 0's last commit; on success, those of
-// this one, for the next incremental save to compare with; then `retention`
-// is applied.
-std::string CommitOnRoot(storage::Store& store,
-                         const planner::SaveClasses& classes,
-                         size_t max_chunk_bytes, int64_t id, int64_t base_id,
-                         const SaveOptions& options, int world,
+// record of the whole plan, its references checked against `commit.base_id`,
+// committed; the outcome, encoded for the other ranks. `committed` holds the
+// chunks of rank 0's last commit; on success, those of this one, for the next
+// incremental save to compare with; then `retention` is applied.
+std::string CommitOnRoot(storage::Store& store, const RootCommit& commit,
                          const std::vector<std::string>& results,
                          std::optional<planner::PreviousCheckpoint>* committed,
                          const planner::RetentionPolicy& retention);
