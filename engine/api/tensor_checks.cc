@@ -1,11 +1,33 @@
 #include "engine/api/tensor_checks.h"
 
+#include <algorithm>
+
+#include "core/memory_overlap.h"
 #include "core/partition.h"
 #include "engine/device/device.h"
 
 namespace ckptdb::engine {
 
 namespace {
+
+// The contiguous runs of bytes an overlap test of load targets may list
+// before it gives up (and refuses the targets): 4 Mi runs, 64 MiB.
+constexpr size_t kMaxOverlapRuns = size_t{1} << 22;
+
+planner::StridedMemory MemoryOf(const TensorView& view) {
+  return {
+      reinterpret_cast<uintptr_t>(view.data), DTypeSize(view.dtype),
+      view.local_shape,
+      view.strides.empty() ? RowMajorStrides(view.local_shape) : view.strides};
+}
+
+// Two targets that are the same array: tied weights (one tensor under two
+// keys) receive the same bytes under each key.
+bool SameArray(const TensorView& a, const TensorView& b) {
+  return a.data == b.data && a.dtype == b.dtype && a.device == b.device &&
+         a.local_shape == b.local_shape &&
+         MemoryOf(a).strides == MemoryOf(b).strides;
+}
 
 // The largest tensor a save or load takes: 1 PiB.
 constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 50;
@@ -153,6 +175,54 @@ Status CheckTargetView(const std::string& flat_key, const TensorView& view,
           " (a stride of 0: a broadcast view) would receive several elements "
           "in one place");
     }
+  }
+  const planner::Overlap self =
+      planner::SelfOverlap(MemoryOf(view), kMaxOverlapRuns);
+  if (self != planner::Overlap::kNone) {
+    return Status::InvalidArgument(
+        "tensor '" + flat_key + "': a load target of shape " +
+        ShapeToString(view.local_shape) + " with strides " +
+        ShapeToString(view.strides) +
+        (self == planner::Overlap::kSome
+             ? " would receive several elements in one place"
+             : " interleaves its elements too finely to check that none "
+               "share memory"));
+  }
+  return Status::OK();
+}
+
+Status CheckTargetsApart(const std::vector<KeyedView>& targets) {
+  std::vector<std::pair<planner::ByteRange, const KeyedView*>> extents;
+  for (const KeyedView& t : targets) {
+    const planner::ByteRange extent = planner::Extent(MemoryOf(*t.view));
+    if (!extent.empty()) extents.emplace_back(extent, &t);
+  }
+  std::sort(extents.begin(), extents.end(), [](const auto& a, const auto& b) {
+    return a.first.begin < b.first.begin;
+  });
+  // Each target against those before it whose extent reaches into it.
+  std::vector<size_t> open;
+  for (size_t i = 0; i < extents.size(); ++i) {
+    const auto& [extent, t] = extents[i];
+    std::erase_if(
+        open, [&](size_t j) { return extents[j].first.end <= extent.begin; });
+    for (size_t j : open) {
+      const KeyedView& other = *extents[j].second;
+      if (other.view->device != t->view->device ||
+          SameArray(*other.view, *t->view))
+        continue;
+      const planner::Overlap overlap = planner::MutualOverlap(
+          MemoryOf(*other.view), MemoryOf(*t->view), kMaxOverlapRuns);
+      if (overlap == planner::Overlap::kNone) continue;
+      return Status::InvalidArgument(
+          "load targets '" + other.flat_key + "' and '" + t->flat_key + "' " +
+          (overlap == planner::Overlap::kSome
+               ? "share memory: a load would write both into the same bytes "
+                 "(only the same array under two keys may be loaded twice)"
+               : "interleave in memory too finely to check that they share "
+                 "no bytes"));
+    }
+    open.push_back(i);
   }
   return Status::OK();
 }

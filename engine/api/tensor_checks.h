@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "ckptdb/types.h"
 #include "engine/device/device.h"
@@ -19,9 +20,21 @@ namespace ckptdb::engine {
 Status CheckView(const std::string& flat_key, const TensorView& view,
                  DeviceCopier* copier);
 
-// CheckView, and no two elements of a load target share memory through a
-// stride of 0.
+// CheckView, and no two elements of a load target share memory (a stride of
+// 0, or strides that step into each other).
 Status CheckTargetView(const std::string& flat_key, const TensorView& view,
                        DeviceCopier* copier);
+
+// A load target and its key.
+struct KeyedView {
+  std::string flat_key;
+  const TensorView* view;
+};
+
+// No byte of memory belongs to two of `targets` (each checked with
+// CheckTargetView), unless they are the same array (same memory, dtype,
+// device, shape and strides: tied weights under two keys). Views that
+// interleave more finely than an exact test can afford are refused too.
+Status CheckTargetsApart(const std::vector<KeyedView>& targets);
 
 }  // namespace ckptdb::engine

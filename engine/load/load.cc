@@ -37,6 +37,7 @@ Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
                    LocalTargets* out, LoadResult* result) {
   CKPTDB_ASSIGN_OR_RETURN(auto leaves, planner::FlattenMutable(state));
   std::map<std::string, bool> requested;
+  std::vector<KeyedView> tensor_targets;
   const std::string where = "checkpoint id " + std::to_string(meta.info.id);
   for (auto& leaf : leaves) {
     requested[leaf.flat_key] = true;
@@ -68,6 +69,7 @@ Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
           " but a tensor in the state dict");
     }
     CKPTDB_RETURN_IF_ERROR(CheckTargetView(leaf.flat_key, view, copier));
+    tensor_targets.push_back({leaf.flat_key, &view});
     const TensorMetadata& stored = tensor->second;
     if (view.global_shape != stored.global_shape) {
       return Status::InvalidArgument(
@@ -96,6 +98,7 @@ Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
       out->views.push_back(&out->pieces.emplace_back(std::move(piece)));
     }
   }
+  CKPTDB_RETURN_IF_ERROR(CheckTargetsApart(tensor_targets));
   for (const auto& [key, _] : meta.flat_mapping) {
     if (!requested.count(key)) result->unexpected_keys.push_back(key);
   }

@@ -129,3 +129,28 @@ def test_torch_non_contiguous_tensors(store):
             assert torch.equal(flat[::2], w.reshape(-1)[::3])
             assert not flat[1::2].any()
             db.delete()
+
+
+def test_load_targets_that_share_memory_are_refused_and_tied_weights_load(store):
+    w, v = rand((4, 6), seed=6), rand((4, 6), seed=7)
+    with ckptdb.open(store) as db:
+        db.save({"a": w, "b": v})
+        # Rows 1-3 of one buffer under two keys: refused before any byte is written.
+        big = np.zeros((5, 6), np.float32)
+        with pytest.raises(ckptdb.InvalidArgumentError, match="'a' and 'b' share memory"):
+            db.load({"a": big[:4], "b": big[1:]})
+        assert not big.any()
+        # One target whose strides step into each other.
+        buf = np.zeros(40, np.float32)
+        with pytest.raises(ckptdb.InvalidArgumentError, match="'a'.*several elements"):
+            db.load({"a": np.lib.stride_tricks.as_strided(buf, (4, 6), (12, 4))})
+        # Interleaved columns of one buffer share no byte: both load.
+        fused = np.zeros((4, 12), np.float32)
+        db.load({"a": fused[:, 0::2], "b": fused[:, 1::2]})
+        np.testing.assert_array_equal(fused[:, 0::2], w)
+        np.testing.assert_array_equal(fused[:, 1::2], v)
+        # Tied weights: one array under two keys receives the same bytes twice.
+        db.save({"emb": w, "head": w}, step=2)
+        tied = np.zeros((4, 6), np.float32)
+        db.load({"emb": tied, "head": tied}, step=2)
+        np.testing.assert_array_equal(tied, w)
