@@ -263,6 +263,68 @@ int Usage(const char* argv0) {
   return 2;
 }
 
+// The command line: a phase (save or load) and the model's size.
+struct Arguments {
+  std::string phase;
+  std::string dir = "/tmp/ckptdb-demo";
+  int64_t hidden = 512, vocab = 32000;
+  int layers = 8;
+};
+
+// Parses argv; false on a bad command line.
+bool Parse(int argc, char** argv, Arguments* a) {
+  a->phase = argc > 1 ? argv[1] : "";
+  if (a->phase != "save" && a->phase != "load") return false;
+  for (int i = 2; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) return false;
+    if (flag == "--dir") {
+      a->dir = argv[i + 1];
+    } else if (flag == "--hidden") {
+      a->hidden = std::stoll(argv[i + 1]);
+    } else if (flag == "--layers") {
+      a->layers = std::stoi(argv[i + 1]);
+    } else if (flag == "--vocab") {
+      a->vocab = std::stoll(argv[i + 1]);
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+void PrintState(const Arguments& a, const std::vector<Param>& state, int size) {
+  uint64_t bytes = 0;
+  for (const Param& p : state) {
+    bytes += static_cast<uint64_t>(ckptdb::NumElements(p.shape)) *
+             ckptdb::DTypeSize(p.dtype);
+  }
+  std::printf("ckptdb demo: store %s, %d MPI ranks\n", a.dir.c_str(), size);
+  std::printf(
+      "  state   %zu tensors (%d layers, hidden %lld): bf16 weights, "
+      "fp32 master "
+      "weights and Adam moments, %.1f MiB\n",
+      state.size(), a.layers, static_cast<long long>(a.hidden), bytes / kMiB);
+}
+
+// Opens the store on every rank and runs the phase; this rank's exit status.
+int Run(const Arguments& a, int rank, int size) {
+  const std::vector<Param> state = TrainingState(a.vocab, a.hidden, a.layers);
+  auto comm = ckptdb::MpiCommunicator(MPI_COMM_WORLD);
+  ckptdb::Options options;
+  options.max_chunk_bytes = 8 << 20;
+  auto db = comm.ok() ? ckptdb::DB::Open(options, a.dir, *comm) : comm.status();
+  if (!db.ok()) {
+    std::fprintf(stderr, "ckptdb-demo rank %d: %s\n", rank,
+                 db.status().ToString().c_str());
+    return 1;
+  }
+  if (rank == 0 && a.phase == "save") PrintState(a, state, size);
+  int rc = a.phase == "save" ? Save(state, **db, rank, size)
+                             : Load(state, **db, rank, size);
+  if (!(*db)->Close().ok()) rc = 1;
+  return rc;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -270,61 +332,13 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  std::string dir = "/tmp/ckptdb-demo", phase = argc > 1 ? argv[1] : "";
-  int64_t hidden = 512, vocab = 32000;
-  int layers = 8;
-  bool ok = phase == "save" || phase == "load";
-  for (int i = 2; ok && i < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) {
-      ok = false;
-    } else if (flag == "--dir") {
-      dir = argv[i + 1];
-    } else if (flag == "--hidden") {
-      hidden = std::stoll(argv[i + 1]);
-    } else if (flag == "--layers") {
-      layers = std::stoi(argv[i + 1]);
-    } else if (flag == "--vocab") {
-      vocab = std::stoll(argv[i + 1]);
-    } else {
-      ok = false;
-    }
-  }
-  if (!ok) {
+  Arguments a;
+  if (!Parse(argc, argv, &a)) {
     if (rank == 0) Usage(argv[0]);
     MPI_Finalize();
     return 2;
   }
-  const std::vector<Param> state = TrainingState(vocab, hidden, layers);
-  int rc = 1;
-  {
-    auto comm = ckptdb::MpiCommunicator(MPI_COMM_WORLD);
-    ckptdb::Options options;
-    options.max_chunk_bytes = 8 << 20;
-    auto db = comm.ok() ? ckptdb::DB::Open(options, dir, *comm) : comm.status();
-    if (!db.ok()) {
-      std::fprintf(stderr, "ckptdb-demo rank %d: %s\n", rank,
-                   db.status().ToString().c_str());
-    } else {
-      if (rank == 0 && phase == "save") {
-        uint64_t bytes = 0;
-        for (const Param& p : state) {
-          bytes += static_cast<uint64_t>(ckptdb::NumElements(p.shape)) *
-                   ckptdb::DTypeSize(p.dtype);
-        }
-        std::printf("ckptdb demo: store %s, %d MPI ranks\n", dir.c_str(), size);
-        std::printf(
-            "  state   %zu tensors (%d layers, hidden %lld): bf16 weights, "
-            "fp32 master "
-            "weights and Adam moments, %.1f MiB\n",
-            state.size(), layers, static_cast<long long>(hidden), bytes / kMiB);
-      }
-      rc = phase == "save" ? Save(state, **db, rank, size)
-                           : Load(state, **db, rank, size);
-      ckptdb::Status closed = (*db)->Close();
-      if (!closed.ok()) rc = 1;
-    }
-  }
+  int rc = Run(a, rank, size);
   int worst = 0;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();

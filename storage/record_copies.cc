@@ -84,6 +84,10 @@ std::string CopyPath(const std::string& store_path, CopyKind kind,
          Suffix(kind);
 }
 
+std::string DamagedDir(const std::string& store_path) {
+  return store_path + "/damaged";
+}
+
 bool ParseCopyName(std::string_view name, int64_t* checkpoint_id,
                    CopyKind* kind) {
   for (CopyKind k : {CopyKind::kRecords, CopyKind::kLocators}) {

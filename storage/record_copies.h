@@ -39,6 +39,9 @@ Result<CopyEntries> DecodeCopy(CopyKind kind, std::string_view bytes);
 std::string CopiesDir(const std::string& store_path);
 std::string CopyPath(const std::string& store_path, CopyKind kind,
                      int64_t checkpoint_id);
+// <store>/damaged: where a rebuild of the database keeps the files it
+// replaces (one numbered directory per rebuild).
+std::string DamagedDir(const std::string& store_path);
 // The checkpoint id and kind a name in CopiesDir stands for; false for any
 // other name (temporary files included).
 bool ParseCopyName(std::string_view name, int64_t* checkpoint_id,

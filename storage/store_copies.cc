@@ -1,8 +1,7 @@
 // The second copies of a store's metadata (record_copies.h): reads that fall
-// back to them, the comparison a check and a read-write open run, the repair
-// that rewrites a damaged copy from the intact one, and the rebuild of a
-// database whose description (CURRENT, MANIFEST, write-ahead log) RocksDB
-// cannot read.
+// back to them, the comparison a check and a read-write open run, and the
+// repair that rewrites a damaged copy from the intact one. The rebuild of a
+// database RocksDB cannot open is in store_rebuild.cc.
 #include <fcntl.h>
 #include <rocksdb/db.h>
 #include <rocksdb/sst_file_reader.h>
@@ -23,17 +22,6 @@
 
 namespace ckptdb::storage {
 namespace {
-
-// The directory a rebuild moves the files it replaces into.
-constexpr char kDamagedDir[] = "damaged";
-// Staged names of the chunk table files a rebuild ingests again.
-constexpr char kRebuildPrefix[] = "rebuild-";
-
-bool IsDescriptionFile(const std::string& name) {
-  return name == "CURRENT" || name.rfind("MANIFEST-", 0) == 0 ||
-         name.rfind("OPTIONS-", 0) == 0 || name.ends_with(".log") ||
-         name.ends_with(".dbtmp");
-}
 
 // The record entry of `entries` (a checkpoint's records) under `key`.
 const std::string* FindEntry(const CopyEntries& entries,
@@ -197,35 +185,10 @@ Status StoreImpl::ReadThroughCopy(int64_t checkpoint_id,
     return Status::NotFound("the copy of the chunk locations of checkpoint " +
                             std::to_string(holder) + " has no " + what);
   }
-  // Where the bytes may be: the value file; or the table file as RocksDB
-  // names it now (its number changes when a rebuild ingests it again), the
-  // one with the recorded key range, else one a rebuild set aside.
-  std::vector<std::string> candidates;
-  if (at->first) {
-    candidates.push_back(ValuesDir(path_) + "/" + found->value_file);
-  } else {
-    std::vector<rocksdb::LiveFileMetaData> files;
-    db_->GetLiveFilesMetaData(&files);
-    for (const auto& f : files) {
-      if (f.column_family_name == kChunksCf && f.smallestkey == found->first &&
-          f.largestkey == found->last)
-        candidates.push_back(f.db_path + f.name);
-    }
-    if (candidates.empty()) {
-      // Set aside by a rebuild, or on disk but unknown to RocksDB (a
-      // MANIFEST that lost the edit adding it).
-      std::set<std::string> known;
-      for (const auto& f : files) known.insert(f.db_path + f.name);
-      candidates = SetAsideTables();
-      Result<std::vector<std::string>> names = fs_->ListDir(path_);
-      for (const std::string& name :
-           names.ok() ? *names : std::vector<std::string>()) {
-        const std::string table = path_ + "/" + name;
-        if (name.ends_with(".sst") && !known.contains(table))
-          candidates.push_back(table);
-      }
-    }
-  }
+  const std::vector<std::string> candidates =
+      at->first
+          ? std::vector<std::string>{ValuesDir(path_) + "/" + found->value_file}
+          : TablesWithRange(found->first, found->last);
   Status read = Status::NotFound("no table file holds the " + what);
   for (const std::string& path : candidates) {
     read = ReadAtCopiedPlace(path, what, at->second, chunk, buffer);
@@ -234,9 +197,36 @@ Status StoreImpl::ReadThroughCopy(int64_t checkpoint_id,
   return read;
 }
 
+std::vector<std::string> StoreImpl::TablesWithRange(const std::string& first,
+                                                    const std::string& last) {
+  // The table file as RocksDB names it now (its number changes when a rebuild
+  // ingests it again), the one with the recorded key range.
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db_->GetLiveFilesMetaData(&files);
+  std::vector<std::string> out;
+  for (const auto& f : files) {
+    if (f.column_family_name == kChunksCf && f.smallestkey == first &&
+        f.largestkey == last)
+      out.push_back(f.db_path + f.name);
+  }
+  if (!out.empty()) return out;
+  // Else one set aside by a rebuild, or on disk but unknown to RocksDB (a
+  // MANIFEST that lost the edit adding it).
+  std::set<std::string> known;
+  for (const auto& f : files) known.insert(f.db_path + f.name);
+  out = SetAsideTables();
+  Result<std::vector<std::string>> names = fs_->ListDir(path_);
+  for (const std::string& name :
+       names.ok() ? *names : std::vector<std::string>()) {
+    const std::string table = path_ + "/" + name;
+    if (name.ends_with(".sst") && !known.contains(table)) out.push_back(table);
+  }
+  return out;
+}
+
 std::vector<std::string> StoreImpl::SetAsideTables() {
   std::vector<std::string> out;
-  const std::string root = path_ + "/" + kDamagedDir;
+  const std::string root = DamagedDir(path_);
   Result<std::vector<std::string>> dirs = fs_->ListDir(root);
   if (!dirs.ok()) return out;
   for (const std::string& dir : *dirs) {
@@ -423,7 +413,7 @@ Status StoreImpl::RepairCopies() {
   // The chunk tables of a rebuild cut short, before anything else can take
   // them for leftovers.
   CKPTDB_RETURN_IF_ERROR(
-      IngestRebuildTables(path_ + "/" + kDamagedDir + "/unreadable"));
+      IngestRebuildTables(DamagedDir(path_) + "/unreadable"));
   CKPTDB_ASSIGN_OR_RETURN(const CopyFindings found, CompareCopies());
   for (const auto& [id, why] : found.copies_damaged) {
     CKPTDB_ASSIGN_OR_RETURN(const CopyEntries records, ReadRocksRecords(id));
@@ -494,193 +484,8 @@ Status StoreImpl::RewriteMetaFamily() {
   for (const CopyEntries& records : all) {
     for (const auto& [key, value] : records) batch.Put(meta_, key, value);
   }
-  std::string next_id;
-  PutBigEndian64(&next_id, static_cast<uint64_t>(next));
-  batch.Put(meta_, kNextIdKey, next_id);
-  batch.Put(meta_, kStoreMarkerKey, kStoreMarker);
+  PutStoreHeader(&batch, next);
   return WriteMeta(&batch, what);
-}
-
-Status StoreImpl::IngestRebuildTables(const std::string& aside) {
-  const std::string staging = StagingDir(path_);
-  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> names,
-                          fs_->ListDir(staging));
-  std::sort(names.begin(), names.end());
-  for (const std::string& name : names) {
-    if (name.rfind(kRebuildPrefix, 0) != 0) continue;
-    const std::string table = staging + "/" + name;
-    if (Ingester().IngestUnscanned(table).ok()) continue;
-    // Unreadable, or overlapping what the database holds: kept aside, its
-    // chunks missing (reads report them).
-    CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(path_ + "/" + kDamagedDir));
-    CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(aside));
-    CKPTDB_RETURN_IF_ERROR(FromRocks(
-        fs_->RenameFile(table,
-                        aside + "/" + name.substr(strlen(kRebuildPrefix)),
-                        rocksdb::IOOptions(), nullptr),
-        "setting aside " + table + ", which cannot be ingested"));
-    CKPTDB_RETURN_IF_ERROR(fs_->SyncDir(aside));
-  }
-  return Status::OK();
-}
-
-Result<bool> StoreImpl::PrepareOrRebuild() {
-  Result<bool> prepared = PrepareDirectory();
-  if (!prepared.status().IsCorruption() || options_.read_only || !CanRebuild())
-    return prepared;
-  Status rebuilt = RebuildFromCopies();
-  if (db_) CloseDb();
-  if (!rebuilt.ok()) {
-    return Status(prepared.status().code(),
-                  prepared.status().message() +
-                      "; rebuilding its database from the store's copies of "
-                      "its records failed too: " +
-                      rebuilt.ToString());
-  }
-  return true;
-}
-
-Status StoreImpl::CheckRocksHoldsJournal() {
-  const std::optional<CommitJournal> journal = catalogue_.journal();
-  if (!journal) return Status::OK();
-  std::set<int64_t> held;
-  std::unique_ptr<rocksdb::Iterator> it(
-      db_->NewIterator(rocksdb::ReadOptions(), meta_));
-  for (it->SeekToFirst(); it->Valid();) {
-    int64_t id = 0;
-    std::string_view tensor_key;
-    const std::string_view key(it->key().data(), it->key().size());
-    if (DecodeMetaKey(key, &id)) {
-      held.insert(id);
-    } else if (!DecodeTensorRecordKey(key, &id, &tensor_key)) {
-      break;
-    }
-    it->Seek(MetaRangeEnd(id));
-  }
-  // Damaged table files are the repair's (RepairCopies), not a rebuild's.
-  if (!it->status().ok()) return Status::OK();
-  std::string lost;
-  for (int64_t id : journal->committed) {
-    if (!held.contains(id))
-      lost += (lost.empty() ? "" : ", ") + std::to_string(id);
-  }
-  if (lost.empty()) return Status::OK();
-  return Status::Corruption("store '" + path_ + "': checkpoint id(s) " + lost +
-                            " committed (commit journal) but their records "
-                            "are missing from the database: its description "
-                            "(CURRENT, MANIFEST) is damaged or was replaced");
-}
-
-bool StoreImpl::CanRebuild() {
-  Result<JournalState> state = ReadJournal(*fs_, path_);
-  if (!state.ok() || !state->journal) return false;
-  for (int64_t id : state->journal->committed) {
-    if (!ReadCopy(*fs_, path_, CopyKind::kRecords, id).ok()) return false;
-  }
-  return true;
-}
-
-Status StoreImpl::PreCheckOrRebuild(bool has_db) {
-  Status s = PreCheckReadOnly(has_db);
-  if (s.ok() || !s.IsCorruption() || !CanRebuild()) return s;
-  Status rebuilt = RebuildFromCopies();
-  if (db_) CloseDb();
-  if (!rebuilt.ok()) {
-    return Status(s.code(), s.message() +
-                                "; rebuilding its database from the store's "
-                                "copies of its records failed too: " +
-                                rebuilt.ToString());
-  }
-  return PreCheckReadOnly(has_db);
-}
-
-Status StoreImpl::WithRebuildHint(Status s) {
-  if (!s.IsCorruption() || !CanRebuild()) return s;
-  return Status(s.code(),
-                s.message() +
-                    "; every committed checkpoint has an intact copy of its "
-                    "records: a read-write open rebuilds the database from "
-                    "them and the table files, keeping the damaged files "
-                    "under " +
-                    path_ + "/" + kDamagedDir);
-}
-
-Status StoreImpl::RebuildFromCopies() {
-  const std::string what = "rebuilding the database of '" + path_ +
-                           "' from its table files and metadata copies";
-  CKPTDB_ASSIGN_OR_RETURN(const JournalState state, ReadJournal(*fs_, path_));
-  // RocksDB's lock, so that no writer opens the store meanwhile.
-  rocksdb::FileLock* lock = nullptr;
-  CKPTDB_RETURN_IF_ERROR(
-      FromRocks(env_->LockFile(path_ + "/LOCK", &lock), what));
-  const std::string root = path_ + "/" + kDamagedDir;
-  std::string aside;
-  Status s = fs_->CreateDirIfMissing(root);
-  if (s.ok()) {
-    Result<std::vector<std::string>> earlier = fs_->ListDir(root);
-    s = earlier.status();
-    if (s.ok()) {
-      aside = root + "/" + std::to_string(earlier->size() + 1);
-      s = fs_->CreateDirIfMissing(aside);
-    }
-  }
-  if (s.ok()) s = fs_->CreateDirIfMissing(StagingDir(path_));
-  Result<std::vector<std::string>> names = fs_->ListDir(path_);
-  if (s.ok()) s = names.status();
-  rocksdb::Options reader_options;
-  static_cast<rocksdb::ColumnFamilyOptions&>(reader_options) = ChunkCfOptions();
-  reader_options.env = env_.get();
-  for (size_t i = 0; s.ok() && i < names->size(); ++i) {
-    const std::string& name = (*names)[i];
-    const std::string from = path_ + "/" + name;
-    std::string to;
-    if (IsDescriptionFile(name)) {
-      to = aside + "/" + name;
-    } else if (name.ends_with(".sst")) {
-      // Chunk table files are ingested again; the metadata's are replaced by
-      // the copies. A file whose properties cannot be read is kept aside.
-      rocksdb::SstFileReader reader(reader_options);
-      const bool readable = reader.Open(from).ok();
-      const std::string family =
-          readable ? reader.GetTableProperties()->column_family_name : "";
-      if (readable && family != kMetaCf &&
-          family != rocksdb::kDefaultColumnFamilyName) {
-        to = StagingDir(path_) + "/" + kRebuildPrefix + name;
-      } else {
-        to = aside + "/" + name;
-      }
-    } else {
-      continue;
-    }
-    s = FromRocks(fs_->RenameFile(from, to, rocksdb::IOOptions(), nullptr),
-                  what + ": moving " + from);
-  }
-  if (s.ok()) s = fs_->SyncDir(aside);
-  if (s.ok()) s = fs_->SyncDir(StagingDir(path_));
-  if (s.ok()) s = fs_->SyncDir(path_);
-  env_->UnlockFile(lock).PermitUncheckedError();
-  CKPTDB_RETURN_IF_ERROR(s);
-  CKPTDB_RETURN_IF_ERROR(OpenRocks(/*has_db=*/false, /*read_only=*/false));
-  CKPTDB_RETURN_IF_ERROR(IngestRebuildTables(aside));
-  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> copied,
-                          CopyIds(CopyKind::kRecords));
-  const CommitJournal& journal = *state.journal;
-  int64_t next = journal.high_water + 1;
-  rocksdb::WriteBatch batch;
-  for (int64_t id : copied) {
-    if (!journal.committed.contains(id) && id <= journal.high_water) continue;
-    Result<CopyEntries> records = ReadCopy(*fs_, path_, CopyKind::kRecords, id);
-    if (!records.ok()) continue;  // CanRebuild: none the journal names
-    for (const auto& [key, value] : *records) batch.Put(meta_, key, value);
-    next = std::max(next, id + 1);
-  }
-  std::string next_id;
-  PutBigEndian64(&next_id, static_cast<uint64_t>(next));
-  batch.Put(meta_, kNextIdKey, next_id);
-  batch.Put(meta_, kStoreMarkerKey, kStoreMarker);
-  CKPTDB_RETURN_IF_ERROR(WriteMeta(&batch, what));
-  CloseDb();
-  return Status::OK();
 }
 
 void StoreImpl::ReportCopies(const CopyFindings& found, StoreReport* report) {

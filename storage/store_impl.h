@@ -139,6 +139,9 @@ class StoreImpl : public Store {
   // Whether the directory holds a database; creates it (and the CREATING
   // marker) when absent and asked to.
   Result<bool> PrepareDirectory();
+  // Removes what an interrupted creation left (`names`, but the CREATING
+  // marker) and starts the creation: the directory and its marker, synced.
+  Status StartCreation(const std::vector<std::string>& names);
   Status OpenRocks(bool has_db, bool read_only);
   // The database at path_ has ckptdb's column families: InvalidArgument for
   // another RocksDB database, Corruption when a store's description is lost.
@@ -336,6 +339,11 @@ class StoreImpl : public Store {
   Status ReadThroughCopy(int64_t checkpoint_id, std::string_view tensor_key,
                          const ChunkMetadata& chunk, const std::string& key,
                          ChunkBuffer* buffer);
+  // The chunk table files that may hold the keys first..last: the live one
+  // with that range, else those a rebuild set aside and those on disk that
+  // RocksDB does not know.
+  std::vector<std::string> TablesWithRange(const std::string& first,
+                                           const std::string& last);
   // The table files a rebuild set aside (damaged/<n>/*.sst).
   std::vector<std::string> SetAsideTables();
   // Reads chunk `chunk` from byte `offset` of the file at `path` into
@@ -380,6 +388,14 @@ class StoreImpl : public Store {
   // edit added, which a rebuild takes back.
   Status CheckRocksHoldsJournal();
   Status RebuildFromCopies();
+  // The rebuilt `meta` column family: the records of every checkpoint the
+  // journal names committed, and of any committed after its high-water mark,
+  // from their copies.
+  Status RestoreRecordsFromCopies(const CommitJournal& journal,
+                                  const std::string& what);
+  // Adds the next checkpoint id and the store marker to a rewrite of the
+  // `meta` column family.
+  void PutStoreHeader(rocksdb::WriteBatch* batch, int64_t next_id);
   // A read-only open's error `s`, saying when a read-write open can rebuild
   // the database.
   Status WithRebuildHint(Status s);

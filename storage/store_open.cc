@@ -53,6 +53,27 @@ std::string Join(const std::set<int64_t>& ids) {
   return out;
 }
 
+// What the names in a store's directory say about it.
+struct DirectorySurvey {
+  bool creating = false;  // the CREATING marker of a creation under way
+  bool current = false;   // RocksDB's CURRENT
+  bool data = false;      // files only a store that held data has
+  bool foreign = false;   // a name no store or creation writes
+};
+
+DirectorySurvey Survey(const std::vector<std::string>& names) {
+  DirectorySurvey s;
+  for (const std::string& name : names) {
+    s.creating |= name == kCreatingFile;
+    s.current |= name == "CURRENT";
+    s.data |= name.ends_with(".sst") || name == kReserveFile ||
+              name == "values" || name == "copies" ||
+              name.rfind("CKPTDB_JOURNAL", 0) == 0;
+    s.foreign |= !IsCreationFile(name) && name != "CURRENT";
+  }
+  return s;
+}
+
 }  // namespace
 
 bool IsNoSpace(const Status& s) {
@@ -126,21 +147,11 @@ Result<bool> StoreImpl::PrepareDirectory() {
     return Status::InvalidArgument(
         "'" + path_ + "' is not a directory, so not a ckptdb store");
   }
-  bool creating = false, current = false, data = false, foreign = false;
-  std::vector<std::string> files;
+  std::vector<std::string> names;
   if (exists) {
-    CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names,
-                            fs_->ListDir(path_));
-    for (const std::string& name : names) {
-      files.push_back(path_ + "/" + name);
-      creating |= name == kCreatingFile;
-      current |= name == "CURRENT";
-      data |= name.ends_with(".sst") || name == kReserveFile ||
-              name == "values" || name == "copies" ||
-              name.rfind("CKPTDB_JOURNAL", 0) == 0;
-      foreign |= !IsCreationFile(name) && name != "CURRENT";
-    }
+    CKPTDB_ASSIGN_OR_RETURN(names, fs_->ListDir(path_));
   }
+  const auto [creating, current, data, foreign] = Survey(names);
   // A database counts unless a creation was interrupted before it held
   // anything: the creation writes the store marker into a table file before
   // it removes the CREATING marker. A stray CREATING file changes nothing.
@@ -150,7 +161,7 @@ Result<bool> StoreImpl::PrepareDirectory() {
                               "' holds checkpoint files but its database is "
                               "missing (no CURRENT file)");
   }
-  if (foreign || (!files.empty() && !creating)) {
+  if (foreign || (!names.empty() && !creating)) {
     return Status::InvalidArgument("'" + path_ +
                                    "' is not a ckptdb store (a non-empty "
                                    "directory without one)");
@@ -163,15 +174,20 @@ Result<bool> StoreImpl::PrepareDirectory() {
     return Status::NotFound("no ckptdb store at '" + path_ + "'");
   }
   // Only what an interrupted creation writes is here: start it again.
-  const std::string marker = (fs::path(path_) / kCreatingFile).string();
-  for (const auto& file : files) {
-    if (file != marker) CKPTDB_RETURN_IF_ERROR(fs_->Remove(file));
+  CKPTDB_RETURN_IF_ERROR(StartCreation(names));
+  return false;
+}
+
+Status StoreImpl::StartCreation(const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    if (name != kCreatingFile)
+      CKPTDB_RETURN_IF_ERROR(fs_->Remove(path_ + "/" + name));
   }
+  const std::string marker = (fs::path(path_) / kCreatingFile).string();
   CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(path_));
   CKPTDB_RETURN_IF_ERROR(fs_->WriteFileSynced(marker, ""));
   CKPTDB_RETURN_IF_ERROR(fs_->SyncDir(fs::path(path_).parent_path().string()));
-  CKPTDB_RETURN_IF_ERROR(fs_->SyncDir(path_));
-  return false;
+  return fs_->SyncDir(path_);
 }
 
 Status StoreImpl::CheckColumnFamilies(const rocksdb::DBOptions& db_options) {

@@ -656,6 +656,72 @@ int Export(const std::string& path, const Selection& sel,
   return 0;
 }
 
+// What the command line asks for; each subcommand fills the fields it takes.
+struct Arguments {
+  std::string store, format, output, key, slice;
+  bool as_json = false, chunks = false;
+  Selection sel;
+  std::vector<std::string> keys;
+};
+
+CLI::App* AddList(CLI::App& app, Arguments& a) {
+  auto* list = app.add_subcommand(
+      "list", "List the committed checkpoints, one line each (oldest first)");
+  list->add_option("STORE", a.store, "store directory")->required();
+  list->add_flag("--json", a.as_json,
+                 "print a JSON array of checkpoint summaries");
+  return list;
+}
+
+CLI::App* AddShow(CLI::App& app, Arguments& a) {
+  auto* show = app.add_subcommand(
+      "show",
+      "Show one checkpoint's tensors, values and metadata (default: latest)");
+  show->add_option("STORE", a.store, "store directory")->required();
+  AddSelection(show, &a.sel, "(default: the latest checkpoint)");
+  show->add_flag("--json", a.as_json,
+                 "print the fields of the Python API's DB.metadata() as JSON");
+  auto* chunks_flag = show->add_flag(
+      "--chunks", a.chunks,
+      "list every stored chunk (offset, shape, writer rank, size, checksum)");
+  auto* key_option = show->add_option(
+      "--key", a.key,
+      "print the values of this tensor (flat key), or this small value");
+  show->add_option("--slice", a.slice,
+                   "with --key: only these values, numpy's index syntax "
+                   "(\"0:4,:\", \"-1\", \"2:10, 3\"); reads only the chunks "
+                   "holding them")
+      ->needs(key_option);
+  key_option->excludes(chunks_flag);
+  return show;
+}
+
+CLI::App* AddVerify(CLI::App& app, Arguments& a) {
+  auto* verify = app.add_subcommand("verify",
+                                    "Read every chunk and check checksums and "
+                                    "layouts (default: every checkpoint)");
+  verify->add_option("STORE", a.store, "store directory")->required();
+  AddSelection(verify, &a.sel, "(default: every checkpoint)");
+  return verify;
+}
+
+CLI::App* AddExport(CLI::App& app, Arguments& a) {
+  auto* exp = app.add_subcommand(
+      "export",
+      "Write whole tensors of a checkpoint to a safetensors or .npz file");
+  exp->add_option("STORE", a.store, "store directory")->required();
+  AddSelection(exp, &a.sel, "(default: the latest checkpoint)");
+  exp->add_option(
+         "--format", a.format,
+         "safetensors (bfloat16 as BF16) or npz (bfloat16 as uint16 bits)")
+      ->required()
+      ->check(CLI::IsMember({"safetensors", "npz"}));
+  exp->add_option("-o,--output", a.output, "file to write")->required();
+  exp->add_option("--key", a.keys,
+                  "flat key of a tensor to export (repeatable; default: all)");
+  return exp;
+}
+
 }  // namespace
 }  // namespace ckptdb::tools
 
@@ -668,61 +734,16 @@ int main(int argc, char** argv) {
       "verify, 2 any other error (no store, unknown checkpoint or key, bad "
       "arguments)."};
   app.require_subcommand(1);
-  std::string store, format, output, key, slice;
-  bool as_json = false, chunks = false;
-  Selection sel;
-  std::vector<std::string> keys;
-
-  auto* list = app.add_subcommand(
-      "list", "List the committed checkpoints, one line each (oldest first)");
-  list->add_option("STORE", store, "store directory")->required();
-  list->add_flag("--json", as_json,
-                 "print a JSON array of checkpoint summaries");
-
-  auto* show = app.add_subcommand(
-      "show",
-      "Show one checkpoint's tensors, values and metadata (default: latest)");
-  show->add_option("STORE", store, "store directory")->required();
-  AddSelection(show, &sel, "(default: the latest checkpoint)");
-  show->add_flag("--json", as_json,
-                 "print the fields of the Python API's DB.metadata() as JSON");
-  auto* chunks_flag = show->add_flag(
-      "--chunks", chunks,
-      "list every stored chunk (offset, shape, writer rank, size, checksum)");
-  auto* key_option = show->add_option(
-      "--key", key,
-      "print the values of this tensor (flat key), or this small value");
-  show->add_option("--slice", slice,
-                   "with --key: only these values, numpy's index syntax "
-                   "(\"0:4,:\", \"-1\", \"2:10, 3\"); reads only the chunks "
-                   "holding them")
-      ->needs(key_option);
-  key_option->excludes(chunks_flag);
-
-  auto* verify = app.add_subcommand("verify",
-                                    "Read every chunk and check checksums and "
-                                    "layouts (default: every checkpoint)");
-  verify->add_option("STORE", store, "store directory")->required();
-  AddSelection(verify, &sel, "(default: every checkpoint)");
-
-  auto* exp = app.add_subcommand(
-      "export",
-      "Write whole tensors of a checkpoint to a safetensors or .npz file");
-  exp->add_option("STORE", store, "store directory")->required();
-  AddSelection(exp, &sel, "(default: the latest checkpoint)");
-  exp->add_option(
-         "--format", format,
-         "safetensors (bfloat16 as BF16) or npz (bfloat16 as uint16 bits)")
-      ->required()
-      ->check(CLI::IsMember({"safetensors", "npz"}));
-  exp->add_option("-o,--output", output, "file to write")->required();
-  exp->add_option("--key", keys,
-                  "flat key of a tensor to export (repeatable; default: all)");
-
+  Arguments a;
+  CLI::App* list = AddList(app, a);
+  CLI::App* show = AddShow(app, a);
+  CLI::App* verify = AddVerify(app, a);
+  AddExport(app, a);
   CLI11_PARSE(app, argc, argv);
-  if (*list) return List(store, as_json);
-  if (*show && !key.empty()) return ShowValues(store, sel, key, slice, as_json);
-  if (*show) return Show(store, sel, as_json, chunks);
-  if (*verify) return Verify(store, sel);
-  return Export(store, sel, format, output, keys);
+  if (*list) return List(a.store, a.as_json);
+  if (*show && !a.key.empty())
+    return ShowValues(a.store, a.sel, a.key, a.slice, a.as_json);
+  if (*show) return Show(a.store, a.sel, a.as_json, a.chunks);
+  if (*verify) return Verify(a.store, a.sel);
+  return Export(a.store, a.sel, a.format, a.output, a.keys);
 }

@@ -313,7 +313,21 @@ namespace ckptdb::python {
 namespace {
 
 // CheckpointInfo, LoadStats and LoadResult, read-only views of the C++ values.
-void DefineResultTypes(py::module_& m) {
+std::string CheckpointInfoRepr(const CheckpointInfo& i) {
+  if (!i.damage.empty()) {
+    return "CheckpointInfo(id=" + std::to_string(i.id) + ", damage='" +
+           i.damage + "')";
+  }
+  return "CheckpointInfo(id=" + std::to_string(i.id) +
+         ", step=" + (i.step ? std::to_string(*i.step) : "None") +
+         ", tag=" + (i.tag ? "'" + *i.tag + "'" : "None") +
+         ", world_size=" + std::to_string(i.world_size) +
+         ", num_tensors=" + std::to_string(i.num_tensors) +
+         ", nbytes=" + std::to_string(i.nbytes) +
+         ", nbytes_written=" + std::to_string(i.nbytes_written) + ")";
+}
+
+void DefineCheckpointInfo(py::module_& m) {
   py::class_<CheckpointInfo>(m, "CheckpointInfo",
                              "A committed checkpoint's summary.")
       .def_readonly("id", &CheckpointInfo::id, "int, increasing within a store")
@@ -342,20 +356,11 @@ void DefineResultTypes(py::module_& m) {
           },
           "None, or (when both copies of its record are damaged: only `id` "
           "is set) what is damaged; calls that need it raise CorruptionError")
-      .def("__repr__", [](const CheckpointInfo& i) {
-        if (!i.damage.empty()) {
-          return "CheckpointInfo(id=" + std::to_string(i.id) + ", damage='" +
-                 i.damage + "')";
-        }
-        return "CheckpointInfo(id=" + std::to_string(i.id) +
-               ", step=" + (i.step ? std::to_string(*i.step) : "None") +
-               ", tag=" + (i.tag ? "'" + *i.tag + "'" : "None") +
-               ", world_size=" + std::to_string(i.world_size) +
-               ", num_tensors=" + std::to_string(i.num_tensors) +
-               ", nbytes=" + std::to_string(i.nbytes) +
-               ", nbytes_written=" + std::to_string(i.nbytes_written) + ")";
-      });
+      .def("__repr__", &CheckpointInfoRepr);
+}
 
+void DefineResultTypes(py::module_& m) {
+  DefineCheckpointInfo(m);
   py::class_<LoadStats>(m, "LoadStats", "What one rank's load moved.")
       .def_readonly("bytes_read", &LoadStats::bytes_read,
                     "chunk bytes this rank read from storage")

@@ -202,6 +202,10 @@ class Walker {
   }
 
   Status ReadOne(Slot& slot, size_t j);
+  Status ReadScattered(Slot& slot, const planner::ExchangeRead& plan_read,
+                       const ChunkMetadata& chunk);
+  Status PlaceCopies(Slot& slot, size_t j, const TensorMetadata& tensor,
+                     const ChunkMetadata& chunk, storage::ChunkBuffer buffer);
   void Exchange(Slot& slot);
   void MoveDeviceBoxes(Slot& slot);
   void Land(Slot& slot);
@@ -251,22 +255,36 @@ Status Walker::ReadOne(Slot& slot, size_t j) {
         static_cast<char*>(x_.targets[item.target]->data) +
             *plan_read.whole_into_target);
   }
-  if (!plan_read.scatter.empty()) {
-    // Every byte straight to its place: no chunk buffer, no copies.
-    std::vector<storage::ChunkPiece> pieces;
-    pieces.reserve(plan_read.scatter.size());
-    for (const planner::ScatterRun& run : plan_read.scatter) {
-      char* base = run.to() == ReadCopy::To::kTarget
-                       ? static_cast<char*>(x_.targets[run.index]->data)
-                       : slot.send_staged[run.index];
-      pieces.push_back({base + run.offset, run.nbytes});
-    }
-    return x_.store.ReadChunkScattered(x_.meta.info.id, read.flat_key, chunk,
-                                       pieces);
-  }
+  if (!plan_read.scatter.empty()) return ReadScattered(slot, plan_read, chunk);
   CKPTDB_ASSIGN_OR_RETURN(
       storage::ChunkBuffer buffer,
       x_.store.ReadChunk(x_.meta.info.id, read.flat_key, chunk));
+  return PlaceCopies(slot, j, tensor, chunk, std::move(buffer));
+}
+
+// Every byte of the chunk straight to its place: no chunk buffer, no copies.
+Status Walker::ReadScattered(Slot& slot, const planner::ExchangeRead& plan_read,
+                             const ChunkMetadata& chunk) {
+  const planner::ChunkRead& read = x_.plan.reads[plan_read.read];
+  std::vector<storage::ChunkPiece> pieces;
+  pieces.reserve(plan_read.scatter.size());
+  for (const planner::ScatterRun& run : plan_read.scatter) {
+    char* base = run.to() == ReadCopy::To::kTarget
+                     ? static_cast<char*>(x_.targets[run.index]->data)
+                     : slot.send_staged[run.index];
+    pieces.push_back({base + run.offset, run.nbytes});
+  }
+  return x_.store.ReadChunkScattered(x_.meta.info.id, read.flat_key, chunk,
+                                     pieces);
+}
+
+// Copies the boxes of read `j` of the slot's round out of the chunk's
+// `buffer`: into host targets, messages and device boxes. The buffer is kept
+// for the exchange when a message is sent from it in place.
+Status Walker::PlaceCopies(Slot& slot, size_t j, const TensorMetadata& tensor,
+                           const ChunkMetadata& chunk,
+                           storage::ChunkBuffer buffer) {
+  const planner::ExchangeRead& plan_read = slot.round->reads[j];
   const char* bytes = buffer.bytes().data();
   bool keep = false;
   StagingBuffer staging = staging_.Take();

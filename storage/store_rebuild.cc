@@ -1,0 +1,233 @@
+// The rebuild of a database whose description (CURRENT, MANIFEST, write-ahead
+// log) RocksDB cannot read, from the chunk table files and the second copies
+// of the records (record_copies.h). The files it replaces are kept under
+// damaged/<n>/.
+#include <rocksdb/db.h>
+#include <rocksdb/sst_file_reader.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "core/checksum.h"
+#include "storage/column_families.h"
+#include "storage/ingester.h"
+#include "storage/keys.h"
+#include "storage/record_copies.h"
+#include "storage/store_impl.h"
+
+namespace ckptdb::storage {
+namespace {
+
+// Staged names of the chunk table files a rebuild ingests again.
+constexpr char kRebuildPrefix[] = "rebuild-";
+
+bool IsDescriptionFile(const std::string& name) {
+  return name == "CURRENT" || name.rfind("MANIFEST-", 0) == 0 ||
+         name.rfind("OPTIONS-", 0) == 0 || name.ends_with(".log") ||
+         name.ends_with(".dbtmp");
+}
+
+// A new, empty damaged/<n>/ for the files one rebuild replaces.
+Result<std::string> NewAsideDir(StoreFileSystem& fs,
+                                const std::string& store_path) {
+  const std::string root = DamagedDir(store_path);
+  CKPTDB_RETURN_IF_ERROR(fs.CreateDirIfMissing(root));
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> earlier,
+                          fs.ListDir(root));
+  const std::string aside = root + "/" + std::to_string(earlier.size() + 1);
+  CKPTDB_RETURN_IF_ERROR(fs.CreateDirIfMissing(aside));
+  return aside;
+}
+
+// Where a rebuild moves the file `name` of the store's directory: a chunk
+// table file to staging, to be ingested again; the description files and the
+// metadata's table files (replaced by the copies) to `aside`, as is a table
+// file whose properties cannot be read; "" for a file it leaves.
+std::string RebuildPlace(rocksdb::Env* env, const std::string& store_path,
+                         const std::string& name, const std::string& aside) {
+  if (IsDescriptionFile(name)) return aside + "/" + name;
+  if (!name.ends_with(".sst")) return "";
+  rocksdb::Options reader_options;
+  static_cast<rocksdb::ColumnFamilyOptions&>(reader_options) = ChunkCfOptions();
+  reader_options.env = env;
+  rocksdb::SstFileReader reader(reader_options);
+  if (!reader.Open(store_path + "/" + name).ok()) return aside + "/" + name;
+  const std::string& family = reader.GetTableProperties()->column_family_name;
+  if (family == kMetaCf || family == rocksdb::kDefaultColumnFamilyName)
+    return aside + "/" + name;
+  return StagingDir(store_path) + "/" + kRebuildPrefix + name;
+}
+
+// Moves every file of the store's directory to its RebuildPlace, durably.
+Status MoveAsideForRebuild(StoreFileSystem& fs, rocksdb::Env* env,
+                           const std::string& store_path,
+                           const std::string& aside, const std::string& what) {
+  CKPTDB_RETURN_IF_ERROR(fs.CreateDirIfMissing(StagingDir(store_path)));
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                          fs.ListDir(store_path));
+  for (const std::string& name : names) {
+    const std::string to = RebuildPlace(env, store_path, name, aside);
+    if (to.empty()) continue;
+    const std::string from = store_path + "/" + name;
+    CKPTDB_RETURN_IF_ERROR(
+        FromRocks(fs.RenameFile(from, to, rocksdb::IOOptions(), nullptr),
+                  what + ": moving " + from));
+  }
+  CKPTDB_RETURN_IF_ERROR(fs.SyncDir(aside));
+  CKPTDB_RETURN_IF_ERROR(fs.SyncDir(StagingDir(store_path)));
+  return fs.SyncDir(store_path);
+}
+
+}  // namespace
+
+Status StoreImpl::IngestRebuildTables(const std::string& aside) {
+  const std::string staging = StagingDir(path_);
+  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                          fs_->ListDir(staging));
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    if (name.rfind(kRebuildPrefix, 0) != 0) continue;
+    const std::string table = staging + "/" + name;
+    if (Ingester().IngestUnscanned(table).ok()) continue;
+    // Unreadable, or overlapping what the database holds: kept aside, its
+    // chunks missing (reads report them).
+    CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(DamagedDir(path_)));
+    CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(aside));
+    CKPTDB_RETURN_IF_ERROR(FromRocks(
+        fs_->RenameFile(table,
+                        aside + "/" + name.substr(strlen(kRebuildPrefix)),
+                        rocksdb::IOOptions(), nullptr),
+        "setting aside " + table + ", which cannot be ingested"));
+    CKPTDB_RETURN_IF_ERROR(fs_->SyncDir(aside));
+  }
+  return Status::OK();
+}
+
+Result<bool> StoreImpl::PrepareOrRebuild() {
+  Result<bool> prepared = PrepareDirectory();
+  if (!prepared.status().IsCorruption() || options_.read_only || !CanRebuild())
+    return prepared;
+  Status rebuilt = RebuildFromCopies();
+  if (db_) CloseDb();
+  if (!rebuilt.ok()) {
+    return Status(prepared.status().code(),
+                  prepared.status().message() +
+                      "; rebuilding its database from the store's copies of "
+                      "its records failed too: " +
+                      rebuilt.ToString());
+  }
+  return true;
+}
+
+Status StoreImpl::CheckRocksHoldsJournal() {
+  const std::optional<CommitJournal> journal = catalogue_.journal();
+  if (!journal) return Status::OK();
+  std::set<int64_t> held;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), meta_));
+  for (it->SeekToFirst(); it->Valid();) {
+    int64_t id = 0;
+    std::string_view tensor_key;
+    const std::string_view key(it->key().data(), it->key().size());
+    if (DecodeMetaKey(key, &id)) {
+      held.insert(id);
+    } else if (!DecodeTensorRecordKey(key, &id, &tensor_key)) {
+      break;
+    }
+    it->Seek(MetaRangeEnd(id));
+  }
+  // Damaged table files are the repair's (RepairCopies), not a rebuild's.
+  if (!it->status().ok()) return Status::OK();
+  std::string lost;
+  for (int64_t id : journal->committed) {
+    if (!held.contains(id))
+      lost += (lost.empty() ? "" : ", ") + std::to_string(id);
+  }
+  if (lost.empty()) return Status::OK();
+  return Status::Corruption("store '" + path_ + "': checkpoint id(s) " + lost +
+                            " committed (commit journal) but their records "
+                            "are missing from the database: its description "
+                            "(CURRENT, MANIFEST) is damaged or was replaced");
+}
+
+bool StoreImpl::CanRebuild() {
+  Result<JournalState> state = ReadJournal(*fs_, path_);
+  if (!state.ok() || !state->journal) return false;
+  for (int64_t id : state->journal->committed) {
+    if (!ReadCopy(*fs_, path_, CopyKind::kRecords, id).ok()) return false;
+  }
+  return true;
+}
+
+Status StoreImpl::PreCheckOrRebuild(bool has_db) {
+  Status s = PreCheckReadOnly(has_db);
+  if (s.ok() || !s.IsCorruption() || !CanRebuild()) return s;
+  Status rebuilt = RebuildFromCopies();
+  if (db_) CloseDb();
+  if (!rebuilt.ok()) {
+    return Status(s.code(), s.message() +
+                                "; rebuilding its database from the store's "
+                                "copies of its records failed too: " +
+                                rebuilt.ToString());
+  }
+  return PreCheckReadOnly(has_db);
+}
+
+Status StoreImpl::WithRebuildHint(Status s) {
+  if (!s.IsCorruption() || !CanRebuild()) return s;
+  return Status(s.code(),
+                s.message() +
+                    "; every committed checkpoint has an intact copy of its "
+                    "records: a read-write open rebuilds the database from "
+                    "them and the table files, keeping the damaged files "
+                    "under " +
+                    DamagedDir(path_));
+}
+
+Status StoreImpl::RebuildFromCopies() {
+  const std::string what = "rebuilding the database of '" + path_ +
+                           "' from its table files and metadata copies";
+  CKPTDB_ASSIGN_OR_RETURN(const JournalState state, ReadJournal(*fs_, path_));
+  // RocksDB's lock, so that no writer opens the store meanwhile.
+  rocksdb::FileLock* lock = nullptr;
+  CKPTDB_RETURN_IF_ERROR(
+      FromRocks(env_->LockFile(path_ + "/LOCK", &lock), what));
+  Result<std::string> aside = NewAsideDir(*fs_, path_);
+  Status moved = aside.status();
+  if (moved.ok())
+    moved = MoveAsideForRebuild(*fs_, env_.get(), path_, *aside, what);
+  env_->UnlockFile(lock).PermitUncheckedError();
+  CKPTDB_RETURN_IF_ERROR(moved);
+  CKPTDB_RETURN_IF_ERROR(OpenRocks(/*has_db=*/false, /*read_only=*/false));
+  CKPTDB_RETURN_IF_ERROR(IngestRebuildTables(*aside));
+  CKPTDB_RETURN_IF_ERROR(RestoreRecordsFromCopies(*state.journal, what));
+  CloseDb();
+  return Status::OK();
+}
+
+Status StoreImpl::RestoreRecordsFromCopies(const CommitJournal& journal,
+                                           const std::string& what) {
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> copied,
+                          CopyIds(CopyKind::kRecords));
+  int64_t next = journal.high_water + 1;
+  rocksdb::WriteBatch batch;
+  for (int64_t id : copied) {
+    if (!journal.committed.contains(id) && id <= journal.high_water) continue;
+    Result<CopyEntries> records = ReadCopy(*fs_, path_, CopyKind::kRecords, id);
+    if (!records.ok()) continue;  // CanRebuild: none the journal names
+    for (const auto& [key, value] : *records) batch.Put(meta_, key, value);
+    next = std::max(next, id + 1);
+  }
+  PutStoreHeader(&batch, next);
+  return WriteMeta(&batch, what);
+}
+
+void StoreImpl::PutStoreHeader(rocksdb::WriteBatch* batch, int64_t next_id) {
+  std::string next;
+  PutBigEndian64(&next, static_cast<uint64_t>(next_id));
+  batch->Put(meta_, kNextIdKey, next);
+  batch->Put(meta_, kStoreMarkerKey, kStoreMarker);
+}
+
+}  // namespace ckptdb::storage
