@@ -175,7 +175,7 @@ Result<TensorIndex> ParseSlice(std::string_view text) {
   for (size_t at = 0;;) {
     const size_t comma = body.find(',', at);
     CKPTDB_ASSIGN_OR_RETURN(IndexEntry entry,
-                     ParseEntry(body.substr(at, comma - at), text));
+                            ParseEntry(body.substr(at, comma - at), text));
     index.push_back(entry);
     if (comma == std::string_view::npos) break;
     at = comma + 1;

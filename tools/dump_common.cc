@@ -1,0 +1,147 @@
+#include "dump_common.h"
+
+#include <cstdio>
+#include <ctime>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+namespace ckptdb::tools {
+namespace {
+
+// The flat mapping as DB.metadata() gives it: int keys and list and tuple
+// indexes as JSON numbers.
+json FlatMappingJson(const CheckpointMetadata& m) {
+  json out = json::object();
+  for (const auto& [key, path] : m.flat_mapping) {
+    auto kinds = m.path_kinds.find(key);
+    json parts = json::array();
+    for (size_t i = 0; i < path.size(); ++i) {
+      const bool is_int = kinds != m.path_kinds.end() &&
+                          kinds->second[i] != PathPartKind::kStrKey;
+      parts.push_back(is_int ? json(std::stoll(path[i])) : json(path[i]));
+    }
+    out[key] = std::move(parts);
+  }
+  return out;
+}
+
+}  // namespace
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "ckpt-db-dump: %s\n", s.message().c_str());
+  return kError;
+}
+
+void AddSelection(CLI::App* cmd, Selection* sel, const char* what) {
+  auto* step = cmd->add_option(
+      "--step", sel->step,
+      std::string("select the checkpoint of this training step ") + what);
+  auto* tag =
+      cmd->add_option("--tag", sel->tag, "select the checkpoint with this tag");
+  auto* id =
+      cmd->add_option("--id", sel->id, "select the checkpoint with this id");
+  step->excludes(tag)->excludes(id);
+  tag->excludes(id);
+}
+
+Result<std::unique_ptr<DB>> OpenStore(const std::string& path) {
+  Options options;
+  options.create_if_missing = false;
+  options.read_only = true;
+  return DB::Open(options, path);
+}
+
+Result<Opened> OpenCheckpoint(const std::string& path, const Selection& sel) {
+  Opened out;
+  CKPTDB_ASSIGN_OR_RETURN(out.db, OpenStore(path));
+  CKPTDB_ASSIGN_OR_RETURN(out.meta, out.db->GetMetadata(sel.selector()));
+  return out;
+}
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char out[32];
+  std::snprintf(out, sizeof(out), u == 0 ? "%.0f %s" : "%.1f %s", bytes,
+                units[u]);
+  return out;
+}
+
+std::string LocalTime(double unix_seconds) {
+  const std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char out[32];
+  std::strftime(out, sizeof(out), "%Y-%m-%d %H:%M:%S", &tm);
+  return out;
+}
+
+json ValueJson(const Value& v) {
+  return std::visit(
+      [](const auto& x) -> json {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, Bytes>) {
+          // JSON has no bytes: an array of byte values.
+          return json(std::vector<uint8_t>(x.data.begin(), x.data.end()));
+        } else if constexpr (std::is_same_v<T, None>) {
+          return json(nullptr);
+        } else {
+          return json(x);
+        }
+      },
+      v);
+}
+
+std::string ValueText(const Value& v) {
+  if (const auto* s = std::get_if<std::string>(&v)) return json(*s).dump();
+  if (const auto* b = std::get_if<Bytes>(&v))
+    return "bytes[" + std::to_string(b->data.size()) + "]";
+  return ValueJson(v).dump();
+}
+
+json InfoJson(const CheckpointInfo& info) {
+  return {{"id", info.id},
+          {"step", info.step ? json(*info.step) : json(nullptr)},
+          {"tag", info.tag ? json(*info.tag) : json(nullptr)},
+          {"created", info.created},
+          {"world_size", info.world_size},
+          {"num_tensors", info.num_tensors},
+          {"nbytes", info.nbytes},
+          {"nbytes_written", info.nbytes_written},
+          {"references", info.references},
+          {"damage", info.damage.empty() ? json(nullptr) : json(info.damage)}};
+}
+
+json MetadataJson(const CheckpointMetadata& m) {
+  json tensors = json::object();
+  for (const auto& [key, t] : m.tensors) {
+    json chunks = json::array();
+    for (const ChunkMetadata& c : t.chunks) {
+      chunks.push_back({{"global_offset", c.box.origin},
+                        {"local_shape", c.box.shape},
+                        {"rank", c.writer_rank},
+                        {"nbytes", c.nbytes}});
+    }
+    tensors[key] = {{"dtype", std::string(DTypeName(t.dtype))},
+                    {"global_shape", t.global_shape},
+                    {"chunks", chunks}};
+  }
+  json values = json::object();
+  for (const auto& [key, v] : m.values) values[key] = ValueJson(v);
+  return {{"id", m.info.id},
+          {"step", m.info.step ? json(*m.info.step) : json(nullptr)},
+          {"tag", m.info.tag ? json(*m.info.tag) : json(nullptr)},
+          {"created", m.info.created},
+          {"world_size", m.info.world_size},
+          {"tensors", tensors},
+          {"flat_mapping", FlatMappingJson(m)},
+          {"values", values},
+          {"user_metadata", m.user_metadata}};
+}
+
+}  // namespace ckptdb::tools

@@ -1,0 +1,103 @@
+// What the commands of ckpt-db-dump share: exit codes, the checkpoint
+// selection options, the read-only open, printing of sizes and times, a
+// progress line, and the JSON forms of the Python API's results.
+#pragma once
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "ckptdb/db.h"
+
+namespace ckptdb::tools {
+
+using json = nlohmann::ordered_json;
+
+// Exit codes: 0 fine, 1 damage found by verify, 2 any other error.
+constexpr int kDamaged = 1;
+constexpr int kError = 2;
+
+// Prints `s` on stderr; kError.
+int Fail(const Status& s);
+
+// The checkpoint a command's --step, --tag or --id selects.
+struct Selection {
+  std::optional<int64_t> step, id;
+  std::optional<std::string> tag;
+  bool given() const { return step || id || tag; }
+  CheckpointSelector selector() const {
+    if (step) return CheckpointSelector::Step(*step);
+    if (tag) return CheckpointSelector::Tag(*tag);
+    if (id) return CheckpointSelector::Id(*id);
+    return CheckpointSelector::Latest();
+  }
+};
+
+// Adds --step, --tag and --id (one at most) to `cmd`; `what` says the default.
+void AddSelection(CLI::App* cmd, Selection* sel, const char* what);
+
+// The store, read-only: opening it never modifies it.
+Result<std::unique_ptr<DB>> OpenStore(const std::string& path);
+
+// A read-only store and the metadata of the selected checkpoint.
+struct Opened {
+  std::unique_ptr<DB> db;
+  CheckpointMetadata meta;
+};
+Result<Opened> OpenCheckpoint(const std::string& path, const Selection& sel);
+
+// "1.5 MiB".
+std::string HumanBytes(double bytes);
+// "2026-12-02 21:03:00" in local time.
+std::string LocalTime(double unix_seconds);
+
+// A progress line on stderr when it is a terminal; silent otherwise.
+class Progress {
+ public:
+  Progress(const char* verb, uint64_t total_bytes)
+      : verb_(verb), total_(total_bytes), on_(isatty(STDERR_FILENO) == 1) {}
+  ~Progress() {
+    if (on_ && shown_) std::fprintf(stderr, "\r\033[K");
+  }
+  void Add(uint64_t bytes) { Set(done_ + bytes, total_); }
+  void Set(uint64_t done, uint64_t total) {
+    done_ = done;
+    total_ = total;
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (shown_ && now - last_ < std::chrono::milliseconds(100) &&
+        done_ < total_)
+      return;
+    last_ = now;
+    shown_ = true;
+    std::fprintf(stderr, "\r%s: %s of %s (%.0f%%)\033[K", verb_,
+                 HumanBytes(done_).c_str(), HumanBytes(total_).c_str(),
+                 total_ ? 100.0 * done_ / total_ : 100.0);
+  }
+
+ private:
+  const char* verb_;
+  uint64_t total_, done_ = 0;
+  bool on_, shown_ = false;
+  std::chrono::steady_clock::time_point last_;
+};
+
+// A small value as JSON (bytes as an array of byte values), and as one line
+// of text.
+json ValueJson(const Value& v);
+std::string ValueText(const Value& v);
+// The fields of a CheckpointInfo, as the Python API names them.
+json InfoJson(const CheckpointInfo& info);
+// The fields of DB.metadata() in the Python API.
+json MetadataJson(const CheckpointMetadata& m);
+
+// The commands' own parts outside ckpt_db_dump.cc.
+int Verify(const std::string& path, const Selection& sel);
+
+}  // namespace ckptdb::tools
