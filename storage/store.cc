@@ -19,6 +19,7 @@
 #include "storage/chunk_files.h"
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
+#include "storage/record_copies.h"
 #include "storage/store_impl.h"
 
 namespace ckptdb::storage {
@@ -467,7 +468,10 @@ Status StoreImpl::CheckShareable(int64_t checkpoint_id) {
   std::set<int64_t> held(info.references.begin(), info.references.end());
   held.insert(checkpoint_id);
   for (int64_t id : held) {
-    CKPTDB_ASSIGN_OR_RETURN(const std::string loss, ValueFileLoss(id));
+    CKPTDB_ASSIGN_OR_RETURN(std::string loss, ValueFileLoss(id));
+    if (loss.empty()) {
+      CKPTDB_ASSIGN_OR_RETURN(loss, ChunkTableLoss(id, checkpoint_id));
+    }
     if (loss.empty()) continue;
     const std::string message = "the chunks of checkpoint " +
                                 std::to_string(checkpoint_id) + " in store '" +
@@ -478,6 +482,21 @@ Status StoreImpl::CheckShareable(int64_t checkpoint_id) {
     return Status::Corruption(message);
   }
   return Status::OK();
+}
+
+Result<std::string> StoreImpl::ChunkTableLoss(int64_t held,
+                                              int64_t checkpoint_id) {
+  if (LiveChunkIds().contains(held)) return std::string();
+  // A checkpoint whose chunks all live in earlier ones has no table file of
+  // its own, and no copy of its chunk locations.
+  if (held == checkpoint_id) {
+    CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> located,
+                            CopyIds(CopyKind::kLocators));
+    if (!located.contains(held)) return std::string();
+  }
+  return "chunk table files are not in the database (a rebuild sets aside "
+         "those it cannot ingest, under " +
+         DamagedDir(path_) + ")";
 }
 
 Result<std::string> StoreImpl::ValueFileLoss(int64_t held) {

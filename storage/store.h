@@ -166,7 +166,8 @@ class Store {
   // Whether a new checkpoint may share the chunks of checkpoint
   // `checkpoint_id` (an incremental save's base): Corruption naming the file
   // when a value file of it, or of a checkpoint whose chunks it shares, is
-  // missing or cut short. Read-write only.
+  // missing or cut short, or when their chunk table files are gone (set aside
+  // by a rebuild). Read-write only.
   virtual Status CheckShareable(int64_t checkpoint_id) = 0;
 
   // Ingests the staged files (which must hold only chunks of meta.info.id) and

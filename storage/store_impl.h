@@ -283,6 +283,11 @@ class StoreImpl : public Store {
   // the first value file of checkpoint `held` that is not whole; empty when
   // every one is.
   Result<std::string> ValueFileLoss(int64_t held);
+  // "chunk table files are not in the database ..." when checkpoint `held`
+  // held chunks in table files that the database no longer has (a rebuild
+  // set them aside); empty otherwise. For `held` == `checkpoint_id` (a
+  // checkpoint that may share all it has), only when it had table files.
+  Result<std::string> ChunkTableLoss(int64_t held, int64_t checkpoint_id);
   // Reads the chunk through RocksDB into `buffer` and verifies it (and, with
   // `verify_blocks`, RocksDB's block checksums too). A chunk in a value file
   // has its pointer read through RocksDB, and its bytes from the value file.

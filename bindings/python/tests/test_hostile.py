@@ -119,3 +119,35 @@ def test_a_broadcast_view_of_absurd_size_is_refused_at_once(store):
         with pytest.raises(ckptdb.InvalidArgumentError, match="'huge'.*too large"):
             db.save({"huge": huge})
         assert db.checkpoints() == []
+
+
+def test_chunk_tables_a_rebuild_set_aside_are_written_again_by_the_next_save(store):
+    rng = np.random.default_rng(6)
+    state = {f"t{i}": rng.standard_normal(64, dtype=np.float32) for i in range(8)}  # table files
+    with ckptdb.open(store) as db:
+        db.save(state, step=1)
+        for step in (2, 3):  # share every chunk of checkpoint 1
+            assert db.save(state, step=step).nbytes_written == 0
+    # The database's description is gone and no table file can be read: a
+    # read-write open rebuilds the metadata from its copies, the chunk tables
+    # go under damaged/.
+    os.remove(os.path.join(store, "CURRENT"))
+    for name in os.listdir(store):
+        if name.endswith(".sst"):
+            os.truncate(os.path.join(store, name), 100)
+    with ckptdb.open(store) as db:
+        assert [c.step for c in db.checkpoints()] == [1, 2, 3]
+        with pytest.raises(ckptdb.Error):
+            db.read("t0", step=3)  # its bytes are lost
+        # The caller holds the bytes: the save writes them again.
+        info = db.save(state, step=4)
+        assert info.nbytes_written == info.nbytes
+        for key, value in state.items():
+            assert np.array_equal(db.read(key, step=4), value)
+        assert db.save(state, step=5).nbytes_written == 0
+    logs = ""
+    for name in os.listdir(store):
+        if name.startswith("LOG"):
+            with open(os.path.join(store, name)) as log:
+                logs += log.read()
+    assert "chunk table files are not in the database" in logs
