@@ -12,6 +12,7 @@
 #include "planner/save_plan.h"
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
+#include "storage/record_copies.h"
 
 namespace ckptdb {
 namespace {
@@ -253,6 +254,37 @@ void BM_MetadataDecode(benchmark::State& state) {
   state.SetLabel(one ? "main record + one tensor" : "whole checkpoint");
 }
 BENCHMARK(BM_MetadataDecode)->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
+
+// The second copy of a checkpoint's records (copies/<id>.rec), for 10^6
+// chunks written by 16384 ranks: encoding the records (range(0) == 0, the
+// baseline every commit pays), encoding their copy (1, compressed), decoding
+// the copy (2). Counters: the copy's bytes against the records'.
+void BM_RecordCopy(benchmark::State& state) {
+  const auto records = storage::EncodeCheckpointRecords(
+      MetadataSample(1000, 125, 16384));
+  const std::string copy =
+      storage::EncodeCopy(storage::CopyKind::kRecords, records);
+  for (auto _ : state) {
+    if (state.range(0) == 0) {
+      benchmark::DoNotOptimize(storage::EncodeCheckpointRecords(
+          MetadataSample(1000, 125, 16384)));
+    } else if (state.range(0) == 1) {
+      benchmark::DoNotOptimize(
+          storage::EncodeCopy(storage::CopyKind::kRecords, records));
+    } else {
+      auto decoded = storage::DecodeCopy(storage::CopyKind::kRecords, copy);
+      if (!decoded.ok())
+        state.SkipWithError(decoded.status().ToString().c_str());
+      benchmark::DoNotOptimize(decoded);
+    }
+  }
+  CountRecordBytes(state, records, 1000 * 1000);
+  state.counters["copy_bytes"] = static_cast<double>(copy.size());
+  state.SetLabel(state.range(0) == 0   ? "sample + EncodeCheckpointRecords"
+                 : state.range(0) == 1 ? "EncodeCopy"
+                                       : "DecodeCopy");
+}
+BENCHMARK(BM_RecordCopy)->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 
 // Copies a column half of a 4096 x 4096 fp32 matrix (strided rows).
 void BM_CopyBoxColumns(benchmark::State& state) {

@@ -4,13 +4,16 @@
 // dir] -max_total_time=60.
 //
 // The first input byte picks the decoder: a main record (format 1 or 2), a
-// tensor record of a fixed valid checkpoint, or a bare box stream.
+// tensor record of a fixed valid checkpoint, a bare box stream, or a metadata
+// copy file (given its checksum, so that its inner decoding is reached).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "core/checksum.h"
 #include "storage/box_stream.h"
 #include "storage/metadata_codec.h"
+#include "storage/record_copies.h"
 
 namespace {
 
@@ -66,21 +69,37 @@ void FuzzBoxes(std::string_view bytes) {
   (void)DecodeBoxStream(bytes.substr(1), {}, 8, 2, "t", &chunks);
 }
 
+void FuzzCopy(std::string_view bytes) {
+  std::string file(bytes);
+  const uint64_t sum = ChunkChecksum(file.data(), file.size());
+  for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>(sum >> (8 * i)));
+  for (CopyKind kind : {CopyKind::kRecords, CopyKind::kLocators}) {
+    auto entries = DecodeCopy(kind, file);
+    // Entries that decode must encode to a copy that decodes the same.
+    if (entries.ok() &&
+        *DecodeCopy(kind, EncodeCopy(kind, *entries)) != *entries)
+      __builtin_trap();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view bytes(reinterpret_cast<const char*>(data + 1),
                                size - 1);
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0:
       FuzzMain(bytes);
       break;
     case 1:
       FuzzTensor(bytes);
       break;
-    default:
+    case 2:
       FuzzBoxes(bytes);
+      break;
+    default:
+      FuzzCopy(bytes);
   }
   return 0;
 }

@@ -1,5 +1,7 @@
 #include "storage/record_copies.h"
 
+#include <zstd.h>
+
 #include <charconv>
 
 #include "core/checksum.h"
@@ -7,10 +9,17 @@
 namespace ckptdb::storage {
 namespace {
 
+// Copies are written compressed (kCompressedMagic); those of uncompressed
+// entries (kMagic) are still read.
 constexpr char kMagic[] = "CKPTCOPY";
+constexpr char kCompressedMagic[] = "CKPTCOPZ";
 constexpr size_t kMagicBytes = 8;
-// Magic, kind, entry count.
-constexpr size_t kHeaderBytes = kMagicBytes + 1 + 4;
+// Records are mostly Cap'n Proto's zero padding and small integers: zstd's
+// fastest level keeps about a fifth of their bytes, at several hundred MB/s.
+constexpr int kZstdLevel = 1;
+// The most entry bytes a copy may claim (a checkpoint of 10^9 chunks' records
+// is well below).
+constexpr uint64_t kMaxEntriesBytes = uint64_t{1} << 40;
 
 void Put32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
@@ -25,38 +34,11 @@ uint64_t GetLe(const char* p, int n) {
   return v;
 }
 
-const char* Suffix(CopyKind kind) {
-  return kind == CopyKind::kRecords ? ".rec" : ".loc";
-}
-
-}  // namespace
-
-std::string EncodeCopy(CopyKind kind, const CopyEntries& entries) {
-  std::string out(kMagic, kMagicBytes);
-  out.push_back(static_cast<char>(kind));
-  Put32(&out, static_cast<uint32_t>(entries.size()));
-  for (const auto& [key, value] : entries) {
-    Put32(&out, static_cast<uint32_t>(key.size()));
-    out += key;
-    Put32(&out, static_cast<uint32_t>(value.size()));
-    out += value;
-  }
-  Put64(&out, ChunkChecksum(out.data(), out.size()));
-  return out;
-}
-
-Result<CopyEntries> DecodeCopy(CopyKind kind, std::string_view bytes) {
-  if (bytes.size() < kHeaderBytes + 8 ||
-      bytes.substr(0, kMagicBytes) != std::string_view(kMagic, kMagicBytes))
-    return Status::Corruption("not a copy file (no header)");
-  const std::string_view body = bytes.substr(0, bytes.size() - 8);
-  if (GetLe(bytes.data() + body.size(), 8) !=
-      ChunkChecksum(body.data(), body.size()))
-    return Status::Corruption("checksum mismatch");
-  if (bytes[kMagicBytes] != static_cast<char>(kind))
-    return Status::Corruption("a copy of another kind");
-  const uint64_t count = GetLe(bytes.data() + kMagicBytes + 1, 4);
-  std::string_view rest = body.substr(kHeaderBytes);
+// The entry count, then each entry as two length-prefixed strings.
+Result<CopyEntries> DecodeEntries(std::string_view rest) {
+  if (rest.size() < 4) return Status::Corruption("an entry is cut short");
+  const uint64_t count = GetLe(rest.data(), 4);
+  rest.remove_prefix(4);
   CopyEntries entries;
   for (uint64_t i = 0; i < count; ++i) {
     std::string parts[2];
@@ -72,6 +54,67 @@ Result<CopyEntries> DecodeCopy(CopyKind kind, std::string_view bytes) {
   }
   if (!rest.empty()) return Status::Corruption("bytes after the last entry");
   return entries;
+}
+
+const char* Suffix(CopyKind kind) {
+  return kind == CopyKind::kRecords ? ".rec" : ".loc";
+}
+
+}  // namespace
+
+std::string EncodeCopy(CopyKind kind, const CopyEntries& entries) {
+  std::string body;
+  Put32(&body, static_cast<uint32_t>(entries.size()));
+  for (const auto& [key, value] : entries) {
+    Put32(&body, static_cast<uint32_t>(key.size()));
+    body += key;
+    Put32(&body, static_cast<uint32_t>(value.size()));
+    body += value;
+  }
+  std::string out(kCompressedMagic, kMagicBytes);
+  out.push_back(static_cast<char>(kind));
+  Put64(&out, body.size());
+  const size_t header = out.size();
+  out.resize(header + ZSTD_compressBound(body.size()));
+  const size_t frame = ZSTD_compress(out.data() + header, out.size() - header,
+                                     body.data(), body.size(), kZstdLevel);
+  CKPTDB_ASSERT(
+      !ZSTD_isError(frame),
+      std::string("compressing a metadata copy: ") + ZSTD_getErrorName(frame));
+  out.resize(header + frame);
+  Put64(&out, ChunkChecksum(out.data(), out.size()));
+  return out;
+}
+
+Result<CopyEntries> DecodeCopy(CopyKind kind, std::string_view bytes) {
+  if (bytes.size() < kMagicBytes + 1 + 8)
+    return Status::Corruption("not a copy file (no header)");
+  const std::string_view magic = bytes.substr(0, kMagicBytes);
+  const bool compressed =
+      magic == std::string_view(kCompressedMagic, kMagicBytes);
+  if (!compressed && magic != std::string_view(kMagic, kMagicBytes))
+    return Status::Corruption("not a copy file (no header)");
+  const std::string_view body = bytes.substr(0, bytes.size() - 8);
+  if (GetLe(bytes.data() + body.size(), 8) !=
+      ChunkChecksum(body.data(), body.size()))
+    return Status::Corruption("checksum mismatch");
+  if (bytes[kMagicBytes] != static_cast<char>(kind))
+    return Status::Corruption("a copy of another kind");
+  if (!compressed) return DecodeEntries(body.substr(kMagicBytes + 1));
+  if (body.size() < kMagicBytes + 1 + 8)
+    return Status::Corruption("not a copy file (no header)");
+  const uint64_t size = GetLe(body.data() + kMagicBytes + 1, 8);
+  const std::string_view frame = body.substr(kMagicBytes + 1 + 8);
+  if (size > kMaxEntriesBytes ||
+      ZSTD_getFrameContentSize(frame.data(), frame.size()) != size)
+    return Status::Corruption("its compressed entries are not " +
+                              std::to_string(size) + " bytes");
+  std::string entries(size, '\0');
+  const size_t got = ZSTD_decompress(entries.data(), entries.size(),
+                                     frame.data(), frame.size());
+  if (ZSTD_isError(got) || got != size)
+    return Status::Corruption("its compressed entries do not decompress");
+  return DecodeEntries(entries);
 }
 
 std::string CopiesDir(const std::string& store_path) {

@@ -9,10 +9,10 @@
 //                    per chunk table file the properties that locate every
 //                    value (chunk_files.h LocatorBlob), so that a chunk is
 //                    found without its table file's index, footer or pointer.
-// Each file is a list of (key, value) entries with a checksum over it all,
-// written to a temporary name, synced and renamed into place: a reader sees a
-// whole copy or none. Chunk bytes are never copied: they are the bulk, and each
-// chunk has its own checksum.
+// Each file is a list of (key, value) entries, compressed, with a checksum over
+// it all, written to a temporary name, synced and renamed into place: a reader
+// sees a whole copy or none. Chunk bytes are never copied: they are the bulk,
+// and each chunk has its own checksum.
 
 #include <cstdint>
 #include <string>
@@ -29,9 +29,12 @@ using CopyEntries = std::vector<std::pair<std::string, std::string>>;
 
 enum class CopyKind : char { kRecords = 'r', kLocators = 'l' };
 
-// Pure codec: a magic, the kind, the entry count, each entry as two
-// length-prefixed strings, then the XXH3-64 of everything before it. Decoding
-// checks the kind, every length and the checksum (Corruption otherwise).
+// Pure codec: a magic, the kind, the length of the entries, the entries
+// compressed (one zstd frame of the entry count and each entry as two
+// length-prefixed strings), then the XXH3-64 of everything before it.
+// Decoding checks the checksum first, then the kind, the frame and every
+// length (Corruption otherwise); it also reads copies of uncompressed entries
+// (magic CKPTCOPY, the kind, the entries, the checksum).
 std::string EncodeCopy(CopyKind kind, const CopyEntries& entries);
 Result<CopyEntries> DecodeCopy(CopyKind kind, std::string_view bytes);
 

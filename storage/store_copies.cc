@@ -312,7 +312,9 @@ Result<std::set<int64_t>> StoreImpl::CompareRecordCopies(CopyFindings* found) {
             copy_path + " differs from the records in the meta column family";
       }
     } else if (rocks.ok()) {
-      if (copy.status().IsNotFound() && DeletedSinceTheView(id)) continue;
+      if (copy.status().IsNotFound() &&
+          (DeletedSinceTheView(id) || CommitUnderWayInTheView(id)))
+        continue;
       out.copies_damaged[id] = copy.status().IsNotFound()
                                    ? copy_path + " is missing"
                                    : copy.status().message();
@@ -340,6 +342,22 @@ bool StoreImpl::DeletedSinceTheView(int64_t checkpoint_id) {
   const std::optional<CommitJournal> view = catalogue_.journal();
   return (!view || *now->journal != *view) &&
          !now->journal->committed.contains(checkpoint_id);
+}
+
+bool StoreImpl::CommitUnderWayInTheView(int64_t checkpoint_id) {
+  if (!options_.read_only) return false;
+  const std::optional<CommitJournal> view = catalogue_.journal();
+  if (!view || view->committed.contains(checkpoint_id) ||
+      checkpoint_id <= view->high_water)
+    return false;
+  Result<JournalState> now = ReadJournal(*fs_, path_);
+  if (!now.ok() || !now->journal) return false;
+  // Named by the journal since the view: its copy was written before that.
+  if (!now->journal->committed.contains(checkpoint_id)) return true;
+  return fs_
+      ->FileExists(CopyPath(path_, CopyKind::kRecords, checkpoint_id),
+                   rocksdb::IOOptions(), nullptr)
+      .ok();
 }
 
 // Reads the whole meta column family and its store marker: damage outside

@@ -207,6 +207,12 @@ class StoreImpl : public Store {
   // delete since may have removed its files. Always false in a read-write
   // open.
   bool DeletedSinceTheView(int64_t checkpoint_id);
+  // In a read-only open: true when this view holds the records of a commit
+  // that was under way when the view was taken (records are written before
+  // their copy, the copy before the journal names the checkpoint), and the
+  // copy is not there yet, or the commit did not complete. Always false in a
+  // read-write open.
+  bool CommitUnderWayInTheView(int64_t checkpoint_id);
   // After a failed commit or delete: the database is reopened, which reads
   // what reached the disk and recovers it; `happened` then tells whether the
   // operation took effect (OK) or not (`error`). When the reopen fails too,
