@@ -576,7 +576,8 @@ Result<StoreReport> StoreImpl::Check() {
 }
 
 std::vector<std::string> StoreImpl::ForeignEntries() {
-  std::vector<std::string> dirs = {StagingDir(path_), ValuesDir(path_)};
+  std::vector<std::string> dirs = {StagingDir(path_), ValuesDir(path_),
+                                   CopiesDir(path_)};
   Result<std::vector<std::string>> names = fs_->ListDir(ValuesDir(path_));
   if (names.ok()) {
     std::sort(names->begin(), names->end());

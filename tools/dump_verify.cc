@@ -122,8 +122,8 @@ void PrintSummary(const LostTensors& lost, size_t problems) {
   if (problems == 0) return;
   if (lost.empty()) {
     std::printf(
-        "summary: no checkpoint lost data; a read-write open rewrites the "
-        "damaged metadata copies from the intact ones\n");
+        "summary: no checkpoint lost data; each problem above says whether a "
+        "read-write open repairs it\n");
     return;
   }
   for (const auto& [key, ids] : lost) {

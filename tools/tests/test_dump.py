@@ -412,3 +412,19 @@ def test_incremental_checkpoints_show_what_they_share_and_verify_whole(tmp_path)
     for step in ("2", "3"):
         p = dump("verify", path, "--step", step, check=1)
         assert "'w'" in p.stdout + p.stderr, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("name", ["staging", "values", "copies"])
+def test_verify_names_a_symlink_where_the_store_keeps_a_directory(tmp_path, name):
+    import shutil
+    path = str(tmp_path / "s")
+    with ckptdb.open(path) as db:
+        db.save({"w": np.arange(1 << 20, dtype=np.float32)}, step=1)
+    entry = os.path.join(path, name)
+    target = str(tmp_path / "elsewhere")
+    shutil.move(entry, target)
+    os.symlink(target, entry)
+    before = sorted(os.listdir(target))
+    p = dump("verify", path, check=1)
+    assert f"NOT CKPTDB'S: {entry} is a symbolic link" in p.stdout, p.stdout
+    assert sorted(os.listdir(target)) == before
