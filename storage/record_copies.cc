@@ -153,6 +153,13 @@ bool ParseCopyName(std::string_view name, int64_t* checkpoint_id,
 Status WriteCopy(StoreFileSystem& fs, const std::string& store_path,
                  CopyKind kind, int64_t checkpoint_id,
                  const CopyEntries& entries) {
+  return WriteEncodedCopy(fs, store_path, kind, checkpoint_id,
+                          EncodeCopy(kind, entries));
+}
+
+Status WriteEncodedCopy(StoreFileSystem& fs, const std::string& store_path,
+                        CopyKind kind, int64_t checkpoint_id,
+                        const std::string& encoded) {
   const std::string dir = CopiesDir(store_path);
   const std::string path = CopyPath(store_path, kind, checkpoint_id);
   const std::string what = "writing the metadata copy " + path;
@@ -161,8 +168,7 @@ Status WriteCopy(StoreFileSystem& fs, const std::string& store_path,
     CKPTDB_RETURN_IF_ERROR(fs.SyncDir(store_path).WithContext(what));
   }
   const std::string tmp = path + ".tmp";
-  CKPTDB_RETURN_IF_ERROR(
-      fs.WriteFileSynced(tmp, EncodeCopy(kind, entries)).WithContext(what));
+  CKPTDB_RETURN_IF_ERROR(fs.WriteFileSynced(tmp, encoded).WithContext(what));
   CKPTDB_RETURN_IF_ERROR(
       FromRocks(fs.RenameFile(tmp, path, rocksdb::IOOptions(), nullptr), what));
   return fs.SyncDir(dir).WithContext(what);

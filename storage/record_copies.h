@@ -54,6 +54,10 @@ bool ParseCopyName(std::string_view name, int64_t* checkpoint_id,
 Status WriteCopy(StoreFileSystem& fs, const std::string& store_path,
                  CopyKind kind, int64_t checkpoint_id,
                  const CopyEntries& entries);
+// The same, for a copy already encoded (EncodeCopy(kind, entries)).
+Status WriteEncodedCopy(StoreFileSystem& fs, const std::string& store_path,
+                        CopyKind kind, int64_t checkpoint_id,
+                        const std::string& encoded);
 // NotFound when the copy is absent; Corruption naming its path when it is
 // damaged.
 Result<CopyEntries> ReadCopy(StoreFileSystem& fs, const std::string& store_path,

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -333,6 +334,10 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   PutBigEndian64(&next, static_cast<uint64_t>(id + 1));
   // The main record and the tensor records, in one batch: one commit.
   const auto records = EncodeCheckpointRecords(meta);
+  // Their second copy is compressed while RocksDB writes and flushes them.
+  std::future<std::string> copy = std::async(std::launch::async, [&records] {
+    return EncodeCopy(CopyKind::kRecords, records);
+  });
   rocksdb::WriteBatch batch;
   for (const auto& [key, value] : records) batch.Put(meta_, key, value);
   batch.Put(meta_, kNextIdKey, next);
@@ -340,7 +345,9 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   // Read back from its table file (which also puts it in the block cache).
   if (s.ok()) s = ReadBack(id, records);
   // The second copy of its records, before the journal names it.
-  if (s.ok()) s = WriteCopy(*fs_, path_, CopyKind::kRecords, id, records);
+  const std::string encoded = copy.get();
+  if (s.ok())
+    s = WriteEncodedCopy(*fs_, path_, CopyKind::kRecords, id, encoded);
   if (s.ok()) {
     CommitJournal journal = *catalogue_.journal();
     journal.committed.insert(id);
