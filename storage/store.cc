@@ -474,10 +474,11 @@ Status StoreImpl::CheckShareable(int64_t checkpoint_id) {
       DecodeCheckpointInfo(std::string_view(record.data(), record.size())));
   std::set<int64_t> held(info.references.begin(), info.references.end());
   held.insert(checkpoint_id);
+  const std::set<int64_t> live = LiveChunkIds();
   for (int64_t id : held) {
     CKPTDB_ASSIGN_OR_RETURN(std::string loss, ValueFileLoss(id));
     if (loss.empty()) {
-      CKPTDB_ASSIGN_OR_RETURN(loss, ChunkTableLoss(id, checkpoint_id));
+      CKPTDB_ASSIGN_OR_RETURN(loss, ChunkTableLoss(id, checkpoint_id, live));
     }
     if (loss.empty()) continue;
     const std::string message = "the chunks of checkpoint " +
@@ -492,8 +493,9 @@ Status StoreImpl::CheckShareable(int64_t checkpoint_id) {
 }
 
 Result<std::string> StoreImpl::ChunkTableLoss(int64_t held,
-                                              int64_t checkpoint_id) {
-  if (LiveChunkIds().contains(held)) return std::string();
+                                              int64_t checkpoint_id,
+                                              const std::set<int64_t>& live) {
+  if (live.contains(held)) return std::string();
   // A checkpoint whose chunks all live in earlier ones has no table file of
   // its own, and no copy of its chunk locations.
   if (held == checkpoint_id) {

@@ -313,7 +313,7 @@ Result<std::set<int64_t>> StoreImpl::CompareRecordCopies(CopyFindings* found) {
       }
     } else if (rocks.ok()) {
       if (copy.status().IsNotFound() &&
-          (DeletedSinceTheView(id) || CommitUnderWayInTheView(id)))
+          MissingCopyIsOutsideTheView(id, CopyKind::kRecords))
         continue;
       out.copies_damaged[id] = copy.status().IsNotFound()
                                    ? copy_path + " is missing"
@@ -332,31 +332,28 @@ Result<std::set<int64_t>> StoreImpl::CompareRecordCopies(CopyFindings* found) {
   return ids;
 }
 
-bool StoreImpl::DeletedSinceTheView(int64_t checkpoint_id) {
+bool StoreImpl::MissingCopyIsOutsideTheView(int64_t checkpoint_id,
+                                            CopyKind kind) {
   if (!options_.read_only) return false;
+  Result<JournalState> now = ReadJournal(*fs_, path_);
+  if (!now.ok() || !now->journal) return false;
+  const std::optional<CommitJournal> view = catalogue_.journal();
+  const bool named_now = now->journal->committed.contains(checkpoint_id);
   // A delete writes the journal without the checkpoint (and with the
   // checkpoints whose chunks it frees in `deleting`) before it removes their
   // files.
-  Result<JournalState> now = ReadJournal(*fs_, path_);
-  if (!now.ok() || !now->journal) return false;
-  const std::optional<CommitJournal> view = catalogue_.journal();
-  return (!view || *now->journal != *view) &&
-         !now->journal->committed.contains(checkpoint_id);
-}
-
-bool StoreImpl::CommitUnderWayInTheView(int64_t checkpoint_id) {
-  if (!options_.read_only) return false;
-  const std::optional<CommitJournal> view = catalogue_.journal();
-  if (!view || view->committed.contains(checkpoint_id) ||
-      checkpoint_id <= view->high_water)
-    return false;
-  Result<JournalState> now = ReadJournal(*fs_, path_);
-  if (!now.ok() || !now->journal) return false;
+  if (!named_now && (!view || *now->journal != *view)) return true;
+  // A commit ingests its chunk tables, writes their locations' copy, its
+  // records and their copy, and only then the journal naming it: a view
+  // taken in between holds what comes before a copy not yet written.
+  const bool under_way = view && !view->committed.contains(checkpoint_id) &&
+                         checkpoint_id > view->high_water;
+  if (!under_way) return false;
+  if (!named_now) return true;
   // Named by the journal since the view: its copy was written before that.
-  if (!now->journal->committed.contains(checkpoint_id)) return true;
   return fs_
-      ->FileExists(CopyPath(path_, CopyKind::kRecords, checkpoint_id),
-                   rocksdb::IOOptions(), nullptr)
+      ->FileExists(CopyPath(path_, kind, checkpoint_id), rocksdb::IOOptions(),
+                   nullptr)
       .ok();
 }
 
@@ -393,7 +390,7 @@ Status StoreImpl::CompareLocatorCopies(const std::set<int64_t>& ids,
     if (copy.ok()) continue;
     if (copy.status().IsIOError()) return copy.status();
     if (copy.status().IsNotFound()) {
-      if (DeletedSinceTheView(id)) continue;
+      if (MissingCopyIsOutsideTheView(id, CopyKind::kLocators)) continue;
       // Only files that keep their chunk locations can have a copy of them.
       const std::string begin = CheckpointKeyPrefix(id);
       const std::string end = CheckpointKeyEnd(id);

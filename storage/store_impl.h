@@ -202,17 +202,13 @@ class StoreImpl : public Store {
   // before anything may compact those files, since reads alone skip the
   // blocks that newer records shadow.
   Status VerifyMetaTables();
-  // In a read-only open: true when the journal on disk has been written since
-  // this view was taken and no longer counts `checkpoint_id` as committed: a
-  // delete since may have removed its files. Always false in a read-write
-  // open.
-  bool DeletedSinceTheView(int64_t checkpoint_id);
-  // In a read-only open: true when this view holds the records of a commit
-  // that was under way when the view was taken (records are written before
-  // their copy, the copy before the journal names the checkpoint), and the
-  // copy is not there yet, or the commit did not complete. Always false in a
-  // read-write open.
-  bool CommitUnderWayInTheView(int64_t checkpoint_id);
+  // In a read-only open: true when the `kind` copy of `checkpoint_id`, not
+  // found now, is missing only because the store changed since this view was
+  // taken: a delete since may have removed it (the journal on disk no longer
+  // counts the checkpoint as committed), or the view holds a commit that was
+  // under way, whose copy is not written yet or whose commit did not
+  // complete. Always false in a read-write open.
+  bool MissingCopyIsOutsideTheView(int64_t checkpoint_id, CopyKind kind);
   // After a failed commit or delete: the database is reopened, which reads
   // what reached the disk and recovers it; `happened` then tells whether the
   // operation took effect (OK) or not (`error`). When the reopen fails too,
@@ -291,9 +287,11 @@ class StoreImpl : public Store {
   Result<std::string> ValueFileLoss(int64_t held);
   // "chunk table files are not in the database ..." when checkpoint `held`
   // held chunks in table files that the database no longer has (a rebuild
-  // set them aside); empty otherwise. For `held` == `checkpoint_id` (a
-  // checkpoint that may share all it has), only when it had table files.
-  Result<std::string> ChunkTableLoss(int64_t held, int64_t checkpoint_id);
+  // set them aside); empty otherwise. `live`: LiveChunkIds(). For `held` ==
+  // `checkpoint_id` (a checkpoint that may share all it has), only when it
+  // had table files.
+  Result<std::string> ChunkTableLoss(int64_t held, int64_t checkpoint_id,
+                                     const std::set<int64_t>& live);
   // Reads the chunk through RocksDB into `buffer` and verifies it (and, with
   // `verify_blocks`, RocksDB's block checksums too). A chunk in a value file
   // has its pointer read through RocksDB, and its bytes from the value file.
