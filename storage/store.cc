@@ -7,6 +7,7 @@
 #include <rocksdb/transaction_log.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <future>
 #include <limits>
@@ -321,33 +322,38 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   auto committed = [&] { return catalogue_.Committed(id); };
   ForgetIndex(id);  // an id whose earlier commit failed is used again
   CKPTDB_RETURN_IF_ERROR(CheckReferencesHeld(meta.info));
+  CommitSteps steps;
   if (!staged.empty()) {
     ChunkIngester ingester = Ingester();
     Status s = ingester.Ingest(staged, what);
-    if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
-    s = ingester.CheckIngested(meta);
-    // The second copy of where its chunks lie, before the record.
-    if (s.ok()) s = WriteLocatorCopy(id);
+    if (s.ok()) s = ingester.CheckIngested(meta);
     if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
   }
+  steps.Lap(&steps.ingest);
   std::string next;
   PutBigEndian64(&next, static_cast<uint64_t>(id + 1));
   // The main record and the tensor records, in one batch: one commit.
   const auto records = EncodeCheckpointRecords(meta);
-  // Their second copy is compressed while RocksDB writes and flushes them.
-  std::future<std::string> copy = std::async(std::launch::async, [&records] {
-    return EncodeCopy(CopyKind::kRecords, records);
-  });
+  // Their second copy and that of where the chunks lie are gathered and
+  // compressed while RocksDB writes and flushes the records.
+  const bool located = !staged.empty();
+  std::future<Result<EncodedCopies>> copies =
+      std::async(std::launch::async, [this, id, located, &records] {
+        return EncodeCopies(id, located, records);
+      });
   rocksdb::WriteBatch batch;
   for (const auto& [key, value] : records) batch.Put(meta_, key, value);
   batch.Put(meta_, kNextIdKey, next);
   Status s = WriteMeta(&batch, "committing " + what);
   // Read back from its table file (which also puts it in the block cache).
   if (s.ok()) s = ReadBack(id, records);
-  // The second copy of its records, before the journal names it.
-  const std::string encoded = copy.get();
-  if (s.ok())
-    s = WriteEncodedCopy(*fs_, path_, CopyKind::kRecords, id, encoded);
+  steps.Lap(&steps.records);
+  // Both copies, before the journal names the checkpoint.
+  Result<EncodedCopies> encoded = copies.get();
+  if (s.ok()) s = encoded.status();
+  steps.Lap(&steps.copies_wait);
+  if (s.ok()) s = WriteCopies(id, *encoded);
+  steps.Lap(&steps.copies_write);
   if (s.ok()) {
     CommitJournal journal = *catalogue_.journal();
     journal.committed.insert(id);
@@ -355,12 +361,50 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
     s = SaveJournal(std::move(journal));
   }
   if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
+  steps.Lap(&steps.journal);
+  LogCommitSteps(id, steps);
   // The commit stands whatever the compaction does: a failed one leaves a
   // background error, which the next write's reopen clears (and the reopen's
   // check finds any damaged metadata table first).
   Status compacted = CompactMetaIfDeep();
   (void)compacted;
   return Status::OK();
+}
+
+Result<StoreImpl::EncodedCopies> StoreImpl::EncodeCopies(
+    int64_t checkpoint_id, bool located, const CopyEntries& records) {
+  EncodedCopies out;
+  if (located) {
+    CKPTDB_ASSIGN_OR_RETURN(out.locators, EncodeLocatorCopy(checkpoint_id));
+  }
+  out.records = EncodeCopy(CopyKind::kRecords, records);
+  return out;
+}
+
+Status StoreImpl::WriteCopies(int64_t checkpoint_id,
+                              const EncodedCopies& copies) {
+  if (copies.locators) {
+    CKPTDB_RETURN_IF_ERROR(WriteEncodedCopy(
+        *fs_, path_, CopyKind::kLocators, checkpoint_id, *copies.locators));
+  }
+  return WriteEncodedCopy(*fs_, path_, CopyKind::kRecords, checkpoint_id,
+                          copies.records);
+}
+
+void StoreImpl::LogCommitSteps(int64_t checkpoint_id,
+                               const CommitSteps& steps) {
+  auto ms = [](std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  };
+  rocksdb::Log(rocksdb::InfoLogLevel::INFO_LEVEL,
+               db_->GetDBOptions().info_log,
+               "[ckptdb] checkpoint %lld committed in %.3f ms: ingest %.3f, "
+               "records %.3f, copies %.3f (waited %.3f, wrote %.3f), "
+               "journal %.3f",
+               static_cast<long long>(checkpoint_id), ms(steps.Total()),
+               ms(steps.ingest), ms(steps.records),
+               ms(steps.copies_wait + steps.copies_write), ms(steps.copies_wait),
+               ms(steps.copies_write), ms(steps.journal));
 }
 
 Status StoreImpl::ReopenAfterFailedWrites(

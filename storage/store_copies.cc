@@ -34,7 +34,8 @@ const std::string* FindEntry(const CopyEntries& entries,
 
 }  // namespace
 
-Status StoreImpl::WriteLocatorCopy(int64_t checkpoint_id) {
+Result<std::optional<std::string>> StoreImpl::EncodeLocatorCopy(
+    int64_t checkpoint_id) {
   CKPTDB_ASSIGN_OR_RETURN(rocksdb::TablePropertiesCollection tables,
                           ChunkTablesOf(checkpoint_id, "the chunk locations"));
   CopyEntries entries;
@@ -45,9 +46,17 @@ Status StoreImpl::WriteLocatorCopy(int64_t checkpoint_id) {
     if (!located) continue;
     entries.emplace_back(located->first, std::move(*blob));
   }
-  if (entries.empty()) return Status::OK();
+  if (entries.empty()) return std::optional<std::string>();
   std::sort(entries.begin(), entries.end());
-  return WriteCopy(*fs_, path_, CopyKind::kLocators, checkpoint_id, entries);
+  return std::optional<std::string>(EncodeCopy(CopyKind::kLocators, entries));
+}
+
+Status StoreImpl::WriteLocatorCopy(int64_t checkpoint_id) {
+  CKPTDB_ASSIGN_OR_RETURN(const std::optional<std::string> encoded,
+                          EncodeLocatorCopy(checkpoint_id));
+  if (!encoded) return Status::OK();
+  return WriteEncodedCopy(*fs_, path_, CopyKind::kLocators, checkpoint_id,
+                          *encoded);
 }
 
 Status StoreImpl::RemoveCopy(CopyKind kind, int64_t checkpoint_id) {
@@ -343,9 +352,10 @@ bool StoreImpl::MissingCopyIsOutsideTheView(int64_t checkpoint_id,
   // checkpoints whose chunks it frees in `deleting`) before it removes their
   // files.
   if (!named_now && (!view || *now->journal != *view)) return true;
-  // A commit ingests its chunk tables, writes their locations' copy, its
-  // records and their copy, and only then the journal naming it: a view
-  // taken in between holds what comes before a copy not yet written.
+  // A commit ingests its chunk tables, writes its records, then the copies
+  // of their locations and of the records, and only then the journal naming
+  // it: a view taken in between holds what comes before a copy not yet
+  // written.
   const bool under_way = view && !view->committed.contains(checkpoint_id) &&
                          checkpoint_id > view->high_water;
   if (!under_way) return false;

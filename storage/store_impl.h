@@ -12,6 +12,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -320,9 +321,38 @@ class StoreImpl : public Store {
   Status ForEachRecord(Fn&& fn);
 
   // ---- Second copies of the metadata (store_copies.cc) ----
-  // Writes the copy of checkpoint `checkpoint_id`'s chunk locations, from
-  // the properties of its table files.
+  // The copy of checkpoint `checkpoint_id`'s chunk locations, from the
+  // properties of its table files, encoded (EncodeCopy); nullopt when none of
+  // its table files keeps chunk locations. Reads only: safe beside a write.
+  Result<std::optional<std::string>> EncodeLocatorCopy(int64_t checkpoint_id);
+  // Writes that copy.
   Status WriteLocatorCopy(int64_t checkpoint_id);
+  // A commit's two copies, encoded: where its chunks lie (when `located`:
+  // it ingested table files) and its records.
+  struct EncodedCopies {
+    std::optional<std::string> locators;
+    std::string records;
+  };
+  Result<EncodedCopies> EncodeCopies(int64_t checkpoint_id, bool located,
+                                     const CopyEntries& records);
+  Status WriteCopies(int64_t checkpoint_id, const EncodedCopies& copies);
+  // How long each step of a commit took, for the LOG (one INFO line per
+  // commit: where a slow commit spends its time).
+  struct CommitSteps {
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point start = Clock::now();
+    Clock::time_point last = start;
+    Clock::duration ingest{}, records{}, copies_wait{}, copies_write{},
+        journal{};
+    // Adds the time since the previous lap to `*step`.
+    void Lap(Clock::duration* step) {
+      const Clock::time_point now = Clock::now();
+      *step += now - last;
+      last = now;
+    }
+    Clock::duration Total() const { return last - start; }
+  };
+  void LogCommitSteps(int64_t checkpoint_id, const CommitSteps& steps);
   // Removes one copy file, durably.
   Status RemoveCopy(CopyKind kind, int64_t checkpoint_id);
   // Checkpoint ids with a copy of `kind` (intact or not).
