@@ -384,8 +384,8 @@ Result<StoreImpl::EncodedCopies> StoreImpl::EncodeCopies(
 Status StoreImpl::WriteCopies(int64_t checkpoint_id,
                               const EncodedCopies& copies) {
   if (copies.locators) {
-    CKPTDB_RETURN_IF_ERROR(WriteEncodedCopy(
-        *fs_, path_, CopyKind::kLocators, checkpoint_id, *copies.locators));
+    CKPTDB_RETURN_IF_ERROR(WriteEncodedCopy(*fs_, path_, CopyKind::kLocators,
+                                            checkpoint_id, *copies.locators));
   }
   return WriteEncodedCopy(*fs_, path_, CopyKind::kRecords, checkpoint_id,
                           copies.records);
@@ -396,15 +396,15 @@ void StoreImpl::LogCommitSteps(int64_t checkpoint_id,
   auto ms = [](std::chrono::steady_clock::duration d) {
     return std::chrono::duration<double, std::milli>(d).count();
   };
-  rocksdb::Log(rocksdb::InfoLogLevel::INFO_LEVEL,
-               db_->GetDBOptions().info_log,
+  rocksdb::Log(rocksdb::InfoLogLevel::INFO_LEVEL, db_->GetDBOptions().info_log,
                "[ckptdb] checkpoint %lld committed in %.3f ms: ingest %.3f, "
                "records %.3f, copies %.3f (waited %.3f, wrote %.3f), "
                "journal %.3f",
                static_cast<long long>(checkpoint_id), ms(steps.Total()),
                ms(steps.ingest), ms(steps.records),
-               ms(steps.copies_wait + steps.copies_write), ms(steps.copies_wait),
-               ms(steps.copies_write), ms(steps.journal));
+               ms(steps.copies_wait + steps.copies_write),
+               ms(steps.copies_wait), ms(steps.copies_write),
+               ms(steps.journal));
 }
 
 Status StoreImpl::ReopenAfterFailedWrites(

@@ -130,6 +130,32 @@ TEST(StoreTest, ReopeningLeavesNoEmptyLogsBehind) {
   }
 }
 
+TEST(StoreTest, EachCommitWritesBothCopiesAndLogsTheTimeOfItsSteps) {
+  TempDir dir;
+  {
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE(SaveBytes(**store, std::string(3000, 'c'), 2).ok());
+    ASSERT_TRUE(SaveBytes(**store, std::string(5000, 'd'), 1).ok());
+  }
+  for (const char* copy : {"1.rec", "1.loc", "2.rec", "2.loc"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir.path() + "/copies/" + copy))
+        << copy;
+  }
+  std::ifstream log(dir.path() + "/LOG");
+  const std::string text((std::istreambuf_iterator<char>(log)),
+                         std::istreambuf_iterator<char>());
+  for (int id : {1, 2}) {
+    const std::string line =
+        "[ckptdb] checkpoint " + std::to_string(id) + " committed in ";
+    const size_t at = text.find(line);
+    ASSERT_NE(at, std::string::npos) << line << " not in:\n" << text;
+    const std::string rest = text.substr(at, text.find('\n', at) - at);
+    for (const char* step : {"ingest ", "records ", "copies ", "journal "})
+      EXPECT_NE(rest.find(step), std::string::npos) << rest;
+  }
+}
+
 TEST(StoreTest, RejectsNonStoreDirectories) {
   TempDir dir;
   std::ofstream(dir.Sub("notes.txt")) << "hi";
