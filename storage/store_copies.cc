@@ -64,8 +64,10 @@ Status StoreImpl::RemoveCopy(CopyKind kind, int64_t checkpoint_id) {
   CKPTDB_ASSIGN_OR_RETURN(const std::optional<uint64_t> size,
                           fs_->SizeIfPresent(path));
   if (!size) return Status::OK();
-  CKPTDB_RETURN_IF_ERROR(fs_->Remove(path));
-  return fs_->SyncDir(CopiesDir(path_));
+  // Not made durable by a directory sync: the journal that no longer names
+  // the checkpoint is written first, and a copy a crash brings back is of no
+  // committed checkpoint, so the next read-write open removes it as stale.
+  return fs_->Remove(path);
 }
 
 Result<std::set<int64_t>> StoreImpl::CopyIds(CopyKind kind) {

@@ -353,7 +353,7 @@ class StoreImpl : public Store {
     Clock::duration Total() const { return last - start; }
   };
   void LogCommitSteps(int64_t checkpoint_id, const CommitSteps& steps);
-  // Removes one copy file, durably.
+  // Removes one copy file (of a checkpoint the journal no longer names).
   Status RemoveCopy(CopyKind kind, int64_t checkpoint_id);
   // Checkpoint ids with a copy of `kind` (intact or not).
   Result<std::set<int64_t>> CopyIds(CopyKind kind);
