@@ -21,8 +21,11 @@ std::string Payload(int rank, size_t n) {
   return s;
 }
 
+// Groups of up to 8 gather by messages between every two ranks, larger ones by
+// gloo's ring; both in one step for parts that fit a 4 KiB block (its size and
+// first bytes) and in two for longer ones.
 TEST(GlooCommunicatorTest, AllGatherOfUnequalAndEmptyBuffers) {
-  for (int size : {1, 2, 5}) {
+  for (int size : {1, 2, 5, 11}) {
     RunRanks(size, [&](int rank, std::shared_ptr<Communicator> comm) {
       EXPECT_EQ(comm->rank(), rank);
       EXPECT_EQ(comm->size(), size);
@@ -35,6 +38,13 @@ TEST(GlooCommunicatorTest, AllGatherOfUnequalAndEmptyBuffers) {
       auto big = comm->AllGather(Payload(rank, 3 << 20));
       ASSERT_TRUE(big.ok()) << big.status().ToString();
       for (int r = 0; r < size; ++r) EXPECT_EQ((*big)[r], Payload(r, 3 << 20));
+      // Around the block's end: parts that fill it, and parts a byte or a few
+      // longer from some ranks only.
+      auto edge = [](int r) -> size_t { return 4088 + (r % 3 == 1 ? r : 0); };
+      auto around = comm->AllGather(Payload(rank, edge(rank)));
+      ASSERT_TRUE(around.ok()) << around.status().ToString();
+      for (int r = 0; r < size; ++r)
+        EXPECT_EQ((*around)[r], Payload(r, edge(r))) << "rank " << r;
     });
   }
 }
@@ -45,6 +55,12 @@ TEST(GlooCommunicatorTest, BroadcastFromEveryRoot) {
       std::string bytes = rank == root ? Payload(root, 100 + root) : "stale";
       ASSERT_TRUE(comm->Broadcast(&bytes, root).ok());
       EXPECT_EQ(bytes, Payload(root, 100 + root)) << "root " << root;
+      // Longer than the first step's block, and exactly filling it.
+      for (size_t n : {size_t{100000}, size_t{4088}}) {
+        std::string long_bytes = rank == root ? Payload(root, n) : "stale";
+        ASSERT_TRUE(comm->Broadcast(&long_bytes, root).ok());
+        EXPECT_EQ(long_bytes, Payload(root, n)) << "root " << root << " " << n;
+      }
       std::string empty = rank == root ? "" : "stale";
       ASSERT_TRUE(comm->Broadcast(&empty, root).ok());
       EXPECT_EQ(empty, "");
@@ -165,7 +181,7 @@ TEST(GlooCommunicatorSetupTest, AFailedConnectionIsSetUpAgainOnEveryRank) {
     }
     Result<std::string> Get(const std::string& key) override {
       // Rank 0 reads rank 1's pair addresses of the first attempt.
-      if (key == "again/attempt-0/1" && !failed_.exchange(true))
+      if (key == "again/attempt-0/up/1" && !failed_.exchange(true))
         return Status::IOError("rendezvous: injected failure of key " + key);
       return store_->Get(key);
     }

@@ -1,7 +1,8 @@
-// The gloo communicator: byte collectives (gloo's allgather, allgatherv,
-// broadcast, barrier) and point-to-point transfers (gloo's unbound buffers)
-// over a full mesh of TCP connections made through a RendezvousStore. gloo
-// reports failures by exceptions; they end here, as IOError naming the call.
+// The gloo communicator: point-to-point transfers (gloo's unbound buffers) and
+// byte collectives (by messages between every two ranks in small groups, by
+// gloo's allgather, allgatherv, broadcast and barrier in larger ones) over two
+// full meshes of TCP connections made through a RendezvousStore. gloo reports
+// failures by exceptions; they end here, as IOError naming the call.
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/barrier.h>
@@ -13,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -84,55 +86,66 @@ gloo::transport::tcp::attr DeviceAttr(const GlooOptions& options) {
   return attr;
 }
 
+// Messages between two ranks travel on two meshes: from the lower rank to the
+// higher on `up`'s pairs, the other way on `down`'s. gloo's TCP pair guards its
+// socket with one lock, which the calling thread holds while it writes a
+// message in place; the pair's event loop, finding that lock taken when the
+// peer's bytes arrive, returns to epoll at once and spins until it is free.
+// With one socket per direction, a rank's sending to a peer never holds the
+// lock under which its loop receives that peer's message (two ranks
+// exchanging a round spun their loops at ~300,000 epoll calls a second, most
+// of a small host's CPU; bench/README.md).
 class Gloo : public Communicator {
  public:
-  explicit Gloo(std::shared_ptr<gloo::Context> context)
-      : context_(std::move(context)),
-        sent_(context_->size, 0),
-        received_(context_->size, 0) {}
+  Gloo(std::shared_ptr<gloo::Context> up, std::shared_ptr<gloo::Context> down)
+      : up_(std::move(up)),
+        down_(std::move(down)),
+        sent_(up_->size, 0),
+        received_(up_->size, 0) {}
 
-  int rank() const override { return context_->rank; }
-  int size() const override { return context_->size; }
+  int rank() const override { return up_->rank; }
+  int size() const override { return up_->size; }
 
   Status Barrier() override {
+    if (size() <= kDirectRanks) {
+      // A byte to and from every other rank.
+      std::vector<char> out(1, 0), in(size(), 0);
+      std::vector<SendBuffer> sends;
+      std::vector<RecvBuffer> recvs;
+      for (int r = 0; r < size(); ++r) {
+        if (r == rank()) continue;
+        sends.push_back({r, out.data(), 1});
+        recvs.push_back({r, &in[r], 1});
+      }
+      return PointToPoint(sends, recvs, "barrier");
+    }
     return Run("barrier", [&] {
-      gloo::BarrierOptions opts(context_);
+      gloo::BarrierOptions opts(up_);
       opts.setTag(NextTag());
       gloo::barrier(opts);
     });
   }
 
+  // One step for parts of up to a block's bytes (a block from every rank,
+  // holding its part's size and first bytes), a second for the rest of
+  // longer parts.
   Result<std::vector<std::string>> AllGather(std::string_view bytes) override {
     const int n = size();
-    std::vector<uint64_t> sizes(n);
-    uint64_t mine = bytes.size();
-    CKPTDB_RETURN_IF_ERROR(Run("all-gather of sizes", [&] {
-      gloo::AllgatherOptions opts(context_);
-      opts.setTag(NextTag());
-      opts.setInput(&mine, 1);
-      opts.setOutput(sizes.data(), sizes.size());
-      gloo::allgather(opts);
-    }));
-    // Each rank's part is its bytes and one more, so that no part is empty.
-    std::vector<size_t> counts(n);
-    size_t total = 0;
-    for (int r = 0; r < n; ++r) total += counts[r] = sizes[r] + 1;
-    std::string input(bytes);
-    input.push_back('\0');
-    std::string flat(total, '\0');
-    CKPTDB_RETURN_IF_ERROR(Run("all-gather", [&] {
-      gloo::AllgathervOptions opts(context_);
-      opts.setTag(NextTag());
-      opts.setInput(input.data(), input.size());
-      opts.setOutput(flat.data(), counts);
-      gloo::allgatherv(opts);
-    }));
+    const size_t block = BlockBytes();
+    std::vector<char> blocks(block * n);
+    WriteBlock(bytes, block, &blocks[block * rank()]);
+    CKPTDB_RETURN_IF_ERROR(GatherBlocks(block, blocks.data()));
     std::vector<std::string> out(n);
-    size_t at = 0;
+    std::vector<uint64_t> rest(n);
     for (int r = 0; r < n; ++r) {
-      out[r].assign(flat, at, sizes[r]);
-      at += counts[r];
+      CKPTDB_RETURN_IF_ERROR(
+          ReadBlock(&blocks[block * r], block, r, &out[r], &rest[r]));
     }
+    if (std::all_of(rest.begin(), rest.end(),
+                    [](uint64_t x) { return x == 0; }))
+      return out;
+    const std::string_view mine = bytes.substr(bytes.size() - rest[rank()]);
+    CKPTDB_RETURN_IF_ERROR(GatherRest(mine, rest, &out));
     return out;
   }
 
@@ -140,21 +153,32 @@ class Gloo : public Communicator {
     if (root < 0 || root >= size())
       return Status::Internal("broadcast from rank " + std::to_string(root) +
                               " of a group of " + std::to_string(size()));
-    uint64_t n = bytes->size();
-    CKPTDB_RETURN_IF_ERROR(Run("broadcast of size", [&] {
-      gloo::BroadcastOptions opts(context_);
+    if (size() == 1) return Status::OK();
+    const size_t block = BlockBytes();
+    std::vector<char> head(block);
+    if (rank() == root) WriteBlock(*bytes, block, head.data());
+    CKPTDB_RETURN_IF_ERROR(Run("broadcast", [&] {
+      gloo::BroadcastOptions opts(up_);
       opts.setTag(NextTag());
       opts.setRoot(root);
-      opts.setOutput(&n, 1);
+      opts.setOutput(head.data(), head.size());
       gloo::broadcast(opts);
     }));
-    bytes->resize(n);
-    if (n == 0 || size() == 1) return Status::OK();
+    if (rank() == root) {
+      if (bytes->size() <= block - kSizeBytes) return Status::OK();
+    } else {
+      uint64_t rest = 0;
+      CKPTDB_RETURN_IF_ERROR(ReadBlock(head.data(), block, root, bytes, &rest));
+      if (rest == 0) return Status::OK();
+      bytes->resize(bytes->size() + rest);
+    }
+    char* tail = bytes->data() + (block - kSizeBytes);
+    const size_t tail_bytes = bytes->size() - (block - kSizeBytes);
     return Run("broadcast", [&] {
-      gloo::BroadcastOptions opts(context_);
+      gloo::BroadcastOptions opts(up_);
       opts.setTag(NextTag());
       opts.setRoot(root);
-      opts.setOutput(bytes->data(), n);
+      opts.setOutput(tail, tail_bytes);
       gloo::broadcast(opts);
     });
   }
@@ -169,25 +193,144 @@ class Gloo : public Communicator {
       if (r.peer < 0 || r.peer >= size())
         return Status::Internal("receive from rank " + std::to_string(r.peer));
     }
+    CKPTDB_RETURN_IF_ERROR(CopyToSelf(sends, recvs));
+    return PointToPoint(sends, recvs, "exchange");
+  }
+
+ private:
+  // Groups up to this size gather by messages between every two ranks (one
+  // step; the messages of a pair go one way per socket); larger ones by
+  // gloo's ring, whose steps send and receive on different pairs.
+  static constexpr int kDirectRanks = 8;
+  static constexpr size_t kSizeBytes = sizeof(uint64_t);
+
+  // The block each rank contributes to a gather: 4 KiB, less in large groups
+  // (all blocks together stay within 4 MiB), at least 64 bytes.
+  size_t BlockBytes() const {
+    const size_t fair = (size_t{4} << 20) / static_cast<size_t>(size());
+    return std::clamp<size_t>(fair, 64, 4096);
+  }
+
+  // A part's size, then as many of its first bytes as fit.
+  static void WriteBlock(std::string_view part, size_t block, char* out) {
+    const uint64_t n = part.size();
+    std::memcpy(out, &n, kSizeBytes);
+    std::memcpy(out + kSizeBytes, part.data(),
+                std::min<size_t>(part.size(), block - kSizeBytes));
+  }
+
+  // Rank `from`'s block: its first bytes into `*part`, the count of those
+  // still to come into `*rest`.
+  Status ReadBlock(const char* in, size_t block, int from, std::string* part,
+                   uint64_t* rest) const {
+    uint64_t n = 0;
+    std::memcpy(&n, in, kSizeBytes);
+    if (n > (uint64_t{1} << 40)) {
+      return Status::Internal("gloo: malformed size " + std::to_string(n) +
+                              " received from rank " + std::to_string(from));
+    }
+    const size_t head = std::min<uint64_t>(n, block - kSizeBytes);
+    part->assign(in + kSizeBytes, head);
+    *rest = n - head;
+    return Status::OK();
+  }
+
+  // Every rank's block into `blocks` (rank r's at r * block; this rank's
+  // written there already).
+  Status GatherBlocks(size_t block, char* blocks) {
+    if (size() <= kDirectRanks) {
+      std::vector<SendBuffer> sends;
+      std::vector<RecvBuffer> recvs;
+      for (int r = 0; r < size(); ++r) {
+        if (r == rank()) continue;
+        sends.push_back({r, blocks + block * rank(), block});
+        recvs.push_back({r, blocks + block * r, block});
+      }
+      return PointToPoint(sends, recvs, "all-gather");
+    }
+    return Run("all-gather", [&] {
+      gloo::AllgatherOptions opts(up_);
+      opts.setTag(NextTag());
+      opts.setInput(blocks + block * rank(), block);
+      opts.setOutput(blocks, block * size());
+      gloo::allgather(opts);
+    });
+  }
+
+  // The bytes of every part that did not fit its block, appended to `*out`.
+  Status GatherRest(std::string_view mine, const std::vector<uint64_t>& rest,
+                    std::vector<std::string>* out) {
+    const int n = size();
+    std::vector<size_t> at(n);
+    for (int r = 0; r < n; ++r) {
+      at[r] = (*out)[r].size();
+      (*out)[r].resize(at[r] + rest[r]);
+    }
+    if (n <= kDirectRanks) {
+      std::vector<SendBuffer> sends;
+      std::vector<RecvBuffer> recvs;
+      for (int r = 0; r < n; ++r) {
+        if (r == rank()) continue;
+        if (!mine.empty()) sends.push_back({r, mine.data(), mine.size()});
+        if (rest[r] > 0)
+          recvs.push_back({r, (*out)[r].data() + at[r], rest[r]});
+      }
+      std::memcpy((*out)[rank()].data() + at[rank()], mine.data(), mine.size());
+      return PointToPoint(sends, recvs, "all-gather");
+    }
+    // gloo's allgatherv with a byte more per part, so that none is empty.
+    std::vector<size_t> counts(n);
+    size_t total = 0;
+    for (int r = 0; r < n; ++r) total += counts[r] = rest[r] + 1;
+    std::string input(mine);
+    input.push_back('\0');
+    std::string flat(total, '\0');
+    CKPTDB_RETURN_IF_ERROR(Run("all-gather", [&] {
+      gloo::AllgathervOptions opts(up_);
+      opts.setTag(NextTag());
+      opts.setInput(input.data(), input.size());
+      opts.setOutput(flat.data(), counts);
+      gloo::allgatherv(opts);
+    }));
+    size_t from = 0;
+    for (int r = 0; r < n; ++r) {
+      std::memcpy((*out)[r].data() + at[r], flat.data() + from, rest[r]);
+      from += counts[r];
+    }
+    return Status::OK();
+  }
+
+  // The mesh whose pairs carry messages from this rank to `peer`, and from
+  // `peer` to this rank.
+  const std::shared_ptr<gloo::Context>& To(int peer) const {
+    return rank() < peer ? up_ : down_;
+  }
+  const std::shared_ptr<gloo::Context>& From(int peer) const {
+    return peer < rank() ? up_ : down_;
+  }
+
+  // Moves messages to and from other ranks (none to this rank itself).
+  Status PointToPoint(std::span<const SendBuffer> sends,
+                      std::span<const RecvBuffer> recvs,
+                      const std::string& what) {
     // The k-th message ever from one rank to another travels on slot k of
     // their pair: messages of a pair match in order, whichever calls of the
     // two ranks carry them (a rank with nothing to send in a round may skip
-    // it). Messages to this rank itself are copies; empty ones are counted
-    // but not sent (both sides know the sizes).
+    // it). Empty messages are counted but not sent (both sides know the
+    // sizes).
     auto slot = [](uint64_t k) {
       return (uint64_t{0xCC} << 56) | (k & ((uint64_t{1} << 56) - 1));
     };
-    Status self = CopyToSelf(sends, recvs);
-    if (!self.ok()) return self;
     std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> posted_recvs,
         posted_sends;
     std::vector<int> recv_peer, send_peer;
-    Status posted = Run("exchange", [&] {
+    Status posted = Run(what, [&] {
       for (const RecvBuffer& r : recvs) {
         if (r.peer == rank()) continue;
         const uint64_t k = received_[r.peer]++;
         if (r.nbytes == 0) continue;
-        posted_recvs.push_back(context_->createUnboundBuffer(r.data, r.nbytes));
+        posted_recvs.push_back(
+            From(r.peer)->createUnboundBuffer(r.data, r.nbytes));
         posted_recvs.back()->recv(r.peer, slot(k));
         recv_peer.push_back(r.peer);
       }
@@ -195,8 +338,8 @@ class Gloo : public Communicator {
         if (s.peer == rank()) continue;
         const uint64_t k = sent_[s.peer]++;
         if (s.nbytes == 0) continue;
-        posted_sends.push_back(
-            context_->createUnboundBuffer(const_cast<void*>(s.data), s.nbytes));
+        posted_sends.push_back(To(s.peer)->createUnboundBuffer(
+            const_cast<void*>(s.data), s.nbytes));
         posted_sends.back()->send(s.peer, slot(k));
         send_peer.push_back(s.peer);
       }
@@ -206,20 +349,18 @@ class Gloo : public Communicator {
     Status done = posted;
     for (size_t i = 0; i < posted_recvs.size(); ++i) {
       Status s =
-          Run("exchange: receiving from rank " + std::to_string(recv_peer[i]),
+          Run(what + ": receiving from rank " + std::to_string(recv_peer[i]),
               [&] { posted_recvs[i]->waitRecv(); });
       if (done.ok()) done = s;
     }
     for (size_t i = 0; i < posted_sends.size(); ++i) {
-      Status s =
-          Run("exchange: sending to rank " + std::to_string(send_peer[i]),
-              [&] { posted_sends[i]->waitSend(); });
+      Status s = Run(what + ": sending to rank " + std::to_string(send_peer[i]),
+                     [&] { posted_sends[i]->waitSend(); });
       if (done.ok()) done = s;
     }
     return done;
   }
 
- private:
   // Sends to this rank itself, copied into its receives from itself in order.
   Status CopyToSelf(std::span<const SendBuffer> sends,
                     std::span<const RecvBuffer> recvs) {
@@ -257,7 +398,7 @@ class Gloo : public Communicator {
     }
   }
 
-  std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<gloo::Context> up_, down_;
   uint32_t tags_ = 0;
   // Messages sent to and received from each rank so far.
   std::vector<uint64_t> sent_, received_;
@@ -296,7 +437,7 @@ class InMemoryStore : public RendezvousStore {
 // mesh again under a fresh prefix, a bounded number of times.
 constexpr int kConnectAttempts = 3;
 
-// One attempt: this rank's device and its connections to every other rank.
+// One mesh: this rank's device and its connections to every other rank.
 Status ConnectMesh(const std::shared_ptr<RendezvousStore>& store,
                    const GlooOptions& options, const std::string& prefix,
                    std::shared_ptr<gloo::Context>* context) {
@@ -358,13 +499,19 @@ Result<std::shared_ptr<Communicator>> GlooCommunicator(
   for (int attempt = 0; attempt < kConnectAttempts; ++attempt) {
     const std::string prefix =
         options.prefix + "/attempt-" + std::to_string(attempt);
-    std::shared_ptr<gloo::Context> context;
-    Status connected = ConnectMesh(store, options, prefix, &context);
+    // One mesh, then the other, each agreed on before the next begins.
+    std::shared_ptr<gloo::Context> meshes[2];
     last = Status::OK();
-    CKPTDB_RETURN_IF_ERROR(
-        AgreeOnConnect(*store, options, prefix, connected, &last));
-    if (last.ok())
-      return std::shared_ptr<Communicator>(std::make_shared<Gloo>(context));
+    for (int m = 0; m < 2 && last.ok(); ++m) {
+      const std::string at = prefix + (m == 0 ? "/up" : "/down");
+      const Status connected = ConnectMesh(store, options, at, &meshes[m]);
+      CKPTDB_RETURN_IF_ERROR(
+          AgreeOnConnect(*store, options, at, connected, &last));
+    }
+    if (last.ok()) {
+      return std::shared_ptr<Communicator>(
+          std::make_shared<Gloo>(meshes[0], meshes[1]));
+    }
   }
   return Status::IOError(
       "gloo communicator: rank " + std::to_string(options.rank) + " of " +
