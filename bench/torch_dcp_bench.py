@@ -125,6 +125,54 @@ def timed(fn):
     return time.perf_counter() - start
 
 
+def transport_cost(nbytes, rank, size, repeat=3):
+    """(TCP, memcpy) medians of moving `nbytes` (each rank its own) between ranks 2k and 2k + 1
+    over a plain loopback socket (both directions at once, every pair at once), and of copying
+    them in memory: what moving the resharded load's bytes costs over TCP and through shared
+    memory."""
+    import socket
+    import threading
+    peer = rank ^ 1
+    listener = None
+    if rank % 2 == 0:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+    gathered = [None] * size
+    dist.all_gather_object(gathered, (listener.getsockname()[1] if listener else 0, nbytes))
+    if listener:
+        conn = listener.accept()[0]
+    else:
+        conn = socket.create_connection(("127.0.0.1", gathered[peer][0]))
+    incoming = gathered[peer][1]
+    out = bytearray(nbytes)
+    into = bytearray(incoming)
+    a = torch.frombuffer(out, dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
+    b = torch.empty_like(a)
+    b.copy_(a)  # touched before it is timed
+    tcp, copy = [], []
+    for _ in range(repeat):
+        dist.barrier()
+        start = time.perf_counter()
+        sender = threading.Thread(target=conn.sendall, args=(out,))
+        sender.start()
+        view, got = memoryview(into), 0
+        while got < incoming:
+            got += conn.recv_into(view[got:], incoming - got)
+        sender.join()
+        tcp.append(time.perf_counter() - start)
+        dist.barrier()
+        start = time.perf_counter()
+        b.copy_(a)
+        copy.append(time.perf_counter() - start)
+    conn.close()
+    if listener:
+        listener.close()
+    both = [None] * size
+    dist.all_gather_object(both, (statistics.median(tcp), statistics.median(copy)))
+    return max(t for t, _ in both), max(c for _, c in both)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", required=True)
@@ -151,6 +199,7 @@ def main():
     stores = {side: ckptdb.open(paths[side], comm=comm)
               for side, comm in sides.items() if side != "dcp"}
     times = {(side, what): [] for side in sides for what in ("save", "load", "reshard")}
+    sent = {}  # bytes this rank sent to others in its last resharded load
     target = model_state(args.layers, hidden, rank, size, seed=99)
     resharded = model_state(args.layers, hidden, rank, size, seed=98, by_columns=True)
     for repeat in range(args.repeat):
@@ -180,12 +229,16 @@ def main():
                     db.delete(id=old.id)
                 times[side, "save"].append(timed(lambda: db.save(ckptdb_dict(state))))
                 times[side, "load"].append(timed(lambda: db.load(ckptdb_dict(target))))
-                times[side, "reshard"].append(timed(lambda: db.load(ckptdb_dict(resharded))))
+                loaded = []
+                times[side, "reshard"].append(
+                    timed(lambda: loaded.append(db.load(ckptdb_dict(resharded)))))
+                sent[side] = loaded[0].stats.bytes_sent
             for k, (t, shape, _) in target.items():  # both loads brought back the saved state
                 if shape is not None and not torch.equal(t, state[k][0]):
                     raise SystemExit(f"rank {rank}: {side} loaded {k} wrong")
     for db in stores.values():
         db.close()
+    moved = transport_cost(sent["ckptdb-gloo"], rank, size) if size % 2 == 0 else None
     if rank == 0:
         mib = sum(t.numel() * 4 for t, _, _ in state.values()) / 2**20
         print(f"torch_dcp_bench: {size} ranks, {len(state)} tensors per rank ({args.layers} layers, "
@@ -202,6 +255,16 @@ def main():
                 line += (f", ckptdb-mpi / ckptdb-gloo = "
                          f"{med['ckptdb-mpi', what] / med['ckptdb-gloo', what]:.2f}")
             print(line)
+        if moved is not None and "ckptdb-mpi" in sides:
+            tcp, copy = moved
+            best = med["ckptdb-mpi", "reshard"] + tcp - copy
+            print(f"moving the resharded load's bytes: each rank sends "
+                  f"{sent['ckptdb-gloo'] / 2**20:.0f} MiB; a plain loopback socket moves them both "
+                  f"ways in {tcp * 1e3:.0f} ms, a memcpy in {copy * 1e3:.0f} ms: TCP costs "
+                  f"{(tcp - copy) * 1e3:.0f} ms more than shared memory (ckptdb-gloo takes "
+                  f"{(med['ckptdb-gloo', 'reshard'] - med['ckptdb-mpi', 'reshard']) * 1e3:.0f} ms "
+                  f"more than ckptdb-mpi); dcp / ckptdb-mpi = "
+                  f"{med['dcp', 'reshard'] / med['ckptdb-mpi', 'reshard']:.2f}")
     dist.destroy_process_group()
 
 
