@@ -70,10 +70,13 @@ std::map<std::string_view, uint64_t> TensorBases(
   return bases;
 }
 
-// The reader rule: the needers of a chunk (ascending) take turns over the
-// chunks that have exactly those needers, in (key, chunk) order. Every needer
-// of a chunk sees every chunk with the same needers, so each computes the
-// same turn. `Key` identifies a needer set (ranks, or classes of ranks).
+// The reader rule: the needers of a chunk (ascending) share the chunks that
+// have exactly those needers, in (key, chunk) order: each goes to the needer
+// given the fewest of their bytes so far, among equals to the one whose turn
+// it is (turns go round the needers). Chunks of unequal sizes thus spread
+// their bytes, not only their count, evenly. Every needer of a chunk sees
+// every chunk with the same needers, so each computes the same reader. `Key`
+// identifies a needer set (ranks, or classes of ranks).
 template <typename Key>
 class ReaderTurns {
  public:
@@ -84,14 +87,30 @@ class ReaderTurns {
   int Next(const Key& key, const std::vector<int>& needers, uint64_t position,
            uint64_t nbytes) {
     CKPTDB_ASSERT(!needers.empty());
-    uint64_t& turn =
-        turns_.try_emplace(key, position / std::max<uint64_t>(1, nbytes))
-            .first->second;
-    return needers[turn++ % needers.size()];
+    const size_t n = needers.size();
+    auto [it, added] = sets_.try_emplace(key);
+    Shares& shares = it->second;
+    if (added) {
+      shares.turn = position / std::max<uint64_t>(1, nbytes);
+      shares.bytes.assign(n, 0);
+    }
+    CKPTDB_ASSERT(shares.bytes.size() == n);
+    size_t reader = shares.turn % n;
+    for (size_t i = 1; i < n; ++i) {
+      const size_t next = (shares.turn + i) % n;
+      if (shares.bytes[next] < shares.bytes[reader]) reader = next;
+    }
+    ++shares.turn;
+    shares.bytes[reader] += nbytes;
+    return needers[reader];
   }
 
  private:
-  std::map<Key, uint64_t> turns_;
+  struct Shares {
+    uint64_t turn = 0;
+    std::vector<uint64_t> bytes;  // given to each needer so far
+  };
+  std::map<Key, Shares> sets_;
 };
 
 struct Need {

@@ -44,6 +44,31 @@ TEST(LoadPlanTest, RowsToColumnsOnTwoRanks) {
   EXPECT_EQ(plan->read_bytes_per_rank, (std::vector<uint64_t>{48, 48}));
 }
 
+// Chunks of unequal sizes needed by the same ranks spread their bytes evenly
+// over those ranks, not only their count: taking turns would give rank 0 both
+// 3-row chunks.
+TEST(LoadPlanTest, ReadersShareTheBytesOfUnequalChunks) {
+  TensorMetadata w;
+  w.dtype = DType::kFloat32;
+  w.global_shape = {8, 4};
+  int64_t row = 0;
+  for (int64_t rows : {3, 1, 3, 1}) {
+    ChunkMetadata c;
+    c.box = Box{{row, 0}, {rows, 4}};
+    c.nbytes = static_cast<uint64_t>(rows * 4 * 4);
+    w.chunks.push_back(c);
+    row += rows;
+  }
+  std::vector<std::vector<LoadTarget>> targets = {
+      {{"w", Box{{0, 0}, {8, 2}}}},
+      {{"w", Box{{0, 2}, {8, 2}}}},
+  };
+  auto plan = BuildLoadPlan({{"w", w}}, targets);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->reads.size(), 4u);
+  EXPECT_EQ(plan->read_bytes_per_rank, (std::vector<uint64_t>{64, 64}));
+}
+
 TEST(LoadPlanTest, ReadsOnlyChunksThatOverlap) {
   std::map<std::string, TensorMetadata> stored = {
       {"w", RowChunks({100, 2}, 10)}};
