@@ -189,6 +189,9 @@ class StoreImpl : public Store {
   Status ReadTensorRecords(const rocksdb::ReadOptions& read,
                            const std::vector<std::string>& tensor_keys,
                            MainRecord* main);
+  Status WalkTensorRecords(const rocksdb::ReadOptions& read,
+                           const std::set<std::string_view>& wanted,
+                           MainRecord* main);
   // Writes `batch` to the meta column family and flushes it into a table file:
   // metadata never lives in RocksDB's write-ahead log, whose damage RocksDB
   // recovers from by dropping what follows it.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 
+#include <algorithm>
 #include <map>
 
 #include "storage/keys.h"
@@ -243,6 +244,69 @@ TEST(StoreMetadataTest, MissingOrDamagedTensorRecordIsCorruptionNamingIt) {
     }
     // A load that does not need it is unaffected.
     EXPECT_TRUE(store->GetMetadata(1, {"a"}).ok());
+  }
+}
+
+// A load asking for a few tensors reads their records one by one; one asking
+// for a quarter or more walks the checkpoint's records once. Both give the
+// asked tensors their chunks, the others none, and name a missing record.
+TEST(StoreMetadataTest, FewAndManyTensorsReadTheSameRecords) {
+  TempDir dir;
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  auto id = store->NextCheckpointId();
+  ASSERT_TRUE(id.ok());
+  CheckpointMetadata meta;
+  meta.info.id = *id;
+  meta.info.world_size = 1;
+  auto writer = store->NewStagedFile(*id, 0, 0);
+  ASSERT_TRUE(writer.ok());
+  for (int t = 0; t < 12; ++t) {
+    const std::string key = "t" + std::to_string(10 + t);
+    const std::string bytes(3 + t, static_cast<char>('a' + t));
+    meta.tensors[key] = {DType::kUInt8, {static_cast<int64_t>(bytes.size())}};
+    meta.flat_mapping[key] = {key};
+    auto sum = (*writer)->Add(key, {0}, bytes);
+    ASSERT_TRUE(sum.ok());
+    meta.tensors[key].chunks.push_back(
+        {Box{{0}, {static_cast<int64_t>(bytes.size())}}, 0, bytes.size(),
+         *sum});
+    meta.info.nbytes += static_cast<int64_t>(bytes.size());
+  }
+  meta.info.num_tensors = 12;
+  auto file = (*writer)->Finish();
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE(store->Commit(meta, {*file}).ok());
+  const std::vector<std::string> few = {"t12", "nope"};
+  const std::vector<std::string> many = {"t10", "t13", "t17", "t21", "nope"};
+  for (const auto* keys : {&few, &many}) {
+    auto part = store->GetMetadata(*id, *keys);
+    ASSERT_TRUE(part.ok()) << part.status().ToString();
+    ASSERT_EQ(part->tensors.size(), 12u);
+    for (const auto& [key, t] : meta.tensors) {
+      const bool asked =
+          std::find(keys->begin(), keys->end(), key) != keys->end();
+      if (asked) {
+        ExpectChunksEqual(part->tensors.at(key), t, key);
+      } else {
+        EXPECT_TRUE(part->tensors.at(key).chunks.empty()) << key;
+      }
+    }
+  }
+  store.reset();
+  ChangeMetaRecord(dir.path(), TensorRecordKey(*id, "t13"), "");
+  store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  for (const auto* keys : {&few, &many}) {
+    auto part = store->GetMetadata(*id, *keys);
+    if (keys == &few) {
+      EXPECT_TRUE(part.ok()) << part.status().ToString();
+      continue;
+    }
+    ASSERT_FALSE(part.ok());
+    EXPECT_TRUE(part.status().IsCorruption()) << part.status().ToString();
+    EXPECT_NE(part.status().message().find("tensor 't13'"), std::string::npos)
+        << part.status().ToString();
   }
 }
 
