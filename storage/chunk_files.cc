@@ -27,11 +27,10 @@ constexpr char kValueOffsetsProperty[] = "ckptdb.chunk-value-offsets";
 constexpr char kValueFileProperty[] = "ckptdb.chunk-value-file";
 // The user property of a chunk table file that says where every value kept in
 // the table file starts, small chunks that share a block included: per value
-// the 8-byte hash of its key and the 8-byte file offset of its value. Not
-// parsed for direct reads (RocksDB keeps the properties of every open table
-// file in memory either way); copied into the checkpoint's locator copy
-// (record_copies.h), so that a chunk's bytes are found without the file's
-// index or footer.
+// the 8-byte hash of its key and the 8-byte file offset of its value. Parsed
+// for direct reads of small chunks too, and copied into the checkpoint's
+// locator copy (record_copies.h), so that a chunk's bytes are found without
+// the file's index or footer.
 constexpr char kTableOffsetsProperty[] = "ckptdb.chunk-table-offsets";
 
 uint64_t KeyHash(std::string_view key) {
@@ -310,6 +309,13 @@ std::shared_ptr<const FileOffsets> ParseFileOffsets(
     bytes.remove_prefix(4 + size_t{n});
   }
   ParsePairs(bytes, &file->at);
+  // Every value kept in the table, small chunks sharing a block included: a
+  // load of many small chunks reads each straight into its target (RocksDB's
+  // block cache holds 8 MiB, fewer than a large state's small chunks).
+  if (auto table = props.user_collected_properties.find(kTableOffsetsProperty);
+      table != props.user_collected_properties.end()) {
+    ParsePairs(table->second, &file->at);
+  }
   if (auto values = ValueFileOf(props)) {
     const std::string& all =
         props.user_collected_properties.at(kValueFileProperty);
