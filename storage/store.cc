@@ -184,6 +184,16 @@ Status StoreImpl::CompactMetaIfDeep() {
       "compacting the metadata table files of store '" + path_ + "'");
 }
 
+Status StoreImpl::CompactDeletedRecords(int64_t checkpoint_id) {
+  const std::string begin = MetaKey(checkpoint_id);
+  const std::string end = MetaRangeEnd(checkpoint_id);
+  const rocksdb::Slice from(begin), to(end);
+  return FromRocks(
+      db_->CompactRange(rocksdb::CompactRangeOptions(), meta_, &from, &to),
+      "compacting the deleted records of checkpoint " +
+          std::to_string(checkpoint_id) + " in store '" + path_ + "'");
+}
+
 Status StoreImpl::VerifyMetaTables() {
   std::vector<rocksdb::LiveFileMetaData> files;
   db_->GetLiveFilesMetaData(&files);
@@ -471,6 +481,10 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
       return catalogue_.journal() && !catalogue_.Committed(checkpoint_id);
     });
   }
+  // The deletion is complete: a failed compaction leaves it so (the
+  // tombstones stay until a later one).
+  Status compacted = CompactDeletedRecords(checkpoint_id);
+  (void)compacted;
   return Status::OK();
 }
 

@@ -198,9 +198,13 @@ class StoreImpl : public Store {
   Status WriteMeta(rocksdb::WriteBatch* batch, const std::string& what);
   // Compacts the meta column family once it has kMetaCompactionTrigger table
   // files in level 0 (each WriteMeta adds one), so that lookups stay cheap.
-  // Metadata is compacted only here, at steps the store chooses, never in the
-  // background (MetaCfOptions).
+  // Metadata is compacted only here and by CompactDeletedRecords, at steps the
+  // store chooses, never in the background (MetaCfOptions).
   Status CompactMetaIfDeep();
+  // Compacts the deleted checkpoint's range of the meta column family: its
+  // records and their tombstones go, so that walks of the records (listings,
+  // which start from the lowest key) do not step over them one by one.
+  Status CompactDeletedRecords(int64_t checkpoint_id);
   // Reads every block of every metadata table file and checks its checksum:
   // Corruption naming the file when one is damaged. A read-write open runs it
   // before anything may compact those files, since reads alone skip the

@@ -214,6 +214,34 @@ TEST(StoreMetadataTest, DeleteAndRecoveryRemoveTheTensorRecords) {
   }
 }
 
+// A delete compacts its checkpoint's records away, tombstones included: no
+// metadata table file keeps the deleted range for listings to step over.
+TEST(StoreMetadataTest, ADeleteLeavesNoTableFileOfItsRecords) {
+  TempDir dir;
+  {
+    auto store = OpenStore(dir.path());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(CommitSample(*store, 2).ok());
+    ASSERT_TRUE(store->Delete(1).ok());
+  }
+  rocksdb::DB* raw = nullptr;
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+      {rocksdb::kDefaultColumnFamilyName, {}}, {"chunks", {}}, {"meta", {}}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  ASSERT_TRUE(
+      rocksdb::DB::OpenForReadOnly({}, dir.path(), cfs, &handles, &raw).ok());
+  std::vector<rocksdb::LiveFileMetaData> files;
+  raw->GetLiveFilesMetaData(&files);
+  int meta_files = 0;
+  for (const auto& f : files) {
+    if (f.column_family_name != "meta") continue;
+    ++meta_files;
+    EXPECT_GE(f.smallestkey, MetaRangeEnd(1)) << f.name;
+  }
+  EXPECT_GT(meta_files, 0);
+  for (auto* h : handles) (void)raw->DestroyColumnFamilyHandle(h);
+  delete raw;
+}
+
 TEST(StoreMetadataTest, MissingOrDamagedTensorRecordIsCorruptionNamingIt) {
   TempDir dir;
   {
