@@ -10,6 +10,30 @@
 #include "storage/store_impl.h"
 
 namespace ckptdb::storage {
+namespace {
+
+// An iterator over a checkpoint's tensor records, in key order, bounded by
+// the end of its range.
+class TensorRecords {
+ public:
+  TensorRecords(rocksdb::DB& db, rocksdb::ColumnFamilyHandle* meta,
+                const rocksdb::ReadOptions& read, int64_t checkpoint_id)
+      : end_(MetaRangeEnd(checkpoint_id)), upper_(end_), read_(read) {
+    read_.iterate_upper_bound = &upper_;
+    it_.reset(db.NewIterator(read_, meta));
+    it_->Seek(TensorRecordKey(checkpoint_id, ""));
+  }
+  rocksdb::Iterator& operator*() { return *it_; }
+  rocksdb::Iterator* operator->() { return it_.get(); }
+
+ private:
+  std::string end_;
+  rocksdb::Slice upper_;
+  rocksdb::ReadOptions read_;
+  std::unique_ptr<rocksdb::Iterator> it_;
+};
+
+}  // namespace
 
 Status StoreImpl::ReadBack(
     int64_t checkpoint_id,
@@ -138,12 +162,7 @@ Status StoreImpl::ReadAllTensorRecords(const rocksdb::ReadOptions& read,
                                        MainRecord* main) {
   if (main->has_chunks()) return Status::OK();
   const int64_t id = main->meta.info.id;
-  const std::string end = MetaRangeEnd(id);
-  rocksdb::Slice upper(end);
-  rocksdb::ReadOptions bounded = read;
-  bounded.iterate_upper_bound = &upper;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(bounded, meta_));
-  it->Seek(TensorRecordKey(id, ""));
+  TensorRecords it(*db_, meta_, read, id);
   bool first = true;
   auto next = [&](std::string_view* key, std::string_view* bytes) {
     if (!first) it->Next();
@@ -207,13 +226,9 @@ Status StoreImpl::WalkTensorRecords(const rocksdb::ReadOptions& read,
                                     const std::set<std::string_view>& wanted,
                                     MainRecord* main) {
   const int64_t id = main->meta.info.id;
-  const std::string end = MetaRangeEnd(id);
-  rocksdb::Slice upper(end);
-  rocksdb::ReadOptions bounded = read;
-  bounded.iterate_upper_bound = &upper;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(bounded, meta_));
+  TensorRecords it(*db_, meta_, read, id);
   std::set<std::string_view> decoded;
-  for (it->Seek(TensorRecordKey(id, "")); it->Valid(); it->Next()) {
+  for (; it->Valid(); it->Next()) {
     int64_t record_id = 0;
     std::string_view key;
     if (!DecodeTensorRecordKey(
