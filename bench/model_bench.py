@@ -3,7 +3,8 @@
 ckptdb against torch's distributed checkpoint (DCP) of the installed torch, one process, in the
 same run, alternating. The state is `ckptdb.torch.get_state_dict(model, optimizer)` for ckptdb
 and the model's and optimizer's tensors as one flat dict for DCP (FileSystemWriter with
-sync_files=True). Resume: a fresh model and AdamW, then the state loaded into them
+sync_files=True). Both keep the last checkpoint: ckptdb with keep_last=1, DCP by writing each
+save to a new directory and then removing the previous one, both inside the timed save. Resume: a fresh model and AdamW, then the state loaded into them
 (`get_state_dict` of the new ones, `db.load`, `set_state_dict`; for DCP, its optimizer state
 created the same way and `load_state_dict` into the flat dict). Every tensor changes before
 each save (an optimizer step). Needs Debian's python3-torchvision; DCP is imported from a
@@ -72,7 +73,7 @@ def main():
         times = {(s, w): [] for s in ("ckptdb", "dcp") for w in ("save", "resume")}
         times["init"] = []  # of ckptdb's resume: creating the fresh AdamW's state
         store = os.path.join(args.dir, name)
-        out = os.path.join(args.dir, name + "-dcp")
+        out = os.path.join(args.dir, name + "-dcp-none")
         with ckptdb.open(store, keep_last=1) as db:
             for run in range(args.repeat):
                 with torch.no_grad():
@@ -91,12 +92,15 @@ def main():
                         ct.set_state_dict(fresh_model, fresh_opt, target)
                         times[side, "resume"].append(time.perf_counter() - start)
                     else:
-                        shutil.rmtree(out, ignore_errors=True)  # its previous output, untimed
+                        # As ckptdb with keep_last=1: the new checkpoint is written while the
+                        # previous one is still there, which is then removed, both timed.
+                        previous, out = out, os.path.join(args.dir, f"{name}-dcp-{run}")
                         os.makedirs(out)
                         sd = flat(model, optimizer)
                         start = time.perf_counter()
                         dcp.save_state_dict(sd, dcp.FileSystemWriter(out, sync_files=True),
                                             no_dist=True)
+                        shutil.rmtree(previous, ignore_errors=True)
                         times[side, "save"].append(time.perf_counter() - start)
                         fresh_model, fresh_opt = make(name)
                         start = time.perf_counter()
