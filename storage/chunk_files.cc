@@ -308,14 +308,15 @@ std::shared_ptr<const FileOffsets> ParseFileOffsets(
     key->assign(bytes.substr(4, n));
     bytes.remove_prefix(4 + size_t{n});
   }
-  ParsePairs(bytes, &file->at);
-  // Every value kept in the table, small chunks sharing a block included: a
-  // load of many small chunks reads each straight into its target (RocksDB's
-  // block cache holds 8 MiB, fewer than a large state's small chunks).
-  if (auto table = props.user_collected_properties.find(kTableOffsetsProperty);
-      table != props.user_collected_properties.end()) {
-    ParsePairs(table->second, &file->at);
-  }
+  // Every value kept in the table, small chunks sharing a block included, so
+  // that a load of many small chunks reads each straight into its target
+  // (RocksDB's block cache holds 8 MiB, fewer than a large state's small
+  // chunks); files written before that property, the values starting a block.
+  auto table = props.user_collected_properties.find(kTableOffsetsProperty);
+  ParsePairs(table != props.user_collected_properties.end()
+                 ? std::string_view(table->second)
+                 : bytes,
+             &file->at);
   if (auto values = ValueFileOf(props)) {
     const std::string& all =
         props.user_collected_properties.at(kValueFileProperty);

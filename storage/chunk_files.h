@@ -54,8 +54,9 @@ std::shared_ptr<rocksdb::TablePropertiesCollectorFactory>
 NewValueOffsetCollectorFactory(std::shared_ptr<ValueFileLog> log = nullptr);
 
 // Where the chunk values of one table file start
-// (NewValueOffsetCollectorFactory), with the file holding them open. Keys
-// without an entry share a block with others.
+// (NewValueOffsetCollectorFactory), with the file holding them open. Files
+// written before the table-offsets property know only the values that start a
+// block; their other keys have no entry.
 struct FileOffsets {
   FileOffsets() = default;
   FileOffsets(const FileOffsets&) = delete;
@@ -65,7 +66,7 @@ struct FileOffsets {
   // Whether `key` lies in the file's key range.
   bool Holds(std::string_view key) const;
   // Where the value under `key` starts in the file at `path` (open as `fd`):
-  // in the value file, or in the table file when that chunk starts a block.
+  // in the value file, or in the table file.
   // REQUIRES: Holds(key). (Keys are matched by a 64-bit hash; a mismatch
   // could only point at other bytes, which the read's checksum rejects.)
   struct Location {

@@ -67,7 +67,7 @@ ChunkFileReader::Locate(int64_t id, const std::string& key) {
     for (const auto& file : index.files) {
       if (!file->Holds(key)) continue;
       std::optional<FileOffsets::Location> at = file->ValueOffset(key);
-      if (!at) return std::nullopt;  // shares a block
+      if (!at) return std::nullopt;  // a file that does not locate it
       return std::pair(file, *at);
     }
     if (attempt == 1) break;

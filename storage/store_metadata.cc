@@ -23,7 +23,6 @@ class TensorRecords {
     it_.reset(db.NewIterator(read_, meta));
     it_->Seek(TensorRecordKey(checkpoint_id, ""));
   }
-  rocksdb::Iterator& operator*() { return *it_; }
   rocksdb::Iterator* operator->() { return it_.get(); }
 
  private:

@@ -109,15 +109,8 @@ class Gloo : public Communicator {
   Status Barrier() override {
     if (size() <= kDirectRanks) {
       // A byte to and from every other rank.
-      std::vector<char> out(1, 0), in(size(), 0);
-      std::vector<SendBuffer> sends;
-      std::vector<RecvBuffer> recvs;
-      for (int r = 0; r < size(); ++r) {
-        if (r == rank()) continue;
-        sends.push_back({r, out.data(), 1});
-        recvs.push_back({r, &in[r], 1});
-      }
-      return PointToPoint(sends, recvs, "barrier");
+      std::vector<char> bytes(size());
+      return GatherBlocks(1, bytes.data(), "barrier");
     }
     return Run("barrier", [&] {
       gloo::BarrierOptions opts(up_);
@@ -237,7 +230,8 @@ class Gloo : public Communicator {
 
   // Every rank's block into `blocks` (rank r's at r * block; this rank's
   // written there already).
-  Status GatherBlocks(size_t block, char* blocks) {
+  Status GatherBlocks(size_t block, char* blocks,
+                      const std::string& what = "all-gather") {
     if (size() <= kDirectRanks) {
       std::vector<SendBuffer> sends;
       std::vector<RecvBuffer> recvs;
@@ -246,9 +240,9 @@ class Gloo : public Communicator {
         sends.push_back({r, blocks + block * rank(), block});
         recvs.push_back({r, blocks + block * r, block});
       }
-      return PointToPoint(sends, recvs, "all-gather");
+      return PointToPoint(sends, recvs, what);
     }
-    return Run("all-gather", [&] {
+    return Run(what, [&] {
       gloo::AllgatherOptions opts(up_);
       opts.setTag(NextTag());
       opts.setInput(blocks + block * rank(), block);
