@@ -123,16 +123,15 @@ def _optimizer_parameters(model, optimizer):
     return out
 
 
-def _init_optimizer_state(optimizer, params):
-    """Creates the per-parameter state a fresh optimizer creates lazily on its first
-    step (as torch.distributed.checkpoint does): one step with zero gradients and
-    a learning rate of 0, so that no parameter changes, then the gradients and
-    learning rates are restored. A load then has state tensors to fill."""
-    if all(p in optimizer.state and optimizer.state[p] for p in params):
-        return
-    grads = [(p, p.grad) for p in params]
-    for p in params:
-        p.grad = torch.zeros_like(p)
+def _zero_step(optimizer, params):
+    """One real step with zero gradients for `params` (and none for the others, so
+    that the step leaves their state alone) and a learning rate of 0, so that no
+    parameter changes; gradients and learning rates are restored after it."""
+    stepped = set(params)
+    every = [p for group in optimizer.param_groups for p in group["params"]]
+    grads = [(p, p.grad) for p in every]
+    for p in every:
+        p.grad = torch.zeros_like(p) if p in stepped else None
     lrs = [group.get("lr") for group in optimizer.param_groups]
     for group in optimizer.param_groups:
         if "lr" in group:
@@ -145,6 +144,70 @@ def _init_optimizer_state(optimizer, params):
                 group["lr"] = lr
         for p, grad in grads:
             p.grad = grad
+
+
+def _zeros_for(param, like):
+    """Zeros of `like`'s shape and dtype on `param`'s device; in `param`'s memory
+    format when they have its shape (as the optimizers' own zeros_like(p) are)."""
+    if like.shape == param.shape:
+        return torch.zeros_like(param, dtype=like.dtype)
+    return torch.zeros(like.shape, dtype=like.dtype, device=param.device)
+
+
+def _meta_step_state(optimizer, params):
+    """The state the first step of one of torch's own optimizers creates, found by
+    running that step on a copy of the optimizer over meta-device parameters (no
+    memory, no arithmetic) and then allocating each meta state tensor as zeros:
+    what a zero-gradient step leaves, without its passes over the bytes. Returns
+    {param: state dict}, or None where this optimizer cannot be copied so."""
+    if not type(optimizer).__module__.startswith("torch.optim."):
+        return None  # a constructor of its own: only a real step is safe
+    wanted = set(params)
+    pairs, groups = [], []
+    for group in optimizer.param_groups:
+        metas = []
+        for p in group["params"]:
+            meta = torch.empty_like(p, device="meta")
+            meta.grad = torch.empty_like(meta) if p in wanted else None
+            metas.append(meta)
+            pairs.append((p, meta))
+        copy = {k: v for k, v in group.items() if k != "params"}
+        copy["params"] = metas
+        if "lr" in copy:
+            copy["lr"] = 0.0
+        groups.append(copy)
+    try:
+        shadow = type(optimizer)(groups, **optimizer.defaults)
+        shadow.step()
+    except Exception:  # an op without a meta kernel, arguments it does not take
+        return None
+    out = {}
+    for p, meta in pairs:
+        if p not in wanted:
+            continue
+        made = shadow.state.get(meta)
+        if not made:
+            return None
+        out[p] = {k: _zeros_for(p, v) if torch.is_tensor(v) and v.is_meta else v
+                  for k, v in made.items()}
+    return out
+
+
+def _init_optimizer_state(optimizer, params):
+    """Creates the per-parameter state a fresh optimizer creates lazily on its first
+    step (as torch.distributed.checkpoint needs too), so that a load has state
+    tensors to fill: for torch's own optimizers by their step on meta-device
+    copies (see _meta_step_state), for others by one real zero-gradient step with
+    a learning rate of 0. Parameters, gradients and learning rates are unchanged."""
+    missing = [p for p in params if not optimizer.state.get(p)]
+    if not missing:
+        return
+    made = _meta_step_state(optimizer, missing)
+    if made is None:
+        _zero_step(optimizer, missing)
+        return
+    for p, state in made.items():
+        optimizer.state[p] = state
 
 
 def _optimizer_state(model, optimizer):
@@ -168,8 +231,10 @@ def get_state_dict(model, optimizer=None):
     as :class:`ckptdb.Shard` objects of their local shards. "optim" is
     ``{"state": {fqn: {name: tensor or value}}, "param_groups": [{hyper-parameters...,
     "params": [fqn, ...]}]}``. An optimizer that has not stepped yet gets its
-    state created first (a step with zero gradients and a learning rate of 0,
-    which changes no parameter), so that the dict can be a load target. Every
+    state created first, as its first step would create it (zeros; torch's own
+    optimizers run that step on meta-device copies of the parameters, others one
+    step with zero gradients and a learning rate of 0, which changes no
+    parameter), so that the dict can be a load target. Every
     tensor is the model's or the optimizer's own (shared, not copied)."""
     out = {"model": _model_state(model)}
     if optimizer is not None:

@@ -1,6 +1,7 @@
 """PyTorch state as a training loop has it (a user's first try) and the
 ckptdb.torch helpers (docs/api.md "PyTorch helpers"). Skipped, saying why, only where
 torch is not installed."""
+import copy
 import os
 import subprocess
 import sys
@@ -134,6 +135,72 @@ def test_optimizer_state_keyed_by_fqn_loads_into_parameters_created_in_another_o
     step(other, other_opt, 10)
     for name in ("a.weight", "a.bias", "b.weight", "b.bias"):
         assert torch.equal(other.get_parameter(name), model.get_parameter(name))
+
+
+class OwnAdam(torch.optim.Adam):
+    """An optimizer outside torch.optim, with a constructor of its own."""
+
+    def __init__(self, params, scale):
+        super().__init__(params, lr=0.01 * scale)
+
+
+def zero_step_state(optimizer):
+    """What a fresh optimizer's first step creates, by a real zero-gradient step with lr 0
+    (Adagrad's state exists from its construction on: nothing to create)."""
+    if all(optimizer.state.get(p) for g in optimizer.param_groups for p in g["params"]):
+        return optimizer.state
+    for group in optimizer.param_groups:
+        group["lr"] = 0.0
+        for p in group["params"]:
+            p.grad = torch.zeros_like(p)
+    optimizer.step()
+    return optimizer.state
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.AdamW(ps, lr=0.1, amsgrad=True),
+    lambda ps: torch.optim.Adam(ps, lr=0.1),
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    lambda ps: torch.optim.SGD(ps, lr=0.1),
+    lambda ps: torch.optim.RMSprop(ps, lr=0.1, momentum=0.5, centered=True),
+    lambda ps: torch.optim.Adagrad(ps, lr=0.1),
+    lambda ps: OwnAdam(ps, 3),
+], ids=["adamw-amsgrad", "adam", "sgd-momentum", "sgd", "rmsprop", "adagrad", "own-class"])
+def test_a_fresh_optimizers_state_is_what_its_first_zero_step_creates(make):
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 4 * 4, 2))
+    model[0].to(memory_format=torch.channels_last)
+    reference = copy.deepcopy(model)
+    opt = make(model.parameters())
+    before = [p.detach().clone() for p in model.parameters()]
+    state = ckptdb.torch.get_state_dict(model, opt)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+    assert all(p.grad is None for p in model.parameters())
+    assert [g["lr"] for g in opt.param_groups] == [opt.defaults["lr"]]
+    want = zero_step_state(make(reference.parameters()))
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        mine, theirs = opt.state[p], want[q]
+        assert set(mine) == set(theirs), name
+        assert state["optim"]["state"][name] is mine
+        for k, v in theirs.items():
+            if torch.is_tensor(v):
+                assert mine[k].dtype == v.dtype and mine[k].stride() == v.stride(), (name, k)
+                assert torch.equal(mine[k], v), (name, k)
+            else:
+                assert mine[k] == v, (name, k)
+
+
+def test_only_the_parameters_without_state_get_it_created():
+    torch.manual_seed(4)
+    model = TwoLayers(reverse=False)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    model.b.weight.requires_grad_(False)  # frozen while training: no state
+    step(model, opt, 0)
+    assert model.b.weight not in opt.state
+    trained = {k: v.clone() for k, v in opt.state[model.a.weight].items()}
+    ckptdb.torch.get_state_dict(model, opt)
+    assert set(opt.state[model.b.weight]) == {"step", "exp_avg", "exp_avg_sq"}
+    assert all(torch.equal(opt.state[model.a.weight][k], v) for k, v in trained.items())
 
 
 def test_set_state_dict_copies_what_is_not_shared_and_names_unknown_keys():
