@@ -24,4 +24,18 @@ std::vector<size_t> SplitIntoParts(std::span<const uint64_t> bytes, int threads,
   return begins;
 }
 
+std::vector<size_t> SnapshotCopyOrder(std::span<const size_t> begins) {
+  std::vector<size_t> order;
+  if (begins.size() < 2) return order;
+  order.reserve(begins.back() - begins.front());
+  for (size_t back = 1;; ++back) {
+    const size_t before = order.size();
+    for (size_t p = 0; p + 1 < begins.size(); ++p) {
+      if (begins[p + 1] - begins[p] >= back)
+        order.push_back(begins[p + 1] - back);
+    }
+    if (order.size() == before) return order;
+  }
+}
+
 }  // namespace ckptdb::planner

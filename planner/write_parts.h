@@ -22,4 +22,13 @@ inline constexpr uint64_t kWritePartBytes = uint64_t{64} << 20;
 std::vector<size_t> SplitIntoParts(std::span<const uint64_t> bytes, int threads,
                                    uint64_t part_bytes = kWritePartBytes);
 
+// The order in which an asynchronous save's caller copies chunks into its
+// snapshot while each part's writer writes chunks straight from the caller's
+// memory, from the front of its part: from the back of every part in turn
+// (the last chunk of each part, then the one before it, ...), so that copier
+// and writers meet inside each part and the writers then have about as much
+// of the copy each to write. `begins` is SplitIntoParts' result; the order
+// holds every chunk once.
+std::vector<size_t> SnapshotCopyOrder(std::span<const size_t> begins);
+
 }  // namespace ckptdb::planner

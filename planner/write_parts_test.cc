@@ -66,5 +66,41 @@ TEST(WritePartsTest, EveryChunkIsInThePartItsBytesFallIn) {
   }
 }
 
+TEST(WritePartsTest, TheSnapshotCopiesFromTheBackOfEveryPartInTurn) {
+  EXPECT_EQ(SnapshotCopyOrder(std::vector<size_t>{0, 3, 3, 5}),
+            (std::vector<size_t>{2, 4, 1, 3, 0}));
+  EXPECT_EQ(SnapshotCopyOrder(std::vector<size_t>{0, 0}),
+            (std::vector<size_t>{}));
+  EXPECT_EQ(SnapshotCopyOrder(std::vector<size_t>{}), (std::vector<size_t>{}));
+}
+
+// Every chunk once; within a part from its back to its front; and the k-th
+// chunk from the back of a part comes before the (k+1)-th from the back of
+// any part.
+TEST(WritePartsTest, TheSnapshotCopyOrderHoldsEveryChunkOnceBackToFront) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const size_t n = rng() % 20;
+    std::vector<uint64_t> bytes(n);
+    for (uint64_t& b : bytes) b = rng() % 300;
+    const std::vector<size_t> begins =
+        SplitIntoParts(bytes, 1 + static_cast<int>(rng() % 5), 1 + rng() % 200);
+    const std::vector<size_t> order = SnapshotCopyOrder(begins);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    std::vector<size_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<size_t> all(n);
+    for (size_t i = 0; i < n; ++i) all[i] = i;
+    ASSERT_EQ(sorted, all);
+    auto from_back = [&](size_t i) {
+      size_t p = 0;
+      while (begins[p + 1] <= i) ++p;
+      return begins[p + 1] - 1 - i;
+    };
+    for (size_t k = 1; k < order.size(); ++k)
+      EXPECT_LE(from_back(order[k - 1]), from_back(order[k]));
+  }
+}
+
 }  // namespace
 }  // namespace ckptdb::planner

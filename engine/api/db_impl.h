@@ -85,6 +85,7 @@ class DBImpl : public DB {
       const std::vector<std::string>& files,
       const std::vector<WrittenChunk>& checksums);
   void TakeSnapshot(const PreparedSave& p, SnapshotRing& ring);
+  void CopyFromTheBack(const PreparedSave& p, SnapshotRing& snapshot);
   // Waits for the pending asynchronous save, if any (its handle keeps the
   // outcome).
   void WaitPending();

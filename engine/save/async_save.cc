@@ -15,6 +15,8 @@
 #include "engine/save/device_staging.h"
 #include "engine/save/prepared_save.h"
 #include "engine/save/snapshot_ring.h"
+#include "engine/save/staged_writes.h"
+#include "planner/write_parts.h"
 
 namespace ckptdb::engine {
 namespace {
@@ -59,23 +61,57 @@ Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
   ring = std::max(ring, largest);
   Result<char*> memory = snapshot_memory_.Get(ring);
   CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm_, memory.status()));
-  auto snapshot = std::make_shared<SnapshotRing>(*memory, ring, p.mine.size());
   auto pending = std::make_shared<AsyncSave>();
-  auto start = [&] {
+  auto start = [&](std::shared_ptr<SnapshotRing> snapshot) {
     pending->Start([this, prepared, snapshot] {
       return FinishSave(*prepared, snapshot.get());
     });
     pending_ = pending;
   };
-  // A ring that holds the whole state is filled before the writers start, so
-  // that they do not slow the copy the caller waits for; a smaller one needs
-  // them to make room.
-  const bool whole = ring >= total;
-  if (!whole) start();
-  TakeSnapshot(p, *snapshot);
+  const bool on_host = std::all_of(p.mine.begin(), p.mine.end(),
+                                   [](const MyChunk& m) { return !m.device; });
+  if (ring >= total && on_host) {
+    // Memory for every chunk: the writers start at once, each at the front of
+    // its part and straight from the caller's memory, while this thread
+    // copies from the back of the parts; the call returns once the two meet
+    // and the chunks written directly are done. The copy is then shorter than
+    // the state, and the writers never wait for it (the commit of a state
+    // that changed came 1.2-1.5x after a blocking save's when the writers
+    // began after the whole copy).
+    std::vector<uint64_t> sizes(p.order.size());
+    for (size_t i = 0; i < p.order.size(); ++i)
+      sizes[i] = p.mine[p.order[i]].nbytes;
+    auto snapshot = std::make_shared<SnapshotRing>(*memory, sizes);
+    start(snapshot);
+    CopyFromTheBack(p, *snapshot);
+  } else {
+    auto snapshot =
+        std::make_shared<SnapshotRing>(*memory, ring, p.mine.size());
+    // Device chunks are copied in write order through staging buffers, and a
+    // smaller ring needs the writers to make room: they start first.
+    if (ring < total) start(snapshot);
+    TakeSnapshot(p, *snapshot);
+    if (ring >= total) start(snapshot);
+  }
   prepared->views.clear();  // the caller's tensors are not used again
-  if (whole) start();
   return std::shared_ptr<PendingSave>(pending);
+}
+
+// Copies the chunks the writers have not taken, from the back of every part
+// in turn, then waits for those they write from the caller's memory.
+void DBImpl::CopyFromTheBack(const PreparedSave& p, SnapshotRing& snapshot) {
+  DeviceChunks host(p.mine, p.order, nullptr);
+  for (size_t i :
+       planner::SnapshotCopyOrder(WriteParts(p.mine, p.order, io_threads()))) {
+    char* place = snapshot.ClaimCopy(i);
+    if (place == nullptr) continue;  // a writer has it
+    const MyChunk& m = p.mine[p.order[i]];
+    Result<const char*> bytes = host.HostBytes(i, p.order.size());
+    // Host chunks: the bytes themselves, or packed from a strided view.
+    std::memcpy(place, *bytes, m.nbytes);
+    snapshot.Ready(i, place);
+  }
+  snapshot.WaitForDirect();
 }
 
 // Copies the rank's chunks, in write order, into `ring` (waiting for room);

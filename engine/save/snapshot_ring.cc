@@ -1,12 +1,59 @@
 #include "engine/save/snapshot_ring.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 namespace ckptdb::engine {
 
 SnapshotRing::SnapshotRing(char* memory, uint64_t size, size_t chunks)
-    : memory_(memory), size_(size), copies_(chunks) {}
+    : memory_(memory), size_(size), shared_(false), copies_(chunks) {}
+
+SnapshotRing::SnapshotRing(char* memory, const std::vector<uint64_t>& sizes)
+    : memory_(memory),
+      size_(std::accumulate(sizes.begin(), sizes.end(), uint64_t{0})),
+      shared_(true),
+      places_(sizes.size()),
+      claims_(sizes.size(), Claim::kOpen),
+      copies_(sizes.size()) {
+  uint64_t at = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    places_[i] = at;
+    at += sizes[i];
+  }
+}
+
+Result<SnapshotRing::Source> SnapshotRing::Take(size_t i) {
+  if (shared_) {
+    std::lock_guard lock(mu_);
+    if (claims_[i] == Claim::kOpen) {
+      claims_[i] = Claim::kDirect;
+      ++direct_in_flight_;
+      return Source{nullptr, true};
+    }
+  }
+  CKPTDB_ASSIGN_OR_RETURN(const char* data, Wait(i));
+  return Source{data, false};
+}
+
+void SnapshotRing::DirectDone(size_t i) {
+  std::lock_guard lock(mu_);
+  if (claims_[i] != Claim::kDirect) return;
+  claims_[i] = Claim::kDirectDone;
+  if (--direct_in_flight_ == 0) cv_.notify_all();
+}
+
+char* SnapshotRing::ClaimCopy(size_t i) {
+  std::lock_guard lock(mu_);
+  if (claims_[i] != Claim::kOpen) return nullptr;
+  claims_[i] = Claim::kCopy;
+  return memory_ + places_[i];
+}
+
+void SnapshotRing::WaitForDirect() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return direct_in_flight_ == 0; });
+}
 
 char* SnapshotRing::Allocate(size_t i, uint64_t n) {
   std::unique_lock lock(mu_);
@@ -39,6 +86,7 @@ Result<const char*> SnapshotRing::Wait(size_t i) {
 }
 
 void SnapshotRing::Release(size_t i) {
+  if (shared_) return;  // every chunk keeps its place
   std::lock_guard lock(mu_);
   live_[copies_[i].slot - first_slot_].released = true;
   while (!live_.empty() && live_.front().released) {

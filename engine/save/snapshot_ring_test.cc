@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
+
+#include "planner/write_parts.h"
 
 namespace ckptdb::engine {
 namespace {
@@ -86,6 +89,85 @@ TEST(SnapshotRingTest, AFailedCopyFailsItsChunkAndEveryLaterOne) {
     ASSERT_FALSE(data.ok());
     EXPECT_NE(data.status().message().find("chunk 3"), std::string::npos);
   }
+}
+
+// The shared mode as SaveAsync runs it: each part's writer takes its chunks
+// in order, reading the caller's memory for those it takes directly, while
+// the producer claims and copies the others from the back of every part.
+// Once WaitForDirect returns, the caller's memory is overwritten: a writer
+// that read it afterwards, or a chunk written twice or never, shows.
+void RunShared(size_t chunks, int parts, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint64_t> sizes(chunks);
+  for (auto& n : sizes) n = 1 + rng() % 300;
+  std::vector<std::vector<char>> caller(chunks);
+  for (size_t i = 0; i < chunks; ++i) {
+    caller[i].resize(sizes[i]);
+    for (uint64_t k = 0; k < sizes[i]; ++k) caller[i][k] = Pattern(i, k);
+  }
+  std::vector<size_t> begins{0};
+  for (int p = 1; p < parts; ++p) begins.push_back(chunks * p / parts);
+  begins.push_back(chunks);
+  std::vector<char> memory(std::accumulate(sizes.begin(), sizes.end(), 0ul));
+  SnapshotRing ring(memory.data(), sizes);
+  std::vector<int> bad(parts, 0), direct(parts, 0);
+  std::vector<std::thread> writers;
+  for (int p = 0; p < parts; ++p) {
+    writers.emplace_back([&, p] {
+      std::mt19937 slow(seed * 7 + p);
+      for (size_t i = begins[p]; i < begins[p + 1]; ++i) {
+        Result<SnapshotRing::Source> source = ring.Take(i);
+        ASSERT_TRUE(source.ok()) << source.status().ToString();
+        const char* data = source->direct ? caller[i].data() : source->data;
+        if (slow() % 4 == 0) std::this_thread::yield();
+        for (uint64_t k = 0; k < sizes[i]; ++k)
+          bad[p] += data[k] != Pattern(i, k);
+        if (source->direct) {
+          ++direct[p];
+          ring.DirectDone(i);
+        } else {
+          ring.Release(i);
+        }
+      }
+    });
+  }
+  for (size_t i : planner::SnapshotCopyOrder(begins)) {
+    char* place = ring.ClaimCopy(i);
+    if (place == nullptr) continue;
+    std::memcpy(place, caller[i].data(), sizes[i]);
+    ring.Ready(i, place);
+  }
+  ring.WaitForDirect();
+  for (auto& c : caller) std::fill(c.begin(), c.end(), '\x7f');
+  for (auto& t : writers) t.join();
+  for (int p = 0; p < parts; ++p) EXPECT_EQ(bad[p], 0) << "writer " << p;
+}
+
+TEST(SnapshotRingTest, WritersReadTheCallersMemoryOnlyUntilTheCopyMeetsThem) {
+  for (uint32_t seed = 0; seed < 30; ++seed) {
+    SCOPED_TRACE(seed);
+    RunShared(/*chunks=*/1 + seed * 13 % 200, /*parts=*/1 + seed % 4, seed);
+  }
+}
+
+TEST(SnapshotRingTest, AChunkClaimedByAWriterIsNotCopied) {
+  std::vector<char> memory(64, 0);
+  SnapshotRing ring(memory.data(), std::vector<uint64_t>{16, 16, 32});
+  Result<SnapshotRing::Source> first = ring.Take(0);
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE(first->direct);
+  EXPECT_EQ(ring.ClaimCopy(0), nullptr);
+  char* second = ring.ClaimCopy(1);
+  EXPECT_EQ(second, memory.data() + 16);
+  EXPECT_EQ(ring.ClaimCopy(2), memory.data() + 32);
+  std::memset(second, 5, 16);
+  ring.Ready(1, second);
+  Result<SnapshotRing::Source> copied = ring.Take(1);
+  ASSERT_TRUE(copied.ok());
+  EXPECT_FALSE(copied->direct);
+  EXPECT_EQ(copied->data, second);
+  ring.DirectDone(0);
+  ring.WaitForDirect();  // returns: chunk 0 is written
 }
 
 }  // namespace

@@ -46,6 +46,14 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
 
 }  // namespace
 
+std::vector<size_t> WriteParts(const std::vector<MyChunk>& mine,
+                               const std::vector<size_t>& order, int threads) {
+  std::vector<uint64_t> bytes_in_order(order.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    bytes_in_order[i] = mine[order[i]].nbytes;
+  return planner::SplitIntoParts(bytes_in_order, threads);
+}
+
 // Streams this rank's chunks into staged files, a part each, in parallel;
 // fills `written` (in plan order of the rank's chunks) and `files`.
 Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
@@ -54,11 +62,8 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
                    const WriteContext& context,
                    std::vector<WrittenChunk>* written,
                    std::vector<std::string>* files) {
-  std::vector<uint64_t> bytes_in_order(order.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    bytes_in_order[i] = mine[order[i]].nbytes;
   const std::vector<size_t> part_begin =
-      planner::SplitIntoParts(bytes_in_order, context.threads);
+      WriteParts(mine, order, context.threads);
   const size_t parts = part_begin.size() - 1;
   written->assign(mine.size(), WrittenChunk{});
   std::vector<std::string> part_files(parts);
@@ -71,15 +76,23 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
     for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
       const MyChunk& m = mine[order[i]];
       const auto& tensor = plan.tensors[m.tensor];
-      CKPTDB_ASSIGN_OR_RETURN(const char* data,
-                              context.snapshot != nullptr
-                                  ? context.snapshot->Wait(i)
-                                  : device.HostBytes(i, part_begin[p + 1]));
-      CKPTDB_ASSIGN_OR_RETURN(
-          (*written)[order[i]],
-          WriteChunk(context, tensor, tensor.chunks[m.chunk], data, m.nbytes,
-                     *writer));
-      if (context.snapshot != nullptr) context.snapshot->Release(i);
+      SnapshotRing::Source source{nullptr, true};
+      if (context.snapshot != nullptr) {
+        CKPTDB_ASSIGN_OR_RETURN(source, context.snapshot->Take(i));
+      }
+      Result<WrittenChunk> chunk = Status::Internal("unwritten");
+      if (source.direct) {  // from the caller's memory
+        Result<const char*> data = device.HostBytes(i, part_begin[p + 1]);
+        chunk = data.ok() ? WriteChunk(context, tensor, tensor.chunks[m.chunk],
+                                       *data, m.nbytes, *writer)
+                          : data.status();
+        if (context.snapshot != nullptr) context.snapshot->DirectDone(i);
+      } else {
+        chunk = WriteChunk(context, tensor, tensor.chunks[m.chunk], source.data,
+                           m.nbytes, *writer);
+        context.snapshot->Release(i);
+      }
+      CKPTDB_ASSIGN_OR_RETURN((*written)[order[i]], std::move(chunk));
     }
     CKPTDB_ASSIGN_OR_RETURN(part_files[p], writer->Finish());
     return Status::OK();

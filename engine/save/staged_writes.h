@@ -28,11 +28,17 @@ struct WriteContext {
   bool hash = false;
   // What the chunks are compared with.
   const planner::PreviousCheckpoint* previous = nullptr;
-  // An asynchronous save: the chunks' bytes come from here.
+  // An asynchronous save: the chunks' bytes come from here (or, those it
+  // hands the writers directly, from the caller's memory).
   SnapshotRing* snapshot = nullptr;
   // Otherwise device chunks are copied to the host by this.
   DeviceCopier* copier = nullptr;
 };
+
+// Where each part of the rank's chunks (indexes into `order`) begins, with the
+// end last: planner::SplitIntoParts of their bytes in write order.
+std::vector<size_t> WriteParts(const std::vector<MyChunk>& mine,
+                               const std::vector<size_t>& order, int threads);
 
 // Streams this rank's chunks into staged files, a part each, in parallel;
 // fills `written` (in plan order of the rank's chunks) and `files`.
