@@ -1,9 +1,10 @@
 """The training loop's save through Python: `save_async` of a state whose every tensor changed
 (as an optimizer step changes every parameter and both moments) against `np.copyto` of the same
-state into preallocated memory and a blocking `save`, with incremental saves on (the default)
-and off, with and without retention. One handle (a store of its own) per kind, the kinds in an
-order that rotates from run to run; medians of the runs after each handle's first, whose stall
-is printed alone.
+state into preallocated memory (the stall) and a blocking `save` of the same state into the same
+store (the commit), with incremental saves on (the default) and off, with and without retention.
+One handle (a store of its own) per kind, taking an asynchronous and a blocking save in turn,
+the kinds in an order that rotates from run to run; medians of the runs after each handle's
+first, whose stall is printed alone.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/async_save.py --dir /dev/shm/as --mib 512
     PYTHONPATH=build/python mpirun -np 2 /usr/bin/python3 bench/async_save.py --dir D
@@ -15,6 +16,7 @@ open, not in the first `save_async`).
 import argparse
 import math
 import os
+import resource
 import shutil
 import statistics
 import time
@@ -44,6 +46,10 @@ def main():
     def slowest(seconds):
         return comm.allreduce(seconds, op=MPI.MAX) if comm else seconds
 
+    def cpu_seconds():
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        return used.ru_utime + used.ru_stime
+
     def barrier():
         if comm:
             comm.Barrier()
@@ -61,68 +67,78 @@ def main():
     changed = shards[:min(len(shards), math.ceil(args.changed * len(shards) - 1e-9))]
     copies = [np.ones_like(s) for s in shards]
 
-    kinds = {  # name: (open options, asynchronous)
-        "async, incremental": ({}, True),
-        "async, incremental=False": ({"incremental": False}, True),
-        "async, incremental, keep_last=2": ({"keep_last": 2}, True),
-        "async, incremental=False, keep_last=2": ({"incremental": False, "keep_last": 2}, True),
-        "blocking save, incremental": ({}, False),
+    kinds = {  # name: open options; each store takes blocking and asynchronous saves in turn
+        "incremental": {},
+        "incremental=False": {"incremental": False},
+        "incremental, keep_last=2": {"keep_last": 2},
+        "incremental=False, keep_last=2": {"incremental": False, "keep_last": 2},
     }
     dbs = {k: ckptdb.open(os.path.join(args.dir, f"s{i}"), comm=comm,
                           snapshot_bytes=args.snapshot_bytes, **o)
-           for i, (k, (o, _)) in enumerate(kinds.items())}
+           for i, (k, o) in enumerate(kinds.items())}
     stalls = {k: [] for k in kinds}
     commits = {k: [] for k in kinds}
-    copy_s = []
+    blocking = {k: [] for k in kinds}
+    blocking_cpu = {k: [] for k in kinds}
+    copy_s, copy_cpu = [], []
     for run in range(args.repeat + 1):
-        for s in changed:
-            s += 1.0
-        barrier()
-        start = time.perf_counter()
-        for c, s in zip(copies, shards):
-            np.copyto(c, s)
-        copy_s.append(slowest(time.perf_counter() - start))
         names = list(kinds)
         names = names[run % len(names):] + names[:run % len(names)]
         for k in names:
             db = dbs[k]
-            if "keep_last" not in kinds[k][0]:
-                for old in db.checkpoints()[:-1]:  # untimed: keep the one compared with
-                    db.delete(id=old.id)
-            barrier()
-            start = time.perf_counter()
-            if kinds[k][1]:
-                handle = db.save_async(state, step=run)
-                stalls[k].append(slowest(time.perf_counter() - start))
-                handle.wait()
-            else:
-                db.save(state, step=run)
-                stalls[k].append(0.0)
-            commits[k].append(slowest(time.perf_counter() - start))
+            for asynchronous in ((True, False) if run % 2 == 0 else (False, True)):
+                for s in changed:
+                    s += 1.0
+                if asynchronous and k == names[0]:
+                    barrier()
+                    start, cpu = time.perf_counter(), cpu_seconds()
+                    for c, s in zip(copies, shards):
+                        np.copyto(c, s)
+                    copy_s.append(slowest(time.perf_counter() - start))
+                    copy_cpu.append(cpu_seconds() - cpu)
+                if "keep_last" not in kinds[k]:
+                    for old in db.checkpoints()[:-1]:  # untimed: keep the one compared with
+                        db.delete(id=old.id)
+                barrier()
+                start, cpu = time.perf_counter(), cpu_seconds()
+                if asynchronous:
+                    handle = db.save_async(state, step=2 * run)
+                    stalls[k].append(slowest(time.perf_counter() - start))
+                    handle.wait()
+                    commits[k].append(slowest(time.perf_counter() - start))
+                else:
+                    db.save(state, step=2 * run + 1)
+                    blocking[k].append(slowest(time.perf_counter() - start))
+                    blocking_cpu[k].append(cpu_seconds() - cpu)
     for db in dbs.values():
         db.close()
     if rank == 0:
         med = statistics.median
-        blocking = commits["blocking save, incremental"][1:]
         print(f"async_save: {args.mib} MiB in {args.tensors} float32 tensors over {size} ranks, "
               f"{len(changed)} changed before each save, {args.dir}, medians of {args.repeat} "
-              f"after the first; np.copyto {med(copy_s[1:]):.3f} s (first {copy_s[0]:.3f} s), "
-              f"blocking save {med(blocking):.3f} s")
-        print(f"{'':40}{'stall s':>9}{'/copy':>7}{'commit s':>10}{'/blocking':>10}"
-              f"{'first stall s':>14}{'/copy':>7}")
+              f"after the first; np.copyto {med(copy_s[1:]):.3f} s (first {copy_s[0]:.3f} s); "
+              "each kind's commit against a blocking save of the same store and options")
+        print(f"{'':32}{'stall s':>9}{'/copy':>7}{'commit s':>10}{'blocking s':>11}"
+              f"{'/blocking':>10}{'first stall s':>14}{'/copy':>7}")
         for k in kinds:
-            if not kinds[k][1]:
-                continue
-            st, co = stalls[k][1:], commits[k][1:]
+            st, co, bl = stalls[k][1:], commits[k][1:], blocking[k][1:]
             over_copy = med(a / b for a, b in zip(st, copy_s[1:]))
-            over_blocking = med(a / b for a, b in zip(co, blocking))
-            print(f"{k:40}{med(st):9.3f}{over_copy:7.2f}{med(co):10.3f}{over_blocking:10.2f}"
-                  f"{stalls[k][0]:14.3f}{stalls[k][0] / copy_s[0]:7.2f}")
-        for a, b in (("async, incremental", "async, incremental=False"),
-                     ("async, incremental, keep_last=2", "async, incremental=False, keep_last=2")):
+            over_blocking = med(a / b for a, b in zip(co, bl))
+            print(f"{k:32}{med(st):9.3f}{over_copy:7.2f}{med(co):10.3f}{med(bl):11.3f}"
+                  f"{over_blocking:10.2f}{stalls[k][0]:14.3f}{stalls[k][0] / copy_s[0]:7.2f}")
+        for a, b in (("incremental", "incremental=False"),
+                     ("incremental, keep_last=2", "incremental=False, keep_last=2")):
             st = med(x / y for x, y in zip(stalls[a][1:], stalls[b][1:]))
             co = med(x / y for x, y in zip(commits[a][1:], commits[b][1:]))
-            print(f"{a} / {b}: stall {st:.2f}, commit {co:.2f}")
+            print(f"async, {a} / async, {b}: stall {st:.2f}, commit {co:.2f}")
+        # An asynchronous save does the blocking save's work and the copy's: on the cores this
+        # rank has, its commit cannot come sooner than that CPU time spread over them.
+        cores = len(os.sched_getaffinity(0)) / size
+        for k in kinds:
+            bl = med(blocking[k][1:])
+            floor = max(bl, (med(blocking_cpu[k][1:]) + med(copy_cpu[1:])) / cores)
+            print(f"{k}: commit floor on {cores:g} cores a rank (the blocking save's CPU time "
+                  f"and the copy's, spread over them) {floor:.3f} s = {floor / bl:.2f}x blocking")
         shutil.rmtree(args.dir, ignore_errors=True)
 
 
