@@ -100,10 +100,6 @@ class DBImpl : public DB {
   Result<CheckpointMetadata> ResolveCollective(
       const CheckpointSelector& which, const CallArguments& args,
       const std::vector<std::string>* tensor_keys = nullptr);
-  // Fills in the chunks of the tensors of `targets` (this rank's part of a
-  // load) in `meta`, read from their records.
-  Status ReadChunksOf(const std::vector<planner::LoadTarget>& targets,
-                      CheckpointMetadata* meta);
   // Local: resolves against this rank's handle, refreshing it once when nothing
   // matches.
   Result<CheckpointMetadata> ResolveLocal(const CheckpointSelector& which);

@@ -32,10 +32,10 @@ struct LocalTargets {
 
 // Matches this rank's leaves against the checkpoint: checks dtypes and shapes,
 // lists missing and unexpected keys.
-Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
-                   const LoadOptions& options, DeviceCopier* copier,
-                   LocalTargets* out, LoadResult* result) {
-  CKPTDB_ASSIGN_OR_RETURN(auto leaves, planner::FlattenMutable(state));
+Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
+                   const CheckpointMetadata& meta, const LoadOptions& options,
+                   DeviceCopier* copier, LocalTargets* out,
+                   LoadResult* result) {
   std::map<std::string, bool> requested;
   std::vector<KeyedView> tensor_targets;
   const std::string where = "checkpoint id " + std::to_string(meta.info.id);
@@ -107,24 +107,21 @@ Status MatchLeaves(StateDict& state, const CheckpointMetadata& meta,
 
 }  // namespace
 
-Status DBImpl::ReadChunksOf(const std::vector<planner::LoadTarget>& targets,
-                            CheckpointMetadata* meta) {
+namespace {
+
+// The flat keys of the state dict's tensor leaves, sorted: the tensors whose
+// chunks this rank reads the records of.
+std::vector<std::string> TensorKeysOf(
+    const std::vector<planner::MutableFlatLeaf>& leaves) {
   std::vector<std::string> keys;
-  for (const planner::LoadTarget& target : targets)
-    keys.push_back(target.flat_key);
-  std::sort(keys.begin(), keys.end());
-  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata with_chunks,
-                          store_->GetMetadata(meta->info.id, keys));
-  // Only the chunks move over: MatchLeaves' targets point into `meta`.
-  for (const std::string& key : keys) {
-    auto from = with_chunks.tensors.find(key);
-    auto to = meta->tensors.find(key);
-    if (from != with_chunks.tensors.end() && to != meta->tensors.end())
-      to->second.chunks = std::move(from->second.chunks);
+  for (const auto& leaf : leaves) {
+    if (leaf.tensor != nullptr) keys.push_back(leaf.flat_key);
   }
-  return Status::OK();
+  std::sort(keys.begin(), keys.end());
+  return keys;
 }
+
+}  // namespace
 
 int DBImpl::TransportDevice(const std::vector<TensorView*>& views) const {
   DeviceCopier* copier = devices_.copier;
@@ -162,19 +159,23 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
   WaitPending();
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   const int world = comm_->size();
-  // Every tensor's dtype and shape (the main record), then the chunks of the
-  // tensors this rank loads only.
-  static const std::vector<std::string> kNoChunks;
+  // Every tensor's dtype and shape (the main record), with the chunks of the
+  // tensors this rank's state dict holds only. A state dict that does not
+  // flatten fails this rank's targets, so that every rank reports it.
+  Result<std::vector<planner::MutableFlatLeaf>> leaves =
+      planner::FlattenMutable(state);
+  const std::vector<std::string> keys =
+      leaves.ok() ? TensorKeysOf(*leaves) : std::vector<std::string>{};
   CKPTDB_ASSIGN_OR_RETURN(
       CheckpointMetadata meta,
-      ResolveCollective(which, LoadArguments(which, options), &kNoChunks));
+      ResolveCollective(which, LoadArguments(which, options), &keys));
 
   LoadResult result;
   LocalTargets local;
   RankTargets own, shared;
-  own.status =
-      MatchLeaves(state, meta, options, devices_.copier, &local, &result);
-  if (own.status.ok()) own.status = ReadChunksOf(local.targets, &meta);
+  own.status = leaves.ok() ? MatchLeaves(*leaves, meta, options,
+                                         devices_.copier, &local, &result)
+                           : leaves.status();
   uint64_t state_bytes = 0;
   for (const TensorView* view : local.views) {
     state_bytes += static_cast<uint64_t>(NumElements(view->local_shape)) *
