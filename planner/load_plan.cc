@@ -314,15 +314,31 @@ Result<LoadPlan> BuildRankLoadPlan(
         owners_of_key[mine_too->first].push_back({c, t});
     }
   }
-  const auto bases = TensorBases(tensors);
   LoadPlan plan;
   ReaderTurns<std::vector<int>> turns;
   std::vector<int> needer_classes, needers;
+  // The tensors in key order, as my_keys and owners_of_key are, with where
+  // each one's bytes begin (as TensorBases): one merge, no lookups.
+  auto tensor = tensors.begin();
+  uint64_t base = 0;
+  auto owners_of = owners_of_key.begin();
   for (const auto& [key, my_targets] : my_keys) {
-    const auto& [name, meta] = *tensors.find(std::string(key));
-    const StoredTensor stored(meta, bases.at(key));
+    while (tensor != tensors.end() && std::string_view(tensor->first) < key) {
+      base += static_cast<uint64_t>(NumElements(tensor->second.global_shape)) *
+              DTypeSize(tensor->second.dtype);
+      ++tensor;
+    }
+    while (owners_of != owners_of_key.end() && owners_of->first < key)
+      ++owners_of;
+    if (tensor == tensors.end() || tensor->first != key ||
+        owners_of == owners_of_key.end() || owners_of->first != key) {
+      return Status::Internal("load planning lost tensor '" + std::string(key) +
+                              "'");  // checked above
+    }
+    const auto& [name, meta] = *tensor;
+    const StoredTensor stored(meta, base);
     // Every class's targets of this tensor, indexed.
-    const std::vector<Owner>& owners = owners_of_key.at(key);
+    const std::vector<Owner>& owners = owners_of->second;
     std::vector<Box> boxes;
     boxes.reserve(owners.size());
     for (const Owner& o : owners)

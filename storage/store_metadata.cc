@@ -3,7 +3,9 @@
 #include <rocksdb/db.h>
 #include <rocksdb/snapshot.h>
 
+#include <map>
 #include <set>
+#include <vector>
 
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
@@ -220,38 +222,54 @@ Status StoreImpl::ReadTensorRecords(const rocksdb::ReadOptions& read,
 }
 
 // The records of the `wanted` tensors, decoded in one walk of the
-// checkpoint's records; the others' are passed over undecoded.
+// checkpoint's records; the others' are passed over undecoded. Records come in
+// key order (the bytewise order of their tensor keys), as `wanted` and the
+// tensors are: one merge of the three, no lookup per record.
 Status StoreImpl::WalkTensorRecords(const rocksdb::ReadOptions& read,
                                     const std::set<std::string_view>& wanted,
                                     MainRecord* main) {
   const int64_t id = main->meta.info.id;
+  auto& tensors = main->meta.tensors;
+  // The wanted tensors, in key order, and whether each record was read.
+  std::vector<std::map<std::string, TensorMetadata>::iterator> targets;
+  {
+    auto tensor = tensors.begin();
+    for (const std::string_view key : wanted) {
+      while (tensor != tensors.end() && std::string_view(tensor->first) < key)
+        ++tensor;
+      if (tensor != tensors.end() && tensor->first == key)
+        targets.push_back(tensor);
+    }
+  }
+  std::vector<bool> decoded(targets.size(), false);
+  size_t next = 0;  // the first target whose record may still come
   TensorRecords it(*db_, meta_, read, id);
-  std::set<std::string_view> decoded;
-  for (; it->Valid(); it->Next()) {
+  for (; it->Valid() && next < targets.size(); it->Next()) {
     int64_t record_id = 0;
     std::string_view key;
     if (!DecodeTensorRecordKey(
             std::string_view(it->key().data(), it->key().size()), &record_id,
             &key))
       break;
-    if (!wanted.contains(key)) continue;
-    auto tensor = main->meta.tensors.find(std::string(key));
-    if (tensor == main->meta.tensors.end()) continue;
+    while (next < targets.size() &&
+           std::string_view(targets[next]->first) < key)
+      ++next;
+    if (next == targets.size() || targets[next]->first != key) continue;
+    auto& [name, tensor] = *targets[next];
     CKPTDB_ASSIGN_OR_RETURN(
-        tensor->second.chunks,
+        tensor.chunks,
         DecodeTensorRecord(
-            *main, tensor->first,
+            *main, name,
             std::string_view(it->value().data(), it->value().size())));
-    decoded.insert(tensor->first);
+    decoded[next++] = true;
   }
   CKPTDB_RETURN_IF_ERROR(FromRocks(
       it->status(),
       "reading the tensor records of checkpoint " + std::to_string(id)));
-  for (const std::string_view key : wanted) {
-    auto tensor = main->meta.tensors.find(std::string(key));
-    if (tensor != main->meta.tensors.end() && !decoded.contains(key)) {
+  for (size_t t = 0; t < targets.size(); ++t) {
+    if (!decoded[t]) {
       return Status::Corruption("checkpoint metadata: tensor '" +
-                                tensor->first +
+                                targets[t]->first +
                                 "' has no record: its chunks are missing");
     }
   }

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <string_view>
+#include <unordered_set>
 
 #include "engine/api/db_impl.h"
 #include "engine/api/tensor_checks.h"
@@ -36,11 +38,11 @@ Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
                    const CheckpointMetadata& meta, const LoadOptions& options,
                    DeviceCopier* copier, LocalTargets* out,
                    LoadResult* result) {
-  std::map<std::string, bool> requested;
+  std::unordered_set<std::string_view> requested;
   std::vector<KeyedView> tensor_targets;
   const std::string where = "checkpoint id " + std::to_string(meta.info.id);
   for (auto& leaf : leaves) {
-    requested[leaf.flat_key] = true;
+    requested.insert(leaf.flat_key);
     auto tensor = meta.tensors.find(leaf.flat_key);
     auto value = meta.values.find(leaf.flat_key);
     if (tensor == meta.tensors.end() && value == meta.values.end()) {
