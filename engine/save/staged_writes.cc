@@ -80,17 +80,23 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
       if (context.snapshot != nullptr) {
         CKPTDB_ASSIGN_OR_RETURN(source, context.snapshot->Take(i));
       }
-      Result<WrittenChunk> chunk = Status::Internal("unwritten");
+      const char* data = source.data;
       if (source.direct) {  // from the caller's memory
-        Result<const char*> data = device.HostBytes(i, part_begin[p + 1]);
-        chunk = data.ok() ? WriteChunk(context, tensor, tensor.chunks[m.chunk],
-                                       *data, m.nbytes, *writer)
-                          : data.status();
-        if (context.snapshot != nullptr) context.snapshot->DirectDone(i);
-      } else {
-        chunk = WriteChunk(context, tensor, tensor.chunks[m.chunk], source.data,
-                           m.nbytes, *writer);
-        context.snapshot->Release(i);
+        Result<const char*> bytes = device.HostBytes(i, part_begin[p + 1]);
+        if (!bytes.ok()) {
+          if (context.snapshot != nullptr) context.snapshot->DirectDone(i);
+          return bytes.status();
+        }
+        data = *bytes;
+      }
+      Result<WrittenChunk> chunk = WriteChunk(
+          context, tensor, tensor.chunks[m.chunk], data, m.nbytes, *writer);
+      if (context.snapshot != nullptr) {
+        if (source.direct) {
+          context.snapshot->DirectDone(i);
+        } else {
+          context.snapshot->Release(i);
+        }
       }
       CKPTDB_ASSIGN_OR_RETURN((*written)[order[i]], std::move(chunk));
     }
