@@ -13,6 +13,13 @@ namespace ckptdb::engine {
 // they compete for a core; threads it starts inherit the value.
 void LowerThisThreadsPriority();
 
+// The cores this process may count as its own: its CPU affinity where a
+// launcher bound it to part of the machine, else the machine's hardware
+// threads divided among the processes the launcher started on this host
+// (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS,
+// SLURM_NTASKS_PER_NODE; none set: this process alone). At least 1.
+int CoresOfThisProcess();
+
 // The shared state of one asynchronous save.
 class AsyncSave : public PendingSave {
  public:

@@ -1,12 +1,17 @@
 // Asynchronous and incremental saves of states that change between saves, as
 // a training loop's do: every tensor (an optimizer step), a tenth (a mostly
 // frozen model) or none.
+#include "engine/save/async_save.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "ckptdb/db.h"
@@ -112,6 +117,33 @@ TEST(AsyncSaveTest, ChangingStatesSnapshotAndChainAtEveryChangedShare) {
       for (bool incremental : {true, false})
         RunChain({changed, snapshot, incremental});
     }
+  }
+}
+
+// With a core to spare, the writers of a whole-state snapshot start beside
+// the copy; with none (as many processes on the host as cores), the copy comes
+// first. Both keep the snapshot's bytes.
+TEST(AsyncSaveTest, ProcessesSharingTheHostShareItsCores) {
+  const unsigned machine = std::max(1u, std::thread::hardware_concurrency());
+  const char* before = std::getenv("LOCAL_WORLD_SIZE");
+  const std::string kept = before ? before : "";
+  ASSERT_EQ(::setenv("LOCAL_WORLD_SIZE", std::to_string(machine).c_str(), 1),
+            0);
+  const int bound_or_one = engine::CoresOfThisProcess();
+  ASSERT_EQ(::setenv("LOCAL_WORLD_SIZE", "1", 1), 0);
+  const int alone = engine::CoresOfThisProcess();
+  EXPECT_GE(alone, bound_or_one);
+  EXPECT_GE(bound_or_one, 1);
+  for (const char* processes : {"1", "100000"}) {
+    ASSERT_EQ(::setenv("LOCAL_WORLD_SIZE", processes, 1), 0);
+    SCOPED_TRACE(std::string("LOCAL_WORLD_SIZE=") + processes);
+    RunChain({1.0, 0, true});
+    RunChain({0.1, 0, false});
+  }
+  if (before) {
+    ::setenv("LOCAL_WORLD_SIZE", kept.c_str(), 1);
+  } else {
+    ::unsetenv("LOCAL_WORLD_SIZE");
   }
 }
 
