@@ -20,6 +20,12 @@ void LowerThisThreadsPriority();
 // SLURM_NTASKS_PER_NODE; none set: this process alone). At least 1.
 int CoresOfThisProcess();
 
+// Whether a thread beside the caller's would run on a core of its own now:
+// the process has 2 cores or more (CoresOfThisProcess) and fewer threads are
+// runnable on the machine than it has hardware threads (Linux's
+// procs_running; elsewhere the first condition alone).
+bool HasASpareCore();
+
 // The shared state of one asynchronous save.
 class AsyncSave : public PendingSave {
  public:

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -29,6 +30,8 @@ struct Case {
   double changed;  // share of the tensors changed before each save
   size_t snapshot_bytes;
   bool incremental;
+  // Options::writers_beside_snapshot.
+  std::optional<bool> writers_beside = std::nullopt;
 };
 
 std::string Name(const Case& c) {
@@ -36,7 +39,10 @@ std::string Name(const Case& c) {
   name.append(std::to_string(c.changed))
       .append(", snapshot_bytes ")
       .append(std::to_string(c.snapshot_bytes))
-      .append(c.incremental ? ", incremental" : ", incremental off");
+      .append(c.incremental ? ", incremental" : ", incremental off")
+      .append(!c.writers_beside   ? ""
+              : *c.writers_beside ? ", writers beside the copy"
+                                  : ", writers after the copy");
   return name;
 }
 
@@ -63,6 +69,7 @@ void RunChain(const Case& c) {
   options.snapshot_bytes = c.snapshot_bytes;
   options.incremental = c.incremental;
   options.io_threads = 3;
+  options.writers_beside_snapshot = c.writers_beside;
   auto db = DB::Open(options, dir.path());
   ASSERT_TRUE(db.ok()) << db.status().ToString();
   const size_t tensor_bytes = static_cast<size_t>(NumElements(kShape)) * 4;
@@ -114,15 +121,17 @@ TEST(AsyncSaveTest, ChangingStatesSnapshotAndChainAtEveryChangedShare) {
     // 0: the ring holds the state, set up in the first call; 64 KiB: one
     // chunk at a time; 8 MiB: more than the state, set up at open.
     for (size_t snapshot : {size_t{0}, size_t{64} << 10, size_t{8} << 20}) {
-      for (bool incremental : {true, false})
-        RunChain({changed, snapshot, incremental});
+      for (bool incremental : {true, false}) {
+        for (bool beside : {true, false})
+          RunChain({changed, snapshot, incremental, beside});
+      }
     }
   }
 }
 
-// With a core to spare, the writers of a whole-state snapshot start beside
-// the copy; with none (as many processes on the host as cores), the copy comes
-// first. Both keep the snapshot's bytes.
+// A process's cores are its binding or its share of the machine: with as
+// many processes on the host as cores it has none to spare, and its writers
+// start after the snapshot's copy. Either way the snapshot keeps its bytes.
 TEST(AsyncSaveTest, ProcessesSharingTheHostShareItsCores) {
   const unsigned machine = std::max(1u, std::thread::hardware_concurrency());
   const char* before = std::getenv("LOCAL_WORLD_SIZE");
@@ -137,7 +146,11 @@ TEST(AsyncSaveTest, ProcessesSharingTheHostShareItsCores) {
   for (const char* processes : {"1", "100000"}) {
     ASSERT_EQ(::setenv("LOCAL_WORLD_SIZE", processes, 1), 0);
     SCOPED_TRACE(std::string("LOCAL_WORLD_SIZE=") + processes);
-    RunChain({1.0, 0, true});
+    if (std::string(processes) != "1") {
+      EXPECT_EQ(engine::CoresOfThisProcess(), bound_or_one);
+      EXPECT_FALSE(engine::HasASpareCore());
+    }
+    RunChain({1.0, 0, true});  // the automatic choice
     RunChain({0.1, 0, false});
   }
   if (before) {

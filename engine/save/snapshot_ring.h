@@ -64,7 +64,7 @@ class SnapshotRing {
   char* Allocate(size_t i, uint64_t n);
   // Producer: chunk `i`'s bytes are at `data` (what Allocate returned).
   void Ready(size_t i, const char* data);
-  // Producer: chunk `i` and every later one fail with `error`.
+  // Producer: chunk `i` and every later one not yet copied fail with `error`.
   void Fail(size_t i, Status error);
 
   // Writers: the bytes of chunk `i`, once copied, or the producer's error.

@@ -53,6 +53,16 @@ struct Options {
   // later ones; at 0, inside the first SaveAsync, which then stalls longer.
   // Set it to the rank's state bytes (or more) to have both.
   size_t snapshot_bytes = 0;
+  // An asynchronous save whose snapshot memory holds the rank's whole host
+  // state may start its writers beside the snapshot's copy: they write chunks
+  // straight from the caller's memory from one end while the call copies the
+  // others from the other end, and the call returns where the two meet. That
+  // needs a core the copy does not use. nullopt (the default): where the
+  // process has 2 cores or more (its CPU binding, else the machine's over the
+  // processes the launcher put on the host) and fewer threads are runnable
+  // than the machine has, at the time of the call; true or false: always or
+  // never.
+  std::optional<bool> writers_beside_snapshot;
   // Retention, applied by every save once its checkpoint is committed: the
   // newest keep_last checkpoints are kept, and older ones are deleted, oldest
   // first, except tagged checkpoints and those whose step is a multiple of
