@@ -198,8 +198,11 @@ def _init_optimizer_state(optimizer, params):
     step (as torch.distributed.checkpoint needs too), so that a load has state
     tensors to fill: for torch's own optimizers by their step on meta-device
     copies (see _meta_step_state), for others by one real zero-gradient step with
-    a learning rate of 0. Parameters, gradients and learning rates are unchanged."""
-    missing = [p for p in params if not optimizer.state.get(p)]
+    a learning rate of 0. Frozen parameters get none, as in training. Parameters,
+    gradients and learning rates are unchanged."""
+    # A frozen parameter (requires_grad False) never steps, so a trained
+    # optimizer has no state for it either (torch.distributed.checkpoint's rule).
+    missing = [p for p in params if p.requires_grad and not optimizer.state.get(p)]
     if not missing:
         return
     made = _meta_step_state(optimizer, missing)

@@ -194,13 +194,39 @@ def test_only_the_parameters_without_state_get_it_created():
     torch.manual_seed(4)
     model = TwoLayers(reverse=False)
     opt = torch.optim.Adam(model.parameters(), lr=0.1)
-    model.b.weight.requires_grad_(False)  # frozen while training: no state
     step(model, opt, 0)
-    assert model.b.weight not in opt.state
+    del opt.state[model.b.weight]  # as if it joined the optimizer later
     trained = {k: v.clone() for k, v in opt.state[model.a.weight].items()}
     ckptdb.torch.get_state_dict(model, opt)
     assert set(opt.state[model.b.weight]) == {"step", "exp_avg", "exp_avg_sq"}
     assert all(torch.equal(opt.state[model.a.weight][k], v) for k, v in trained.items())
+
+
+@pytest.mark.parametrize("own_class", [False, True], ids=["torch-optim", "own-class"])
+def test_a_model_with_frozen_parameters_resumes_with_a_strict_load(tmp_path, own_class):
+    def make(seed):
+        torch.manual_seed(seed)
+        model = TwoLayers(reverse=False)
+        model.b.weight.requires_grad_(False)  # frozen: it never gets optimizer state
+        opt = OwnAdam(model.parameters(), 10) if own_class else \
+            torch.optim.Adam(model.parameters(), lr=0.1)
+        return model, opt
+
+    model, opt = make(5)
+    for s in range(2):
+        step(model, opt, s)
+    assert model.b.weight not in opt.state
+    with ckptdb.open(str(tmp_path / "store")) as db:
+        db.save(ckptdb.torch.get_state_dict(model, opt), step=2)
+        fresh, fresh_opt = make(6)
+        target = ckptdb.torch.get_state_dict(fresh, fresh_opt)
+        assert "b.weight" not in target["optim"]["state"]
+        db.load(target)  # strict: every requested key is in the checkpoint
+    ckptdb.torch.set_state_dict(fresh, fresh_opt, target)
+    step(model, opt, 7)
+    step(fresh, fresh_opt, 7)
+    for name, p in model.named_parameters():
+        assert torch.equal(p, fresh.get_parameter(name)), name
 
 
 def test_set_state_dict_copies_what_is_not_shared_and_names_unknown_keys():
