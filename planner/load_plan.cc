@@ -56,6 +56,12 @@ struct StoredTensor {
   }
 };
 
+// A whole tensor's bytes.
+uint64_t TensorBytes(const TensorMetadata& t) {
+  return static_cast<uint64_t>(NumElements(t.global_shape)) *
+         DTypeSize(t.dtype);
+}
+
 // Where each tensor's bytes begin in the checkpoint's byte order (every tensor
 // in key order, whole).
 std::map<std::string_view, uint64_t> TensorBases(
@@ -64,8 +70,7 @@ std::map<std::string_view, uint64_t> TensorBases(
   uint64_t at = 0;
   for (const auto& [key, t] : tensors) {
     bases.emplace(key, at);
-    at +=
-        static_cast<uint64_t>(NumElements(t.global_shape)) * DTypeSize(t.dtype);
+    at += TensorBytes(t);
   }
   return bases;
 }
@@ -281,79 +286,70 @@ std::vector<Need> RankNeeds(const std::vector<std::pair<Owner, Box>>& hits,
   return needs;
 }
 
-}  // namespace
-
-Result<LoadPlan> BuildRankLoadPlan(
-    const std::map<std::string, TensorMetadata>& tensors,
-    const TargetClasses& classes, int rank) {
-  const int num_classes = static_cast<int>(classes.targets.size());
-  std::vector<std::vector<int>> ranks_of_class(num_classes);
+// The ranks of each class, ascending.
+std::vector<std::vector<int>> RanksOfClass(const TargetClasses& classes) {
+  std::vector<std::vector<int>> ranks_of_class(classes.targets.size());
   for (int r = 0; r < static_cast<int>(classes.class_of_rank.size()); ++r)
     ranks_of_class[classes.class_of_rank[r]].push_back(r);
-  for (int c = 0; c < num_classes; ++c) {
-    if (ranks_of_class[c].empty()) continue;
-    const std::string who = "rank " + std::to_string(ranks_of_class[c][0]);
-    for (const LoadTarget& target : classes.targets[c])
-      CKPTDB_RETURN_IF_ERROR(CheckTarget(tensors, target, who));
+  return ranks_of_class;
+}
+
+// A class's non-empty targets, by tensor key.
+std::map<std::string_view, std::vector<const LoadTarget*>> TargetsByKey(
+    const std::vector<LoadTarget>& targets) {
+  std::map<std::string_view, std::vector<const LoadTarget*>> by_key;
+  for (const LoadTarget& target : targets) {
+    if (target.box.volume() > 0) by_key[target.flat_key].push_back(&target);
   }
-  const int mine = classes.class_of_rank[rank];
-  std::map<std::string_view, std::vector<const LoadTarget*>> my_keys;
-  for (const LoadTarget& target : classes.targets[mine]) {
-    if (target.box.volume() > 0) my_keys[target.flat_key].push_back(&target);
-  }
-  // Every class's targets of the tensors this rank loads, by key, in class
-  // and target order: one pass over all targets, not one per tensor.
+  return by_key;
+}
+
+// Every class's targets of the tensors in `keys`, by key, in class and target
+// order: one pass over all targets, not one per tensor.
+std::map<std::string_view, std::vector<Owner>> OwnersOfKeys(
+    const TargetClasses& classes,
+    const std::vector<std::vector<int>>& ranks_of_class,
+    const std::map<std::string_view, std::vector<const LoadTarget*>>& keys) {
   std::map<std::string_view, std::vector<Owner>> owners_of_key;
-  for (int c = 0; c < num_classes; ++c) {
+  for (size_t c = 0; c < classes.targets.size(); ++c) {
     if (ranks_of_class[c].empty()) continue;
     for (size_t t = 0; t < classes.targets[c].size(); ++t) {
       const LoadTarget& target = classes.targets[c][t];
       if (target.box.volume() == 0) continue;
-      auto mine_too = my_keys.find(target.flat_key);
-      if (mine_too != my_keys.end())
-        owners_of_key[mine_too->first].push_back({c, t});
+      auto wanted = keys.find(target.flat_key);
+      if (wanted != keys.end())
+        owners_of_key[wanted->first].push_back({static_cast<int>(c), t});
     }
   }
+  return owners_of_key;
+}
+
+// The reads one rank plans, tensor by tensor, with the reader turns they
+// share.
+struct RankReads {
+  const TargetClasses& classes;
+  const std::vector<std::vector<int>>& ranks_of_class;
+  int rank;
+  int mine;  // the rank's class
   LoadPlan plan;
   ReaderTurns<std::vector<int>> turns;
+  // Each chunk's, reused from chunk to chunk.
+  std::vector<std::pair<Owner, Box>> hits;
   std::vector<int> needer_classes, needers;
-  // The tensors in key order, as my_keys and owners_of_key are, with where
-  // each one's bytes begin (as TensorBases): one merge, no lookups.
-  auto tensor = tensors.begin();
-  uint64_t base = 0;
-  auto owners_of = owners_of_key.begin();
-  for (const auto& [key, my_targets] : my_keys) {
-    while (tensor != tensors.end() && std::string_view(tensor->first) < key) {
-      base += static_cast<uint64_t>(NumElements(tensor->second.global_shape)) *
-              DTypeSize(tensor->second.dtype);
-      ++tensor;
-    }
-    while (owners_of != owners_of_key.end() && owners_of->first < key)
-      ++owners_of;
-    if (tensor == tensors.end() || tensor->first != key ||
-        owners_of == owners_of_key.end() || owners_of->first != key) {
-      return Status::Internal("load planning lost tensor '" + std::string(key) +
-                              "'");  // checked above
-    }
-    const auto& [name, meta] = *tensor;
-    const StoredTensor stored(meta, base);
-    // Every class's targets of this tensor, indexed.
-    const std::vector<Owner>& owners = owners_of->second;
+
+  // The chunks of tensor `name` that this rank needs (through `my_targets`),
+  // each with its reader among all its needers (`owners`: every class's
+  // targets of the tensor) and the needs this rank plans for it.
+  void PlanTensor(const std::string& name, const StoredTensor& stored,
+                  const std::vector<const LoadTarget*>& my_targets,
+                  const std::vector<Owner>& owners) {
+    const TensorMetadata& meta = *stored.meta;
     std::vector<Box> boxes;
     boxes.reserve(owners.size());
     for (const Owner& o : owners)
       boxes.push_back(classes.targets[o.cls][o.target].box);
     const BoxIndex targets(boxes, meta.global_shape.size());
-    // The chunks this rank needs, ascending.
-    std::vector<size_t> chunks;
-    for (const LoadTarget* target : my_targets) {
-      stored.index.ForEachOverlap(
-          target->box, [&](size_t c, const Box&) { chunks.push_back(c); });
-    }
-    std::sort(chunks.begin(), chunks.end());
-    chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
-    std::vector<std::pair<Owner, Box>> hits;
-    for (size_t c : chunks) {
+    for (size_t c : ChunksNeeded(stored, my_targets)) {
       const ChunkMetadata& chunk = meta.chunks[c];
       hits.clear();
       needer_classes.clear();
@@ -376,7 +372,59 @@ Result<LoadPlan> BuildRankLoadPlan(
           &plan);
     }
   }
-  return plan;
+
+  // The chunks of `stored` that `my_targets` overlap, ascending.
+  static std::vector<size_t> ChunksNeeded(
+      const StoredTensor& stored,
+      const std::vector<const LoadTarget*>& my_targets) {
+    std::vector<size_t> chunks;
+    for (const LoadTarget* target : my_targets) {
+      stored.index.ForEachOverlap(
+          target->box, [&](size_t c, const Box&) { chunks.push_back(c); });
+    }
+    std::sort(chunks.begin(), chunks.end());
+    chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
+    return chunks;
+  }
+};
+
+}  // namespace
+
+Result<LoadPlan> BuildRankLoadPlan(
+    const std::map<std::string, TensorMetadata>& tensors,
+    const TargetClasses& classes, int rank) {
+  const std::vector<std::vector<int>> ranks_of_class = RanksOfClass(classes);
+  for (size_t c = 0; c < ranks_of_class.size(); ++c) {
+    if (ranks_of_class[c].empty()) continue;
+    const std::string who = "rank " + std::to_string(ranks_of_class[c][0]);
+    for (const LoadTarget& target : classes.targets[c])
+      CKPTDB_RETURN_IF_ERROR(CheckTarget(tensors, target, who));
+  }
+  const int mine = classes.class_of_rank[rank];
+  const auto my_keys = TargetsByKey(classes.targets[mine]);
+  const auto owners_of_key = OwnersOfKeys(classes, ranks_of_class, my_keys);
+  RankReads reads{classes, ranks_of_class, rank, mine};
+  // The tensors in key order, as my_keys and owners_of_key are, with where
+  // each one's bytes begin (as TensorBases): one merge, no lookups.
+  auto tensor = tensors.begin();
+  uint64_t base = 0;
+  auto owners_of = owners_of_key.begin();
+  for (const auto& [key, my_targets] : my_keys) {
+    while (tensor != tensors.end() && std::string_view(tensor->first) < key) {
+      base += TensorBytes(tensor->second);
+      ++tensor;
+    }
+    while (owners_of != owners_of_key.end() && owners_of->first < key)
+      ++owners_of;
+    if (tensor == tensors.end() || tensor->first != key ||
+        owners_of == owners_of_key.end() || owners_of->first != key) {
+      return Status::Internal("load planning lost tensor '" + std::string(key) +
+                              "'");  // checked above
+    }
+    reads.PlanTensor(tensor->first, StoredTensor(tensor->second, base),
+                     my_targets, owners_of->second);
+  }
+  return std::move(reads.plan);
 }
 
 LoadPlan RestrictToRank(const LoadPlan& global, int rank,

@@ -230,7 +230,7 @@ Status StoreImpl::WalkTensorRecords(const rocksdb::ReadOptions& read,
                                     MainRecord* main) {
   const int64_t id = main->meta.info.id;
   auto& tensors = main->meta.tensors;
-  // The wanted tensors, in key order, and whether each record was read.
+  // The wanted tensors, in key order.
   std::vector<std::map<std::string, TensorMetadata>::iterator> targets;
   {
     auto tensor = tensors.begin();
@@ -241,8 +241,12 @@ Status StoreImpl::WalkTensorRecords(const rocksdb::ReadOptions& read,
         targets.push_back(tensor);
     }
   }
-  std::vector<bool> decoded(targets.size(), false);
-  size_t next = 0;  // the first target whose record may still come
+  auto missing = [&](size_t t) {
+    return Status::Corruption("checkpoint metadata: tensor '" +
+                              targets[t]->first +
+                              "' has no record: its chunks are missing");
+  };
+  size_t next = 0;  // the first target whose record has not come yet
   TensorRecords it(*db_, meta_, read, id);
   for (; it->Valid() && next < targets.size(); it->Next()) {
     int64_t record_id = 0;
@@ -251,28 +255,21 @@ Status StoreImpl::WalkTensorRecords(const rocksdb::ReadOptions& read,
             std::string_view(it->key().data(), it->key().size()), &record_id,
             &key))
       break;
-    while (next < targets.size() &&
-           std::string_view(targets[next]->first) < key)
-      ++next;
-    if (next == targets.size() || targets[next]->first != key) continue;
-    auto& [name, tensor] = *targets[next];
+    // A target before this record's key was passed by without its record.
+    if (std::string_view(targets[next]->first) < key) return missing(next);
+    if (targets[next]->first != key) continue;
+    auto& [name, tensor] = *targets[next++];
     CKPTDB_ASSIGN_OR_RETURN(
         tensor.chunks,
         DecodeTensorRecord(
             *main, name,
             std::string_view(it->value().data(), it->value().size())));
-    decoded[next++] = true;
   }
+  // A read error ends the walk early: it, not a missing record, is the cause.
   CKPTDB_RETURN_IF_ERROR(FromRocks(
       it->status(),
       "reading the tensor records of checkpoint " + std::to_string(id)));
-  for (size_t t = 0; t < targets.size(); ++t) {
-    if (!decoded[t]) {
-      return Status::Corruption("checkpoint metadata: tensor '" +
-                                targets[t]->first +
-                                "' has no record: its chunks are missing");
-    }
-  }
+  if (next < targets.size()) return missing(next);
   return Status::OK();
 }
 

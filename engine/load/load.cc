@@ -32,6 +32,18 @@ struct LocalTargets {
       values;  // (leaf, stored value) to assign
 };
 
+// The flat keys of the state dict's tensor leaves, sorted: the tensors whose
+// chunks this rank reads the records of.
+std::vector<std::string> TensorKeysOf(
+    const std::vector<planner::MutableFlatLeaf>& leaves) {
+  std::vector<std::string> keys;
+  for (const auto& leaf : leaves) {
+    if (leaf.tensor != nullptr) keys.push_back(leaf.flat_key);
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
 // Matches this rank's leaves against the checkpoint: checks dtypes and shapes,
 // lists missing and unexpected keys.
 Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
@@ -105,22 +117,6 @@ Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
     if (!requested.count(key)) result->unexpected_keys.push_back(key);
   }
   return Status::OK();
-}
-
-}  // namespace
-
-namespace {
-
-// The flat keys of the state dict's tensor leaves, sorted: the tensors whose
-// chunks this rank reads the records of.
-std::vector<std::string> TensorKeysOf(
-    const std::vector<planner::MutableFlatLeaf>& leaves) {
-  std::vector<std::string> keys;
-  for (const auto& leaf : leaves) {
-    if (leaf.tensor != nullptr) keys.push_back(leaf.flat_key);
-  }
-  std::sort(keys.begin(), keys.end());
-  return keys;
 }
 
 }  // namespace

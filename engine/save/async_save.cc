@@ -33,6 +33,11 @@ namespace {
 // priority stays.
 constexpr int kBackgroundNice = 5;
 
+// The machine's hardware threads, at least 1.
+int MachineThreads() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 // Processes on this host as the launcher tells them (torchrun, Open MPI,
 // MPICH, Slurm); 1 when none does.
 int ProcessesOnThisHost() {
@@ -68,14 +73,11 @@ int RunnableThreads() {
 }  // namespace
 
 bool HasASpareCore() {
-  const int machine =
-      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return CoresOfThisProcess() >= 2 && RunnableThreads() < machine;
+  return CoresOfThisProcess() >= 2 && RunnableThreads() < MachineThreads();
 }
 
 int CoresOfThisProcess() {
-  const int machine =
-      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int machine = MachineThreads();
   int allowed = machine;
 #if defined(__linux__)
   cpu_set_t set;
@@ -143,10 +145,8 @@ Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
     // the state, and the writers never wait for it (the commit of a state
     // that changed came 1.2-1.5x after a blocking save's when the writers
     // began after the whole copy).
-    std::vector<uint64_t> sizes(p.order.size());
-    for (size_t i = 0; i < p.order.size(); ++i)
-      sizes[i] = p.mine[p.order[i]].nbytes;
-    auto snapshot = std::make_shared<SnapshotRing>(*memory, sizes);
+    auto snapshot = std::make_shared<SnapshotRing>(
+        *memory, BytesInWriteOrder(p.mine, p.order));
     start(snapshot);
     CopyFromTheBack(p, *snapshot);
   } else {

@@ -7,12 +7,11 @@
 namespace ckptdb::engine {
 
 SnapshotRing::SnapshotRing(char* memory, uint64_t size, size_t chunks)
-    : memory_(memory), size_(size), shared_(false), copies_(chunks) {}
+    : memory_(memory), size_(size), copies_(chunks) {}
 
 SnapshotRing::SnapshotRing(char* memory, const std::vector<uint64_t>& sizes)
     : memory_(memory),
       size_(std::accumulate(sizes.begin(), sizes.end(), uint64_t{0})),
-      shared_(true),
       places_(sizes.size()),
       claims_(sizes.size(), Claim::kOpen),
       copies_(sizes.size()) {
@@ -24,7 +23,7 @@ SnapshotRing::SnapshotRing(char* memory, const std::vector<uint64_t>& sizes)
 }
 
 Result<SnapshotRing::Source> SnapshotRing::Take(size_t i) {
-  if (shared_) {
+  if (shared()) {
     std::lock_guard lock(mu_);
     if (claims_[i] == Claim::kOpen) {
       claims_[i] = Claim::kDirect;
@@ -86,7 +85,7 @@ Result<const char*> SnapshotRing::Wait(size_t i) {
 }
 
 void SnapshotRing::Release(size_t i) {
-  if (shared_) return;  // every chunk keeps its place
+  if (shared()) return;  // every chunk keeps its place
   std::lock_guard lock(mu_);
   live_[copies_[i].slot - first_slot_].released = true;
   while (!live_.empty() && live_.front().released) {

@@ -85,6 +85,7 @@ class SnapshotRing {
     uint64_t slot = 0;
   };
 
+  bool shared() const { return !claims_.empty(); }
   // Where `n` bytes fit after the newest live copy, if they do.
   bool Fits(uint64_t n, uint64_t* at) const;
 
@@ -93,7 +94,7 @@ class SnapshotRing {
 
   char* const memory_;
   const uint64_t size_;
-  const bool shared_;
+  // Empty outside the shared mode.
   std::vector<uint64_t> places_;
   std::vector<Claim> claims_;
   size_t direct_in_flight_ = 0;  // taken directly, not yet written

@@ -46,12 +46,16 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
 
 }  // namespace
 
+std::vector<uint64_t> BytesInWriteOrder(const std::vector<MyChunk>& mine,
+                                        const std::vector<size_t>& order) {
+  std::vector<uint64_t> bytes(order.size());
+  for (size_t i = 0; i < order.size(); ++i) bytes[i] = mine[order[i]].nbytes;
+  return bytes;
+}
+
 std::vector<size_t> WriteParts(const std::vector<MyChunk>& mine,
                                const std::vector<size_t>& order, int threads) {
-  std::vector<uint64_t> bytes_in_order(order.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    bytes_in_order[i] = mine[order[i]].nbytes;
-  return planner::SplitIntoParts(bytes_in_order, threads);
+  return planner::SplitIntoParts(BytesInWriteOrder(mine, order), threads);
 }
 
 // Streams this rank's chunks into staged files, a part each, in parallel;

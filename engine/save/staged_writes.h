@@ -35,6 +35,10 @@ struct WriteContext {
   DeviceCopier* copier = nullptr;
 };
 
+// The bytes of the rank's chunks in write order: mine[order[i]].nbytes.
+std::vector<uint64_t> BytesInWriteOrder(const std::vector<MyChunk>& mine,
+                                        const std::vector<size_t>& order);
+
 // Where each part of the rank's chunks (indexes into `order`) begins, with the
 // end last: planner::SplitIntoParts of their bytes in write order.
 std::vector<size_t> WriteParts(const std::vector<MyChunk>& mine,
