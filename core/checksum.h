@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "ckptdb/metadata.h"
@@ -40,6 +41,33 @@ struct ChunkDigest {
   ContentHash content;
 };
 ChunkDigest ChunkChecksumAndContentHash(const void* data, size_t n);
+
+// Takes a chunk's bytes a block at a time, right after the block was hashed;
+// returns false to stop.
+using BlockSink = bool (*)(void* context, const char* block, size_t size);
+
+// The bytes DigestInBlocks hashes before handing them on: small enough to be
+// still in the CPU's cache when the sink reads them.
+inline constexpr size_t kDigestBlockBytes = size_t{256} << 10;
+
+// ChunkChecksum of `data` (and, with `content`, ChunkContentHash; else the
+// content hash is left zero), hashed block by block, each block handed to
+// `sink` once hashed: a consumer that reads the bytes anyway (a file write)
+// then reads them from the cache, and the chunk costs one pass over memory
+// instead of two. nullopt when the sink stopped the walk.
+std::optional<ChunkDigest> DigestInBlocks(const void* data, size_t n,
+                                          bool content, BlockSink sink,
+                                          void* context);
+template <typename Sink>  // bool(const char* block, size_t size)
+std::optional<ChunkDigest> DigestInBlocks(const void* data, size_t n,
+                                          bool content, Sink& sink) {
+  return DigestInBlocks(
+      data, n, content,
+      [](void* s, const char* block, size_t size) {
+        return (*static_cast<Sink*>(s))(block, size);
+      },
+      &sink);
+}
 
 // One way of computing ChunkChecksum.
 struct ChecksumImpl {

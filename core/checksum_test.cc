@@ -89,5 +89,42 @@ TEST(ChecksumTest, DigestGivesTheChecksumAndContentHashOfEveryLength) {
   }
 }
 
+// Hashed block by block, a chunk gets the same checksum (and content hash)
+// as in one piece, and the sink sees every byte once, in order, in blocks of
+// kDigestBlockBytes; a sink that stops the walk gets no digest.
+TEST(ChecksumTest, DigestInBlocksHandsOnEveryByteAndHashesAsOnePiece) {
+  std::mt19937_64 rng(14);
+  std::vector<unsigned char> bytes(3 * kDigestBlockBytes + 64);
+  for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+  for (size_t n : {size_t{0}, size_t{1}, size_t{240}, size_t{241}, size_t{4096},
+                   kDigestBlockBytes - 1, kDigestBlockBytes,
+                   kDigestBlockBytes + 1, 3 * kDigestBlockBytes + 17}) {
+    for (bool content : {false, true}) {
+      const char* p = reinterpret_cast<const char*>(bytes.data()) + 3;
+      std::vector<char> seen;
+      size_t blocks = 0;
+      auto sink = [&](const char* block, size_t size) {
+        EXPECT_LE(size, kDigestBlockBytes);
+        seen.insert(seen.end(), block, block + size);
+        ++blocks;
+        return true;
+      };
+      const std::optional<ChunkDigest> digest =
+          DigestInBlocks(p, n, content, sink);
+      ASSERT_TRUE(digest.has_value());
+      EXPECT_EQ(digest->checksum, ChunkChecksum(p, n)) << n << " bytes";
+      if (content) {
+        EXPECT_EQ(digest->content, ChunkContentHash(p, n)) << n << " bytes";
+      }
+      EXPECT_EQ(seen, std::vector<char>(p, p + n)) << n << " bytes";
+      EXPECT_EQ(blocks, (n + kDigestBlockBytes - 1) / kDigestBlockBytes);
+    }
+  }
+  size_t calls = 0;
+  auto stop = [&](const char*, size_t) { return ++calls < 2; };
+  EXPECT_FALSE(DigestInBlocks(bytes.data(), 3 * kDigestBlockBytes, true, stop));
+  EXPECT_EQ(calls, 2u);
+}
+
 }  // namespace
 }  // namespace ckptdb::storage

@@ -40,6 +40,10 @@ ChunkSource DecideChunkSource(const ChunkMetadata* candidate,
           candidate->writer_rank, candidate->checksum};
 }
 
+bool HashBeforeWriting(const ChunkMetadata* candidate) {
+  return candidate != nullptr && candidate->holder_id != 0;
+}
+
 Status CheckReferences(const std::map<std::string, TensorMetadata>& tensors,
                        const PreviousCheckpoint& previous, int32_t world) {
   for (const auto& [key, tensor] : tensors) {

@@ -48,6 +48,16 @@ const ChunkMetadata* CandidateChunk(const PreviousCheckpoint& previous,
 ChunkSource DecideChunkSource(const ChunkMetadata* candidate,
                               int64_t previous_id, const ContentHash& hash);
 
+// Whether a chunk with `candidate` (CandidateChunk) is hashed before it is
+// written, so that it is not written when unchanged: when the candidate was
+// itself found unchanged by the save that recorded it (it refers to older
+// bytes), as a frozen or rarely updated tensor is. Otherwise (no candidate, or
+// the candidate's bytes were written by that save: the tensor changed then, as
+// a trained one does at every step) the chunk is hashed as it is written, one
+// pass over its bytes instead of two, and its bytes are taken back if it turns
+// out unchanged after all.
+bool HashBeforeWriting(const ChunkMetadata* candidate);
+
 // Whether every chunk of `tensors` (a new checkpoint's record, `world`
 // ranks) that refers to stored bytes refers to what `previous` (the record it
 // was compared with, holding at least the tensors with such chunks) decides

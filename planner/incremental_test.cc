@@ -79,6 +79,17 @@ std::map<std::string, TensorMetadata> ReferringRecord() {
   return tensors;
 }
 
+// A chunk is hashed before it is written only when its candidate refers to
+// older bytes (the save that recorded it found it unchanged); a chunk that
+// was written then (it changed), or has no candidate, is hashed as written.
+TEST(IncrementalTest, OnlyAChunkFoundUnchangedLastTimeIsHashedBeforeWriting) {
+  const PreviousCheckpoint previous = TwoChunks();
+  const auto& chunks = previous.tensors.at("w").chunks;
+  EXPECT_FALSE(HashBeforeWriting(&chunks[0]));  // written by checkpoint 7
+  EXPECT_TRUE(HashBeforeWriting(&chunks[1]));   // refers to checkpoint 3
+  EXPECT_FALSE(HashBeforeWriting(nullptr));
+}
+
 TEST(IncrementalTest, ReferencesAsDecidedPassTheCheck) {
   EXPECT_TRUE(CheckReferences(ReferringRecord(), TwoChunks(), 2).ok());
   // A written chunk needs nothing in the previous record.

@@ -73,34 +73,55 @@ class StagedFileWriterImpl : public StagedFileWriter {
   Result<uint64_t> Add(std::string_view tensor_key, const Shape& global_offset,
                        std::string_view bytes,
                        std::optional<uint64_t> known_checksum) override {
+    if (GoesToValueFile(bytes) && !known_checksum) {
+      ChunkDigest digest;
+      CKPTDB_ASSIGN_OR_RETURN(
+          const ValuePointer at,
+          values_.AppendHashing(bytes, /*content=*/false, &digest));
+      CKPTDB_RETURN_IF_ERROR(PutPointer(tensor_key, global_offset, at));
+      return digest.checksum;
+    }
     const uint64_t checksum = known_checksum
                                   ? *known_checksum
                                   : ChunkChecksum(bytes.data(), bytes.size());
-    const std::string key =
-        EncodeChunkKey(id_, rank_, tensor_key, global_offset);
-    std::string pointer;
-    rocksdb::Slice value(bytes.data(), bytes.size());
-    if (value_files_ && bytes.size() >= kExternalValueBytes) {
+    if (GoesToValueFile(bytes)) {
       CKPTDB_ASSIGN_OR_RETURN(const ValuePointer at, values_.Append(bytes));
-      pointer = EncodeValuePointer(at);
-      value = pointer;
-      log_->end = at.offset + at.nbytes;
-      log_->next_offset = at.offset;
-      log_->next_is_pointer = true;
+      CKPTDB_RETURN_IF_ERROR(PutPointer(tensor_key, global_offset, at));
+    } else {
+      CKPTDB_RETURN_IF_ERROR(Put(tensor_key, global_offset, bytes));
     }
-    const rocksdb::Status put = writer_->Put(key, value);
-    log_->next_is_pointer = false;
-    CKPTDB_RETURN_IF_ERROR(FromRocks(
-        put,
-        "staging chunk of '" + std::string(tensor_key) + "' into " + path_));
-    ++entries_;
     return checksum;
+  }
+
+  Result<Added> AddUnlessUnchanged(
+      std::string_view tensor_key, const Shape& global_offset,
+      std::string_view bytes, std::optional<ContentHash> unchanged) override {
+    Added out;
+    if (!GoesToValueFile(bytes)) {
+      out.digest = ChunkChecksumAndContentHash(bytes.data(), bytes.size());
+      if (out.digest.content == unchanged) return out;
+      CKPTDB_RETURN_IF_ERROR(Put(tensor_key, global_offset, bytes));
+      out.added = true;
+      return out;
+    }
+    CKPTDB_ASSIGN_OR_RETURN(
+        const ValuePointer at,
+        values_.AppendHashing(bytes, /*content=*/true, &out.digest));
+    if (out.digest.content == unchanged) {
+      CKPTDB_RETURN_IF_ERROR(values_.DropLast(at));
+      return out;
+    }
+    CKPTDB_RETURN_IF_ERROR(PutPointer(tensor_key, global_offset, at));
+    out.added = true;
+    return out;
   }
 
   Result<std::string> Finish() override {
     finished_ = true;
     if (entries_ == 0) {
       writer_.reset();
+      // A value file holds no bytes then (every chunk was dropped): gone too.
+      CKPTDB_RETURN_IF_ERROR(values_.Finish());
       CKPTDB_RETURN_IF_ERROR(fs_->Remove(path_));
       return std::string();
     }
@@ -123,6 +144,35 @@ class StagedFileWriterImpl : public StagedFileWriter {
   }
 
  private:
+  bool GoesToValueFile(std::string_view bytes) const {
+    return value_files_ && bytes.size() >= kExternalValueBytes;
+  }
+
+  // Puts the chunk's key with `value`: its bytes, or a pointer to them.
+  Status Put(std::string_view tensor_key, const Shape& global_offset,
+             std::string_view value) {
+    const rocksdb::Status put =
+        writer_->Put(EncodeChunkKey(id_, rank_, tensor_key, global_offset),
+                     rocksdb::Slice(value.data(), value.size()));
+    CKPTDB_RETURN_IF_ERROR(FromRocks(
+        put,
+        "staging chunk of '" + std::string(tensor_key) + "' into " + path_));
+    ++entries_;
+    return Status::OK();
+  }
+
+  // Puts a pointer to bytes appended to the value file; the table's collector
+  // learns from log_ that this value is one.
+  Status PutPointer(std::string_view tensor_key, const Shape& global_offset,
+                    const ValuePointer& at) {
+    log_->end = at.offset + at.nbytes;
+    log_->next_offset = at.offset;
+    log_->next_is_pointer = true;
+    const Status put = Put(tensor_key, global_offset, EncodeValuePointer(at));
+    log_->next_is_pointer = false;
+    return put;
+  }
+
   std::string path_;
   int64_t id_;
   int32_t rank_;

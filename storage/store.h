@@ -11,6 +11,7 @@
 #include "ckptdb/file_system_hooks.h"
 #include "ckptdb/metadata.h"
 #include "ckptdb/status.h"
+#include "core/checksum.h"
 
 namespace ckptdb::storage {
 
@@ -82,6 +83,19 @@ class StagedFileWriter {
                        std::string_view bytes) {
     return Add(tensor_key, global_offset, bytes, std::nullopt);
   }
+  // What AddUnlessUnchanged did with a chunk: its checksum and content hash,
+  // and whether it was added.
+  struct Added {
+    ChunkDigest digest;
+    bool added = false;
+  };
+  // Adds a chunk unless its content hash is `unchanged` (that of a stored
+  // chunk it may equal), hashing it as it is written: one pass over the bytes.
+  // An unchanged chunk leaves nothing behind (its bytes, written, are taken
+  // back); the caller refers to the stored chunk instead.
+  virtual Result<Added> AddUnlessUnchanged(
+      std::string_view tensor_key, const Shape& global_offset,
+      std::string_view bytes, std::optional<ContentHash> unchanged) = 0;
   // Finishes (and syncs) the file; returns its path, or "" when no chunk was
   // added (the file is removed then).
   virtual Result<std::string> Finish() = 0;

@@ -113,7 +113,8 @@ Status ValueFileWriter::Create() {
   CKPTDB_RETURN_IF_ERROR(
       fs_->CreateDirIfMissing(ValueDirOf(store_path_, checkpoint_id_)));
   rocksdb::FileOptions options;
-  // Plain write(2) calls, as a program writing its own files would make.
+  // Plain pwrite(2) calls, as a program writing its own files would make; at
+  // the offset the writer keeps, so that DropLast can take bytes back.
   options.use_mmap_writes = false;
   return FromRocks(fs_->NewWritableFile(path_, options, &file_, nullptr),
                    "creating value file " + path_);
@@ -121,29 +122,80 @@ Status ValueFileWriter::Create() {
 
 Result<ValuePointer> ValueFileWriter::Append(std::string_view bytes) {
   if (!file_) CKPTDB_RETURN_IF_ERROR(Create());
-  CKPTDB_RETURN_IF_ERROR(
-      FromRocks(file_->Append(rocksdb::Slice(bytes.data(), bytes.size()),
+  CKPTDB_RETURN_IF_ERROR(FromRocks(
+      file_->PositionedAppend(rocksdb::Slice(bytes.data(), bytes.size()), size_,
                               rocksdb::IOOptions(), nullptr),
-                "writing " + std::to_string(bytes.size()) +
-                    " bytes to value file " + path_));
+      "writing " + std::to_string(bytes.size()) + " bytes to value file " +
+          path_));
   ValuePointer pointer = id_;
   pointer.offset = size_;
   pointer.nbytes = bytes.size();
   size_ += bytes.size();
   unsynced_ += bytes.size();
-  if (unsynced_ >= kWriteBackBytes) {
-    CKPTDB_RETURN_IF_ERROR(
-        FromRocks(file_->RangeSync(synced_to_, size_ - synced_to_,
-                                   rocksdb::IOOptions(), nullptr),
-                  "starting write-back of value file " + path_));
-    synced_to_ = size_;
-    unsynced_ = 0;
-  }
+  CKPTDB_RETURN_IF_ERROR(StartWriteBack());
   return pointer;
+}
+
+Result<ValuePointer> ValueFileWriter::AppendHashing(std::string_view bytes,
+                                                    bool content,
+                                                    ChunkDigest* digest) {
+  if (!file_) CKPTDB_RETURN_IF_ERROR(Create());
+  ValuePointer pointer = id_;
+  pointer.offset = size_;
+  pointer.nbytes = bytes.size();
+  Status written;
+  auto write = [&](const char* block, size_t size) {
+    written =
+        FromRocks(file_->PositionedAppend(rocksdb::Slice(block, size), size_,
+                                          rocksdb::IOOptions(), nullptr),
+                  "writing " + std::to_string(bytes.size()) +
+                      " bytes to value file " + path_);
+    if (!written.ok()) return false;
+    size_ += size;
+    unsynced_ += size;
+    written = StartWriteBack();
+    return written.ok();
+  };
+  const std::optional<ChunkDigest> hashed =
+      DigestInBlocks(bytes.data(), bytes.size(), content, write);
+  CKPTDB_RETURN_IF_ERROR(written);
+  *digest = *hashed;
+  return pointer;
+}
+
+Status ValueFileWriter::DropLast(const ValuePointer& last) {
+  CKPTDB_REQUIRE(file_ != nullptr && last.offset + last.nbytes == size_,
+                 "dropping bytes that are not the last of value file " + path_);
+  CKPTDB_RETURN_IF_ERROR(
+      FromRocks(file_->Truncate(last.offset, rocksdb::IOOptions(), nullptr),
+                "truncating value file " + path_ + " to " +
+                    std::to_string(last.offset) + " bytes"));
+  size_ = last.offset;
+  synced_to_ = std::min(synced_to_, size_);
+  unsynced_ = size_ - synced_to_;
+  return Status::OK();
+}
+
+Status ValueFileWriter::StartWriteBack() {
+  if (unsynced_ < kWriteBackBytes) return Status::OK();
+  CKPTDB_RETURN_IF_ERROR(
+      FromRocks(file_->RangeSync(synced_to_, size_ - synced_to_,
+                                 rocksdb::IOOptions(), nullptr),
+                "starting write-back of value file " + path_));
+  synced_to_ = size_;
+  unsynced_ = 0;
+  return Status::OK();
 }
 
 Status ValueFileWriter::Finish() {
   if (!file_) return Status::OK();
+  if (size_ == 0) {  // every chunk appended was dropped again
+    const rocksdb::IOStatus closed =
+        file_->Close(rocksdb::IOOptions(), nullptr);
+    file_.reset();
+    CKPTDB_RETURN_IF_ERROR(FromRocks(closed, "closing value file " + path_));
+    return fs_->Remove(path_);
+  }
   Status s = FromRocks(file_->Sync(rocksdb::IOOptions(), nullptr),
                        "syncing value file " + path_);
   if (s.ok()) {

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "ckptdb/status.h"
+#include "core/checksum.h"
 #include "storage/file_system.h"
 
 namespace ckptdb::storage {
@@ -118,6 +119,14 @@ class ValueFileWriter {
 
   // Appends `bytes`; returns the pointer to them.
   Result<ValuePointer> Append(std::string_view bytes);
+  // Appends `bytes` while hashing them (DigestInBlocks, with the content hash
+  // when `content`): each block is written right after it is hashed, so the
+  // write reads it from the cache. Sets `digest`.
+  Result<ValuePointer> AppendHashing(std::string_view bytes, bool content,
+                                     ChunkDigest* digest);
+  // Removes the bytes of `last`, the pointer the latest append returned, from
+  // the end of the file.
+  Status DropLast(const ValuePointer& last);
   // Syncs and closes the file, then syncs the directories that name it, up to
   // the store directory. A no-op when nothing was appended.
   Status Finish();
@@ -130,6 +139,9 @@ class ValueFileWriter {
 
  private:
   Status Create();
+  // Starts write-back of what was appended since it last started, once that
+  // is kWriteBackBytes or more.
+  Status StartWriteBack();
 
   std::shared_ptr<StoreFileSystem> fs_;
   const std::string store_path_;

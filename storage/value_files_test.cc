@@ -238,6 +238,83 @@ TEST(ValueFileTest, LargeChunksLiveInValueFilesThatDeleteRemoves) {
   EXPECT_EQ(FilesWith(dir.path(), ".val").first, 0);
 }
 
+// A chunk added unless unchanged is hashed as it is written: a changed one
+// (large or small) is stored with the checksum and content hash of its bytes;
+// an unchanged one leaves no key and no bytes, even between two stored
+// chunks of one value file; a writer whose every chunk was unchanged leaves no
+// file at all.
+TEST(ValueFileTest, AChunkFoundUnchangedAsItIsWrittenLeavesNothingBehind) {
+  TempDir dir;
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  const int64_t id = *(*store)->NextCheckpointId();
+  struct Case {
+    std::string key;
+    std::string bytes;
+    bool unchanged;
+  };
+  const std::vector<Case> cases = {
+      {"a", Pattern(300 << 10, 1), false},
+      {"b", Pattern(200 << 10, 2), true},
+      {"c", Pattern(kDigestBlockBytes + 5, 3), false},
+      {"d", Pattern(1000, 4), true},
+      {"e", Pattern(1000, 5), false}};
+  auto writer = (*store)->NewStagedFile(id, 0, 0);
+  ASSERT_TRUE(writer.ok());
+  CheckpointMetadata meta;
+  meta.info.id = id;
+  meta.info.world_size = 1;
+  uint64_t value_bytes = 0;
+  for (const Case& c : cases) {
+    const ChunkDigest digest =
+        ChunkChecksumAndContentHash(c.bytes.data(), c.bytes.size());
+    // A changed chunk is compared with another chunk's hash, or with none.
+    std::optional<ContentHash> compared_with;
+    if (c.unchanged) compared_with = digest.content;
+    if (c.key == "c") compared_with = ContentHash{1, 2};
+    auto added =
+        (*writer)->AddUnlessUnchanged(c.key, {0}, c.bytes, compared_with);
+    ASSERT_TRUE(added.ok()) << added.status().ToString();
+    EXPECT_EQ(added->added, !c.unchanged) << c.key;
+    EXPECT_EQ(added->digest.checksum, digest.checksum) << c.key;
+    EXPECT_EQ(added->digest.content, digest.content) << c.key;
+    if (c.unchanged) continue;
+    if (c.bytes.size() >= kExternalValueBytes) value_bytes += c.bytes.size();
+    const auto n = static_cast<int64_t>(c.bytes.size());
+    meta.tensors[c.key] = {DType::kUInt8,
+                           {n},
+                           {{Box{{0}, {n}}, 0, static_cast<uint64_t>(n),
+                             digest.checksum, 0, digest.content}}};
+    meta.flat_mapping[c.key] = {c.key};
+  }
+  meta.info.num_tensors = static_cast<int64_t>(meta.tensors.size());
+  auto file = (*writer)->Finish();
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  ASSERT_TRUE((*store)->Commit(meta, {*file}).ok());
+  EXPECT_EQ(FilesWith(ValueDirOf(dir.path(), id), ".val"),
+            (std::pair<int, uint64_t>{1, value_bytes}));
+  for (const Case& c : cases) {
+    if (c.unchanged) continue;
+    auto read = (*store)->ReadChunk(id, c.key, meta.tensors[c.key].chunks[0]);
+    ASSERT_TRUE(read.ok()) << c.key << ": " << read.status().ToString();
+    EXPECT_TRUE(read->bytes() == c.bytes) << c.key;
+  }
+  EXPECT_TRUE((*store)->Check()->stray_value_files.empty());
+
+  // Nothing changed: no table file, no value file.
+  const int64_t next = *(*store)->NextCheckpointId();
+  auto none = (*store)->NewStagedFile(next, 0, 0);
+  ASSERT_TRUE(none.ok());
+  for (const Case& c : cases) {
+    const ContentHash same = ChunkContentHash(c.bytes.data(), c.bytes.size());
+    auto added = (*none)->AddUnlessUnchanged(c.key, {0}, c.bytes, same);
+    ASSERT_TRUE(added.ok());
+    EXPECT_FALSE(added->added);
+  }
+  EXPECT_EQ(*(*none)->Finish(), "");
+  EXPECT_EQ(FilesWith(ValueDirOf(dir.path(), next), ".val").first, 0);
+}
+
 // A value file in a live checkpoint's directory that none of its table files
 // points into (a writer of an earlier attempt at the id left it) is reported
 // by path; the checkpoint's own files are not.

@@ -222,6 +222,44 @@ TEST_F(IncrementalChain, ASaveAfterDeletesStillRefersToTheKeptBytes) {
   ExpectStoreAccounted(templ_.path(), "after deleting 3");
 }
 
+// A tensor trained for two saves and then frozen: the first save that finds
+// it unchanged writes its bytes as it hashes them and takes them back, so
+// that save writes nothing and its store grows by its record alone; later
+// saves hash it first. Every checkpoint loads bit-exactly, the store holds no
+// stray or unused value file, and a tensor that changes again is written.
+TEST(IncrementalTest, ATensorThatStopsChangingIsWrittenNoMore) {
+  TempDir dir;
+  auto db = DB::Open(SmallChunks(), dir.path());
+  ASSERT_TRUE(db.ok());
+  std::vector<State> states = {State::Make(21)};
+  states.push_back(states[0].With(0, 22));  // tensor 0 changed
+  states.push_back(states[1].With(0, 23));  // and again
+  states.push_back(states[2]);              // nothing changed
+  states.push_back(states[2]);              // nothing changed
+  states.push_back(states[2].With(0, 24));  // tensor 0 changed again
+  const std::vector<int64_t> written = {
+      kTensors * kTensorBytes, kTensorBytes, kTensorBytes, 0, 0, kTensorBytes};
+  for (size_t i = 0; i < states.size(); ++i) {
+    const uint64_t before = TableBytes(dir.path());
+    StateDict sd = states[i].Dict();
+    auto info = (*db)->Save(sd, {});
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->nbytes_written, written[i]) << "save " << i + 1;
+    if (written[i] == 0) {  // the record's few KiB, no chunk bytes
+      EXPECT_LT(TableBytes(dir.path()), before + (32 << 10))
+          << "save " << i + 1;
+    }
+  }
+  for (size_t i = 0; i < states.size(); ++i) {
+    ExpectLoads(**db, static_cast<int64_t>(i + 1), states[i], "frozen");
+  }
+  ASSERT_TRUE((*db)->Close().ok());
+  ExpectStoreAccounted(dir.path(), "frozen");
+  auto store = storage::Store::Open(dir.path(), {.read_only = true});
+  ASSERT_TRUE(store.ok());
+  EXPECT_TRUE((*store)->Check()->stray_value_files.empty());
+}
+
 TEST(IncrementalTest, OffWritesEveryChunk) {
   TempDir dir;
   Options options = SmallChunks();

@@ -12,7 +12,8 @@ namespace ckptdb::engine {
 namespace {
 
 // One chunk: refers to stored bytes when its content hash equals the previous
-// checkpoint's chunk (planner::DecideChunkSource), else added to `writer`.
+// checkpoint's chunk (planner::DecideChunkSource), else added to `writer`;
+// hashed before or as it is written (planner::HashBeforeWriting).
 Result<WrittenChunk> WriteChunk(const WriteContext& context,
                                 const planner::PlannedTensor& tensor,
                                 const planner::PlannedChunk& chunk,
@@ -20,27 +21,46 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
                                 storage::StagedFileWriter& writer) {
   WrittenChunk out;
   out.writer_rank = context.rank;
-  std::optional<uint64_t> checksum;
-  if (context.hash) {
-    const storage::ChunkDigest digest =
-        storage::ChunkChecksumAndContentHash(data, nbytes);
-    out.content_hash = digest.content;
-    checksum = digest.checksum;
-    const planner::ChunkSource source = planner::DecideChunkSource(
-        planner::CandidateChunk(*context.previous, tensor.flat_key,
-                                tensor.dtype, tensor.global_shape, chunk.box,
-                                context.world),
-        context.previous->id, *out.content_hash);
+  const std::string_view bytes(data, nbytes);
+  if (!context.hash) {
+    CKPTDB_ASSIGN_OR_RETURN(
+        out.checksum, writer.Add(tensor.flat_key, chunk.box.origin, bytes));
+    return out;
+  }
+  const ChunkMetadata* candidate =
+      planner::CandidateChunk(*context.previous, tensor.flat_key, tensor.dtype,
+                              tensor.global_shape, chunk.box, context.world);
+  auto reuse = [&](const ContentHash& content) {
+    const planner::ChunkSource source =
+        planner::DecideChunkSource(candidate, context.previous->id, content);
+    out.content_hash = content;
     if (source.reuse) {
       out.checksum = source.checksum;
       out.holder_id = source.holder_id;
       out.writer_rank = source.writer_rank;
-      return out;
     }
+    return source.reuse;
+  };
+  if (planner::HashBeforeWriting(candidate)) {
+    const storage::ChunkDigest digest =
+        storage::ChunkChecksumAndContentHash(data, nbytes);
+    if (reuse(digest.content)) return out;
+    CKPTDB_ASSIGN_OR_RETURN(
+        out.checksum,
+        writer.Add(tensor.flat_key, chunk.box.origin, bytes, digest.checksum));
+    return out;
   }
-  CKPTDB_ASSIGN_OR_RETURN(out.checksum,
-                          writer.Add(tensor.flat_key, chunk.box.origin,
-                                     std::string_view(data, nbytes), checksum));
+  std::optional<ContentHash> unchanged;
+  if (candidate != nullptr) unchanged = candidate->content_hash;
+  CKPTDB_ASSIGN_OR_RETURN(
+      const storage::StagedFileWriter::Added added,
+      writer.AddUnlessUnchanged(tensor.flat_key, chunk.box.origin, bytes,
+                                unchanged));
+  const bool reused = reuse(added.digest.content);
+  CKPTDB_ASSERT(reused != added.added,
+                "a chunk of '" + tensor.flat_key +
+                    "' was kept and found unchanged, or neither");
+  if (added.added) out.checksum = added.digest.checksum;
   return out;
 }
 
