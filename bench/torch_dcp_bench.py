@@ -173,6 +173,63 @@ def transport_cost(nbytes, rank, size, repeat=3):
     return max(t for t, _ in both), max(c for _, c in both)
 
 
+def plain_floor(directory, read_bytes, sent_bytes, rank, size, repeat=3):
+    """Median seconds of the resharded load's data movement done by plain code on the same ranks:
+    each rank reads `read_bytes` from a file of its own in `directory` (as the chunks it reads)
+    while it sends `sent_bytes` to rank ^ 1 over a loopback socket and receives the peer's, all
+    three at once on threads (perfect overlap, no checksums, no landing copies). With every
+    chunk read once and the slices moved over TCP, no load can be faster: a lower bound for
+    ckptdb over gloo."""
+    import socket
+    import threading
+    path = os.path.join(directory, f"plain-floor-{rank}")
+    with open(path, "wb") as f:
+        f.write(bytes(read_bytes))
+    peer = rank ^ 1
+    listener = None
+    if rank % 2 == 0:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+    gathered = [None] * size
+    dist.all_gather_object(gathered, (listener.getsockname()[1] if listener else 0, sent_bytes))
+    conn = (listener.accept()[0] if listener
+            else socket.create_connection(("127.0.0.1", gathered[peer][0])))
+    incoming = gathered[peer][1]
+    out, into, chunks = bytearray(sent_bytes), bytearray(incoming), bytearray(read_bytes)
+    for buffer in (out, into, chunks):  # touched before it is timed
+        buffer[:] = bytes(len(buffer))
+
+    def read():
+        with open(path, "rb", buffering=0) as f:
+            view, got = memoryview(chunks), 0
+            while got < read_bytes:
+                got += f.readinto(view[got:got + (8 << 20)])
+
+    def receive():
+        view, got = memoryview(into), 0
+        while got < incoming:
+            got += conn.recv_into(view[got:], incoming - got)
+
+    times = []
+    for _ in range(repeat):
+        dist.barrier()
+        start = time.perf_counter()
+        threads = [threading.Thread(target=fn) for fn in (read, receive,
+                                                          lambda: conn.sendall(out))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        dist.barrier()
+        times.append(time.perf_counter() - start)
+    conn.close()
+    if listener:
+        listener.close()
+    os.remove(path)
+    return statistics.median(times)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", required=True)
@@ -200,6 +257,7 @@ def main():
               for side, comm in sides.items() if side != "dcp"}
     times = {(side, what): [] for side in sides for what in ("save", "load", "reshard")}
     sent = {}  # bytes this rank sent to others in its last resharded load
+    read = {}  # bytes this rank read from the store in it
     target = model_state(args.layers, hidden, rank, size, seed=99)
     resharded = model_state(args.layers, hidden, rank, size, seed=98, by_columns=True)
     for repeat in range(args.repeat):
@@ -233,12 +291,15 @@ def main():
                 times[side, "reshard"].append(
                     timed(lambda: loaded.append(db.load(ckptdb_dict(resharded)))))
                 sent[side] = loaded[0].stats.bytes_sent
+                read[side] = loaded[0].stats.bytes_read
             for k, (t, shape, _) in target.items():  # both loads brought back the saved state
                 if shape is not None and not torch.equal(t, state[k][0]):
                     raise SystemExit(f"rank {rank}: {side} loaded {k} wrong")
     for db in stores.values():
         db.close()
     moved = transport_cost(sent["ckptdb-gloo"], rank, size) if size % 2 == 0 else None
+    floor = (plain_floor(args.dir, read["ckptdb-gloo"], sent["ckptdb-gloo"], rank, size)
+             if size % 2 == 0 else None)
     if rank == 0:
         mib = sum(t.numel() * 4 for t, _, _ in state.values()) / 2**20
         print(f"torch_dcp_bench: {size} ranks, {len(state)} tensors per rank ({args.layers} layers, "
@@ -265,6 +326,13 @@ def main():
                   f"{(med['ckptdb-gloo', 'reshard'] - med['ckptdb-mpi', 'reshard']) * 1e3:.0f} ms "
                   f"more than ckptdb-mpi); dcp / ckptdb-mpi = "
                   f"{med['dcp', 'reshard'] / med['ckptdb-mpi', 'reshard']:.2f}")
+        if floor is not None:
+            print(f"resharded load's floor over TCP: reading each rank's {read['ckptdb-gloo'] / 2**20:.0f} "
+                  f"MiB of chunks while sending and receiving its slices over a loopback socket, "
+                  f"all at once in plain code, takes {floor * 1e3:.0f} ms; 1.5x DCP needs "
+                  f"{med['dcp', 'reshard'] / 1.5 * 1e3:.0f} ms (dcp / floor = "
+                  f"{med['dcp', 'reshard'] / floor:.2f}, ckptdb-gloo / floor = "
+                  f"{med['ckptdb-gloo', 'reshard'] / floor:.2f})")
     dist.destroy_process_group()
 
 

@@ -20,8 +20,12 @@ namespace ckptdb::planner {
 
 // Slices of at least this many bytes travel as messages of their own (and may
 // land in place); smaller slices for one peer are packed into one message per
-// round.
-inline constexpr uint64_t kOwnMessageBytes = uint64_t{256} << 10;
+// round, which is received into a staging buffer and copied to its targets.
+// A quarter of Options::max_chunk_bytes' default: a chunk resharded two, four
+// or eight ways along its columns leaves slices just under a half, a quarter
+// or an eighth of it (chunks hold whole rows), and each of those still lands
+// in place rather than costing the receiver a staged copy.
+inline constexpr uint64_t kOwnMessageBytes = uint64_t{64} << 10;
 
 // The placement of any rank's target: (rank, index into that rank's targets).
 using PlacementLookup = std::function<TargetPlacement(int rank, size_t target)>;
