@@ -178,16 +178,40 @@ class Gloo : public Communicator {
 
   Status Exchange(std::span<const SendBuffer> sends,
                   std::span<const RecvBuffer> recvs) override {
-    for (const SendBuffer& s : sends) {
-      if (s.peer < 0 || s.peer >= size())
-        return Status::Internal("send to rank " + std::to_string(s.peer));
-    }
-    for (const RecvBuffer& r : recvs) {
-      if (r.peer < 0 || r.peer >= size())
-        return Status::Internal("receive from rank " + std::to_string(r.peer));
-    }
+    CKPTDB_RETURN_IF_ERROR(CheckPeers(sends, recvs));
     CKPTDB_RETURN_IF_ERROR(CopyToSelf(sends, recvs));
     return PointToPoint(sends, recvs, "exchange");
+  }
+
+  // gloo's unbound buffers meet in a rendezvous: a sender's bytes leave only
+  // once the receiver has posted its receive and said so. Posted early, the
+  // receives of a load's next round take their peers' bytes while this rank
+  // still reads its own chunks.
+  Result<std::unique_ptr<PostedRecvs>> PostRecvs(
+      std::span<const RecvBuffer> recvs) override {
+    CKPTDB_RETURN_IF_ERROR(CheckPeers({}, recvs));
+    auto posted = std::make_unique<Posted>();
+    // A failure part-way has counted some receives already: the handle
+    // carries it to the exchange, which reports it without posting again.
+    posted->failed = Post(recvs, *posted, "exchange");
+    return std::unique_ptr<PostedRecvs>(std::move(posted));
+  }
+
+  Status ExchangePosted(std::span<const SendBuffer> sends,
+                        std::unique_ptr<PostedRecvs> handle) override {
+    Posted none;
+    Posted* posted = &none;
+    if (handle != nullptr) {
+      posted = dynamic_cast<Posted*>(handle.get());
+      if (posted == nullptr) {
+        return Status::Internal(
+            "exchange given receives posted through another communicator");
+      }
+    }
+    CKPTDB_RETURN_IF_ERROR(CheckPeers(sends, {}));
+    const Status to_self = CopyToSelf(sends, posted->self);
+    const Status done = SendAndWait(sends, *posted, posted->failed, "exchange");
+    return to_self.ok() ? done : to_self;
   }
 
  private:
@@ -303,53 +327,109 @@ class Gloo : public Communicator {
     return peer < rank() ? up_ : down_;
   }
 
+  // Receives posted on gloo's unbound buffers, and those from this rank
+  // itself (matched with its sends to itself at the exchange). Destroyed, it
+  // waits for the posted receives: no transfer outlives its buffer.
+  class Posted : public PostedRecvs {
+   public:
+    struct Receive {
+      std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+      int peer = 0;
+    };
+    ~Posted() override {
+      for (Receive& r : receives) {
+        try {
+          r.buffer->waitRecv();
+        } catch (const std::exception&) {  // the exchange reported it
+        }
+      }
+    }
+    std::vector<Receive> receives;  // each posted on its buffer
+    std::vector<RecvBuffer> self;
+    Status failed;  // posting them failed part-way
+  };
+
+  Status CheckPeers(std::span<const SendBuffer> sends,
+                    std::span<const RecvBuffer> recvs) const {
+    for (const SendBuffer& s : sends) {
+      if (s.peer < 0 || s.peer >= size())
+        return Status::Internal("send to rank " + std::to_string(s.peer));
+    }
+    for (const RecvBuffer& r : recvs) {
+      if (r.peer < 0 || r.peer >= size())
+        return Status::Internal("receive from rank " + std::to_string(r.peer));
+    }
+    return Status::OK();
+  }
+
+  // The k-th message ever from one rank to another travels on slot k of
+  // their pair: messages of a pair match in order, whichever calls of the
+  // two ranks carry them (a rank with nothing to send in a round may skip
+  // it). Empty messages are counted but not sent (both sides know the sizes).
+  static uint64_t Slot(uint64_t k) {
+    return (uint64_t{0xCC} << 56) | (k & ((uint64_t{1} << 56) - 1));
+  }
+
+  // Posts the receives from other ranks into `posted`, and keeps those from
+  // this rank there.
+  Status Post(std::span<const RecvBuffer> recvs, Posted& posted,
+              const std::string& what) {
+    return Run(what, [&] {
+      for (const RecvBuffer& r : recvs) {
+        if (r.peer == rank()) {
+          posted.self.push_back(r);
+          continue;
+        }
+        const uint64_t k = received_[r.peer]++;
+        if (r.nbytes == 0) continue;
+        Posted::Receive receive{
+            From(r.peer)->createUnboundBuffer(r.data, r.nbytes), r.peer};
+        posted.receives.reserve(posted.receives.size() + 1);
+        receive.buffer->recv(r.peer, Slot(k));
+        posted.receives.push_back(std::move(receive));  // cannot throw now
+      }
+    });
+  }
+
   // Moves messages to and from other ranks (none to this rank itself).
   Status PointToPoint(std::span<const SendBuffer> sends,
                       std::span<const RecvBuffer> recvs,
                       const std::string& what) {
-    // The k-th message ever from one rank to another travels on slot k of
-    // their pair: messages of a pair match in order, whichever calls of the
-    // two ranks carry them (a rank with nothing to send in a round may skip
-    // it). Empty messages are counted but not sent (both sides know the
-    // sizes).
-    auto slot = [](uint64_t k) {
-      return (uint64_t{0xCC} << 56) | (k & ((uint64_t{1} << 56) - 1));
-    };
-    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> posted_recvs,
-        posted_sends;
-    std::vector<int> recv_peer, send_peer;
-    Status posted = Run(what, [&] {
-      for (const RecvBuffer& r : recvs) {
-        if (r.peer == rank()) continue;
-        const uint64_t k = received_[r.peer]++;
-        if (r.nbytes == 0) continue;
-        posted_recvs.push_back(
-            From(r.peer)->createUnboundBuffer(r.data, r.nbytes));
-        posted_recvs.back()->recv(r.peer, slot(k));
-        recv_peer.push_back(r.peer);
-      }
+    Posted posted;
+    const Status receiving = Post(recvs, posted, what);
+    return SendAndWait(sends, posted, receiving, what);
+  }
+
+  // Sends to other ranks (none to this rank itself), then waits for them and
+  // for `posted`'s receives, even after an error (`receiving`, or one here).
+  Status SendAndWait(std::span<const SendBuffer> sends, Posted& posted,
+                     const Status& receiving, const std::string& what) {
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;
+    std::vector<int> peers;
+    Status done = receiving;
+    const Status sending = Run(what, [&] {
       for (const SendBuffer& s : sends) {
         if (s.peer == rank()) continue;
         const uint64_t k = sent_[s.peer]++;
         if (s.nbytes == 0) continue;
-        posted_sends.push_back(To(s.peer)->createUnboundBuffer(
+        buffers.push_back(To(s.peer)->createUnboundBuffer(
             const_cast<void*>(s.data), s.nbytes));
-        posted_sends.back()->send(s.peer, slot(k));
-        send_peer.push_back(s.peer);
+        buffers.back()->send(s.peer, Slot(k));
+        peers.push_back(s.peer);
       }
     });
-    // Wait for whatever was posted, even after an error, so that no transfer
-    // outlives its buffer.
-    Status done = posted;
-    for (size_t i = 0; i < posted_recvs.size(); ++i) {
-      Status s =
-          Run(what + ": receiving from rank " + std::to_string(recv_peer[i]),
-              [&] { posted_recvs[i]->waitRecv(); });
+    if (done.ok()) done = sending;
+    for (Posted::Receive& r : posted.receives) {
+      const Status s =
+          Run(what + ": receiving from rank " + std::to_string(r.peer),
+              [&] { r.buffer->waitRecv(); });
       if (done.ok()) done = s;
     }
-    for (size_t i = 0; i < posted_sends.size(); ++i) {
-      Status s = Run(what + ": sending to rank " + std::to_string(send_peer[i]),
-                     [&] { posted_sends[i]->waitSend(); });
+    posted.receives.clear();
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const Status s =
+          Run(what + ": sending to rank " + std::to_string(peers[i]),
+              [&] { buffers[i]->waitSend(); });
       if (done.ok()) done = s;
     }
     return done;

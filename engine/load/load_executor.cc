@@ -56,6 +56,9 @@ struct Slot {
   std::vector<const char*> send_data;      // per send: what goes out
   std::vector<char*> recv_data;            // per receive
   std::vector<storage::ChunkBuffer> held;  // per read: chunks sent in place
+  // The round's receives, posted when it was prepared (null: none, or their
+  // posting failed and the exchange makes them).
+  std::unique_ptr<PostedRecvs> posted;
   std::optional<DeviceSlot> device;
   size_t remaining = 0;  // reads not done yet (guarded by Walker::mu_)
 };
@@ -162,10 +165,35 @@ class Walker {
     }
     slot.held.resize(round.reads.size());
     slot.round = &round;
+    PostReceives(slot);
     std::lock_guard lock(mu_);
     slot.remaining = round.reads.size();
     ready_ = k + 1;
     cv_.notify_all();
+  }
+
+  // Posts the slot's receives as soon as their buffers are laid out, so that
+  // peers' slices arrive while this rank still reads (Communicator::PostRecvs;
+  // rounds are prepared in order, so receives are posted in order). Where
+  // posting is refused (nothing was posted then), the exchanges make this
+  // round's and every later round's receives themselves, in order.
+  void PostReceives(Slot& slot) {
+    slot.posted.reset();
+    const ExchangeRound& round = *slot.round;
+    if (round.recvs.empty() || !post_early_) return;
+    std::vector<RecvBuffer> recvs;
+    recvs.reserve(round.recvs.size());
+    for (size_t m = 0; m < round.recvs.size(); ++m) {
+      recvs.push_back(
+          {round.recvs[m].peer, slot.recv_data[m], round.recvs[m].nbytes});
+    }
+    Result<std::unique_ptr<PostedRecvs>> posted = x_.comm.PostRecvs(recvs);
+    if (posted.ok()) {
+      slot.posted = std::move(*posted);
+    } else {
+      post_early_ = false;
+      Fail(posted.status());
+    }
   }
 
   // A reader thread: reads in round order, at most one round ahead of the
@@ -236,6 +264,9 @@ class Walker {
   std::mutex mu_;
   std::condition_variable cv_;
   size_t ready_ = 0;  // rounds prepared (guarded by mu_)
+  // Receives posted as rounds are prepared; not where a device transport
+  // moves boxes between exchanges (it may use the communicator itself).
+  bool post_early_ = x_.transport == nullptr;
   std::mutex error_mu_;
   Status first_error_;
 };
@@ -335,13 +366,17 @@ void Walker::Exchange(Slot& slot) {
   const ExchangeRound& round = *slot.round;
   if (round.sends.empty() && round.recvs.empty()) return;
   std::vector<SendBuffer> sends;
-  std::vector<RecvBuffer> recvs;
   std::vector<std::vector<char>> lost;  // for chunks whose read failed
   for (size_t m = 0; m < round.sends.size(); ++m) {
     const char* data = slot.send_data[m];
     if (data == nullptr) data = lost.emplace_back(round.sends[m].nbytes).data();
     sends.push_back({round.sends[m].peer, data, round.sends[m].nbytes});
   }
+  if (slot.posted != nullptr || round.recvs.empty()) {
+    Fail(x_.comm.ExchangePosted(sends, std::move(slot.posted)));
+    return;
+  }
+  std::vector<RecvBuffer> recvs;  // posting them failed: made here
   for (size_t m = 0; m < round.recvs.size(); ++m) {
     recvs.push_back(
         {round.recvs[m].peer, slot.recv_data[m], round.recvs[m].nbytes});

@@ -26,6 +26,14 @@ struct RecvBuffer {
   size_t nbytes = 0;
 };
 
+// Receives posted before the exchange that completes them
+// (Communicator::PostRecvs). Every handle goes to ExchangePosted: one destroyed
+// otherwise leaves the order of later messages undefined.
+class PostedRecvs {
+ public:
+  virtual ~PostedRecvs() = default;
+};
+
 // The group of ranks a collective call runs over. Every collective method must
 // be called by every rank in the same order. Implementations: single process,
 // in-process threads (below), MPI. Thread-safety: one collective at a time per
@@ -47,6 +55,22 @@ class Communicator {
   // pair). Returns when all of this rank's sends and receives are complete.
   virtual Status Exchange(std::span<const SendBuffer> sends,
                           std::span<const RecvBuffer> recvs) = 0;
+  // Exchange in two steps. PostRecvs posts `recvs` before this rank has its
+  // sends ready, so that peers' messages may arrive while it does other work
+  // (their buffers stay in use until ExchangePosted returns);
+  // ExchangePosted(sends, posted)
+  // moves `sends` and returns when they and the posted receives are complete.
+  // Receives from a peer match its sends in the order they were posted.
+  // REQUIRES: handles go to ExchangePosted in the order they were posted, and
+  // no other call that receives runs on this communicator while a handle is
+  // outstanding (a collective, an Exchange with receives, or anything layered
+  // on the communicator, such as a device transport over it); sends alone may.
+  // Not collective: each rank posts its own. The default posts nothing early:
+  // ExchangePosted makes the receives itself.
+  virtual Result<std::unique_ptr<PostedRecvs>> PostRecvs(
+      std::span<const RecvBuffer> recvs);
+  virtual Status ExchangePosted(std::span<const SendBuffer> sends,
+                                std::unique_ptr<PostedRecvs> posted);
   // OK when a background thread may make this communicator's calls while the
   // caller's own threads go on making theirs (DB::SaveAsync); otherwise why
   // not (for MPI: the library was not initialized with MPI_THREAD_MULTIPLE).
