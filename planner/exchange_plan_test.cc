@@ -783,8 +783,7 @@ TEST(ExchangePlanTest, HalvesOfDefaultChunksResplitByColumnsLandInPlace) {
   constexpr int64_t kRows = 448, kCols = 584;  // 224 rows: 523,264 bytes
   TensorMetadata meta{DType::kFloat32, {kRows, kCols}, {}};
   for (int64_t row = 0; row < kRows; row += 224) {
-    meta.chunks.push_back(
-        {Box{{row, 0}, {224, kCols}}, 0, 224 * kCols * 4, 0});
+    meta.chunks.push_back({Box{{row, 0}, {224, kCols}}, 0, 224 * kCols * 4, 0});
   }
   const std::map<std::string, TensorMetadata> tensors{{"w", meta}};
   std::vector<std::vector<LoadTarget>> targets(2);
