@@ -125,14 +125,10 @@ def timed(fn):
     return time.perf_counter() - start
 
 
-def transport_cost(nbytes, rank, size, repeat=3):
-    """(TCP, memcpy) medians of moving `nbytes` (each rank its own) between ranks 2k and 2k + 1
-    over a plain loopback socket (both directions at once, every pair at once), and of copying
-    them in memory: what moving the resharded load's bytes costs over TCP and through shared
-    memory."""
+def connect_to_pair(nbytes, rank, size):
+    """A loopback socket between ranks 2k and 2k + 1, and how many bytes the peer will send
+    (this rank sends `nbytes`)."""
     import socket
-    import threading
-    peer = rank ^ 1
     listener = None
     if rank % 2 == 0:
         listener = socket.socket()
@@ -140,11 +136,20 @@ def transport_cost(nbytes, rank, size, repeat=3):
         listener.listen(1)
     gathered = [None] * size
     dist.all_gather_object(gathered, (listener.getsockname()[1] if listener else 0, nbytes))
-    if listener:
-        conn = listener.accept()[0]
-    else:
-        conn = socket.create_connection(("127.0.0.1", gathered[peer][0]))
-    incoming = gathered[peer][1]
+    if listener is None:
+        return socket.create_connection(("127.0.0.1", gathered[rank ^ 1][0])), gathered[rank ^ 1][1]
+    conn = listener.accept()[0]
+    listener.close()
+    return conn, gathered[rank ^ 1][1]
+
+
+def transport_cost(nbytes, rank, size, repeat=3):
+    """(TCP, memcpy) medians of moving `nbytes` (each rank its own) between ranks 2k and 2k + 1
+    over a plain loopback socket (both directions at once, every pair at once), and of copying
+    them in memory: what moving the resharded load's bytes costs over TCP and through shared
+    memory."""
+    import threading
+    conn, incoming = connect_to_pair(nbytes, rank, size)
     out = bytearray(nbytes)
     into = bytearray(incoming)
     a = torch.frombuffer(out, dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
@@ -166,8 +171,6 @@ def transport_cost(nbytes, rank, size, repeat=3):
         b.copy_(a)
         copy.append(time.perf_counter() - start)
     conn.close()
-    if listener:
-        listener.close()
     both = [None] * size
     dist.all_gather_object(both, (statistics.median(tcp), statistics.median(copy)))
     return max(t for t, _ in both), max(c for _, c in both)
@@ -180,22 +183,11 @@ def plain_floor(directory, read_bytes, sent_bytes, rank, size, repeat=3):
     three at once on threads (perfect overlap, no checksums, no landing copies). With every
     chunk read once and the slices moved over TCP, no load can be faster: a lower bound for
     ckptdb over gloo."""
-    import socket
     import threading
     path = os.path.join(directory, f"plain-floor-{rank}")
     with open(path, "wb") as f:
         f.write(bytes(read_bytes))
-    peer = rank ^ 1
-    listener = None
-    if rank % 2 == 0:
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-    gathered = [None] * size
-    dist.all_gather_object(gathered, (listener.getsockname()[1] if listener else 0, sent_bytes))
-    conn = (listener.accept()[0] if listener
-            else socket.create_connection(("127.0.0.1", gathered[peer][0])))
-    incoming = gathered[peer][1]
+    conn, incoming = connect_to_pair(sent_bytes, rank, size)
     out, into, chunks = bytearray(sent_bytes), bytearray(incoming), bytearray(read_bytes)
     for buffer in (out, into, chunks):  # touched before it is timed
         buffer[:] = bytes(len(buffer))
@@ -224,8 +216,6 @@ def plain_floor(directory, read_bytes, sent_bytes, rank, size, repeat=3):
         dist.barrier()
         times.append(time.perf_counter() - start)
     conn.close()
-    if listener:
-        listener.close()
     os.remove(path)
     return statistics.median(times)
 
@@ -318,7 +308,6 @@ def main():
             print(line)
         if moved is not None and "ckptdb-mpi" in sides:
             tcp, copy = moved
-            best = med["ckptdb-mpi", "reshard"] + tcp - copy
             print(f"moving the resharded load's bytes: each rank sends "
                   f"{sent['ckptdb-gloo'] / 2**20:.0f} MiB; a plain loopback socket moves them both "
                   f"ways in {tcp * 1e3:.0f} ms, a memcpy in {copy * 1e3:.0f} ms: TCP costs "
