@@ -23,6 +23,7 @@ import os
 import shutil
 import statistics
 import sys
+import resource
 import tempfile
 import time
 
@@ -143,11 +144,17 @@ def connect_to_pair(nbytes, rank, size):
     return conn, gathered[rank ^ 1][1]
 
 
+def cpu_seconds():
+    """CPU time of this process so far, all its threads."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
 def transport_cost(nbytes, rank, size, repeat=3):
-    """(TCP, memcpy) medians of moving `nbytes` (each rank its own) between ranks 2k and 2k + 1
-    over a plain loopback socket (both directions at once, every pair at once), and of copying
-    them in memory: what moving the resharded load's bytes costs over TCP and through shared
-    memory."""
+    """(TCP, memcpy, TCP's CPU over memcpy's) medians of moving `nbytes` (each rank its own)
+    between ranks 2k and 2k + 1 over a plain loopback socket (both directions at once, every pair
+    at once), and of copying them in memory: what moving the resharded load's bytes costs over TCP
+    and through shared memory; the CPU seconds are all ranks' together."""
     import threading
     conn, incoming = connect_to_pair(nbytes, rank, size)
     out = bytearray(nbytes)
@@ -155,10 +162,10 @@ def transport_cost(nbytes, rank, size, repeat=3):
     a = torch.frombuffer(out, dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
     b = torch.empty_like(a)
     b.copy_(a)  # touched before it is timed
-    tcp, copy = [], []
+    tcp, copy, extra_cpu = [], [], []
     for _ in range(repeat):
         dist.barrier()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds()
         sender = threading.Thread(target=conn.sendall, args=(out,))
         sender.start()
         view, got = memoryview(into), 0
@@ -166,14 +173,18 @@ def transport_cost(nbytes, rank, size, repeat=3):
             got += conn.recv_into(view[got:], incoming - got)
         sender.join()
         tcp.append(time.perf_counter() - start)
+        tcp_cpu = cpu_seconds() - cpu
         dist.barrier()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds()
         b.copy_(a)
         copy.append(time.perf_counter() - start)
+        extra_cpu.append(tcp_cpu - (cpu_seconds() - cpu))
     conn.close()
     both = [None] * size
-    dist.all_gather_object(both, (statistics.median(tcp), statistics.median(copy)))
-    return max(t for t, _ in both), max(c for _, c in both)
+    dist.all_gather_object(both, (statistics.median(tcp), statistics.median(copy),
+                                  statistics.median(extra_cpu)))
+    return (max(t for t, _, _ in both), max(c for _, c, _ in both),
+            sum(e for _, _, e in both))
 
 
 def plain_floor(directory, read_bytes, sent_bytes, rank, size, repeat=3):
@@ -248,6 +259,7 @@ def main():
     times = {(side, what): [] for side in sides for what in ("save", "load", "reshard")}
     sent = {}  # bytes this rank sent to others in its last resharded load
     read = {}  # bytes this rank read from the store in it
+    reshard_cpu = {side: [] for side in sides}  # this rank's CPU seconds in each
     target = model_state(args.layers, hidden, rank, size, seed=99)
     resharded = model_state(args.layers, hidden, rank, size, seed=98, by_columns=True)
     for repeat in range(args.repeat):
@@ -278,8 +290,10 @@ def main():
                 times[side, "save"].append(timed(lambda: db.save(ckptdb_dict(state))))
                 times[side, "load"].append(timed(lambda: db.load(ckptdb_dict(target))))
                 loaded = []
+                cpu = cpu_seconds()
                 times[side, "reshard"].append(
                     timed(lambda: loaded.append(db.load(ckptdb_dict(resharded)))))
+                reshard_cpu[side].append(cpu_seconds() - cpu)
                 sent[side] = loaded[0].stats.bytes_sent
                 read[side] = loaded[0].stats.bytes_read
             for k, (t, shape, _) in target.items():  # both loads brought back the saved state
@@ -287,6 +301,15 @@ def main():
                     raise SystemExit(f"rank {rank}: {side} loaded {k} wrong")
     for db in stores.values():
         db.close()
+    cpu_of = {}  # all ranks' CPU seconds in a resharded load (median), per side
+    for side in ("ckptdb-gloo", "ckptdb-mpi"):
+        if side in sides:
+            every = [None] * size
+            dist.all_gather_object(every, statistics.median(reshard_cpu[side]))
+            cpu_of[side] = sum(every)
+    affinity = [None] * size
+    dist.all_gather_object(affinity, os.sched_getaffinity(0))
+    cores = len(set().union(*affinity))  # the cores the ranks may run on
     moved = transport_cost(sent["ckptdb-gloo"], rank, size) if size % 2 == 0 else None
     floor = (plain_floor(args.dir, read["ckptdb-gloo"], sent["ckptdb-gloo"], rank, size)
              if size % 2 == 0 else None)
@@ -307,7 +330,7 @@ def main():
                          f"{med['ckptdb-mpi', what] / med['ckptdb-gloo', what]:.2f}")
             print(line)
         if moved is not None and "ckptdb-mpi" in sides:
-            tcp, copy = moved
+            tcp, copy, tcp_cpu = moved
             print(f"moving the resharded load's bytes: each rank sends "
                   f"{sent['ckptdb-gloo'] / 2**20:.0f} MiB; a plain loopback socket moves them both "
                   f"ways in {tcp * 1e3:.0f} ms, a memcpy in {copy * 1e3:.0f} ms: TCP costs "
@@ -315,6 +338,15 @@ def main():
                   f"{(med['ckptdb-gloo', 'reshard'] - med['ckptdb-mpi', 'reshard']) * 1e3:.0f} ms "
                   f"more than ckptdb-mpi); dcp / ckptdb-mpi = "
                   f"{med['dcp', 'reshard'] / med['ckptdb-mpi', 'reshard']:.2f}")
+        if moved is not None and "ckptdb-mpi" in sides:
+            bound = (cpu_of["ckptdb-mpi"] + tcp_cpu) / cores
+            print(f"CPU of a resharded load (all ranks): ckptdb-gloo {cpu_of['ckptdb-gloo']:.3f} s, "
+                  f"ckptdb-mpi {cpu_of['ckptdb-mpi']:.3f} s; the socket takes {tcp_cpu:.3f} CPU-s "
+                  f"more than a memcpy of the same bytes. Doing ckptdb-mpi's work with the bytes "
+                  f"moved over TCP needs {bound * 1e3:.0f} ms on the ranks' {cores} cores at the "
+                  f"least: mpi / that = {med['ckptdb-mpi', 'reshard'] / bound:.2f} "
+                  f"(the 0.8 target needs ckptdb-gloo within "
+                  f"{med['ckptdb-mpi', 'reshard'] / 0.8 * 1e3:.0f} ms)")
         if floor is not None:
             print(f"resharded load's floor over TCP: reading each rank's {read['ckptdb-gloo'] / 2**20:.0f} "
                   f"MiB of chunks while sending and receiving its slices over a loopback socket, "
