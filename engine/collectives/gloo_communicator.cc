@@ -374,6 +374,8 @@ class Gloo : public Communicator {
   // this rank there.
   Status Post(std::span<const RecvBuffer> recvs, Posted& posted,
               const std::string& what) {
+    // Room for all first, so that recording a posted receive cannot throw.
+    posted.receives.reserve(posted.receives.size() + recvs.size());
     return Run(what, [&] {
       for (const RecvBuffer& r : recvs) {
         if (r.peer == rank()) {
@@ -384,9 +386,8 @@ class Gloo : public Communicator {
         if (r.nbytes == 0) continue;
         Posted::Receive receive{
             From(r.peer)->createUnboundBuffer(r.data, r.nbytes), r.peer};
-        posted.receives.reserve(posted.receives.size() + 1);
         receive.buffer->recv(r.peer, Slot(k));
-        posted.receives.push_back(std::move(receive));  // cannot throw now
+        posted.receives.push_back(std::move(receive));
       }
     });
   }

@@ -56,8 +56,8 @@ struct Slot {
   std::vector<const char*> send_data;      // per send: what goes out
   std::vector<char*> recv_data;            // per receive
   std::vector<storage::ChunkBuffer> held;  // per read: chunks sent in place
-  // The round's receives, posted when it was prepared (null: none, or their
-  // posting failed and the exchange makes them).
+  // The round's receives, posted when it was prepared (null: none, or not
+  // posted early and made by the exchange).
   std::unique_ptr<PostedRecvs> posted;
   std::optional<DeviceSlot> device;
   size_t remaining = 0;  // reads not done yet (guarded by Walker::mu_)
@@ -181,19 +181,26 @@ class Walker {
     slot.posted.reset();
     const ExchangeRound& round = *slot.round;
     if (round.recvs.empty() || !post_early_) return;
-    std::vector<RecvBuffer> recvs;
-    recvs.reserve(round.recvs.size());
-    for (size_t m = 0; m < round.recvs.size(); ++m) {
-      recvs.push_back(
-          {round.recvs[m].peer, slot.recv_data[m], round.recvs[m].nbytes});
-    }
-    Result<std::unique_ptr<PostedRecvs>> posted = x_.comm.PostRecvs(recvs);
+    Result<std::unique_ptr<PostedRecvs>> posted =
+        x_.comm.PostRecvs(ReceivesOf(slot));
     if (posted.ok()) {
       slot.posted = std::move(*posted);
     } else {
       post_early_ = false;
       Fail(posted.status());
     }
+  }
+
+  // The slot's receives: where each of the round's incoming messages lands.
+  static std::vector<RecvBuffer> ReceivesOf(const Slot& slot) {
+    const ExchangeRound& round = *slot.round;
+    std::vector<RecvBuffer> recvs;
+    recvs.reserve(round.recvs.size());
+    for (size_t m = 0; m < round.recvs.size(); ++m) {
+      recvs.push_back(
+          {round.recvs[m].peer, slot.recv_data[m], round.recvs[m].nbytes});
+    }
+    return recvs;
   }
 
   // A reader thread: reads in round order, at most one round ahead of the
@@ -372,16 +379,11 @@ void Walker::Exchange(Slot& slot) {
     if (data == nullptr) data = lost.emplace_back(round.sends[m].nbytes).data();
     sends.push_back({round.sends[m].peer, data, round.sends[m].nbytes});
   }
-  if (slot.posted != nullptr || round.recvs.empty()) {
+  if (slot.posted != nullptr) {
     Fail(x_.comm.ExchangePosted(sends, std::move(slot.posted)));
-    return;
+  } else {  // none, or not posted early: made here
+    Fail(x_.comm.Exchange(sends, ReceivesOf(slot)));
   }
-  std::vector<RecvBuffer> recvs;  // posting them failed: made here
-  for (size_t m = 0; m < round.recvs.size(); ++m) {
-    recvs.push_back(
-        {round.recvs[m].peer, slot.recv_data[m], round.recvs[m].nbytes});
-  }
-  Fail(x_.comm.Exchange(sends, recvs));
 }
 
 // Moves the slot's device boxes: one transport step per tree level that this

@@ -57,8 +57,7 @@ class Communicator {
                           std::span<const RecvBuffer> recvs) = 0;
   // Exchange in two steps. PostRecvs posts `recvs` before this rank has its
   // sends ready, so that peers' messages may arrive while it does other work
-  // (their buffers stay in use until ExchangePosted returns);
-  // ExchangePosted(sends, posted)
+  // (their buffers stay in use until ExchangePosted returns). ExchangePosted
   // moves `sends` and returns when they and the posted receives are complete.
   // Receives from a peer match its sends in the order they were posted.
   // REQUIRES: handles go to ExchangePosted in the order they were posted, and
