@@ -18,7 +18,8 @@ import time
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_dcp_bench import ckptdb_dict, init_from_environment, model_state  # noqa: E402
+from torch_dcp_bench import (ckptdb_dict, cpu_seconds, init_from_environment,  # noqa: E402
+                              model_state)
 
 import ckptdb  # noqa: E402
 
@@ -47,12 +48,11 @@ def main():
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(args.loads):
         dist.barrier()
-        start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+        start, before = time.perf_counter(), cpu_seconds()
         result = db.load(target)
-        after = resource.getrusage(resource.RUSAGE_SELF)
+        cpu.append(cpu_seconds() - before)
         dist.barrier()
         times.append(time.perf_counter() - start)
-        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) // args.loads
     all_cpu = [None] * size
     dist.all_gather_object(all_cpu, statistics.median(cpu))

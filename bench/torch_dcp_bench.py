@@ -20,10 +20,10 @@ the installed files.
 import argparse
 import importlib.util
 import os
+import resource
 import shutil
 import statistics
 import sys
-import resource
 import tempfile
 import time
 
@@ -144,6 +144,13 @@ def connect_to_pair(nbytes, rank, size):
     return conn, gathered[rank ^ 1][1]
 
 
+def receive_all(conn, into):
+    """Fills `into` from the socket `conn`."""
+    view, got = memoryview(into), 0
+    while got < len(into):
+        got += conn.recv_into(view[got:], len(into) - got)
+
+
 def cpu_seconds():
     """CPU time of this process so far, all its threads."""
     used = resource.getrusage(resource.RUSAGE_SELF)
@@ -168,9 +175,7 @@ def transport_cost(nbytes, rank, size, repeat=3):
         start, cpu = time.perf_counter(), cpu_seconds()
         sender = threading.Thread(target=conn.sendall, args=(out,))
         sender.start()
-        view, got = memoryview(into), 0
-        while got < incoming:
-            got += conn.recv_into(view[got:], incoming - got)
+        receive_all(conn, into)
         sender.join()
         tcp.append(time.perf_counter() - start)
         tcp_cpu = cpu_seconds() - cpu
@@ -209,17 +214,12 @@ def plain_floor(directory, read_bytes, sent_bytes, rank, size, repeat=3):
             while got < read_bytes:
                 got += f.readinto(view[got:got + (8 << 20)])
 
-    def receive():
-        view, got = memoryview(into), 0
-        while got < incoming:
-            got += conn.recv_into(view[got:], incoming - got)
-
     times = []
     for _ in range(repeat):
         dist.barrier()
         start = time.perf_counter()
-        threads = [threading.Thread(target=fn) for fn in (read, receive,
-                                                          lambda: conn.sendall(out))]
+        threads = [threading.Thread(target=fn) for fn in (
+            read, lambda: receive_all(conn, into), lambda: conn.sendall(out))]
         for t in threads:
             t.start()
         for t in threads:
