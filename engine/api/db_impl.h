@@ -69,11 +69,13 @@ class DBImpl : public DB {
  private:
   Status CheckOpen() const;
   // Save's steps: validation and planning (collective), then writing and the
-  // commit, from the caller's tensors or from `snapshot`.
+  // commit, from the caller's tensors or from `snapshot`. With
+  // `whole_plan_on_root`, rank 0 plans every rank's chunks at once
+  // (PreparedSave::whole_plan); FinishSave's commit then takes that plan.
   Result<PreparedSave> PrepareSave(const StateDict& state,
-                                   const SaveOptions& options);
-  Result<CheckpointInfo> FinishSave(const PreparedSave& p,
-                                    SnapshotRing* snapshot);
+                                   const SaveOptions& options,
+                                   bool whole_plan_on_root);
+  Result<CheckpointInfo> FinishSave(PreparedSave& p, SnapshotRing* snapshot);
   // FinishSave's steps: this rank's chunks into staged files (their
   // checksums and the files), then every rank's report to rank 0, which
   // commits, and its outcome back to every rank.
@@ -81,7 +83,7 @@ class DBImpl : public DB {
                        std::vector<WrittenChunk>* checksums,
                        std::vector<std::string>* files);
   Result<SaveOutcome> CommitOnEveryRank(
-      const PreparedSave& p, const Status& written,
+      PreparedSave& p, const Status& written,
       const std::vector<std::string>& files,
       const std::vector<WrittenChunk>& checksums);
   void TakeSnapshot(const PreparedSave& p, SnapshotRing& ring);

@@ -107,7 +107,7 @@ Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm_, comm_->CheckBackgroundUse()));
   auto prepared = std::make_shared<PreparedSave>();
-  CKPTDB_ASSIGN_OR_RETURN(*prepared, PrepareSave(state, options));
+  CKPTDB_ASSIGN_OR_RETURN(*prepared, PrepareSave(state, options, false));
   const PreparedSave& p = *prepared;
   uint64_t total = 0, largest = 0;
   for (const MyChunk& m : p.mine) {

@@ -16,7 +16,13 @@ struct PreparedSave {
   // Views of the caller's memory; not used after a snapshot.
   std::vector<TensorView> views;
   planner::SaveClasses classes;
+  // This rank's part of the plan (planner::BuildClassSavePlan with
+  // only_writer); or, when `whole_plan`, every rank's chunks: rank 0 of a
+  // blocking save plans the whole save once, before writing, and its commit
+  // records that plan (moving it out). A background save plans the whole
+  // save at its commit, off the caller's time.
   planner::SavePlan plan;
+  bool whole_plan = false;
   SaveOptions options;
   int64_t id = 0;
   // The checkpoint an incremental save compares with (0: none).

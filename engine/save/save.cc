@@ -1,6 +1,7 @@
 // DB::Save: layouts gathered once per class of identical ranks, each rank
-// planning only the chunks it writes, chunks staged per writer rank, ingested
-// and committed by rank 0.
+// planning only the chunks it writes (rank 0 of a blocking save: every rank's,
+// for its record), chunks staged per writer rank, ingested and committed by
+// rank 0.
 #include "engine/api/db_impl.h"
 #include "engine/collectives/agreement.h"
 #include "engine/collectives/classes.h"
@@ -29,11 +30,14 @@ Result<int64_t> DBImpl::IncrementalBase() {
 }
 
 Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
-                                         const SaveOptions& options) {
+                                         const SaveOptions& options,
+                                         bool whole_plan_on_root) {
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   const int rank = comm_->rank();
   PreparedSave p;
   p.options = options;
+  // Alone, this rank's part is the whole plan.
+  p.whole_plan = rank == 0 && (whole_plan_on_root || comm_->size() == 1);
 
   // 1-2. Local layout with the local status, gathered once per class of
   // ranks with identical layouts, once the ranks agree on step, tag and user
@@ -45,7 +49,8 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
   CKPTDB_ASSIGN_OR_RETURN(p.classes, DecodeSaveClasses(gathered));
   CKPTDB_ASSIGN_OR_RETURN(
       p.plan,
-      planner::BuildClassSavePlan(p.classes, options_.max_chunk_bytes, rank));
+      planner::BuildClassSavePlan(p.classes, options_.max_chunk_bytes,
+                                  p.whole_plan ? -1 : rank));
 
   // Rank 0 checks that it may commit and picks the id, before any byte is
   // written, and the checkpoint an incremental save compares with.
@@ -88,7 +93,7 @@ Status DBImpl::WriteMyChunks(const PreparedSave& p, SnapshotRing* snapshot,
 }
 
 Result<SaveOutcome> DBImpl::CommitOnEveryRank(
-    const PreparedSave& p, const Status& written,
+    PreparedSave& p, const Status& written,
     const std::vector<std::string>& files,
     const std::vector<WrittenChunk>& checksums) {
   CKPTDB_ASSIGN_OR_RETURN(
@@ -97,7 +102,8 @@ Result<SaveOutcome> DBImpl::CommitOnEveryRank(
   std::string outcome;
   if (comm_->rank() == 0) {
     outcome = CommitOnRoot(*store_,
-                           {p.classes, options_.max_chunk_bytes, p.id,
+                           {p.classes, options_.max_chunk_bytes,
+                            p.whole_plan ? &p.plan : nullptr, p.id,
                             p.base_id, p.options, comm_->size()},
                            results, &last_commit_,
                            {options_.keep_last, options_.keep_every_steps});
@@ -109,7 +115,7 @@ Result<SaveOutcome> DBImpl::CommitOnEveryRank(
   return decoded;
 }
 
-Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
+Result<CheckpointInfo> DBImpl::FinishSave(PreparedSave& p,
                                           SnapshotRing* snapshot) {
   // 4. Stream this rank's chunks into staged files, in key order, split into
   // parts of contiguous key ranges written in parallel; unchanged chunks are
@@ -138,7 +144,7 @@ Result<CheckpointInfo> DBImpl::FinishSave(const PreparedSave& p,
 Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
                                     const SaveOptions& options) {
   WaitPending();
-  CKPTDB_ASSIGN_OR_RETURN(PreparedSave p, PrepareSave(state, options));
+  CKPTDB_ASSIGN_OR_RETURN(PreparedSave p, PrepareSave(state, options, true));
   return FinishSave(p, nullptr);
 }
 

@@ -98,6 +98,10 @@ namespace {
 Result<CheckpointMetadata> BuildRecord(
     const RootCommit& commit,
     const std::vector<std::vector<WrittenChunk>>& chunks) {
+  if (commit.whole_plan != nullptr) {
+    return CommitRecord(std::move(*commit.whole_plan), commit.id,
+                        commit.options, commit.world, chunks);
+  }
   CKPTDB_ASSIGN_OR_RETURN(
       planner::SavePlan plan,
       planner::BuildClassSavePlan(commit.classes, commit.max_chunk_bytes));

@@ -45,6 +45,9 @@ Status ApplyRetention(storage::Store& store,
 struct RootCommit {
   const planner::SaveClasses& classes;
   size_t max_chunk_bytes = 0;
+  // The whole plan of `classes`, when rank 0 made it already (it is moved
+  // into the record); null: planned here.
+  planner::SavePlan* whole_plan = nullptr;
   int64_t id = 0;
   int64_t base_id = 0;
   const SaveOptions& options;
