@@ -53,10 +53,14 @@ ChunkFileReader::ChunkFileReader(rocksdb::DB& db,
       pool_(std::move(pool)),
       path_(std::move(store_path)) {}
 
-std::optional<
-    std::pair<std::shared_ptr<const FileOffsets>, FileOffsets::Location>>
-ChunkFileReader::Locate(int64_t id, const std::string& key) {
+std::optional<ChunkFileReader::Located> ChunkFileReader::Locate(
+    int64_t id, const std::string& key) {
   std::lock_guard lock(mu_);
+  return LocateLocked(id, key);
+}
+
+std::optional<ChunkFileReader::Located> ChunkFileReader::LocateLocked(
+    int64_t id, const std::string& key) {
   auto [it, fresh] = indexes_.try_emplace(id);
   if (fresh && indexes_.size() > 4) {
     // A few checkpoints' indexes are kept (each holds its files open).
@@ -116,6 +120,80 @@ bool ChunkFileReader::ReadDirect(int64_t id, const std::string& key,
   runs.reserve(pieces.size());
   for (const ChunkPiece& p : pieces) runs.push_back({p.data, p.size});
   return ChunkChecksumOfRuns(runs.data(), runs.size()) == checksum;
+}
+
+void ChunkFileReader::ReadDirectMany(const std::vector<DirectRead>& reads,
+                                     std::vector<char>* done) {
+  done->assign(reads.size(), 0);
+  struct Placed {
+    size_t read;
+    Located at;
+    uint64_t nbytes;
+  };
+  std::vector<Placed> placed;
+  placed.reserve(reads.size());
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < reads.size(); ++i) {
+      std::optional<Located> at =
+          LocateLocked(reads[i].checkpoint_id, *reads[i].key);
+      if (!at) continue;
+      uint64_t nbytes = 0;
+      for (const ChunkPiece& p : *reads[i].pieces) nbytes += p.size;
+      placed.push_back({i, std::move(*at), nbytes});
+    }
+  }
+  std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
+    return std::pair(a.at.second.fd, a.at.second.offset) <
+           std::pair(b.at.second.fd, b.at.second.offset);
+  });
+  std::vector<char> scratch(kMaxGapBytes);
+  std::vector<iovec> iov;
+  std::vector<ByteRun> runs;
+  for (size_t first = 0; first < placed.size();) {
+    // The run of values [first, end) read at once.
+    const FileOffsets::Location& start = placed[first].at.second;
+    uint64_t until = start.offset + placed[first].nbytes;
+    uint64_t span = placed[first].nbytes;
+    size_t pieces = reads[placed[first].read].pieces->size();
+    size_t end = first + 1;
+    for (; end < placed.size(); ++end) {
+      const FileOffsets::Location& at = placed[end].at.second;
+      const size_t more = reads[placed[end].read].pieces->size() + 1;
+      if (at.fd != start.fd || at.offset < until ||
+          at.offset - until > kMaxGapBytes ||
+          span + placed[end].nbytes > kMaxSpanBytes ||
+          pieces + more > static_cast<size_t>(IOV_MAX))
+        break;
+      until = at.offset + placed[end].nbytes;
+      span += placed[end].nbytes;
+      pieces += more;
+    }
+    if (!fs_->CheckRead(*start.path).ok()) {
+      first = end;
+      continue;  // read one by one, which reports the refusal
+    }
+    iov.clear();
+    uint64_t at = start.offset;
+    for (size_t k = first; k < end; ++k) {
+      const uint64_t gap = placed[k].at.second.offset - at;
+      if (gap > 0) iov.push_back({scratch.data(), gap});
+      for (const ChunkPiece& p : *reads[placed[k].read].pieces)
+        iov.push_back({p.data, p.size});
+      at = placed[k].at.second.offset + placed[k].nbytes;
+    }
+    if (PreadAll(start.fd, iov, start.offset)) {
+      for (size_t k = first; k < end; ++k) {
+        const DirectRead& read = reads[placed[k].read];
+        runs.clear();
+        for (const ChunkPiece& p : *read.pieces)
+          runs.push_back({p.data, p.size});
+        (*done)[placed[k].read] =
+            ChunkChecksumOfRuns(runs.data(), runs.size()) == read.checksum;
+      }
+    }
+    first = end;
+  }
 }
 
 Status ChunkFileReader::ReadValueFile(int fd, const std::string& path,

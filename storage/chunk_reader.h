@@ -60,6 +60,23 @@ class ChunkFileReader {
   // names the problem.
   bool ReadDirect(int64_t checkpoint_id, const std::string& key,
                   uint64_t checksum, const std::vector<ChunkPiece>& pieces);
+  // One value of ReadDirectMany.
+  struct DirectRead {
+    int64_t checkpoint_id = 0;  // whose key range holds the value
+    const std::string* key = nullptr;
+    uint64_t checksum = 0;
+    const std::vector<ChunkPiece>* pieces = nullptr;
+  };
+  // ReadDirect for each of `reads`; (*done)[i] says whether read i was read
+  // and matched its checksum. Values of one file that lie at most
+  // kMaxGapBytes apart are read with one preadv, the bytes between them into
+  // a scratch buffer: a value costs a system call only where it stands apart.
+  void ReadDirectMany(const std::vector<DirectRead>& reads,
+                      std::vector<char>* done);
+  // The most bytes between two values that one read spans.
+  static constexpr uint64_t kMaxGapBytes = 16 << 10;
+  // The most bytes of values one read gathers.
+  static constexpr uint64_t kMaxSpanBytes = 8 << 20;
   // Reads the bytes `pointer` names from the value file at `path`, open as
   // `fd`, into `buffer`; `what` names the chunk in errors. Corruption when
   // the file is not a regular file or ends too early; the size is checked
@@ -76,9 +93,12 @@ class ChunkFileReader {
     std::vector<std::shared_ptr<const FileOffsets>> files;
   };
   // The open file holding the value under `key` and its offset there.
-  std::optional<
-      std::pair<std::shared_ptr<const FileOffsets>, FileOffsets::Location>>
-  Locate(int64_t checkpoint_id, const std::string& key);
+  using Located =
+      std::pair<std::shared_ptr<const FileOffsets>, FileOffsets::Location>;
+  std::optional<Located> Locate(int64_t checkpoint_id, const std::string& key);
+  // Locate with mu_ held.
+  std::optional<Located> LocateLocked(int64_t checkpoint_id,
+                                      const std::string& key);
 
   rocksdb::DB& db_;
   rocksdb::ColumnFamilyHandle* const chunks_;

@@ -21,6 +21,14 @@ struct ChunkPiece {
   size_t size = 0;
 };
 
+// One chunk of Store::ReadChunksScattered: its bytes go to `pieces`, in
+// order (their sizes add up to chunk->nbytes).
+struct ChunkToRead {
+  std::string_view tensor_key;
+  const ChunkMetadata* chunk = nullptr;
+  std::vector<ChunkPiece> pieces;
+};
+
 struct StoreOptions {
   // Called before every file operation of the store
   // (Options::file_system_hooks); nullptr: none.
@@ -215,6 +223,13 @@ class Store {
                                     std::string_view tensor_key,
                                     const ChunkMetadata& chunk,
                                     const std::vector<ChunkPiece>& pieces) = 0;
+  // ReadChunkScattered for each of `reads`, chunks of checkpoint
+  // `checkpoint_id`: chunks read straight from the files, those lying near
+  // each other in one file with one system call (a state of many small
+  // tensors has many small chunks side by side). Stops at the first chunk
+  // that fails, with its error.
+  virtual Status ReadChunksScattered(int64_t checkpoint_id,
+                                     const std::vector<ChunkToRead>& reads) = 0;
   // Reads one chunk through RocksDB with its block checksums verified (for a
   // chunk in a value file, its pointer; then the bytes from the value file),
   // then checks the chunk's own checksum: what DB::Verify runs, so that damage

@@ -112,6 +112,8 @@ class StoreImpl : public Store {
   Status ReadChunkScattered(int64_t checkpoint_id, std::string_view tensor_key,
                             const ChunkMetadata& chunk,
                             const std::vector<ChunkPiece>& pieces) override;
+  Status ReadChunksScattered(int64_t checkpoint_id,
+                             const std::vector<ChunkToRead>& reads) override;
   using Store::VerifyChunk;
   Status VerifyChunk(int64_t checkpoint_id, std::string_view tensor_key,
                      const ChunkMetadata& chunk,

@@ -274,6 +274,31 @@ Status StoreImpl::ReadChunkScattered(int64_t checkpoint_id,
   return Status::OK();
 }
 
+Status StoreImpl::ReadChunksScattered(int64_t checkpoint_id,
+                                      const std::vector<ChunkToRead>& reads) {
+  std::vector<std::string> keys(reads.size());
+  std::vector<ChunkFileReader::DirectRead> direct(reads.size());
+  std::vector<char> done;
+  {
+    std::shared_lock lock(mu_);
+    CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
+    for (size_t i = 0; i < reads.size(); ++i) {
+      const ChunkMetadata& chunk = *reads[i].chunk;
+      keys[i] = ChunkKey(checkpoint_id, reads[i].tensor_key, chunk);
+      direct[i] = {StoredIn(checkpoint_id, chunk), &keys[i], chunk.checksum,
+                   &reads[i].pieces};
+    }
+    files_->ReadDirectMany(direct, &done);
+  }
+  // The others one by one, through RocksDB (which names what is wrong).
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (done[i]) continue;
+    CKPTDB_RETURN_IF_ERROR(ReadChunkScattered(
+        checkpoint_id, reads[i].tensor_key, *reads[i].chunk, reads[i].pieces));
+  }
+  return Status::OK();
+}
+
 ChunkBuffer::ChunkBuffer() : impl_(std::make_unique<Impl>()) {}
 ChunkBuffer::ChunkBuffer(ChunkBuffer&&) noexcept = default;
 ChunkBuffer& ChunkBuffer::operator=(ChunkBuffer&&) noexcept = default;

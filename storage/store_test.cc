@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 
+#include <atomic>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 
@@ -407,7 +409,7 @@ TEST(StoreTest, SmallAndLargeChunksOfOneFileReadBackExactly) {
             .ok());
     // Scattered: pieces of every size down to 0 bytes, more of them than one
     // preadv takes, each written after a gap.
-    std::vector<std::string> held;
+    std::deque<std::string> held;  // grows without moving its strings
     std::vector<ChunkPiece> pieces;
     const size_t step = chunk.nbytes > 100000 ? 331 : 17;
     for (size_t at = 0, k = 0; at < chunk.nbytes; ++k) {
@@ -424,6 +426,84 @@ TEST(StoreTest, SmallAndLargeChunksOfOneFileReadBackExactly) {
         << chunk.nbytes << " bytes in " << pieces.size() << " pieces";
   }
   EXPECT_TRUE(into == all);
+  // Together: every chunk, then the small ones only (read around the large
+  // ones between them), in reverse order, each in pieces after gaps.
+  for (bool small_only : {false, true}) {
+    std::deque<std::string> held;  // grows without moving its strings
+    std::vector<ChunkToRead> reads;
+    for (auto c = t.chunks.rbegin(); c != t.chunks.rend(); ++c) {
+      if (small_only && c->nbytes > 1000) continue;
+      ChunkToRead& read = reads.emplace_back(ChunkToRead{"w", &*c, {}});
+      const size_t half = c->nbytes / 2;
+      held.emplace_back(half + 3, '#');
+      held.emplace_back(c->nbytes - half + 3, '#');
+      read.pieces = {{held[held.size() - 2].data() + 3, half},
+                     {held.back().data() + 3, c->nbytes - half}};
+    }
+    ASSERT_TRUE((*store)->ReadChunksScattered(1, reads).ok());
+    for (const ChunkToRead& read : reads) {
+      std::string joined;
+      for (const ChunkPiece& p : read.pieces) joined.append(p.data, p.size);
+      EXPECT_TRUE(joined == std::string_view(all).substr(
+                                read.chunk->box.origin[0], read.chunk->nbytes))
+          << read.chunk->nbytes << " bytes, small only " << small_only;
+    }
+  }
+}
+
+// Counts the reads of table files.
+class TableReads : public FileSystemHooks {
+ public:
+  int BeforeOperation(FileOp op, std::string_view path, uint64_t) override {
+    if (op == FileOp::kRead && path.ends_with(".sst")) ++reads;
+    return 0;
+  }
+  std::atomic<int> reads{0};
+};
+
+// Many small chunks side by side, read together: more of them than one
+// preadv takes pieces, each chunk's bytes where they belong, with a few reads
+// of their table file, not one per chunk.
+TEST(StoreTest, ManySmallChunksReadTogetherLandExactly) {
+  TempDir dir;
+  auto hooks = std::make_shared<TableReads>();
+  auto store = Store::Open(dir.path(), {.file_system_hooks = hooks});
+  ASSERT_TRUE(store.ok());
+  CheckpointMetadata meta;
+  meta.info.id = 1;
+  meta.info.world_size = 1;
+  TensorMetadata& t = meta.tensors["w"];
+  t.dtype = DType::kUInt8;
+  meta.flat_mapping["w"] = {"w"};
+  std::string all;
+  auto writer = (*store)->NewStagedFile(1, 0, 0);
+  ASSERT_TRUE(writer.ok());
+  for (int i = 0; i < 3000; ++i) {
+    std::string bytes(static_cast<size_t>(1 + i % 97), '\0');
+    for (auto& c : bytes) c = static_cast<char>(all.size() * 13 + i);
+    const int64_t at = static_cast<int64_t>(all.size());
+    auto sum = (*writer)->Add("w", {at}, bytes);
+    ASSERT_TRUE(sum.ok());
+    t.chunks.push_back({Box{{at}, {static_cast<int64_t>(bytes.size())}}, 0,
+                        bytes.size(), *sum});
+    all += bytes;
+  }
+  t.global_shape = {static_cast<int64_t>(all.size())};
+  auto file = (*writer)->Finish();
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE((*store)->Commit(meta, {*file}).ok());
+  std::string into(all.size(), '\0');
+  std::vector<ChunkToRead> reads;
+  for (const auto& chunk : t.chunks) {
+    reads.push_back(
+        {"w", &chunk, {{into.data() + chunk.box.origin[0], chunk.nbytes}}});
+  }
+  hooks->reads = 0;
+  ASSERT_TRUE((*store)->ReadChunksScattered(1, reads).ok());
+  EXPECT_TRUE(into == all);
+  // 3000 chunks of 1-97 bytes, two iovecs each: 6 reads of IOV_MAX iovecs.
+  EXPECT_LE(hooks->reads, 10);
+  EXPECT_GE(hooks->reads, 1);
 }
 
 // A damaged value fails the direct read's checksum, then RocksDB's read:
@@ -449,6 +529,10 @@ TEST(StoreTest, DamagedChunkIsCorruptionThroughEveryReadPath) {
         {{into.data() + half, chunk.nbytes - half}, {into.data(), half}});
     EXPECT_EQ(scattered.ok(), direct.ok());
     EXPECT_EQ(scattered.IsCorruption(), direct.IsCorruption());
+    Status together = (*store)->ReadChunksScattered(
+        meta.info.id, {{"w", &chunk, {{into.data(), chunk.nbytes}}}});
+    EXPECT_EQ(together.ok(), direct.ok());
+    EXPECT_EQ(together.IsCorruption(), direct.IsCorruption());
     if (buffer.ok()) {
       EXPECT_TRUE(buffer->read_directly());
       continue;
@@ -463,6 +547,18 @@ TEST(StoreTest, DamagedChunkIsCorruptionThroughEveryReadPath) {
     EXPECT_TRUE(verified.IsCorruption()) << verified.ToString();
   }
   EXPECT_EQ(bad, 1);
+  // Read together, the damaged chunk fails the call, naming its key.
+  const auto& chunks = meta.tensors.at("w").chunks;
+  std::vector<std::string> places(chunks.size());
+  std::vector<ChunkToRead> reads;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    places[c].resize(chunks[c].nbytes);
+    reads.push_back({"w", &chunks[c], {{places[c].data(), chunks[c].nbytes}}});
+  }
+  Status together = (*store)->ReadChunksScattered(meta.info.id, reads);
+  EXPECT_TRUE(together.IsCorruption()) << together.ToString();
+  EXPECT_NE(together.message().find("'w'"), std::string::npos)
+      << together.ToString();
 }
 
 TEST(StoreTest, ChecksumMismatchDetected) {

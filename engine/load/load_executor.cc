@@ -77,17 +77,14 @@ class Walker {
       CKPTDB_RETURN_IF_ERROR(reserved);
     }
     const auto& rounds = plan_.rounds;
-    for (size_t k = 0; k < rounds.size(); ++k) {
-      for (size_t j = 0; j < rounds[k].reads.size(); ++j)
-        tasks_.push_back({k, j});
-    }
+    for (size_t k = 0; k < rounds.size(); ++k) Batch(k);
     for (size_t k = 0; k < std::min<size_t>(2, rounds.size()); ++k) Prepare(k);
     // This thread is one of the io_threads: it reads with the others until
     // the round it exchanges next is read, while they (io_threads - 1, at
     // least one) read ahead.
     std::vector<std::thread> readers;
     const int threads = std::max(
-        1, std::min<int>(x_.io_threads - 1, static_cast<int>(tasks_.size())));
+        1, std::min<int>(x_.io_threads - 1, static_cast<int>(batches_.size())));
     for (int t = 0; t < threads; ++t)
       readers.emplace_back([this] { ReadLoop(); });
     for (size_t k = 0; k < rounds.size(); ++k) {
@@ -203,42 +200,74 @@ class Walker {
     return recvs;
   }
 
+  // Splits round k's reads into batches, in order: consecutive reads, at
+  // most kBatchReads of them and, past the first, kBatchBytes of chunks.
+  void Batch(size_t k) {
+    const auto& reads = plan_.rounds[k].reads;
+    auto bytes = [&](size_t j) { return x_.plan.reads[reads[j].read].nbytes; };
+    for (size_t j = 0; j < reads.size();) {
+      size_t end = j + 1;
+      uint64_t total = bytes(j);
+      while (end < reads.size() && end - j < kBatchReads &&
+             total + bytes(end) <= kBatchBytes) {
+        total += bytes(end++);
+      }
+      batches_.push_back({k, j, end});
+      j = end;
+    }
+  }
+
   // A reader thread: reads in round order, at most one round ahead of the
   // exchange.
   void ReadLoop() {
     while (true) {
-      const size_t t = next_task_.fetch_add(1);
-      if (t >= tasks_.size()) return;
-      const size_t k = tasks_[t].first;
+      const size_t b = next_batch_.fetch_add(1);
+      if (b >= batches_.size()) return;
+      const size_t k = batches_[b].round;
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return ready_ > k; });
       }
-      RunTask(t);
+      RunBatch(b);
     }
   }
 
-  // Reads the next chunk of round k on this thread when there is one left.
+  // Reads the next batch of round k on this thread when there is one left.
   bool HelpRead(size_t k) {
-    size_t t = next_task_.load();
+    size_t b = next_batch_.load();
     do {
-      if (t >= tasks_.size() || tasks_[t].first != k) return false;
-    } while (!next_task_.compare_exchange_weak(t, t + 1));
-    RunTask(t);
+      if (b >= batches_.size() || batches_[b].round != k) return false;
+    } while (!next_batch_.compare_exchange_weak(b, b + 1));
+    RunBatch(b);
     return true;
   }
 
-  void RunTask(size_t t) {
-    const auto [k, j] = tasks_[t];
-    Slot& slot = slots_[k % 2];
-    Fail(ReadOne(slot, j));
+  void RunBatch(size_t b) {
+    const ReadBatch& batch = batches_[b];
+    Slot& slot = slots_[batch.round % 2];
+    Fail(ReadAll(slot, batch));
     std::lock_guard lock(mu_);
-    if (--slot.remaining == 0) cv_.notify_all();
+    slot.remaining -= batch.end - batch.begin;
+    if (slot.remaining == 0) cv_.notify_all();
   }
 
+  // Consecutive reads [begin, end) of round `round`, taken by one thread:
+  // those read straight to their places go to the store together, so that
+  // small chunks side by side in a file cost one system call. Chunks of
+  // kBatchBytes or more go alone, shared out among the threads one by one.
+  struct ReadBatch {
+    size_t round = 0;
+    size_t begin = 0, end = 0;
+  };
+  static constexpr size_t kBatchReads = 64;
+  static constexpr uint64_t kBatchBytes = uint64_t{256} << 10;
+
+  Status ReadAll(Slot& slot, const ReadBatch& batch);
+  // Read j of the slot's round as a read straight to its places, if it is
+  // one: the chunk is one run of a host target, or scattered to host places.
+  std::optional<storage::ChunkToRead> Direct(Slot& slot, size_t j);
+  // Read j through a chunk buffer, its slices copied out.
   Status ReadOne(Slot& slot, size_t j);
-  Status ReadScattered(Slot& slot, const planner::ExchangeRead& plan_read,
-                       const ChunkMetadata& chunk);
   Status PlaceCopies(Slot& slot, size_t j, const TensorMetadata& tensor,
                      const ChunkMetadata& chunk, storage::ChunkBuffer buffer);
   void Exchange(Slot& slot);
@@ -265,8 +294,8 @@ class Walker {
   const planner::ExchangePlan& plan_;
   const int rank_;
   Slot slots_[2];
-  std::vector<std::pair<size_t, size_t>> tasks_;  // (round, read) in order
-  std::atomic<size_t> next_task_{0};
+  std::vector<ReadBatch> batches_;  // every round's, in order
+  std::atomic<size_t> next_batch_{0};
   StagingPool staging_;  // host staging for device targets
   std::mutex mu_;
   std::condition_variable cv_;
@@ -278,42 +307,57 @@ class Walker {
   Status first_error_;
 };
 
-// Reads the j-th chunk of the slot's round and copies its slices where the
-// plan sends them.
+Status Walker::ReadAll(Slot& slot, const ReadBatch& batch) {
+  std::vector<storage::ChunkToRead> direct;
+  direct.reserve(batch.end - batch.begin);
+  Status first;
+  for (size_t j = batch.begin; j < batch.end; ++j) {
+    if (std::optional<storage::ChunkToRead> read = Direct(slot, j)) {
+      direct.push_back(std::move(*read));
+      continue;
+    }
+    Status s = ReadOne(slot, j);
+    if (first.ok()) first = std::move(s);
+  }
+  if (direct.empty()) return first;
+  Status s = x_.store.ReadChunksScattered(x_.meta.info.id, direct);
+  return first.ok() ? s : first;
+}
+
+std::optional<storage::ChunkToRead> Walker::Direct(Slot& slot, size_t j) {
+  const planner::ExchangeRead& plan_read = slot.round->reads[j];
+  if (!plan_read.whole_into_target && plan_read.scatter.empty())
+    return std::nullopt;
+  const planner::ChunkRead& read = x_.plan.reads[plan_read.read];
+  const ChunkMetadata& chunk =
+      x_.meta.tensors.at(read.flat_key).chunks[read.chunk];
+  storage::ChunkToRead out{read.flat_key, &chunk, {}};
+  if (plan_read.whole_into_target) {
+    const planner::ReadItem& item = x_.plan.items[plan_read.copies[0].item];
+    out.pieces.push_back({static_cast<char*>(x_.targets[item.target]->data) +
+                              *plan_read.whole_into_target,
+                          static_cast<size_t>(chunk.nbytes)});
+    return out;
+  }
+  out.pieces.reserve(plan_read.scatter.size());
+  for (const planner::ScatterRun& run : plan_read.scatter) {
+    char* base = run.to() == ReadCopy::To::kTarget
+                     ? static_cast<char*>(x_.targets[run.index]->data)
+                     : slot.send_staged[run.index];
+    out.pieces.push_back({base + run.offset, run.nbytes});
+  }
+  return out;
+}
+
 Status Walker::ReadOne(Slot& slot, size_t j) {
   const planner::ExchangeRead& plan_read = slot.round->reads[j];
   const planner::ChunkRead& read = x_.plan.reads[plan_read.read];
   const TensorMetadata& tensor = x_.meta.tensors.at(read.flat_key);
   const ChunkMetadata& chunk = tensor.chunks[read.chunk];
-  if (plan_read.whole_into_target) {
-    // The chunk is one run of a host target of this rank: no buffer.
-    const planner::ReadItem& item = x_.plan.items[plan_read.copies[0].item];
-    return x_.store.ReadChunkInto(
-        x_.meta.info.id, read.flat_key, chunk,
-        static_cast<char*>(x_.targets[item.target]->data) +
-            *plan_read.whole_into_target);
-  }
-  if (!plan_read.scatter.empty()) return ReadScattered(slot, plan_read, chunk);
   CKPTDB_ASSIGN_OR_RETURN(
       storage::ChunkBuffer buffer,
       x_.store.ReadChunk(x_.meta.info.id, read.flat_key, chunk));
   return PlaceCopies(slot, j, tensor, chunk, std::move(buffer));
-}
-
-// Every byte of the chunk straight to its place: no chunk buffer, no copies.
-Status Walker::ReadScattered(Slot& slot, const planner::ExchangeRead& plan_read,
-                             const ChunkMetadata& chunk) {
-  const planner::ChunkRead& read = x_.plan.reads[plan_read.read];
-  std::vector<storage::ChunkPiece> pieces;
-  pieces.reserve(plan_read.scatter.size());
-  for (const planner::ScatterRun& run : plan_read.scatter) {
-    char* base = run.to() == ReadCopy::To::kTarget
-                     ? static_cast<char*>(x_.targets[run.index]->data)
-                     : slot.send_staged[run.index];
-    pieces.push_back({base + run.offset, run.nbytes});
-  }
-  return x_.store.ReadChunkScattered(x_.meta.info.id, read.flat_key, chunk,
-                                     pieces);
 }
 
 // Copies the boxes of read `j` of the slot's round out of the chunk's
