@@ -351,7 +351,11 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
       std::async(std::launch::async, [this, id, located, &records] {
         return EncodeCopies(id, located, records);
       });
-  rocksdb::WriteBatch batch;
+  // Room for every record at once (a batch that grows copies what it holds).
+  size_t bytes = 64 + kNextIdKey.size() + next.size();
+  for (const auto& [key, value] : records)
+    bytes += key.size() + value.size() + 16;
+  rocksdb::WriteBatch batch(bytes);
   for (const auto& [key, value] : records) batch.Put(meta_, key, value);
   batch.Put(meta_, kNextIdKey, next);
   Status s = WriteMeta(&batch, "committing " + what);
