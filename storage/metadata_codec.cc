@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <optional>
 
 #include "core/partition.h"
 #include "storage/box_stream.h"
@@ -125,32 +126,42 @@ CheckpointInfo ReadInfo(Checkpoint::Reader r) {
   return info;
 }
 
-// Runs fn(Root::Reader) over an aligned copy of `bytes` with limits, mapping
-// every Cap'n Proto exception to Corruption (starting with `what`, the
-// record's name, when given).
+// Runs fn(Root::Reader) over `bytes` (or an aligned copy, where they are not
+// aligned to a word) with limits, mapping every Cap'n Proto exception to
+// Corruption (starting with the record's name: "tensor '<tensor>'", when a
+// tensor is given).
 template <typename T, typename Root, typename Fn>
 Result<T> WithReader(std::string_view bytes, Fn&& fn,
-                     const std::string& what = "") {
+                     std::optional<std::string_view> tensor = std::nullopt) {
+  auto what = [&] {
+    return tensor ? "tensor '" + std::string(*tensor) + "'" : std::string();
+  };
   if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0) {
-    return Bad(what + (what.empty() ? "record" : " record") + " of " +
+    return Bad(what() + (tensor ? " record" : "record") + " of " +
                std::to_string(bytes.size()) + " bytes is not a whole message");
   }
-  kj::Array<capnp::word> words =
-      kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
-  std::memcpy(words.begin(), bytes.data(), bytes.size());
+  kj::ArrayPtr<const capnp::word> view(
+      reinterpret_cast<const capnp::word*>(bytes.data()),
+      bytes.size() / sizeof(capnp::word));
+  kj::Array<capnp::word> copy;
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(capnp::word) != 0) {
+    copy = kj::heapArray<capnp::word>(view.size());
+    std::memcpy(copy.begin(), bytes.data(), bytes.size());
+    view = copy.asPtr();
+  }
   capnp::ReaderOptions options;
-  options.traversalLimitInWords = words.size() * 4 + 1024;
+  options.traversalLimitInWords = view.size() * 4 + 1024;
   options.nestingLimit = 16;
-  Result<T> result = Status::Internal("unreachable");
+  std::optional<Result<T>> result;
   kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&]() {
-    capnp::FlatArrayMessageReader reader(words.asPtr(), options);
-    result = fn(reader.getRoot<Root>());
+    capnp::FlatArrayMessageReader reader(view, options);
+    result.emplace(fn(reader.getRoot<Root>()));
   });
   KJ_IF_MAYBE (e, error) {
-    return Bad((what.empty() ? "" : what + " record: ") +
+    return Bad((tensor ? what() + " record: " : std::string()) +
                std::string(e->getDescription().cStr()));
   }
-  return result;
+  return std::move(*result);
 }
 
 Status CheckHeader(Checkpoint::Reader r) {
@@ -657,7 +668,7 @@ Result<std::vector<ChunkMetadata>> DecodeTensorRecord(const MainRecord& main,
       [&](TensorChunks::Reader r) {
         return ReadTensorRecord(r, main, key, tensor->second, count->second);
       },
-      "tensor '" + std::string(key) + "'");
+      key);
 }
 
 Status DecodeAllTensorRecords(
