@@ -100,9 +100,12 @@ Result<std::vector<Leaf>> FlattenImpl(Dict& state) {
   Path path;
   PathKinds kinds;
   CKPTDB_RETURN_IF_ERROR(Collect(state, path, kinds, 1, leaves));
-  std::stable_sort(
-      leaves.begin(), leaves.end(),
-      [](const Leaf& a, const Leaf& b) { return a.flat_key < b.flat_key; });
+  // Usually in order already: a dict's keys come sorted.
+  const auto by_key = [](const Leaf& a, const Leaf& b) {
+    return a.flat_key < b.flat_key;
+  };
+  if (!std::is_sorted(leaves.begin(), leaves.end(), by_key))
+    std::stable_sort(leaves.begin(), leaves.end(), by_key);
   for (size_t i = 1; i < leaves.size(); ++i) {
     if (leaves[i].flat_key == leaves[i - 1].flat_key) {
       return Status::InvalidArgument(
