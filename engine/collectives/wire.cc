@@ -359,12 +359,29 @@ Result<int64_t> IdFromRoot(Communicator& comm,
 }
 
 Result<planner::SaveClasses> DecodeSaveClasses(const RankClasses& gathered) {
+  return DecodeSaveClasses(gathered, -1, nullptr, Status::OK());
+}
+
+Result<planner::SaveClasses> DecodeSaveClasses(const RankClasses& gathered,
+                                               int rank,
+                                               planner::RankSaveLayout* own,
+                                               const Status& own_status) {
   planner::SaveClasses classes;
   classes.class_of_rank = gathered.class_of_rank;
   classes.layouts.resize(gathered.payloads.size());
   std::vector<Status> statuses(gathered.class_of_rank.size());
   std::vector<Status> by_class(gathered.payloads.size());
+  const int own_class =
+      own != nullptr && rank >= 0 &&
+              static_cast<size_t>(rank) < gathered.class_of_rank.size()
+          ? gathered.class_of_rank[rank]
+          : -1;
   for (size_t c = 0; c < gathered.payloads.size(); ++c) {
+    if (static_cast<int>(c) == own_class) {
+      classes.layouts[c] = std::move(*own);
+      by_class[c] = own_status;
+      continue;
+    }
     CKPTDB_RETURN_IF_ERROR(DecodeSaveLayout(gathered.payloads[c], &by_class[c],
                                             &classes.layouts[c]));
   }

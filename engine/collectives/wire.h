@@ -77,6 +77,13 @@ Status DecodeSaveLayout(std::string_view bytes, Status* local,
 // The save layouts of every class (AllGatherClasses over EncodeSaveLayout);
 // the first failing rank's local status (FirstError) when any failed.
 Result<planner::SaveClasses> DecodeSaveClasses(const RankClasses& gathered);
+// The same on rank `rank`, whose own class's layout is `*own` (moved from,
+// not decoded: the ranks of a class sent identical bytes) with its local
+// status `own_status`.
+Result<planner::SaveClasses> DecodeSaveClasses(const RankClasses& gathered,
+                                               int rank,
+                                               planner::RankSaveLayout* own,
+                                               const Status& own_status);
 
 // Where a load target lives, as every rank learns it (planner/exchange_plan.h).
 using TargetPlacement = planner::TargetPlacement;

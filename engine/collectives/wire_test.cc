@@ -23,6 +23,40 @@ TEST(WireTest, SaveLayoutRoundTrip) {
   EXPECT_EQ(decoded.values[1].value, Value(Bytes{"\x01\x02"}));
 }
 
+// A rank's own class takes its layout as it is; the other classes are
+// decoded; the classes come out as from decoding every payload.
+TEST(WireTest, OwnClassTakesTheRanksLayoutAndTheOthersAreDecoded) {
+  auto layout = [](int64_t row) {
+    planner::RankSaveLayout l;
+    l.shards.push_back(
+        {"w", {"w"}, DType::kFloat32, {4, 2}, {{row, 0}, {2, 2}}});
+    l.values.push_back({"step", {"step"}, Value(int64_t{3})});
+    return l;
+  };
+  RankClasses gathered;
+  gathered.payloads = {EncodeSaveLayout(Status::OK(), layout(0)),
+                       EncodeSaveLayout(Status::NotFound("x"), layout(2))};
+  gathered.class_of_rank = {0, 1, 0};
+  // The first failing rank's status, named.
+  auto all = DecodeSaveClasses(gathered);
+  EXPECT_EQ(all.status().ToString(), Status::NotFound("rank 1: x").ToString());
+  for (int rank : {0, 1, 2}) {
+    planner::RankSaveLayout own = layout(rank == 1 ? 2 : 0);
+    const Status status = rank == 1 ? Status::NotFound("x") : Status::OK();
+    auto classes = DecodeSaveClasses(gathered, rank, &own, status);
+    EXPECT_EQ(classes.status().ToString(), all.status().ToString()) << rank;
+  }
+  gathered.payloads[1] = EncodeSaveLayout(Status::OK(), layout(2));
+  planner::RankSaveLayout own = layout(2);
+  auto classes = DecodeSaveClasses(gathered, 1, &own, Status::OK());
+  ASSERT_TRUE(classes.ok()) << classes.status().ToString();
+  ASSERT_EQ(classes->layouts.size(), 2u);
+  EXPECT_EQ(classes->class_of_rank, (std::vector<int>{0, 1, 0}));
+  EXPECT_EQ(classes->layouts[0].shards[0].box, (planner::Box{{0, 0}, {2, 2}}));
+  EXPECT_EQ(classes->layouts[1].shards[0].box, (planner::Box{{2, 0}, {2, 2}}));
+  EXPECT_EQ(classes->layouts[1].values[0].value, Value(int64_t{3}));
+}
+
 TEST(WireTest, PathKindsAndNoneRoundTrip) {
   using K = PathPartKind;
   planner::RankSaveLayout layout;

@@ -12,10 +12,14 @@ namespace ckptdb::engine {
 
 // A save between planning and writing: what the background needs, owned.
 struct PreparedSave {
+  // This rank's layout until the gather, which moves it into `classes`.
   planner::RankSaveLayout layout;
   // Views of the caller's memory; not used after a snapshot.
   std::vector<TensorView> views;
   planner::SaveClasses classes;
+  const planner::RankSaveLayout& own_layout(int rank) const {
+    return classes.layouts[classes.class_of_rank[rank]];
+  }
   // This rank's part of the plan (planner::BuildClassSavePlan with
   // only_writer); or, when `whole_plan`, every rank's chunks: rank 0 of a
   // blocking save plans the whole save once, before writing, and its commit

@@ -46,11 +46,11 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
   CKPTDB_ASSIGN_OR_RETURN(RankClasses gathered,
                           AllGatherClasses(*comm_, SaveArguments(options), "",
                                            EncodeSaveLayout(local, p.layout)));
-  CKPTDB_ASSIGN_OR_RETURN(p.classes, DecodeSaveClasses(gathered));
+  CKPTDB_ASSIGN_OR_RETURN(p.classes,
+                          DecodeSaveClasses(gathered, rank, &p.layout, local));
   CKPTDB_ASSIGN_OR_RETURN(
-      p.plan,
-      planner::BuildClassSavePlan(p.classes, options_.max_chunk_bytes,
-                                  p.whole_plan ? -1 : rank));
+      p.plan, planner::BuildClassSavePlan(p.classes, options_.max_chunk_bytes,
+                                          p.whole_plan ? -1 : rank));
 
   // Rank 0 checks that it may commit and picks the id, before any byte is
   // written, and the checkpoint an incremental save compares with.
@@ -65,7 +65,8 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
   CKPTDB_ASSIGN_OR_RETURN(
       p.base_id,
       IdFromRoot(*comm_, [&]() -> Result<int64_t> { return p.base_id; }));
-  p.mine = CollectMyChunks(p.plan, p.layout, p.views, p.id, rank, &p.order);
+  p.mine = CollectMyChunks(p.plan, p.own_layout(rank), p.views, p.id, rank,
+                           &p.order);
   return p;
 }
 
@@ -101,12 +102,12 @@ Result<SaveOutcome> DBImpl::CommitOnEveryRank(
       GatherToRoot(*comm_, EncodeWritten(written, files, checksums)));
   std::string outcome;
   if (comm_->rank() == 0) {
-    outcome = CommitOnRoot(*store_,
-                           {p.classes, options_.max_chunk_bytes,
-                            p.whole_plan ? &p.plan : nullptr, p.id,
-                            p.base_id, p.options, comm_->size()},
-                           results, &last_commit_,
-                           {options_.keep_last, options_.keep_every_steps});
+    outcome = CommitOnRoot(
+        *store_,
+        {p.classes, options_.max_chunk_bytes, p.whole_plan ? &p.plan : nullptr,
+         p.id, p.base_id, p.options, comm_->size()},
+        results, &last_commit_,
+        {options_.keep_last, options_.keep_every_steps});
     if (!options_.incremental) last_commit_.reset();
   }
   CKPTDB_RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
