@@ -5,11 +5,17 @@ one, so 1 means no per-tensor cost).
 
     PYTHONPATH=build/python /usr/bin/python3 bench/many_tensors.py --dir /dev/shm/mt
     PYTHONPATH=build/python mpirun -np 2 /usr/bin/python3 bench/many_tensors.py --dir D
+
+With `--dcp` (one process), torch's distributed checkpoint of the installed torch saves and
+loads the same many tensors too (as torch tensors sharing the arrays' memory, into a new
+directory per save, the previous one removed inside the timed save, as bench/model_bench.py
+does), in the same runs; it prints DCP's times over ckptdb's.
 """
 import argparse
 import os
 import shutil
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -28,6 +34,8 @@ def main():
     p.add_argument("--tensors", type=int, default=10000)
     p.add_argument("--kib", type=int, default=4, help="bytes of each small tensor, in KiB")
     p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--dcp", action="store_true",
+                   help="also torch's distributed checkpoint (one process)")
     args = p.parse_args()
     comm = MPI.COMM_WORLD if MPI and MPI.COMM_WORLD.size > 1 else None
     rank = comm.rank if comm else 0
@@ -57,12 +65,26 @@ def main():
     sides = {"many": (many, many_target), "one": (one, one_target)}
     dbs = {s: ckptdb.open(os.path.join(args.dir, s), comm=comm) for s in sides}
     times = {(s, w): [] for s in sides for w in ("save", "load")}
+    dcp_run = None
+    if args.dcp:
+        if comm:
+            raise SystemExit("--dcp runs in one process")
+        dcp_run = dcp_runner(args.dir, many, many_target)
+        sides["dcp"] = (many, many_target)
+        times.update({("dcp", w): [] for w in ("save", "load")})
     for run in range(args.repeat + 1):
         order = list(sides) if run % 2 == 0 else list(sides)[::-1]
         for s in order:
             state, target = sides[s]
             for v in state.values():
                 v += 1.0
+            if s == "dcp":
+                save = timed(lambda: dcp_run.save(run))
+                load = timed(lambda: dcp_run.load(run))
+                if run > 0:
+                    times[s, "save"].append(save)
+                    times[s, "load"].append(load)
+                continue
             db = dbs[s]
             for old in db.checkpoints()[:-1]:
                 db.delete(id=old.id)
@@ -85,7 +107,37 @@ def main():
             ratio = med(a / b for a, b in zip(times["many", w], times["one", w]))
             print(f"{w}: many {med(times['many', w]):.4f} s, one {med(times['one', w]):.4f} s, "
                   f"many / one {ratio:.2f}")
+        for w in ("save", "load") if args.dcp else ():
+            ratio = med(a / b for a, b in zip(times["dcp", w], times["many", w]))
+            print(f"{w}, many tensors: torch DCP {med(times['dcp', w]):.4f} s, "
+                  f"DCP / ckptdb {ratio:.2f}")
         shutil.rmtree(args.dir, ignore_errors=True)
+
+
+class dcp_runner:
+    """torch's distributed checkpoint of the same arrays, one process (no_dist)."""
+
+    def __init__(self, directory, state, target):
+        import torch
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from torch_dcp_bench import import_patched_shard
+        import_patched_shard()
+        import torch.distributed._shard.checkpoint as dcp
+        self.dcp, self.dir = dcp, directory
+        self.state = {k: torch.from_numpy(v) for k, v in state.items()}
+        self.target = {k: torch.from_numpy(v) for k, v in target.items()}
+
+    def path(self, run):
+        return os.path.join(self.dir, f"dcp{run}")
+
+    def save(self, run):
+        self.dcp.save_state_dict(self.state, self.dcp.FileSystemWriter(
+            self.path(run), sync_files=True), no_dist=True)
+        shutil.rmtree(self.path(run - 1), ignore_errors=True)
+
+    def load(self, run):
+        self.dcp.load_state_dict(self.target, self.dcp.FileSystemReader(self.path(run)),
+                                 no_dist=True)
 
 
 if __name__ == "__main__":
