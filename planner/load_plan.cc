@@ -25,12 +25,15 @@ Status CheckTarget(const std::map<std::string, TensorMetadata>& tensors,
                                    who + " is not a tensor of the checkpoint");
   }
   const Shape& shape = it->second.global_shape;
-  const Box whole{Shape(shape.size(), 0), shape};
-  if (target.box.ndim() != whole.ndim() ||
-      target.box.origin.size() != whole.ndim() ||
-      std::any_of(target.box.shape.begin(), target.box.shape.end(),
-                  [](int64_t n) { return n < 0; }) ||
-      !Contains(whole, target.box)) {
+  const Box& box = target.box;
+  bool inside =
+      box.shape.size() == shape.size() && box.origin.size() == shape.size();
+  for (size_t d = 0; inside && d < shape.size(); ++d) {
+    inside = box.shape[d] >= 0 && box.origin[d] >= 0 &&
+             box.origin[d] <= shape[d] &&
+             box.shape[d] <= shape[d] - box.origin[d];
+  }
+  if (!inside) {
     return Status::InvalidArgument("load target '" + target.flat_key + "' on " +
                                    who + ": " + BoxToString(target.box) +
                                    " lies outside the stored shape " +

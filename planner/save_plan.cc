@@ -39,7 +39,7 @@ std::string RankBox(int rank, const Box& box) {
 // Grouping of every owner's shards by key; values and the flat mapping go
 // straight into `plan`.
 Status GroupByKey(const Owners& owners, SavePlan* plan,
-                  std::map<std::string, std::vector<ShardRef>>* by_key) {
+                  std::map<std::string_view, std::vector<ShardRef>>* by_key) {
   std::map<std::string, int> value_rank;
   auto add_path = [&](const std::string& key, const Path& path,
                       const PathKinds& kinds, int rank) -> Status {
@@ -71,11 +71,13 @@ Status GroupByKey(const Owners& owners, SavePlan* plan,
     const RankSaveLayout& layout = owners.layouts[o];
     for (size_t i = 0; i < layout.shards.size(); ++i) {
       const SaveShard& s = layout.shards[i];
-      CKPTDB_RETURN_IF_ERROR(add_path(s.flat_key, s.path, s.kinds, owners.Named(o)));
+      CKPTDB_RETURN_IF_ERROR(
+          add_path(s.flat_key, s.path, s.kinds, owners.Named(o)));
       (*by_key)[s.flat_key].push_back({&s, {o, i}});
     }
     for (const SaveValue& v : layout.values) {
-      CKPTDB_RETURN_IF_ERROR(add_path(v.flat_key, v.path, v.kinds, owners.Named(o)));
+      CKPTDB_RETURN_IF_ERROR(
+          add_path(v.flat_key, v.path, v.kinds, owners.Named(o)));
       if (plan->values.emplace(v.flat_key, v.value).second)
         value_rank[v.flat_key] = owners.Named(o);
     }
@@ -93,14 +95,14 @@ Status GroupByKey(const Owners& owners, SavePlan* plan,
 }
 
 // Checks that every rank gives `key` the same dtype and global shape.
-Status CheckAgreement(const std::string& key, const std::vector<ShardRef>& refs,
+Status CheckAgreement(std::string_view key, const std::vector<ShardRef>& refs,
                       const Owners& owners) {
   const SaveShard& first = *refs.front().shard;
   for (const ShardRef& ref : refs) {
     if (ref.shard->dtype != first.dtype ||
         ref.shard->global_shape != first.global_shape) {
       return Status::InvalidArgument(
-          "tensor '" + key + "': rank " +
+          "tensor '" + std::string(key) + "': rank " +
           std::to_string(owners.Named(refs.front().holder.owner)) + " has " +
           std::string(DTypeName(first.dtype)) + " " +
           ShapeToString(first.global_shape) + " but rank " +
@@ -112,10 +114,11 @@ Status CheckAgreement(const std::string& key, const std::vector<ShardRef>& refs,
   return Status::OK();
 }
 
-Status LayoutError(const std::string& key, const Shape& shape,
+Status LayoutError(std::string_view key, const Shape& shape,
                    const std::vector<ShardRef>& refs, const Owners& owners,
                    const PartitionProblem& p) {
-  const std::string tensor = "tensor '" + key + "'";
+  if (p.error == PartitionError::kNone) return Status::OK();
+  const std::string tensor = "tensor '" + std::string(key) + "'";
   const std::string global = ShapeToString(shape);
   auto rank_box = [&](size_t i) {
     return RankBox(owners.Named(refs[i].holder.owner), refs[i].shard->box);
@@ -163,7 +166,7 @@ Status LayoutError(const std::string& key, const Shape& shape,
 }
 
 // Checks that the shards of `key`, replicas counted once, partition it.
-Status CheckLayout(const std::string& key, const std::vector<ShardRef>& refs,
+Status CheckLayout(std::string_view key, const std::vector<ShardRef>& refs,
                    const Owners& owners) {
   const Shape& shape = refs.front().shard->global_shape;
   std::vector<const Box*> boxes;
@@ -279,7 +282,8 @@ Result<SavePlan> PlanOwners(const Owners& owners, size_t max_chunk_bytes,
     return Status::InvalidArgument("max_chunk_bytes must be > 0");
   SavePlan plan;
   plan.bytes_per_rank.assign(owners.world, 0);
-  std::map<std::string, std::vector<ShardRef>> by_key;
+  // Keys view the layouts' flat keys.
+  std::map<std::string_view, std::vector<ShardRef>> by_key;
   CKPTDB_RETURN_IF_ERROR(GroupByKey(owners, &plan, &by_key));
   WriterTurns turns;
   for (auto& [key, refs] : by_key) {
@@ -287,7 +291,7 @@ Result<SavePlan> PlanOwners(const Owners& owners, size_t max_chunk_bytes,
     CKPTDB_RETURN_IF_ERROR(CheckLayout(key, refs, owners));
     const SaveShard& first = *refs.front().shard;
     PlannedTensor& tensor = plan.tensors.emplace_back(
-        PlannedTensor{key, first.dtype, first.global_shape, {}});
+        PlannedTensor{std::string(key), first.dtype, first.global_shape, {}});
     for (const Distinct& d : GroupReplicas(refs)) {
       AssignWriters(d, owners, max_chunk_bytes, only_writer, turns, tensor,
                     &plan);
