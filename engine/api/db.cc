@@ -178,6 +178,7 @@ Status DBImpl::Close() {
   Status barrier = comm_->Barrier();
   transport_.reset();
   store_.reset();
+  load_scratch_ = LoadScratch();
   return barrier;
 }
 

@@ -8,6 +8,7 @@
 #include "engine/collectives/agreement.h"
 #include "engine/collectives/wire.h"
 #include "engine/device/device_seams.h"
+#include "engine/load/load_executor.h"
 #include "engine/save/save_record.h"
 #include "engine/save/snapshot_memory.h"
 #include "planner/incremental.h"
@@ -128,6 +129,8 @@ class DBImpl : public DB {
   // Options::snapshot_bytes is set), and the save under way. The save uses
   // the memory: declared after it, it goes first.
   SnapshotMemory snapshot_memory_;
+  // The staging memory of loads, kept for the next load (released at close).
+  LoadScratch load_scratch_;
   std::shared_ptr<AsyncSave> pending_;
   // Incremental saves: the chunks of this handle's last commit, which the
   // next save compares with while it is the latest checkpoint. Rank 0 keeps

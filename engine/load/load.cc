@@ -205,7 +205,7 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
   };
   CKPTDB_RETURN_IF_ERROR(ExecuteLoad(
       {meta, planned.plan, local.views, *store_, *comm_, io_threads(),
-       all.buffer_bytes, placement, devices_.copier, transport},
+       all.buffer_bytes, placement, devices_.copier, transport, load_scratch_},
       &result.stats));
   for (auto& [leaf, stored] : local.values) *leaf = *stored;
   return result;

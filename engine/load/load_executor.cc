@@ -21,23 +21,6 @@ using planner::ExchangeMessage;
 using planner::ExchangeRound;
 using planner::ReadCopy;
 
-// Host memory that keeps its bytes when it grows no further: reused across
-// rounds, so that a round pays neither zeroing nor first-touch faults.
-class Arena {
- public:
-  char* Reserve(uint64_t n) {
-    if (n > size_) {
-      data_.reset(new char[n]);
-      size_ = n;
-    }
-    return data_.get();
-  }
-
- private:
-  std::unique_ptr<char[]> data_;
-  uint64_t size_ = 0;
-};
-
 // Device buffers of one round: boxes packed by this rank (pinned host, then
 // device) and boxes staged before landing.
 struct DeviceSlot {
@@ -51,7 +34,6 @@ struct DeviceSlot {
 // into one while round k is exchanged from the other.
 struct Slot {
   const ExchangeRound* round = nullptr;
-  Arena arena;                             // staged sends, then staged receives
   std::vector<char*> send_staged;          // per send: packed here, or null
   std::vector<const char*> send_data;      // per send: what goes out
   std::vector<char*> recv_data;            // per receive
@@ -140,7 +122,8 @@ class Walker {
       bytes += m.in_place ? 0 : m.nbytes;
     for (const ExchangeMessage& m : round.recvs)
       bytes += m.in_place ? 0 : m.nbytes;
-    char* at = slot.arena.Reserve(bytes);
+    // Staged sends, then staged receives.
+    char* at = x_.scratch.Reserve(static_cast<int>(k % 2), bytes);
     slot.send_data.assign(round.sends.size(), nullptr);
     slot.send_staged.assign(round.sends.size(), nullptr);
     slot.recv_data.assign(round.recvs.size(), nullptr);
@@ -497,6 +480,15 @@ void Walker::Land(Slot& slot) {
 }
 
 }  // namespace
+
+char* LoadScratch::Reserve(int slot, uint64_t n) {
+  if (n > size_[slot]) {
+    data_[slot].reset();  // before the larger one is allocated
+    data_[slot].reset(new char[n]);
+    size_[slot] = n;
+  }
+  return data_[slot].get();
+}
 
 Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
   const planner::LoadPlan& plan = x.plan;
