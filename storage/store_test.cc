@@ -362,6 +362,34 @@ TEST(StoreTest, LargeChunksAreReadStraightFromTheirFiles) {
   }
 }
 
+// Commits checkpoint 1 of one tensor "w" (uint8) made of chunks of `sizes`
+// bytes, in order, in one staged file, byte k of the chunk at offset o being
+// (o * 7 + k) mod 256; `*all` gets the tensor's bytes and `*meta` its record.
+void CommitChunksInOneFile(Store& store, const std::vector<int64_t>& sizes,
+                           CheckpointMetadata* meta, std::string* all) {
+  meta->info.id = 1;
+  meta->info.world_size = 1;
+  TensorMetadata& t = meta->tensors["w"];
+  t.dtype = DType::kUInt8;
+  meta->flat_mapping["w"] = {"w"};
+  auto writer = store.NewStagedFile(1, 0, 0);
+  ASSERT_TRUE(writer.ok());
+  for (int64_t n : sizes) {
+    const int64_t at = static_cast<int64_t>(all->size());
+    std::string bytes(static_cast<size_t>(n), '\0');
+    for (size_t k = 0; k < bytes.size(); ++k)
+      bytes[k] = static_cast<char>(static_cast<size_t>(at) * 7 + k);
+    auto sum = (*writer)->Add("w", {at}, bytes);
+    ASSERT_TRUE(sum.ok());
+    t.chunks.push_back({Box{{at}, {n}}, 0, static_cast<uint64_t>(n), *sum});
+    *all += bytes;
+  }
+  t.global_shape = {static_cast<int64_t>(all->size())};
+  auto file = (*writer)->Finish();
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE(store.Commit(*meta, {*file}).ok());
+}
+
 // One file with small chunks sharing blocks and large chunks between them:
 // every chunk reads back exactly, by whichever path, and the large ones that
 // start a block are read directly.
@@ -372,28 +400,9 @@ TEST(StoreTest, SmallAndLargeChunksOfOneFileReadBackExactly) {
   const std::vector<int64_t> sizes = {1000, 1000,      1000, 300 << 10, 1000,
                                       1000, 200 << 10, 1000, 700 << 10, 5};
   CheckpointMetadata meta;
-  meta.info.id = 1;
-  meta.info.world_size = 1;
-  TensorMetadata& t = meta.tensors["w"];
-  t.dtype = DType::kUInt8;
-  meta.flat_mapping["w"] = {"w"};
   std::string all;
-  auto writer = (*store)->NewStagedFile(1, 0, 0);
-  ASSERT_TRUE(writer.ok());
-  for (int64_t n : sizes) {
-    std::string bytes(static_cast<size_t>(n), '\0');
-    for (auto& c : bytes)
-      c = static_cast<char>(all.size() * 7 + (&c - bytes.data()));
-    const int64_t at = static_cast<int64_t>(all.size());
-    auto sum = (*writer)->Add("w", {at}, bytes);
-    ASSERT_TRUE(sum.ok());
-    t.chunks.push_back({Box{{at}, {n}}, 0, static_cast<uint64_t>(n), *sum});
-    all += bytes;
-  }
-  t.global_shape = {static_cast<int64_t>(all.size())};
-  auto file = (*writer)->Finish();
-  ASSERT_TRUE(file.ok());
-  ASSERT_TRUE((*store)->Commit(meta, {*file}).ok());
+  ASSERT_NO_FATAL_FAILURE(CommitChunksInOneFile(**store, sizes, &meta, &all));
+  const TensorMetadata& t = meta.tensors.at("w");
   std::string into(all.size(), '\0');
   for (const auto& chunk : t.chunks) {
     auto buffer = (*store)->ReadChunk(1, "w", chunk);
@@ -469,29 +478,12 @@ TEST(StoreTest, ManySmallChunksReadTogetherLandExactly) {
   auto hooks = std::make_shared<TableReads>();
   auto store = Store::Open(dir.path(), {.file_system_hooks = hooks});
   ASSERT_TRUE(store.ok());
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 3000; ++i) sizes.push_back(1 + i % 97);
   CheckpointMetadata meta;
-  meta.info.id = 1;
-  meta.info.world_size = 1;
-  TensorMetadata& t = meta.tensors["w"];
-  t.dtype = DType::kUInt8;
-  meta.flat_mapping["w"] = {"w"};
   std::string all;
-  auto writer = (*store)->NewStagedFile(1, 0, 0);
-  ASSERT_TRUE(writer.ok());
-  for (int i = 0; i < 3000; ++i) {
-    std::string bytes(static_cast<size_t>(1 + i % 97), '\0');
-    for (auto& c : bytes) c = static_cast<char>(all.size() * 13 + i);
-    const int64_t at = static_cast<int64_t>(all.size());
-    auto sum = (*writer)->Add("w", {at}, bytes);
-    ASSERT_TRUE(sum.ok());
-    t.chunks.push_back({Box{{at}, {static_cast<int64_t>(bytes.size())}}, 0,
-                        bytes.size(), *sum});
-    all += bytes;
-  }
-  t.global_shape = {static_cast<int64_t>(all.size())};
-  auto file = (*writer)->Finish();
-  ASSERT_TRUE(file.ok());
-  ASSERT_TRUE((*store)->Commit(meta, {*file}).ok());
+  ASSERT_NO_FATAL_FAILURE(CommitChunksInOneFile(**store, sizes, &meta, &all));
+  const TensorMetadata& t = meta.tensors.at("w");
   std::string into(all.size(), '\0');
   std::vector<ChunkToRead> reads;
   for (const auto& chunk : t.chunks) {
