@@ -483,7 +483,10 @@ void Walker::Land(Slot& slot) {
 
 char* LoadScratch::Reserve(int slot, uint64_t n) {
   if (n > size_[slot]) {
-    data_[slot].reset();  // before the larger one is allocated
+    // The old bytes go before the larger ones are allocated; a failed
+    // allocation (std::bad_alloc, out of the load) leaves the slot empty.
+    data_[slot].reset();
+    size_[slot] = 0;
     data_[slot].reset(new char[n]);
     size_[slot] = n;
   }

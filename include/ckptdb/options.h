@@ -39,7 +39,9 @@ struct Options {
   // flight at once: the next one is read while this one is exchanged. Ranks
   // use the smallest value any of them passes. 0 picks a 16th of the bytes of
   // the rank's state dict, at least 8 MiB and at most 64 MiB: larger rounds
-  // mean fewer waits for peers (bench/README.md).
+  // mean fewer waits for peers (bench/README.md). The handle keeps the host
+  // memory of its largest two rounds' staged slices for its next load, until
+  // it is closed.
   size_t load_buffer_bytes = 0;
   // Host memory an asynchronous save (DB::SaveAsync) holds for its snapshot
   // of the rank's chunks: 0 takes the bytes the rank writes, so that
