@@ -55,12 +55,6 @@ ChunkFileReader::ChunkFileReader(rocksdb::DB& db,
 
 std::optional<ChunkFileReader::Located> ChunkFileReader::Locate(
     int64_t id, const std::string& key) {
-  std::lock_guard lock(mu_);
-  return LocateLocked(id, key);
-}
-
-std::optional<ChunkFileReader::Located> ChunkFileReader::LocateLocked(
-    int64_t id, const std::string& key) {
   auto [it, fresh] = indexes_.try_emplace(id);
   if (fresh && indexes_.size() > 4) {
     // A few checkpoints' indexes are kept (each holds its files open).
@@ -108,18 +102,9 @@ void ChunkFileReader::Forget(int64_t id) {
 bool ChunkFileReader::ReadDirect(int64_t id, const std::string& key,
                                  uint64_t checksum,
                                  const std::vector<ChunkPiece>& pieces) {
-  const auto located = Locate(id, key);
-  if (!located) return false;
-  const FileOffsets::Location& at = located->second;
-  if (!fs_->CheckRead(*at.path).ok()) return false;
-  std::vector<iovec> iov;
-  iov.reserve(pieces.size());
-  for (const ChunkPiece& p : pieces) iov.push_back({p.data, p.size});
-  if (!PreadAll(at.fd, iov, at.offset)) return false;
-  std::vector<ByteRun> runs;
-  runs.reserve(pieces.size());
-  for (const ChunkPiece& p : pieces) runs.push_back({p.data, p.size});
-  return ChunkChecksumOfRuns(runs.data(), runs.size()) == checksum;
+  std::vector<char> done;
+  ReadDirectMany({{id, &key, checksum, &pieces}}, &done);
+  return done[0] != 0;
 }
 
 void ChunkFileReader::ReadDirectMany(const std::vector<DirectRead>& reads,
@@ -135,8 +120,7 @@ void ChunkFileReader::ReadDirectMany(const std::vector<DirectRead>& reads,
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < reads.size(); ++i) {
-      std::optional<Located> at =
-          LocateLocked(reads[i].checkpoint_id, *reads[i].key);
+      std::optional<Located> at = Locate(reads[i].checkpoint_id, *reads[i].key);
       if (!at) continue;
       uint64_t nbytes = 0;
       for (const ChunkPiece& p : *reads[i].pieces) nbytes += p.size;

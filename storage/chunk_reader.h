@@ -93,12 +93,10 @@ class ChunkFileReader {
     std::vector<std::shared_ptr<const FileOffsets>> files;
   };
   // The open file holding the value under `key` and its offset there.
+  // REQUIRES: mu_ held.
   using Located =
       std::pair<std::shared_ptr<const FileOffsets>, FileOffsets::Location>;
   std::optional<Located> Locate(int64_t checkpoint_id, const std::string& key);
-  // Locate with mu_ held.
-  std::optional<Located> LocateLocked(int64_t checkpoint_id,
-                                      const std::string& key);
 
   rocksdb::DB& db_;
   rocksdb::ColumnFamilyHandle* const chunks_;

@@ -308,6 +308,10 @@ class StoreImpl : public Store {
   Status ReadThroughRocks(int64_t checkpoint_id, std::string_view tensor_key,
                           const ChunkMetadata& chunk, const std::string& key,
                           ChunkBuffer* buffer, bool verify_blocks = false);
+  // ReadThroughRocks (then, for a damaged location, through the copy of the
+  // chunk's location) into `read`'s pieces; `key` is the chunk's storage key.
+  Status ReadThroughRocksInto(int64_t checkpoint_id, const ChunkToRead& read,
+                              const std::string& key);
   // Reads the bytes `pointer` (a value of chunk `chunk`) points at into
   // `buffer`.
   Status ReadPointedValue(int64_t checkpoint_id, std::string_view tensor_key,

@@ -248,53 +248,52 @@ Status StoreImpl::ReadChunkScattered(int64_t checkpoint_id,
                                      std::string_view tensor_key,
                                      const ChunkMetadata& chunk,
                                      const std::vector<ChunkPiece>& pieces) {
-  std::shared_lock lock(mu_);
-  // A re-open that failed (Refresh, on another thread) left no database.
-  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
-  const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
-  if (files_->ReadDirect(StoredIn(checkpoint_id, chunk), key, chunk.checksum,
-                         pieces))
-    return Status::OK();
-  ChunkBuffer buffer;
-  Status read =
-      ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer);
-  if (read.IsCorruption()) {
-    ChunkBuffer copy;
-    if (ReadThroughCopy(checkpoint_id, tensor_key, chunk, key, &copy).ok()) {
-      buffer = std::move(copy);
-      read = Status::OK();
-    }
-  }
-  CKPTDB_RETURN_IF_ERROR(read);
-  const char* from = buffer.bytes().data();
-  for (const ChunkPiece& p : pieces) {
-    std::memcpy(p.data, from, p.size);
-    from += p.size;
-  }
-  return Status::OK();
+  return ReadChunksScattered(checkpoint_id, {{tensor_key, &chunk, pieces}});
 }
 
 Status StoreImpl::ReadChunksScattered(int64_t checkpoint_id,
                                       const std::vector<ChunkToRead>& reads) {
+  std::shared_lock lock(mu_);
+  // A re-open that failed (Refresh, on another thread) left no database.
+  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   std::vector<std::string> keys(reads.size());
   std::vector<ChunkFileReader::DirectRead> direct(reads.size());
-  std::vector<char> done;
-  {
-    std::shared_lock lock(mu_);
-    CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
-    for (size_t i = 0; i < reads.size(); ++i) {
-      const ChunkMetadata& chunk = *reads[i].chunk;
-      keys[i] = ChunkKey(checkpoint_id, reads[i].tensor_key, chunk);
-      direct[i] = {StoredIn(checkpoint_id, chunk), &keys[i], chunk.checksum,
-                   &reads[i].pieces};
-    }
-    files_->ReadDirectMany(direct, &done);
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const ChunkMetadata& chunk = *reads[i].chunk;
+    keys[i] = ChunkKey(checkpoint_id, reads[i].tensor_key, chunk);
+    direct[i] = {StoredIn(checkpoint_id, chunk), &keys[i], chunk.checksum,
+                 &reads[i].pieces};
   }
+  std::vector<char> done;
+  files_->ReadDirectMany(direct, &done);
   // The others one by one, through RocksDB (which names what is wrong).
   for (size_t i = 0; i < reads.size(); ++i) {
     if (done[i]) continue;
-    CKPTDB_RETURN_IF_ERROR(ReadChunkScattered(
-        checkpoint_id, reads[i].tensor_key, *reads[i].chunk, reads[i].pieces));
+    CKPTDB_RETURN_IF_ERROR(
+        ReadThroughRocksInto(checkpoint_id, reads[i], keys[i]));
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::ReadThroughRocksInto(int64_t checkpoint_id,
+                                       const ChunkToRead& read,
+                                       const std::string& key) {
+  ChunkBuffer buffer;
+  Status s = ReadThroughRocks(checkpoint_id, read.tensor_key, *read.chunk, key,
+                              &buffer);
+  if (s.IsCorruption()) {
+    ChunkBuffer copy;
+    if (ReadThroughCopy(checkpoint_id, read.tensor_key, *read.chunk, key, &copy)
+            .ok()) {
+      buffer = std::move(copy);
+      s = Status::OK();
+    }
+  }
+  CKPTDB_RETURN_IF_ERROR(s);
+  const char* from = buffer.bytes().data();
+  for (const ChunkPiece& p : read.pieces) {
+    std::memcpy(p.data, from, p.size);
+    from += p.size;
   }
   return Status::OK();
 }
