@@ -19,7 +19,7 @@ namespace ckptdb::engine {
 // which grows to the largest round it has seen and keeps its pages. A handle
 // keeps one between its loads: laid out afresh by each load, the memory went
 // back to the system in between in some processes and was faulted in again
-// (2,372 page faults a 2-rank resharded load over gloo, 122 with it kept).
+// (2,372 page faults a 2-rank resharded load over gloo, 85 with it kept).
 class LoadScratch {
  public:
   // Room for `n` bytes in slot `slot` (0 or 1); earlier bytes are not kept.

@@ -12,10 +12,9 @@ namespace ckptdb::engine {
 
 // A save between planning and writing: what the background needs, owned.
 struct PreparedSave {
-  // This rank's layout until the gather, which moves it into `classes`.
-  planner::RankSaveLayout layout;
   // Views of the caller's memory; not used after a snapshot.
   std::vector<TensorView> views;
+  // Every class's layout, this rank's among them.
   planner::SaveClasses classes;
   const planner::RankSaveLayout& own_layout(int rank) const {
     return classes.layouts[classes.class_of_rank[rank]];

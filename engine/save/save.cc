@@ -42,12 +42,13 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
   // 1-2. Local layout with the local status, gathered once per class of
   // ranks with identical layouts, once the ranks agree on step, tag and user
   // metadata; 3. this rank's part of the same validated plan on every rank.
-  Status local = BuildLayout(state, devices_.copier, &p.layout, &p.views);
+  planner::RankSaveLayout layout;
+  Status local = BuildLayout(state, devices_.copier, &layout, &p.views);
   CKPTDB_ASSIGN_OR_RETURN(RankClasses gathered,
                           AllGatherClasses(*comm_, SaveArguments(options), "",
-                                           EncodeSaveLayout(local, p.layout)));
+                                           EncodeSaveLayout(local, layout)));
   CKPTDB_ASSIGN_OR_RETURN(p.classes,
-                          DecodeSaveClasses(gathered, rank, &p.layout, local));
+                          DecodeSaveClasses(gathered, rank, &layout, local));
   CKPTDB_ASSIGN_OR_RETURN(
       p.plan, planner::BuildClassSavePlan(p.classes, options_.max_chunk_bytes,
                                           p.whole_plan ? -1 : rank));
