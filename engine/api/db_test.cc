@@ -9,8 +9,6 @@
 #include <mutex>
 #include <numeric>
 #include <random>
-#include <set>
-#include <thread>
 
 #include "ckptdb/file_system_hooks.h"
 #include "tests/testing/fault_injection.h"
@@ -547,97 +545,6 @@ TEST(DBTest, SaveAsyncSnapshotsTheStateBeforeReturning) {
       EXPECT_EQ(bufs[i].bytes, original[i].bytes)
           << "budget " << budget << " t" << i;
   }
-}
-
-// Rank 0 of a blocking save records the plan it wrote from; a background
-// save plans the whole save again at its commit. Both must record the same
-// chunks: boxes, writers, sizes and checksums, for sharded, replicated and
-// partly replicated tensors of three ranks.
-TEST(DBTest, BlockingAndBackgroundSavesOfThreeRanksRecordTheSameChunks) {
-  TempDir blocking_dir, background_dir;
-  Options options;
-  options.max_chunk_bytes = 4 << 10;
-  constexpr int kRanks = 3;
-  Buf sharded(DType::kFloat32, Shape{30, 64}, 1);    // rows split by rank
-  Buf replicated(DType::kInt64, Shape{200, 9}, 2);   // on every rank
-  Buf pair(DType::kFloat16, Shape{40, 33}, 3);       // ranks 0-1 and 2 alone
-  auto state = [&](int rank) {
-    StateDict sd;
-    const int64_t rows = 30 / kRanks;
-    sd.Child("model").Set(
-        "sharded", TensorView::Shard(sharded.bytes.data() +
-                                         rank * rows * 64 * sizeof(float),
-                                     DType::kFloat32, {rows, 64}, {30, 64},
-                                     {rank * rows, 0}));
-    sd.Set("replicated", replicated.Whole());
-    const int64_t first = rank < 2 ? 0 : 20;
-    sd.Set("pair", TensorView::Shard(pair.bytes.data() + first * 33 * 2,
-                                     DType::kFloat16, {20, 33}, {40, 33},
-                                     {first, 0}));
-    sd.Set("step_count", Value(int64_t{7}));
-    return sd;
-  };
-  for (bool background : {false, true}) {
-    auto comms = InProcessCommunicators(kRanks);
-    std::vector<std::thread> ranks;
-    for (int rank = 0; rank < kRanks; ++rank) {
-      ranks.emplace_back([&, rank] {
-        auto db = DB::Open(options,
-                           background ? background_dir.path()
-                                      : blocking_dir.path(),
-                           comms[rank]);
-        ASSERT_TRUE(db.ok()) << db.status().ToString();
-        const StateDict sd = state(rank);
-        Result<CheckpointInfo> info = Status::Internal("not saved");
-        if (background) {
-          auto pending = (*db)->SaveAsync(sd, {.step = 1});
-          ASSERT_TRUE(pending.ok()) << pending.status().ToString();
-          info = (*pending)->Wait();
-        } else {
-          info = (*db)->Save(sd, {.step = 1});
-        }
-        ASSERT_TRUE(info.ok()) << "rank " << rank << ": "
-                               << info.status().ToString();
-        ASSERT_TRUE((*db)->Close().ok());
-      });
-    }
-    for (auto& t : ranks) t.join();
-  }
-  auto a = OpenOrDie(blocking_dir.path());
-  auto b = OpenOrDie(background_dir.path());
-  auto blocking = a->GetMetadata(CheckpointSelector::Step(1));
-  auto async = b->GetMetadata(CheckpointSelector::Step(1));
-  ASSERT_TRUE(blocking.ok()) << blocking.status().ToString();
-  ASSERT_TRUE(async.ok()) << async.status().ToString();
-  ASSERT_EQ(blocking->tensors.size(), 3u);
-  ASSERT_EQ(async->tensors.size(), 3u);
-  std::set<int32_t> writers;
-  for (const auto& [key, t] : blocking->tensors) {
-    const TensorMetadata& other = async->tensors.at(key);
-    EXPECT_EQ(t.dtype, other.dtype) << key;
-    EXPECT_EQ(t.global_shape, other.global_shape) << key;
-    ASSERT_EQ(t.chunks.size(), other.chunks.size()) << key;
-    EXPECT_GT(t.chunks.size(), 1u) << key;
-    for (size_t c = 0; c < t.chunks.size(); ++c) {
-      EXPECT_EQ(t.chunks[c].box, other.chunks[c].box) << key << " chunk " << c;
-      EXPECT_EQ(t.chunks[c].writer_rank, other.chunks[c].writer_rank)
-          << key << " chunk " << c;
-      EXPECT_EQ(t.chunks[c].nbytes, other.chunks[c].nbytes) << key;
-      EXPECT_EQ(t.chunks[c].checksum, other.chunks[c].checksum) << key;
-      writers.insert(t.chunks[c].writer_rank);
-    }
-  }
-  EXPECT_EQ(writers, (std::set<int32_t>{0, 1, 2}));
-  EXPECT_EQ(blocking->flat_mapping, async->flat_mapping);
-  EXPECT_EQ(blocking->values, async->values);
-  EXPECT_EQ(blocking->info.nbytes, async->info.nbytes);
-  // And the blocking save loads back on one rank.
-  Buf whole(DType::kFloat32, Shape{30, 64}, 9);
-  StateDict target;
-  target.Child("model").Set("sharded", whole.Whole());
-  ASSERT_TRUE(
-      a->Load(target, CheckpointSelector::Step(1), {.strict = false}).ok());
-  EXPECT_EQ(whole.bytes, sharded.bytes);
 }
 
 // File-system hooks a user writes: they record each operation of the store
