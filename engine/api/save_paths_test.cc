@@ -3,36 +3,29 @@
 // a background save plans the whole save again at its commit.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <set>
 #include <thread>
 #include <vector>
 
 #include "ckptdb/db.h"
+#include "tests/testing/random_bytes.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
 namespace {
 
+using testing::RandomBytes;
 using testing::TempDir;
 
 constexpr int kRanks = 3;
-
-// Bytes of deterministic contents.
-std::vector<uint8_t> Bytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> out(n);
-  for (auto& b : out) b = static_cast<uint8_t>(rng());
-  return out;
-}
 
 // What three ranks hold: a float32 [30, 64] split by rows, an int64 [200, 9]
 // on every rank, a float16 [40, 33] whose first half ranks 0 and 1 both hold
 // and whose second half rank 2 holds alone, and a small value.
 struct JobState {
-  std::vector<uint8_t> sharded = Bytes(30 * 64 * 4, 1);
-  std::vector<uint8_t> replicated = Bytes(200 * 9 * 8, 2);
-  std::vector<uint8_t> pair = Bytes(40 * 33 * 2, 3);
+  std::vector<uint8_t> sharded = RandomBytes(30 * 64 * 4, 1);
+  std::vector<uint8_t> replicated = RandomBytes(200 * 9 * 8, 2);
+  std::vector<uint8_t> pair = RandomBytes(40 * 33 * 2, 3);
 
   StateDict OfRank(int rank) {
     StateDict sd;

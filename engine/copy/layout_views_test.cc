@@ -4,23 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 
 #include "ckptdb/db.h"
 #include "tests/testing/host_device.h"
+#include "tests/testing/random_bytes.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
 namespace {
 
+using testing::RandomBytes;
 using testing::TempDir;
-
-std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> out(n);
-  for (auto& b : out) b = static_cast<uint8_t>(rng());
-  return out;
-}
 
 // A 6 x 10 parent array `p` and two strided views of it: its transpose (10 x
 // 6, strides {1, 10}) and p[1:5, ::2] (4 x 5, strides {10, 2}).
