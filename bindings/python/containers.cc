@@ -1,7 +1,7 @@
 #include "bindings/python/containers.h"
 
-
 #include "bindings/python/arguments.h"
+#include "bindings/python/errors.h"
 
 namespace py = pybind11;
 
@@ -22,7 +22,16 @@ py::object ToPython(const Value& v) {
       v);
 }
 
-Result<Key> DictKey(py::handle key, const std::string& where) {
+Result<Key> DictKey(py::handle key, const std::string& path) {
+  if (PyUnicode_Check(key.ptr())) {
+    // The common case, before any error text is built.
+    Py_ssize_t size = 0;
+    const char* data = PyUnicode_AsUTF8AndSize(key.ptr(), &size);
+    if (data != nullptr)
+      return Key(std::string(data, static_cast<size_t>(size)));
+    PyErr_Clear();
+  }
+  const std::string where = Where(path);
   if (PyUnicode_Check(key.ptr())) {
     CKPTDB_ASSIGN_OR_RETURN(std::string text, Text(key, "a key of " + where));
     return Key(std::move(text));

@@ -19,9 +19,9 @@ namespace ckptdb::python {
 pybind11::object ToPython(const Value& value);
 
 // A dict key as a StateDict key: a str, or an int (a Python int or numpy
-// integer, not a bool). InvalidArgument naming `where` (the dict's path) for
-// any other key.
-Result<Key> DictKey(pybind11::handle key, const std::string& where);
+// integer, not a bool). InvalidArgument naming the dict (at `path`) for any
+// other key.
+Result<Key> DictKey(pybind11::handle key, const std::string& path);
 
 // A flat-mapping path as Python path parts: str parts, and ints for int keys
 // and list and tuple indexes. `kinds` nullptr: every part a str.

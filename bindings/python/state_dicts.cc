@@ -2,6 +2,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <bit>
 #include <climits>
 #include <optional>
 #include <string>
@@ -118,6 +119,13 @@ Shape ElementStridesOf(const Shape& shape, const int64_t* strides, int64_t unit,
   return out;
 }
 
+// Whether a numpy dtype's bytes are in the machine's order (numpy's
+// dtype.isnative, read from the descriptor without a Python call).
+bool IsNativeOrder(const py::dtype& dtype) {
+  const char swapped = std::endian::native == std::endian::little ? '>' : '<';
+  return dtype.byteorder() != swapped;
+}
+
 // A view of a numpy array's memory.
 TensorView FromArray(const py::array& array, const std::string& path,
                      bool writable) {
@@ -125,7 +133,8 @@ TensorView FromArray(const py::array& array, const std::string& path,
     Invalid("tensor " + Where(path) + ": the array is read-only");
   // Stored bytes are in the machine's byte order: bytes of the other order
   // would be stored, and loaded, under the wrong label.
-  if (!array.dtype().attr("isnative").cast<bool>()) {
+  const py::dtype dtype_of = array.dtype();
+  if (!IsNativeOrder(dtype_of)) {
     Invalid("tensor " + Where(path) + ": numpy dtype " +
             py::str(array.dtype()).cast<std::string>() +
             " is in non-native byte order, which ckptdb does not store; " +
@@ -133,7 +142,7 @@ TensorView FromArray(const py::array& array, const std::string& path,
             " array.astype(array.dtype.newbyteorder('='))" +
             (writable ? " and copy it back" : ""));
   }
-  std::optional<DType> dtype = FromNumpy(array.dtype());
+  std::optional<DType> dtype = FromNumpy(dtype_of);
   if (!dtype) {
     Invalid("tensor " + Where(path) + ": numpy dtype " +
             py::str(array.dtype()).cast<std::string>() +
@@ -142,13 +151,14 @@ TensorView FromArray(const py::array& array, const std::string& path,
             "uint16 for bfloat16 bits)");
   }
   Shape shape(array.shape(), array.shape() + array.ndim());
-  const std::vector<int64_t> byte_strides(array.strides(),
-                                          array.strides() + array.ndim());
-  Shape strides = ElementStridesOf(
-      shape, byte_strides.data(), static_cast<int64_t>(array.itemsize()), path);
-  return TensorView::Whole(const_cast<void*>(array.data()), *dtype,
-                           std::move(shape))
-      .WithStrides(std::move(strides));
+  static_assert(sizeof(py::ssize_t) == sizeof(int64_t));
+  Shape strides =
+      ElementStridesOf(shape, reinterpret_cast<const int64_t*>(array.strides()),
+                       static_cast<int64_t>(array.itemsize()), path);
+  TensorView view = TensorView::Whole(const_cast<void*>(array.data()), *dtype,
+                                      std::move(shape));
+  view.strides = std::move(strides);
+  return view;
 }
 
 // A view of a DLPack tensor's memory; the capsule is kept in `borrowed`.
@@ -358,7 +368,7 @@ class Converter {
                  StateDict& out) {
     if (PyDict_Check(obj.ptr())) {
       for (auto [key, item] : py::reinterpret_borrow<py::dict>(obj)) {
-        Key k = Unwrap(DictKey(key, Where(path)));
+        Key k = Unwrap(DictKey(key, path));
         Item(obj, py::reinterpret_borrow<py::object>(key), std::move(k),
              py::reinterpret_borrow<py::object>(item), path, tuple, out);
       }
@@ -388,6 +398,12 @@ class Converter {
       ancestors_.emplace_back(value.ptr(), here);
       Container(value, here, child_tuple, out.Child(k, *kind));
       ancestors_.pop_back();
+    } else if (Py_TYPE(value.ptr()) ==
+               py::detail::npy_api::get().PyArray_Type_) {
+      // A plain numpy array, the common leaf.
+      borrowed_.keep.push_back(value);
+      out.Set(std::move(k),
+              FromArray(value.cast<py::array>(), here, writable_));
     } else if (IsTensorLeaf(value) &&
                !py::isinstance(value, classes().numpy_scalar)) {
       out.Set(std::move(k), TensorLeaf(value, here, writable_, borrowed_));
