@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "core/partition.h"
 #include "storage/box_stream.h"
@@ -86,6 +87,19 @@ bool IsIntText(const std::string& text) {
   return ec == std::errc() && ptr == end && std::to_string(value) == text;
 }
 
+// Inserts `value` at `key` unless the key is there (then `value` is left as
+// it was): at the end without a search when the key sorts after every key
+// there, as a record's keys, written from sorted maps, arrive. False when the
+// key was there already.
+template <typename Map, typename V>
+bool InsertNew(Map& map, const std::string& key, V&& value) {
+  if (map.empty() || map.rbegin()->first < key) {
+    map.try_emplace(map.end(), key, std::forward<V>(value));
+    return true;
+  }
+  return map.try_emplace(key, std::forward<V>(value)).second;
+}
+
 // Records the kinds of `path`'s parts in meta->path_kinds when any are given
 // (older records have none: every part a str key). Corruption when they do
 // not match the path.
@@ -106,7 +120,8 @@ Status ReadKinds(capnp::Data::Reader data, const std::string& key,
     if (kinds.back() != PathPartKind::kStrKey && !IsIntText(path[i]))
       return Bad(what + " has an int path part '" + path[i] + "'");
   }
-  meta->path_kinds[key] = std::move(kinds);
+  if (!InsertNew(meta->path_kinds, key, std::move(kinds)))
+    meta->path_kinds[key] = std::move(kinds);
   return Status::OK();
 }
 
@@ -388,11 +403,12 @@ Result<MainRecord> ReadMain(Checkpoint::Reader r) {
       return Bad("tensors hold more than 2^64 bytes");
     auto path = ReadPath(t.getPath());
     if (path.empty()) return Bad(what + " has an empty path");
-    if (!meta.tensors.emplace(key, std::move(tensor)).second)
+    if (!InsertNew(meta.tensors, key, std::move(tensor)))
       return Bad(what + " appears twice");
-    if (!main.has_chunks()) main.chunk_counts.emplace(key, count);
+    if (!main.has_chunks()) InsertNew(main.chunk_counts, key, count);
     CKPTDB_RETURN_IF_ERROR(ReadKinds(t.getPathKinds(), key, path, &meta));
-    meta.flat_mapping[key] = std::move(path);
+    if (!InsertNew(meta.flat_mapping, key, std::move(path)))
+      meta.flat_mapping[key] = std::move(path);
   }
   if (total != static_cast<uint64_t>(meta.info.nbytes)) {
     return Bad((main.has_chunks() ? "chunks hold " : "tensors hold ") +

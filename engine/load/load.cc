@@ -5,7 +5,6 @@
 #include <deque>
 #include <map>
 #include <string_view>
-#include <unordered_set>
 
 #include "engine/api/db_impl.h"
 #include "engine/api/tensor_checks.h"
@@ -24,10 +23,10 @@ namespace {
 
 struct LocalTargets {
   std::vector<planner::LoadTarget> targets;
-  // The box views of the state dict's tensors (BoxViews), parallel to
-  // targets.
+  // The box views of the state dict's flat ranges (BoxViews).
   std::deque<TensorView> pieces;
-  std::vector<TensorView*> views;  // parallel to targets
+  // Parallel to targets: the state dict's views, or pieces of them.
+  std::vector<TensorView*> views;
   std::vector<std::pair<Value*, const Value*>>
       values;  // (leaf, stored value) to assign
 };
@@ -45,78 +44,94 @@ std::vector<std::string> TensorKeysOf(
 }
 
 // Matches this rank's leaves against the checkpoint: checks dtypes and shapes,
-// lists missing and unexpected keys.
+// lists missing and unexpected keys. The leaves come sorted by flat key
+// (FlattenMutable), as the checkpoint's maps are: one walk over each, no
+// lookups.
 Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
                    const CheckpointMetadata& meta, const LoadOptions& options,
                    DeviceCopier* copier, LocalTargets* out,
                    LoadResult* result) {
-  std::unordered_set<std::string_view> requested;
+  CKPTDB_ASSERT(std::is_sorted(
+      leaves.begin(), leaves.end(),
+      [](const auto& a, const auto& b) { return a.flat_key < b.flat_key; }));
   std::vector<KeyedView> tensor_targets;
   const std::string where = "checkpoint id " + std::to_string(meta.info.id);
+  auto tensor = meta.tensors.begin();
+  auto value = meta.values.begin();
+  auto mapped = meta.flat_mapping.begin();
   for (auto& leaf : leaves) {
-    requested.insert(leaf.flat_key);
-    auto tensor = meta.tensors.find(leaf.flat_key);
-    auto value = meta.values.find(leaf.flat_key);
-    if (tensor == meta.tensors.end() && value == meta.values.end()) {
+    const std::string& key = leaf.flat_key;
+    // The checkpoint's keys before this leaf's: no leaf asks for them.
+    for (; mapped != meta.flat_mapping.end() && mapped->first <= key; ++mapped)
+      if (mapped->first != key)
+        result->unexpected_keys.push_back(mapped->first);
+    while (tensor != meta.tensors.end() && tensor->first < key) ++tensor;
+    while (value != meta.values.end() && value->first < key) ++value;
+    const bool is_tensor = tensor != meta.tensors.end() && tensor->first == key;
+    const bool is_value = value != meta.values.end() && value->first == key;
+    if (!is_tensor && !is_value) {
       if (options.strict) {
-        return Status::NotFound("key '" + leaf.flat_key + "' is not in " +
-                                where +
+        return Status::NotFound("key '" + key + "' is not in " + where +
                                 " (pass strict=false to skip missing keys)");
       }
-      result->missing_keys.push_back(leaf.flat_key);
+      result->missing_keys.push_back(key);
       continue;
     }
     if (leaf.value) {
-      if (value == meta.values.end()) {
-        return Status::InvalidArgument("key '" + leaf.flat_key +
-                                       "' is a tensor in " + where +
+      if (!is_value) {
+        return Status::InvalidArgument("key '" + key + "' is a tensor in " +
+                                       where +
                                        " but a small value in the state dict");
       }
       out->values.emplace_back(leaf.value, &value->second);
       continue;
     }
     TensorView& view = *leaf.tensor;
-    if (tensor == meta.tensors.end()) {
-      return Status::InvalidArgument(
-          "key '" + leaf.flat_key + "' is a small value (" +
-          std::string(ValueTypeName(value->second)) + ") in " + where +
-          " but a tensor in the state dict");
+    if (!is_tensor) {
+      return Status::InvalidArgument("key '" + key + "' is a small value (" +
+                                     std::string(ValueTypeName(value->second)) +
+                                     ") in " + where +
+                                     " but a tensor in the state dict");
     }
-    CKPTDB_RETURN_IF_ERROR(CheckTargetView(leaf.flat_key, view, copier));
-    tensor_targets.push_back({leaf.flat_key, &view});
+    CKPTDB_RETURN_IF_ERROR(CheckTargetView(key, view, copier));
+    tensor_targets.push_back({key, &view});
     const TensorMetadata& stored = tensor->second;
     if (view.global_shape != stored.global_shape) {
       return Status::InvalidArgument(
-          "tensor '" + leaf.flat_key + "': target global shape " +
+          "tensor '" + key + "': target global shape " +
           ShapeToString(view.global_shape) + " differs from stored " +
           ShapeToString(stored.global_shape));
     }
     if (view.dtype != stored.dtype) {
       if (!options.cast) {
-        return Status::InvalidArgument(
-            "tensor '" + leaf.flat_key + "': target dtype " +
-            std::string(DTypeName(view.dtype)) + " differs from stored " +
-            std::string(DTypeName(stored.dtype)) +
-            " (pass cast=true to convert)");
+        return Status::InvalidArgument("tensor '" + key + "': target dtype " +
+                                       std::string(DTypeName(view.dtype)) +
+                                       " differs from stored " +
+                                       std::string(DTypeName(stored.dtype)) +
+                                       " (pass cast=true to convert)");
       }
       if (!IsNumeric(view.dtype) || !IsNumeric(stored.dtype)) {
         return Status::InvalidArgument(
-            "tensor '" + leaf.flat_key + "': cannot cast stored " +
+            "tensor '" + key + "': cannot cast stored " +
             std::string(DTypeName(stored.dtype)) + " to " +
             std::string(DTypeName(view.dtype)) +
             " (only numeric dtypes convert)");
       }
     }
+    if (!view.is_flat_range()) {
+      // A box already: the executor writes through the state dict's view.
+      out->targets.push_back({key, view.box()});
+      out->views.push_back(&view);
+      continue;
+    }
     for (TensorView& piece : BoxViews(view)) {
-      out->targets.push_back({leaf.flat_key, piece.box()});
+      out->targets.push_back({key, piece.box()});
       out->views.push_back(&out->pieces.emplace_back(std::move(piece)));
     }
   }
-  CKPTDB_RETURN_IF_ERROR(CheckTargetsApart(tensor_targets));
-  for (const auto& [key, _] : meta.flat_mapping) {
-    if (!requested.count(key)) result->unexpected_keys.push_back(key);
-  }
-  return Status::OK();
+  for (; mapped != meta.flat_mapping.end(); ++mapped)
+    result->unexpected_keys.push_back(mapped->first);
+  return CheckTargetsApart(tensor_targets);
 }
 
 }  // namespace
