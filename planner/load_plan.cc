@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 #include <sstream>
 
 #include "planner/box_index.h"
@@ -297,34 +298,81 @@ std::vector<std::vector<int>> RanksOfClass(const TargetClasses& classes) {
   return ranks_of_class;
 }
 
-// A class's non-empty targets, by tensor key.
-std::map<std::string_view, std::vector<const LoadTarget*>> TargetsByKey(
-    const std::vector<LoadTarget>& targets) {
-  std::map<std::string_view, std::vector<const LoadTarget*>> by_key;
-  for (const LoadTarget& target : targets) {
-    if (target.box.volume() > 0) by_key[target.flat_key].push_back(&target);
+// Items grouped by tensor key, the keys ascending: group k holds the items
+// of keys[k], in the order they were given.
+template <typename Item>
+struct ByKey {
+  std::vector<std::string_view> keys;
+  std::vector<Item> items;
+  std::vector<size_t> first;  // group k is items [first[k], first[k + 1])
+
+  std::span<const Item> Of(size_t k) const {
+    return {items.data() + first[k], first[k + 1] - first[k]};
   }
-  return by_key;
+};
+
+// A class's non-empty targets, by tensor key. Targets usually come sorted by
+// key (a state dict's leaves are): then no sort.
+ByKey<const LoadTarget*> TargetsByKey(const std::vector<LoadTarget>& targets) {
+  ByKey<const LoadTarget*> out;
+  for (const LoadTarget& target : targets) {
+    if (target.box.volume() > 0) out.items.push_back(&target);
+  }
+  const auto by_key = [](const LoadTarget* a, const LoadTarget* b) {
+    return a->flat_key < b->flat_key;
+  };
+  if (!std::is_sorted(out.items.begin(), out.items.end(), by_key))
+    std::stable_sort(out.items.begin(), out.items.end(), by_key);
+  for (size_t i = 0; i < out.items.size(); ++i) {
+    const std::string_view key = out.items[i]->flat_key;
+    if (out.keys.empty() || out.keys.back() != key) {
+      out.keys.push_back(key);
+      out.first.push_back(i);
+    }
+  }
+  out.first.push_back(out.items.size());
+  return out;
 }
 
 // Every class's targets of the tensors in `keys`, by key, in class and target
 // order: one pass over all targets, not one per tensor.
-std::map<std::string_view, std::vector<Owner>> OwnersOfKeys(
-    const TargetClasses& classes,
-    const std::vector<std::vector<int>>& ranks_of_class,
-    const std::map<std::string_view, std::vector<const LoadTarget*>>& keys) {
-  std::map<std::string_view, std::vector<Owner>> owners_of_key;
+ByKey<Owner> OwnersOfKeys(const TargetClasses& classes,
+                          const std::vector<std::vector<int>>& ranks_of_class,
+                          const std::vector<std::string_view>& keys) {
+  // Each owner with the index of its key; targets in key order find it at or
+  // just after the previous one's.
+  std::vector<std::pair<size_t, Owner>> found;
+  std::vector<size_t> count(keys.size() + 1, 0);
   for (size_t c = 0; c < classes.targets.size(); ++c) {
     if (ranks_of_class[c].empty()) continue;
+    size_t k = 0;
     for (size_t t = 0; t < classes.targets[c].size(); ++t) {
       const LoadTarget& target = classes.targets[c][t];
       if (target.box.volume() == 0) continue;
-      auto wanted = keys.find(target.flat_key);
-      if (wanted != keys.end())
-        owners_of_key[wanted->first].push_back({static_cast<int>(c), t});
+      const std::string_view key = target.flat_key;
+      if (k >= keys.size() || keys[k] != key) {
+        if (k + 1 < keys.size() && keys[k + 1] == key) {
+          ++k;
+        } else {
+          k = static_cast<size_t>(
+              std::lower_bound(keys.begin(), keys.end(), key) - keys.begin());
+          if (k == keys.size() || keys[k] != key) continue;  // not wanted
+        }
+      }
+      found.push_back({k, {static_cast<int>(c), t}});
+      ++count[k + 1];
     }
   }
-  return owners_of_key;
+  ByKey<Owner> out;
+  out.keys = keys;
+  out.first.assign(keys.size() + 1, 0);
+  for (size_t k = 0; k < keys.size(); ++k)
+    out.first[k + 1] = out.first[k] + count[k + 1];
+  // Placed by key, keeping class and target order within each.
+  std::vector<size_t> at(out.first.begin(), out.first.end() - 1);
+  out.items.resize(found.size());
+  for (const auto& [k, owner] : found) out.items[at[k]++] = owner;
+  return out;
 }
 
 // The reads one rank plans, tensor by tensor, with the reader turns they
@@ -344,14 +392,14 @@ struct RankReads {
   // each with its reader among all its needers (`owners`: every class's
   // targets of the tensor) and the needs this rank plans for it.
   void PlanTensor(const std::string& name, const StoredTensor& stored,
-                  const std::vector<const LoadTarget*>& my_targets,
-                  const std::vector<Owner>& owners) {
+                  std::span<const LoadTarget* const> my_targets,
+                  std::span<const Owner> owners) {
     const TensorMetadata& meta = *stored.meta;
-    std::vector<Box> boxes;
+    std::vector<const Box*> boxes;
     boxes.reserve(owners.size());
     for (const Owner& o : owners)
-      boxes.push_back(classes.targets[o.cls][o.target].box);
-    const BoxIndex targets(boxes, meta.global_shape.size());
+      boxes.push_back(&classes.targets[o.cls][o.target].box);
+    const BoxIndex targets(std::move(boxes), meta.global_shape.size());
     for (size_t c : ChunksNeeded(stored, my_targets)) {
       const ChunkMetadata& chunk = meta.chunks[c];
       hits.clear();
@@ -379,7 +427,7 @@ struct RankReads {
   // The chunks of `stored` that `my_targets` overlap, ascending.
   static std::vector<size_t> ChunksNeeded(
       const StoredTensor& stored,
-      const std::vector<const LoadTarget*>& my_targets) {
+      std::span<const LoadTarget* const> my_targets) {
     std::vector<size_t> chunks;
     for (const LoadTarget* target : my_targets) {
       stored.index.ForEachOverlap(
@@ -405,27 +453,25 @@ Result<LoadPlan> BuildRankLoadPlan(
   }
   const int mine = classes.class_of_rank[rank];
   const auto my_keys = TargetsByKey(classes.targets[mine]);
-  const auto owners_of_key = OwnersOfKeys(classes, ranks_of_class, my_keys);
+  const auto owners = OwnersOfKeys(classes, ranks_of_class, my_keys.keys);
   RankReads reads{classes, ranks_of_class, rank, mine};
-  // The tensors in key order, as my_keys and owners_of_key are, with where
-  // each one's bytes begin (as TensorBases): one merge, no lookups.
+  // The tensors in key order, as my_keys and owners are, with where each
+  // one's bytes begin (as TensorBases): one merge, no lookups.
   auto tensor = tensors.begin();
   uint64_t base = 0;
-  auto owners_of = owners_of_key.begin();
-  for (const auto& [key, my_targets] : my_keys) {
+  for (size_t k = 0; k < my_keys.keys.size(); ++k) {
+    const std::string_view key = my_keys.keys[k];
     while (tensor != tensors.end() && std::string_view(tensor->first) < key) {
       base += TensorBytes(tensor->second);
       ++tensor;
     }
-    while (owners_of != owners_of_key.end() && owners_of->first < key)
-      ++owners_of;
     if (tensor == tensors.end() || tensor->first != key ||
-        owners_of == owners_of_key.end() || owners_of->first != key) {
+        owners.Of(k).empty()) {
       return Status::Internal("load planning lost tensor '" + std::string(key) +
                               "'");  // checked above
     }
     reads.PlanTensor(tensor->first, StoredTensor(tensor->second, base),
-                     my_targets, owners_of->second);
+                     my_keys.Of(k), owners.Of(k));
   }
   return std::move(reads.plan);
 }
