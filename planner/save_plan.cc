@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/partition.h"
+#include "core/sorted_insert.h"
 
 namespace ckptdb::planner {
 namespace {
@@ -43,11 +44,11 @@ Status GroupByKey(const Owners& owners, SavePlan* plan,
   std::map<std::string, int> value_rank;
   auto add_path = [&](const std::string& key, const Path& path,
                       const PathKinds& kinds, int rank) -> Status {
-    auto [it, inserted] = plan->flat_mapping.emplace(key, path);
-    if (inserted) {
-      if (!kinds.empty()) plan->path_kinds.emplace(key, kinds);
+    if (InsertNew(plan->flat_mapping, key, path)) {
+      if (!kinds.empty()) InsertNew(plan->path_kinds, key, kinds);
       return Status::OK();
     }
+    auto it = plan->flat_mapping.find(key);
     auto known = plan->path_kinds.find(key);
     const PathKinds& known_kinds =
         known == plan->path_kinds.end() ? PathKinds() : known->second;
@@ -73,13 +74,13 @@ Status GroupByKey(const Owners& owners, SavePlan* plan,
       const SaveShard& s = layout.shards[i];
       CKPTDB_RETURN_IF_ERROR(
           add_path(s.flat_key, s.path, s.kinds, owners.Named(o)));
-      (*by_key)[s.flat_key].push_back({&s, {o, i}});
+      AtOrInsert(*by_key, std::string_view(s.flat_key)).push_back({&s, {o, i}});
     }
     for (const SaveValue& v : layout.values) {
       CKPTDB_RETURN_IF_ERROR(
           add_path(v.flat_key, v.path, v.kinds, owners.Named(o)));
-      if (plan->values.emplace(v.flat_key, v.value).second)
-        value_rank[v.flat_key] = owners.Named(o);
+      if (InsertNew(plan->values, v.flat_key, v.value))
+        InsertNew(value_rank, v.flat_key, owners.Named(o));
     }
   }
   for (const auto& [key, rank] : value_rank) {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/partition.h"
+#include "core/sorted_insert.h"
 #include "storage/box_stream.h"
 #include "storage/checkpoint.capnp.h"
 #include "storage/keys.h"
@@ -85,19 +86,6 @@ bool IsIntText(const std::string& text) {
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
   return ec == std::errc() && ptr == end && std::to_string(value) == text;
-}
-
-// Inserts `value` at `key` unless the key is there (then `value` is left as
-// it was): at the end without a search when the key sorts after every key
-// there, as a record's keys, written from sorted maps, arrive. False when the
-// key was there already.
-template <typename Map, typename V>
-bool InsertNew(Map& map, const std::string& key, V&& value) {
-  if (map.empty() || map.rbegin()->first < key) {
-    map.try_emplace(map.end(), key, std::forward<V>(value));
-    return true;
-  }
-  return map.try_emplace(key, std::forward<V>(value)).second;
 }
 
 // Records the kinds of `path`'s parts in meta->path_kinds when any are given

@@ -15,15 +15,25 @@ Status BuildLayout(const StateDict& state, DeviceCopier* copier,
                    planner::RankSaveLayout* layout,
                    std::vector<TensorView>* views) {
   CKPTDB_ASSIGN_OR_RETURN(auto leaves, planner::Flatten(state));
+  layout->shards.reserve(leaves.size());
+  views->reserve(leaves.size());
   for (auto& leaf : leaves) {
     // Kinds travel only when some part is not a str key.
     if (planner::AllStrKeys(leaf.kinds)) leaf.kinds.clear();
     if (leaf.value) {
-      layout->values.push_back(
-          {leaf.flat_key, leaf.path, *leaf.value, std::move(leaf.kinds)});
+      layout->values.push_back({std::move(leaf.flat_key), std::move(leaf.path),
+                                *leaf.value, std::move(leaf.kinds)});
       continue;
     }
     CKPTDB_RETURN_IF_ERROR(CheckView(leaf.flat_key, *leaf.tensor, copier));
+    if (!leaf.tensor->is_flat_range()) {  // one box: the leaf's parts move in
+      const TensorView& v = *leaf.tensor;
+      layout->shards.push_back({std::move(leaf.flat_key), std::move(leaf.path),
+                                v.dtype, v.global_shape, v.box(),
+                                std::move(leaf.kinds)});
+      views->push_back(v);
+      continue;
+    }
     for (TensorView& v : BoxViews(*leaf.tensor)) {
       layout->shards.push_back({leaf.flat_key, leaf.path, v.dtype,
                                 v.global_shape, v.box(), leaf.kinds});
