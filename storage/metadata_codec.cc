@@ -231,6 +231,7 @@ Status LayoutError(const std::string& what, const Shape& global_shape,
                    const std::vector<ChunkMetadata>& chunks,
                    const planner::PartitionProblem& p) {
   using planner::PartitionError;
+  if (p.error == PartitionError::kNone) return Status::OK();
   const std::string shape = ShapeToString(global_shape);
   switch (p.error) {
     case PartitionError::kNone:
@@ -659,18 +660,31 @@ Result<std::vector<ChunkMetadata>> DecodeTensorRecord(const MainRecord& main,
                                                       std::string_view key,
                                                       std::string_view bytes) {
   auto tensor = main.meta.tensors.find(std::string(key));
-  auto count = main.chunk_counts.find(key);
-  if (main.has_chunks() || tensor == main.meta.tensors.end() ||
-      count == main.chunk_counts.end()) {
+  if (main.has_chunks() || tensor == main.meta.tensors.end()) {
     return Bad("a record of tensor '" + std::string(key) +
                "', which checkpoint " + std::to_string(main.meta.info.id) +
+               (main.has_chunks() ? " (format 1) keeps in its main record"
+                                  : " does not have"));
+  }
+  return DecodeTensorRecord(main, *tensor, bytes);
+}
+
+Result<std::vector<ChunkMetadata>> DecodeTensorRecord(
+    const MainRecord& main,
+    const std::pair<const std::string, TensorMetadata>& tensor,
+    std::string_view bytes) {
+  const std::string& key = tensor.first;
+  auto count = main.chunk_counts.find(key);
+  if (main.has_chunks() || count == main.chunk_counts.end()) {
+    return Bad("a record of tensor '" + key + "', which checkpoint " +
+               std::to_string(main.meta.info.id) +
                (main.has_chunks() ? " (format 1) keeps in its main record"
                                   : " does not have"));
   }
   return WithReader<std::vector<ChunkMetadata>, TensorChunks>(
       bytes,
       [&](TensorChunks::Reader r) {
-        return ReadTensorRecord(r, main, key, tensor->second, count->second);
+        return ReadTensorRecord(r, main, key, tensor.second, count->second);
       },
       key);
 }
@@ -693,7 +707,7 @@ Status DecodeAllTensorRecords(
                  "', which the checkpoint does not have");
     }
     CKPTDB_ASSIGN_OR_RETURN(expected->second.chunks,
-                            DecodeTensorRecord(*main, key, bytes));
+                            DecodeTensorRecord(*main, *expected, bytes));
     ++expected;
   }
   return expected == end ? Status::OK() : missing(expected->first);

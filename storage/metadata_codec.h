@@ -64,6 +64,11 @@ Result<MainRecord> DecodeMainRecord(std::string_view bytes);
 Result<std::vector<ChunkMetadata>> DecodeTensorRecord(const MainRecord& main,
                                                       std::string_view key,
                                                       std::string_view bytes);
+// The same for `tensor`, an entry of main.meta.tensors the caller has found.
+Result<std::vector<ChunkMetadata>> DecodeTensorRecord(
+    const MainRecord& main,
+    const std::pair<const std::string, TensorMetadata>& tensor,
+    std::string_view bytes);
 
 // Fills the chunks of every tensor of a format-2 main record from its tensor
 // records, which `next(&tensor_key, &bytes)` yields in key order (false at the

@@ -258,11 +258,11 @@ Status StoreImpl::WalkTensorRecords(const rocksdb::ReadOptions& read,
     // A target before this record's key was passed by without its record.
     if (std::string_view(targets[next]->first) < key) return missing(next);
     if (targets[next]->first != key) continue;
-    auto& [name, tensor] = *targets[next++];
+    auto& tensor = *targets[next++];
     CKPTDB_ASSIGN_OR_RETURN(
-        tensor.chunks,
+        tensor.second.chunks,
         DecodeTensorRecord(
-            *main, name,
+            *main, tensor,
             std::string_view(it->value().data(), it->value().size())));
   }
   // A read error ends the walk early: it, not a missing record, is the cause.
