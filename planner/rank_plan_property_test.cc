@@ -4,6 +4,7 @@
 // and split sizes agree with brute force.
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -27,7 +28,8 @@ std::vector<Tensor> RandomTensors(std::mt19937& rng) {
   static const DType kTypes[] = {DType::kFloat32, DType::kBFloat16,
                                  DType::kInt8, DType::kFloat64};
   std::vector<Tensor> tensors;
-  const int n = 1 + static_cast<int>(rng() % 4);
+  // Up to 13 tensors: "t10" sorts before "t2".
+  const int n = 1 + static_cast<int>(rng() % 13);
   for (int i = 0; i < n; ++i) {
     Tensor t{std::string("t").append(std::to_string(i)), kTypes[rng() % 4], {}};
     const int ndim = static_cast<int>(rng() % 4);
@@ -147,6 +149,22 @@ TEST_P(RankPlanPropertyTest, LoadPartsMakeTheGlobalPlan) {
         classes.placements[c].push_back({t.dtype, rng() % 2 == 0});
       }
     }
+  }
+  // A class's targets in any order, their placements with them: planning
+  // does not rely on their coming sorted by key.
+  for (int c = 0; c < num_classes; ++c) {
+    if (rng() % 2 == 0) continue;
+    std::vector<size_t> order(classes.targets[c].size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<LoadTarget> shuffled;
+    std::vector<TargetPlacement> placements;
+    for (size_t i : order) {
+      shuffled.push_back(classes.targets[c][i]);
+      placements.push_back(classes.placements[c][i]);
+    }
+    classes.targets[c] = std::move(shuffled);
+    classes.placements[c] = std::move(placements);
   }
   std::vector<std::vector<LoadTarget>> targets(world);
   for (int r = 0; r < world; ++r)
