@@ -120,8 +120,10 @@ Shape ElementStridesOf(const Shape& shape, const int64_t* strides, int64_t unit,
 }
 
 // Whether a numpy dtype's bytes are in the machine's order (numpy's
-// dtype.isnative, read from the descriptor without a Python call).
+// dtype.isnative; read from the descriptor without a Python call, except for
+// a structured dtype, whose fields carry their own orders).
 bool IsNativeOrder(const py::dtype& dtype) {
+  if (dtype.has_fields()) return dtype.attr("isnative").cast<bool>();
   const char swapped = std::endian::native == std::endian::little ? '>' : '<';
   return dtype.byteorder() != swapped;
 }
