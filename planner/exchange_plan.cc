@@ -47,7 +47,10 @@ std::vector<ExchangeMessage> LayOutMessages(const std::vector<Crossing>& list,
 class Planner {
  public:
   explicit Planner(const ExchangeInputs& in)
-      : in_(in), plan_(*in.plan), rank_(in.rank) {}
+      : in_(in),
+        plan_(*in.plan),
+        rank_(in.rank),
+        tensor_of_read_(TensorsOfReads(plan_, *in.tensors)) {}
 
   ExchangePlan Build() {
     size_t i = 0;
@@ -64,7 +67,7 @@ class Planner {
 
  private:
   const TensorMetadata& Tensor(size_t read) const {
-    return in_.tensors->at(plan_.reads[read].flat_key);
+    return *tensor_of_read_[read];
   }
   uint64_t StoredBytes(const ReadItem& item) const {
     return item.num_elements() * DTypeSize(Tensor(item.read).dtype);
@@ -360,6 +363,7 @@ class Planner {
   const ExchangeInputs& in_;
   const LoadPlan& plan_;
   const int rank_;
+  const std::vector<const TensorMetadata*> tensor_of_read_;  // by read
   ExchangePlan out_;
   // The round being built.
   bool open_ = false;

@@ -476,6 +476,19 @@ Result<LoadPlan> BuildRankLoadPlan(
   return std::move(reads.plan);
 }
 
+std::vector<const TensorMetadata*> TensorsOfReads(
+    const LoadPlan& plan,
+    const std::map<std::string, TensorMetadata>& tensors) {
+  std::vector<const TensorMetadata*> out;
+  out.reserve(plan.reads.size());
+  for (size_t r = 0; r < plan.reads.size(); ++r) {
+    const std::string& key = plan.reads[r].flat_key;
+    const bool same = r > 0 && key == plan.reads[r - 1].flat_key;
+    out.push_back(same ? out.back() : &tensors.at(key));
+  }
+  return out;
+}
+
 LoadPlan RestrictToRank(const LoadPlan& global, int rank,
                         const std::function<bool(int, size_t)>& on_device) {
   LoadPlan out;

@@ -104,6 +104,11 @@ Result<LoadPlan> BuildRankLoadPlan(
     const std::map<std::string, TensorMetadata>& tensors,
     const TargetClasses& classes, int rank);
 
+// The tensor of each of `plan`'s reads, by read: one lookup per run of reads
+// of one tensor. Every read's tensor must be in `tensors`.
+std::vector<const TensorMetadata*> TensorsOfReads(
+    const LoadPlan& plan, const std::map<std::string, TensorMetadata>& tensors);
+
 // True when rank `rank`'s target `target` lies in device memory that a
 // DeviceTransport reaches.
 using OnDeviceLookup = std::function<bool(int rank, size_t target)>;

@@ -48,7 +48,10 @@ struct Slot {
 class Walker {
  public:
   Walker(const LoadExecution& x, const planner::ExchangePlan& plan)
-      : x_(x), plan_(plan), rank_(x.comm.rank()) {}
+      : x_(x),
+        plan_(plan),
+        rank_(x.comm.rank()),
+        tensor_of_read_(planner::TensorsOfReads(x.plan, x.meta.tensors)) {}
 
   Status Run() {
     if (x_.transport != nullptr) {
@@ -276,6 +279,8 @@ class Walker {
   const LoadExecution& x_;
   const planner::ExchangePlan& plan_;
   const int rank_;
+  // The tensor of each read of x_.plan.
+  const std::vector<const TensorMetadata*> tensor_of_read_;
   Slot slots_[2];
   std::vector<ReadBatch> batches_;  // every round's, in order
   std::atomic<size_t> next_batch_{0};
@@ -313,7 +318,7 @@ std::optional<storage::ChunkToRead> Walker::Direct(Slot& slot, size_t j) {
     return std::nullopt;
   const planner::ChunkRead& read = x_.plan.reads[plan_read.read];
   const ChunkMetadata& chunk =
-      x_.meta.tensors.at(read.flat_key).chunks[read.chunk];
+      tensor_of_read_[plan_read.read]->chunks[read.chunk];
   storage::ChunkToRead out{read.flat_key, &chunk, {}};
   if (plan_read.whole_into_target) {
     const planner::ReadItem& item = x_.plan.items[plan_read.copies[0].item];
@@ -335,7 +340,7 @@ std::optional<storage::ChunkToRead> Walker::Direct(Slot& slot, size_t j) {
 Status Walker::ReadOne(Slot& slot, size_t j) {
   const planner::ExchangeRead& plan_read = slot.round->reads[j];
   const planner::ChunkRead& read = x_.plan.reads[plan_read.read];
-  const TensorMetadata& tensor = x_.meta.tensors.at(read.flat_key);
+  const TensorMetadata& tensor = *tensor_of_read_[plan_read.read];
   const ChunkMetadata& chunk = tensor.chunks[read.chunk];
   CKPTDB_ASSIGN_OR_RETURN(
       storage::ChunkBuffer buffer,
@@ -462,9 +467,8 @@ void Walker::Land(Slot& slot) {
       const planner::ReadItem& item = x_.plan.items[s.item];
       const Shape zero(item.box.shape.size(), 0);
       Fail(PlaceBox({slot.recv_data[m] + s.offset, item.box.shape, zero},
-                    x_.meta.tensors.at(x_.plan.reads[item.read].flat_key).dtype,
-                    *x_.targets[item.target], item.dest_origin, item.box.shape,
-                    x_.copier, &staging));
+                    tensor_of_read_[item.read]->dtype, *x_.targets[item.target],
+                    item.dest_origin, item.box.shape, x_.copier, &staging));
     }
   }
   staging_.Give(std::move(staging));
@@ -496,12 +500,17 @@ char* LoadScratch::Reserve(int slot, uint64_t n) {
 Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
   const planner::LoadPlan& plan = x.plan;
   const int rank = x.comm.rank();
+  // Items come grouped by read: a tensor's dtype is looked up once a read.
+  size_t looked_up = plan.reads.size();
+  size_t element_bytes = 0;
   for (const planner::ReadItem& item : plan.items) {
-    if (item.dest_rank == rank) {
-      stats->bytes_needed +=
-          item.num_elements() *
+    if (item.dest_rank != rank) continue;
+    if (item.read != looked_up) {
+      looked_up = item.read;
+      element_bytes =
           DTypeSize(x.meta.tensors.at(plan.reads[item.read].flat_key).dtype);
     }
+    stats->bytes_needed += item.num_elements() * element_bytes;
   }
   for (const planner::ChunkRead& read : plan.reads) {
     if (read.reader_rank != rank) continue;
@@ -509,6 +518,7 @@ Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
     ++stats->chunks_read;
   }
   std::vector<planner::OwnTarget> own;
+  own.reserve(x.targets.size());
   for (const TensorView* view : x.targets) {
     own.push_back({{view->global_offset, view->local_shape},
                    view->dtype,
