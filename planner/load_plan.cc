@@ -16,11 +16,29 @@ Shape Sub(const Shape& a, const Shape& b) {
   return out;
 }
 
+using Tensors = std::map<std::string, TensorMetadata>;
+
+// The tensor `key` names, or end(): at `near` or just after it, as targets in
+// key order find theirs, else looked up.
+Tensors::const_iterator FindNear(const Tensors& tensors,
+                                 Tensors::const_iterator near,
+                                 const std::string& key) {
+  if (near != tensors.end()) {
+    if (near->first == key) return near;
+    if (++near != tensors.end() && near->first == key) return near;
+  }
+  return tensors.find(key);
+}
+
 // InvalidArgument unless `target` names a tensor of the checkpoint and lies
-// inside it; `who` names the rank.
-Status CheckTarget(const std::map<std::string, TensorMetadata>& tensors,
-                   const LoadTarget& target, const std::string& who) {
-  auto it = tensors.find(target.flat_key);
+// inside it; `who` names the rank. With `near`, the tensor is sought from
+// there (FindNear), and `*near` becomes it.
+Status CheckTarget(const Tensors& tensors, const LoadTarget& target,
+                   const std::string& who,
+                   Tensors::const_iterator* near = nullptr) {
+  auto it = near != nullptr ? FindNear(tensors, *near, target.flat_key)
+                            : tensors.find(target.flat_key);
+  if (near != nullptr) *near = it;
   if (it == tensors.end()) {
     return Status::InvalidArgument("load target '" + target.flat_key + "' on " +
                                    who + " is not a tensor of the checkpoint");
@@ -448,8 +466,9 @@ Result<LoadPlan> BuildRankLoadPlan(
   for (size_t c = 0; c < ranks_of_class.size(); ++c) {
     if (ranks_of_class[c].empty()) continue;
     const std::string who = "rank " + std::to_string(ranks_of_class[c][0]);
+    auto near = tensors.begin();
     for (const LoadTarget& target : classes.targets[c])
-      CKPTDB_RETURN_IF_ERROR(CheckTarget(tensors, target, who));
+      CKPTDB_RETURN_IF_ERROR(CheckTarget(tensors, target, who, &near));
   }
   const int mine = classes.class_of_rank[rank];
   const auto my_keys = TargetsByKey(classes.targets[mine]);

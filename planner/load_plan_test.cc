@@ -100,5 +100,35 @@ TEST(LoadPlanTest, RejectsUnknownKeyAndOutOfBounds) {
   EXPECT_NE(outside.status().message().find("[4, 6]"), std::string::npos);
 }
 
+TEST(LoadPlanTest, RankPlanFindsTargetsInAnyOrderAndNamesAnUnknownOne) {
+  std::map<std::string, TensorMetadata> stored = {{"a", RowChunks({2, 2}, 1)},
+                                                  {"c", RowChunks({2, 2}, 1)},
+                                                  {"e", RowChunks({2, 2}, 1)}};
+  auto whole = [](const std::string& key) {
+    return LoadTarget{key, Box{{0, 0}, {2, 2}}};
+  };
+  TargetClasses classes;
+  classes.class_of_rank = {0, 1};
+  classes.targets = {{whole("e"), whole("a"), whole("c")},
+                     {whole("a"), whole("c"), whole("e")}};
+  classes.placements.assign(2, std::vector<TargetPlacement>(3));
+  for (int rank = 0; rank < 2; ++rank) {
+    auto plan = BuildRankLoadPlan(stored, classes, rank);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    std::vector<std::vector<LoadTarget>> targets = classes.targets;
+    auto global = BuildLoadPlan(stored, targets);
+    ASSERT_TRUE(global.ok());
+    EXPECT_EQ(plan->ToString(), RestrictToRank(*global, rank).ToString());
+  }
+  // A key between two the checkpoint has, after targets out of order.
+  classes.targets[1] = {whole("c"), whole("a"), whole("b")};
+  for (int rank = 0; rank < 2; ++rank) {
+    auto plan = BuildRankLoadPlan(stored, classes, rank);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_NE(plan.status().message().find("'b' on rank 1"), std::string::npos)
+        << plan.status().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace ckptdb::planner
