@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/sorted_maps.h"
+
 namespace ckptdb::planner {
 namespace {
 
@@ -15,11 +17,13 @@ bool Comparable(const ChunkMetadata& stored, const Box& box, int32_t world) {
 
 }  // namespace
 
-const ChunkMetadata* CandidateChunk(const PreviousCheckpoint& previous,
-                                    const std::string& key, DType dtype,
-                                    const Shape& global_shape, const Box& box,
-                                    int32_t world) {
-  auto tensor = previous.tensors.find(key);
+const ChunkMetadata* CandidateChunk(
+    const PreviousCheckpoint& previous, const std::string& key, DType dtype,
+    const Shape& global_shape, const Box& box, int32_t world,
+    std::map<std::string, TensorMetadata>::const_iterator* near) {
+  auto tensor = near != nullptr ? FindNear(previous.tensors, *near, key)
+                                : previous.tensors.find(key);
+  if (near != nullptr && tensor != previous.tensors.end()) *near = tensor;
   if (tensor == previous.tensors.end() || tensor->second.dtype != dtype ||
       tensor->second.global_shape != global_shape)
     return nullptr;
@@ -46,11 +50,16 @@ bool HashBeforeWriting(const ChunkMetadata* candidate) {
 
 Status CheckReferences(const std::map<std::string, TensorMetadata>& tensors,
                        const PreviousCheckpoint& previous, int32_t world) {
+  // Both maps are in key order: one walk through each.
+  auto near = previous.tensors.begin();
   for (const auto& [key, tensor] : tensors) {
     // Both chunk lists are sorted by offset: one walk through each (no
     // lookup per chunk; a record can hold millions).
-    auto found =
-        previous.id == 0 ? previous.tensors.end() : previous.tensors.find(key);
+    while (near != previous.tensors.end() && near->first < key) ++near;
+    const auto found =
+        previous.id != 0 && near != previous.tensors.end() && near->first == key
+            ? near
+            : previous.tensors.end();
     const bool comparable = found != previous.tensors.end() &&
                             found->second.dtype == tensor.dtype &&
                             found->second.global_shape == tensor.global_shape;

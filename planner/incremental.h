@@ -37,10 +37,13 @@ struct PreviousCheckpoint {
 // shape `global_shape`) with box `box` may equal: the same key, dtype, global
 // shape and box, with a content hash recorded, written by a rank below
 // `world` (a record names only ranks of its own world). nullptr otherwise.
-const ChunkMetadata* CandidateChunk(const PreviousCheckpoint& previous,
-                                    const std::string& key, DType dtype,
-                                    const Shape& global_shape, const Box& box,
-                                    int32_t world);
+// With `near` (an iterator of previous.tensors), the tensor is sought from
+// there, as chunks taken in key order find theirs without a lookup, and
+// `*near` becomes where the search ended.
+const ChunkMetadata* CandidateChunk(
+    const PreviousCheckpoint& previous, const std::string& key, DType dtype,
+    const Shape& global_shape, const Box& box, int32_t world,
+    std::map<std::string, TensorMetadata>::const_iterator* near = nullptr);
 
 // The decision for a chunk whose bytes hash to `hash`: reuse `candidate`'s
 // stored bytes (of checkpoint `previous_id`, or of the checkpoint holding

@@ -40,6 +40,23 @@ TEST(IncrementalTest, CandidateIsTheSameBoxOfTheSameKeyDtypeAndShape) {
             nullptr);
 }
 
+TEST(IncrementalTest, CandidatesSoughtFromTheLastOneAreThoseOfALookup) {
+  PreviousCheckpoint previous = TwoChunks();
+  for (const char* key : {"a", "m", "z"})
+    previous.tensors[key] = previous.tensors["w"];
+  // Keys in order, one absent, one going back, then on again.
+  auto near = previous.tensors.cbegin();
+  for (const char* key : {"a", "b", "m", "w", "a", "x", "z", "zz"}) {
+    SCOPED_TRACE(key);
+    const ChunkMetadata* looked_up = CandidateChunk(
+        previous, key, DType::kFloat32, {4, 2}, {{2, 0}, {2, 2}}, 2);
+    const ChunkMetadata* sought = CandidateChunk(
+        previous, key, DType::kFloat32, {4, 2}, {{2, 0}, {2, 2}}, 2, &near);
+    EXPECT_EQ(sought, looked_up);
+    EXPECT_EQ(sought != nullptr, previous.tensors.contains(key));
+  }
+}
+
 TEST(IncrementalTest, NoCandidateWithoutHashOrWithAWriterOutsideTheWorld) {
   PreviousCheckpoint previous = TwoChunks();
   EXPECT_EQ(CandidateChunk(previous, "w", DType::kFloat32, {4, 2},

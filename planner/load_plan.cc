@@ -5,6 +5,7 @@
 #include <span>
 #include <sstream>
 
+#include "core/sorted_maps.h"
 #include "planner/box_index.h"
 
 namespace ckptdb::planner {
@@ -17,18 +18,6 @@ Shape Sub(const Shape& a, const Shape& b) {
 }
 
 using Tensors = std::map<std::string, TensorMetadata>;
-
-// The tensor `key` names, or end(): at `near` or just after it, as targets in
-// key order find theirs, else looked up.
-Tensors::const_iterator FindNear(const Tensors& tensors,
-                                 Tensors::const_iterator near,
-                                 const std::string& key) {
-  if (near != tensors.end()) {
-    if (near->first == key) return near;
-    if (++near != tensors.end() && near->first == key) return near;
-  }
-  return tensors.find(key);
-}
 
 // InvalidArgument unless `target` names a tensor of the checkpoint and lies
 // inside it; `who` names the rank. With `near`, the tensor is sought from

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "core/partition.h"
-#include "core/sorted_insert.h"
+#include "core/sorted_maps.h"
 
 namespace ckptdb::planner {
 namespace {

@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "core/partition.h"
-#include "core/sorted_insert.h"
+#include "core/sorted_maps.h"
 #include "storage/box_stream.h"
 #include "storage/checkpoint.capnp.h"
 #include "storage/keys.h"

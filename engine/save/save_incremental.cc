@@ -61,11 +61,12 @@ planner::PreviousCheckpoint OwnChunks(
 bool CoversMyChunks(const planner::PreviousCheckpoint& previous,
                     const planner::SavePlan& plan,
                     const std::vector<MyChunk>& mine, int world) {
+  auto near = previous.tensors.cbegin();  // mine come in tensor order
   for (const MyChunk& m : mine) {
     const planner::PlannedTensor& tensor = plan.tensors[m.tensor];
     if (planner::CandidateChunk(previous, tensor.flat_key, tensor.dtype,
                                 tensor.global_shape, tensor.chunks[m.chunk].box,
-                                world) == nullptr)
+                                world, &near) == nullptr)
       return false;
   }
   return true;

@@ -1,7 +1,9 @@
 #include "engine/save/staged_writes.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
+#include <string>
 
 #include "core/checksum.h"
 #include "engine/parallel.h"
@@ -11,13 +13,17 @@
 namespace ckptdb::engine {
 namespace {
 
+using PreviousTensors = std::map<std::string, TensorMetadata>;
+
 // One chunk: refers to stored bytes when its content hash equals the previous
 // checkpoint's chunk (planner::DecideChunkSource), else added to `writer`;
-// hashed before or as it is written (planner::HashBeforeWriting).
+// hashed before or as it is written (planner::HashBeforeWriting). `near`:
+// where the previous chunk's tensor was found (planner::CandidateChunk).
 Result<WrittenChunk> WriteChunk(const WriteContext& context,
                                 const planner::PlannedTensor& tensor,
                                 const planner::PlannedChunk& chunk,
                                 const char* data, uint64_t nbytes,
+                                PreviousTensors::const_iterator* near,
                                 storage::StagedFileWriter& writer) {
   WrittenChunk out;
   out.writer_rank = context.rank;
@@ -27,9 +33,9 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
         out.checksum, writer.Add(tensor.flat_key, chunk.box.origin, bytes));
     return out;
   }
-  const ChunkMetadata* candidate =
-      planner::CandidateChunk(*context.previous, tensor.flat_key, tensor.dtype,
-                              tensor.global_shape, chunk.box, context.world);
+  const ChunkMetadata* candidate = planner::CandidateChunk(
+      *context.previous, tensor.flat_key, tensor.dtype, tensor.global_shape,
+      chunk.box, context.world, near);
   auto reuse = [&](const ContentHash& content) {
     const planner::ChunkSource source =
         planner::DecideChunkSource(candidate, context.previous->id, content);
@@ -97,6 +103,14 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
         auto writer,
         store.NewStagedFile(context.id, context.rank, static_cast<int>(p)));
     DeviceChunks device(mine, order, context.copier);
+    // The part's chunks come in key order: each finds its tensor of the
+    // previous checkpoint from where the last one's was.
+    PreviousTensors::const_iterator near;
+    PreviousTensors::const_iterator* near_or_null = nullptr;
+    if (context.previous != nullptr) {
+      near = context.previous->tensors.begin();
+      near_or_null = &near;
+    }
     for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
       const MyChunk& m = mine[order[i]];
       const auto& tensor = plan.tensors[m.tensor];
@@ -113,8 +127,9 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
         }
         data = *bytes;
       }
-      Result<WrittenChunk> chunk = WriteChunk(
-          context, tensor, tensor.chunks[m.chunk], data, m.nbytes, *writer);
+      Result<WrittenChunk> chunk =
+          WriteChunk(context, tensor, tensor.chunks[m.chunk], data, m.nbytes,
+                     near_or_null, *writer);
       if (context.snapshot != nullptr) {
         if (source.direct) {
           context.snapshot->DirectDone(i);
