@@ -191,8 +191,9 @@ class StoreImpl : public Store {
   Status ReadTensorRecords(const rocksdb::ReadOptions& read,
                            const std::vector<std::string>& tensor_keys,
                            MainRecord* main);
+  // `wanted`: sorted, each key once.
   Status WalkTensorRecords(const rocksdb::ReadOptions& read,
-                           const std::set<std::string_view>& wanted,
+                           const std::vector<std::string_view>& wanted,
                            MainRecord* main);
   // Writes `batch` to the meta column family and flushes it into a table file:
   // metadata never lives in RocksDB's write-ahead log, whose damage RocksDB

@@ -3,6 +3,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/snapshot.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <vector>
@@ -189,8 +190,14 @@ Status StoreImpl::ReadAllTensorRecords(const rocksdb::ReadOptions& read,
 Status StoreImpl::ReadTensorRecords(const rocksdb::ReadOptions& read,
                                     const std::vector<std::string>& tensor_keys,
                                     MainRecord* main) {
-  const std::set<std::string_view> wanted(tensor_keys.begin(),
-                                          tensor_keys.end());
+  // The keys in order, once each (a load passes them sorted already).
+  std::vector<std::string_view> wanted(tensor_keys.begin(), tensor_keys.end());
+  if (!std::is_sorted(wanted.begin(), wanted.end()))
+    std::sort(wanted.begin(), wanted.end());
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  auto is_wanted = [&](std::string_view key) {
+    return std::binary_search(wanted.begin(), wanted.end(), key);
+  };
   const int64_t id = main->meta.info.id;
   // A quarter of the tensors or more: one walk of the records (each point
   // read costs a seek through the tables; 10,000 of them took most of a
@@ -199,10 +206,10 @@ Status StoreImpl::ReadTensorRecords(const rocksdb::ReadOptions& read,
     return WalkTensorRecords(read, wanted, main);
   for (auto& [key, tensor] : main->meta.tensors) {
     if (main->has_chunks()) {
-      if (!wanted.contains(key)) tensor.chunks.clear();
+      if (!is_wanted(key)) tensor.chunks.clear();
       continue;
     }
-    if (!wanted.contains(key)) continue;
+    if (!is_wanted(key)) continue;
     rocksdb::PinnableSlice record;
     rocksdb::Status s =
         db_->Get(read, meta_, TensorRecordKey(id, key), &record);
@@ -226,7 +233,7 @@ Status StoreImpl::ReadTensorRecords(const rocksdb::ReadOptions& read,
 // key order (the bytewise order of their tensor keys), as `wanted` and the
 // tensors are: one merge of the three, no lookup per record.
 Status StoreImpl::WalkTensorRecords(const rocksdb::ReadOptions& read,
-                                    const std::set<std::string_view>& wanted,
+                                    const std::vector<std::string_view>& wanted,
                                     MainRecord* main) {
   const int64_t id = main->meta.info.id;
   auto& tensors = main->meta.tensors;
