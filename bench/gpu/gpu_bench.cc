@@ -1,9 +1,13 @@
 // ckpt-gpu-bench: device save and load throughput against plain pinned
 // cudaMemcpy of the same bytes (device -> pinned host for save, pinned host ->
-// device for load), one process, one GPU.
+// device for load), and against the same copies with the bytes written to a
+// file beside the store (write + fsync) and read back from it (pread), one
+// process, one GPU.
 //
 //   build/bench/ckpt-gpu-bench --dir /dev/shm/gpu-bench --size 2G
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -80,6 +84,38 @@ int main(int argc, char** argv) {
     return Now() - start;
   };
 
+  // The same copies through a plain file: each tensor copied to the pinned
+  // buffer and written, then fsync; each read back into it and copied up.
+  const std::string file = dir + ".baseline";
+  auto file_save = [&] {
+    ::unlink(file.c_str());  // untimed, as the store deletes its last one
+    const double start = Now();
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) std::exit(2);
+    for (int t = 0; t < tensors; ++t) {
+      Check(cudaMemcpy(pinned, device[t], per, cudaMemcpyDeviceToHost),
+            "cudaMemcpy");
+      if (::write(fd, pinned, per) != static_cast<ssize_t>(per)) std::exit(2);
+    }
+    if (::fsync(fd) != 0) std::exit(2);
+    ::close(fd);
+    return Now() - start;
+  };
+  auto file_load = [&] {
+    const double start = Now();
+    const int fd = ::open(file.c_str(), O_RDONLY);
+    if (fd < 0) std::exit(2);
+    for (int t = 0; t < tensors; ++t) {
+      if (::pread(fd, pinned, per, static_cast<off_t>(per) * t) !=
+          static_cast<ssize_t>(per))
+        std::exit(2);
+      Check(cudaMemcpy(target[t], pinned, per, cudaMemcpyHostToDevice),
+            "cudaMemcpy");
+    }
+    ::close(fd);
+    return Now() - start;
+  };
+
   std::filesystem::remove_all(dir);
   auto db = ckptdb::DB::Open(ckptdb::Options(), dir);
   Check(db.status(), "open");
@@ -111,6 +147,7 @@ int main(int argc, char** argv) {
   };
   bool ok = true;
   double best_save = 1e30, best_load = 1e30, best_d2h = 1e30, best_h2d = 1e30;
+  double best_fsave = 1e30, best_fload = 1e30;
   for (int i = 0; i < repeat; ++i) {
     for (int t = 0; t < tensors; ++t)
       Check(cudaMemset(target[t], 0, per), "cudaMemset");
@@ -125,6 +162,8 @@ int main(int argc, char** argv) {
     ok = ok && loaded_right();
     best_d2h = std::min(best_d2h, copy_all(cudaMemcpyDeviceToHost));
     best_h2d = std::min(best_h2d, copy_all(cudaMemcpyHostToDevice));
+    best_fsave = std::min(best_fsave, file_save());
+    best_fload = std::min(best_fload, file_load());
   }
   std::printf("%-6s %10s %9s %18s %9s %7s\n", "phase", "GiB", "seconds",
               "baseline", "base GiB/s", "ratio");
@@ -136,6 +175,13 @@ int main(int argc, char** argv) {
               total / kGiB, best_load, "cudaMemcpy H2D",
               total / kGiB / best_h2d, best_h2d / best_load,
               total / kGiB / best_load, ok ? "bytes checked" : "BYTES WRONG");
+  std::printf("%-6s %10.2f %9.3f %18s %9.2f %7.2f\n", "save", total / kGiB,
+              best_save, "D2H + write+fsync", total / kGiB / best_fsave,
+              best_fsave / best_save);
+  std::printf("%-6s %10.2f %9.3f %18s %9.2f %7.2f\n", "load", total / kGiB,
+              best_load, "pread + H2D", total / kGiB / best_fload,
+              best_fload / best_load);
   std::filesystem::remove_all(dir);
+  ::unlink(file.c_str());
   return ok ? 0 : 1;
 }
