@@ -60,16 +60,19 @@ Status Bad(const std::string& what) {
   return Status::Corruption("checkpoint metadata: " + what);
 }
 
+// The shape in `list`; Corruption naming it `what` + `part` (joined only for
+// an error).
 Result<Shape> ReadShape(capnp::List<int64_t>::Reader list,
-                        const std::string& what) {
+                        const std::string& what, std::string_view part) {
+  auto name = [&] { return what + std::string(part); };
   if (list.size() > kMaxDims)
-    return Bad(what + " has " + std::to_string(list.size()) + " dims");
+    return Bad(name() + " has " + std::to_string(list.size()) + " dims");
   Shape out;
   out.reserve(list.size());
   for (int64_t v : list) out.push_back(v);
   for (int64_t v : out) {
     if (v < 0 || v > kMaxExtent)
-      return Bad(what + " has extent " + std::to_string(v));
+      return Bad(name() + " has extent " + std::to_string(v));
   }
   return out;
 }
@@ -199,9 +202,9 @@ Result<ChunkMetadata> ReadChunk(Chunk::Reader c, const std::string& what,
                                 DType dtype, int32_t world_size) {
   ChunkMetadata chunk;
   CKPTDB_ASSIGN_OR_RETURN(
-      chunk.box.origin, ReadShape(c.getGlobalOffset(), what + " chunk offset"));
+      chunk.box.origin, ReadShape(c.getGlobalOffset(), what, " chunk offset"));
   CKPTDB_ASSIGN_OR_RETURN(chunk.box.shape,
-                          ReadShape(c.getLocalShape(), what + " chunk shape"));
+                          ReadShape(c.getLocalShape(), what, " chunk shape"));
   uint64_t elems = 0;
   if (!CheckedVolume(chunk.box.shape, 1, &elems))
     return Bad(what + " chunk is too large");
@@ -307,7 +310,7 @@ Status ReadTensorHeader(Tensor::Reader t, const std::string& what,
     return Bad(what + " has dtype code " + std::to_string(t.getDtype()));
   tensor->dtype = static_cast<DType>(t.getDtype());
   CKPTDB_ASSIGN_OR_RETURN(tensor->global_shape,
-                          ReadShape(t.getGlobalShape(), what + " shape"));
+                          ReadShape(t.getGlobalShape(), what, " shape"));
   if (!CheckedVolume(tensor->global_shape, DTypeSize(tensor->dtype), bytes))
     return Bad(what + " is too large");
   return Status::OK();

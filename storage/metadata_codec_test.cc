@@ -236,7 +236,7 @@ TEST(MetadataCodecTest, RejectsInconsistentRecords) {
   ExpectCorruption(meta, "writer rank 5");
   meta = Sample();
   meta.tensors["model.w"].global_shape = {4, -2};
-  ExpectCorruption(meta, "extent -2");
+  ExpectCorruption(meta, "tensor 'model.w' shape has extent -2");
   meta = Sample();
   meta.info.nbytes = 1;
   ExpectCorruption(meta, "the record says 1");
