@@ -269,11 +269,13 @@ Status SimulateLoadPlanning(const CheckpointMetadata& meta,
     own.push_back({all.classes.targets[cls][t].box,
                    all.classes.placements[cls][t].dtype, true});
   }
+  const auto tensor_of_read =
+      planner::TensorsOfReads(planned.plan, meta.tensors);
   planner::ExchangeInputs in;
   in.rank = rank;
   in.world = static_cast<int>(all.classes.class_of_rank.size());
   in.plan = &planned.plan;
-  in.tensors = &meta.tensors;
+  in.tensor_of_read = &tensor_of_read;
   in.targets = &own;
   in.placements = [&](int r, size_t target) {
     return all.classes.placements[all.classes.class_of_rank[r]][target];

@@ -50,7 +50,7 @@ class Planner {
       : in_(in),
         plan_(*in.plan),
         rank_(in.rank),
-        tensor_of_read_(TensorsOfReads(plan_, *in.tensors)) {}
+        tensor_of_read_(*in.tensor_of_read) {}
 
   ExchangePlan Build() {
     size_t i = 0;
@@ -363,7 +363,7 @@ class Planner {
   const ExchangeInputs& in_;
   const LoadPlan& plan_;
   const int rank_;
-  const std::vector<const TensorMetadata*> tensor_of_read_;  // by read
+  const std::vector<const TensorMetadata*>& tensor_of_read_;  // by read
   ExchangePlan out_;
   // The round being built.
   bool open_ = false;

@@ -191,8 +191,9 @@ struct ExchangeInputs {
   // The global plan or `rank`'s per-rank plan (RestrictToRank): both give the
   // same ExchangePlan up to item and read indices.
   const LoadPlan* plan = nullptr;
-  // The stored tensors by flat key (dtype, chunk shapes).
-  const std::map<std::string, TensorMetadata>* tensors = nullptr;
+  // The stored tensor of each read of `plan` (TensorsOfReads): dtype, chunk
+  // shapes.
+  const std::vector<const TensorMetadata*>* tensor_of_read = nullptr;
   // `rank`'s targets, indexed like its LoadTargets.
   const std::vector<OwnTarget>* targets = nullptr;
   // Any rank's target placements.

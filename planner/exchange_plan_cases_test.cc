@@ -72,13 +72,14 @@ TEST(ExchangePlanTest, HalvesOfDefaultChunksResplitByColumnsLandInPlace) {
   }
   const Result<LoadPlan> plan = BuildLoadPlan(tensors, targets);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const auto tensor_of_read = TensorsOfReads(*plan, tensors);
   uint64_t received = 0;
   for (int rank = 0; rank < 2; ++rank) {
     ExchangeInputs in;
     in.rank = rank;
     in.world = 2;
     in.plan = &*plan;
-    in.tensors = &tensors;
+    in.tensor_of_read = &tensor_of_read;
     in.targets = &own[rank];
     in.placements = [](int, size_t) {
       return TargetPlacement{DType::kFloat32, false};

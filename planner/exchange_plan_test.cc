@@ -114,11 +114,12 @@ Case RandomCase(std::mt19937& rng) {
 }
 
 ExchangePlan PlanFor(const Case& c, int rank, const LoadPlan& plan) {
+  const auto tensor_of_read = TensorsOfReads(plan, c.tensors);
   ExchangeInputs in;
   in.rank = rank;
   in.world = c.world;
   in.plan = &plan;
-  in.tensors = &c.tensors;
+  in.tensor_of_read = &tensor_of_read;
   in.targets = &c.own[rank];
   in.placements = [&c](int r, size_t t) { return c.placements[r][t]; };
   in.device_transport = c.transport;

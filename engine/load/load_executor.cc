@@ -47,11 +47,13 @@ struct Slot {
 
 class Walker {
  public:
-  Walker(const LoadExecution& x, const planner::ExchangePlan& plan)
+  // `tensor_of_read`: the tensor of each read of x.plan.
+  Walker(const LoadExecution& x, const planner::ExchangePlan& plan,
+         const std::vector<const TensorMetadata*>& tensor_of_read)
       : x_(x),
         plan_(plan),
         rank_(x.comm.rank()),
-        tensor_of_read_(planner::TensorsOfReads(x.plan, x.meta.tensors)) {}
+        tensor_of_read_(tensor_of_read) {}
 
   Status Run() {
     if (x_.transport != nullptr) {
@@ -279,8 +281,7 @@ class Walker {
   const LoadExecution& x_;
   const planner::ExchangePlan& plan_;
   const int rank_;
-  // The tensor of each read of x_.plan.
-  const std::vector<const TensorMetadata*> tensor_of_read_;
+  const std::vector<const TensorMetadata*>& tensor_of_read_;
   Slot slots_[2];
   std::vector<ReadBatch> batches_;  // every round's, in order
   std::atomic<size_t> next_batch_{0};
@@ -500,17 +501,13 @@ char* LoadScratch::Reserve(int slot, uint64_t n) {
 Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
   const planner::LoadPlan& plan = x.plan;
   const int rank = x.comm.rank();
-  // Items come grouped by read: a tensor's dtype is looked up once a read.
-  size_t looked_up = plan.reads.size();
-  size_t element_bytes = 0;
+  const std::vector<const TensorMetadata*> tensor_of_read =
+      planner::TensorsOfReads(plan, x.meta.tensors);
   for (const planner::ReadItem& item : plan.items) {
-    if (item.dest_rank != rank) continue;
-    if (item.read != looked_up) {
-      looked_up = item.read;
-      element_bytes =
-          DTypeSize(x.meta.tensors.at(plan.reads[item.read].flat_key).dtype);
+    if (item.dest_rank == rank) {
+      stats->bytes_needed +=
+          item.num_elements() * DTypeSize(tensor_of_read[item.read]->dtype);
     }
-    stats->bytes_needed += item.num_elements() * element_bytes;
   }
   for (const planner::ChunkRead& read : plan.reads) {
     if (read.reader_rank != rank) continue;
@@ -529,7 +526,7 @@ Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
   in.rank = rank;
   in.world = x.comm.size();
   in.plan = &plan;
-  in.tensors = &x.meta.tensors;
+  in.tensor_of_read = &tensor_of_read;
   in.targets = &own;
   in.placements = x.placements;
   in.device_transport = x.transport != nullptr;
@@ -537,7 +534,7 @@ Status ExecuteLoad(const LoadExecution& x, LoadStats* stats) {
   const planner::ExchangePlan exchange = planner::BuildExchangePlan(in);
   stats->bytes_sent += exchange.host_bytes_sent + exchange.device_bytes_sent;
   stats->device_bytes_sent += exchange.device_bytes_sent;
-  const Status walked = Walker(x, exchange).Run();
+  const Status walked = Walker(x, exchange, tensor_of_read).Run();
   if (x.comm.size() > 1) return AgreeOnStatus(x.comm, walked);
   return walked;
 }
