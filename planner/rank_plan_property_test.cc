@@ -40,6 +40,25 @@ std::vector<Tensor> RandomTensors(std::mt19937& rng) {
   return tensors;
 }
 
+// Half the classes' targets in random order, their placements with them:
+// planning does not rely on targets coming sorted by key.
+void ShuffleSomeClasses(std::mt19937& rng, TargetClasses& classes) {
+  for (size_t c = 0; c < classes.targets.size(); ++c) {
+    if (rng() % 2 == 0) continue;
+    std::vector<size_t> order(classes.targets[c].size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<LoadTarget> shuffled;
+    std::vector<TargetPlacement> placements;
+    for (size_t i : order) {
+      shuffled.push_back(classes.targets[c][i]);
+      placements.push_back(classes.placements[c][i]);
+    }
+    classes.targets[c] = std::move(shuffled);
+    classes.placements[c] = std::move(placements);
+  }
+}
+
 // `world` ranks spread over `classes` classes, each class with a rank.
 std::vector<int> RandomClassOfRank(std::mt19937& rng, int classes, int world) {
   std::vector<int> of(world);
@@ -150,22 +169,7 @@ TEST_P(RankPlanPropertyTest, LoadPartsMakeTheGlobalPlan) {
       }
     }
   }
-  // A class's targets in any order, their placements with them: planning
-  // does not rely on their coming sorted by key.
-  for (int c = 0; c < num_classes; ++c) {
-    if (rng() % 2 == 0) continue;
-    std::vector<size_t> order(classes.targets[c].size());
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::shuffle(order.begin(), order.end(), rng);
-    std::vector<LoadTarget> shuffled;
-    std::vector<TargetPlacement> placements;
-    for (size_t i : order) {
-      shuffled.push_back(classes.targets[c][i]);
-      placements.push_back(classes.placements[c][i]);
-    }
-    classes.targets[c] = std::move(shuffled);
-    classes.placements[c] = std::move(placements);
-  }
+  ShuffleSomeClasses(rng, classes);
   std::vector<std::vector<LoadTarget>> targets(world);
   for (int r = 0; r < world; ++r)
     targets[r] = classes.targets[classes.class_of_rank[r]];

@@ -43,6 +43,37 @@ std::vector<std::string> TensorKeysOf(
   return keys;
 }
 
+// InvalidArgument unless target `view` of tensor `key` can take the `stored`
+// tensor: the same global shape, and the same dtype or, with options.cast,
+// numeric dtypes on both sides.
+Status CheckStoredFits(const std::string& key, const TensorView& view,
+                       const TensorMetadata& stored,
+                       const LoadOptions& options) {
+  if (view.global_shape != stored.global_shape) {
+    return Status::InvalidArgument(
+        "tensor '" + key + "': target global shape " +
+        ShapeToString(view.global_shape) + " differs from stored " +
+        ShapeToString(stored.global_shape));
+  }
+  if (view.dtype != stored.dtype) {
+    if (!options.cast) {
+      return Status::InvalidArgument("tensor '" + key + "': target dtype " +
+                                     std::string(DTypeName(view.dtype)) +
+                                     " differs from stored " +
+                                     std::string(DTypeName(stored.dtype)) +
+                                     " (pass cast=true to convert)");
+    }
+    if (!IsNumeric(view.dtype) || !IsNumeric(stored.dtype)) {
+      return Status::InvalidArgument(
+          "tensor '" + key + "': cannot cast stored " +
+          std::string(DTypeName(stored.dtype)) + " to " +
+          std::string(DTypeName(view.dtype)) +
+          " (only numeric dtypes convert)");
+    }
+  }
+  return Status::OK();
+}
+
 // Matches this rank's leaves against the checkpoint: checks dtypes and shapes,
 // lists missing and unexpected keys. The leaves come sorted by flat key
 // (FlattenMutable), as the checkpoint's maps are: one walk over each, no
@@ -95,29 +126,7 @@ Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
     }
     CKPTDB_RETURN_IF_ERROR(CheckTargetView(key, view, copier));
     tensor_targets.push_back({key, &view});
-    const TensorMetadata& stored = tensor->second;
-    if (view.global_shape != stored.global_shape) {
-      return Status::InvalidArgument(
-          "tensor '" + key + "': target global shape " +
-          ShapeToString(view.global_shape) + " differs from stored " +
-          ShapeToString(stored.global_shape));
-    }
-    if (view.dtype != stored.dtype) {
-      if (!options.cast) {
-        return Status::InvalidArgument("tensor '" + key + "': target dtype " +
-                                       std::string(DTypeName(view.dtype)) +
-                                       " differs from stored " +
-                                       std::string(DTypeName(stored.dtype)) +
-                                       " (pass cast=true to convert)");
-      }
-      if (!IsNumeric(view.dtype) || !IsNumeric(stored.dtype)) {
-        return Status::InvalidArgument(
-            "tensor '" + key + "': cannot cast stored " +
-            std::string(DTypeName(stored.dtype)) + " to " +
-            std::string(DTypeName(view.dtype)) +
-            " (only numeric dtypes convert)");
-      }
-    }
+    CKPTDB_RETURN_IF_ERROR(CheckStoredFits(key, view, tensor->second, options));
     if (!view.is_flat_range()) {
       // A box already: the executor writes through the state dict's view.
       out->targets.push_back({key, view.box()});
