@@ -44,6 +44,80 @@ void Check(const ckptdb::Status& s, const char* what) {
   }
 }
 
+// The bench's memory: each tensor's bytes on the device, the buffers loads
+// land in, and one pinned host buffer of a tensor's size for the baselines.
+struct Buffers {
+  const std::vector<void*>& device;
+  const std::vector<void*>& target;
+  void* pinned;
+  size_t per;  // bytes of each tensor
+};
+
+// The bytes through the pinned buffer: device -> pinned for each tensor, or
+// pinned -> each target.
+double CopyAll(const Buffers& b, cudaMemcpyKind kind) {
+  const double start = Now();
+  for (size_t t = 0; t < b.device.size(); ++t) {
+    if (kind == cudaMemcpyDeviceToHost)
+      Check(cudaMemcpy(b.pinned, b.device[t], b.per, kind), "cudaMemcpy");
+    else
+      Check(cudaMemcpy(b.target[t], b.pinned, b.per, kind), "cudaMemcpy");
+  }
+  return Now() - start;
+}
+
+// The same copies through a plain file: each tensor copied to the pinned
+// buffer and written, then fsync.
+double FileSave(const Buffers& b, const std::string& file) {
+  ::unlink(file.c_str());  // untimed, as the store deletes its last one
+  const double start = Now();
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) std::exit(2);
+  for (void* tensor : b.device) {
+    Check(cudaMemcpy(b.pinned, tensor, b.per, cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    if (::write(fd, b.pinned, b.per) != static_cast<ssize_t>(b.per))
+      std::exit(2);
+  }
+  if (::fsync(fd) != 0) std::exit(2);
+  ::close(fd);
+  return Now() - start;
+}
+
+// Each tensor read back from FileSave's file into the pinned buffer and copied
+// to its target.
+double FileLoad(const Buffers& b, const std::string& file) {
+  const double start = Now();
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  if (fd < 0) std::exit(2);
+  for (size_t t = 0; t < b.target.size(); ++t) {
+    if (::pread(fd, b.pinned, b.per, static_cast<off_t>(b.per * t)) !=
+        static_cast<ssize_t>(b.per))
+      std::exit(2);
+    Check(cudaMemcpy(b.target[t], b.pinned, b.per, cudaMemcpyHostToDevice),
+          "cudaMemcpy");
+  }
+  ::close(fd);
+  return Now() - start;
+}
+
+// Whether every target's first and last 4 KiB hold its tensor's byte (t + 1);
+// read right after each load, as the H2D baselines write over the targets.
+bool LoadedRight(const Buffers& b) {
+  std::vector<unsigned char> probe(4096);
+  for (size_t t = 0; t < b.target.size(); ++t) {
+    for (size_t at : {size_t{0}, b.per - probe.size()}) {
+      Check(cudaMemcpy(probe.data(), static_cast<char*>(b.target[t]) + at,
+                       probe.size(), cudaMemcpyDeviceToHost),
+            "check");
+      for (unsigned char byte : probe) {
+        if (byte != static_cast<unsigned char>(t + 1)) return false;
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,48 +147,8 @@ int main(int argc, char** argv) {
   // Baselines: the same bytes through one pinned buffer of each tensor's size.
   void* pinned = nullptr;
   Check(cudaHostAlloc(&pinned, per, cudaHostAllocDefault), "cudaHostAlloc");
-  auto copy_all = [&](cudaMemcpyKind kind) {
-    const double start = Now();
-    for (int t = 0; t < tensors; ++t) {
-      if (kind == cudaMemcpyDeviceToHost)
-        Check(cudaMemcpy(pinned, device[t], per, kind), "cudaMemcpy");
-      else
-        Check(cudaMemcpy(target[t], pinned, per, kind), "cudaMemcpy");
-    }
-    return Now() - start;
-  };
-
-  // The same copies through a plain file: each tensor copied to the pinned
-  // buffer and written, then fsync; each read back into it and copied up.
+  const Buffers buffers{device, target, pinned, per};
   const std::string file = dir + ".baseline";
-  auto file_save = [&] {
-    ::unlink(file.c_str());  // untimed, as the store deletes its last one
-    const double start = Now();
-    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) std::exit(2);
-    for (int t = 0; t < tensors; ++t) {
-      Check(cudaMemcpy(pinned, device[t], per, cudaMemcpyDeviceToHost),
-            "cudaMemcpy");
-      if (::write(fd, pinned, per) != static_cast<ssize_t>(per)) std::exit(2);
-    }
-    if (::fsync(fd) != 0) std::exit(2);
-    ::close(fd);
-    return Now() - start;
-  };
-  auto file_load = [&] {
-    const double start = Now();
-    const int fd = ::open(file.c_str(), O_RDONLY);
-    if (fd < 0) std::exit(2);
-    for (int t = 0; t < tensors; ++t) {
-      if (::pread(fd, pinned, per, static_cast<off_t>(per) * t) !=
-          static_cast<ssize_t>(per))
-        std::exit(2);
-      Check(cudaMemcpy(target[t], pinned, per, cudaMemcpyHostToDevice),
-            "cudaMemcpy");
-    }
-    ::close(fd);
-    return Now() - start;
-  };
 
   std::filesystem::remove_all(dir);
   auto db = ckptdb::DB::Open(ckptdb::Options(), dir);
@@ -129,22 +163,6 @@ int main(int argc, char** argv) {
              ckptdb::TensorView::Whole(target[t], ckptdb::DType::kFloat32,
                                        shape, {ckptdb::DeviceType::kCUDA, 0}));
   }
-  // Every target's first and last 4 KiB hold its tensor's byte (t + 1), read
-  // right after each load: the H2D baseline writes over the targets.
-  auto loaded_right = [&] {
-    std::vector<unsigned char> probe(4096);
-    for (int t = 0; t < tensors; ++t) {
-      for (size_t at : {size_t{0}, per - probe.size()}) {
-        Check(cudaMemcpy(probe.data(), static_cast<char*>(target[t]) + at,
-                         probe.size(), cudaMemcpyDeviceToHost),
-              "check");
-        for (unsigned char b : probe) {
-          if (b != static_cast<unsigned char>(t + 1)) return false;
-        }
-      }
-    }
-    return true;
-  };
   bool ok = true;
   double best_save = 1e30, best_load = 1e30, best_d2h = 1e30, best_h2d = 1e30;
   double best_fsave = 1e30, best_fload = 1e30;
@@ -159,11 +177,11 @@ int main(int argc, char** argv) {
     Check((*db)->Load(load, ckptdb::CheckpointSelector::Latest(), {}).status(),
           "load");
     best_load = std::min(best_load, Now() - start);
-    ok = ok && loaded_right();
-    best_d2h = std::min(best_d2h, copy_all(cudaMemcpyDeviceToHost));
-    best_h2d = std::min(best_h2d, copy_all(cudaMemcpyHostToDevice));
-    best_fsave = std::min(best_fsave, file_save());
-    best_fload = std::min(best_fload, file_load());
+    ok = ok && LoadedRight(buffers);
+    best_d2h = std::min(best_d2h, CopyAll(buffers, cudaMemcpyDeviceToHost));
+    best_h2d = std::min(best_h2d, CopyAll(buffers, cudaMemcpyHostToDevice));
+    best_fsave = std::min(best_fsave, FileSave(buffers, file));
+    best_fload = std::min(best_fload, FileLoad(buffers, file));
   }
   std::printf("%-6s %10s %9s %18s %9s %7s\n", "phase", "GiB", "seconds",
               "baseline", "base GiB/s", "ratio");
