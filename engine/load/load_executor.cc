@@ -5,7 +5,9 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -56,13 +58,13 @@ class Walker {
         tensor_of_read_(tensor_of_read) {}
 
   Status Run() {
-    if (x_.transport != nullptr) {
-      Status reserved = ReserveDevice();
-      // Once per load, before any box moves: a rank without device memory
-      // cannot take part in the transport's steps.
-      if (x_.comm.size() > 1) reserved = AgreeOnStatus(x_.comm, reserved);
-      CKPTDB_RETURN_IF_ERROR(reserved);
-    }
+    // Once per load, before any reader starts or any byte moves: a rank
+    // without the memory for its rounds cannot take part in their exchanges,
+    // and every rank returns its error.
+    Status reserved = ReserveScratch();
+    if (reserved.ok() && x_.transport != nullptr) reserved = ReserveDevice();
+    if (x_.comm.size() > 1) reserved = AgreeOnStatus(x_.comm, reserved);
+    CKPTDB_RETURN_IF_ERROR(reserved);
     const auto& rounds = plan_.rounds;
     for (size_t k = 0; k < rounds.size(); ++k) Batch(k);
     for (size_t k = 0; k < std::min<size_t>(2, rounds.size()); ++k) Prepare(k);
@@ -99,6 +101,33 @@ class Walker {
     if (first_error_.ok()) first_error_ = std::move(s);
   }
 
+  // Host bytes round k stages: its messages that do not land in place.
+  static uint64_t StagedBytes(const ExchangeRound& round) {
+    uint64_t bytes = 0;
+    for (const ExchangeMessage& m : round.sends)
+      bytes += m.in_place ? 0 : m.nbytes;
+    for (const ExchangeMessage& m : round.recvs)
+      bytes += m.in_place ? 0 : m.nbytes;
+    return bytes;
+  }
+
+  // Host staging for the largest round of each parity, so that preparing a
+  // round while readers run allocates nothing.
+  Status ReserveScratch() {
+    for (int p = 0; p < 2; ++p) {
+      uint64_t most = 0;
+      for (size_t k = p; k < plan_.rounds.size(); k += 2)
+        most = std::max(most, StagedBytes(plan_.rounds[k]));
+      Result<char*> reserved = x_.scratch.Reserve(p, most);
+      if (!reserved.ok()) {
+        return reserved.status().WithContext("load on rank " +
+                                             std::to_string(rank_));
+      }
+      scratch_[p] = *reserved;
+    }
+    return Status::OK();
+  }
+
   // Device buffers for the largest round of each parity.
   Status ReserveDevice() {
     DeviceCopier* copier = x_.copier;
@@ -122,13 +151,8 @@ class Walker {
   void Prepare(size_t k) {
     Slot& slot = slots_[k % 2];
     const ExchangeRound& round = plan_.rounds[k];
-    uint64_t bytes = 0;
-    for (const ExchangeMessage& m : round.sends)
-      bytes += m.in_place ? 0 : m.nbytes;
-    for (const ExchangeMessage& m : round.recvs)
-      bytes += m.in_place ? 0 : m.nbytes;
-    // Staged sends, then staged receives.
-    char* at = x_.scratch.Reserve(static_cast<int>(k % 2), bytes);
+    // Staged sends, then staged receives, in the parity's reserved memory.
+    char* at = scratch_[k % 2];
     slot.send_data.assign(round.sends.size(), nullptr);
     slot.send_staged.assign(round.sends.size(), nullptr);
     slot.recv_data.assign(round.recvs.size(), nullptr);
@@ -283,6 +307,7 @@ class Walker {
   const int rank_;
   const std::vector<const TensorMetadata*>& tensor_of_read_;
   Slot slots_[2];
+  char* scratch_[2] = {nullptr, nullptr};  // each parity's staged bytes
   std::vector<ReadBatch> batches_;  // every round's, in order
   std::atomic<size_t> next_batch_{0};
   StagingPool staging_;  // host staging for device targets
@@ -486,13 +511,19 @@ void Walker::Land(Slot& slot) {
 
 }  // namespace
 
-char* LoadScratch::Reserve(int slot, uint64_t n) {
+Result<char*> LoadScratch::Reserve(int slot, uint64_t n) {
   if (n > size_[slot]) {
-    // The old bytes go before the larger ones are allocated; a failed
-    // allocation (std::bad_alloc, out of the load) leaves the slot empty.
+    // The old bytes go before the larger ones are allocated.
     data_[slot].reset();
     size_[slot] = 0;
-    data_[slot].reset(new char[n]);
+    try {
+      data_[slot].reset(new char[n]);
+    } catch (const std::bad_alloc&) {
+      return Status::IOError("cannot allocate " + std::to_string(n) +
+                             " bytes of host memory for the slices of a "
+                             "load's rounds (Options::load_buffer_bytes "
+                             "bounds a round)");
+    }
     size_[slot] = n;
   }
   return data_[slot].get();

@@ -15,15 +15,18 @@
 
 namespace ckptdb::engine {
 
-// Host memory for the messages of the two rounds a load has in flight,
-// which grows to the largest round it has seen and keeps its pages. A handle
+// Host memory for the messages of the two rounds a load has in flight: one
+// slot per parity of round, reserved for the largest round of its parity
+// before the load's readers start, and kept with its pages. A handle
 // keeps one between its loads: laid out afresh by each load, the memory went
 // back to the system in between in some processes and was faulted in again
 // (2,372 page faults a 2-rank resharded load over gloo, 85 with it kept).
 class LoadScratch {
  public:
   // Room for `n` bytes in slot `slot` (0 or 1); earlier bytes are not kept.
-  char* Reserve(int slot, uint64_t n);
+  // An allocation that fails is IOError naming the bytes and leaves the slot
+  // empty and usable.
+  Result<char*> Reserve(int slot, uint64_t n);
 
  private:
   std::unique_ptr<char[]> data_[2];
