@@ -118,7 +118,8 @@ Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
                       ? total
                       : std::min<uint64_t>(options_.snapshot_bytes, total);
   ring = std::max(ring, largest);
-  Result<char*> memory = snapshot_memory_.Get(ring);
+  bool fresh = false;
+  Result<char*> memory = snapshot_memory_.GetForNow(ring, &fresh);
   CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm_, memory.status()));
   auto pending = std::make_shared<AsyncSave>();
   auto start = [&](std::shared_ptr<SnapshotRing> snapshot) {
@@ -133,10 +134,12 @@ Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
   // process with a single core they slowed the copy the caller waits for
   // (2 ranks on 2 cores: the stall went from 0.97x to 1.6x a memcpy), and so
   // they did beside other busy processes (one per core: 0.70-1.24x
-  // -> 1.18-2.27x).
+  // -> 1.18-2.27x). Except into fresh memory, whose page faults make the
+  // copy many times slower than the writers (the first call stalled ~30x a
+  // memcpy copying all of it): there they write most chunks meanwhile.
   const bool beside = options_.writers_beside_snapshot.has_value()
                           ? *options_.writers_beside_snapshot
-                          : HasASpareCore();
+                          : fresh || HasASpareCore();
   if (ring >= total && on_host && beside) {
     // Memory for every chunk: the writers start at once, each at the front of
     // its part and straight from the caller's memory, while this thread
@@ -159,6 +162,8 @@ Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
     if (ring >= total) start(snapshot);
   }
   prepared->views.clear();  // the caller's tensors are not used again
+  // The pages the writers left untouched, for the next call.
+  if (fresh) snapshot_memory_.TouchInBackground();
   return std::shared_ptr<PendingSave>(pending);
 }
 

@@ -68,7 +68,31 @@ uint64_t SnapshotMemory::size() {
   return region_.size;
 }
 
-Result<SnapshotMemory::Region> SnapshotMemory::MapTouched(uint64_t bytes) {
+Result<char*> SnapshotMemory::GetForNow(uint64_t bytes, bool* fresh) {
+  JoinPreparing();
+  std::lock_guard lock(mu_);
+  *fresh = region_.size < bytes;
+  if (*fresh) {
+    CKPTDB_ASSIGN_OR_RETURN(Region mapped, Map(bytes));
+    Unmap(region_);
+    region_ = mapped;
+  }
+  return region_.data;
+}
+
+void SnapshotMemory::TouchInBackground() {
+  JoinPreparing();
+  std::lock_guard lock(mu_);
+  if (region_.data == nullptr) return;
+  const Region region = region_;
+  // The region stays mapped until this thread is joined: every Get and the
+  // destructor join it first.
+  preparing_ = std::thread([region] {
+    (void)::madvise(region.data, region.size, MADV_POPULATE_WRITE);
+  });
+}
+
+Result<SnapshotMemory::Region> SnapshotMemory::Map(uint64_t bytes) {
   const uint64_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   // One huge page more, to align the start.
   const uint64_t mapped = size + kHugePage;
@@ -88,15 +112,20 @@ Result<SnapshotMemory::Region> SnapshotMemory::MapTouched(uint64_t bytes) {
   char* data = base + head;
   // Advice only: without transparent huge pages the memory works the same.
   (void)::madvise(data, size, MADV_HUGEPAGE);
+  return Region{data, size};
+}
+
+Result<SnapshotMemory::Region> SnapshotMemory::MapTouched(uint64_t bytes) {
+  CKPTDB_ASSIGN_OR_RETURN(const Region region, Map(bytes));
   // Write every page once now, not in the snapshot's copy. The kernel does it
   // in one call where it can; otherwise a byte per base page.
-  if (::madvise(data, size, MADV_POPULATE_WRITE) != 0) {
+  if (::madvise(region.data, region.size, MADV_POPULATE_WRITE) != 0) {
     const long page = ::sysconf(_SC_PAGESIZE);
     const uint64_t step = page > 0 ? static_cast<uint64_t>(page) : 4096;
-    for (uint64_t at = 0; at < size; at += step)
-      static_cast<volatile char*>(data)[at] = 0;
+    for (uint64_t at = 0; at < region.size; at += step)
+      static_cast<volatile char*>(region.data)[at] = 0;
   }
-  return Region{data, size};
+  return region;
 }
 
 void SnapshotMemory::Unmap(Region region) {

@@ -17,8 +17,10 @@ namespace ckptdb::engine {
 // bench/README.md). So the memory is mapped with transparent huge pages where
 // the kernel offers them (a fault per 2 MiB) and written once before a
 // snapshot copies into it: on a thread started by Prepare (at open, when
-// Options::snapshot_bytes says how much), or else inside the first save that
-// needs it. Thread-safe.
+// Options::snapshot_bytes says how much), or else after the first save that
+// needs it, which copies into pages not yet touched (GetForNow) while its
+// writers write most chunks straight from the caller's memory, and touches
+// the rest once it has returned (TouchInBackground). Thread-safe.
 class SnapshotMemory {
  public:
   SnapshotMemory() = default;
@@ -36,6 +38,19 @@ class SnapshotMemory {
   // touched now, in place of the smaller region. Valid until the next Get.
   Result<char*> Get(uint64_t bytes);
 
+  // At least `bytes` of memory for a snapshot that starts now: what Get
+  // gives when this object holds enough (waiting for Prepare to finish),
+  // else a fresh mapping in place of the smaller region, its pages not
+  // touched yet (`*fresh` is then true): the copy into it faults them in.
+  // Valid until the next Get or GetForNow.
+  Result<char*> GetForNow(uint64_t bytes, bool* fresh);
+
+  // Touches the held memory's pages that nothing has written yet, on a thread
+  // of its own; returns at once. Get and GetForNow wait for it. Concurrent
+  // reads and writes of the memory are safe: a page is faulted in, never
+  // written (where the kernel cannot do that, Linux < 5.14, nothing is done).
+  void TouchInBackground();
+
   // Bytes held (0 before the first Get or finished Prepare).
   uint64_t size();
 
@@ -44,6 +59,7 @@ class SnapshotMemory {
     char* data = nullptr;
     uint64_t size = 0;
   };
+  static Result<Region> Map(uint64_t bytes);
   static Result<Region> MapTouched(uint64_t bytes);
   static void Unmap(Region region);
   void JoinPreparing();

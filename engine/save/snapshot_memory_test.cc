@@ -39,10 +39,46 @@ TEST(SnapshotMemoryTest, GetUsesWhatPrepareSetUpAndGrowsOnlyWhenAskedForMore) {
   EXPECT_EQ((*kept)[(uint64_t{8} << 20) - 1], 1);
 }
 
+// Fresh memory comes untouched for a copy that starts at once; touching the
+// rest in the background keeps what was written there.
+TEST(SnapshotMemoryTest, GetForNowGivesFreshMemoryOnceAndTouchingKeepsBytes) {
+  SnapshotMemory memory;
+  const uint64_t n = uint64_t{6} << 20;
+  bool fresh = false;
+  auto p = memory.GetForNow(n, &fresh);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE(fresh);
+  EXPECT_GE(memory.size(), n);
+  // The back half written, as a snapshot's copy from the back would.
+  std::memset(*p + n / 2, 0x3C, n / 2);
+  memory.TouchInBackground();
+  auto again = memory.GetForNow(n, &fresh);  // waits for the touching
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(fresh);
+  EXPECT_EQ(*again, *p);
+  for (uint64_t at = n / 2; at < n; at += 4096) ASSERT_EQ((*again)[at], 0x3C);
+  for (uint64_t at = 0; at < n / 2; at += 4096) ASSERT_EQ((*again)[at], 0);
+  // More than is held: fresh again, in place of the smaller region.
+  auto larger = memory.GetForNow(2 * n, &fresh);
+  ASSERT_TRUE(larger.ok());
+  EXPECT_TRUE(fresh);
+  std::memset(*larger, 1, 2 * n);
+  memory.TouchInBackground();
+}
+
 TEST(SnapshotMemoryTest, DestroyedWhilePreparing) {
   for (int i = 0; i < 4; ++i) {
     SnapshotMemory memory;
     memory.Prepare(uint64_t{16} << 20);
+  }
+}
+
+TEST(SnapshotMemoryTest, DestroyedWhileTouchingInTheBackground) {
+  for (int i = 0; i < 4; ++i) {
+    SnapshotMemory memory;
+    bool fresh = false;
+    ASSERT_TRUE(memory.GetForNow(uint64_t{16} << 20, &fresh).ok());
+    memory.TouchInBackground();
   }
 }
 

@@ -52,7 +52,9 @@ struct Options {
   // page), so the memory is set up before a snapshot copies into it: when
   // this is set, on a thread started at open (the first SaveAsync waits for
   // it if it has not finished), so that the first call stalls no longer than
-  // later ones; at 0, inside the first SaveAsync, which then stalls longer.
+  // later ones; at 0, the first SaveAsync copies into fresh memory while its
+  // writers write most chunks from the caller's memory (it stalls longer),
+  // and the rest is set up on a thread once it has returned.
   // Set it to the rank's state bytes (or more) to have both.
   size_t snapshot_bytes = 0;
   // An asynchronous save whose snapshot memory holds the rank's whole host
@@ -62,8 +64,9 @@ struct Options {
   // needs a core the copy does not use. nullopt (the default): where the
   // process has 2 cores or more (its CPU binding, else the machine's over the
   // processes the launcher put on the host) and fewer threads are runnable
-  // than the machine has, at the time of the call; true or false: always or
-  // never.
+  // than the machine has, at the time of the call, and wherever the snapshot
+  // memory is fresh (see snapshot_bytes: its page faults make the copy far
+  // slower than the writers); true or false: always or never.
   std::optional<bool> writers_beside_snapshot;
   // Retention, applied by every save once its checkpoint is committed: the
   // newest keep_last checkpoints are kept, and older ones are deleted, oldest
