@@ -21,6 +21,10 @@ std::string BoxToString(const Box& box);
 // element.
 std::optional<Box> Intersect(const Box& a, const Box& b);
 
+// True when two boxes of the same rank share an element (Intersect has a
+// value), without building the common part.
+bool Meet(const Box& a, const Box& b);
+
 // The boxes of `chunks`, borrowed: for the checks and indexes that take
 // boxes held elsewhere (CheckPartitionOfPointers, BoxIndex).
 std::vector<const Box*> ChunkBoxes(const std::vector<ChunkMetadata>& chunks);

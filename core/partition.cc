@@ -343,14 +343,18 @@ std::string PartitionProblem::ToString() const {
 }
 
 PartitionError CheckBoxInside(const Shape& global_shape, const Box& box) {
+  return CheckBoxInside(global_shape, box.origin, box.shape);
+}
+
+PartitionError CheckBoxInside(const Shape& global_shape, const Shape& origin,
+                              const Shape& shape) {
   const size_t ndim = global_shape.size();
-  if (box.origin.size() != ndim || box.shape.size() != ndim)
+  if (origin.size() != ndim || shape.size() != ndim)
     return PartitionError::kWrongRank;
   for (size_t d = 0; d < ndim; ++d) {
     // Written so that no sum can overflow.
-    if (box.origin[d] < 0 || box.shape[d] < 0 ||
-        box.origin[d] > global_shape[d] ||
-        box.shape[d] > global_shape[d] - box.origin[d]) {
+    if (origin[d] < 0 || shape[d] < 0 || origin[d] > global_shape[d] ||
+        shape[d] > global_shape[d] - origin[d]) {
       return PartitionError::kOutside;
     }
   }

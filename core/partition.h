@@ -72,6 +72,9 @@ struct PartitionProblem {
 // kNone when `box` lies inside a tensor of `global_shape` (a box of extent 0
 // may sit at the tensor's end), else kWrongRank or kOutside. Never overflows.
 PartitionError CheckBoxInside(const Shape& global_shape, const Box& box);
+// The same for the box at `origin` of `shape`, without building it.
+PartitionError CheckBoxInside(const Shape& global_shape, const Shape& origin,
+                              const Shape& shape);
 
 // Checks that `boxes` partition a tensor of `global_shape`: the shape is valid,
 // every box lies inside it (CheckBoxInside, in input order), no box is empty

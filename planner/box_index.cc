@@ -22,6 +22,7 @@ BoxIndex::BoxIndex(std::vector<const Box*> boxes_in, size_t ndim)
     : boxes_(std::move(boxes_in)), ndim_(ndim) {
   const std::vector<const Box*>& boxes = boxes_;
   CKPTDB_ASSERT(boxes.size() < UINT32_MAX);
+  if (boxes.size() <= kScannedBoxes) return;  // no axes: Candidates scans
   const size_t indexed = std::min(ndim, kIndexedDims);
   for (size_t d = 0; d < indexed; ++d) {
     const bool alike =

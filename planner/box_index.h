@@ -21,22 +21,45 @@ namespace ckptdb::planner {
 class BoxIndex {
  public:
   static constexpr size_t kIndexedDims = 4;
+  // Up to this many boxes are scanned in order, with no index to build (a
+  // tensor of one chunk, a target of one box: most of a model's tensors).
+  static constexpr size_t kScannedBoxes = 4;
 
   BoxIndex(std::vector<const Box*> boxes, size_t ndim);
   explicit BoxIndex(const std::vector<Box>& boxes, size_t ndim);
+
+  // Calls fn(box index) for every box meeting `query` with at least one
+  // element, in ascending box index, without building the common parts.
+  template <typename Fn>
+  void ForEachMeeting(const Box& query, Fn&& fn) const {
+    if (axes_.empty()) {  // scanned
+      for (size_t b = 0; b < boxes_.size(); ++b)
+        if (Meet(*boxes_[b], query)) fn(b);
+      return;
+    }
+    Candidates(query, &scratch_);
+    for (uint32_t b : scratch_) {
+      if (Meet(*boxes_[b], query)) fn(static_cast<size_t>(b));
+    }
+  }
 
   // Calls fn(box index, intersection) for every box meeting `query` with at
   // least one element, in ascending box index. 0-d boxes all meet a 0-d query.
   template <typename Fn>
   void ForEachOverlap(const Box& query, Fn&& fn) const {
-    Candidates(query, &scratch_);
-    for (uint32_t b : scratch_) {
+    auto visit = [&](size_t b) {
       if (ndim_ == 0) {
-        fn(static_cast<size_t>(b), Box{});
+        fn(b, Box{});
       } else if (auto common = Intersect(*boxes_[b], query)) {
-        fn(static_cast<size_t>(b), *common);
+        fn(b, *common);
       }
+    };
+    if (axes_.empty()) {  // scanned
+      for (size_t b = 0; b < boxes_.size(); ++b) visit(b);
+      return;
     }
+    Candidates(query, &scratch_);
+    for (uint32_t b : scratch_) visit(b);
   }
 
  private:

@@ -437,8 +437,8 @@ struct RankReads {
       std::span<const LoadTarget* const> my_targets) {
     std::vector<size_t> chunks;
     for (const LoadTarget* target : my_targets) {
-      stored.index.ForEachOverlap(
-          target->box, [&](size_t c, const Box&) { chunks.push_back(c); });
+      stored.index.ForEachMeeting(target->box,
+                                  [&](size_t c) { chunks.push_back(c); });
     }
     std::sort(chunks.begin(), chunks.end());
     chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());

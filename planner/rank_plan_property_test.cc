@@ -212,7 +212,13 @@ TEST_P(RankPlanPropertyTest, BoxIndexAndSplitSizesMatchBruteForce) {
     shape.push_back(1 + static_cast<int64_t>(rng() % 9));
   std::vector<Box> boxes;
   RandomPartition(Box{Shape(ndim, 0), shape}, rng, 6, boxes);
+  // Indexed, and the few first boxes, which are scanned without an index.
+  const std::vector<Box> few(
+      boxes.begin(),
+      boxes.begin() + static_cast<long>(
+                          std::min(boxes.size(), BoxIndex::kScannedBoxes)));
   const BoxIndex index(boxes, static_cast<size_t>(ndim));
+  const BoxIndex few_index(few, static_cast<size_t>(ndim));
   for (int q = 0; q < 20; ++q) {
     Box query{Shape(ndim), Shape(ndim)};
     for (int d = 0; d < ndim; ++d) {
@@ -220,17 +226,41 @@ TEST_P(RankPlanPropertyTest, BoxIndexAndSplitSizesMatchBruteForce) {
       query.shape[d] =
           static_cast<int64_t>(rng() % (shape[d] - query.origin[d] + 1));
     }
-    std::vector<std::pair<size_t, Box>> expected, got;
-    for (size_t b = 0; b < boxes.size(); ++b) {
-      if (ndim == 0) {
-        expected.emplace_back(b, Box{});
-      } else if (auto common = Intersect(boxes[b], query)) {
-        expected.emplace_back(b, *common);
+    // The common part, dimension by dimension; none where one is empty.
+    auto expected_of = [&](const std::vector<Box>& of) {
+      std::vector<std::pair<size_t, Box>> expected;
+      for (size_t b = 0; b < of.size(); ++b) {
+        Box common{Shape(ndim), Shape(ndim)};
+        bool meets = true;
+        for (int d = 0; d < ndim; ++d) {
+          const int64_t begin = std::max(of[b].origin[d], query.origin[d]);
+          const int64_t end =
+              std::min(of[b].origin[d] + of[b].shape[d],
+                       query.origin[d] + query.shape[d]);
+          meets = meets && end > begin;
+          common.origin[d] = begin;
+          common.shape[d] = end - begin;
+        }
+        if (meets) expected.emplace_back(b, common);
+      }
+      return expected;
+    };
+    using Case = std::pair<const std::vector<Box>*, const BoxIndex*>;
+    for (const auto& [of, idx] : {Case{&boxes, &index}, Case{&few, &few_index}}) {
+      const std::vector<std::pair<size_t, Box>> expected = expected_of(*of);
+      std::vector<std::pair<size_t, Box>> got;
+      idx->ForEachOverlap(
+          query, [&](size_t b, const Box& c) { got.emplace_back(b, c); });
+      EXPECT_EQ(got, expected);
+      std::vector<size_t> met, expected_met;
+      idx->ForEachMeeting(query, [&](size_t b) { met.push_back(b); });
+      for (const auto& [b, common] : expected) expected_met.push_back(b);
+      EXPECT_EQ(met, expected_met);
+      for (size_t b = 0; b < of->size(); ++b) {
+        EXPECT_EQ(Intersect((*of)[b], query).has_value(),
+                  Meet((*of)[b], query));
       }
     }
-    index.ForEachOverlap(
-        query, [&](size_t b, const Box& c) { got.emplace_back(b, c); });
-    EXPECT_EQ(got, expected);
   }
   for (const Box& box : boxes) {
     const size_t elem = 1 + rng() % 4, max = 1 + rng() % 40;

@@ -21,6 +21,16 @@ planner::StridedMemory MemoryOf(const TensorView& view) {
       view.strides.empty() ? RowMajorStrides(view.local_shape) : view.strides};
 }
 
+// Where a view's bytes lie: from its first to its last element's end. A
+// dense view's are its bytes, found without listing its dimensions.
+planner::ByteRange ExtentOf(const TensorView& view) {
+  if (view.strides.empty()) {
+    const auto begin = reinterpret_cast<uintptr_t>(view.data);
+    return {begin, begin + view.nbytes()};
+  }
+  return planner::Extent(MemoryOf(view));
+}
+
 // Two targets that are the same array: tied weights (one tensor under two
 // keys) receive the same bytes under each key.
 bool SameArray(const TensorView& a, const TensorView& b) {
@@ -89,8 +99,8 @@ Status CheckStrides(const std::string& what, const TensorView& view) {
 
 Status CheckBox(const std::string& what, const TensorView& view) {
   if (view.is_flat_range()) return CheckFlatRange(what, view);
-  const planner::PartitionError inside =
-      planner::CheckBoxInside(view.global_shape, view.box());
+  const planner::PartitionError inside = planner::CheckBoxInside(
+      view.global_shape, view.global_offset, view.local_shape);
   if (inside == planner::PartitionError::kWrongRank) {
     return Status::InvalidArgument(
         what + ": local shape " + ShapeToString(view.local_shape) +
@@ -176,8 +186,11 @@ Status CheckTargetView(const std::string& flat_key, const TensorView& view,
           "in one place");
     }
   }
+  // A dense view (no strides) holds each element once.
   const planner::Overlap self =
-      planner::SelfOverlap(MemoryOf(view), kMaxOverlapRuns);
+      view.strides.empty()
+          ? planner::Overlap::kNone
+          : planner::SelfOverlap(MemoryOf(view), kMaxOverlapRuns);
   if (self != planner::Overlap::kNone) {
     return Status::InvalidArgument(
         "tensor '" + flat_key + "': a load target of shape " +
@@ -194,7 +207,7 @@ Status CheckTargetView(const std::string& flat_key, const TensorView& view,
 Status CheckTargetsApart(const std::vector<KeyedView>& targets) {
   std::vector<std::pair<planner::ByteRange, const KeyedView*>> extents;
   for (const KeyedView& t : targets) {
-    const planner::ByteRange extent = planner::Extent(MemoryOf(*t.view));
+    const planner::ByteRange extent = ExtentOf(*t.view);
     if (!extent.empty()) extents.emplace_back(extent, &t);
   }
   std::sort(extents.begin(), extents.end(), [](const auto& a, const auto& b) {
