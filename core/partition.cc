@@ -366,6 +366,18 @@ PartitionProblem CheckPartitionOfPointers(const Shape& global_shape,
                                           const PartitionOptions& options) {
   const int64_t total = CheckedElements(global_shape);
   if (total < 0) return BoxProblem(PartitionError::kBadShape, 0);
+  // Every box the whole tensor (one, or replicas where they are allowed): a
+  // partition with nothing to compare, the layout of most tensors.
+  const auto whole = [&](const Box* box) {
+    return box->shape == global_shape &&
+           box->origin.size() == global_shape.size() &&
+           std::all_of(box->origin.begin(), box->origin.end(),
+                       [](int64_t o) { return o == 0; });
+  };
+  if (total > 0 && !boxes.empty() &&
+      (boxes.size() == 1 || options.allow_replicas) &&
+      std::all_of(boxes.begin(), boxes.end(), whole))
+    return {};
   std::vector<size_t> live;
   PartitionProblem problem = CheckEachBox(global_shape, boxes, options, &live);
   if (!problem.ok()) return problem;

@@ -84,6 +84,27 @@ TEST(PartitionTest, ReplicasCountOnceWhenAllowed) {
   EXPECT_EQ(CheckPartition({}, {B({}, {}), B({}, {})}).error, E::kOverlap);
 }
 
+// Boxes that are each the whole tensor: one is a partition, several are
+// replicas (a partition only where replicas are allowed), and an empty
+// tensor's whole box is still an empty box.
+TEST(PartitionTest, WholeTensorBoxes) {
+  EXPECT_TRUE(CheckPartition({3, 4}, {B({0, 0}, {3, 4})}).ok());
+  EXPECT_TRUE(
+      CheckPartition({3, 4}, {B({0, 0}, {3, 4}), B({0, 0}, {3, 4})}, Replicas())
+          .ok());
+  const PartitionProblem twice =
+      CheckPartition({3, 4}, {B({0, 0}, {3, 4}), B({0, 0}, {3, 4})});
+  EXPECT_EQ(twice.error, E::kOverlap);
+  EXPECT_EQ(twice.other_box, 1u);
+  EXPECT_EQ(CheckPartition({0, 4}, {B({0, 0}, {0, 4})}).error, E::kEmptyBox);
+  EXPECT_EQ(CheckPartition({3, -1}, {B({0, 0}, {3, -1})}).error,
+            E::kBadShape);
+  EXPECT_EQ(CheckPartition({3, 4}, {B({0, 0}, {3, 4}), B({0}, {3})},
+                           Replicas())
+                .error,
+            E::kWrongRank);
+}
+
 TEST(PartitionTest, BoxesOutsideOrEmpty) {
   EXPECT_EQ(CheckBoxInside({4, 4}, B({0}, {4})), E::kWrongRank);
   EXPECT_EQ(CheckBoxInside({4, 4}, B({2, 0}, {3, 4})), E::kOutside);

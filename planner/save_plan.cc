@@ -179,7 +179,7 @@ Status CheckLayout(std::string_view key, const std::vector<ShardRef>& refs,
 }
 
 struct Distinct {
-  Box box;
+  const Box* box;  // the first holder's shard's
   // Ascending owner.
   std::vector<Holder> holders;
 };
@@ -193,8 +193,8 @@ std::vector<Distinct> GroupReplicas(std::vector<ShardRef>& refs) {
   std::vector<Distinct> distinct;
   for (const ShardRef& ref : refs) {
     if (ref.shard->box.volume() == 0) continue;
-    if (distinct.empty() || distinct.back().box != ref.shard->box)
-      distinct.push_back({ref.shard->box, {}});
+    if (distinct.empty() || *distinct.back().box != ref.shard->box)
+      distinct.push_back({&ref.shard->box, {}});
     distinct.back().holders.push_back(ref.holder);
   }
   for (Distinct& d : distinct) {
@@ -249,7 +249,7 @@ void AssignWriters(const Distinct& d, const Owners& owners,
                    PlannedTensor& tensor, SavePlan* plan) {
   const size_t elem = DTypeSize(tensor.dtype);
   turns.HoldersOf(d, owners);
-  const SplitSizes sizes = SplitBoxSizes(d.box, elem, max_chunk_bytes);
+  const SplitSizes sizes = SplitBoxSizes(*d.box, elem, max_chunk_bytes);
   // Holder sets start their turns at the ordinal the box's first chunk would
   // have among equal chunks: sets that begin in different places start with
   // different holders.
@@ -264,10 +264,10 @@ void AssignWriters(const Distinct& d, const Owners& owners,
       plan->bytes_per_rank[turns.At(turn++).first] += bytes;
     }
   }
-  plan->total_bytes += static_cast<uint64_t>(d.box.volume()) * elem;
+  plan->total_bytes += static_cast<uint64_t>(d.box->volume()) * elem;
   if (only_writer >= 0 && !turns.Holds(only_writer)) return;
   turn = first;
-  for (Box& piece : SplitBox(d.box, elem, max_chunk_bytes)) {
+  for (Box& piece : SplitBox(*d.box, elem, max_chunk_bytes)) {
     const auto& [rank, h] = turns.At(turn++);
     if (only_writer >= 0 && rank != only_writer) continue;
     const uint64_t bytes = static_cast<uint64_t>(piece.volume()) * elem;
