@@ -97,10 +97,8 @@ TEST(PartitionTest, WholeTensorBoxes) {
   EXPECT_EQ(twice.error, E::kOverlap);
   EXPECT_EQ(twice.other_box, 1u);
   EXPECT_EQ(CheckPartition({0, 4}, {B({0, 0}, {0, 4})}).error, E::kEmptyBox);
-  EXPECT_EQ(CheckPartition({3, -1}, {B({0, 0}, {3, -1})}).error,
-            E::kBadShape);
-  EXPECT_EQ(CheckPartition({3, 4}, {B({0, 0}, {3, 4}), B({0}, {3})},
-                           Replicas())
+  EXPECT_EQ(CheckPartition({3, -1}, {B({0, 0}, {3, -1})}).error, E::kBadShape);
+  EXPECT_EQ(CheckPartition({3, 4}, {B({0, 0}, {3, 4}), B({0}, {3})}, Replicas())
                 .error,
             E::kWrongRank);
 }

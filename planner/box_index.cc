@@ -22,7 +22,7 @@ BoxIndex::BoxIndex(std::vector<const Box*> boxes_in, size_t ndim)
     : boxes_(std::move(boxes_in)), ndim_(ndim) {
   const std::vector<const Box*>& boxes = boxes_;
   CKPTDB_ASSERT(boxes.size() < UINT32_MAX);
-  if (boxes.size() <= kScannedBoxes) return;  // no axes: Candidates scans
+  if (boxes.size() <= kScannedBoxes) return;  // no axes: scanned
   const size_t indexed = std::min(ndim, kIndexedDims);
   for (size_t d = 0; d < indexed; ++d) {
     const bool alike =
@@ -51,12 +51,7 @@ BoxIndex::BoxIndex(std::vector<const Box*> boxes_in, size_t ndim)
 
 void BoxIndex::Candidates(const Box& query, std::vector<uint32_t>* out) const {
   out->clear();
-  const std::vector<const Box*>& boxes = boxes_;
-  if (axes_.empty()) {
-    for (size_t i = 0; i < boxes.size(); ++i)
-      out->push_back(static_cast<uint32_t>(i));
-    return;
-  }
+  CKPTDB_ASSERT(!axes_.empty());
   // Per axis, candidates are order[lo, hi): they begin before the query ends
   // (hi), and from lo on the running end passes the query's begin.
   size_t best = 0, best_lo = 0, best_hi = 0;

@@ -32,34 +32,22 @@ class BoxIndex {
   // element, in ascending box index, without building the common parts.
   template <typename Fn>
   void ForEachMeeting(const Box& query, Fn&& fn) const {
-    if (axes_.empty()) {  // scanned
-      for (size_t b = 0; b < boxes_.size(); ++b)
-        if (Meet(*boxes_[b], query)) fn(b);
-      return;
-    }
-    Candidates(query, &scratch_);
-    for (uint32_t b : scratch_) {
-      if (Meet(*boxes_[b], query)) fn(static_cast<size_t>(b));
-    }
+    ForEachCandidate(query, [&](size_t b) {
+      if (Meet(*boxes_[b], query)) fn(b);
+    });
   }
 
   // Calls fn(box index, intersection) for every box meeting `query` with at
   // least one element, in ascending box index. 0-d boxes all meet a 0-d query.
   template <typename Fn>
   void ForEachOverlap(const Box& query, Fn&& fn) const {
-    auto visit = [&](size_t b) {
+    ForEachCandidate(query, [&](size_t b) {
       if (ndim_ == 0) {
         fn(b, Box{});
       } else if (auto common = Intersect(*boxes_[b], query)) {
         fn(b, *common);
       }
-    };
-    if (axes_.empty()) {  // scanned
-      for (size_t b = 0; b < boxes_.size(); ++b) visit(b);
-      return;
-    }
-    Candidates(query, &scratch_);
-    for (uint32_t b : scratch_) visit(b);
+    });
   }
 
  private:
@@ -71,7 +59,21 @@ class BoxIndex {
     std::vector<int64_t> max_end;
   };
 
-  // The indices of the boxes that may meet `query`, ascending.
+  // Calls fn(box index) for each box that may meet `query`, ascending: every
+  // box where there is no axis (few boxes, or none indexable), else those
+  // Candidates finds.
+  template <typename Fn>
+  void ForEachCandidate(const Box& query, Fn&& fn) const {
+    if (axes_.empty()) {
+      for (size_t b = 0; b < boxes_.size(); ++b) fn(b);
+      return;
+    }
+    Candidates(query, &scratch_);
+    for (uint32_t b : scratch_) fn(static_cast<size_t>(b));
+  }
+
+  // The indices of the boxes that may meet `query`, ascending, by the axis
+  // with the fewest. REQUIRES: an axis.
   void Candidates(const Box& query, std::vector<uint32_t>* out) const;
   int64_t Begin(uint32_t b, size_t d) const { return boxes_[b]->origin[d]; }
   int64_t End(uint32_t b, size_t d) const {

@@ -215,8 +215,8 @@ TEST_P(RankPlanPropertyTest, BoxIndexAndSplitSizesMatchBruteForce) {
   // Indexed, and the few first boxes, which are scanned without an index.
   const std::vector<Box> few(
       boxes.begin(),
-      boxes.begin() + static_cast<long>(
-                          std::min(boxes.size(), BoxIndex::kScannedBoxes)));
+      boxes.begin() +
+          static_cast<long>(std::min(boxes.size(), BoxIndex::kScannedBoxes)));
   const BoxIndex index(boxes, static_cast<size_t>(ndim));
   const BoxIndex few_index(few, static_cast<size_t>(ndim));
   for (int q = 0; q < 20; ++q) {
@@ -234,9 +234,8 @@ TEST_P(RankPlanPropertyTest, BoxIndexAndSplitSizesMatchBruteForce) {
         bool meets = true;
         for (int d = 0; d < ndim; ++d) {
           const int64_t begin = std::max(of[b].origin[d], query.origin[d]);
-          const int64_t end =
-              std::min(of[b].origin[d] + of[b].shape[d],
-                       query.origin[d] + query.shape[d]);
+          const int64_t end = std::min(of[b].origin[d] + of[b].shape[d],
+                                       query.origin[d] + query.shape[d]);
           meets = meets && end > begin;
           common.origin[d] = begin;
           common.shape[d] = end - begin;
@@ -246,7 +245,8 @@ TEST_P(RankPlanPropertyTest, BoxIndexAndSplitSizesMatchBruteForce) {
       return expected;
     };
     using Case = std::pair<const std::vector<Box>*, const BoxIndex*>;
-    for (const auto& [of, idx] : {Case{&boxes, &index}, Case{&few, &few_index}}) {
+    for (const auto& [of, idx] :
+         {Case{&boxes, &index}, Case{&few, &few_index}}) {
       const std::vector<std::pair<size_t, Box>> expected = expected_of(*of);
       std::vector<std::pair<size_t, Box>> got;
       idx->ForEachOverlap(

@@ -77,9 +77,10 @@ class Walker {
     // 0.10-0.12 s; bench/README.md). Otherwise it is one of the io_threads
     // (one more reader slowed a one-process load of 78 chunks by 15%).
     std::vector<std::thread> readers;
-    const int helpers = ExchangesWithPeers() ? x_.io_threads : x_.io_threads - 1;
-    const int threads = std::max(
-        1, std::min<int>(helpers, static_cast<int>(batches_.size())));
+    const int helpers =
+        ExchangesWithPeers() ? x_.io_threads : x_.io_threads - 1;
+    const int threads =
+        std::max(1, std::min<int>(helpers, static_cast<int>(batches_.size())));
     for (int t = 0; t < threads; ++t)
       readers.emplace_back([this] { ReadLoop(); });
     for (size_t k = 0; k < rounds.size(); ++k) {
@@ -325,7 +326,7 @@ class Walker {
   const std::vector<const TensorMetadata*>& tensor_of_read_;
   Slot slots_[2];
   char* scratch_[2] = {nullptr, nullptr};  // each parity's staged bytes
-  std::vector<ReadBatch> batches_;  // every round's, in order
+  std::vector<ReadBatch> batches_;         // every round's, in order
   std::atomic<size_t> next_batch_{0};
   StagingPool staging_;  // host staging for device targets
   std::mutex mu_;

@@ -119,7 +119,7 @@ Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
                       : std::min<uint64_t>(options_.snapshot_bytes, total);
   ring = std::max(ring, largest);
   bool fresh = false;
-  Result<char*> memory = snapshot_memory_.GetForNow(ring, &fresh);
+  Result<char*> memory = snapshot_memory_.Get(ring, &fresh);
   CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm_, memory.status()));
   auto pending = std::make_shared<AsyncSave>();
   auto start = [&](std::shared_ptr<SnapshotRing> snapshot) {

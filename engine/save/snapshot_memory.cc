@@ -52,23 +52,12 @@ void SnapshotMemory::Prepare(uint64_t bytes) {
   });
 }
 
-Result<char*> SnapshotMemory::Get(uint64_t bytes) {
-  JoinPreparing();
-  std::lock_guard lock(mu_);
-  if (region_.size < bytes) {
-    CKPTDB_ASSIGN_OR_RETURN(Region mapped, MapTouched(bytes));
-    Unmap(region_);
-    region_ = mapped;
-  }
-  return region_.data;
-}
-
 uint64_t SnapshotMemory::size() {
   std::lock_guard lock(mu_);
   return region_.size;
 }
 
-Result<char*> SnapshotMemory::GetForNow(uint64_t bytes, bool* fresh) {
+Result<char*> SnapshotMemory::Get(uint64_t bytes, bool* fresh) {
   JoinPreparing();
   std::lock_guard lock(mu_);
   *fresh = region_.size < bytes;
@@ -85,8 +74,8 @@ void SnapshotMemory::TouchInBackground() {
   std::lock_guard lock(mu_);
   if (region_.data == nullptr) return;
   const Region region = region_;
-  // The region stays mapped until this thread is joined: every Get and the
-  // destructor join it first.
+  // The region stays mapped until this thread is joined: Get, Prepare and
+  // the destructor join it first.
   preparing_ = std::thread([region] {
     (void)::madvise(region.data, region.size, MADV_POPULATE_WRITE);
   });

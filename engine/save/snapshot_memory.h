@@ -18,7 +18,7 @@ namespace ckptdb::engine {
 // the kernel offers them (a fault per 2 MiB) and written once before a
 // snapshot copies into it: on a thread started by Prepare (at open, when
 // Options::snapshot_bytes says how much), or else after the first save that
-// needs it, which copies into pages not yet touched (GetForNow) while its
+// needs it, which copies into pages not yet touched (Get) while its
 // writers write most chunks straight from the caller's memory, and touches
 // the rest once it has returned (TouchInBackground). Thread-safe.
 class SnapshotMemory {
@@ -33,20 +33,15 @@ class SnapshotMemory {
   // failure there is not reported: Get then maps the memory itself.
   void Prepare(uint64_t bytes);
 
-  // At least `bytes` of memory, every page touched: what Prepare or an
-  // earlier Get set up (waiting for Prepare to finish), else mapped and
-  // touched now, in place of the smaller region. Valid until the next Get.
-  Result<char*> Get(uint64_t bytes);
-
-  // At least `bytes` of memory for a snapshot that starts now: what Get
-  // gives when this object holds enough (waiting for Prepare to finish),
-  // else a fresh mapping in place of the smaller region, its pages not
-  // touched yet (`*fresh` is then true): the copy into it faults them in.
-  // Valid until the next Get or GetForNow.
-  Result<char*> GetForNow(uint64_t bytes, bool* fresh);
+  // At least `bytes` of memory for a snapshot that starts now: what Prepare
+  // or an earlier Get set up (waiting for Prepare to finish), else a fresh
+  // mapping in place of the smaller region, its pages not touched yet
+  // (`*fresh` is then true): the copy into it faults them in, and
+  // TouchInBackground touches the rest. Valid until the next Get.
+  Result<char*> Get(uint64_t bytes, bool* fresh);
 
   // Touches the held memory's pages that nothing has written yet, on a thread
-  // of its own; returns at once. Get and GetForNow wait for it. Concurrent
+  // of its own; returns at once. Get waits for it. Concurrent
   // reads and writes of the memory are safe: a page is faulted in, never
   // written (where the kernel cannot do that, Linux < 5.14, nothing is done).
   void TouchInBackground();
