@@ -118,6 +118,47 @@ bool LoadedRight(const Buffers& b) {
   return true;
 }
 
+// A state dict of `buffers` (float32 device tensors "t0", "t1", ... of
+// `per` bytes each).
+ckptdb::StateDict DeviceStateDict(const std::vector<void*>& buffers,
+                                  size_t per) {
+  ckptdb::StateDict state;
+  const ckptdb::Shape shape{static_cast<int64_t>(per / 4)};
+  for (size_t t = 0; t < buffers.size(); ++t) {
+    state.Set("t" + std::to_string(t),
+              ckptdb::TensorView::Whole(buffers[t], ckptdb::DType::kFloat32,
+                                        shape, {ckptdb::DeviceType::kCUDA, 0}));
+  }
+  return state;
+}
+
+// The best seconds of each timed step over the runs.
+struct Best {
+  double save = 1e30, load = 1e30, d2h = 1e30, h2d = 1e30;
+  double file_save = 1e30, file_load = 1e30;
+};
+
+// The table: ckptdb's save and load against each baseline, in GiB/s and as
+// baseline seconds over ckptdb's.
+void PrintTable(double total, const Best& best, bool ok) {
+  std::printf("%-6s %10s %9s %18s %9s %7s\n", "phase", "GiB", "seconds",
+              "baseline", "base GiB/s", "ratio");
+  std::printf("%-6s %10.2f %9.3f %18s %9.2f %7.2f  (%.2f GiB/s)\n", "save",
+              total / kGiB, best.save, "cudaMemcpy D2H",
+              total / kGiB / best.d2h, best.d2h / best.save,
+              total / kGiB / best.save);
+  std::printf("%-6s %10.2f %9.3f %18s %9.2f %7.2f  (%.2f GiB/s)  %s\n", "load",
+              total / kGiB, best.load, "cudaMemcpy H2D",
+              total / kGiB / best.h2d, best.h2d / best.load,
+              total / kGiB / best.load, ok ? "bytes checked" : "BYTES WRONG");
+  std::printf("%-6s %10.2f %9.3f %18s %9.2f %7.2f\n", "save", total / kGiB,
+              best.save, "D2H + write+fsync", total / kGiB / best.file_save,
+              best.file_save / best.save);
+  std::printf("%-6s %10.2f %9.3f %18s %9.2f %7.2f\n", "load", total / kGiB,
+              best.load, "pread + H2D", total / kGiB / best.file_load,
+              best.file_load / best.load);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,52 +194,28 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(dir);
   auto db = ckptdb::DB::Open(ckptdb::Options(), dir);
   Check(db.status(), "open");
-  ckptdb::StateDict save, load;
-  for (int t = 0; t < tensors; ++t) {
-    const ckptdb::Shape shape{static_cast<int64_t>(per / 4)};
-    save.Set("t" + std::to_string(t),
-             ckptdb::TensorView::Whole(device[t], ckptdb::DType::kFloat32,
-                                       shape, {ckptdb::DeviceType::kCUDA, 0}));
-    load.Set("t" + std::to_string(t),
-             ckptdb::TensorView::Whole(target[t], ckptdb::DType::kFloat32,
-                                       shape, {ckptdb::DeviceType::kCUDA, 0}));
-  }
+  const ckptdb::StateDict save = DeviceStateDict(device, per);
+  ckptdb::StateDict load = DeviceStateDict(target, per);
   bool ok = true;
-  double best_save = 1e30, best_load = 1e30, best_d2h = 1e30, best_h2d = 1e30;
-  double best_fsave = 1e30, best_fload = 1e30;
+  Best best;
   for (int i = 0; i < repeat; ++i) {
     for (int t = 0; t < tensors; ++t)
       Check(cudaMemset(target[t], 0, per), "cudaMemset");
     (void)(*db)->Delete(ckptdb::CheckpointSelector::Latest());
     double start = Now();
     Check((*db)->Save(save, {}).status(), "save");
-    best_save = std::min(best_save, Now() - start);
+    best.save = std::min(best.save, Now() - start);
     start = Now();
     Check((*db)->Load(load, ckptdb::CheckpointSelector::Latest(), {}).status(),
           "load");
-    best_load = std::min(best_load, Now() - start);
+    best.load = std::min(best.load, Now() - start);
     ok = ok && LoadedRight(buffers);
-    best_d2h = std::min(best_d2h, CopyAll(buffers, cudaMemcpyDeviceToHost));
-    best_h2d = std::min(best_h2d, CopyAll(buffers, cudaMemcpyHostToDevice));
-    best_fsave = std::min(best_fsave, FileSave(buffers, file));
-    best_fload = std::min(best_fload, FileLoad(buffers, file));
+    best.d2h = std::min(best.d2h, CopyAll(buffers, cudaMemcpyDeviceToHost));
+    best.h2d = std::min(best.h2d, CopyAll(buffers, cudaMemcpyHostToDevice));
+    best.file_save = std::min(best.file_save, FileSave(buffers, file));
+    best.file_load = std::min(best.file_load, FileLoad(buffers, file));
   }
-  std::printf("%-6s %10s %9s %18s %9s %7s\n", "phase", "GiB", "seconds",
-              "baseline", "base GiB/s", "ratio");
-  std::printf("%-6s %10.2f %9.3f %18s %9.2f %7.2f  (%.2f GiB/s)\n", "save",
-              total / kGiB, best_save, "cudaMemcpy D2H",
-              total / kGiB / best_d2h, best_d2h / best_save,
-              total / kGiB / best_save);
-  std::printf("%-6s %10.2f %9.3f %18s %9.2f %7.2f  (%.2f GiB/s)  %s\n", "load",
-              total / kGiB, best_load, "cudaMemcpy H2D",
-              total / kGiB / best_h2d, best_h2d / best_load,
-              total / kGiB / best_load, ok ? "bytes checked" : "BYTES WRONG");
-  std::printf("%-6s %10.2f %9.3f %18s %9.2f %7.2f\n", "save", total / kGiB,
-              best_save, "D2H + write+fsync", total / kGiB / best_fsave,
-              best_fsave / best_save);
-  std::printf("%-6s %10.2f %9.3f %18s %9.2f %7.2f\n", "load", total / kGiB,
-              best_load, "pread + H2D", total / kGiB / best_fload,
-              best_fload / best_load);
+  PrintTable(static_cast<double>(total), best, ok);
   std::filesystem::remove_all(dir);
   ::unlink(file.c_str());
   return ok ? 0 : 1;
