@@ -8,8 +8,12 @@ namespace py = pybind11;
 namespace ckptdb::python {
 namespace {
 
+// numpy's bool scalar: its type is named numpy.bool_ before numpy 2 and
+// numpy.bool from numpy 2 on.
 bool IsNumpyBool(py::handle obj) {
-  return std::strcmp(Py_TYPE(obj.ptr())->tp_name, "numpy.bool_") == 0;
+  const char* name = Py_TYPE(obj.ptr())->tp_name;
+  return std::strcmp(name, "numpy.bool_") == 0 ||
+         std::strcmp(name, "numpy.bool") == 0;
 }
 
 Status WrongType(const std::string& what, const char* wanted, py::handle obj) {

@@ -234,9 +234,10 @@ def nccl_group(store):
     rank = dist.get_rank()
     torch.cuda.set_device(rank % torch.cuda.device_count())
     w = torch.arange(24, dtype=torch.float32, device="cuda").reshape(4, 6)
-    begin = rank * 2 % 4
+    size = dist.get_world_size()
+    begin, end = rank * 4 // size, (rank + 1) * 4 // size
     with ckptdb.open(store, comm=dist.group.WORLD) as db:
-        db.save({"w": shard(w[begin:begin + 2].contiguous(), (begin, 0), (4, 6))}, step=1)
+        db.save({"w": shard(w[begin:end].contiguous(), (begin, 0), (4, 6))}, step=1)
         back = {"w": torch.zeros(4, 6, device="cuda")}
         db.load(back)
     expect(torch.equal(back["w"].cpu(), w.cpu()), "device round trip")
