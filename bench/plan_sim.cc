@@ -228,10 +228,6 @@ Result<CheckpointMetadata> SimulateRecordDecode(
   uint64_t decoded = 0;
   for (const std::string& key : keys) {
     auto tensor = main.meta.tensors.find(key);
-    if (tensor != main.meta.tensors.end() && !main.chunk_counts.contains(key)) {
-      decoded += tensor->second.chunks.size();  // from the main record
-      continue;
-    }
     auto record = records.find(storage::TensorRecordKey(id, key));
     if (tensor == main.meta.tensors.end() || record == records.end())
       return Status::Corruption("no record of tensor '" + key + "'");

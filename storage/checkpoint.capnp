@@ -6,10 +6,6 @@
 # the info, values, user metadata and per tensor its key, path, dtype, global shape and chunk
 # count, but no chunks; each tensor's chunks are a TensorChunks message in a record of their own
 # (TensorRecordKey(id, key)), written in the same batch as the main record.
-# Format 3: format 2's records; chunks may be in value files (storage/value_files.h).
-# Format 4: a tensor of few chunks (storage::kMaxInlineChunks) keeps its TensorChunks in its
-# entry of the main record (Tensor.chunksInline) and has no record of its own; the others keep
-# theirs as in format 2.
 @0xb6bd6dc4d113a16d;
 
 struct Checkpoint {
@@ -40,8 +36,6 @@ struct Tensor {
   chunkCount @5 :UInt64;       # format 2: the number of chunks in the tensor's record
   pathKinds @6 :Data;          # one ckptdb::PathPartKind per path part (str key, int key, list or
                                # tuple index); empty: every part a dict's str key
-  chunksInline @7 :TensorChunks; # format 4: the tensor's chunks when it has no record of its own
-                               # (formatVersion, checkpointId and key unset: the entry says them)
 }
 
 # Format 2: one tensor's chunks, sorted by global offset. `boxes` packs each chunk's global

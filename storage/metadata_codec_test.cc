@@ -50,27 +50,10 @@ CheckpointMetadata Sample() {
   return meta;
 }
 
-// Every layout of the records: today's (tensors of few chunks in the main
-// record), format 3's (a record per tensor), format 1's (one record).
+// Both formats: the records of format 2, the lone record of format 1.
 std::vector<Records> BothFormats(const CheckpointMetadata& meta) {
   return {EncodeCheckpointRecords(meta),
-          EncodeCheckpointRecordsOfFormat(meta, 3),
           {{MetaKey(meta.info.id), EncodeCheckpointV1(meta)}}};
-}
-
-// Sample() with a tensor of more chunks than the main record keeps: rows of
-// [kMaxInlineChunks + 1, 2], one chunk each.
-CheckpointMetadata WithManyChunks() {
-  CheckpointMetadata meta = Sample();
-  const int64_t rows = static_cast<int64_t>(kMaxInlineChunks) + 1;
-  TensorMetadata big{DType::kFloat32, {rows, 2}, {}};
-  for (int64_t r = rows - 1; r >= 0; --r)
-    big.chunks.push_back({Box{{r, 0}, {1, 2}}, 1, 8, uint64_t(100 + r)});
-  meta.tensors["big"] = big;
-  meta.flat_mapping["big"] = {"big"};
-  meta.info.nbytes += 8 * rows;
-  meta.info.num_tensors += 1;
-  return meta;
 }
 
 void ExpectSameChunks(const std::vector<ChunkMetadata>& got,
@@ -124,23 +107,19 @@ TEST(MetadataCodecTest, IncrementalFieldsRoundTripAndOlderRecordsLackThem) {
   w[0].content_hash = ContentHash{1, 2};
   w[1].content_hash = ContentHash{3, 4};
   meta.tensors["s"].chunks[0].content_hash = ContentHash{5, 6};
-  // In the main record (today) and in tensor records (format 3).
-  for (const Records& records :
-       {EncodeCheckpointRecords(meta), EncodeCheckpointRecordsOfFormat(meta, 3)}) {
-    auto decoded = DecodeCheckpointRecords(records);
-    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-    EXPECT_EQ(decoded->info.nbytes_written, 8);
-    EXPECT_EQ(decoded->info.references, (std::vector<int64_t>{1, 2}));
-    const auto& got = decoded->tensors.at("model.w").chunks;
-    ASSERT_EQ(got.size(), 2u);
-    // Sorted by offset: [0, 0] is w[1], [2, 0] is w[0].
-    EXPECT_EQ(got[0].holder_id, 0);
-    EXPECT_EQ(got[0].content_hash, (ContentHash{3, 4}));
-    EXPECT_EQ(got[1].holder_id, 2);
-    EXPECT_EQ(got[1].content_hash, (ContentHash{1, 2}));
-    EXPECT_EQ(decoded->tensors.at("s").chunks[0].content_hash,
-              (ContentHash{5, 6}));
-  }
+  auto decoded = DecodeCheckpointRecords(EncodeCheckpointRecords(meta));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->info.nbytes_written, 8);
+  EXPECT_EQ(decoded->info.references, (std::vector<int64_t>{1, 2}));
+  const auto& got = decoded->tensors.at("model.w").chunks;
+  ASSERT_EQ(got.size(), 2u);
+  // Sorted by offset: [0, 0] is w[1], [2, 0] is w[0].
+  EXPECT_EQ(got[0].holder_id, 0);
+  EXPECT_EQ(got[0].content_hash, (ContentHash{3, 4}));
+  EXPECT_EQ(got[1].holder_id, 2);
+  EXPECT_EQ(got[1].content_hash, (ContentHash{1, 2}));
+  EXPECT_EQ(decoded->tensors.at("s").chunks[0].content_hash,
+            (ContentHash{5, 6}));
 
   // A record written before incremental saves (format 1 here; format 2's
   // fields are absent the same way): every byte written, no hashes.
@@ -206,48 +185,8 @@ TEST(MetadataCodecTest, PathKindsThatDoNotFitThePathAreCorruption) {
   }
 }
 
-TEST(MetadataCodecTest, MainRecordHoldsTheChunksOfTensorsOfFewChunks) {
-  const Records records = EncodeCheckpointRecords(WithManyChunks());
-  ASSERT_EQ(records.size(), 2u);  // main + the record of "big" alone
-  EXPECT_EQ(records[0].first, MetaKey(3));
-  EXPECT_EQ(records[1].first, TensorRecordKey(3, "big"));
-  auto main = DecodeMainRecord(records[0].second);
-  ASSERT_TRUE(main.ok()) << main.status().ToString();
-  EXPECT_EQ(main->format_version, kFormatVersion);
-  EXPECT_EQ(main->meta.tensors.size(), 4u);
-  ExpectSameChunks(main->meta.tensors.at("model.w").chunks,
-                   Sample().tensors["model.w"].chunks, "model.w");
-  ExpectSameChunks(main->meta.tensors.at("s").chunks,
-                   Sample().tensors["s"].chunks, "s");
-  EXPECT_TRUE(main->meta.tensors.at("big").chunks.empty());
-  EXPECT_EQ(main->chunk_counts,
-            (std::map<std::string, uint64_t, std::less<>>{
-                {"big", kMaxInlineChunks + 1}}));
-  auto big = DecodeTensorRecord(*main, "big", records[1].second);
-  ASSERT_TRUE(big.ok()) << big.status().ToString();
-  ExpectSameChunks(*big, WithManyChunks().tensors["big"].chunks, "big");
-  auto decoded = DecodeCheckpointRecords(records);
-  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  ExpectSameChunks(decoded->tensors.at("big").chunks,
-                   WithManyChunks().tensors["big"].chunks, "big");
-  // A record for a tensor whose chunks the main record holds.
-  Records extra = records;
-  extra.push_back(EncodeCheckpointRecordsOfFormat(Sample(), 3)[2]);
-  auto stray = DecodeCheckpointRecords(extra);
-  ASSERT_FALSE(stray.ok());
-  EXPECT_NE(stray.status().message().find(
-                "'model.w', whose chunks the checkpoint keeps in its main"),
-            std::string::npos)
-      << stray.status().ToString();
-  auto alone = DecodeTensorRecord(*main, "model.w", extra.back().second);
-  ASSERT_FALSE(alone.ok());
-  EXPECT_NE(alone.status().message().find("keeps in its main record"),
-            std::string::npos)
-      << alone.status().ToString();
-}
-
-TEST(MetadataCodecTest, MainRecordOfFormat3HasNoChunks) {
-  const Records records = EncodeCheckpointRecordsOfFormat(Sample(), 3);
+TEST(MetadataCodecTest, MainRecordOfFormat2HasNoChunks) {
+  const Records records = EncodeCheckpointRecords(Sample());
   ASSERT_EQ(records.size(), 4u);  // main + one per tensor, in key order
   EXPECT_EQ(records[0].first, MetaKey(3));
   EXPECT_EQ(records[1].first, TensorRecordKey(3, "e"));
@@ -255,7 +194,7 @@ TEST(MetadataCodecTest, MainRecordOfFormat3HasNoChunks) {
   EXPECT_EQ(records[3].first, TensorRecordKey(3, "s"));
   auto main = DecodeMainRecord(records[0].second);
   ASSERT_TRUE(main.ok()) << main.status().ToString();
-  EXPECT_EQ(main->format_version, 3u);
+  EXPECT_EQ(main->format_version, kFormatVersion);
   EXPECT_FALSE(main->has_chunks());
   EXPECT_EQ(main->meta.tensors.size(), 3u);
   for (const auto& [key, tensor] : main->meta.tensors)
@@ -272,9 +211,10 @@ TEST(MetadataCodecTest, MainRecordOfFormat3HasNoChunks) {
 void ExpectCorruption(const CheckpointMetadata& meta, const std::string& needle,
                       bool v2_too = true) {
   const auto formats = BothFormats(meta);
-  for (size_t index = v2_too ? 0 : 2; index < formats.size(); ++index) {
+  for (size_t f = 0; f < (v2_too ? 2u : 1u); ++f) {
+    const size_t index = v2_too ? f : 1;
     auto decoded = DecodeCheckpointRecords(formats[index]);
-    ASSERT_FALSE(decoded.ok()) << "layout " << index;
+    ASSERT_FALSE(decoded.ok()) << "format " << (index == 0 ? 2 : 1);
     EXPECT_TRUE(decoded.status().IsCorruption());
     EXPECT_NE(decoded.status().message().find(needle), std::string::npos)
         << decoded.status().ToString();
@@ -321,7 +261,7 @@ TEST(MetadataCodecTest, RejectsOverlapThatHidesAGapOfTheSameVolume) {
 }
 
 TEST(MetadataCodecTest, TensorRecordsMustMatchTheirMainRecord) {
-  Records records = EncodeCheckpointRecordsOfFormat(Sample(), 3);
+  Records records = EncodeCheckpointRecords(Sample());
   auto main = DecodeMainRecord(records[0].second);
   ASSERT_TRUE(main.ok());
   // Another tensor's record, or another checkpoint's.
@@ -332,8 +272,8 @@ TEST(MetadataCodecTest, TensorRecordsMustMatchTheirMainRecord) {
       << swapped.status().ToString();
   CheckpointMetadata other = Sample();
   other.info.id = 4;
-  auto foreign = DecodeTensorRecord(
-      *main, "s", EncodeCheckpointRecordsOfFormat(other, 3)[3].second);
+  auto foreign =
+      DecodeTensorRecord(*main, "s", EncodeCheckpointRecords(other)[3].second);
   ASSERT_FALSE(foreign.ok());
   EXPECT_NE(foreign.status().message().find("of checkpoint 4"),
             std::string::npos);
@@ -375,7 +315,7 @@ std::string WithFormatVersion(const std::string& record, uint32_t version) {
 // written then still decode; a tensor record of another format than its main
 // record's is Corruption.
 TEST(MetadataCodecTest, RecordsOfFormat2StillDecode) {
-  const Records records = EncodeCheckpointRecordsOfFormat(Sample(), 3);
+  const Records records = EncodeCheckpointRecords(Sample());
   auto main =
       DecodeMainRecord(WithFormatVersion<Checkpoint>(records[0].second, 2));
   ASSERT_TRUE(main.ok()) << main.status().ToString();
@@ -415,13 +355,10 @@ TEST(MetadataCodecTest, UnknownFormatVersionIsCorruptionNamingIt) {
 }
 
 TEST(MetadataCodecTest, HostileBytesNeverCrash) {
-  // Main records of every layout, then format 3's tensor records.
-  const Records good = EncodeCheckpointRecordsOfFormat(Sample(), 3);
+  const Records good = EncodeCheckpointRecords(Sample());
   auto main = DecodeMainRecord(good[0].second);
   ASSERT_TRUE(main.ok());
-  std::vector<std::string> targets = {
-      EncodeCheckpointV1(Sample()),
-      EncodeCheckpointRecords(WithManyChunks())[0].second};
+  std::vector<std::string> targets = {EncodeCheckpointV1(Sample())};
   for (const auto& [key, value] : good) targets.push_back(value);
   std::mt19937 rng(7);
   int rejected = 0;
@@ -433,13 +370,13 @@ TEST(MetadataCodecTest, HostileBytesNeverCrash) {
       bad[rng() % bad.size()] = static_cast<char>(rng());
     if (trial % 5 == 0) bad.resize((rng() % (bad.size() / 8)) * 8);
     Status s;
-    if (which <= 2) {
+    if (which <= 1) {
       s = DecodeMainRecord(bad).status();
       (void)DecodeCheckpointInfo(bad);
     } else {
       std::string_view key;
       int64_t id = 0;
-      ASSERT_TRUE(DecodeTensorRecordKey(good[which - 2].first, &id, &key));
+      ASSERT_TRUE(DecodeTensorRecordKey(good[which - 1].first, &id, &key));
       s = DecodeTensorRecord(*main, key, bad).status();
     }
     if (!s.ok()) {

@@ -21,8 +21,7 @@ using namespace ckptdb;
 using namespace ckptdb::storage;
 
 // A checkpoint with a 0-d tensor, an empty one and a [6, 4] one in 3 chunks,
-// in format 3 (a record per tensor), against whose main record tensor records
-// are decoded.
+// against whose main record tensor records are decoded.
 const MainRecord& FixedMain() {
   static const MainRecord* main = [] {
     CheckpointMetadata meta;
@@ -37,8 +36,7 @@ const MainRecord& FixedMain() {
                           {{2, 3}, {4, 1}, 200, 8, 4}}};
     meta.info.nbytes = 4 + 48;
     for (const auto& [key, t] : meta.tensors) meta.flat_mapping[key] = {key};
-    auto decoded =
-        DecodeMainRecord(EncodeCheckpointRecordsOfFormat(meta, 3)[0].second);
+    auto decoded = DecodeMainRecord(EncodeCheckpointRecords(meta)[0].second);
     if (!decoded.ok()) __builtin_trap();
     return new MainRecord(std::move(*decoded));
   }();
@@ -47,10 +45,8 @@ const MainRecord& FixedMain() {
 
 void FuzzMain(std::string_view bytes) {
   auto main = DecodeMainRecord(bytes);
-  if (main.ok() && main->chunk_counts.empty()) {
-    // A record that holds all its chunks (format 1, or format 4 with no
-    // tensor records) and decodes must re-encode to records that decode the
-    // same.
+  if (main.ok() && main->has_chunks()) {
+    // A record that decodes must re-encode to records that decode the same.
     auto again = DecodeCheckpointRecords(EncodeCheckpointRecords(main->meta));
     if (!again.ok() || again->tensors.size() != main->meta.tensors.size())
       __builtin_trap();

@@ -198,15 +198,6 @@ Status StoreImpl::ReadTensorRecords(const rocksdb::ReadOptions& read,
   auto is_wanted = [&](std::string_view key) {
     return std::binary_search(wanted.begin(), wanted.end(), key);
   };
-  // The main record gave the tensors of few chunks theirs (format 4): the
-  // unasked keep none, as with chunks read from records.
-  if (!main->has_chunks()) {
-    auto asked = wanted.begin();
-    for (auto& [key, tensor] : main->meta.tensors) {
-      while (asked != wanted.end() && *asked < key) ++asked;
-      if (asked == wanted.end() || *asked != key) tensor.chunks.clear();
-    }
-  }
   const int64_t id = main->meta.info.id;
   // A quarter of the tensors or more: one walk of the records (each point
   // read costs a seek through the tables; 10,000 of them took most of a
@@ -218,8 +209,7 @@ Status StoreImpl::ReadTensorRecords(const rocksdb::ReadOptions& read,
       if (!is_wanted(key)) tensor.chunks.clear();
       continue;
     }
-    // Tensors of few chunks have theirs from the main record (format 4).
-    if (!is_wanted(key) || !main->chunk_counts.contains(key)) continue;
+    if (!is_wanted(key)) continue;
     rocksdb::PinnableSlice record;
     rocksdb::Status s =
         db_->Get(read, meta_, TensorRecordKey(id, key), &record);
@@ -247,16 +237,14 @@ Status StoreImpl::WalkTensorRecords(const rocksdb::ReadOptions& read,
                                     MainRecord* main) {
   const int64_t id = main->meta.info.id;
   auto& tensors = main->meta.tensors;
-  // The wanted tensors that have records (the others' chunks came with the
-  // main record), in key order.
+  // The wanted tensors, in key order.
   std::vector<std::map<std::string, TensorMetadata>::iterator> targets;
   {
     auto tensor = tensors.begin();
     for (const std::string_view key : wanted) {
       while (tensor != tensors.end() && std::string_view(tensor->first) < key)
         ++tensor;
-      if (tensor != tensors.end() && tensor->first == key &&
-          main->chunk_counts.contains(key))
+      if (tensor != tensors.end() && tensor->first == key)
         targets.push_back(tensor);
     }
   }

@@ -1,11 +1,9 @@
 #pragma once
 
-// Turns a store into one of an earlier format version: 1 (what ckptdb wrote
-// before format 2: every checkpoint's records become its one format-1 record,
-// chunks inline, with no tensor records) or 3 (before format 4: a record for
-// every tensor, none of its chunks in the main record). Chunks, journal and
-// markers are the same in all versions. For tests that open such stores with
-// today's code.
+// Turns a store into one of format version 1 (what ckptdb wrote before format
+// 2): every checkpoint's records become its one format-1 record, chunks
+// inline, with no tensor records. Chunks, journal and markers are the same in
+// both versions. For tests that open version-1 stores with today's code.
 
 #include <rocksdb/db.h>
 
@@ -21,8 +19,8 @@
 
 namespace ckptdb::testing {
 
-// REQUIRES: no handle has the store at `dir` open; version is 1 or 3.
-inline Status RewriteInFormat(const std::string& dir, uint32_t version) {
+// REQUIRES: no handle has the store at `dir` open.
+inline Status RewriteAsFormat1(const std::string& dir) {
   rocksdb::DBOptions options;
   rocksdb::ColumnFamilyOptions chunks;
   // The chunk files must stay as ingested.
@@ -60,14 +58,8 @@ inline Status RewriteInFormat(const std::string& dir, uint32_t version) {
       break;
     }
     for (const auto& [key, value] : list) (void)batch.Delete(meta, key);
-    if (version == 1) {
-      (void)batch.Put(meta, storage::MetaKey(id),
-                      storage::EncodeCheckpointV1(*decoded));
-      continue;
-    }
-    for (const auto& [key, value] :
-         storage::EncodeCheckpointRecordsOfFormat(*decoded, version))
-      (void)batch.Put(meta, key, value);
+    (void)batch.Put(meta, storage::MetaKey(id),
+                    storage::EncodeCheckpointV1(*decoded));
   }
   // As the store writes metadata: no write-ahead log, flushed at once.
   rocksdb::WriteOptions write;
@@ -80,10 +72,6 @@ inline Status RewriteInFormat(const std::string& dir, uint32_t version) {
   for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);
   (void)db->Close();
   return result;
-}
-
-inline Status RewriteAsFormat1(const std::string& dir) {
-  return RewriteInFormat(dir, 1);
 }
 
 }  // namespace ckptdb::testing
