@@ -7,6 +7,10 @@ one, so 1 means no per-tensor cost).
     PYTHONPATH=build/python mpirun -np 2 /usr/bin/python3 bench/many_tensors.py --dir D
 
 `--sides many` times the small tensors alone (steadier medians over a long `--repeat`).
+Beside each side, in the same runs, plain code writes the same arrays into one file
+(`os.pwritev` in batches of IOV_MAX arrays, then `fsync`) and reads them back into the targets
+(`os.preadv`): no metadata, no checksums, so its many / one is the floor of the per-tensor cost
+that moving the bytes into and out of separate arrays has on this machine.
 With `--dcp` (one process), torch's distributed checkpoint of the installed torch saves and
 loads the same many tensors too (as torch tensors sharing the arrays' memory, into a new
 directory per save, the previous one removed inside the timed save, as bench/model_bench.py
@@ -79,12 +83,21 @@ def main():
         dcp_run = dcp_runner(args.dir, many, many_target)
         sides["dcp"] = (many, many_target)
         times.update({("dcp", w): [] for w in ("save", "load")})
+    plain = [s for s in sides if s in ("many", "one")]
+    times.update({("plain-" + s, w): [] for s in plain for w in ("save", "load")})
     for run in range(args.repeat + 1):
         order = list(sides) if run % 2 == 0 else list(sides)[::-1]
         for s in order:
             state, target = sides[s]
             for v in state.values():
                 v += 1.0
+            if s in plain:
+                path = os.path.join(args.dir, f"plain-{s}.r{rank}")
+                save = timed(lambda: plain_save(state, path))
+                load = timed(lambda: plain_load(target, path))
+                if run > 0:
+                    times["plain-" + s, "save"].append(save)
+                    times["plain-" + s, "load"].append(load)
             if s == "dcp":
                 save = timed(lambda: dcp_run.save(run))
                 load = timed(lambda: dcp_run.load(run))
@@ -119,11 +132,39 @@ def main():
             ratio = med(a / b for a, b in zip(times["many", w], times["one", w]))
             print(f"{w}: many {med(times['many', w]):.4f} s, one {med(times['one', w]):.4f} s, "
                   f"many / one {ratio:.2f}")
+            floor = med(a / b for a, b in zip(times["plain-many", w], times["plain-one", w]))
+            print(f"  plain file floor: many {med(times['plain-many', w]):.4f} s, one "
+                  f"{med(times['plain-one', w]):.4f} s, many / one {floor:.2f}")
         for w in ("save", "load") if args.dcp else ():
             ratio = med(a / b for a, b in zip(times["dcp", w], times["many", w]))
             print(f"{w}, many tensors: torch DCP {med(times['dcp', w]):.4f} s, "
                   f"DCP / ckptdb {ratio:.2f}")
         shutil.rmtree(args.dir, ignore_errors=True)
+
+
+def plain_save(state, path):
+    """The arrays into one file, IOV_MAX at a time, then fsync."""
+    arrays = list(state.values())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        at = 0
+        for i in range(0, len(arrays), os.sysconf("SC_IOV_MAX")):
+            at += os.pwritev(fd, arrays[i:i + os.sysconf("SC_IOV_MAX")], at)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def plain_load(target, path):
+    """The file's bytes back into the arrays, IOV_MAX at a time."""
+    arrays = list(target.values())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        at = 0
+        for i in range(0, len(arrays), os.sysconf("SC_IOV_MAX")):
+            at += os.preadv(fd, arrays[i:i + os.sysconf("SC_IOV_MAX")], at)
+    finally:
+        os.close(fd)
 
 
 class dcp_runner:
