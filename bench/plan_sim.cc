@@ -215,7 +215,7 @@ Result<std::vector<std::pair<std::string, std::string>>> SimulateMetadata(
 
 // The records as DB::Load reads them (Store::GetMetadata(id, keys)): the main
 // record (every tensor's dtype and shape), then the records of the tensors
-// `keys` names only. `records` by key, the main record first.
+// `keys` names only (the small tensors' record for those of few chunks). `records` by key, the main record first.
 Result<CheckpointMetadata> SimulateRecordDecode(
     const std::map<std::string, std::string>& records,
     const std::vector<std::string>& keys, Json& out) {
@@ -226,8 +226,21 @@ Result<CheckpointMetadata> SimulateRecordDecode(
                           storage::DecodeMainRecord(records.begin()->second));
   const int64_t id = main.meta.info.id;
   uint64_t decoded = 0;
+  // The small tensors' chunks, from their record (those of `keys`).
+  auto small = records.find(storage::SmallTensorsKey(id));
+  if (small != records.end()) {
+    std::vector<std::string_view> wanted(keys.begin(), keys.end());
+    std::sort(wanted.begin(), wanted.end());
+    wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+    CKPTDB_RETURN_IF_ERROR(
+        storage::DecodeSmallTensors(&main, small->second, &wanted));
+  }
   for (const std::string& key : keys) {
     auto tensor = main.meta.tensors.find(key);
+    if (tensor != main.meta.tensors.end() && !main.chunk_counts.contains(key)) {
+      decoded += tensor->second.chunks.size();  // a small tensor
+      continue;
+    }
     auto record = records.find(storage::TensorRecordKey(id, key));
     if (tensor == main.meta.tensors.end() || record == records.end())
       return Status::Corruption("no record of tensor '" + key + "'");

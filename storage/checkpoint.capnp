@@ -6,6 +6,10 @@
 # the info, values, user metadata and per tensor its key, path, dtype, global shape and chunk
 # count, but no chunks; each tensor's chunks are a TensorChunks message in a record of their own
 # (TensorRecordKey(id, key)), written in the same batch as the main record.
+# Format 3: format 2's records; chunks may be in value files (storage/value_files.h).
+# Format 4: the tensors of few chunks (storage::kMaxSmallTensorChunks) are flagged in the main
+# record (Tensor.chunksInGroup) and have no record of their own: their chunks are one
+# SmallTensors message at SmallTensorsKey(id), in the main record's order of those tensors.
 @0xb6bd6dc4d113a16d;
 
 struct Checkpoint {
@@ -36,6 +40,15 @@ struct Tensor {
   chunkCount @5 :UInt64;       # format 2: the number of chunks in the tensor's record
   pathKinds @6 :Data;          # one ckptdb::PathPartKind per path part (str key, int key, list or
                                # tuple index); empty: every part a dict's str key
+  chunksInGroup @7 :Bool;      # format 4: the chunks are in the SmallTensors record
+}
+
+# Format 4: the chunks of the tensors flagged chunksInGroup, one entry per such tensor in the
+# main record's order (an entry's formatVersion, checkpointId and key are unset).
+struct SmallTensors {
+  formatVersion @0 :UInt32;
+  checkpointId @1 :Int64;      # must match the main record's
+  tensors @2 :List(TensorChunks);
 }
 
 # Format 2: one tensor's chunks, sorted by global offset. `boxes` packs each chunk's global

@@ -81,8 +81,20 @@ std::string TensorRecordKey(int64_t checkpoint_id,
   return out;
 }
 
-std::string MetaRangeEnd(int64_t checkpoint_id) {
+std::string SmallTensorsKey(int64_t checkpoint_id) {
   return MetaKey(checkpoint_id) + '\x01';
+}
+
+bool DecodeSmallTensorsKey(std::string_view key, int64_t* checkpoint_id) {
+  if (key.size() != 9 || key[8] != '\x01' ||
+      static_cast<uint8_t>(key[0]) == 0xff)
+    return false;
+  *checkpoint_id = static_cast<int64_t>(GetBigEndian64(key.data()));
+  return true;
+}
+
+std::string MetaRangeEnd(int64_t checkpoint_id) {
+  return MetaKey(checkpoint_id) + '\x02';
 }
 
 bool DecodeTensorRecordKey(std::string_view key, int64_t* checkpoint_id,

@@ -33,16 +33,21 @@ bool DecodeCheckpointId(std::string_view key, int64_t* checkpoint_id);
 //   MetaKey(id)              = big-endian id (8 bytes): the checkpoint's main
 //                              record, its commit point;
 //   TensorRecordKey(id, key) = MetaKey(id), 0x00, the tensor's flat key bytes
-//                              as they are: one tensor's chunks (format 2).
+//                              as they are: one tensor's chunks (format 2);
+//   SmallTensorsKey(id)      = MetaKey(id), 0x01: the chunks of the tensors
+//                              of few chunks, together (format 4).
 // A checkpoint's records thus form the range [MetaKey(id), MetaRangeEnd(id)):
 // the main record first, then its tensor records in flat-key order (RocksDB's
-// bytewise order is std::string's). Only main records are checkpoints; scans
-// that enumerate checkpoints skip the tensor records (DecodeMetaKey rejects
-// them).
+// bytewise order is std::string's), then the small tensors' record. Only main
+// records are checkpoints; scans that enumerate checkpoints skip the others
+// (DecodeMetaKey rejects them).
 std::string MetaKey(int64_t checkpoint_id);
 bool DecodeMetaKey(std::string_view key, int64_t* checkpoint_id);
 std::string TensorRecordKey(int64_t checkpoint_id, std::string_view tensor_key);
-// The exclusive end of a checkpoint's records: MetaKey(id), 0x01.
+std::string SmallTensorsKey(int64_t checkpoint_id);
+bool DecodeSmallTensorsKey(std::string_view key, int64_t* checkpoint_id);
+// The exclusive end of a checkpoint's records: MetaKey(id), 0x02 (0x01 before
+// format 4, whose stores have no key in between).
 std::string MetaRangeEnd(int64_t checkpoint_id);
 // Splits a tensor record's key; false for any other key.
 bool DecodeTensorRecordKey(std::string_view key, int64_t* checkpoint_id,

@@ -69,8 +69,17 @@ TEST(KeysTest, TensorRecordKeysSortRightAfterTheirMainRecord) {
   EXPECT_LT(MetaKey(42), a);
   EXPECT_LT(a, b);
   EXPECT_LT(b, c);
-  EXPECT_LT(c, MetaRangeEnd(42));
+  // The small tensors' record after every tensor record, inside the range.
+  const std::string small = SmallTensorsKey(42);
+  EXPECT_LT(c, small);
+  EXPECT_LT(small, MetaRangeEnd(42));
   EXPECT_LT(MetaRangeEnd(42), MetaKey(43));
+  ASSERT_TRUE(DecodeSmallTensorsKey(small, &id));
+  EXPECT_EQ(id, 42);
+  EXPECT_FALSE(DecodeSmallTensorsKey(MetaKey(42), &id));
+  EXPECT_FALSE(DecodeSmallTensorsKey(c, &id));
+  EXPECT_FALSE(DecodeTensorRecordKey(small, &id, &key));
+  EXPECT_FALSE(DecodeMetaKey(small, &id));
   EXPECT_LT(TensorRecordKey(INT64_MAX, "\xff"), std::string(kNextIdKey));
   // Only the main record is a checkpoint.
   EXPECT_FALSE(DecodeMetaKey(b, &id));

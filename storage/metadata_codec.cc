@@ -372,45 +372,6 @@ Status ReadValuesAndUserMetadata(Checkpoint::Reader r,
   return Status::OK();
 }
 
-Result<MainRecord> ReadMain(Checkpoint::Reader r) {
-  CKPTDB_RETURN_IF_ERROR(CheckHeader(r));
-  MainRecord main;
-  main.format_version = r.getFormatVersion();
-  CheckpointMetadata& meta = main.meta;
-  meta.info = ReadInfo(r);
-  uint64_t total = 0;
-  for (auto t : r.getTensors()) {
-    std::string key(t.getKey().cStr(), t.getKey().size());
-    const std::string what = "tensor '" + key + "'";
-    TensorMetadata tensor;
-    uint64_t bytes = 0, count = 0;
-    if (main.has_chunks()) {
-      CKPTDB_ASSIGN_OR_RETURN(tensor,
-                              ReadTensorV1(t, what, meta.info.world_size));
-      for (const ChunkMetadata& chunk : tensor.chunks) bytes += chunk.nbytes;
-    } else {
-      CKPTDB_RETURN_IF_ERROR(ReadTensorV2(t, what, &tensor, &count, &bytes));
-    }
-    if (__builtin_add_overflow(total, bytes, &total))
-      return Bad("tensors hold more than 2^64 bytes");
-    auto path = ReadPath(t.getPath());
-    if (path.empty()) return Bad(what + " has an empty path");
-    if (!InsertNew(meta.tensors, key, std::move(tensor)))
-      return Bad(what + " appears twice");
-    if (!main.has_chunks()) InsertNew(main.chunk_counts, key, count);
-    CKPTDB_RETURN_IF_ERROR(ReadKinds(t.getPathKinds(), key, path, &meta));
-    if (!InsertNew(meta.flat_mapping, key, std::move(path)))
-      meta.flat_mapping[key] = std::move(path);
-  }
-  if (total != static_cast<uint64_t>(meta.info.nbytes)) {
-    return Bad((main.has_chunks() ? "chunks hold " : "tensors hold ") +
-               std::to_string(total) + " bytes, the record says " +
-               std::to_string(meta.info.nbytes));
-  }
-  CKPTDB_RETURN_IF_ERROR(ReadValuesAndUserMetadata(r, &meta));
-  return main;
-}
-
 // The content hashes and holders of a tensor record's chunks (both absent in
 // records written before incremental saves); each holder must be one of the
 // checkpoint's references.
@@ -445,22 +406,14 @@ Status ReadIncremental(TensorChunks::Reader r, const CheckpointInfo& info,
   return Status::OK();
 }
 
-// The tensor record's chunks, checked against the main record.
-Result<std::vector<ChunkMetadata>> ReadTensorRecord(
-    TensorChunks::Reader r, const MainRecord& main, std::string_view key,
-    const TensorMetadata& tensor, uint64_t count) {
-  const std::string what = "tensor '" + std::string(key) + "'";
-  if (r.getFormatVersion() != main.format_version) {
-    return Bad(what + " record has format version " +
-               std::to_string(r.getFormatVersion()) + ", its checkpoint's " +
-               std::to_string(main.format_version));
-  }
-  if (r.getCheckpointId() != main.meta.info.id ||
-      std::string_view(r.getKey().cStr(), r.getKey().size()) != key) {
-    return Bad(what + " record belongs to tensor '" +
-               std::string(r.getKey().cStr(), r.getKey().size()) +
-               "' of checkpoint " + std::to_string(r.getCheckpointId()));
-  }
+// The chunks of a TensorChunks message (a tensor's record, or its entry in
+// the small tensors' record), `count` of them as the main record says,
+// checked against the tensor; `what` names the tensor.
+Result<std::vector<ChunkMetadata>> ReadChunks(TensorChunks::Reader r,
+                                              const MainRecord& main,
+                                              const std::string& what,
+                                              const TensorMetadata& tensor,
+                                              uint64_t count) {
   auto checksums = r.getChecksums();
   if (r.getChunkCount() != count || checksums.size() != count) {
     return Bad(what + " record holds " + std::to_string(r.getChunkCount()) +
@@ -480,6 +433,86 @@ Result<std::vector<ChunkMetadata>> ReadTensorRecord(
   CKPTDB_RETURN_IF_ERROR(CheckChunkLayout(what, tensor.global_shape, chunks));
   SortChunks(chunks);
   return chunks;
+}
+
+// The tensor record's chunks, checked against the main record.
+Result<std::vector<ChunkMetadata>> ReadTensorRecord(
+    TensorChunks::Reader r, const MainRecord& main, std::string_view key,
+    const TensorMetadata& tensor, uint64_t count) {
+  const std::string what = "tensor '" + std::string(key) + "'";
+  if (r.getFormatVersion() != main.format_version) {
+    return Bad(what + " record has format version " +
+               std::to_string(r.getFormatVersion()) + ", its checkpoint's " +
+               std::to_string(main.format_version));
+  }
+  if (r.getCheckpointId() != main.meta.info.id ||
+      std::string_view(r.getKey().cStr(), r.getKey().size()) != key) {
+    return Bad(what + " record belongs to tensor '" +
+               std::string(r.getKey().cStr(), r.getKey().size()) +
+               "' of checkpoint " + std::to_string(r.getCheckpointId()));
+  }
+  return ReadChunks(r, main, what, tensor, count);
+}
+
+Result<MainRecord> ReadMain(Checkpoint::Reader r) {
+  CKPTDB_RETURN_IF_ERROR(CheckHeader(r));
+  MainRecord main;
+  main.format_version = r.getFormatVersion();
+  CheckpointMetadata& meta = main.meta;
+  meta.info = ReadInfo(r);
+  uint64_t total = 0;
+  for (auto t : r.getTensors()) {
+    std::string key(t.getKey().cStr(), t.getKey().size());
+    const std::string what = "tensor '" + key + "'";
+    TensorMetadata tensor;
+    uint64_t bytes = 0, count = 0;
+    bool has_record = !main.has_chunks();
+    if (main.has_chunks()) {
+      CKPTDB_ASSIGN_OR_RETURN(tensor,
+                              ReadTensorV1(t, what, meta.info.world_size));
+      for (const ChunkMetadata& chunk : tensor.chunks) bytes += chunk.nbytes;
+    } else {
+      CKPTDB_RETURN_IF_ERROR(ReadTensorV2(t, what, &tensor, &count, &bytes));
+      if (t.getChunksInGroup()) {
+        if (main.format_version < 4) {
+          return Bad(what + " has its chunks with the small tensors in a "
+                     "format-" + std::to_string(main.format_version) +
+                     " checkpoint");
+        }
+        if (count > kMaxSmallTensorChunks) {
+          return Bad(what + " has " + std::to_string(count) +
+                     " chunks, too many for the small tensors' record");
+        }
+        has_record = false;
+      }
+    }
+    if (__builtin_add_overflow(total, bytes, &total))
+      return Bad("tensors hold more than 2^64 bytes");
+    auto path = ReadPath(t.getPath());
+    if (path.empty()) return Bad(what + " has an empty path");
+    // From format 4 the small tensors' record follows the tensors' order,
+    // which must be the map's.
+    if (main.format_version >= 4 && !meta.tensors.empty() &&
+        !(meta.tensors.rbegin()->first < key))
+      return Bad(what + " is out of key order or appears twice");
+    if (!InsertNew(meta.tensors, key, std::move(tensor)))
+      return Bad(what + " appears twice");
+    if (has_record) InsertNew(main.chunk_counts, key, count);
+    if (main.format_version >= 4) {
+      main.small.push_back(!has_record);
+      if (!has_record) main.small_counts.push_back(count);
+    }
+    CKPTDB_RETURN_IF_ERROR(ReadKinds(t.getPathKinds(), key, path, &meta));
+    if (!InsertNew(meta.flat_mapping, key, std::move(path)))
+      meta.flat_mapping[key] = std::move(path);
+  }
+  if (total != static_cast<uint64_t>(meta.info.nbytes)) {
+    return Bad((main.has_chunks() ? "chunks hold " : "tensors hold ") +
+               std::to_string(total) + " bytes, the record says " +
+               std::to_string(meta.info.nbytes));
+  }
+  CKPTDB_RETURN_IF_ERROR(ReadValuesAndUserMetadata(r, &meta));
+  return main;
 }
 
 template <typename ListBuilder>
@@ -534,8 +567,84 @@ void SetValuesAndUserMetadata(Checkpoint::Builder root,
   }
 }
 
-// The main record's fields (format 1 with chunks inline, format 2 with chunk
-// counts).
+std::string ToBytes(capnp::MessageBuilder& message) {
+  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+  auto bytes = words.asBytes();
+  return std::string(reinterpret_cast<const char*>(bytes.begin()),
+                     bytes.size());
+}
+
+// Content hashes when every chunk has one; holders when some chunk is
+// another checkpoint's.
+void SetIncremental(TensorChunks::Builder r,
+                    const std::vector<const ChunkMetadata*>& sorted) {
+  bool hashed = !sorted.empty(), shared = false;
+  for (const ChunkMetadata* c : sorted) {
+    hashed &= c->content_hash.has_value();
+    shared |= c->holder_id != 0;
+  }
+  if (hashed) {
+    auto hashes = r.initHashes(static_cast<unsigned>(16 * sorted.size()));
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      std::memcpy(hashes.begin() + 16 * i, &sorted[i]->content_hash->low, 8);
+      std::memcpy(hashes.begin() + 16 * i + 8, &sorted[i]->content_hash->high,
+                  8);
+    }
+  }
+  if (shared) {
+    auto holders = r.initHolders(static_cast<unsigned>(sorted.size()));
+    for (unsigned i = 0; i < sorted.size(); ++i)
+      holders.set(i, sorted[i]->holder_id);
+  }
+}
+
+// The tensor's chunks in global offset order.
+std::vector<const ChunkMetadata*> SortedChunks(const TensorMetadata& tensor) {
+  std::vector<const ChunkMetadata*> sorted(tensor.chunks.size());
+  for (size_t i = 0; i < sorted.size(); ++i) sorted[i] = &tensor.chunks[i];
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const ChunkMetadata* a, const ChunkMetadata* b) {
+                     return a->box.origin < b->box.origin;
+                   });
+  return sorted;
+}
+
+// A TensorChunks message's chunk fields: count, packed boxes, checksums, and
+// hashes and holders where there are any.
+void SetChunks(TensorChunks::Builder r,
+               const std::vector<const ChunkMetadata*>& sorted,
+               const std::string& boxes) {
+  r.setChunkCount(sorted.size());
+  r.setBoxes(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(boxes.data()),
+                                 boxes.size()));
+  auto checksums = r.initChecksums(static_cast<unsigned>(sorted.size()));
+  for (unsigned i = 0; i < sorted.size(); ++i)
+    checksums.set(i, sorted[i]->checksum);
+  SetIncremental(r, sorted);
+}
+
+// Whether a tensor's chunks go in the small tensors' record (format 4 on).
+bool IsSmall(const TensorMetadata& tensor, uint32_t version) {
+  return version >= 4 && tensor.chunks.size() <= kMaxSmallTensorChunks;
+}
+
+std::string EncodeTensorRecord(int64_t checkpoint_id, const std::string& key,
+                               const TensorMetadata& tensor, uint32_t version) {
+  const std::vector<const ChunkMetadata*> sorted = SortedChunks(tensor);
+  const std::string boxes = EncodeBoxStream(tensor.global_shape, sorted);
+  // Room for the header, the key, the boxes and the checksums in one segment.
+  capnp::MallocMessageBuilder message(static_cast<unsigned>(
+      16 + (key.size() + boxes.size()) / 8 + 4 * sorted.size()));
+  auto r = message.initRoot<TensorChunks>();
+  r.setFormatVersion(version);
+  r.setCheckpointId(checkpoint_id);
+  r.setKey(TextOf(key));
+  SetChunks(r, sorted, boxes);
+  return ToBytes(message);
+}
+
+// The main record's fields (format 1 with chunks inline, later formats with
+// chunk counts, and from format 4 a flag on the small tensors).
 void BuildMain(Checkpoint::Builder root, const CheckpointMetadata& meta,
                uint32_t version) {
   root.setFormatVersion(version);
@@ -569,16 +678,10 @@ void BuildMain(Checkpoint::Builder root, const CheckpointMetadata& meta,
                   tensor.chunks);
     } else {
       t.setChunkCount(tensor.chunks.size());
+      if (IsSmall(tensor, version)) t.setChunksInGroup(true);
     }
   }
   SetValuesAndUserMetadata(root, meta);
-}
-
-std::string ToBytes(capnp::MessageBuilder& message) {
-  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
-  auto bytes = words.asBytes();
-  return std::string(reinterpret_cast<const char*>(bytes.begin()),
-                     bytes.size());
 }
 
 std::string EncodeMain(const CheckpointMetadata& meta, uint32_t version) {
@@ -587,53 +690,24 @@ std::string EncodeMain(const CheckpointMetadata& meta, uint32_t version) {
   return ToBytes(message);
 }
 
-// Content hashes when every chunk has one; holders when some chunk is
-// another checkpoint's.
-void SetIncremental(TensorChunks::Builder r,
-                    const std::vector<const ChunkMetadata*>& sorted) {
-  bool hashed = !sorted.empty(), shared = false;
-  for (const ChunkMetadata* c : sorted) {
-    hashed &= c->content_hash.has_value();
-    shared |= c->holder_id != 0;
+// The chunks of the `count` small tensors of `meta`, in key order.
+std::string EncodeSmallTensors(const CheckpointMetadata& meta,
+                               uint32_t version, size_t count) {
+  // Room for the header and, per tensor, its entry and a few words of boxes,
+  // checksums and hashes in the first segment.
+  capnp::MallocMessageBuilder message(
+      static_cast<unsigned>(16 + 16 * std::min<size_t>(count, 1 << 20)));
+  auto r = message.initRoot<SmallTensors>();
+  r.setFormatVersion(version);
+  r.setCheckpointId(meta.info.id);
+  auto entries = r.initTensors(static_cast<unsigned>(count));
+  unsigned i = 0;
+  for (const auto& [key, tensor] : meta.tensors) {
+    if (!IsSmall(tensor, version)) continue;
+    const std::vector<const ChunkMetadata*> sorted = SortedChunks(tensor);
+    SetChunks(entries[i++], sorted,
+              EncodeBoxStream(tensor.global_shape, sorted));
   }
-  if (hashed) {
-    auto hashes = r.initHashes(static_cast<unsigned>(16 * sorted.size()));
-    for (size_t i = 0; i < sorted.size(); ++i) {
-      std::memcpy(hashes.begin() + 16 * i, &sorted[i]->content_hash->low, 8);
-      std::memcpy(hashes.begin() + 16 * i + 8, &sorted[i]->content_hash->high,
-                  8);
-    }
-  }
-  if (shared) {
-    auto holders = r.initHolders(static_cast<unsigned>(sorted.size()));
-    for (unsigned i = 0; i < sorted.size(); ++i)
-      holders.set(i, sorted[i]->holder_id);
-  }
-}
-
-std::string EncodeTensorRecord(int64_t checkpoint_id, const std::string& key,
-                               const TensorMetadata& tensor) {
-  std::vector<const ChunkMetadata*> sorted(tensor.chunks.size());
-  for (size_t i = 0; i < sorted.size(); ++i) sorted[i] = &tensor.chunks[i];
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const ChunkMetadata* a, const ChunkMetadata* b) {
-                     return a->box.origin < b->box.origin;
-                   });
-  const std::string boxes = EncodeBoxStream(tensor.global_shape, sorted);
-  // Room for the header, the key, the boxes and the checksums in one segment.
-  capnp::MallocMessageBuilder message(static_cast<unsigned>(
-      16 + (key.size() + boxes.size()) / 8 + 4 * sorted.size()));
-  auto r = message.initRoot<TensorChunks>();
-  r.setFormatVersion(kFormatVersion);
-  r.setCheckpointId(checkpoint_id);
-  r.setKey(TextOf(key));
-  r.setChunkCount(sorted.size());
-  r.setBoxes(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(boxes.data()),
-                                 boxes.size()));
-  auto checksums = r.initChecksums(static_cast<unsigned>(sorted.size()));
-  for (unsigned i = 0; i < sorted.size(); ++i)
-    checksums.set(i, sorted[i]->checksum);
-  SetIncremental(r, sorted);
   return ToBytes(message);
 }
 
@@ -641,12 +715,24 @@ std::string EncodeTensorRecord(int64_t checkpoint_id, const std::string& key,
 
 std::vector<std::pair<std::string, std::string>> EncodeCheckpointRecords(
     const CheckpointMetadata& meta) {
+  return EncodeCheckpointRecordsOfFormat(meta, kFormatVersion);
+}
+
+std::vector<std::pair<std::string, std::string>> EncodeCheckpointRecordsOfFormat(
+    const CheckpointMetadata& meta, uint32_t version) {
   std::vector<std::pair<std::string, std::string>> records;
-  records.reserve(1 + meta.tensors.size());
-  records.emplace_back(MetaKey(meta.info.id), EncodeMain(meta, kFormatVersion));
+  size_t small = 0;
+  for (const auto& entry : meta.tensors) small += IsSmall(entry.second, version);
+  records.reserve(2 + meta.tensors.size() - small);
+  records.emplace_back(MetaKey(meta.info.id), EncodeMain(meta, version));
   for (const auto& [key, tensor] : meta.tensors) {
+    if (IsSmall(tensor, version)) continue;
     records.emplace_back(TensorRecordKey(meta.info.id, key),
-                         EncodeTensorRecord(meta.info.id, key, tensor));
+                         EncodeTensorRecord(meta.info.id, key, tensor, version));
+  }
+  if (small > 0) {
+    records.emplace_back(SmallTensorsKey(meta.info.id),
+                         EncodeSmallTensors(meta, version, small));
   }
   return records;
 }
@@ -679,10 +765,10 @@ Result<std::vector<ChunkMetadata>> DecodeTensorRecord(
   const std::string& key = tensor.first;
   auto count = main.chunk_counts.find(key);
   if (main.has_chunks() || count == main.chunk_counts.end()) {
-    return Bad("a record of tensor '" + key + "', which checkpoint " +
+    return Bad("a record of tensor '" + key + "', whose chunks checkpoint " +
                std::to_string(main.meta.info.id) +
-               (main.has_chunks() ? " (format 1) keeps in its main record"
-                                  : " does not have"));
+               (main.has_chunks() ? " keeps in its main record (format 1)"
+                                  : " keeps with its small tensors"));
   }
   return WithReader<std::vector<ChunkMetadata>, TensorChunks>(
       bytes,
@@ -692,25 +778,80 @@ Result<std::vector<ChunkMetadata>> DecodeTensorRecord(
       key);
 }
 
+Status DecodeSmallTensors(MainRecord* main, std::string_view bytes,
+                          const std::vector<std::string_view>* wanted) {
+  const std::string what = "the small tensors' record";
+  Result<bool> read = WithReader<bool, SmallTensors>(
+      bytes, [&](SmallTensors::Reader r) -> Result<bool> {
+        if (r.getFormatVersion() != main->format_version) {
+          return Bad(what + " has format version " +
+                     std::to_string(r.getFormatVersion()) +
+                     ", its checkpoint's " +
+                     std::to_string(main->format_version));
+        }
+        if (r.getCheckpointId() != main->meta.info.id) {
+          return Bad(what + " belongs to checkpoint " +
+                     std::to_string(r.getCheckpointId()));
+        }
+        auto entries = r.getTensors();
+        if (entries.size() != main->small_counts.size()) {
+          return Bad(what + " holds " + std::to_string(entries.size()) +
+                     " tensors; the main record has " +
+                     std::to_string(main->small_counts.size()));
+        }
+        size_t ordinal = 0, entry = 0;
+        auto asked = wanted ? wanted->begin()
+                            : std::vector<std::string_view>::const_iterator();
+        for (auto& [key, tensor] : main->meta.tensors) {
+          if (!main->small[ordinal++]) continue;
+          const size_t i = entry++;
+          if (wanted) {
+            while (asked != wanted->end() && *asked < key) ++asked;
+            if (asked == wanted->end() || *asked != key) continue;
+          }
+          CKPTDB_ASSIGN_OR_RETURN(
+              tensor.chunks,
+              ReadChunks(entries[static_cast<unsigned>(i)], *main,
+                         "tensor '" + key + "'", tensor,
+                         main->small_counts[i]));
+        }
+        return true;
+      });
+  if (read.ok()) return Status::OK();
+  // Defects found by the message reader do not say which record they hit.
+  std::string message = read.status().message();
+  const std::string prefix = "checkpoint metadata: ";
+  if (message.find(what) != std::string::npos) return read.status();
+  if (message.compare(0, prefix.size(), prefix) == 0)
+    message.erase(0, prefix.size());
+  return Bad(what + ": " + message);
+}
+
 Status DecodeAllTensorRecords(
     MainRecord* main,
     const std::function<bool(std::string_view*, std::string_view*)>& next) {
-  auto expected = main->meta.tensors.begin();
-  const auto end = main->meta.tensors.end();
+  // The tensors that have records, and the tensors: all in key order, as the
+  // records come; one walk over the three.
+  auto expected = main->chunk_counts.begin();
+  const auto end = main->chunk_counts.end();
+  auto tensor = main->meta.tensors.begin();
   auto missing = [](const std::string& key) {
     return Bad("tensor '" + key + "' has no record: its chunks are missing");
   };
   std::string_view key, bytes;
   while (next(&key, &bytes)) {
-    // Records and tensors are both in key order: a walk over both.
     if (expected != end && expected->first < key)
       return missing(expected->first);
     if (expected == end || key < expected->first) {
-      return Bad("a record of tensor '" + std::string(key) +
-                 "', which the checkpoint does not have");
+      const bool known = main->meta.tensors.count(std::string(key)) != 0;
+      return Bad("a record of tensor '" + std::string(key) + "', " +
+                 (known ? "whose chunks the checkpoint keeps with its small "
+                          "tensors"
+                        : "which the checkpoint does not have"));
     }
-    CKPTDB_ASSIGN_OR_RETURN(expected->second.chunks,
-                            DecodeTensorRecord(*main, *expected, bytes));
+    while (tensor->first < expected->first) ++tensor;
+    CKPTDB_ASSIGN_OR_RETURN(tensor->second.chunks,
+                            DecodeTensorRecord(*main, *tensor, bytes));
     ++expected;
   }
   return expected == end ? Status::OK() : missing(expected->first);
@@ -728,8 +869,13 @@ Result<CheckpointMetadata> DecodeCheckpointRecords(
   }
   size_t i = 1;
   Status bad_key;
+  int64_t small_id = 0;
+  auto at_small = [&] {
+    return i < records.size() &&
+           DecodeSmallTensorsKey(records[i].first, &small_id) && small_id == id;
+  };
   auto next = [&](std::string_view* key, std::string_view* bytes) {
-    if (i == records.size()) return false;
+    if (i == records.size() || at_small()) return false;
     int64_t record_id = 0;
     if (!DecodeTensorRecordKey(records[i].first, &record_id, key) ||
         record_id != id) {
@@ -751,6 +897,20 @@ Result<CheckpointMetadata> DecodeCheckpointRecords(
     CKPTDB_RETURN_IF_ERROR(s);
   }
   CKPTDB_RETURN_IF_ERROR(bad_key);
+  // Then the small tensors' record, when the main record has small tensors.
+  if (at_small()) {
+    if (main.small_counts.empty())
+      return Bad("a small tensors' record for a checkpoint with none");
+    CKPTDB_RETURN_IF_ERROR(
+        DecodeSmallTensors(&main, records[i++].second, nullptr));
+  } else if (!main.small_counts.empty()) {
+    return Bad("the small tensors' record is missing: the chunks of " +
+               std::to_string(main.small_counts.size()) + " tensors");
+  }
+  if (i != records.size()) {
+    return Bad("record " + std::to_string(i) +
+               " is not a record of checkpoint " + std::to_string(id));
+  }
   return std::move(main.meta);
 }
 

@@ -15,20 +15,40 @@ namespace ckptdb::storage {
 
 // The format new records are written in. Format 3 has the records of format
 // 2; it says that the chunks may be in value files (storage/value_files.h),
-// which builds that read only 1 and 2 would find missing. Formats 1 (one
-// record per checkpoint, every chunk inline) and 2 are still read. The
-// layouts: storage/checkpoint.capnp; the keys: storage/keys.h.
-inline constexpr uint32_t kFormatVersion = 3;
+// which builds that read only 1 and 2 would find missing. Format 4 keeps the
+// chunks of all tensors of at most kMaxSmallTensorChunks chunks together in
+// one record (the small tensors' record, at SmallTensorsKey(id)) instead of a
+// record each: a model of many small tensors writes, reads back, walks and
+// deletes two records instead of one per tensor, and the main record, which
+// listings read, does not grow. Builds that read only up to 3 refuse format 4
+// by its version. Formats 1 (one record per checkpoint, every chunk inline),
+// 2 and 3 are still read. The layouts: storage/checkpoint.capnp; the keys:
+// storage/keys.h.
+inline constexpr uint32_t kFormatVersion = 4;
 
-// Serializes a checkpoint as format-2 records of the `meta` column family, in
-// key order: the main record at MetaKey(id) (info, values, user metadata, and
-// per tensor its key, path, dtype, global shape and chunk count), then one
-// record per tensor (an empty one too) at TensorRecordKey(id, key) holding its
-// chunks: boxes and writer ranks packed (a few bytes a chunk; a chunk that
-// continues a regular grid costs one), checksums 8 bytes each. Chunk sizes are
-// not stored: a chunk holds volume * dtype size bytes.
+// The most chunks a tensor may have for its chunks to be in the small
+// tensors' record (format 4). Few enough that that record stays proportional
+// to the number of tensors, whatever their sharding; a partial load of a
+// tensor of more chunks reads only that tensor's record.
+inline constexpr size_t kMaxSmallTensorChunks = 4;
+
+// Serializes a checkpoint as records of the `meta` column family, in key
+// order: the main record at MetaKey(id) (info, values, user metadata, and per
+// tensor its key, path, dtype, global shape and chunk count), then one record
+// per tensor of more than kMaxSmallTensorChunks chunks at TensorRecordKey(id,
+// key) holding its chunks, then, when there are any, the chunks of the other
+// tensors together at SmallTensorsKey(id). Chunks are boxes and writer ranks
+// packed (a few bytes a chunk; a chunk that continues a regular grid costs
+// one), checksums 8 bytes each. Chunk sizes are not stored: a chunk holds
+// volume * dtype size bytes.
 std::vector<std::pair<std::string, std::string>> EncodeCheckpointRecords(
     const CheckpointMetadata& meta);
+
+// The records of `meta` in format `version` (2 to kFormatVersion): below 4,
+// every tensor's chunks in a record of its own, as stores written in formats 2
+// and 3 hold them; for tests of reading such stores.
+std::vector<std::pair<std::string, std::string>> EncodeCheckpointRecordsOfFormat(
+    const CheckpointMetadata& meta, uint32_t version);
 
 // The format-1 record of a checkpoint (one message, chunks inline), as stores
 // of version 1 hold it: for tests of reading such stores.
@@ -37,18 +57,25 @@ std::string EncodeCheckpointV1(const CheckpointMetadata& meta);
 // A decoded main record.
 struct MainRecord {
   uint32_t format_version = 0;
-  // Format 1: the whole checkpoint. Format 2: every tensor with its dtype and
-  // global shape but no chunks (DecodeTensorRecord reads them).
+  // Format 1: the whole checkpoint. Formats 2 to 4: every tensor with its
+  // dtype and global shape but no chunks (DecodeTensorRecord and
+  // DecodeSmallTensors read them).
   CheckpointMetadata meta;
-  // Format 2: each tensor's number of chunks, which its record must hold.
+  // Formats 2 to 4: the tensors that have a record of their own, each with
+  // the number of chunks its record must hold.
   std::map<std::string, uint64_t, std::less<>> chunk_counts;
+  // Format 4: per tensor of meta.tensors, in key order, whether its chunks
+  // are in the small tensors' record; and the chunk counts of those that are,
+  // in the same order (empty when none are).
+  std::vector<bool> small;
+  std::vector<uint64_t> small_counts;
 
   // Whether the tensors' chunks are in the main record itself (format 1;
   // formats 2 and 3 keep them in tensor records).
   bool has_chunks() const { return format_version == 1; }
 };
 
-// Parses and validates a main record (format 1 or 2) from an untrusted
+// Parses and validates a main record (any format) from an untrusted
 // source: traversal and nesting limits, the format version, every dtype,
 // shape, offset, size, count and rank are checked before use. Any defect gives
 // Corruption (never a crash); an unknown version is Corruption naming it. The
@@ -56,7 +83,7 @@ struct MainRecord {
 // back sorted by global offset.
 Result<MainRecord> DecodeMainRecord(std::string_view bytes);
 
-// Decodes tensor `key`'s record (format 2) against its main record: the same
+// Decodes tensor `key`'s record (formats 2 to 4) against its main record: the same
 // checkpoint id, key and chunk count; every varint, extent and writer rank is
 // bounds-checked, and the chunks must partition the tensor. Returns its chunks
 // sorted by global offset, with nbytes = volume * dtype size. Corruption
@@ -70,17 +97,26 @@ Result<std::vector<ChunkMetadata>> DecodeTensorRecord(
     const std::pair<const std::string, TensorMetadata>& tensor,
     std::string_view bytes);
 
-// Fills the chunks of every tensor of a format-2 main record from its tensor
-// records, which `next(&tensor_key, &bytes)` yields in key order (false at the
-// end; the views stay valid until the next call). Corruption naming the
-// tensor when a record is missing, is not one of the checkpoint's tensors, or
-// is damaged.
+// Fills the chunks of the tensors of `main` whose chunks are in the small
+// tensors' record `bytes` (format 4), of those that `wanted` names (sorted,
+// each once) or of all when it is null; the others keep none. Corruption on
+// a record of another checkpoint or version, a count that differs from the
+// main record's, or a damaged entry (naming its tensor); never a crash.
+Status DecodeSmallTensors(MainRecord* main, std::string_view bytes,
+                          const std::vector<std::string_view>* wanted);
+
+// Fills the chunks of every tensor of a main record (formats 2 to 4) that has
+// a record of its own (chunk_counts) from those records, which
+// `next(&tensor_key, &bytes)` yields in key order (false at the end; the views
+// stay valid until the next call). Corruption naming the tensor when a record
+// is missing, is not one of a tensor with a record, or is damaged.
 Status DecodeAllTensorRecords(
     MainRecord* main,
     const std::function<bool(std::string_view*, std::string_view*)>& next);
 
 // Decodes a checkpoint from all its records as EncodeCheckpointRecords lays
-// them out (or from a lone format-1 record), checking the keys too.
+// them out (or from a lone format-1 record), checking the keys too: a missing
+// or stray record is Corruption.
 Result<CheckpointMetadata> DecodeCheckpointRecords(
     const std::vector<std::pair<std::string, std::string>>& records);
 

@@ -50,10 +50,27 @@ CheckpointMetadata Sample() {
   return meta;
 }
 
-// Both formats: the records of format 2, the lone record of format 1.
+// Every layout of the records: today's (tensors of few chunks in the main
+// record), format 3's (a record per tensor), format 1's (one record).
 std::vector<Records> BothFormats(const CheckpointMetadata& meta) {
   return {EncodeCheckpointRecords(meta),
+          EncodeCheckpointRecordsOfFormat(meta, 3),
           {{MetaKey(meta.info.id), EncodeCheckpointV1(meta)}}};
+}
+
+// Sample() with a tensor of more chunks than the main record keeps: rows of
+// [kMaxSmallTensorChunks + 1, 2], one chunk each.
+CheckpointMetadata WithManyChunks() {
+  CheckpointMetadata meta = Sample();
+  const int64_t rows = static_cast<int64_t>(kMaxSmallTensorChunks) + 1;
+  TensorMetadata big{DType::kFloat32, {rows, 2}, {}};
+  for (int64_t r = rows - 1; r >= 0; --r)
+    big.chunks.push_back({Box{{r, 0}, {1, 2}}, 1, 8, uint64_t(100 + r)});
+  meta.tensors["big"] = big;
+  meta.flat_mapping["big"] = {"big"};
+  meta.info.nbytes += 8 * rows;
+  meta.info.num_tensors += 1;
+  return meta;
 }
 
 void ExpectSameChunks(const std::vector<ChunkMetadata>& got,
@@ -107,19 +124,23 @@ TEST(MetadataCodecTest, IncrementalFieldsRoundTripAndOlderRecordsLackThem) {
   w[0].content_hash = ContentHash{1, 2};
   w[1].content_hash = ContentHash{3, 4};
   meta.tensors["s"].chunks[0].content_hash = ContentHash{5, 6};
-  auto decoded = DecodeCheckpointRecords(EncodeCheckpointRecords(meta));
-  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  EXPECT_EQ(decoded->info.nbytes_written, 8);
-  EXPECT_EQ(decoded->info.references, (std::vector<int64_t>{1, 2}));
-  const auto& got = decoded->tensors.at("model.w").chunks;
-  ASSERT_EQ(got.size(), 2u);
-  // Sorted by offset: [0, 0] is w[1], [2, 0] is w[0].
-  EXPECT_EQ(got[0].holder_id, 0);
-  EXPECT_EQ(got[0].content_hash, (ContentHash{3, 4}));
-  EXPECT_EQ(got[1].holder_id, 2);
-  EXPECT_EQ(got[1].content_hash, (ContentHash{1, 2}));
-  EXPECT_EQ(decoded->tensors.at("s").chunks[0].content_hash,
-            (ContentHash{5, 6}));
+  // In the main record (today) and in tensor records (format 3).
+  for (const Records& records :
+       {EncodeCheckpointRecords(meta), EncodeCheckpointRecordsOfFormat(meta, 3)}) {
+    auto decoded = DecodeCheckpointRecords(records);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(decoded->info.nbytes_written, 8);
+    EXPECT_EQ(decoded->info.references, (std::vector<int64_t>{1, 2}));
+    const auto& got = decoded->tensors.at("model.w").chunks;
+    ASSERT_EQ(got.size(), 2u);
+    // Sorted by offset: [0, 0] is w[1], [2, 0] is w[0].
+    EXPECT_EQ(got[0].holder_id, 0);
+    EXPECT_EQ(got[0].content_hash, (ContentHash{3, 4}));
+    EXPECT_EQ(got[1].holder_id, 2);
+    EXPECT_EQ(got[1].content_hash, (ContentHash{1, 2}));
+    EXPECT_EQ(decoded->tensors.at("s").chunks[0].content_hash,
+              (ContentHash{5, 6}));
+  }
 
   // A record written before incremental saves (format 1 here; format 2's
   // fields are absent the same way): every byte written, no hashes.
@@ -185,8 +206,100 @@ TEST(MetadataCodecTest, PathKindsThatDoNotFitThePathAreCorruption) {
   }
 }
 
-TEST(MetadataCodecTest, MainRecordOfFormat2HasNoChunks) {
-  const Records records = EncodeCheckpointRecords(Sample());
+TEST(MetadataCodecTest, SmallTensorsShareOneRecord) {
+  const Records records = EncodeCheckpointRecords(WithManyChunks());
+  // The main record, the record of "big" alone, the small tensors' record.
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[0].first, MetaKey(3));
+  EXPECT_EQ(records[1].first, TensorRecordKey(3, "big"));
+  EXPECT_EQ(records[2].first, SmallTensorsKey(3));
+  auto main = DecodeMainRecord(records[0].second);
+  ASSERT_TRUE(main.ok()) << main.status().ToString();
+  EXPECT_EQ(main->format_version, kFormatVersion);
+  EXPECT_EQ(main->meta.tensors.size(), 4u);
+  for (const auto& [key, tensor] : main->meta.tensors)
+    EXPECT_TRUE(tensor.chunks.empty()) << key;
+  EXPECT_EQ(main->chunk_counts,
+            (std::map<std::string, uint64_t, std::less<>>{
+                {"big", kMaxSmallTensorChunks + 1}}));
+  // "big", "e", "model.w", "s": all but "big" small.
+  EXPECT_EQ(main->small, (std::vector<bool>{false, true, true, true}));
+  EXPECT_EQ(main->small_counts, (std::vector<uint64_t>{0, 2, 1}));
+  auto big = DecodeTensorRecord(*main, "big", records[1].second);
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  ExpectSameChunks(*big, WithManyChunks().tensors["big"].chunks, "big");
+  // Only the asked small tensors get their chunks.
+  MainRecord part = *main;
+  const std::vector<std::string_view> wanted = {"nope", "s"};
+  ASSERT_TRUE(DecodeSmallTensors(&part, records[2].second, &wanted).ok());
+  EXPECT_TRUE(part.meta.tensors.at("model.w").chunks.empty());
+  ExpectSameChunks(part.meta.tensors.at("s").chunks,
+                   Sample().tensors["s"].chunks, "s");
+  ASSERT_TRUE(DecodeSmallTensors(&*main, records[2].second, nullptr).ok());
+  ExpectSameChunks(main->meta.tensors.at("model.w").chunks,
+                   Sample().tensors["model.w"].chunks, "model.w");
+  auto decoded = DecodeCheckpointRecords(records);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  for (const auto& [key, tensor] : WithManyChunks().tensors)
+    ExpectSameChunks(decoded->tensors.at(key).chunks, tensor.chunks, key);
+}
+
+TEST(MetadataCodecTest, SmallTensorsRecordMustMatchItsMainRecord) {
+  const Records records = EncodeCheckpointRecords(WithManyChunks());
+  auto expect = [](const Records& bad, const std::string& needle) {
+    auto decoded = DecodeCheckpointRecords(bad);
+    ASSERT_FALSE(decoded.ok()) << needle;
+    EXPECT_TRUE(decoded.status().IsCorruption());
+    EXPECT_NE(decoded.status().message().find(needle), std::string::npos)
+        << decoded.status().ToString();
+  };
+  // Missing.
+  expect(Records(records.begin(), records.end() - 1),
+         "the small tensors' record is missing: the chunks of 3 tensors");
+  // Another checkpoint's.
+  CheckpointMetadata other = WithManyChunks();
+  other.info.id = 4;
+  Records foreign = records;
+  foreign[2].second = EncodeCheckpointRecords(other)[2].second;
+  expect(foreign, "belongs to checkpoint 4");
+  // Another checkpoint's, of fewer small tensors.
+  Records fewer = records;
+  CheckpointMetadata one_small = WithManyChunks();
+  one_small.tensors.erase("e");
+  one_small.tensors.erase("s");
+  one_small.info.nbytes -= 8;
+  fewer[2].second = EncodeCheckpointRecords(one_small)[2].second;
+  expect(fewer, "holds 1 tensors; the main record has 3");
+  // A damaged entry names its tensor.
+  CheckpointMetadata bad_box = WithManyChunks();
+  bad_box.tensors["model.w"].chunks[0].box.origin = {3, 0};
+  Records damaged = records;
+  damaged[2].second = EncodeCheckpointRecords(bad_box)[2].second;
+  expect(damaged, "tensor 'model.w'");
+  // A record of a small tensor of its own.
+  Records extra = records;
+  extra.insert(extra.begin() + 2,
+               EncodeCheckpointRecordsOfFormat(Sample(), 3)[2]);
+  expect(extra, "'model.w', whose chunks the checkpoint keeps with its small");
+  auto main = DecodeMainRecord(records[0].second);
+  ASSERT_TRUE(main.ok());
+  auto alone = DecodeTensorRecord(*main, "model.w", extra[2].second);
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(alone.status().message().find("keeps with its small tensors"),
+            std::string::npos)
+      << alone.status().ToString();
+  // A small tensors' record for a checkpoint with none, and one left over.
+  Records none = EncodeCheckpointRecordsOfFormat(Sample(), 3);
+  none.push_back(records[2]);
+  none.back().first = SmallTensorsKey(3);
+  expect(none, "a small tensors' record for a checkpoint with none");
+  Records trailing = records;
+  trailing.push_back({TensorRecordKey(3, "zz"), records[1].second});
+  expect(trailing, "record 3 is not a record of checkpoint 3");
+}
+
+TEST(MetadataCodecTest, MainRecordOfFormat3HasNoChunks) {
+  const Records records = EncodeCheckpointRecordsOfFormat(Sample(), 3);
   ASSERT_EQ(records.size(), 4u);  // main + one per tensor, in key order
   EXPECT_EQ(records[0].first, MetaKey(3));
   EXPECT_EQ(records[1].first, TensorRecordKey(3, "e"));
@@ -194,7 +307,7 @@ TEST(MetadataCodecTest, MainRecordOfFormat2HasNoChunks) {
   EXPECT_EQ(records[3].first, TensorRecordKey(3, "s"));
   auto main = DecodeMainRecord(records[0].second);
   ASSERT_TRUE(main.ok()) << main.status().ToString();
-  EXPECT_EQ(main->format_version, kFormatVersion);
+  EXPECT_EQ(main->format_version, 3u);
   EXPECT_FALSE(main->has_chunks());
   EXPECT_EQ(main->meta.tensors.size(), 3u);
   for (const auto& [key, tensor] : main->meta.tensors)
@@ -211,10 +324,9 @@ TEST(MetadataCodecTest, MainRecordOfFormat2HasNoChunks) {
 void ExpectCorruption(const CheckpointMetadata& meta, const std::string& needle,
                       bool v2_too = true) {
   const auto formats = BothFormats(meta);
-  for (size_t f = 0; f < (v2_too ? 2u : 1u); ++f) {
-    const size_t index = v2_too ? f : 1;
+  for (size_t index = v2_too ? 0 : 2; index < formats.size(); ++index) {
     auto decoded = DecodeCheckpointRecords(formats[index]);
-    ASSERT_FALSE(decoded.ok()) << "format " << (index == 0 ? 2 : 1);
+    ASSERT_FALSE(decoded.ok()) << "layout " << index;
     EXPECT_TRUE(decoded.status().IsCorruption());
     EXPECT_NE(decoded.status().message().find(needle), std::string::npos)
         << decoded.status().ToString();
@@ -261,7 +373,7 @@ TEST(MetadataCodecTest, RejectsOverlapThatHidesAGapOfTheSameVolume) {
 }
 
 TEST(MetadataCodecTest, TensorRecordsMustMatchTheirMainRecord) {
-  Records records = EncodeCheckpointRecords(Sample());
+  Records records = EncodeCheckpointRecordsOfFormat(Sample(), 3);
   auto main = DecodeMainRecord(records[0].second);
   ASSERT_TRUE(main.ok());
   // Another tensor's record, or another checkpoint's.
@@ -272,8 +384,8 @@ TEST(MetadataCodecTest, TensorRecordsMustMatchTheirMainRecord) {
       << swapped.status().ToString();
   CheckpointMetadata other = Sample();
   other.info.id = 4;
-  auto foreign =
-      DecodeTensorRecord(*main, "s", EncodeCheckpointRecords(other)[3].second);
+  auto foreign = DecodeTensorRecord(
+      *main, "s", EncodeCheckpointRecordsOfFormat(other, 3)[3].second);
   ASSERT_FALSE(foreign.ok());
   EXPECT_NE(foreign.status().message().find("of checkpoint 4"),
             std::string::npos);
@@ -315,7 +427,7 @@ std::string WithFormatVersion(const std::string& record, uint32_t version) {
 // written then still decode; a tensor record of another format than its main
 // record's is Corruption.
 TEST(MetadataCodecTest, RecordsOfFormat2StillDecode) {
-  const Records records = EncodeCheckpointRecords(Sample());
+  const Records records = EncodeCheckpointRecordsOfFormat(Sample(), 3);
   auto main =
       DecodeMainRecord(WithFormatVersion<Checkpoint>(records[0].second, 2));
   ASSERT_TRUE(main.ok()) << main.status().ToString();
@@ -355,10 +467,13 @@ TEST(MetadataCodecTest, UnknownFormatVersionIsCorruptionNamingIt) {
 }
 
 TEST(MetadataCodecTest, HostileBytesNeverCrash) {
-  const Records good = EncodeCheckpointRecords(Sample());
+  // Main records of every layout, then format 3's tensor records.
+  const Records good = EncodeCheckpointRecordsOfFormat(Sample(), 3);
   auto main = DecodeMainRecord(good[0].second);
   ASSERT_TRUE(main.ok());
-  std::vector<std::string> targets = {EncodeCheckpointV1(Sample())};
+  std::vector<std::string> targets = {
+      EncodeCheckpointV1(Sample()),
+      EncodeCheckpointRecords(WithManyChunks())[0].second};
   for (const auto& [key, value] : good) targets.push_back(value);
   std::mt19937 rng(7);
   int rejected = 0;
@@ -370,13 +485,13 @@ TEST(MetadataCodecTest, HostileBytesNeverCrash) {
       bad[rng() % bad.size()] = static_cast<char>(rng());
     if (trial % 5 == 0) bad.resize((rng() % (bad.size() / 8)) * 8);
     Status s;
-    if (which <= 1) {
+    if (which <= 2) {
       s = DecodeMainRecord(bad).status();
       (void)DecodeCheckpointInfo(bad);
     } else {
       std::string_view key;
       int64_t id = 0;
-      ASSERT_TRUE(DecodeTensorRecordKey(good[which - 1].first, &id, &key));
+      ASSERT_TRUE(DecodeTensorRecordKey(good[which - 2].first, &id, &key));
       s = DecodeTensorRecord(*main, key, bad).status();
     }
     if (!s.ok()) {

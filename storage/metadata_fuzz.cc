@@ -3,9 +3,10 @@
 // -DCMAKE_CXX_COMPILER=clang++ ...; run build/storage/metadata_fuzz [corpus
 // dir] -max_total_time=60.
 //
-// The first input byte picks the decoder: a main record (format 1 or 2), a
-// tensor record of a fixed valid checkpoint, a bare box stream, or a metadata
-// copy file (given its checksum, so that its inner decoding is reached).
+// The first input byte picks the decoder: a main record (any format), a
+// tensor record or a small tensors' record of a fixed valid checkpoint, a bare
+// box stream, or a metadata copy file (given its checksum, so that its inner
+// decoding is reached).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -21,9 +22,12 @@ using namespace ckptdb;
 using namespace ckptdb::storage;
 
 // A checkpoint with a 0-d tensor, an empty one and a [6, 4] one in 3 chunks,
-// against whose main record tensor records are decoded.
-const MainRecord& FixedMain() {
-  static const MainRecord* main = [] {
+// in format `version` (3: a record per tensor; 4: the three in the small
+// tensors' record), against whose main record other records are decoded.
+const MainRecord& FixedMain(uint32_t version = 3) {
+  static const MainRecord* mains[2] = {nullptr, nullptr};
+  const MainRecord*& main = mains[version == 3 ? 0 : 1];
+  if (main == nullptr) main = [version] {
     CheckpointMetadata meta;
     meta.info.id = 7;
     meta.info.world_size = 300;
@@ -31,12 +35,13 @@ const MainRecord& FixedMain() {
     meta.tensors["b"] = {DType::kInt8, {0, 2}, {}};
     meta.tensors["c"] = {DType::kBFloat16,
                          {6, 4},
-                         {{{0, 0}, {2, 4}, 3, 16, 2},
-                          {{2, 0}, {4, 3}, 200, 24, 3},
-                          {{2, 3}, {4, 1}, 200, 8, 4}}};
+                         {{Box{{0, 0}, {2, 4}}, 3, 16, 2},
+                          {Box{{2, 0}, {4, 3}}, 200, 24, 3},
+                          {Box{{2, 3}, {4, 1}}, 200, 8, 4}}};
     meta.info.nbytes = 4 + 48;
     for (const auto& [key, t] : meta.tensors) meta.flat_mapping[key] = {key};
-    auto decoded = DecodeMainRecord(EncodeCheckpointRecords(meta)[0].second);
+    auto decoded = DecodeMainRecord(
+        EncodeCheckpointRecordsOfFormat(meta, version)[0].second);
     if (!decoded.ok()) __builtin_trap();
     return new MainRecord(std::move(*decoded));
   }();
@@ -59,6 +64,19 @@ void FuzzTensor(std::string_view bytes) {
     auto chunks = DecodeTensorRecord(FixedMain(), key, bytes);
     if (chunks.ok() && chunks->size() != FixedMain().chunk_counts.at(key))
       __builtin_trap();
+  }
+}
+
+void FuzzSmallTensors(std::string_view bytes) {
+  MainRecord main = FixedMain(4);
+  if (DecodeSmallTensors(&main, bytes, nullptr).ok()) {
+    for (const auto& [key, tensor] : main.meta.tensors) {
+      // Decoded chunks partition their tensor.
+      uint64_t held = 0;
+      for (const ChunkMetadata& c : tensor.chunks) held += c.nbytes;
+      if (held != NumElements(tensor.global_shape) * DTypeSize(tensor.dtype))
+        __builtin_trap();
+    }
   }
 }
 
@@ -88,7 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view bytes(reinterpret_cast<const char*>(data + 1),
                                size - 1);
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0:
       FuzzMain(bytes);
       break;
@@ -97,6 +115,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 2:
       FuzzBoxes(bytes);
+      break;
+    case 3:
+      FuzzSmallTensors(bytes);
       break;
     default:
       FuzzCopy(bytes);

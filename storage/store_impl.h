@@ -178,19 +178,26 @@ class StoreImpl : public Store {
   Status ReadBack(
       int64_t checkpoint_id,
       const std::vector<std::pair<std::string, std::string>>& records);
-  // Removes a checkpoint's records (main and tensor records), durably.
+  // Removes a checkpoint's records (main, tensor and small tensors' records),
+  // durably.
   Status DeleteRecord(int64_t checkpoint_id);
   // GetMetadata's work: every tensor's chunks, or those of `tensor_keys` only.
   Result<CheckpointMetadata> ReadMetadata(
       int64_t checkpoint_id, const std::vector<std::string>* tensor_keys);
 
-  // Fills the chunks of a format-2 checkpoint's tensors from their records,
-  // all of them or those of `tensor_keys`.
+  // Fills the chunks of a checkpoint's tensors from their records, all of
+  // them or those of `tensor_keys` (formats 2 to 4; in format 4 the tensors
+  // that have records of their own).
   Status ReadAllTensorRecords(const rocksdb::ReadOptions& read,
                               MainRecord* main);
   Status ReadTensorRecords(const rocksdb::ReadOptions& read,
                            const std::vector<std::string>& tensor_keys,
                            MainRecord* main);
+  // The chunks of the small tensors (format 4) from their record: all, or
+  // those of `tensor_keys` when given.
+  Status ReadSmallTensors(const rocksdb::ReadOptions& read,
+                          const std::vector<std::string>* tensor_keys,
+                          MainRecord* main);
   // `wanted`: sorted, each key once.
   Status WalkTensorRecords(const rocksdb::ReadOptions& read,
                            const std::vector<std::string_view>& wanted,
@@ -493,10 +500,11 @@ Status StoreImpl::ForEachRecord(Fn&& fn) {
       seen.insert(id);
       if (!fn(id, std::string_view(it->value().data(), it->value().size())))
         return Status::OK();
-    } else if (!DecodeTensorRecordKey(key, &id, &tensor_key)) {
+    } else if (!DecodeTensorRecordKey(key, &id, &tensor_key) &&
+               !DecodeSmallTensorsKey(key, &id)) {
       break;  // the special keys, after every checkpoint's records
     }
-    // The rest of the checkpoint's records are its tensors': not checkpoints.
+    // The rest of the checkpoint's records hold chunks: not checkpoints.
     it->Seek(MetaRangeEnd(id));
   }
   // Records the scan could not read come from their copies.

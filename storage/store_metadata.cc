@@ -35,6 +35,22 @@ class TensorRecords {
   std::unique_ptr<rocksdb::Iterator> it_;
 };
 
+// Whether `tensor_keys` names a small tensor of `main`.
+bool AsksForSmallTensors(const MainRecord& main,
+                         const std::vector<std::string>& tensor_keys) {
+  std::vector<std::string_view> wanted(tensor_keys.begin(), tensor_keys.end());
+  std::sort(wanted.begin(), wanted.end());
+  auto asked = wanted.begin();
+  size_t ordinal = 0;
+  for (const auto& entry : main.meta.tensors) {
+    const bool small = main.small[ordinal++];
+    while (asked != wanted.end() && *asked < entry.first) ++asked;
+    if (asked == wanted.end()) return false;
+    if (small && *asked == entry.first) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Status StoreImpl::ReadBack(
@@ -156,9 +172,41 @@ Result<CheckpointMetadata> StoreImpl::ReadRocksMetadata(
   }
   Status s = tensor_keys ? ReadTensorRecords(read, *tensor_keys, &*main)
                          : ReadAllTensorRecords(read, &*main);
+  if (s.ok()) s = ReadSmallTensors(read, tensor_keys, &*main);
   if (!s.ok()) return s.WithContext(context);
   return std::move(main->meta);
 }
+
+Status StoreImpl::ReadSmallTensors(const rocksdb::ReadOptions& read,
+                                   const std::vector<std::string>* tensor_keys,
+                                   MainRecord* main) {
+  // A load of none of them does not read their record.
+  if (main->small_counts.empty() ||
+      (tensor_keys != nullptr && !AsksForSmallTensors(*main, *tensor_keys)))
+    return Status::OK();
+  const int64_t id = main->meta.info.id;
+  rocksdb::PinnableSlice record;
+  const rocksdb::Status got =
+      db_->Get(read, meta_, SmallTensorsKey(id), &record);
+  if (got.IsNotFound()) {
+    return Status::Corruption(
+        "checkpoint metadata: the small tensors' record is missing: the "
+        "chunks of " +
+        std::to_string(main->small_counts.size()) + " tensors");
+  }
+  CKPTDB_RETURN_IF_ERROR(FromRocks(
+      got, "reading the small tensors' record of checkpoint " +
+               std::to_string(id)));
+  const std::string_view bytes(record.data(), record.size());
+  if (tensor_keys == nullptr) return DecodeSmallTensors(main, bytes, nullptr);
+  std::vector<std::string_view> wanted(tensor_keys->begin(),
+                                       tensor_keys->end());
+  std::sort(wanted.begin(), wanted.end());
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  return DecodeSmallTensors(main, bytes, &wanted);
+}
+
+
 
 Status StoreImpl::ReadAllTensorRecords(const rocksdb::ReadOptions& read,
                                        MainRecord* main) {
@@ -209,7 +257,8 @@ Status StoreImpl::ReadTensorRecords(const rocksdb::ReadOptions& read,
       if (!is_wanted(key)) tensor.chunks.clear();
       continue;
     }
-    if (!is_wanted(key)) continue;
+    // Small tensors have theirs from the small tensors' record (format 4).
+    if (!is_wanted(key) || !main->chunk_counts.contains(key)) continue;
     rocksdb::PinnableSlice record;
     rocksdb::Status s =
         db_->Get(read, meta_, TensorRecordKey(id, key), &record);
@@ -237,14 +286,16 @@ Status StoreImpl::WalkTensorRecords(const rocksdb::ReadOptions& read,
                                     MainRecord* main) {
   const int64_t id = main->meta.info.id;
   auto& tensors = main->meta.tensors;
-  // The wanted tensors, in key order.
+  // The wanted tensors that have records (the small tensors' chunks come
+  // from the small tensors' record), in key order.
   std::vector<std::map<std::string, TensorMetadata>::iterator> targets;
   {
     auto tensor = tensors.begin();
     for (const std::string_view key : wanted) {
       while (tensor != tensors.end() && std::string_view(tensor->first) < key)
         ++tensor;
-      if (tensor != tensors.end() && tensor->first == key)
+      if (tensor != tensors.end() && tensor->first == key &&
+          main->chunk_counts.contains(key))
         targets.push_back(tensor);
     }
   }

@@ -1,6 +1,7 @@
-// A store's metadata records: the main record and one record per tensor
-// (format 2), loads that decode only their tensors, damaged or missing tensor
-// records, deletion, and stores of format 1.
+// A store's metadata records: the main record, a record for each tensor of
+// many chunks and one for the chunks of all the others; loads that decode only
+// their tensors, damaged or missing tensor records, deletion, and stores of
+// formats 1 and 3.
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 
@@ -19,7 +20,9 @@ namespace {
 using ckptdb::testing::TempDir;
 
 // Tensors "a" (100 bytes), "b" (37), "e" (empty) and "s" (0-d), each split
-// over `ranks` writers (the 0-d one by the last), committed as one checkpoint.
+// over `ranks` writers (the 0-d one by the last), each writer's part of "b" in
+// kMaxSmallTensorChunks + 1 chunks (so that "b" has a record of its own), committed
+// as one checkpoint.
 Result<CheckpointMetadata> CommitSample(Store& store, int ranks) {
   CKPTDB_ASSIGN_OR_RETURN(int64_t id, store.NextCheckpointId());
   CheckpointMetadata meta;
@@ -43,14 +46,19 @@ Result<CheckpointMetadata> CommitSample(Store& store, int ranks) {
     CKPTDB_ASSIGN_OR_RETURN(auto writer, store.NewStagedFile(id, r, 0));
     for (const auto& [key, bytes] : data) {
       const int64_t size = static_cast<int64_t>(bytes.size());
-      const int64_t begin = size * r / ranks, end = size * (r + 1) / ranks;
-      if (begin == end) continue;
-      CKPTDB_ASSIGN_OR_RETURN(
-          uint64_t sum,
-          writer->Add(key, {begin}, bytes.substr(begin, end - begin)));
-      meta.tensors[key].chunks.push_back({Box{{begin}, {end - begin}}, r,
-                                          static_cast<uint64_t>(end - begin),
-                                          sum});
+      const int64_t pieces =
+          key == "b" ? static_cast<int64_t>(kMaxSmallTensorChunks) + 1 : 1;
+      for (int64_t p = 0; p < pieces; ++p) {
+        const int64_t begin = size * (r * pieces + p) / (ranks * pieces);
+        const int64_t end = size * (r * pieces + p + 1) / (ranks * pieces);
+        if (begin == end) continue;
+        CKPTDB_ASSIGN_OR_RETURN(
+            uint64_t sum,
+            writer->Add(key, {begin}, bytes.substr(begin, end - begin)));
+        meta.tensors[key].chunks.push_back({Box{{begin}, {end - begin}}, r,
+                                            static_cast<uint64_t>(end - begin),
+                                            sum});
+      }
     }
     if (r + 1 == ranks) {
       CKPTDB_ASSIGN_OR_RETURN(uint64_t sum, writer->Add("s", {}, "s"));
@@ -159,7 +167,7 @@ void ExpectMetadata(Store& store,
   }
 }
 
-TEST(StoreMetadataTest, OneRecordPerTensorAndLoadsReadOnlyTheirs) {
+TEST(StoreMetadataTest, TensorsOfManyChunksHaveRecordsAndLoadsReadOnlyTheirs) {
   TempDir dir;
   std::vector<CheckpointMetadata> saved;
   {
@@ -178,13 +186,11 @@ TEST(StoreMetadataTest, OneRecordPerTensorAndLoadsReadOnlyTheirs) {
     EXPECT_TRUE(report->unaccounted_chunk_ids.empty());
   }
   const std::vector<std::string> keys = MetaKeys(dir.path());
-  const std::vector<std::string> want_prefix = {MetaKey(1),
-                                                TensorRecordKey(1, "a"),
-                                                TensorRecordKey(1, "b"),
-                                                TensorRecordKey(1, "e"),
-                                                TensorRecordKey(1, "s"),
-                                                MetaKey(2)};
-  ASSERT_GE(keys.size(), want_prefix.size() + 4);
+  // Only "b" has a record; the others' chunks are in the small tensors'.
+  const std::vector<std::string> want_prefix = {
+      MetaKey(1), TensorRecordKey(1, "b"), SmallTensorsKey(1),
+      MetaKey(2), TensorRecordKey(2, "b"), SmallTensorsKey(2)};
+  ASSERT_GE(keys.size(), want_prefix.size());
   EXPECT_EQ(std::vector<std::string>(keys.begin(), keys.begin() + 6),
             want_prefix);
   // Read-only handles see the same.
@@ -208,7 +214,8 @@ TEST(StoreMetadataTest, DeleteAndRecoveryRemoveTheTensorRecords) {
   for (const std::string& key : MetaKeys(dir.path())) {
     int64_t id = 0;
     std::string_view tensor;
-    if (DecodeMetaKey(key, &id) || DecodeTensorRecordKey(key, &id, &tensor)) {
+    if (DecodeMetaKey(key, &id) || DecodeTensorRecordKey(key, &id, &tensor) ||
+        DecodeSmallTensorsKey(key, &id)) {
       EXPECT_EQ(id, 2) << "a record of the deleted checkpoint is left";
     }
   }
@@ -275,9 +282,45 @@ TEST(StoreMetadataTest, MissingOrDamagedTensorRecordIsCorruptionNamingIt) {
   }
 }
 
+TEST(StoreMetadataTest, MissingOrDamagedSmallTensorsRecordIsCorruption) {
+  TempDir dir;
+  {
+    auto store = OpenStore(dir.path());
+    ASSERT_TRUE(CommitSample(*store, 2).ok());
+  }
+  for (const std::string damage : {"missing", "garbage"}) {
+    TempDir copy;
+    std::filesystem::copy(dir.path(), copy.Sub("s"),
+                          std::filesystem::copy_options::recursive);
+    ChangeMetaRecord(copy.Sub("s"), SmallTensorsKey(1),
+                     damage == "missing" ? "" : std::string(64, '\x07'));
+    auto store = OpenStore(copy.Sub("s"));
+    ASSERT_NE(store, nullptr);
+    auto list = store->List();
+    ASSERT_TRUE(list.ok());
+    EXPECT_EQ(list->size(), 1u);
+    for (auto meta : {store->GetMetadata(1), store->GetMetadata(1, {"a"})}) {
+      ASSERT_FALSE(meta.ok()) << damage;
+      EXPECT_TRUE(meta.status().IsCorruption()) << meta.status().ToString();
+      EXPECT_NE(meta.status().message().find("checkpoint id 1"),
+                std::string::npos)
+          << meta.status().ToString();
+      EXPECT_NE(meta.status().message().find("small tensors' record"),
+                std::string::npos)
+          << meta.status().ToString();
+    }
+    // A load of only a tensor with a record of its own does not read it.
+    auto b = store->GetMetadata(1, {"b"});
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_FALSE(b->tensors.at("b").chunks.empty());
+  }
+}
+
 // A load asking for a few tensors reads their records one by one; one asking
 // for a quarter or more walks the checkpoint's records once. Both give the
 // asked tensors their chunks, the others none, and name a missing record.
+// Tensors t10..t21 of 5 + t bytes; the even ones in kMaxSmallTensorChunks + 1
+// chunks (a record each), the odd ones in one (in the small tensors' record).
 TEST(StoreMetadataTest, FewAndManyTensorsReadTheSameRecords) {
   TempDir dir;
   auto store = OpenStore(dir.path());
@@ -291,23 +334,29 @@ TEST(StoreMetadataTest, FewAndManyTensorsReadTheSameRecords) {
   ASSERT_TRUE(writer.ok());
   for (int t = 0; t < 12; ++t) {
     const std::string key = "t" + std::to_string(10 + t);
-    const std::string bytes(3 + t, static_cast<char>('a' + t));
-    meta.tensors[key] = {DType::kUInt8, {static_cast<int64_t>(bytes.size())}};
+    const int64_t size = 5 + t;
+    const std::string bytes(size, static_cast<char>('a' + t));
+    meta.tensors[key] = {DType::kUInt8, {size}};
     meta.flat_mapping[key] = {key};
-    auto sum = (*writer)->Add(key, {0}, bytes);
-    ASSERT_TRUE(sum.ok());
-    meta.tensors[key].chunks.push_back(
-        {Box{{0}, {static_cast<int64_t>(bytes.size())}}, 0, bytes.size(),
-         *sum});
-    meta.info.nbytes += static_cast<int64_t>(bytes.size());
+    const int64_t pieces =
+        t % 2 == 0 ? static_cast<int64_t>(kMaxSmallTensorChunks) + 1 : 1;
+    for (int64_t p = 0; p < pieces; ++p) {
+      const int64_t begin = size * p / pieces, end = size * (p + 1) / pieces;
+      auto sum = (*writer)->Add(key, {begin}, bytes.substr(begin, end - begin));
+      ASSERT_TRUE(sum.ok());
+      meta.tensors[key].chunks.push_back(
+          {Box{{begin}, {end - begin}}, 0, static_cast<uint64_t>(end - begin),
+           *sum});
+    }
+    meta.info.nbytes += size;
   }
   meta.info.num_tensors = 12;
   auto file = (*writer)->Finish();
   ASSERT_TRUE(file.ok());
   ASSERT_TRUE(store->Commit(meta, {*file}).ok());
   // Keys in any order, some twice.
-  const std::vector<std::string> few = {"t12", "nope", "t12"};
-  const std::vector<std::string> many = {"t21", "t10", "t13",
+  const std::vector<std::string> few = {"t12", "t13", "t12"};
+  const std::vector<std::string> many = {"t20", "t10", "t13", "t14",
                                          "t17", "t10", "nope"};
   for (const auto* keys : {&few, &many}) {
     auto part = store->GetMetadata(*id, *keys);
@@ -325,7 +374,7 @@ TEST(StoreMetadataTest, FewAndManyTensorsReadTheSameRecords) {
   }
   // The last asked record missing, then also one in the middle: the first
   // missing one is named.
-  for (const std::string missing : {"t21", "t13"}) {
+  for (const std::string missing : {"t20", "t14"}) {
     store.reset();
     ChangeMetaRecord(dir.path(), TensorRecordKey(*id, missing), "");
     store = OpenStore(dir.path());
@@ -361,7 +410,7 @@ TEST(StoreMetadataTest, StoresOfFormat1StillOpenAndRead) {
   auto store = OpenStore(dir.path());
   ASSERT_NE(store, nullptr);
   ExpectMetadata(*store, saved);
-  // A new checkpoint beside them is written in format 2.
+  // A new checkpoint beside them is written in today's format.
   auto third = CommitSample(*store, 1);
   ASSERT_TRUE(third.ok()) << third.status().ToString();
   saved.push_back(*third);
@@ -369,6 +418,49 @@ TEST(StoreMetadataTest, StoresOfFormat1StillOpenAndRead) {
   ASSERT_TRUE(store->Delete(1).ok());
   saved.erase(saved.begin());
   ExpectMetadata(*store, saved);
+}
+
+// Stores written before format 4 have a record for every tensor: they open,
+// list, read whole and in part, take new checkpoints beside the old ones, and
+// delete them.
+TEST(StoreMetadataTest, StoresOfFormat3StillOpenAndRead) {
+  TempDir dir;
+  std::vector<CheckpointMetadata> saved;
+  {
+    auto store = OpenStore(dir.path());
+    for (int ranks : {2, 3}) {
+      auto meta = CommitSample(*store, ranks);
+      ASSERT_TRUE(meta.ok());
+      saved.push_back(*meta);
+    }
+  }
+  ASSERT_TRUE(ckptdb::testing::RewriteInFormat(dir.path(), 3).ok());
+  const std::vector<std::string> keys = MetaKeys(dir.path());
+  for (int64_t id : {1, 2}) {
+    for (const char* tensor : {"a", "b", "e", "s"}) {
+      EXPECT_TRUE(std::find(keys.begin(), keys.end(),
+                            TensorRecordKey(id, tensor)) != keys.end())
+          << id << " " << tensor;
+    }
+  }
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  ExpectMetadata(*store, saved);
+  auto third = CommitSample(*store, 1);
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  saved.push_back(*third);
+  ExpectMetadata(*store, saved);
+  ASSERT_TRUE(store->Delete(1).ok());
+  saved.erase(saved.begin());
+  ExpectMetadata(*store, saved);
+  store.reset();
+  for (const std::string& key : MetaKeys(dir.path())) {
+    int64_t id = 0;
+    std::string_view tensor;
+    if (DecodeTensorRecordKey(key, &id, &tensor)) {
+      EXPECT_NE(id, 1) << key;
+    }
+  }
 }
 
 }  // namespace

@@ -132,7 +132,8 @@ Status StoreImpl::CheckRocksHoldsJournal() {
     const std::string_view key(it->key().data(), it->key().size());
     if (DecodeMetaKey(key, &id)) {
       held.insert(id);
-    } else if (!DecodeTensorRecordKey(key, &id, &tensor_key)) {
+    } else if (!DecodeTensorRecordKey(key, &id, &tensor_key) &&
+               !DecodeSmallTensorsKey(key, &id)) {
       break;
     }
     it->Seek(MetaRangeEnd(id));

@@ -1,9 +1,11 @@
 #pragma once
 
-// Turns a store into one of format version 1 (what ckptdb wrote before format
-// 2): every checkpoint's records become its one format-1 record, chunks
-// inline, with no tensor records. Chunks, journal and markers are the same in
-// both versions. For tests that open version-1 stores with today's code.
+// Turns a store into one of an earlier format version: 1 (what ckptdb wrote
+// before format 2: every checkpoint's records become its one format-1 record,
+// chunks inline, with no tensor records) or 3 (before format 4: a record for
+// every tensor, none of its chunks in the main record). Chunks, journal and
+// markers are the same in all versions. For tests that open such stores with
+// today's code.
 
 #include <rocksdb/db.h>
 
@@ -19,8 +21,8 @@
 
 namespace ckptdb::testing {
 
-// REQUIRES: no handle has the store at `dir` open.
-inline Status RewriteAsFormat1(const std::string& dir) {
+// REQUIRES: no handle has the store at `dir` open; version is 1 or 3.
+inline Status RewriteInFormat(const std::string& dir, uint32_t version) {
   rocksdb::DBOptions options;
   rocksdb::ColumnFamilyOptions chunks;
   // The chunk files must stay as ingested.
@@ -45,7 +47,8 @@ inline Status RewriteAsFormat1(const std::string& dir) {
       std::string_view tensor;
       const std::string key = it->key().ToString();
       if (storage::DecodeMetaKey(key, &id) ||
-          storage::DecodeTensorRecordKey(key, &id, &tensor))
+          storage::DecodeTensorRecordKey(key, &id, &tensor) ||
+          storage::DecodeSmallTensorsKey(key, &id))
         records[id].emplace_back(key, it->value().ToString());
     }
   }
@@ -58,8 +61,14 @@ inline Status RewriteAsFormat1(const std::string& dir) {
       break;
     }
     for (const auto& [key, value] : list) (void)batch.Delete(meta, key);
-    (void)batch.Put(meta, storage::MetaKey(id),
-                    storage::EncodeCheckpointV1(*decoded));
+    if (version == 1) {
+      (void)batch.Put(meta, storage::MetaKey(id),
+                      storage::EncodeCheckpointV1(*decoded));
+      continue;
+    }
+    for (const auto& [key, value] :
+         storage::EncodeCheckpointRecordsOfFormat(*decoded, version))
+      (void)batch.Put(meta, key, value);
   }
   // As the store writes metadata: no write-ahead log, flushed at once.
   rocksdb::WriteOptions write;
@@ -72,6 +81,10 @@ inline Status RewriteAsFormat1(const std::string& dir) {
   for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);
   (void)db->Close();
   return result;
+}
+
+inline Status RewriteAsFormat1(const std::string& dir) {
+  return RewriteInFormat(dir, 1);
 }
 
 }  // namespace ckptdb::testing
