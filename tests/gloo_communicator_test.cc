@@ -300,5 +300,50 @@ TEST(GlooCommunicatorSetupTest, AFailedConnectionIsSetUpAgainOnEveryRank) {
   EXPECT_TRUE(results[1].ok()) << results[1].ToString();
 }
 
+// A rank that leaves (its connections closed, as when its process dies)
+// fails the next collectives of the others with an error naming the call,
+// whichever of their sends and receives it breaks: no crash, no hang.
+TEST(GlooCommunicatorSetupTest, APeerThatLeftFailsTheOthersCollectives) {
+  auto store = InMemoryRendezvousStore();
+  std::vector<Status> gathered(3), exchanged(3), barrier(3);
+  std::atomic<bool> left{false};
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      auto comm = GlooCommunicator(store, {.rank = r,
+                                           .size = 3,
+                                           .prefix = "left",
+                                           .hostname = "127.0.0.1",
+                                           .timeout = std::chrono::seconds(30)});
+      ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+      ASSERT_TRUE((*comm)->Barrier().ok());
+      if (r == 2) {
+        comm->reset();
+        left = true;
+        return;
+      }
+      while (!left) std::this_thread::yield();
+      // Longer than a block: the all-gather's second step sends too.
+      gathered[r] = (*comm)->AllGather(Payload(r, 10000)).status();
+      const std::string bytes = Payload(r, 64);
+      std::vector<char> in(64);
+      const SendBuffer sends[] = {{1 - r, bytes.data(), 64},
+                                  {2, bytes.data(), 64}};
+      const RecvBuffer recvs[] = {{1 - r, in.data(), 64}};
+      exchanged[r] = (*comm)->Exchange(sends, recvs);
+      barrier[r] = (*comm)->Barrier();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    for (const Status& s : {gathered[r], exchanged[r], barrier[r]}) {
+      EXPECT_TRUE(s.IsIOError()) << "rank " << r << ": " << s.ToString();
+      EXPECT_NE(s.message().find("on rank " + std::to_string(r) + " of 3"),
+                std::string::npos)
+          << s.ToString();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ckptdb

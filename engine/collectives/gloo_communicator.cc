@@ -405,18 +405,25 @@ class Gloo : public Communicator {
   // for `posted`'s receives, even after an error (`receiving`, or one here).
   Status SendAndWait(std::span<const SendBuffer> sends, Posted& posted,
                      const Status& receiving, const std::string& what) {
-    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;
-    std::vector<int> peers;
+    // The sends that started, each with its peer: only those are waited for
+    // (a send that threw, to a peer whose connection is gone, left nothing
+    // pending, and the others after it were not started).
+    struct Started {
+      std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+      int peer;
+    };
+    std::vector<Started> started;
+    started.reserve(sends.size());
     Status done = receiving;
     const Status sending = Run(what, [&] {
       for (const SendBuffer& s : sends) {
         if (s.peer == rank()) continue;
         const uint64_t k = sent_[s.peer]++;
         if (s.nbytes == 0) continue;
-        buffers.push_back(To(s.peer)->createUnboundBuffer(
-            const_cast<void*>(s.data), s.nbytes));
-        buffers.back()->send(s.peer, Slot(k));
-        peers.push_back(s.peer);
+        auto buffer = To(s.peer)->createUnboundBuffer(
+            const_cast<void*>(s.data), s.nbytes);
+        buffer->send(s.peer, Slot(k));
+        started.push_back({std::move(buffer), s.peer});
       }
     });
     if (done.ok()) done = sending;
@@ -427,10 +434,10 @@ class Gloo : public Communicator {
       if (done.ok()) done = s;
     }
     posted.receives.clear();
-    for (size_t i = 0; i < buffers.size(); ++i) {
+    for (Started& sent : started) {
       const Status s =
-          Run(what + ": sending to rank " + std::to_string(peers[i]),
-              [&] { buffers[i]->waitSend(); });
+          Run(what + ": sending to rank " + std::to_string(sent.peer),
+              [&] { sent.buffer->waitSend(); });
       if (done.ok()) done = s;
     }
     return done;
