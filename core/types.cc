@@ -132,6 +132,13 @@ std::string_view ValueTypeName(const Value& value) {
   return kNames[value.index()];
 }
 
+StateDict StateDict::Invalid(Status error) {
+  CKPTDB_ASSERT(!error.ok(), "StateDict::Invalid needs an error");
+  StateDict out;
+  out.error_ = std::make_shared<const Status>(std::move(error));
+  return out;
+}
+
 StateDict::StateDict(const StateDict& other) = default;
 StateDict& StateDict::operator=(const StateDict& other) = default;
 StateDict::~StateDict() = default;

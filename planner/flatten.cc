@@ -178,10 +178,12 @@ bool AllStrKeys(const PathKinds& kinds) {
 }
 
 Result<std::vector<FlatLeaf>> Flatten(const StateDict& state) {
+  CKPTDB_RETURN_IF_ERROR(state.error());
   return FlattenImpl<const StateDict, FlatLeaf>(state);
 }
 
 Result<std::vector<MutableFlatLeaf>> FlattenMutable(StateDict& state) {
+  CKPTDB_RETURN_IF_ERROR(state.error());
   return FlattenImpl<StateDict, MutableFlatLeaf>(state);
 }
 

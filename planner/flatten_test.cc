@@ -200,5 +200,23 @@ TEST(FlattenTest, UnflattenRejectsLeafOnPath) {
   EXPECT_FALSE(Unflatten(values, {}).ok());
 }
 
+// A state dict its builder could not build flattens to the builder's error,
+// which a collective call then reports on every rank.
+TEST(FlattenTest, AnInvalidStateDictFlattensToItsError) {
+  StateDict invalid =
+      StateDict::Invalid(Status::InvalidArgument("leaf 'note' is a set"));
+  EXPECT_EQ(invalid.error().message(), "leaf 'note' is a set");
+  auto leaves = Flatten(invalid);
+  ASSERT_FALSE(leaves.ok());
+  EXPECT_TRUE(leaves.status().IsInvalidArgument());
+  EXPECT_EQ(leaves.status().message(), "leaf 'note' is a set");
+  auto mutable_leaves = FlattenMutable(invalid);
+  EXPECT_EQ(mutable_leaves.status().message(), "leaf 'note' is a set");
+  // Copies keep the error; an ordinary state dict has none.
+  const StateDict copy = invalid;
+  EXPECT_FALSE(copy.error().ok());
+  EXPECT_TRUE(StateDict().error().ok());
+}
+
 }  // namespace
 }  // namespace ckptdb::planner

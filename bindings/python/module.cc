@@ -150,22 +150,53 @@ class PyDB {
     return *db_;
   }
 
+  // Runs `convert`; when it raises on a rank of several, the call still
+  // takes part in the collective `call` with a state dict that fails it on
+  // every rank (StateDict::Invalid), so that the other ranks raise too
+  // instead of waiting for this rank or pairing its next call with theirs;
+  // then this rank raises its own error.
+  template <typename Convert, typename Call>
+  auto Collective(Convert&& convert, StateDict& sd, Call&& call) {
+    DB& d = db();
+    std::exception_ptr failed;
+    std::string why;
+    try {
+      convert();
+    } catch (py::error_already_set& e) {
+      failed = std::current_exception();
+      why = py::str(e.value());
+    } catch (const std::exception& e) {
+      failed = std::current_exception();
+      why = e.what();
+    }
+    if (failed) {
+      if (d.communicator().size() > 1) {
+        StateDict invalid =
+            StateDict::Invalid(Status::InvalidArgument(std::move(why)));
+        (void)WithoutGil([&] { return call(d, invalid); });
+      }
+      std::rethrow_exception(failed);
+    }
+    return WithoutGil([&] { return call(d, sd); });
+  }
+
   // The arguments of save and save_async, converted; `call` runs without the
   // GIL while the state's arrays are borrowed.
   template <typename Call>
   auto Saving(const py::object& state, const py::object& step,
               const py::object& tag, const py::object& metadata, Call&& call) {
     SaveOptions options;
-    options.step = Unwrap(OptionalInt(step, "step"));
-    options.tag = Unwrap(OptionalText(tag, "tag"));
-    if (!metadata.is_none())
-      options.user_metadata = Unwrap(TextMap(metadata, "metadata"));
-    const py::dict dict = StateDictArgument(state);
     StateDict sd;
     Borrowed borrowed;
-    Convert(dict, false, sd, borrowed);
-    DB& d = db();
-    return WithoutGil([&] { return call(d, sd, options); });
+    return Collective(
+        [&] {
+          options.step = Unwrap(OptionalInt(step, "step"));
+          options.tag = Unwrap(OptionalText(tag, "tag"));
+          if (!metadata.is_none())
+            options.user_metadata = Unwrap(TextMap(metadata, "metadata"));
+          Convert(StateDictArgument(state), false, sd, borrowed);
+        },
+        sd, [&](DB& d, StateDict& given) { return call(d, given, options); });
   }
 
   py::object Save(const py::object& state, const py::object& step,
@@ -192,16 +223,19 @@ class PyDB {
   LoadResult Load(const py::object& state, const py::object& step,
                   const py::object& tag, const py::object& id,
                   const py::object& strict, const py::object& cast) {
-    const CheckpointSelector which = Unwrap(Selector(step, tag, id));
-    const LoadOptions options{.strict = Unwrap(Flag(strict, "strict")),
-                              .cast = Unwrap(Flag(cast, "cast"))};
-    const py::dict dict = StateDictArgument(state);
+    CheckpointSelector which = CheckpointSelector::Latest();
+    LoadOptions options;
     StateDict sd;
     Borrowed borrowed;
-    Convert(dict, true, sd, borrowed);
-    DB& d = db();
-    Result<LoadResult> result =
-        WithoutGil([&] { return d.Load(sd, which, options); });
+    Result<LoadResult> result = Collective(
+        [&] {
+          which = Unwrap(Selector(step, tag, id));
+          options.strict = Unwrap(Flag(strict, "strict"));
+          options.cast = Unwrap(Flag(cast, "cast"));
+          Convert(StateDictArgument(state), true, sd, borrowed);
+        },
+        sd,
+        [&](DB& d, StateDict& given) { return d.Load(given, which, options); });
     LoadResult r = Unwrap(std::move(result));
     borrowed.values.WriteBack();
     return r;

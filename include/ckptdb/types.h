@@ -185,6 +185,16 @@ class StateDict {
   static StateDict List() { return StateDict(ContainerKind::kList); }
   static StateDict Tuple() { return StateDict(ContainerKind::kTuple); }
 
+  // A state dict that could not be built: its builder (a binding converting
+  // its language's objects) found bad input on this rank. A collective call
+  // (Save, SaveAsync, Load) given it still takes part, and fails on every
+  // rank with `error` (or with the disagreement it causes), so that the
+  // other ranks never wait for, or pair their next call with, a rank that
+  // left. `error` must not be OK.
+  static StateDict Invalid(Status error);
+  // OK, unless made by Invalid.
+  Status error() const { return error_ ? *error_ : Status::OK(); }
+
   StateDict& Set(Key key, TensorView tensor);
   StateDict& Set(Key key, Value value);
   StateDict& Set(Key key, StateDict child);
@@ -210,6 +220,7 @@ class StateDict {
  private:
   ContainerKind kind_ = ContainerKind::kDict;
   Map items_;
+  std::shared_ptr<const Status> error_;
 };
 
 struct StateDict::Entry {

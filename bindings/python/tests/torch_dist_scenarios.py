@@ -169,6 +169,20 @@ def errors(store):
             expect("'w'" in str(e) or "w" in str(e), f"names the tensor: {e}")
         expect(db.checkpoints() == [], "nothing committed")
         db.save({"w": shard(w, (begin, 0), (ROWS, COLS))}, step=1)
+        # A leaf only the last rank cannot convert: every rank raises, the
+        # last one its own error, the others naming it; the calls stay paired.
+        last = n - 1
+        bad = {"w": shard(w, (begin, 0), (ROWS, COLS))}
+        if rank == last:
+            bad["note"] = {1, 2}
+        for call in (lambda: db.save(bad, step=2), lambda: db.load(bad)):
+            try:
+                call()
+                raise AssertionError("a state dict with a set leaf was taken")
+            except ckptdb.InvalidArgumentError as e:
+                expect("'note'" in str(e) and "set" in str(e), f"names the leaf: {e}")
+                expect(rank == last or f"rank {last}" in str(e), f"names the rank: {e}")
+        expect([c.step for c in db.checkpoints()] == [1], "nothing more committed")
         try:
             db.load({"w": shard(torch.zeros(1, COLS), (0, 0), (ROWS + 1, COLS))})
             raise AssertionError("a target of another shape loaded")
