@@ -74,8 +74,20 @@ def communicator(comm):
     name = ",".join(map(str, members)) if len(members) <= 16 else (
         f"{len(members)}:{hash(key) & 0xffffffffffff:x}")
     prefix = f"ckptdb/{name}/{n}"
-    timeout = getattr(dist, "default_pg_timeout", None)
+    timeout = _group_timeout(dist, group)
     return _ckptdb.gloo_communicator(
         _default_store(dist), rank, dist.get_world_size(group), prefix,
         interface=_os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0],
         timeout_seconds=timeout.total_seconds() if timeout is not None else 0.0)
+
+
+def _group_timeout(dist, group):
+    """The group's own timeout (init_process_group's or new_group's `timeout`), else torch's
+    default for process groups."""
+    try:
+        timeout = group.options._timeout
+    except AttributeError:  # a backend or torch version without it
+        timeout = None
+    if timeout is None or timeout.total_seconds() <= 0:
+        timeout = getattr(dist, "default_pg_timeout", None)
+    return timeout

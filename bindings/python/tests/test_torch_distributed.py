@@ -61,3 +61,15 @@ def test_a_replicated_model_with_adamw_resumes_bit_exactly(tmp_path):
                     reason="needs a CUDA device and NCCL")
 def test_a_group_of_the_nccl_backend(tmp_path):
     torchrun(min(2, torch.cuda.device_count()), "nccl_group", str(tmp_path / "store"))
+
+
+def test_the_gloo_channel_takes_the_groups_own_timeout():
+    import datetime
+    import types
+    from ckptdb import _comm
+    dist = types.SimpleNamespace(default_pg_timeout=datetime.timedelta(minutes=30))
+    own = types.SimpleNamespace(
+        options=types.SimpleNamespace(_timeout=datetime.timedelta(seconds=7)))
+    assert _comm._group_timeout(dist, own) == datetime.timedelta(seconds=7)
+    # A group that does not say (another backend or torch): torch's default.
+    assert _comm._group_timeout(dist, object()) == datetime.timedelta(minutes=30)
