@@ -249,7 +249,14 @@ TEST(StoreMetadataTest, ADeleteLeavesNoTableFileOfItsRecords) {
   delete raw;
 }
 
-TEST(StoreMetadataTest, MissingOrDamagedTensorRecordIsCorruptionNamingIt) {
+// A store of CommitSample(*, 2) whose record at `key` is missing, then
+// garbage: the checkpoint is still listed (its main record, the commit point,
+// is whole); reading it whole, or the tensor `needing`, is Corruption naming
+// the checkpoint and `names`; reading only the tensor `unaffected` works.
+void ExpectADamagedRecordFailsItsReaders(const std::string& key,
+                                         const std::string& needing,
+                                         const std::string& names,
+                                         const std::string& unaffected) {
   TempDir dir;
   {
     auto store = OpenStore(dir.path());
@@ -259,61 +266,37 @@ TEST(StoreMetadataTest, MissingOrDamagedTensorRecordIsCorruptionNamingIt) {
     TempDir copy;
     std::filesystem::copy(dir.path(), copy.Sub("s"),
                           std::filesystem::copy_options::recursive);
-    ChangeMetaRecord(copy.Sub("s"), TensorRecordKey(1, "b"),
+    ChangeMetaRecord(copy.Sub("s"), key,
                      damage == "missing" ? "" : std::string(64, '\x07'));
-    // The checkpoint is still listed: its main record, the commit point, is
-    // whole.
     auto store = OpenStore(copy.Sub("s"));
     ASSERT_NE(store, nullptr);
     auto list = store->List();
     ASSERT_TRUE(list.ok());
     EXPECT_EQ(list->size(), 1u);
-    for (auto meta : {store->GetMetadata(1), store->GetMetadata(1, {"b"})}) {
+    for (auto meta :
+         {store->GetMetadata(1), store->GetMetadata(1, {needing})}) {
       ASSERT_FALSE(meta.ok()) << damage;
       EXPECT_TRUE(meta.status().IsCorruption()) << meta.status().ToString();
       EXPECT_NE(meta.status().message().find("checkpoint id 1"),
                 std::string::npos)
           << meta.status().ToString();
-      EXPECT_NE(meta.status().message().find("tensor 'b'"), std::string::npos)
+      EXPECT_NE(meta.status().message().find(names), std::string::npos)
           << meta.status().ToString();
     }
-    // A load that does not need it is unaffected.
-    EXPECT_TRUE(store->GetMetadata(1, {"a"}).ok());
+    auto other = store->GetMetadata(1, {unaffected});
+    ASSERT_TRUE(other.ok()) << damage << ": " << other.status().ToString();
+    EXPECT_FALSE(other->tensors.at(unaffected).chunks.empty());
   }
 }
 
+TEST(StoreMetadataTest, MissingOrDamagedTensorRecordIsCorruptionNamingIt) {
+  ExpectADamagedRecordFailsItsReaders(TensorRecordKey(1, "b"), "b",
+                                      "tensor 'b'", "a");
+}
+
 TEST(StoreMetadataTest, MissingOrDamagedSmallTensorsRecordIsCorruption) {
-  TempDir dir;
-  {
-    auto store = OpenStore(dir.path());
-    ASSERT_TRUE(CommitSample(*store, 2).ok());
-  }
-  for (const std::string damage : {"missing", "garbage"}) {
-    TempDir copy;
-    std::filesystem::copy(dir.path(), copy.Sub("s"),
-                          std::filesystem::copy_options::recursive);
-    ChangeMetaRecord(copy.Sub("s"), SmallTensorsKey(1),
-                     damage == "missing" ? "" : std::string(64, '\x07'));
-    auto store = OpenStore(copy.Sub("s"));
-    ASSERT_NE(store, nullptr);
-    auto list = store->List();
-    ASSERT_TRUE(list.ok());
-    EXPECT_EQ(list->size(), 1u);
-    for (auto meta : {store->GetMetadata(1), store->GetMetadata(1, {"a"})}) {
-      ASSERT_FALSE(meta.ok()) << damage;
-      EXPECT_TRUE(meta.status().IsCorruption()) << meta.status().ToString();
-      EXPECT_NE(meta.status().message().find("checkpoint id 1"),
-                std::string::npos)
-          << meta.status().ToString();
-      EXPECT_NE(meta.status().message().find("small tensors' record"),
-                std::string::npos)
-          << meta.status().ToString();
-    }
-    // A load of only a tensor with a record of its own does not read it.
-    auto b = store->GetMetadata(1, {"b"});
-    ASSERT_TRUE(b.ok()) << b.status().ToString();
-    EXPECT_FALSE(b->tensors.at("b").chunks.empty());
-  }
+  ExpectADamagedRecordFailsItsReaders(SmallTensorsKey(1), "a",
+                                      "small tensors' record", "b");
 }
 
 // A load asking for a few tensors reads their records one by one; one asking
