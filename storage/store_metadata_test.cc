@@ -377,23 +377,25 @@ TEST(StoreMetadataTest, FewAndManyTensorsReadTheSameRecords) {
   }
 }
 
-TEST(StoreMetadataTest, StoresOfFormat1StillOpenAndRead) {
-  TempDir dir;
+// Two checkpoints (2 and 3 writers) committed into a new store at `path`.
+std::vector<CheckpointMetadata> TwoCheckpoints(const std::string& path) {
   std::vector<CheckpointMetadata> saved;
-  {
-    auto store = OpenStore(dir.path());
-    for (int ranks : {2, 3}) {
-      auto meta = CommitSample(*store, ranks);
-      ASSERT_TRUE(meta.ok());
-      saved.push_back(*meta);
-    }
+  auto store = OpenStore(path);
+  for (int ranks : {2, 3}) {
+    auto meta = CommitSample(*store, ranks);
+    EXPECT_TRUE(meta.ok()) << meta.status().ToString();
+    if (meta.ok()) saved.push_back(*meta);
   }
-  ASSERT_TRUE(ckptdb::testing::RewriteAsFormat1(dir.path()).ok());
-  EXPECT_EQ(MetaKeys(dir.path()).size(), 2u + 2u);  // + marker, next id
-  auto store = OpenStore(dir.path());
+  return saved;
+}
+
+// A store of older records (`saved`) reads as written, takes a new
+// checkpoint in today's format beside them, and deletes the oldest.
+void ExpectAnOlderStoreWorks(const std::string& path,
+                             std::vector<CheckpointMetadata> saved) {
+  auto store = OpenStore(path);
   ASSERT_NE(store, nullptr);
   ExpectMetadata(*store, saved);
-  // A new checkpoint beside them is written in today's format.
   auto third = CommitSample(*store, 1);
   ASSERT_TRUE(third.ok()) << third.status().ToString();
   saved.push_back(*third);
@@ -403,20 +405,20 @@ TEST(StoreMetadataTest, StoresOfFormat1StillOpenAndRead) {
   ExpectMetadata(*store, saved);
 }
 
+TEST(StoreMetadataTest, StoresOfFormat1StillOpenAndRead) {
+  TempDir dir;
+  const std::vector<CheckpointMetadata> saved = TwoCheckpoints(dir.path());
+  ASSERT_TRUE(ckptdb::testing::RewriteAsFormat1(dir.path()).ok());
+  EXPECT_EQ(MetaKeys(dir.path()).size(), 2u + 2u);  // + marker, next id
+  ExpectAnOlderStoreWorks(dir.path(), saved);
+}
+
 // Stores written before format 4 have a record for every tensor: they open,
 // list, read whole and in part, take new checkpoints beside the old ones, and
-// delete them.
+// delete them (with their records).
 TEST(StoreMetadataTest, StoresOfFormat3StillOpenAndRead) {
   TempDir dir;
-  std::vector<CheckpointMetadata> saved;
-  {
-    auto store = OpenStore(dir.path());
-    for (int ranks : {2, 3}) {
-      auto meta = CommitSample(*store, ranks);
-      ASSERT_TRUE(meta.ok());
-      saved.push_back(*meta);
-    }
-  }
+  const std::vector<CheckpointMetadata> saved = TwoCheckpoints(dir.path());
   ASSERT_TRUE(ckptdb::testing::RewriteInFormat(dir.path(), 3).ok());
   const std::vector<std::string> keys = MetaKeys(dir.path());
   for (int64_t id : {1, 2}) {
@@ -426,17 +428,7 @@ TEST(StoreMetadataTest, StoresOfFormat3StillOpenAndRead) {
           << id << " " << tensor;
     }
   }
-  auto store = OpenStore(dir.path());
-  ASSERT_NE(store, nullptr);
-  ExpectMetadata(*store, saved);
-  auto third = CommitSample(*store, 1);
-  ASSERT_TRUE(third.ok()) << third.status().ToString();
-  saved.push_back(*third);
-  ExpectMetadata(*store, saved);
-  ASSERT_TRUE(store->Delete(1).ok());
-  saved.erase(saved.begin());
-  ExpectMetadata(*store, saved);
-  store.reset();
+  ExpectAnOlderStoreWorks(dir.path(), saved);
   for (const std::string& key : MetaKeys(dir.path())) {
     int64_t id = 0;
     std::string_view tensor;
