@@ -163,15 +163,32 @@ TensorView FromArray(const py::array& array, const std::string& path,
   return view;
 }
 
+// A torch tensor of bools in host memory: torch before 2.1 refuses to export
+// those through DLPack, but its numpy view shares the tensor's memory.
+bool IsHostTorchBool(const py::object& obj) {
+  try {
+    return py::hasattr(obj, "numpy") &&
+           Str(obj.attr("dtype")) == "torch.bool" &&
+           Str(obj.attr("device")) == "cpu";
+  } catch (py::error_already_set&) {
+    return false;
+  }
+}
+
 // A view of a DLPack tensor's memory; the capsule is kept in `borrowed`.
 TensorView FromDLPackObject(const py::object& obj, const std::string& path,
-                            Borrowed& borrowed) {
+                            bool writable, Borrowed& borrowed) {
   py::object capsule;
   try {
     capsule = obj.attr("__dlpack__")();
   } catch (py::error_already_set& e) {
-    // The producer refuses to export it (torch: a tensor that requires grad).
     if (!e.matches(PyExc_Exception) || e.matches(PyExc_MemoryError)) throw;
+    if (IsHostTorchBool(obj)) {
+      py::object view = obj.attr("numpy")();
+      borrowed.keep.push_back(view);
+      return FromArray(view.cast<py::array>(), path, writable);
+    }
+    // The producer refuses to export it (torch: a tensor that requires grad).
     const std::string message = "tensor " + Where(path) +
                                 ": its __dlpack__() raised " +
                                 TypeName(e.value()) + ": " + Str(e.value());
@@ -294,7 +311,7 @@ TensorView TensorLeaf(const py::object& obj, const std::string& path,
             "with __dlpack__), got " +
             TypeName(obj));
   }
-  return FromDLPackObject(obj, path, borrowed);
+  return FromDLPackObject(obj, path, writable, borrowed);
 }
 
 std::optional<Value> SmallValue(const py::handle& obj,

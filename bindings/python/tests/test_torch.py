@@ -265,3 +265,21 @@ def test_import_ckptdb_does_not_import_torch():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_bool_tensors_and_bool_buffers_round_trip(tmp_path):
+    """torch 1.13 refuses to export bool tensors through DLPack; host ones go through their
+    numpy view (the tensor's own memory), so a model's bool buffer saves and loads."""
+    model = nn.Module()
+    model.register_buffer("mask", torch.tensor([True, False, True]))
+    state = {**ckptdb.torch.get_state_dict(model),
+             "row": torch.tensor([[False, True], [True, True]])[:, 1]}  # a strided view
+    with ckptdb.open(str(tmp_path / "s")) as db:
+        db.save(state, step=1)
+        assert db.metadata()["tensors"]["model.mask"]["dtype"] == "bool"
+        fresh = nn.Module()
+        fresh.register_buffer("mask", torch.zeros(3, dtype=torch.bool))
+        back = {**ckptdb.torch.get_state_dict(fresh), "row": torch.zeros(2, dtype=torch.bool)}
+        db.load(back)
+    assert torch.equal(fresh.mask, torch.tensor([True, False, True]))
+    assert torch.equal(back["row"], torch.tensor([True, True]))
