@@ -227,6 +227,22 @@ TEST(GlooCommunicatorTest, BadPeerIsAnErrorNotAnAbort) {
   });
 }
 
+// A rank in a barrier while the other is in an all-gather (one rank closing
+// while the other saves) is not an abort: both calls return, the all-gather
+// with an empty part from the rank in the barrier, which the caller's
+// protocol then refuses.
+TEST(GlooCommunicatorTest, ABarrierMetByAnAllGatherReturnsOnBoth) {
+  RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
+    if (rank == 1) {
+      EXPECT_TRUE(comm->Barrier().ok());
+      return;
+    }
+    auto all = comm->AllGather("call arguments");
+    ASSERT_TRUE(all.ok()) << all.status().ToString();
+    EXPECT_EQ(*all, (std::vector<std::string>{"call arguments", ""}));
+  });
+}
+
 TEST(GlooCommunicatorSetupTest, BadArgumentsAreRefusedNamingThem) {
   auto store = InMemoryRendezvousStore();
   auto none = GlooCommunicator(nullptr, {});

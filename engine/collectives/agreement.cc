@@ -207,9 +207,19 @@ Result<std::vector<std::string>> AllGatherAgreed(Communicator& comm,
   message.append(payload);
   CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> gathered, comm.AllGather(message));
   bool agreed = true;
-  for (const std::string& m : gathered) {
-    if (m.size() < kDigestBytes)
-      return Status::Internal("malformed call arguments received from a rank");
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    const std::string& m = gathered[r];
+    if (m.empty()) {
+      // What a rank in a barrier (closing the store) sends.
+      return Status::InvalidArgument(
+          "rank " + std::to_string(r) + " is not in this " + args.call() +
+          " (it may be closing the store): every rank must make the same "
+          "collective calls in the same order");
+    }
+    if (m.size() < kDigestBytes) {
+      return Status::Internal("malformed call arguments received from rank " +
+                              std::to_string(r));
+    }
     agreed =
         agreed && m.compare(0, kDigestBytes, message, 0, kDigestBytes) == 0;
   }

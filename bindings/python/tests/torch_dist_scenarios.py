@@ -257,8 +257,30 @@ def nccl_group(store):
     expect(torch.equal(back["w"].cpu(), w.cpu()), "device round trip")
 
 
+def close_while_saving(store):
+    """A rank that closes the store (a user error on it ended its `with`) while the others
+    save: the savers raise naming it, and no process aborts."""
+    rank = dist.get_rank()
+    db = ckptdb.open(store, comm=dist.group.WORLD)
+    if rank == 1:
+        try:
+            db.close()
+        except ckptdb.Error:
+            pass
+        return
+    try:
+        db.save({"w": torch.arange(6.0)}, step=1)
+        raise AssertionError("a save without rank 1 committed")
+    except ckptdb.InvalidArgumentError as e:
+        expect("rank 1 is not in this save" in str(e), str(e))
+    try:
+        db.close()
+    except ckptdb.Error:
+        pass  # rank 1 is gone
+
+
 SCENARIOS = {f.__name__: f for f in (save_rows, load_cols, subgroup, save_async, errors, ddp_save,
-                                     ddp_resume, nccl_group, group_freed)}
+                                     ddp_resume, nccl_group, group_freed, close_while_saving)}
 
 
 def main():
