@@ -173,6 +173,22 @@ TEST(StoreTest, RejectsNonStoreDirectories) {
   EXPECT_FALSE(std::filesystem::exists(dir.Sub("absent")));
 }
 
+// A second read-write handle of a store is refused, saying whether the first
+// is in this process; the store opens again once the first is closed.
+TEST(StoreTest, ASecondWritableHandleInTheSameProcessIsRefusedNamingIt) {
+  TempDir dir;
+  auto first = Store::Open(dir.path(), {});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = Store::Open(dir.path(), {});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("another handle in this process"),
+            std::string::npos)
+      << second.status().ToString();
+  first->reset();
+  EXPECT_TRUE(Store::Open(dir.path(), {}).ok());
+}
+
 TEST(StoreTest, ReadOnlyOpenNeverModifiesTheDirectory) {
   TempDir dir;
   {
