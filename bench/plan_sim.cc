@@ -215,7 +215,8 @@ Result<std::vector<std::pair<std::string, std::string>>> SimulateMetadata(
 
 // The records as DB::Load reads them (Store::GetMetadata(id, keys)): the main
 // record (every tensor's dtype and shape), then the records of the tensors
-// `keys` names only (the small tensors' record for those of few chunks). `records` by key, the main record first.
+// `keys` names only (the small tensors' record for those of few chunks).
+// `records` by key, the main record first.
 Result<CheckpointMetadata> SimulateRecordDecode(
     const std::map<std::string, std::string>& records,
     const std::vector<std::string>& keys, Json& out) {

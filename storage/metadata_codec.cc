@@ -134,16 +134,19 @@ CheckpointInfo ReadInfo(Checkpoint::Reader r) {
 
 // Runs fn(Root::Reader) over `bytes` (or an aligned copy, where they are not
 // aligned to a word) with limits, mapping every Cap'n Proto exception to
-// Corruption (starting with the record's name: "tensor '<tensor>'", when a
-// tensor is given).
+// Corruption (starting with the record's name when one is given: "tensor
+// '<tensor>' record" for a tensor's, else `record`).
 template <typename T, typename Root, typename Fn>
 Result<T> WithReader(std::string_view bytes, Fn&& fn,
-                     std::optional<std::string_view> tensor = std::nullopt) {
-  auto what = [&] {
-    return tensor ? "tensor '" + std::string(*tensor) + "'" : std::string();
+                     std::optional<std::string_view> tensor = std::nullopt,
+                     std::string_view record = {}) {
+  // Built only for an error: a load decodes a record per tensor.
+  auto name = [&] {
+    return tensor ? "tensor '" + std::string(*tensor) + "' record"
+                  : std::string(record);
   };
   if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0) {
-    return Bad(what() + (tensor ? " record" : "record") + " of " +
+    return Bad((name().empty() ? std::string("record") : name()) + " of " +
                std::to_string(bytes.size()) + " bytes is not a whole message");
   }
   kj::ArrayPtr<const capnp::word> view(
@@ -164,7 +167,7 @@ Result<T> WithReader(std::string_view bytes, Fn&& fn,
     result.emplace(fn(reader.getRoot<Root>()));
   });
   KJ_IF_MAYBE (e, error) {
-    return Bad((tensor ? what() + " record: " : std::string()) +
+    return Bad((name().empty() ? std::string() : name() + ": ") +
                std::string(e->getDescription().cStr()));
   }
   return std::move(*result);
@@ -475,9 +478,10 @@ Result<MainRecord> ReadMain(Checkpoint::Reader r) {
       CKPTDB_RETURN_IF_ERROR(ReadTensorV2(t, what, &tensor, &count, &bytes));
       if (t.getChunksInGroup()) {
         if (main.format_version < 4) {
-          return Bad(what + " has its chunks with the small tensors in a "
-                     "format-" + std::to_string(main.format_version) +
-                     " checkpoint");
+          return Bad(what +
+                     " has its chunks with the small tensors in a "
+                     "format-" +
+                     std::to_string(main.format_version) + " checkpoint");
         }
         if (count > kMaxSmallTensorChunks) {
           return Bad(what + " has " + std::to_string(count) +
@@ -691,8 +695,8 @@ std::string EncodeMain(const CheckpointMetadata& meta, uint32_t version) {
 }
 
 // The chunks of the `count` small tensors of `meta`, in key order.
-std::string EncodeSmallTensors(const CheckpointMetadata& meta,
-                               uint32_t version, size_t count) {
+std::string EncodeSmallTensors(const CheckpointMetadata& meta, uint32_t version,
+                               size_t count) {
   // Room for the header and, per tensor, its entry and a few words of boxes,
   // checksums and hashes in the first segment.
   capnp::MallocMessageBuilder message(
@@ -718,17 +722,20 @@ std::vector<std::pair<std::string, std::string>> EncodeCheckpointRecords(
   return EncodeCheckpointRecordsOfFormat(meta, kFormatVersion);
 }
 
-std::vector<std::pair<std::string, std::string>> EncodeCheckpointRecordsOfFormat(
-    const CheckpointMetadata& meta, uint32_t version) {
+std::vector<std::pair<std::string, std::string>>
+EncodeCheckpointRecordsOfFormat(const CheckpointMetadata& meta,
+                                uint32_t version) {
   std::vector<std::pair<std::string, std::string>> records;
   size_t small = 0;
-  for (const auto& entry : meta.tensors) small += IsSmall(entry.second, version);
+  for (const auto& entry : meta.tensors)
+    small += IsSmall(entry.second, version);
   records.reserve(2 + meta.tensors.size() - small);
   records.emplace_back(MetaKey(meta.info.id), EncodeMain(meta, version));
   for (const auto& [key, tensor] : meta.tensors) {
     if (IsSmall(tensor, version)) continue;
-    records.emplace_back(TensorRecordKey(meta.info.id, key),
-                         EncodeTensorRecord(meta.info.id, key, tensor, version));
+    records.emplace_back(
+        TensorRecordKey(meta.info.id, key),
+        EncodeTensorRecord(meta.info.id, key, tensor, version));
   }
   if (small > 0) {
     records.emplace_back(SmallTensorsKey(meta.info.id),
@@ -780,9 +787,11 @@ Result<std::vector<ChunkMetadata>> DecodeTensorRecord(
 
 Status DecodeSmallTensors(MainRecord* main, std::string_view bytes,
                           const std::vector<std::string_view>* wanted) {
-  const std::string what = "the small tensors' record";
+  static constexpr std::string_view kWhat = "the small tensors' record";
+  const std::string what(kWhat);
   Result<bool> read = WithReader<bool, SmallTensors>(
-      bytes, [&](SmallTensors::Reader r) -> Result<bool> {
+      bytes,
+      [&](SmallTensors::Reader r) -> Result<bool> {
         if (r.getFormatVersion() != main->format_version) {
           return Bad(what + " has format version " +
                      std::to_string(r.getFormatVersion()) +
@@ -810,21 +819,14 @@ Status DecodeSmallTensors(MainRecord* main, std::string_view bytes,
             if (asked == wanted->end() || *asked != key) continue;
           }
           CKPTDB_ASSIGN_OR_RETURN(
-              tensor.chunks,
-              ReadChunks(entries[static_cast<unsigned>(i)], *main,
-                         "tensor '" + key + "'", tensor,
-                         main->small_counts[i]));
+              tensor.chunks, ReadChunks(entries[static_cast<unsigned>(i)],
+                                        *main, "tensor '" + key + "'", tensor,
+                                        main->small_counts[i]));
         }
         return true;
-      });
-  if (read.ok()) return Status::OK();
-  // Defects found by the message reader do not say which record they hit.
-  std::string message = read.status().message();
-  const std::string prefix = "checkpoint metadata: ";
-  if (message.find(what) != std::string::npos) return read.status();
-  if (message.compare(0, prefix.size(), prefix) == 0)
-    message.erase(0, prefix.size());
-  return Bad(what + ": " + message);
+      },
+      std::nullopt, kWhat);
+  return read.status();
 }
 
 Status DecodeAllTensorRecords(

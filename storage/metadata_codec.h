@@ -47,8 +47,9 @@ std::vector<std::pair<std::string, std::string>> EncodeCheckpointRecords(
 // The records of `meta` in format `version` (2 to kFormatVersion): below 4,
 // every tensor's chunks in a record of its own, as stores written in formats 2
 // and 3 hold them; for tests of reading such stores.
-std::vector<std::pair<std::string, std::string>> EncodeCheckpointRecordsOfFormat(
-    const CheckpointMetadata& meta, uint32_t version);
+std::vector<std::pair<std::string, std::string>>
+EncodeCheckpointRecordsOfFormat(const CheckpointMetadata& meta,
+                                uint32_t version);
 
 // The format-1 record of a checkpoint (one message, chunks inline), as stores
 // of version 1 hold it: for tests of reading such stores.
@@ -83,10 +84,10 @@ struct MainRecord {
 // back sorted by global offset.
 Result<MainRecord> DecodeMainRecord(std::string_view bytes);
 
-// Decodes tensor `key`'s record (formats 2 to 4) against its main record: the same
-// checkpoint id, key and chunk count; every varint, extent and writer rank is
-// bounds-checked, and the chunks must partition the tensor. Returns its chunks
-// sorted by global offset, with nbytes = volume * dtype size. Corruption
+// Decodes tensor `key`'s record (formats 2 to 4) against its main record: the
+// same checkpoint id, key and chunk count; every varint, extent and writer rank
+// is bounds-checked, and the chunks must partition the tensor. Returns its
+// chunks sorted by global offset, with nbytes = volume * dtype size. Corruption
 // naming the tensor on any defect, never a crash.
 Result<std::vector<ChunkMetadata>> DecodeTensorRecord(const MainRecord& main,
                                                       std::string_view key,

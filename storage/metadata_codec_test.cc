@@ -125,8 +125,8 @@ TEST(MetadataCodecTest, IncrementalFieldsRoundTripAndOlderRecordsLackThem) {
   w[1].content_hash = ContentHash{3, 4};
   meta.tensors["s"].chunks[0].content_hash = ContentHash{5, 6};
   // In the main record (today) and in tensor records (format 3).
-  for (const Records& records :
-       {EncodeCheckpointRecords(meta), EncodeCheckpointRecordsOfFormat(meta, 3)}) {
+  for (const Records& records : {EncodeCheckpointRecords(meta),
+                                 EncodeCheckpointRecordsOfFormat(meta, 3)}) {
     auto decoded = DecodeCheckpointRecords(records);
     ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
     EXPECT_EQ(decoded->info.nbytes_written, 8);
@@ -219,9 +219,8 @@ TEST(MetadataCodecTest, SmallTensorsShareOneRecord) {
   EXPECT_EQ(main->meta.tensors.size(), 4u);
   for (const auto& [key, tensor] : main->meta.tensors)
     EXPECT_TRUE(tensor.chunks.empty()) << key;
-  EXPECT_EQ(main->chunk_counts,
-            (std::map<std::string, uint64_t, std::less<>>{
-                {"big", kMaxSmallTensorChunks + 1}}));
+  EXPECT_EQ(main->chunk_counts, (std::map<std::string, uint64_t, std::less<>>{
+                                    {"big", kMaxSmallTensorChunks + 1}}));
   // "big", "e", "model.w", "s": all but "big" small.
   EXPECT_EQ(main->small, (std::vector<bool>{false, true, true, true}));
   EXPECT_EQ(main->small_counts, (std::vector<uint64_t>{0, 2, 1}));

@@ -27,24 +27,25 @@ using namespace ckptdb::storage;
 const MainRecord& FixedMain(uint32_t version = 3) {
   static const MainRecord* mains[2] = {nullptr, nullptr};
   const MainRecord*& main = mains[version == 3 ? 0 : 1];
-  if (main == nullptr) main = [version] {
-    CheckpointMetadata meta;
-    meta.info.id = 7;
-    meta.info.world_size = 300;
-    meta.tensors["a"] = {DType::kFloat32, {}, {{Box{}, 299, 4, 1}}};
-    meta.tensors["b"] = {DType::kInt8, {0, 2}, {}};
-    meta.tensors["c"] = {DType::kBFloat16,
-                         {6, 4},
-                         {{Box{{0, 0}, {2, 4}}, 3, 16, 2},
-                          {Box{{2, 0}, {4, 3}}, 200, 24, 3},
-                          {Box{{2, 3}, {4, 1}}, 200, 8, 4}}};
-    meta.info.nbytes = 4 + 48;
-    for (const auto& [key, t] : meta.tensors) meta.flat_mapping[key] = {key};
-    auto decoded = DecodeMainRecord(
-        EncodeCheckpointRecordsOfFormat(meta, version)[0].second);
-    if (!decoded.ok()) __builtin_trap();
-    return new MainRecord(std::move(*decoded));
-  }();
+  if (main == nullptr)
+    main = [version] {
+      CheckpointMetadata meta;
+      meta.info.id = 7;
+      meta.info.world_size = 300;
+      meta.tensors["a"] = {DType::kFloat32, {}, {{Box{}, 299, 4, 1}}};
+      meta.tensors["b"] = {DType::kInt8, {0, 2}, {}};
+      meta.tensors["c"] = {DType::kBFloat16,
+                           {6, 4},
+                           {{Box{{0, 0}, {2, 4}}, 3, 16, 2},
+                            {Box{{2, 0}, {4, 3}}, 200, 24, 3},
+                            {Box{{2, 3}, {4, 1}}, 200, 8, 4}}};
+      meta.info.nbytes = 4 + 48;
+      for (const auto& [key, t] : meta.tensors) meta.flat_mapping[key] = {key};
+      auto decoded = DecodeMainRecord(
+          EncodeCheckpointRecordsOfFormat(meta, version)[0].second);
+      if (!decoded.ok()) __builtin_trap();
+      return new MainRecord(std::move(*decoded));
+    }();
   return *main;
 }
 

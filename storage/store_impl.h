@@ -190,13 +190,14 @@ class StoreImpl : public Store {
   // that have records of their own).
   Status ReadAllTensorRecords(const rocksdb::ReadOptions& read,
                               MainRecord* main);
+  // `wanted`: sorted, each key once.
   Status ReadTensorRecords(const rocksdb::ReadOptions& read,
-                           const std::vector<std::string>& tensor_keys,
+                           const std::vector<std::string_view>& wanted,
                            MainRecord* main);
   // The chunks of the small tensors (format 4) from their record: all, or
-  // those of `tensor_keys` when given.
+  // those `wanted` (sorted, each key once) names when given.
   Status ReadSmallTensors(const rocksdb::ReadOptions& read,
-                          const std::vector<std::string>* tensor_keys,
+                          const std::vector<std::string_view>* wanted,
                           MainRecord* main);
   // `wanted`: sorted, each key once.
   Status WalkTensorRecords(const rocksdb::ReadOptions& read,

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "storage/keys.h"
@@ -35,11 +37,19 @@ class TensorRecords {
   std::unique_ptr<rocksdb::Iterator> it_;
 };
 
-// Whether `tensor_keys` names a small tensor of `main`.
-bool AsksForSmallTensors(const MainRecord& main,
-                         const std::vector<std::string>& tensor_keys) {
+// The keys in order, once each (a load passes them sorted already).
+std::vector<std::string_view> SortedOnce(
+    const std::vector<std::string>& tensor_keys) {
   std::vector<std::string_view> wanted(tensor_keys.begin(), tensor_keys.end());
-  std::sort(wanted.begin(), wanted.end());
+  if (!std::is_sorted(wanted.begin(), wanted.end()))
+    std::sort(wanted.begin(), wanted.end());
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  return wanted;
+}
+
+// Whether `wanted` (sorted) names a small tensor of `main`.
+bool AsksForSmallTensors(const MainRecord& main,
+                         const std::vector<std::string_view>& wanted) {
   auto asked = wanted.begin();
   size_t ordinal = 0;
   for (const auto& entry : main.meta.tensors) {
@@ -170,19 +180,21 @@ Result<CheckpointMetadata> StoreImpl::ReadRocksMetadata(
                               std::to_string(checkpoint_id) + " claims id " +
                               std::to_string(main->meta.info.id));
   }
-  Status s = tensor_keys ? ReadTensorRecords(read, *tensor_keys, &*main)
-                         : ReadAllTensorRecords(read, &*main);
-  if (s.ok()) s = ReadSmallTensors(read, tensor_keys, &*main);
+  std::optional<std::vector<std::string_view>> wanted;
+  if (tensor_keys) wanted = SortedOnce(*tensor_keys);
+  Status s = wanted ? ReadTensorRecords(read, *wanted, &*main)
+                    : ReadAllTensorRecords(read, &*main);
+  if (s.ok()) s = ReadSmallTensors(read, wanted ? &*wanted : nullptr, &*main);
   if (!s.ok()) return s.WithContext(context);
   return std::move(main->meta);
 }
 
 Status StoreImpl::ReadSmallTensors(const rocksdb::ReadOptions& read,
-                                   const std::vector<std::string>* tensor_keys,
+                                   const std::vector<std::string_view>* wanted,
                                    MainRecord* main) {
   // A load of none of them does not read their record.
   if (main->small_counts.empty() ||
-      (tensor_keys != nullptr && !AsksForSmallTensors(*main, *tensor_keys)))
+      (wanted != nullptr && !AsksForSmallTensors(*main, *wanted)))
     return Status::OK();
   const int64_t id = main->meta.info.id;
   rocksdb::PinnableSlice record;
@@ -195,18 +207,11 @@ Status StoreImpl::ReadSmallTensors(const rocksdb::ReadOptions& read,
         std::to_string(main->small_counts.size()) + " tensors");
   }
   CKPTDB_RETURN_IF_ERROR(FromRocks(
-      got, "reading the small tensors' record of checkpoint " +
-               std::to_string(id)));
-  const std::string_view bytes(record.data(), record.size());
-  if (tensor_keys == nullptr) return DecodeSmallTensors(main, bytes, nullptr);
-  std::vector<std::string_view> wanted(tensor_keys->begin(),
-                                       tensor_keys->end());
-  std::sort(wanted.begin(), wanted.end());
-  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
-  return DecodeSmallTensors(main, bytes, &wanted);
+      got,
+      "reading the small tensors' record of checkpoint " + std::to_string(id)));
+  return DecodeSmallTensors(
+      main, std::string_view(record.data(), record.size()), wanted);
 }
-
-
 
 Status StoreImpl::ReadAllTensorRecords(const rocksdb::ReadOptions& read,
                                        MainRecord* main) {
@@ -236,13 +241,8 @@ Status StoreImpl::ReadAllTensorRecords(const rocksdb::ReadOptions& read,
 }
 
 Status StoreImpl::ReadTensorRecords(const rocksdb::ReadOptions& read,
-                                    const std::vector<std::string>& tensor_keys,
+                                    const std::vector<std::string_view>& wanted,
                                     MainRecord* main) {
-  // The keys in order, once each (a load passes them sorted already).
-  std::vector<std::string_view> wanted(tensor_keys.begin(), tensor_keys.end());
-  if (!std::is_sorted(wanted.begin(), wanted.end()))
-    std::sort(wanted.begin(), wanted.end());
-  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
   auto is_wanted = [&](std::string_view key) {
     return std::binary_search(wanted.begin(), wanted.end(), key);
   };

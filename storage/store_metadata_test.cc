@@ -21,8 +21,8 @@ using ckptdb::testing::TempDir;
 
 // Tensors "a" (100 bytes), "b" (37), "e" (empty) and "s" (0-d), each split
 // over `ranks` writers (the 0-d one by the last), each writer's part of "b" in
-// kMaxSmallTensorChunks + 1 chunks (so that "b" has a record of its own), committed
-// as one checkpoint.
+// kMaxSmallTensorChunks + 1 chunks (so that "b" has a record of its own),
+// committed as one checkpoint.
 Result<CheckpointMetadata> CommitSample(Store& store, int ranks) {
   CKPTDB_ASSIGN_OR_RETURN(int64_t id, store.NextCheckpointId());
   CheckpointMetadata meta;
@@ -327,9 +327,9 @@ TEST(StoreMetadataTest, FewAndManyTensorsReadTheSameRecords) {
       const int64_t begin = size * p / pieces, end = size * (p + 1) / pieces;
       auto sum = (*writer)->Add(key, {begin}, bytes.substr(begin, end - begin));
       ASSERT_TRUE(sum.ok());
-      meta.tensors[key].chunks.push_back(
-          {Box{{begin}, {end - begin}}, 0, static_cast<uint64_t>(end - begin),
-           *sum});
+      meta.tensors[key].chunks.push_back({Box{{begin}, {end - begin}}, 0,
+                                          static_cast<uint64_t>(end - begin),
+                                          *sum});
     }
     meta.info.nbytes += size;
   }

@@ -271,7 +271,8 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
     if (s.IsIOError() && why.find("lock") != std::string::npos &&
         (why.find("Resource temporarily unavailable") != std::string::npos ||
          why.find("hold by current process") != std::string::npos)) {
-      const bool here = why.find("hold by current process") != std::string::npos;
+      const bool here =
+          why.find("hold by current process") != std::string::npos;
       return Status::FailedPrecondition(
           "store '" + path_ + "' is open for writing by " +
           (here ? "another handle in this process (close it first)"

@@ -326,11 +326,12 @@ TEST(GlooCommunicatorSetupTest, APeerThatLeftFailsTheOthersCollectives) {
   std::vector<std::thread> ranks;
   for (int r = 0; r < 3; ++r) {
     ranks.emplace_back([&, r] {
-      auto comm = GlooCommunicator(store, {.rank = r,
-                                           .size = 3,
-                                           .prefix = "left",
-                                           .hostname = "127.0.0.1",
-                                           .timeout = std::chrono::seconds(30)});
+      auto comm =
+          GlooCommunicator(store, {.rank = r,
+                                   .size = 3,
+                                   .prefix = "left",
+                                   .hostname = "127.0.0.1",
+                                   .timeout = std::chrono::seconds(30)});
       ASSERT_TRUE(comm.ok()) << comm.status().ToString();
       ASSERT_TRUE((*comm)->Barrier().ok());
       if (r == 2) {

@@ -131,7 +131,8 @@ Result<std::map<std::string, std::string>> TextMap(py::handle obj,
 Result<CheckpointSelector> Selector(py::handle step, py::handle tag,
                                     py::handle id) {
   CKPTDB_ASSIGN_OR_RETURN(std::optional<int64_t> s, OptionalInt(step, "step"));
-  CKPTDB_ASSIGN_OR_RETURN(std::optional<std::string> t, OptionalText(tag, "tag"));
+  CKPTDB_ASSIGN_OR_RETURN(std::optional<std::string> t,
+                          OptionalText(tag, "tag"));
   CKPTDB_ASSIGN_OR_RETURN(std::optional<int64_t> i, OptionalInt(id, "id"));
   if (s.has_value() + t.has_value() + i.has_value() > 1)
     return Status::InvalidArgument("pass at most one of step, tag and id");
@@ -173,16 +174,19 @@ Result<Options> OpenOptions(py::handle create, py::handle read_only,
     CKPTDB_ASSIGN_OR_RETURN(std::string name, Text(key, "option name"));
     const std::string what = "option '" + name + "'";
     if (name == "max_chunk_bytes") {
-      CKPTDB_ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT64_MAX, kSize));
+      CKPTDB_ASSIGN_OR_RETURN(int64_t v,
+                              IntIn(value, what, 0, INT64_MAX, kSize));
       o.max_chunk_bytes = static_cast<size_t>(v);
     } else if (name == "io_threads") {
       CKPTDB_ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT_MAX, kSize));
       o.io_threads = static_cast<int>(v);
     } else if (name == "load_buffer_bytes") {
-      CKPTDB_ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT64_MAX, kSize));
+      CKPTDB_ASSIGN_OR_RETURN(int64_t v,
+                              IntIn(value, what, 0, INT64_MAX, kSize));
       o.load_buffer_bytes = static_cast<size_t>(v);
     } else if (name == "snapshot_bytes") {
-      CKPTDB_ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT64_MAX, kSize));
+      CKPTDB_ASSIGN_OR_RETURN(int64_t v,
+                              IntIn(value, what, 0, INT64_MAX, kSize));
       o.snapshot_bytes = static_cast<size_t>(v);
     } else if (name == "sync") {
       CKPTDB_ASSIGN_OR_RETURN(o.sync, Flag(value, what));
@@ -212,11 +216,11 @@ namespace {
 Result<IndexEntry> IndexEntryOf(py::handle entry, const std::string& what) {
   if (PySlice_Check(entry.ptr())) {
     CKPTDB_ASSIGN_OR_RETURN(std::optional<int64_t> start,
-                     OptionalInt(entry.attr("start"), what + " start"));
+                            OptionalInt(entry.attr("start"), what + " start"));
     CKPTDB_ASSIGN_OR_RETURN(std::optional<int64_t> stop,
-                     OptionalInt(entry.attr("stop"), what + " stop"));
+                            OptionalInt(entry.attr("stop"), what + " stop"));
     CKPTDB_ASSIGN_OR_RETURN(std::optional<int64_t> step,
-                     OptionalInt(entry.attr("step"), what + " step"));
+                            OptionalInt(entry.attr("step"), what + " step"));
     return IndexEntry::Range(start, stop, step.value_or(1));
   }
   if (PyBool_Check(entry.ptr()) || IsNumpyBool(entry) ||
@@ -239,9 +243,10 @@ Result<TensorIndex> IndexOf(py::handle index, const std::string& key) {
     return out;
   }
   for (py::handle entry : index) {
-    CKPTDB_ASSIGN_OR_RETURN(IndexEntry e,
-                     IndexEntryOf(entry, what + ", entry " +
-                                             std::to_string(out.size()) + ","));
+    CKPTDB_ASSIGN_OR_RETURN(
+        IndexEntry e,
+        IndexEntryOf(entry,
+                     what + ", entry " + std::to_string(out.size()) + ","));
     out.push_back(e);
   }
   return out;

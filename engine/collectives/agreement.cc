@@ -4,8 +4,8 @@
 #include <map>
 #include <set>
 
-#include "engine/collectives/wire.h"
 #include "core/checksum.h"
+#include "engine/collectives/wire.h"
 
 namespace ckptdb::engine {
 namespace {
@@ -110,7 +110,8 @@ std::string Digest(const std::string& encoded) {
 
 // The CompareArguments error of every rank's `encoded` arguments. Collective.
 Status Disagreement(Communicator& comm, const std::string& encoded) {
-  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> all, comm.AllGather(encoded));
+  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                          comm.AllGather(encoded));
   std::vector<CallArguments> by_rank;
   for (const std::string& bytes : all) {
     CKPTDB_ASSIGN_OR_RETURN(CallArguments args, CallArguments::Decode(bytes));
@@ -205,7 +206,8 @@ Result<std::vector<std::string>> AllGatherAgreed(Communicator& comm,
   const std::string encoded = args.Encode();
   std::string message = Digest(encoded);
   message.append(payload);
-  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> gathered, comm.AllGather(message));
+  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> gathered,
+                          comm.AllGather(message));
   bool agreed = true;
   for (size_t r = 0; r < gathered.size(); ++r) {
     const std::string& m = gathered[r];
@@ -241,7 +243,7 @@ Result<int64_t> IdFromRootAgreed(
     mine = w.Take();
   }
   CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> gathered,
-                   AllGatherAgreed(comm, args, mine));
+                          AllGatherAgreed(comm, args, mine));
   WireReader r(gathered[0]);
   Status status;
   int64_t id = 0;

@@ -425,8 +425,8 @@ class Gloo : public Communicator {
         if (s.peer == rank()) continue;
         const uint64_t k = sent_[s.peer]++;
         if (s.nbytes == 0) continue;
-        auto buffer = To(s.peer)->createUnboundBuffer(
-            const_cast<void*>(s.data), s.nbytes);
+        auto buffer = To(s.peer)->createUnboundBuffer(const_cast<void*>(s.data),
+                                                      s.nbytes);
         buffer->send(s.peer, Slot(k));
         started.push_back({std::move(buffer), s.peer});
       }
