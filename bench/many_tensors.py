@@ -142,14 +142,17 @@ def main():
         shutil.rmtree(args.dir, ignore_errors=True)
 
 
+IOV_MAX = os.sysconf("SC_IOV_MAX")
+
+
 def plain_save(state, path):
     """The arrays into one file, IOV_MAX at a time, then fsync."""
     arrays = list(state.values())
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         at = 0
-        for i in range(0, len(arrays), os.sysconf("SC_IOV_MAX")):
-            at += os.pwritev(fd, arrays[i:i + os.sysconf("SC_IOV_MAX")], at)
+        for i in range(0, len(arrays), IOV_MAX):
+            at += os.pwritev(fd, arrays[i:i + IOV_MAX], at)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -161,8 +164,8 @@ def plain_load(target, path):
     fd = os.open(path, os.O_RDONLY)
     try:
         at = 0
-        for i in range(0, len(arrays), os.sysconf("SC_IOV_MAX")):
-            at += os.preadv(fd, arrays[i:i + os.sysconf("SC_IOV_MAX")], at)
+        for i in range(0, len(arrays), IOV_MAX):
+            at += os.preadv(fd, arrays[i:i + IOV_MAX], at)
     finally:
         os.close(fd)
 

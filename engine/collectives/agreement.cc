@@ -212,7 +212,8 @@ Result<std::vector<std::string>> AllGatherAgreed(Communicator& comm,
   for (size_t r = 0; r < gathered.size(); ++r) {
     const std::string& m = gathered[r];
     if (m.empty()) {
-      // What a rank in a barrier (closing the store) sends.
+      // What a rank in the gloo communicator's barrier (closing the store)
+      // sends in place of an all-gather's part.
       return Status::InvalidArgument(
           "rank " + std::to_string(r) + " is not in this " + args.call() +
           " (it may be closing the store): every rank must make the same "
