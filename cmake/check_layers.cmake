@@ -15,7 +15,7 @@ if(NOT SOURCE_DIR)
 endif()
 
 # The public headers that are vocabulary (the rest of include/ckptdb is the engine's API).
-set(_vocabulary "ckptdb/status.h|ckptdb/types.h|ckptdb/box.h|ckptdb/metadata.h|ckptdb/file_system_hooks.h")
+set(_vocabulary "ckptdb/status.h|ckptdb/shape.h|ckptdb/types.h|ckptdb/box.h|ckptdb/metadata.h|ckptdb/file_system_hooks.h")
 # Headers of the test support that storage tests use (they include nothing above storage).
 set(_test_support "tests/testing/temp_dir.h|tests/testing/format_v1.h|tests/testing/fault_injection.h")
 

@@ -60,13 +60,6 @@ PartitionProblem CheckEachBox(const Shape& global_shape, const BoxPtrs& boxes,
   return {};
 }
 
-Shape RowMajorStrides(const Shape& global_shape) {
-  Shape strides(global_shape.size(), 1);
-  for (size_t d = global_shape.size(); d-- > 1;)
-    strides[d - 1] = strides[d] * global_shape[d];
-  return strides;
-}
-
 // The row-major index of a live box's first element.
 uint64_t Origin(const Shape& strides, const Box& box) {
   uint64_t linear = 0;

@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "ckptdb/shape.h"
 #include "ckptdb/status.h"
 
 namespace ckptdb {
@@ -42,8 +43,6 @@ size_t DTypeSize(DType dtype);
 // Floating point and integer types (not bool): the types `cast` converts
 // between.
 bool IsNumeric(DType dtype);
-
-using Shape = std::vector<int64_t>;
 
 // "[2, 3]".
 std::string ShapeToString(const Shape& shape);
