@@ -63,10 +63,25 @@ Status CheckSequence(const StateDict& dict, const Path& path,
   return Status::OK();
 }
 
-// The leaves under `dict`, whose own path is `path`, `depth` containers deep.
-template <typename Dict, typename Leaf>
-Status Collect(Dict& dict, Path& path, PathKinds& kinds, size_t depth,
-               std::vector<Leaf>& out) {
+// Appends KeyText(key) to `out`.
+void AppendKeyText(std::string& out, const Key& key) {
+  if (const auto* text = std::get_if<std::string>(&key)) {
+    out += *text;
+    return;
+  }
+  char digits[24];
+  auto [end, ec] = std::to_chars(digits, digits + sizeof digits,
+                                 std::get<int64_t>(key));
+  out.append(digits, end);
+}
+
+// The leaves under `dict`, whose own path is `path` and flat key `flat`,
+// `depth` containers deep. Without kPaths the leaves get no path and kinds,
+// and `path` and `kinds` stay empty, so that errors name the root: the
+// caller flattens again with paths for the message.
+template <bool kPaths, typename Dict, typename Leaf>
+Status Collect(Dict& dict, Path& path, PathKinds& kinds, std::string& flat,
+               size_t depth, std::vector<Leaf>& out) {
   if (depth > kMaxNesting) {
     return Status::InvalidArgument("the state dict nests deeper than " +
                                    std::to_string(kMaxNesting) +
@@ -74,47 +89,64 @@ Status Collect(Dict& dict, Path& path, PathKinds& kinds, size_t depth,
   }
   CKPTDB_RETURN_IF_ERROR(CheckSequence(dict, path, kinds));
   for (auto& [key, entry] : dict.items()) {
-    path.push_back(KeyText(key));
-    kinds.push_back(KindOf(dict.kind(), key));
+    const size_t parent = flat.size();
+    if (depth > 1) flat += '.';
+    AppendKeyText(flat, key);
+    if constexpr (kPaths) {
+      path.push_back(KeyText(key));
+      kinds.push_back(KindOf(dict.kind(), key));
+    }
     auto& node = entry.node;
     if (auto* child = std::get_if<StateDict>(&node)) {
-      CKPTDB_RETURN_IF_ERROR(Collect(*child, path, kinds, depth + 1, out));
+      CKPTDB_RETURN_IF_ERROR(
+          (Collect<kPaths>(*child, path, kinds, flat, depth + 1, out)));
     } else {
-      Leaf leaf;
-      leaf.flat_key = JoinPath(path);
-      leaf.path = path;
-      leaf.kinds = kinds;
+      Leaf& leaf = out.emplace_back();
+      leaf.flat_key = flat;
+      if constexpr (kPaths) {
+        leaf.path = path;
+        leaf.kinds = kinds;
+      }
       if (auto* tensor = std::get_if<TensorView>(&node)) leaf.tensor = tensor;
       if (auto* value = std::get_if<Value>(&node)) leaf.value = value;
-      out.push_back(std::move(leaf));
     }
-    path.pop_back();
-    kinds.pop_back();
+    flat.resize(parent);
+    if constexpr (kPaths) {
+      path.pop_back();
+      kinds.pop_back();
+    }
   }
   return Status::OK();
 }
 
-template <typename Dict, typename Leaf>
+template <bool kPaths, typename Dict, typename Leaf>
 Result<std::vector<Leaf>> FlattenImpl(Dict& state) {
   std::vector<Leaf> leaves;
   Path path;
   PathKinds kinds;
-  CKPTDB_RETURN_IF_ERROR(Collect(state, path, kinds, 1, leaves));
+  std::string flat;
+  Status collected =
+      Collect<kPaths>(state, path, kinds, flat, 1, leaves);
   // Usually in order already: a dict's keys come sorted.
   const auto by_key = [](const Leaf& a, const Leaf& b) {
     return a.flat_key < b.flat_key;
   };
-  if (!std::is_sorted(leaves.begin(), leaves.end(), by_key))
+  if (collected.ok() &&
+      !std::is_sorted(leaves.begin(), leaves.end(), by_key))
     std::stable_sort(leaves.begin(), leaves.end(), by_key);
-  for (size_t i = 1; i < leaves.size(); ++i) {
-    if (leaves[i].flat_key == leaves[i - 1].flat_key) {
-      return Status::InvalidArgument(
-          "flat key '" + leaves[i].flat_key + "' collides: paths " +
-          QuotePath(leaves[i - 1].path, leaves[i - 1].kinds) + " and " +
-          QuotePath(leaves[i].path, leaves[i].kinds) + " join to the same key");
-    }
+  for (size_t i = 1; i < leaves.size() && collected.ok(); ++i) {
+    if (leaves[i].flat_key != leaves[i - 1].flat_key) continue;
+    collected = Status::InvalidArgument(
+        "flat key '" + leaves[i].flat_key + "' collides: paths " +
+        QuotePath(leaves[i - 1].path, leaves[i - 1].kinds) + " and " +
+        QuotePath(leaves[i].path, leaves[i].kinds) + " join to the same key");
   }
-  return leaves;
+  if (collected.ok()) return leaves;
+  if constexpr (!kPaths) {
+    // The message names paths: the same walk with them.
+    return FlattenImpl<true, const Dict, FlatLeaf>(state).status();
+  }
+  return collected;
 }
 
 // The key a part addresses: its text as an int for int kinds.
@@ -179,12 +211,12 @@ bool AllStrKeys(const PathKinds& kinds) {
 
 Result<std::vector<FlatLeaf>> Flatten(const StateDict& state) {
   CKPTDB_RETURN_IF_ERROR(state.error());
-  return FlattenImpl<const StateDict, FlatLeaf>(state);
+  return FlattenImpl<true, const StateDict, FlatLeaf>(state);
 }
 
 Result<std::vector<MutableFlatLeaf>> FlattenMutable(StateDict& state) {
   CKPTDB_RETURN_IF_ERROR(state.error());
-  return FlattenImpl<StateDict, MutableFlatLeaf>(state);
+  return FlattenImpl<false, StateDict, MutableFlatLeaf>(state);
 }
 
 Result<StateDict> Unflatten(

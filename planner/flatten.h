@@ -44,6 +44,8 @@ using MutableFlatLeaf = BasicFlatLeaf<TensorView*, Value*>;
 // list or tuple has other keys than 0..n-1, or when it nests deeper than
 // kMaxNesting. Empty containers have no leaves.
 Result<std::vector<FlatLeaf>> Flatten(const StateDict& state);
+// The same leaves as Flatten's, without their path and kinds (a load matches
+// leaves by flat key); the same errors.
 Result<std::vector<MutableFlatLeaf>> FlattenMutable(StateDict& state);
 
 // Rebuilds the nesting of flat values from a flat mapping (flat key -> path)

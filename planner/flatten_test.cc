@@ -218,5 +218,62 @@ TEST(FlattenTest, AnInvalidStateDictFlattensToItsError) {
   EXPECT_TRUE(StateDict().error().ok());
 }
 
+// A load's flattening (no paths) gives the same flat keys, leaves and errors
+// as a save's, for nestings of every container kind and for each way a
+// state dict is refused.
+TEST(FlattenTest, FlattenMutableMatchesFlattenInKeysLeavesAndErrors) {
+  float w = 0;
+  std::vector<StateDict> cases;
+  {
+    StateDict sd;  // nested dicts, int and str keys, an empty str key
+    sd.Child("model").Child("layers").Child(int64_t{3}).Set(
+        "weight", TensorView::Whole(&w, DType::kFloat32, {}));
+    sd.Child("model").Set("", Value(int64_t{1}));
+    sd.Set("", StateDict::List().Append(Value(2.0)).Append(Value(true)));
+    sd.Set("t", StateDict::Tuple().Append(
+                    TensorView::Whole(&w, DType::kFloat32, {})));
+    sd.Set(int64_t{-7}, Value(std::string("x")));
+    cases.push_back(sd);
+  }
+  {
+    StateDict collides;
+    collides.Child("a").Set("b", Value(int64_t{1}));
+    collides.Set("a.b", Value(int64_t{2}));
+    cases.push_back(collides);
+  }
+  {
+    StateDict gap;
+    gap.Set("l", StateDict::List().Append(Value(1.0)));
+    gap.Child("l", ContainerKind::kList).Set(int64_t{2}, Value(2.0));
+    cases.push_back(gap);
+  }
+  {
+    StateDict deep;
+    StateDict* dict = &deep;
+    for (size_t i = 0; i <= kMaxNesting; ++i) dict = &dict->Child("d");
+    dict->Set("leaf", Value(int64_t{1}));
+    cases.push_back(deep);
+  }
+  for (StateDict& sd : cases) {
+    auto leaves = Flatten(sd);
+    auto mutable_leaves = FlattenMutable(sd);
+    ASSERT_EQ(leaves.ok(), mutable_leaves.ok());
+    if (!leaves.ok()) {
+      EXPECT_EQ(mutable_leaves.status().ToString(),
+                leaves.status().ToString());
+      continue;
+    }
+    ASSERT_EQ(mutable_leaves->size(), leaves->size());
+    for (size_t i = 0; i < leaves->size(); ++i) {
+      const FlatLeaf& a = (*leaves)[i];
+      const MutableFlatLeaf& b = (*mutable_leaves)[i];
+      EXPECT_EQ(b.flat_key, a.flat_key);
+      EXPECT_EQ(b.flat_key, JoinPath(a.path));
+      EXPECT_EQ(b.tensor, a.tensor);
+      EXPECT_EQ(b.value, a.value);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ckptdb::planner

@@ -81,7 +81,7 @@ int64_t Clipped(int64_t reference, int64_t extent, int64_t offset) {
   return std::min(reference, std::max<int64_t>(0, extent - offset));
 }
 
-Status Bad(const std::string& what, size_t chunk, const std::string& why) {
+Status Bad(const ErrorName& what, size_t chunk, const std::string& why) {
   return Status::Corruption("checkpoint metadata: " + what + " chunk " +
                             std::to_string(chunk) + ": " + why);
 }
@@ -148,7 +148,7 @@ std::string EncodeBoxStream(const Shape& global_shape,
 
 Status DecodeBoxStream(std::string_view bytes, const Shape& global_shape,
                        size_t elem_size, int32_t world_size,
-                       const std::string& what,
+                       const ErrorName& what,
                        std::vector<ChunkMetadata>* chunks) {
   const size_t n = global_shape.size();
   CKPTDB_ASSERT(n <= kMaxDims);

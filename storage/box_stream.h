@@ -10,6 +10,7 @@
 
 #include "ckptdb/metadata.h"
 #include "ckptdb/status.h"
+#include "storage/error_name.h"
 
 namespace ckptdb::storage {
 
@@ -33,7 +34,7 @@ std::string EncodeBoxStream(const Shape& global_shape,
 // (planner::CheckPartition's). REQUIRES: global_shape.size() <= kMaxDims.
 Status DecodeBoxStream(std::string_view bytes, const Shape& global_shape,
                        size_t elem_size, int32_t world_size,
-                       const std::string& what,
+                       const ErrorName& what,
                        std::vector<ChunkMetadata>* chunks);
 
 // Multiplies `elem` by the extents, failing on overflow past 2^62.

@@ -63,7 +63,7 @@ Status Bad(const std::string& what) {
 // The shape in `list`; Corruption naming it `what` + `part` (joined only for
 // an error).
 Result<Shape> ReadShape(capnp::List<int64_t>::Reader list,
-                        const std::string& what, std::string_view part) {
+                        const ErrorName& what, std::string_view part) {
   auto name = [&] { return what + std::string(part); };
   if (list.size() > kMaxDims)
     return Bad(name() + " has " + std::to_string(list.size()) + " dims");
@@ -201,7 +201,7 @@ Status CheckHeader(Checkpoint::Reader r) {
 
 // One chunk's own fields: extents, recorded size, writer. Where it lies among
 // the tensor's other chunks is CheckChunkLayout's.
-Result<ChunkMetadata> ReadChunk(Chunk::Reader c, const std::string& what,
+Result<ChunkMetadata> ReadChunk(Chunk::Reader c, const ErrorName& what,
                                 DType dtype, int32_t world_size) {
   ChunkMetadata chunk;
   CKPTDB_ASSIGN_OR_RETURN(
@@ -233,7 +233,7 @@ std::string ChunkName(const ChunkMetadata& c) {
          std::to_string(c.writer_rank) + ")";
 }
 
-Status LayoutError(const std::string& what, const Shape& global_shape,
+Status LayoutError(const ErrorName& what, const Shape& global_shape,
                    const std::vector<ChunkMetadata>& chunks,
                    const planner::PartitionProblem& p) {
   using planner::PartitionError;
@@ -268,7 +268,7 @@ Status LayoutError(const std::string& what, const Shape& global_shape,
 }
 
 // Checks that the chunks partition the tensor: each element stored once.
-Status CheckChunkLayout(const std::string& what, const Shape& global_shape,
+Status CheckChunkLayout(const ErrorName& what, const Shape& global_shape,
                         const std::vector<ChunkMetadata>& chunks) {
   return LayoutError(what, global_shape, chunks,
                      planner::CheckPartitionOfPointers(
@@ -307,7 +307,7 @@ void SortChunks(std::vector<ChunkMetadata>& chunks) {
 }
 
 // A tensor's dtype and global shape; *bytes is its volume in bytes.
-Status ReadTensorHeader(Tensor::Reader t, const std::string& what,
+Status ReadTensorHeader(Tensor::Reader t, const ErrorName& what,
                         TensorMetadata* tensor, uint64_t* bytes) {
   if (!IsValidDType(t.getDtype()))
     return Bad(what + " has dtype code " + std::to_string(t.getDtype()));
@@ -320,7 +320,7 @@ Status ReadTensorHeader(Tensor::Reader t, const std::string& what,
 }
 
 // Format 1: the tensor with its chunks inline.
-Result<TensorMetadata> ReadTensorV1(Tensor::Reader t, const std::string& what,
+Result<TensorMetadata> ReadTensorV1(Tensor::Reader t, const ErrorName& what,
                                     int32_t world_size) {
   TensorMetadata tensor;
   uint64_t bytes = 0;
@@ -339,7 +339,7 @@ Result<TensorMetadata> ReadTensorV1(Tensor::Reader t, const std::string& what,
 
 // Format 2: the tensor's header and chunk count; *bytes is its volume in
 // bytes.
-Status ReadTensorV2(Tensor::Reader t, const std::string& what,
+Status ReadTensorV2(Tensor::Reader t, const ErrorName& what,
                     TensorMetadata* tensor, uint64_t* count, uint64_t* bytes) {
   CKPTDB_RETURN_IF_ERROR(ReadTensorHeader(t, what, tensor, bytes));
   if (t.getChunks().size() != 0)
@@ -379,7 +379,7 @@ Status ReadValuesAndUserMetadata(Checkpoint::Reader r,
 // records written before incremental saves); each holder must be one of the
 // checkpoint's references.
 Status ReadIncremental(TensorChunks::Reader r, const CheckpointInfo& info,
-                       const std::string& what,
+                       const ErrorName& what,
                        std::vector<ChunkMetadata>* chunks) {
   auto hashes = r.getHashes();
   auto holders = r.getHolders();
@@ -414,7 +414,7 @@ Status ReadIncremental(TensorChunks::Reader r, const CheckpointInfo& info,
 // checked against the tensor; `what` names the tensor.
 Result<std::vector<ChunkMetadata>> ReadChunks(TensorChunks::Reader r,
                                               const MainRecord& main,
-                                              const std::string& what,
+                                              const ErrorName& what,
                                               const TensorMetadata& tensor,
                                               uint64_t count) {
   auto checksums = r.getChecksums();
@@ -442,7 +442,7 @@ Result<std::vector<ChunkMetadata>> ReadChunks(TensorChunks::Reader r,
 Result<std::vector<ChunkMetadata>> ReadTensorRecord(
     TensorChunks::Reader r, const MainRecord& main, std::string_view key,
     const TensorMetadata& tensor, uint64_t count) {
-  const std::string what = "tensor '" + std::string(key) + "'";
+  const ErrorName what = TensorName(key);
   if (r.getFormatVersion() != main.format_version) {
     return Bad(what + " record has format version " +
                std::to_string(r.getFormatVersion()) + ", its checkpoint's " +
@@ -466,7 +466,7 @@ Result<MainRecord> ReadMain(Checkpoint::Reader r) {
   uint64_t total = 0;
   for (auto t : r.getTensors()) {
     std::string key(t.getKey().cStr(), t.getKey().size());
-    const std::string what = "tensor '" + key + "'";
+    const ErrorName what = TensorName(key);
     TensorMetadata tensor;
     uint64_t bytes = 0, count = 0;
     bool has_record = !main.has_chunks();
@@ -507,8 +507,9 @@ Result<MainRecord> ReadMain(Checkpoint::Reader r) {
       if (!has_record) main.small_counts.push_back(count);
     }
     CKPTDB_RETURN_IF_ERROR(ReadKinds(t.getPathKinds(), key, path, &meta));
-    if (!InsertNew(meta.flat_mapping, key, std::move(path)))
-      meta.flat_mapping[key] = std::move(path);
+    // The key is unique among the tensors (above), and values come after.
+    meta.flat_mapping.try_emplace(meta.flat_mapping.end(), std::move(key),
+                                  std::move(path));
   }
   if (total != static_cast<uint64_t>(meta.info.nbytes)) {
     return Bad((main.has_chunks() ? "chunks hold " : "tensors hold ") +
@@ -820,7 +821,7 @@ Status DecodeSmallTensors(MainRecord* main, std::string_view bytes,
           }
           CKPTDB_ASSIGN_OR_RETURN(
               tensor.chunks, ReadChunks(entries[static_cast<unsigned>(i)],
-                                        *main, "tensor '" + key + "'", tensor,
+                                        *main, TensorName(key), tensor,
                                         main->small_counts[i]));
         }
         return true;

@@ -228,7 +228,8 @@ Status CheckTargetsApart(const std::vector<KeyedView>& targets) {
           MemoryOf(*other.view), MemoryOf(*t->view), kMaxOverlapRuns);
       if (overlap == planner::Overlap::kNone) continue;
       return Status::InvalidArgument(
-          "load targets '" + other.flat_key + "' and '" + t->flat_key + "' " +
+          "load targets '" + std::string(other.flat_key) + "' and '" +
+          std::string(t->flat_key) + "' " +
           (overlap == planner::Overlap::kSome
                ? "share memory: a load would write both into the same bytes "
                  "(only the same array under two keys may be loaded twice)"

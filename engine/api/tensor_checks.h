@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ckptdb/types.h"
@@ -27,7 +28,7 @@ Status CheckTargetView(const std::string& flat_key, const TensorView& view,
 
 // A load target and its key.
 struct KeyedView {
-  std::string flat_key;
+  std::string_view flat_key;  // the state dict's, which outlives the check
   const TensorView* view;
 };
 
