@@ -86,6 +86,7 @@ Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
       leaves.begin(), leaves.end(),
       [](const auto& a, const auto& b) { return a.flat_key < b.flat_key; }));
   std::vector<KeyedView> tensor_targets;
+  tensor_targets.reserve(leaves.size());
   const std::string where = "checkpoint id " + std::to_string(meta.info.id);
   auto tensor = meta.tensors.begin();
   auto value = meta.values.begin();
