@@ -33,7 +33,10 @@ inline constexpr size_t kMetaCompactionTrigger = 4;
 // never enter it (reads pass fill_cache = false).
 rocksdb::ColumnFamilyOptions ChunkCfOptions(
     std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
-// Options of the `meta` column family.
+// Bytes of decoded metadata blocks a store handle keeps (records read again
+// by every listing and load); filled only by what is read.
+inline constexpr size_t kMetaCacheBytes = size_t{64} << 20;
+// Options of the `meta` column family, with a block cache of its own.
 rocksdb::ColumnFamilyOptions MetaCfOptions();
 
 // Checkpoint ids that some live table file of the `chunks` column family
