@@ -489,10 +489,18 @@ std::vector<const TensorMetadata*> TensorsOfReads(
     const std::map<std::string, TensorMetadata>& tensors) {
   std::vector<const TensorMetadata*> out;
   out.reserve(plan.reads.size());
+  // Reads come in key order, as the map's: each tensor is at the previous
+  // one's or just after it when the load takes consecutive tensors.
+  auto near = tensors.begin();
   for (size_t r = 0; r < plan.reads.size(); ++r) {
     const std::string& key = plan.reads[r].flat_key;
-    const bool same = r > 0 && key == plan.reads[r - 1].flat_key;
-    out.push_back(same ? out.back() : &tensors.at(key));
+    if (r > 0 && key == plan.reads[r - 1].flat_key) {
+      out.push_back(out.back());
+      continue;
+    }
+    near = FindNear(tensors, near, key);
+    CKPTDB_ASSERT(near != tensors.end());
+    out.push_back(&near->second);
   }
   return out;
 }

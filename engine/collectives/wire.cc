@@ -392,6 +392,12 @@ Result<planner::SaveClasses> DecodeSaveClasses(const RankClasses& gathered,
 }
 
 Result<GatheredTargets> DecodeTargetClasses(const RankClasses& gathered) {
+  return DecodeTargetClasses(gathered, -1, nullptr);
+}
+
+Result<GatheredTargets> DecodeTargetClasses(const RankClasses& gathered,
+                                            int rank,
+                                            RankTargets* own_shared) {
   GatheredTargets out;
   const size_t world = gathered.class_of_rank.size();
   out.classes.class_of_rank = gathered.class_of_rank;
@@ -404,9 +410,17 @@ Result<GatheredTargets> DecodeTargetClasses(const RankClasses& gathered) {
     out.devices[r] = own.device;
     out.buffer_bytes = std::min(out.buffer_bytes, own.buffer_bytes);
   }
-  for (const std::string& payload : gathered.payloads) {
+  const int own_class =
+      own_shared != nullptr && rank >= 0 && static_cast<size_t>(rank) < world
+          ? gathered.class_of_rank[rank]
+          : -1;
+  for (size_t c = 0; c < gathered.payloads.size(); ++c) {
     RankTargets shared;
-    CKPTDB_RETURN_IF_ERROR(DecodeTargets(payload, &shared));
+    if (static_cast<int>(c) == own_class) {
+      shared = std::move(*own_shared);
+    } else {
+      CKPTDB_RETURN_IF_ERROR(DecodeTargets(gathered.payloads[c], &shared));
+    }
     for (const TargetPlacement& p : shared.placements)
       out.any_on_device |= p.on_device;
     out.classes.targets.push_back(std::move(shared.targets));

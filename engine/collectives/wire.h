@@ -116,6 +116,11 @@ struct GatheredTargets {
   bool any_on_device = false;
 };
 Result<GatheredTargets> DecodeTargetClasses(const RankClasses& gathered);
+// The same on rank `rank`, whose own class's targets and placements are
+// `*own_shared` (moved from, not decoded: the ranks of a class sent identical
+// bytes).
+Result<GatheredTargets> DecodeTargetClasses(const RankClasses& gathered,
+                                            int rank, RankTargets* own_shared);
 
 // What rank 0 tells every rank after a save: the commit's status, the
 // checkpoint's summary, and whether the retention policy deleted (or tried to

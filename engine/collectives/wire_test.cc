@@ -57,6 +57,53 @@ TEST(WireTest, OwnClassTakesTheRanksLayoutAndTheOthersAreDecoded) {
   EXPECT_EQ(classes->layouts[1].values[0].value, Value(int64_t{3}));
 }
 
+// A load's gathered targets: the rank's own class is taken from what it
+// encoded, the other classes are decoded, and the result is what decoding
+// every class gives.
+TEST(WireTest, OwnClassTakesTheRanksTargetsAndTheOthersAreDecoded) {
+  auto shared = [](int64_t row, bool on_device) {
+    RankTargets t;
+    t.targets = {{"w", {{row, 0}, {2, 2}}}, {"b", {{row}, {2}}}};
+    t.placements = {{DType::kFloat32, on_device}, {DType::kInt8, false}};
+    return t;
+  };
+  auto own = [](int device) {
+    RankTargets t;
+    t.buffer_bytes = 100 + static_cast<uint64_t>(device);
+    t.device = device;
+    return t;
+  };
+  RankClasses gathered;
+  gathered.payloads = {EncodeTargets(shared(0, false)),
+                       EncodeTargets(shared(2, true))};
+  gathered.class_of_rank = {0, 1, 0};
+  gathered.own = {EncodeTargets(own(0)), EncodeTargets(own(1)),
+                  EncodeTargets(own(2))};
+  auto all = DecodeTargetClasses(gathered);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  for (int rank : {0, 1, 2}) {
+    RankTargets mine = shared(rank == 1 ? 2 : 0, rank == 1);
+    auto got = DecodeTargetClasses(gathered, rank, &mine);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(got->classes.class_of_rank, all->classes.class_of_rank);
+    ASSERT_EQ(got->classes.targets.size(), 2u);
+    for (size_t c = 0; c < 2; ++c) {
+      ASSERT_EQ(got->classes.targets[c].size(), 2u) << rank;
+      for (size_t t = 0; t < 2; ++t) {
+        EXPECT_EQ(got->classes.targets[c][t].flat_key,
+                  all->classes.targets[c][t].flat_key);
+        EXPECT_EQ(got->classes.targets[c][t].box,
+                  all->classes.targets[c][t].box);
+      }
+    }
+    EXPECT_EQ(got->classes.placements, all->classes.placements) << rank;
+    EXPECT_EQ(got->devices, (std::vector<int>{0, 1, 2}));
+    EXPECT_EQ(got->buffer_bytes, 100u);
+    EXPECT_TRUE(got->any_on_device);
+  }
+  EXPECT_EQ(all->classes.targets[1][0].box, (planner::Box{{2, 0}, {2, 2}}));
+}
+
 TEST(WireTest, PathKindsAndNoneRoundTrip) {
   using K = PathPartKind;
   planner::RankSaveLayout layout;

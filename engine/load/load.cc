@@ -219,7 +219,8 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
       AllGatherClasses(*comm_, LoadArguments(which, options),
                        EncodeTargets(own), EncodeTargets(shared)));
   CKPTDB_ASSIGN_OR_RETURN(RankLoadPlanning planned,
-                          PlanRankLoad(meta.tensors, gathered, comm_->rank()));
+                          PlanRankLoad(meta.tensors, gathered, comm_->rank(),
+                                       &shared));
   const GatheredTargets& all = planned.all;
   DeviceTransport* transport = nullptr;
   if (world > 1 && all.any_on_device) {

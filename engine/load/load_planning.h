@@ -27,9 +27,10 @@ struct RankLoadPlanning {
 // buffer and device; shared: EncodeTargets of the targets and placements):
 // the first failing rank's status, else `rank`'s plan. `tensors` holds every
 // tensor of the checkpoint, with chunks at least for the tensors of `rank`'s
-// targets.
+// targets. `own_shared`: what `rank` itself encoded as shared (moved from,
+// not decoded), or nullptr.
 Result<RankLoadPlanning> PlanRankLoad(
     const std::map<std::string, TensorMetadata>& tensors,
-    const RankClasses& gathered, int rank);
+    const RankClasses& gathered, int rank, RankTargets* own_shared = nullptr);
 
 }  // namespace ckptdb::engine
