@@ -157,18 +157,31 @@ std::string JoinKeys(const std::vector<Key>& path) {
   return out;
 }
 
+namespace {
+
+// The entry at `key`, default-constructed there when absent; keys set in
+// ascending order (a sorted dict, a list's Append) go in at the end, without
+// a search.
+StateDict::Entry& EntryAt(StateDict::Map& items, Key&& key) {
+  if (items.empty() || items.rbegin()->first < key)
+    return items.try_emplace(items.end(), std::move(key))->second;
+  return items[std::move(key)];
+}
+
+}  // namespace
+
 StateDict& StateDict::Set(Key key, TensorView tensor) {
-  items_[std::move(key)].node = std::move(tensor);
+  EntryAt(items_, std::move(key)).node = std::move(tensor);
   return *this;
 }
 
 StateDict& StateDict::Set(Key key, Value value) {
-  items_[std::move(key)].node = std::move(value);
+  EntryAt(items_, std::move(key)).node = std::move(value);
   return *this;
 }
 
 StateDict& StateDict::Set(Key key, StateDict child) {
-  items_[std::move(key)].node = std::move(child);
+  EntryAt(items_, std::move(key)).node = std::move(child);
   return *this;
 }
 

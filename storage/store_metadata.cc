@@ -246,6 +246,9 @@ Status StoreImpl::ReadTensorRecords(const rocksdb::ReadOptions& read,
   auto is_wanted = [&](std::string_view key) {
     return std::binary_search(wanted.begin(), wanted.end(), key);
   };
+  // No tensor has a record of its own (all are in the small tensors'
+  // record): nothing to read.
+  if (!main->has_chunks() && main->chunk_counts.empty()) return Status::OK();
   const int64_t id = main->meta.info.id;
   // A quarter of the tensors or more: one walk of the records (each point
   // read costs a seek through the tables; 10,000 of them took most of a
@@ -291,11 +294,15 @@ Status StoreImpl::WalkTensorRecords(const rocksdb::ReadOptions& read,
   std::vector<std::map<std::string, TensorMetadata>::iterator> targets;
   {
     auto tensor = tensors.begin();
+    auto counted = main->chunk_counts.begin();
     for (const std::string_view key : wanted) {
       while (tensor != tensors.end() && std::string_view(tensor->first) < key)
         ++tensor;
+      while (counted != main->chunk_counts.end() &&
+             std::string_view(counted->first) < key)
+        ++counted;
       if (tensor != tensors.end() && tensor->first == key &&
-          main->chunk_counts.contains(key))
+          counted != main->chunk_counts.end() && counted->first == key)
         targets.push_back(tensor);
     }
   }

@@ -31,15 +31,15 @@ struct LocalTargets {
       values;  // (leaf, stored value) to assign
 };
 
-// The flat keys of the state dict's tensor leaves, sorted: the tensors whose
-// chunks this rank reads the records of.
+// The flat keys of the state dict's tensor leaves, sorted as the leaves are
+// (FlattenMutable): the tensors whose chunks this rank reads the records of.
 std::vector<std::string> TensorKeysOf(
     const std::vector<planner::MutableFlatLeaf>& leaves) {
   std::vector<std::string> keys;
+  keys.reserve(leaves.size());
   for (const auto& leaf : leaves) {
     if (leaf.tensor != nullptr) keys.push_back(leaf.flat_key);
   }
-  std::sort(keys.begin(), keys.end());
   return keys;
 }
 
