@@ -39,12 +39,11 @@ rocksdb::ColumnFamilyOptions MetaCfOptions() {
   // writes around it and deleting its inputs, instead of at a known step.
   options.disable_auto_compactions = true;
   // A block cache that holds whole main records. RocksDB's default (8 MiB in
-  // 16 shards of 512 KiB) dropped every block larger than a shard as soon as
-  // it was read: a checkpoint of 10,000 tensors has a main record of about
-  // 1.7 MB, in a block of its own, so every listing (each save's, each
-  // load's) read it from its file and checked its checksum again. One shard:
-  // the records are read under the store's own serialization, not by many
-  // threads at once.
+  // 16 shards of 512 KiB) drops every block larger than a shard as soon as it
+  // is released: a checkpoint of 10,000 tensors has a main record of about
+  // 1.7 MB, in a block of its own, which every listing (each save's, each
+  // load's) would read from its file and checksum again. One shard: records
+  // are read by the store's calls, not by many threads at once.
   rocksdb::BlockBasedTableOptions table;
   table.block_cache =
       rocksdb::NewLRUCache(kMetaCacheBytes, /*num_shard_bits=*/0);

@@ -7,8 +7,8 @@ namespace ckptdb::storage {
 
 // The name an error gives what it is about ("tensor 'w'"), joined only when
 // an error is built: decoding a checkpoint of 10,000 tensors names each of
-// them, and joining the names up front cost an allocation a tensor. Views
-// its parts: they must outlive it. Converts from a whole name.
+// them, and a name joined up front is an allocation a tensor. Views its
+// parts: they must outlive it. Converts from a whole name.
 struct ErrorName {
   std::string_view prefix, middle, suffix;
 
