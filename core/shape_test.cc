@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <random>
+#include <span>
 #include <vector>
+
+#include "ckptdb/types.h"
 
 namespace ckptdb {
 namespace {
@@ -139,6 +143,24 @@ TEST(ShapeTest, HoldsFourValuesWithoutTheHeapAndMoreOnIt) {
   EXPECT_TRUE(small.empty());
   EXPECT_THROW(moved.at(5), std::out_of_range);
   EXPECT_EQ(moved.at(4), 5);
+}
+
+// What C++ callers written against std::vector<int64_t> shapes do still
+// compiles and means the same: build views from vectors, compare with them,
+// copy into them, pass shapes where a vector or a span is taken.
+TEST(ShapeTest, ConvertsToAndFromStdVectorWhereCallersUseOne) {
+  const std::vector<int64_t> dims = {2, 3, 4, 5, 6};
+  float data[720] = {};
+  const TensorView view = TensorView::Whole(data, DType::kFloat32, dims);
+  EXPECT_EQ(view.global_shape, dims);
+  EXPECT_EQ(view.num_elements(), 720);
+  const std::vector<int64_t> back = view.local_shape;
+  EXPECT_EQ(back, dims);
+  auto size_of = [](const std::vector<int64_t>& v) { return v.size(); };
+  EXPECT_EQ(size_of(view.global_shape), 5u);
+  const std::span<const int64_t> span(view.global_shape);
+  EXPECT_EQ(std::accumulate(span.begin(), span.end(), int64_t{0}), 20);
+  EXPECT_EQ(ShapeToString(view.global_shape), "[2, 3, 4, 5, 6]");
 }
 
 }  // namespace
