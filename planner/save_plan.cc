@@ -37,10 +37,13 @@ std::string RankBox(int rank, const Box& box) {
   return "rank " + std::to_string(rank) + " box " + BoxToString(box);
 }
 
-// Grouping of every owner's shards by key; values and the flat mapping go
+// Every owner's shards with their flat keys (which view the layouts'),
+// sorted by key; a key's shards in the order of their owners' lowest ranks.
+using KeyedShards = std::vector<std::pair<std::string_view, ShardRef>>;
+
+// Every owner's shards by key (`by_key`); values and the flat mapping go
 // straight into `plan`.
-Status GroupByKey(const Owners& owners, SavePlan* plan,
-                  std::map<std::string_view, std::vector<ShardRef>>* by_key) {
+Status GroupByKey(const Owners& owners, SavePlan* plan, KeyedShards* by_key) {
   std::map<std::string, int> value_rank;
   auto add_path = [&](const std::string& key, const Path& path,
                       const PathKinds& kinds, int rank) -> Status {
@@ -74,7 +77,7 @@ Status GroupByKey(const Owners& owners, SavePlan* plan,
       const SaveShard& s = layout.shards[i];
       CKPTDB_RETURN_IF_ERROR(
           add_path(s.flat_key, s.path, s.kinds, owners.Named(o)));
-      AtOrInsert(*by_key, std::string_view(s.flat_key)).push_back({&s, {o, i}});
+      by_key->push_back({s.flat_key, {&s, {o, i}}});
     }
     for (const SaveValue& v : layout.values) {
       CKPTDB_RETURN_IF_ERROR(
@@ -83,13 +86,19 @@ Status GroupByKey(const Owners& owners, SavePlan* plan,
         InsertNew(value_rank, v.flat_key, owners.Named(o));
     }
   }
+  // Stable: each key's shards keep their owners' order.
+  std::stable_sort(
+      by_key->begin(), by_key->end(),
+      [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [key, rank] : value_rank) {
-    auto tensor = by_key->find(key);
-    if (tensor != by_key->end()) {
+    auto tensor = std::lower_bound(
+        by_key->begin(), by_key->end(), std::string_view(key),
+        [](const auto& entry, std::string_view k) { return entry.first < k; });
+    if (tensor != by_key->end() && tensor->first == key) {
       return Status::InvalidArgument(
           "key '" + key + "' is a small value on rank " + std::to_string(rank) +
           " and a tensor on rank " +
-          std::to_string(owners.Named(tensor->second.front().holder.owner)));
+          std::to_string(owners.Named(tensor->second.holder.owner)));
     }
   }
   return Status::OK();
@@ -283,11 +292,15 @@ Result<SavePlan> PlanOwners(const Owners& owners, size_t max_chunk_bytes,
     return Status::InvalidArgument("max_chunk_bytes must be > 0");
   SavePlan plan;
   plan.bytes_per_rank.assign(owners.world, 0);
-  // Keys view the layouts' flat keys.
-  std::map<std::string_view, std::vector<ShardRef>> by_key;
+  KeyedShards by_key;
   CKPTDB_RETURN_IF_ERROR(GroupByKey(owners, &plan, &by_key));
   WriterTurns turns;
-  for (auto& [key, refs] : by_key) {
+  std::vector<ShardRef> refs;  // one key's shards, reused
+  for (size_t next = 0; next < by_key.size();) {
+    const std::string_view key = by_key[next].first;
+    refs.clear();
+    for (; next < by_key.size() && by_key[next].first == key; ++next)
+      refs.push_back(by_key[next].second);
     CKPTDB_RETURN_IF_ERROR(CheckAgreement(key, refs, owners));
     CKPTDB_RETURN_IF_ERROR(CheckLayout(key, refs, owners));
     const SaveShard& first = *refs.front().shard;
