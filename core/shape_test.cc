@@ -20,98 +20,75 @@ void ExpectSame(const Shape& shape, const std::vector<int64_t>& model) {
   ASSERT_GE(shape.capacity(), shape.size());
 }
 
+// One random operation, the same on `shape` and on `model`.
+void ApplyRandomOperation(std::mt19937_64& rng, Shape& shape,
+                          std::vector<int64_t>& model) {
+  auto pick = [&](uint64_t n) { return n == 0 ? 0 : rng() % n; };
+  auto both = [&](auto op) {
+    op(shape);
+    op(model);
+  };
+  const int64_t v = static_cast<int64_t>(pick(1000)) - 500;
+  const size_t at = pick(model.size() + 1);  // a position, end included
+  switch (pick(12)) {
+    case 0:
+      return both([&](auto& c) { c.push_back(v); });
+    case 1:
+      if (!model.empty()) both([](auto& c) { c.pop_back(); });
+      return;
+    case 2:
+      return both([n = pick(10), v](auto& c) { c.resize(n, v); });
+    case 3:
+      return both([&](auto& c) { c.insert(c.begin() + at, v); });
+    case 4: {
+      // Its own values, inserted into itself (the vector takes a copy).
+      const std::vector<int64_t> copy = model;
+      shape.insert(shape.begin() + at, shape.begin(), shape.end());
+      model.insert(model.begin() + at, copy.begin(), copy.end());
+      return;
+    }
+    case 5: {
+      const size_t to = at + pick(model.size() - at + 1);
+      return both([&](auto& c) { c.erase(c.begin() + at, c.begin() + to); });
+    }
+    case 6: {
+      Shape copy = shape;  // copy, then moved back: inline or heap
+      shape = Shape();
+      ExpectSame(shape, {});
+      shape = std::move(copy);
+      return;
+    }
+    case 7:  // a tail of its own values assigned to itself
+      return both([&](auto& c) { c.assign(c.begin() + at, c.end()); });
+    case 8:
+      return both([n = pick(9), v](auto& c) { c.assign(n, v); });
+    case 9: {
+      Shape other(model.begin(), model.end());
+      ExpectSame(other, model);
+      EXPECT_EQ(other, shape);
+      EXPECT_EQ(other <=> shape, std::strong_ordering::equal);
+      other.push_back(v);
+      EXPECT_LT(shape, other);
+      Shape moved(std::move(other));
+      EXPECT_TRUE(other.empty());
+      swap(moved, shape);  // and back
+      swap(moved, shape);
+      return;
+    }
+    case 10:
+      return both([](auto& c) { c.clear(); });
+    default:
+      if (at < model.size()) both([&](auto& c) { c[at] = v; });
+  }
+}
+
 TEST(ShapeTest, RandomOperationsMatchAVector) {
   std::mt19937_64 rng(7);
-  auto pick = [&](uint64_t n) { return n == 0 ? 0 : rng() % n; };
   for (int trial = 0; trial < 300; ++trial) {
     Shape shape;
     std::vector<int64_t> model;
     for (int op = 0; op < 60; ++op) {
-      const int64_t v = static_cast<int64_t>(pick(1000)) - 500;
-      switch (pick(12)) {
-        case 0:
-          shape.push_back(v);
-          model.push_back(v);
-          break;
-        case 1:
-          if (!model.empty()) {
-            shape.pop_back();
-            model.pop_back();
-          }
-          break;
-        case 2: {
-          const size_t n = pick(10);
-          shape.resize(n, v);
-          model.resize(n, v);
-          break;
-        }
-        case 3: {
-          const size_t at = pick(model.size() + 1);
-          shape.insert(shape.begin() + at, v);
-          model.insert(model.begin() + at, v);
-          break;
-        }
-        case 4: {
-          // Its own values, inserted into itself.
-          const size_t at = pick(model.size() + 1);
-          const std::vector<int64_t> copy = model;
-          shape.insert(shape.begin() + at, shape.begin(), shape.end());
-          model.insert(model.begin() + at, copy.begin(), copy.end());
-          break;
-        }
-        case 5:
-          if (!model.empty()) {
-            const size_t from = pick(model.size());
-            const size_t to = from + pick(model.size() - from + 1);
-            shape.erase(shape.begin() + from, shape.begin() + to);
-            model.erase(model.begin() + from, model.begin() + to);
-          }
-          break;
-        case 6: {
-          Shape copy = shape;  // copy, then moved back: inline or heap
-          shape = Shape();
-          ExpectSame(shape, {});
-          shape = std::move(copy);
-          break;
-        }
-        case 7: {
-          // A tail of its own values assigned to itself.
-          const size_t from = pick(model.size() + 1);
-          shape.assign(shape.begin() + from, shape.end());
-          model.assign(model.begin() + from, model.end());
-          break;
-        }
-        case 8: {
-          const size_t n = pick(9);
-          shape.assign(n, v);
-          model.assign(n, v);
-          break;
-        }
-        case 9: {
-          Shape other(model.begin(), model.end());
-          ExpectSame(other, model);
-          EXPECT_EQ(other, shape);
-          EXPECT_EQ(other <=> shape, std::strong_ordering::equal);
-          other.push_back(v);
-          EXPECT_LT(shape, other);
-          Shape moved(std::move(other));
-          EXPECT_TRUE(other.empty());
-          swap(moved, shape);
-          std::swap(model, model);  // keeps the model; swapped back below
-          swap(moved, shape);
-          break;
-        }
-        case 10:
-          shape.clear();
-          model.clear();
-          break;
-        default:
-          if (!model.empty()) {
-            const size_t at = pick(model.size());
-            shape[at] = v;
-            model[at] = v;
-          }
-      }
+      ApplyRandomOperation(rng, shape, model);
       ExpectSame(shape, model);
       EXPECT_EQ(std::vector<int64_t>(shape), model);
     }
@@ -119,8 +96,10 @@ TEST(ShapeTest, RandomOperationsMatchAVector) {
 }
 
 TEST(ShapeTest, OrdersAsVectorsDo) {
-  const std::vector<std::vector<int64_t>> values = {
-      {}, {0}, {0, 0}, {0, 1}, {1}, {1, 2, 3, 4, 5, 6}, {-1, 7}, {2, 2, 2, 2, 2}};
+  const std::vector<std::vector<int64_t>> values = {{},      {0},
+                                                    {0, 0},  {0, 1},
+                                                    {1},     {1, 2, 3, 4, 5, 6},
+                                                    {-1, 7}, {2, 2, 2, 2, 2}};
   for (const auto& a : values) {
     for (const auto& b : values) {
       EXPECT_EQ(Shape(a) == Shape(b), a == b);

@@ -20,12 +20,13 @@ bool InsertNew(Map& map, const Key& key, V&& value) {
   return map.try_emplace(key, std::forward<V>(value)).second;
 }
 
-// The element at `key`, default-constructed there when absent.
+// The element at `key`, default-constructed there when absent (a key passed
+// as an rvalue moves in).
 template <typename Map, typename Key>
-typename Map::mapped_type& AtOrInsert(Map& map, const Key& key) {
+typename Map::mapped_type& AtOrInsert(Map& map, Key&& key) {
   if (map.empty() || map.rbegin()->first < key)
-    return map.try_emplace(map.end(), key)->second;
-  return map[key];
+    return map.try_emplace(map.end(), std::forward<Key>(key))->second;
+  return map[std::forward<Key>(key)];
 }
 
 // The element at `key`, or end(): at `near` or just after it, as keys taken

@@ -3,6 +3,7 @@
 #include <array>
 
 #include "ckptdb/box.h"
+#include "core/sorted_maps.h"
 
 namespace ckptdb {
 namespace {
@@ -157,31 +158,18 @@ std::string JoinKeys(const std::vector<Key>& path) {
   return out;
 }
 
-namespace {
-
-// The entry at `key`, default-constructed there when absent; keys set in
-// ascending order (a sorted dict, a list's Append) go in at the end, without
-// a search.
-StateDict::Entry& EntryAt(StateDict::Map& items, Key&& key) {
-  if (items.empty() || items.rbegin()->first < key)
-    return items.try_emplace(items.end(), std::move(key))->second;
-  return items[std::move(key)];
-}
-
-}  // namespace
-
 StateDict& StateDict::Set(Key key, TensorView tensor) {
-  EntryAt(items_, std::move(key)).node = std::move(tensor);
+  AtOrInsert(items_, std::move(key)).node = std::move(tensor);
   return *this;
 }
 
 StateDict& StateDict::Set(Key key, Value value) {
-  EntryAt(items_, std::move(key)).node = std::move(value);
+  AtOrInsert(items_, std::move(key)).node = std::move(value);
   return *this;
 }
 
 StateDict& StateDict::Set(Key key, StateDict child) {
-  EntryAt(items_, std::move(key)).node = std::move(child);
+  AtOrInsert(items_, std::move(key)).node = std::move(child);
   return *this;
 }
 

@@ -63,16 +63,13 @@ Status CheckSequence(const StateDict& dict, const Path& path,
   return Status::OK();
 }
 
-// Appends KeyText(key) to `out`.
+// Appends KeyText(key) to `out` (a str key without a copy of its own).
 void AppendKeyText(std::string& out, const Key& key) {
   if (const auto* text = std::get_if<std::string>(&key)) {
     out += *text;
-    return;
+  } else {
+    out += KeyText(key);
   }
-  char digits[24];
-  auto [end, ec] = std::to_chars(digits, digits + sizeof digits,
-                                 std::get<int64_t>(key));
-  out.append(digits, end);
 }
 
 // The leaves under `dict`, whose own path is `path` and flat key `flat`,
@@ -91,10 +88,12 @@ Status Collect(Dict& dict, Path& path, PathKinds& kinds, std::string& flat,
   for (auto& [key, entry] : dict.items()) {
     const size_t parent = flat.size();
     if (depth > 1) flat += '.';
-    AppendKeyText(flat, key);
     if constexpr (kPaths) {
       path.push_back(KeyText(key));
       kinds.push_back(KindOf(dict.kind(), key));
+      flat += path.back();
+    } else {
+      AppendKeyText(flat, key);
     }
     auto& node = entry.node;
     if (auto* child = std::get_if<StateDict>(&node)) {
@@ -125,14 +124,12 @@ Result<std::vector<Leaf>> FlattenImpl(Dict& state) {
   Path path;
   PathKinds kinds;
   std::string flat;
-  Status collected =
-      Collect<kPaths>(state, path, kinds, flat, 1, leaves);
+  Status collected = Collect<kPaths>(state, path, kinds, flat, 1, leaves);
   // Usually in order already: a dict's keys come sorted.
   const auto by_key = [](const Leaf& a, const Leaf& b) {
     return a.flat_key < b.flat_key;
   };
-  if (collected.ok() &&
-      !std::is_sorted(leaves.begin(), leaves.end(), by_key))
+  if (collected.ok() && !std::is_sorted(leaves.begin(), leaves.end(), by_key))
     std::stable_sort(leaves.begin(), leaves.end(), by_key);
   for (size_t i = 1; i < leaves.size() && collected.ok(); ++i) {
     if (leaves[i].flat_key != leaves[i - 1].flat_key) continue;

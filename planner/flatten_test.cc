@@ -226,8 +226,10 @@ TEST(FlattenTest, FlattenMutableMatchesFlattenInKeysLeavesAndErrors) {
   std::vector<StateDict> cases;
   {
     StateDict sd;  // nested dicts, int and str keys, an empty str key
-    sd.Child("model").Child("layers").Child(int64_t{3}).Set(
-        "weight", TensorView::Whole(&w, DType::kFloat32, {}));
+    sd.Child("model")
+        .Child("layers")
+        .Child(int64_t{3})
+        .Set("weight", TensorView::Whole(&w, DType::kFloat32, {}));
     sd.Child("model").Set("", Value(int64_t{1}));
     sd.Set("", StateDict::List().Append(Value(2.0)).Append(Value(true)));
     sd.Set("t", StateDict::Tuple().Append(
@@ -259,8 +261,7 @@ TEST(FlattenTest, FlattenMutableMatchesFlattenInKeysLeavesAndErrors) {
     auto mutable_leaves = FlattenMutable(sd);
     ASSERT_EQ(leaves.ok(), mutable_leaves.ok());
     if (!leaves.ok()) {
-      EXPECT_EQ(mutable_leaves.status().ToString(),
-                leaves.status().ToString());
+      EXPECT_EQ(mutable_leaves.status().ToString(), leaves.status().ToString());
       continue;
     }
     ASSERT_EQ(mutable_leaves->size(), leaves->size());

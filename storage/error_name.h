@@ -18,6 +18,9 @@ struct ErrorName {
   ErrorName(const std::string& name) : prefix(name) {}  // NOLINT: a name
   ErrorName(const char* name) : prefix(name) {}         // NOLINT: a name
 
+  bool empty() const {
+    return prefix.empty() && middle.empty() && suffix.empty();
+  }
   std::string str() const {
     std::string out;
     out.reserve(prefix.size() + middle.size() + suffix.size());

@@ -134,20 +134,14 @@ CheckpointInfo ReadInfo(Checkpoint::Reader r) {
 
 // Runs fn(Root::Reader) over `bytes` (or an aligned copy, where they are not
 // aligned to a word) with limits, mapping every Cap'n Proto exception to
-// Corruption (starting with the record's name when one is given: "tensor
-// '<tensor>' record" for a tensor's, else `record`).
+// Corruption (starting with `record`, the record's name, when one is given).
 template <typename T, typename Root, typename Fn>
 Result<T> WithReader(std::string_view bytes, Fn&& fn,
-                     std::optional<std::string_view> tensor = std::nullopt,
-                     std::string_view record = {}) {
-  // Built only for an error: a load decodes a record per tensor.
-  auto name = [&] {
-    return tensor ? "tensor '" + std::string(*tensor) + "' record"
-                  : std::string(record);
-  };
+                     const ErrorName& record = ErrorName("")) {
   if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0) {
-    return Bad((name().empty() ? std::string("record") : name()) + " of " +
-               std::to_string(bytes.size()) + " bytes is not a whole message");
+    return Bad((record.empty() ? std::string("record") : record.str()) +
+               " of " + std::to_string(bytes.size()) +
+               " bytes is not a whole message");
   }
   kj::ArrayPtr<const capnp::word> view(
       reinterpret_cast<const capnp::word*>(bytes.data()),
@@ -167,7 +161,7 @@ Result<T> WithReader(std::string_view bytes, Fn&& fn,
     result.emplace(fn(reader.getRoot<Root>()));
   });
   KJ_IF_MAYBE (e, error) {
-    return Bad((name().empty() ? std::string() : name() + ": ") +
+    return Bad((record.empty() ? std::string() : record + ": ") +
                std::string(e->getDescription().cStr()));
   }
   return std::move(*result);
@@ -575,9 +569,8 @@ void SetValuesAndUserMetadata(Checkpoint::Builder root,
 // The message's flat bytes, written straight into the string (a main record
 // of 10,000 tensors is about 1.7 MB: no flat array in between).
 std::string ToBytes(capnp::MessageBuilder& message) {
-  std::string out(capnp::computeSerializedSizeInWords(message) *
-                      sizeof(capnp::word),
-                  '\0');
+  std::string out(
+      capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word), '\0');
   kj::ArrayOutputStream stream(
       kj::arrayPtr(reinterpret_cast<kj::byte*>(out.data()), out.size()));
   capnp::writeMessage(stream, message);
@@ -789,13 +782,12 @@ Result<std::vector<ChunkMetadata>> DecodeTensorRecord(
       [&](TensorChunks::Reader r) {
         return ReadTensorRecord(r, main, key, tensor.second, count->second);
       },
-      key);
+      ErrorName("tensor '", key, "' record"));
 }
 
 Status DecodeSmallTensors(MainRecord* main, std::string_view bytes,
                           const std::vector<std::string_view>* wanted) {
-  static constexpr std::string_view kWhat = "the small tensors' record";
-  const std::string what(kWhat);
+  const ErrorName what("the small tensors' record");
   Result<bool> read = WithReader<bool, SmallTensors>(
       bytes,
       [&](SmallTensors::Reader r) -> Result<bool> {
@@ -826,13 +818,13 @@ Status DecodeSmallTensors(MainRecord* main, std::string_view bytes,
             if (asked == wanted->end() || *asked != key) continue;
           }
           CKPTDB_ASSIGN_OR_RETURN(
-              tensor.chunks, ReadChunks(entries[static_cast<unsigned>(i)],
-                                        *main, TensorName(key), tensor,
-                                        main->small_counts[i]));
+              tensor.chunks,
+              ReadChunks(entries[static_cast<unsigned>(i)], *main,
+                         TensorName(key), tensor, main->small_counts[i]));
         }
         return true;
       },
-      std::nullopt, kWhat);
+      what);
   return read.status();
 }
 

@@ -396,8 +396,7 @@ Result<GatheredTargets> DecodeTargetClasses(const RankClasses& gathered) {
 }
 
 Result<GatheredTargets> DecodeTargetClasses(const RankClasses& gathered,
-                                            int rank,
-                                            RankTargets* own_shared) {
+                                            int rank, RankTargets* own_shared) {
   GatheredTargets out;
   const size_t world = gathered.class_of_rank.size();
   out.classes.class_of_rank = gathered.class_of_rank;

@@ -218,9 +218,9 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
       RankClasses gathered,
       AllGatherClasses(*comm_, LoadArguments(which, options),
                        EncodeTargets(own), EncodeTargets(shared)));
-  CKPTDB_ASSIGN_OR_RETURN(RankLoadPlanning planned,
-                          PlanRankLoad(meta.tensors, gathered, comm_->rank(),
-                                       &shared));
+  CKPTDB_ASSIGN_OR_RETURN(
+      RankLoadPlanning planned,
+      PlanRankLoad(meta.tensors, gathered, comm_->rank(), &shared));
   const GatheredTargets& all = planned.all;
   DeviceTransport* transport = nullptr;
   if (world > 1 && all.any_on_device) {

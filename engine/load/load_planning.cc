@@ -9,8 +9,8 @@ Result<RankLoadPlanning> PlanRankLoad(
   CKPTDB_ASSIGN_OR_RETURN(out.all,
                           DecodeTargetClasses(gathered, rank, own_shared));
   CKPTDB_RETURN_IF_ERROR(FirstError(out.all.statuses));
-  CKPTDB_ASSIGN_OR_RETURN(out.plan,
-                   planner::BuildRankLoadPlan(tensors, out.all.classes, rank));
+  CKPTDB_ASSIGN_OR_RETURN(
+      out.plan, planner::BuildRankLoadPlan(tensors, out.all.classes, rank));
   return out;
 }
 

@@ -45,8 +45,8 @@ class Shape {
   Shape(std::initializer_list<int64_t> values) {
     assign(values.begin(), values.end());
   }
-  template <typename It, typename = typename std::iterator_traits<
-                             It>::iterator_category>
+  template <typename It,
+            typename = typename std::iterator_traits<It>::iterator_category>
   Shape(It first, It last) {
     assign(first, last);
   }
@@ -131,8 +131,8 @@ class Shape {
     clear();
     resize(n, value);
   }
-  template <typename It, typename = typename std::iterator_traits<
-                             It>::iterator_category>
+  template <typename It,
+            typename = typename std::iterator_traits<It>::iterator_category>
   void assign(It first, It last) {
     using Category = typename std::iterator_traits<It>::iterator_category;
     if constexpr (std::is_same_v<It, const int64_t*> ||
@@ -188,8 +188,8 @@ class Shape {
     size_ += n;
     return p + at;
   }
-  template <typename It, typename = typename std::iterator_traits<
-                             It>::iterator_category>
+  template <typename It,
+            typename = typename std::iterator_traits<It>::iterator_category>
   iterator insert(const_iterator pos, It first, It last) {
     const size_t at = static_cast<size_t>(pos - begin());
     const Shape values(first, last);  // may be this shape's own values
@@ -224,8 +224,8 @@ class Shape {
   }
   friend std::strong_ordering operator<=>(const Shape& a,
                                           const Shape& b) noexcept {
-    return std::lexicographical_compare_three_way(a.begin(), a.end(),
-                                                  b.begin(), b.end());
+    return std::lexicographical_compare_three_way(a.begin(), a.end(), b.begin(),
+                                                  b.end());
   }
   friend bool operator==(const Shape& a, const std::vector<int64_t>& b) {
     return std::equal(a.begin(), a.end(), b.begin(), b.end());
