@@ -177,7 +177,8 @@ class Store {
   // the one record, with the other tensors' chunks dropped). Keys that name no
   // tensor of the checkpoint are ignored: the caller reports them.
   virtual Result<CheckpointMetadata> GetMetadata(
-      int64_t checkpoint_id, const std::vector<std::string>& tensor_keys) = 0;
+      int64_t checkpoint_id,
+      const std::vector<std::string_view>& tensor_keys) = 0;
 
   // The id the next commit will get. Read-write only. Called before a save
   // stages anything: it also removes the value files that no table file

@@ -150,7 +150,7 @@ Status StoreImpl::MainRecordFromCopy(int64_t checkpoint_id,
 }
 
 Result<CheckpointMetadata> StoreImpl::MetadataFromCopy(
-    int64_t checkpoint_id, const std::vector<std::string>* tensor_keys) {
+    int64_t checkpoint_id, const std::vector<std::string_view>* tensor_keys) {
   const std::string path = CopyPath(path_, CopyKind::kRecords, checkpoint_id);
   CKPTDB_ASSIGN_OR_RETURN(
       const CopyEntries entries,

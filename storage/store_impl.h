@@ -98,7 +98,7 @@ class StoreImpl : public Store {
   Result<CheckpointMetadata> GetMetadata(int64_t checkpoint_id) override;
   Result<CheckpointMetadata> GetMetadata(
       int64_t checkpoint_id,
-      const std::vector<std::string>& tensor_keys) override;
+      const std::vector<std::string_view>& tensor_keys) override;
   Result<int64_t> NextCheckpointId() override;
   Status CheckTagFree(const std::string& tag) override;
   Status CheckShareable(int64_t checkpoint_id) override;
@@ -183,7 +183,7 @@ class StoreImpl : public Store {
   Status DeleteRecord(int64_t checkpoint_id);
   // GetMetadata's work: every tensor's chunks, or those of `tensor_keys` only.
   Result<CheckpointMetadata> ReadMetadata(
-      int64_t checkpoint_id, const std::vector<std::string>* tensor_keys);
+      int64_t checkpoint_id, const std::vector<std::string_view>* tensor_keys);
 
   // Fills the chunks of a checkpoint's tensors from their records, all of
   // them or those of `tensor_keys` (formats 2 to 4; in format 4 the tensors
@@ -394,7 +394,7 @@ class StoreImpl : public Store {
                             rocksdb::PinnableSlice* record);
   // ReadMetadata from the copy of the records.
   Result<CheckpointMetadata> MetadataFromCopy(
-      int64_t checkpoint_id, const std::vector<std::string>* tensor_keys);
+      int64_t checkpoint_id, const std::vector<std::string_view>* tensor_keys);
   // Reads a chunk through the copy of its location (for when its table
   // file's pointer, index or footer is damaged) into `buffer`, verified.
   Status ReadThroughCopy(int64_t checkpoint_id, std::string_view tensor_key,
@@ -462,7 +462,7 @@ class StoreImpl : public Store {
   Status WithRebuildHint(Status s);
   // ReadMetadata from the `meta` column family alone.
   Result<CheckpointMetadata> ReadRocksMetadata(
-      int64_t checkpoint_id, const std::vector<std::string>* tensor_keys);
+      int64_t checkpoint_id, const std::vector<std::string_view>* tensor_keys);
 
   const std::string path_;
   const StoreOptions options_;

@@ -39,7 +39,7 @@ class TensorRecords {
 
 // The keys in order, once each (a load passes them sorted already).
 std::vector<std::string_view> SortedOnce(
-    const std::vector<std::string>& tensor_keys) {
+    const std::vector<std::string_view>& tensor_keys) {
   std::vector<std::string_view> wanted(tensor_keys.begin(), tensor_keys.end());
   if (!std::is_sorted(wanted.begin(), wanted.end()))
     std::sort(wanted.begin(), wanted.end());
@@ -139,12 +139,12 @@ Result<CheckpointMetadata> StoreImpl::GetMetadata(int64_t checkpoint_id) {
 }
 
 Result<CheckpointMetadata> StoreImpl::GetMetadata(
-    int64_t checkpoint_id, const std::vector<std::string>& tensor_keys) {
+    int64_t checkpoint_id, const std::vector<std::string_view>& tensor_keys) {
   return ReadMetadata(checkpoint_id, &tensor_keys);
 }
 
 Result<CheckpointMetadata> StoreImpl::ReadMetadata(
-    int64_t checkpoint_id, const std::vector<std::string>* tensor_keys) {
+    int64_t checkpoint_id, const std::vector<std::string_view>* tensor_keys) {
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   Result<CheckpointMetadata> meta =
@@ -162,7 +162,7 @@ Result<CheckpointMetadata> StoreImpl::ReadMetadata(
 }
 
 Result<CheckpointMetadata> StoreImpl::ReadRocksMetadata(
-    int64_t checkpoint_id, const std::vector<std::string>* tensor_keys) {
+    int64_t checkpoint_id, const std::vector<std::string_view>* tensor_keys) {
   const std::string context = "checkpoint id " + std::to_string(checkpoint_id);
   // One view of the records, whatever commits or deletes meanwhile.
   rocksdb::ManagedSnapshot snapshot(db_.get());

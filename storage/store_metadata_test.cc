@@ -338,9 +338,9 @@ TEST(StoreMetadataTest, FewAndManyTensorsReadTheSameRecords) {
   ASSERT_TRUE(file.ok());
   ASSERT_TRUE(store->Commit(meta, {*file}).ok());
   // Keys in any order, some twice.
-  const std::vector<std::string> few = {"t12", "t13", "t12"};
-  const std::vector<std::string> many = {"t20", "t10", "t13", "t14",
-                                         "t17", "t10", "nope"};
+  const std::vector<std::string_view> few = {"t12", "t13", "t12"};
+  const std::vector<std::string_view> many = {"t20", "t10", "t13", "t14",
+                                              "t17", "t10", "nope"};
   for (const auto* keys : {&few, &many}) {
     auto part = store->GetMetadata(*id, *keys);
     ASSERT_TRUE(part.ok()) << part.status().ToString();

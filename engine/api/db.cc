@@ -120,7 +120,7 @@ Result<CheckpointMetadata> DBImpl::ResolveLocal(
 
 Result<CheckpointMetadata> DBImpl::ResolveCollective(
     const CheckpointSelector& which, const CallArguments& args,
-    const std::vector<std::string>* tensor_keys) {
+    const std::vector<std::string_view>* tensor_keys) {
   CKPTDB_ASSIGN_OR_RETURN(
       int64_t id, IdFromRootAgreed(*comm_, args, [&]() -> Result<int64_t> {
         CKPTDB_RETURN_IF_ERROR(store_->Refresh());

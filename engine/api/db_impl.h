@@ -102,7 +102,7 @@ class DBImpl : public DB {
   // (Store::GetMetadata(id, keys)).
   Result<CheckpointMetadata> ResolveCollective(
       const CheckpointSelector& which, const CallArguments& args,
-      const std::vector<std::string>* tensor_keys = nullptr);
+      const std::vector<std::string_view>* tensor_keys = nullptr);
   // Local: resolves against this rank's handle, refreshing it once when nothing
   // matches.
   Result<CheckpointMetadata> ResolveLocal(const CheckpointSelector& which);

@@ -33,9 +33,10 @@ struct LocalTargets {
 
 // The flat keys of the state dict's tensor leaves, sorted as the leaves are
 // (FlattenMutable): the tensors whose chunks this rank reads the records of.
-std::vector<std::string> TensorKeysOf(
+// They view the leaves' keys.
+std::vector<std::string_view> TensorKeysOf(
     const std::vector<planner::MutableFlatLeaf>& leaves) {
-  std::vector<std::string> keys;
+  std::vector<std::string_view> keys;
   keys.reserve(leaves.size());
   for (const auto& leaf : leaves) {
     if (leaf.tensor != nullptr) keys.push_back(leaf.flat_key);
@@ -187,8 +188,8 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
   // flatten fails this rank's targets, so that every rank reports it.
   Result<std::vector<planner::MutableFlatLeaf>> leaves =
       planner::FlattenMutable(state);
-  const std::vector<std::string> keys =
-      leaves.ok() ? TensorKeysOf(*leaves) : std::vector<std::string>{};
+  const std::vector<std::string_view> keys =
+      leaves.ok() ? TensorKeysOf(*leaves) : std::vector<std::string_view>{};
   CKPTDB_ASSIGN_OR_RETURN(
       CheckpointMetadata meta,
       ResolveCollective(which, LoadArguments(which, options), &keys));

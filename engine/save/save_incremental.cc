@@ -13,7 +13,7 @@ planner::PreviousCheckpoint ReadPrevious(storage::Store& store, int64_t base_id,
                                          int rank) {
   planner::PreviousCheckpoint previous;
   if (base_id == 0 || !store.Refresh().ok()) return previous;
-  std::vector<std::string> keys;
+  std::vector<std::string_view> keys;  // the plan's
   for (const auto& tensor : plan.tensors) {
     for (const auto& chunk : tensor.chunks) {
       if (chunk.writer_rank != rank) continue;
@@ -84,7 +84,7 @@ Status CheckRecordReferences(
     return planner::CheckReferences(meta.tensors, *held, meta.info.world_size);
   planner::PreviousCheckpoint base;
   if (base_id != 0) {
-    std::vector<std::string> keys;
+    std::vector<std::string_view> keys;  // meta's
     for (const auto& [key, tensor] : meta.tensors) {
       if (std::any_of(tensor.chunks.begin(), tensor.chunks.end(),
                       [](const ChunkMetadata& c) { return c.holder_id != 0; }))
