@@ -10,7 +10,7 @@
 
 #include "ckptdb/metadata.h"
 #include "ckptdb/status.h"
-#include "storage/error_name.h"
+#include "core/error_name.h"
 
 namespace ckptdb::storage {
 

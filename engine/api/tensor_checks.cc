@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error_name.h"
 #include "core/memory_overlap.h"
 #include "core/partition.h"
 #include "engine/device/device.h"
@@ -43,7 +44,7 @@ bool SameArray(const TensorView& a, const TensorView& b) {
 constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 50;
 
 // A flat range: 1-D, inside the flattened tensor.
-Status CheckFlatRange(const std::string& what, const TensorView& view) {
+Status CheckFlatRange(const ErrorName& what, const TensorView& view) {
   if (view.local_shape.size() != 1 || !view.global_offset.empty()) {
     return Status::InvalidArgument(
         what +
@@ -73,7 +74,7 @@ Status CheckFlatRange(const std::string& what, const TensorView& view) {
 
 // Strides: one per dimension, non-negative; a device array's steps must not
 // be 0 (2-D copies need a pitch of at least one element).
-Status CheckStrides(const std::string& what, const TensorView& view) {
+Status CheckStrides(const ErrorName& what, const TensorView& view) {
   if (view.strides.empty()) return Status::OK();
   if (view.strides.size() != view.local_shape.size()) {
     return Status::InvalidArgument(
@@ -97,7 +98,7 @@ Status CheckStrides(const std::string& what, const TensorView& view) {
   return Status::OK();
 }
 
-Status CheckBox(const std::string& what, const TensorView& view) {
+Status CheckBox(const ErrorName& what, const TensorView& view) {
   if (view.is_flat_range()) return CheckFlatRange(what, view);
   const planner::PartitionError inside = planner::CheckBoxInside(
       view.global_shape, view.global_offset, view.local_shape);
@@ -119,7 +120,7 @@ Status CheckBox(const std::string& what, const TensorView& view) {
 
 // A device view's device is known and usable through `copier`, and the work
 // queued on it has finished.
-Status CheckDevice(const std::string& what, const TensorView& view,
+Status CheckDevice(const ErrorName& what, const TensorView& view,
                    DeviceCopier* copier) {
   if (view.device.type == DeviceType::kCPU) return Status::OK();
   if (view.device.type != DeviceType::kCUDA || view.device.index < 0) {
@@ -147,7 +148,7 @@ Status CheckDevice(const std::string& what, const TensorView& view,
 
 Status CheckView(const std::string& flat_key, const TensorView& view,
                  DeviceCopier* copier) {
-  const std::string what = "tensor '" + flat_key + "'";
+  const ErrorName what = TensorName(flat_key);  // joined only for an error
   if (!IsValidDType(static_cast<uint8_t>(view.dtype))) {
     return Status::InvalidArgument(
         what + ": unknown dtype code " +

@@ -3,11 +3,12 @@
 #include <string>
 #include <string_view>
 
-namespace ckptdb::storage {
+namespace ckptdb {
 
 // The name an error gives what it is about ("tensor 'w'"), joined only when
-// an error is built: decoding a checkpoint of 10,000 tensors names each of
-// them, and a name joined up front is an allocation a tensor. Views its
+// an error is built: decoding a checkpoint of 10,000 tensors, or checking a
+// state dict of them, names each of them, and a name joined up front is an
+// allocation a tensor. Views its
 // parts: they must outlive it. Converts from a whole name.
 struct ErrorName {
   std::string_view prefix, middle, suffix;
@@ -39,4 +40,4 @@ inline ErrorName TensorName(std::string_view key) {
   return {"tensor '", key, "'"};
 }
 
-}  // namespace ckptdb::storage
+}  // namespace ckptdb
