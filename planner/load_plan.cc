@@ -263,14 +263,14 @@ void MergeRanks(const std::vector<int>& classes,
   }
 }
 
-// The needs `rank` (of class `mine`) plans for a chunk read by `reader`: every
-// needer's when it reads it, else its own, plus those of ranks receiving the
-// same box into device targets when it receives into one.
-std::vector<Need> RankNeeds(const std::vector<std::pair<Owner, Box>>& hits,
-                            const TargetClasses& classes,
-                            const std::vector<std::vector<int>>& ranks_of_class,
-                            int rank, int mine, int reader) {
-  std::vector<Need> needs;
+// The needs `rank` (of class `mine`) plans for a chunk read by `reader`, into
+// `needs`: every needer's when it reads it, else its own, plus those of ranks
+// receiving the same box into device targets when it receives into one.
+void RankNeeds(const std::vector<std::pair<Owner, Box>>& hits,
+               const TargetClasses& classes,
+               const std::vector<std::vector<int>>& ranks_of_class, int rank,
+               int mine, int reader, std::vector<Need>& needs) {
+  needs.clear();
   auto on_device = [&](const Owner& o) {
     return !classes.placements.empty() &&
            classes.placements[o.cls][o.target].on_device;
@@ -294,7 +294,6 @@ std::vector<Need> RankNeeds(const std::vector<std::pair<Owner, Box>>& hits,
       needs.push_back({r, owner.target, common});
     }
   }
-  return needs;
 }
 
 // The ranks of each class, ascending.
@@ -394,6 +393,9 @@ struct RankReads {
   // Each chunk's, reused from chunk to chunk.
   std::vector<std::pair<Owner, Box>> hits;
   std::vector<int> needer_classes, needers;
+  std::vector<Need> needs;
+  // Each tensor's, reused from tensor to tensor.
+  std::vector<size_t> chunks;
 
   // The chunks of tensor `name` that this rank needs (through `my_targets`),
   // each with its reader among all its needers (`owners`: every class's
@@ -407,7 +409,8 @@ struct RankReads {
     for (const Owner& o : owners)
       boxes.push_back(&classes.targets[o.cls][o.target].box);
     const BoxIndex targets(std::move(boxes), meta.global_shape.size());
-    for (size_t c : ChunksNeeded(stored, my_targets)) {
+    ChunksNeeded(stored, my_targets, chunks);
+    for (size_t c : chunks) {
       const ChunkMetadata& chunk = meta.chunks[c];
       hits.clear();
       needer_classes.clear();
@@ -422,8 +425,7 @@ struct RankReads {
       MergeRanks(needer_classes, ranks_of_class, &needers);
       const int reader =
           turns.Next(needers, needers, stored.position[c], chunk.nbytes);
-      std::vector<Need> needs =
-          RankNeeds(hits, classes, ranks_of_class, rank, mine, reader);
+      RankNeeds(hits, classes, ranks_of_class, rank, mine, reader, needs);
       EmitRead(
           name, stored, c, reader, needs, classes.targets,
           [&](int r) { return static_cast<size_t>(classes.class_of_rank[r]); },
@@ -431,18 +433,18 @@ struct RankReads {
     }
   }
 
-  // The chunks of `stored` that `my_targets` overlap, ascending.
-  static std::vector<size_t> ChunksNeeded(
-      const StoredTensor& stored,
-      std::span<const LoadTarget* const> my_targets) {
-    std::vector<size_t> chunks;
+  // The chunks of `stored` that `my_targets` overlap, ascending, into
+  // `chunks`.
+  static void ChunksNeeded(const StoredTensor& stored,
+                           std::span<const LoadTarget* const> my_targets,
+                           std::vector<size_t>& chunks) {
+    chunks.clear();
     for (const LoadTarget* target : my_targets) {
       stored.index.ForEachMeeting(target->box,
                                   [&](size_t c) { chunks.push_back(c); });
     }
     std::sort(chunks.begin(), chunks.end());
     chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
-    return chunks;
   }
 };
 
