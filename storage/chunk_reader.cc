@@ -202,7 +202,7 @@ Status ChunkFileReader::ReadValueFile(int fd, const std::string& path,
                               std::to_string(pointer.offset + pointer.nbytes));
   }
   CKPTDB_RETURN_IF_ERROR(fs_->CheckRead(path));
-  ChunkBuffer::Impl& impl = *buffer->impl_;
+  ChunkBuffer::Impl& impl = buffer->impl();
   impl.pool = pool_;
   try {
     impl.owned = static_cast<char*>(pool_->Allocate(pointer.nbytes));

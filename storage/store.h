@@ -45,7 +45,8 @@ struct StoreOptions {
 };
 
 // The bytes of one chunk read from a store, pinned without a copy where
-// possible.
+// possible. Empty until a read fills it (a load keeps one a read, most of
+// which read straight into their targets and never fill theirs).
 class ChunkBuffer {
  public:
   ChunkBuffer();
@@ -60,6 +61,8 @@ class ChunkBuffer {
   friend class StoreImpl;
   friend class ChunkFileReader;
   struct Impl;
+  // The state a read fills, made on first use.
+  Impl& impl();
   std::unique_ptr<Impl> impl_;
 };
 

@@ -70,7 +70,7 @@ Status StoreImpl::ReadThroughRocks(int64_t checkpoint_id,
   // The chunk's own checksum, over the whole value, is verified below: for
   // loads, a second pass over the block for RocksDB's would only cost time.
   ro.verify_checksums = verify_blocks;
-  rocksdb::Status s = db_->Get(ro, chunks_, key, &buffer->impl_->slice);
+  rocksdb::Status s = db_->Get(ro, chunks_, key, &buffer->impl().slice);
   if (s.IsNotFound()) {
     // A checkpoint deleted since the caller read its metadata (by another
     // rank's retention policy, say) is gone, not damaged.
@@ -90,7 +90,7 @@ Status StoreImpl::ReadThroughRocks(int64_t checkpoint_id,
   }
   CKPTDB_RETURN_IF_ERROR(
       FromRocks(s, "reading " + ChunkName(checkpoint_id, tensor_key, chunk)));
-  auto& slice = buffer->impl_->slice;
+  auto& slice = buffer->impl().slice;
   std::optional<ValuePointer> pointer;
   if (slice.size() != chunk.nbytes && chunk.nbytes >= kExternalValueBytes)
     pointer = DecodeValuePointer(slice.ToStringView());
@@ -180,7 +180,7 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
   const std::string key = ChunkKey(checkpoint_id, tensor_key, chunk);
   ChunkBuffer buffer;
   if (chunk.nbytes >= kOwnBlockBytes) {  // may start a block of its own
-    ChunkBuffer::Impl& impl = *buffer.impl_;
+    ChunkBuffer::Impl& impl = buffer.impl();
     impl.pool = pool_;
     // The size comes from the record; a direct read allocates it before any
     // file says how large the chunk is (reading through RocksDB does not).
@@ -298,15 +298,22 @@ Status StoreImpl::ReadThroughRocksInto(int64_t checkpoint_id,
   return Status::OK();
 }
 
-ChunkBuffer::ChunkBuffer() : impl_(std::make_unique<Impl>()) {}
+ChunkBuffer::ChunkBuffer() = default;
 ChunkBuffer::ChunkBuffer(ChunkBuffer&&) noexcept = default;
 ChunkBuffer& ChunkBuffer::operator=(ChunkBuffer&&) noexcept = default;
 ChunkBuffer::~ChunkBuffer() = default;
+ChunkBuffer::Impl& ChunkBuffer::impl() {
+  if (impl_ == nullptr) impl_ = std::make_unique<Impl>();
+  return *impl_;
+}
 std::string_view ChunkBuffer::bytes() const {
+  if (impl_ == nullptr) return {};
   if (impl_->owned != nullptr)
     return std::string_view(impl_->owned, impl_->owned_size);
   return std::string_view(impl_->slice.data(), impl_->slice.size());
 }
-bool ChunkBuffer::read_directly() const { return impl_->owned != nullptr; }
+bool ChunkBuffer::read_directly() const {
+  return impl_ != nullptr && impl_->owned != nullptr;
+}
 
 }  // namespace ckptdb::storage
