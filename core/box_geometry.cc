@@ -87,9 +87,19 @@ bool Fits(const Box& box, size_t elem_size, size_t max_bytes) {
 }  // namespace
 
 std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes) {
-  if (Fits(box, elem_size, max_bytes)) return {box};
+  std::vector<Box> pieces;
+  SplitBox(box, elem_size, max_bytes, pieces);
+  return pieces;
+}
+
+void SplitBox(const Box& box, size_t elem_size, size_t max_bytes,
+              std::vector<Box>& out) {
+  out.clear();
+  if (Fits(box, elem_size, max_bytes)) {
+    out.push_back(box);
+    return;
+  }
   const auto [cut, step] = FindCut(box, elem_size, max_bytes);
-  std::vector<Box> out;
   Shape outer_index(cut, 0);  // index in dims [0, cut), relative to box.origin
   while (true) {
     for (int64_t begin = 0; begin < box.shape[cut]; begin += step) {
@@ -108,9 +118,9 @@ std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes) {
       --d;
       if (++outer_index[d] < box.shape[d]) break;
       outer_index[d] = 0;
-      if (d == 0) return out;
+      if (d == 0) return;
     }
-    if (cut == 0) return out;
+    if (cut == 0) return;
   }
 }
 

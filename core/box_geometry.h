@@ -37,6 +37,10 @@ bool Contains(const Box& outer, const Box& inner);
 // only: every piece is a contiguous run of the row-major buffer holding `box`.
 // Returns {box} when it already fits.
 std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes);
+// The same pieces into `pieces` (cleared first; its memory reused by a caller
+// that splits box after box).
+void SplitBox(const Box& box, size_t elem_size, size_t max_bytes,
+              std::vector<Box>& pieces);
 
 // The sizes of SplitBox's pieces without making them: `runs` runs (one per
 // index of the dimensions cut into single indices) of `per_run` pieces each,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <queue>
+#include <span>
 #include <sstream>
 
 #include "core/partition.h"
@@ -175,12 +176,12 @@ Status LayoutError(std::string_view key, const Shape& shape,
       " elements (a gap: no rank holds " + missing + ")");
 }
 
-// Checks that the shards of `key`, replicas counted once, partition it.
+// Checks that the shards of `key`, replicas counted once, partition it
+// (`boxes`: scratch, reused from key to key).
 Status CheckLayout(std::string_view key, const std::vector<ShardRef>& refs,
-                   const Owners& owners) {
+                   const Owners& owners, std::vector<const Box*>& boxes) {
   const Shape& shape = refs.front().shard->global_shape;
-  std::vector<const Box*> boxes;
-  boxes.reserve(refs.size());
+  boxes.clear();
   for (const ShardRef& ref : refs) boxes.push_back(&ref.shard->box);
   const PartitionProblem problem = CheckPartitionOfPointers(
       shape, boxes, {.allow_replicas = true, .allow_empty_boxes = true});
@@ -193,25 +194,31 @@ struct Distinct {
   std::vector<Holder> holders;
 };
 
-// The distinct non-empty boxes of `refs`, each with the owners holding it.
-std::vector<Distinct> GroupReplicas(std::vector<ShardRef>& refs) {
+// The distinct non-empty boxes of `refs`, each with the owners holding it:
+// the first elements of `distinct`, whose memory is reused from key to key.
+std::span<const Distinct> GroupReplicas(std::vector<ShardRef>& refs,
+                                        std::vector<Distinct>& distinct) {
   std::stable_sort(refs.begin(), refs.end(),
                    [](const ShardRef& a, const ShardRef& b) {
                      return a.shard->box < b.shard->box;
                    });
-  std::vector<Distinct> distinct;
+  size_t n = 0;
   for (const ShardRef& ref : refs) {
     if (ref.shard->box.volume() == 0) continue;
-    if (distinct.empty() || *distinct.back().box != ref.shard->box)
-      distinct.push_back({&ref.shard->box, {}});
-    distinct.back().holders.push_back(ref.holder);
+    if (n == 0 || *distinct[n - 1].box != ref.shard->box) {
+      if (n == distinct.size()) distinct.emplace_back();
+      distinct[n].box = &ref.shard->box;
+      distinct[n].holders.clear();
+      ++n;
+    }
+    distinct[n - 1].holders.push_back(ref.holder);
   }
-  for (Distinct& d : distinct) {
+  for (size_t i = 0; i < n; ++i) {
     std::sort(
-        d.holders.begin(), d.holders.end(),
+        distinct[i].holders.begin(), distinct[i].holders.end(),
         [](const Holder& a, const Holder& b) { return a.owner < b.owner; });
   }
-  return distinct;
+  return {distinct.data(), n};
 }
 
 // The writer turns: the holder ranks of a box (ascending) take turns over the
@@ -252,10 +259,11 @@ class WriterTurns {
 };
 
 // Assigns the writers of `d` (a box of `tensor`): counts every rank's bytes,
-// and keeps the chunks (all, or those of `only_writer`).
+// and keeps the chunks (all, or those of `only_writer`). `pieces`: scratch.
 void AssignWriters(const Distinct& d, const Owners& owners,
                    size_t max_chunk_bytes, int only_writer, WriterTurns& turns,
-                   PlannedTensor& tensor, SavePlan* plan) {
+                   std::vector<Box>& pieces, PlannedTensor& tensor,
+                   SavePlan* plan) {
   const size_t elem = DTypeSize(tensor.dtype);
   turns.HoldersOf(d, owners);
   const SplitSizes sizes = SplitBoxSizes(*d.box, elem, max_chunk_bytes);
@@ -276,7 +284,8 @@ void AssignWriters(const Distinct& d, const Owners& owners,
   plan->total_bytes += static_cast<uint64_t>(d.box->volume()) * elem;
   if (only_writer >= 0 && !turns.Holds(only_writer)) return;
   turn = first;
-  for (Box& piece : SplitBox(*d.box, elem, max_chunk_bytes)) {
+  SplitBox(*d.box, elem, max_chunk_bytes, pieces);
+  for (Box& piece : pieces) {
     const auto& [rank, h] = turns.At(turn++);
     if (only_writer >= 0 && rank != only_writer) continue;
     const uint64_t bytes = static_cast<uint64_t>(piece.volume()) * elem;
@@ -295,20 +304,24 @@ Result<SavePlan> PlanOwners(const Owners& owners, size_t max_chunk_bytes,
   KeyedShards by_key;
   CKPTDB_RETURN_IF_ERROR(GroupByKey(owners, &plan, &by_key));
   WriterTurns turns;
-  std::vector<ShardRef> refs;  // one key's shards, reused
+  // One key's, reused from key to key.
+  std::vector<ShardRef> refs;
+  std::vector<const Box*> boxes;
+  std::vector<Distinct> distinct;
+  std::vector<Box> pieces;
   for (size_t next = 0; next < by_key.size();) {
     const std::string_view key = by_key[next].first;
     refs.clear();
     for (; next < by_key.size() && by_key[next].first == key; ++next)
       refs.push_back(by_key[next].second);
     CKPTDB_RETURN_IF_ERROR(CheckAgreement(key, refs, owners));
-    CKPTDB_RETURN_IF_ERROR(CheckLayout(key, refs, owners));
+    CKPTDB_RETURN_IF_ERROR(CheckLayout(key, refs, owners, boxes));
     const SaveShard& first = *refs.front().shard;
     PlannedTensor& tensor = plan.tensors.emplace_back(
         PlannedTensor{std::string(key), first.dtype, first.global_shape, {}});
-    for (const Distinct& d : GroupReplicas(refs)) {
-      AssignWriters(d, owners, max_chunk_bytes, only_writer, turns, tensor,
-                    &plan);
+    for (const Distinct& d : GroupReplicas(refs, distinct)) {
+      AssignWriters(d, owners, max_chunk_bytes, only_writer, turns, pieces,
+                    tensor, &plan);
     }
     std::sort(tensor.chunks.begin(), tensor.chunks.end(),
               [](const PlannedChunk& a, const PlannedChunk& b) {
