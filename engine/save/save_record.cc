@@ -4,6 +4,8 @@
 #include <set>
 #include <string>
 
+#include "core/sorted_maps.h"
+
 namespace ckptdb::engine {
 
 ChunkMetadata RecordedChunk(planner::PlannedChunk chunk,
@@ -37,7 +39,8 @@ Result<CheckpointMetadata> CommitRecord(
   std::set<int64_t> references;
   int64_t written_bytes = 0;
   for (auto& tensor : plan.tensors) {
-    TensorMetadata& t = meta.tensors[tensor.flat_key];
+    // The plan's tensors come in key order: each key moves in at the end.
+    TensorMetadata& t = AtOrInsert(meta.tensors, std::move(tensor.flat_key));
     t.dtype = tensor.dtype;
     t.global_shape = tensor.global_shape;
     t.chunks.reserve(tensor.chunks.size());
