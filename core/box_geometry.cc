@@ -93,10 +93,10 @@ std::vector<Box> SplitBox(const Box& box, size_t elem_size, size_t max_bytes) {
 }
 
 void SplitBox(const Box& box, size_t elem_size, size_t max_bytes,
-              std::vector<Box>& out) {
-  out.clear();
+              std::vector<Box>& pieces) {
+  pieces.clear();
   if (Fits(box, elem_size, max_bytes)) {
-    out.push_back(box);
+    pieces.push_back(box);
     return;
   }
   const auto [cut, step] = FindCut(box, elem_size, max_bytes);
@@ -110,7 +110,7 @@ void SplitBox(const Box& box, size_t elem_size, size_t max_bytes,
       }
       piece.origin[cut] = box.origin[cut] + begin;
       piece.shape[cut] = std::min(step, box.shape[cut] - begin);
-      out.push_back(std::move(piece));
+      pieces.push_back(std::move(piece));
     }
     // Advance the odometer over dims [0, cut).
     size_t d = cut;

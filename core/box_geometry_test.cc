@@ -56,6 +56,21 @@ TEST(BoxTest, SplitBelowOneElementKeepsOneElementPerPiece) {
   EXPECT_EQ(pieces[2], (Box{{2}, {1}}));
 }
 
+// Split into a caller's vector, box after box: each split replaces what the
+// vector held with exactly the pieces the returning form gives.
+TEST(BoxTest, SplitIntoAVectorReplacesItsPieces) {
+  const std::vector<std::pair<Box, size_t>> cases = {
+      {Box{{10, 0}, {10, 4}}, 48},
+      {Box{{0, 0}, {4, 4}}, 64},
+      {Box{{0, 0, 0}, {2, 3, 8}}, 16},
+      {Box{{0}, {3}}, 4}};
+  std::vector<Box> pieces = {Box{{7}, {7}}};  // left over from before
+  for (const auto& [box, max_bytes] : cases) {
+    SplitBox(box, 4, max_bytes, pieces);
+    EXPECT_EQ(pieces, SplitBox(box, 4, max_bytes)) << BoxToString(box);
+  }
+}
+
 TEST(BoxTest, ContiguousRunOnlyForOneRunOfMemory) {
   const Shape shape{4, 5, 6};
   // Whole rows of whole planes, a partial row, leading ones.
