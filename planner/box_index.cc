@@ -20,10 +20,21 @@ BoxIndex::BoxIndex(const std::vector<Box>& boxes, size_t ndim)
 
 BoxIndex::BoxIndex(std::vector<const Box*> boxes_in, size_t ndim)
     : boxes_(std::move(boxes_in)), ndim_(ndim) {
+  BuildAxes();
+}
+
+void BoxIndex::Rebuild(std::span<const Box* const> boxes, size_t ndim) {
+  boxes_.assign(boxes.begin(), boxes.end());
+  ndim_ = ndim;
+  axes_.clear();
+  BuildAxes();
+}
+
+void BoxIndex::BuildAxes() {
   const std::vector<const Box*>& boxes = boxes_;
   CKPTDB_ASSERT(boxes.size() < UINT32_MAX);
   if (boxes.size() <= kScannedBoxes) return;  // no axes: scanned
-  const size_t indexed = std::min(ndim, kIndexedDims);
+  const size_t indexed = std::min(ndim_, kIndexedDims);
   for (size_t d = 0; d < indexed; ++d) {
     const bool alike =
         d > 0 && std::all_of(boxes.begin(), boxes.end(), [&](const Box* b) {

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "core/box_geometry.h"
@@ -27,6 +28,12 @@ class BoxIndex {
 
   BoxIndex(std::vector<const Box*> boxes, size_t ndim);
   explicit BoxIndex(const std::vector<Box>& boxes, size_t ndim);
+  // An index of no boxes, to Rebuild.
+  BoxIndex() = default;
+
+  // Indexes `boxes` (of `ndim` dimensions) instead of what it held, in the
+  // memory it has: a planner indexes tensor after tensor.
+  void Rebuild(std::span<const Box* const> boxes, size_t ndim);
 
   // Calls fn(box index) for every box meeting `query` with at least one
   // element, in ascending box index, without building the common parts.
@@ -76,12 +83,14 @@ class BoxIndex {
   // with the fewest. REQUIRES: an axis.
   void Candidates(const Box& query, std::vector<uint32_t>* out) const;
   int64_t Begin(uint32_t b, size_t d) const { return boxes_[b]->origin[d]; }
+  // Builds the axes over boxes_ (none for few boxes).
+  void BuildAxes();
   int64_t End(uint32_t b, size_t d) const {
     return boxes_[b]->exclusive_max(d);
   }
 
   std::vector<const Box*> boxes_;
-  size_t ndim_;
+  size_t ndim_ = 0;
   std::vector<Axis> axes_;
   // Reused by ForEachOverlap; the index is not thread-safe for queries.
   mutable std::vector<uint32_t> scratch_;

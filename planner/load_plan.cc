@@ -52,19 +52,30 @@ Status CheckTarget(const Tensors& tensors, const LoadTarget& target,
 
 // The chunks of one stored tensor, indexed, with each chunk's position.
 struct StoredTensor {
-  const TensorMetadata* meta;
+  const TensorMetadata* meta = nullptr;
   BoxIndex index;
   // position[c]: chunk c's first byte in the checkpoint's byte order.
   std::vector<uint64_t> position;
 
-  StoredTensor(const TensorMetadata& m, uint64_t base)
-      : meta(&m), index(ChunkBoxes(m.chunks), m.global_shape.size()) {
-    position.reserve(m.chunks.size());
+  StoredTensor() = default;
+  StoredTensor(const TensorMetadata& m, uint64_t base) { Reset(m, base); }
+
+  // Holds tensor `m`, whose bytes begin at `base`, instead, in the memory it
+  // has (a rank's plan takes tensor after tensor).
+  void Reset(const TensorMetadata& m, uint64_t base) {
+    meta = &m;
+    chunk_boxes_.clear();
+    position.clear();
     for (const ChunkMetadata& c : m.chunks) {
+      chunk_boxes_.push_back(&c.box);
       position.push_back(base);
       base += c.nbytes;
     }
+    index.Rebuild(chunk_boxes_, m.global_shape.size());
   }
+
+ private:
+  std::vector<const Box*> chunk_boxes_;
 };
 
 // A whole tensor's bytes.
@@ -396,6 +407,8 @@ struct RankReads {
   std::vector<Need> needs;
   // Each tensor's, reused from tensor to tensor.
   std::vector<size_t> chunks;
+  std::vector<const Box*> target_boxes;
+  BoxIndex targets;  // of target_boxes
 
   // The chunks of tensor `name` that this rank needs (through `my_targets`),
   // each with its reader among all its needers (`owners`: every class's
@@ -404,11 +417,10 @@ struct RankReads {
                   std::span<const LoadTarget* const> my_targets,
                   std::span<const Owner> owners) {
     const TensorMetadata& meta = *stored.meta;
-    std::vector<const Box*> boxes;
-    boxes.reserve(owners.size());
+    target_boxes.clear();
     for (const Owner& o : owners)
-      boxes.push_back(&classes.targets[o.cls][o.target].box);
-    const BoxIndex targets(std::move(boxes), meta.global_shape.size());
+      target_boxes.push_back(&classes.targets[o.cls][o.target].box);
+    targets.Rebuild(target_boxes, meta.global_shape.size());
     ChunksNeeded(stored, my_targets, chunks);
     for (size_t c : chunks) {
       const ChunkMetadata& chunk = meta.chunks[c];
@@ -469,6 +481,7 @@ Result<LoadPlan> BuildRankLoadPlan(
   // one's bytes begin (as TensorBases): one merge, no lookups.
   auto tensor = tensors.begin();
   uint64_t base = 0;
+  StoredTensor stored;  // reused from tensor to tensor
   for (size_t k = 0; k < my_keys.keys.size(); ++k) {
     const std::string_view key = my_keys.keys[k];
     while (tensor != tensors.end() && std::string_view(tensor->first) < key) {
@@ -480,8 +493,8 @@ Result<LoadPlan> BuildRankLoadPlan(
       return Status::Internal("load planning lost tensor '" + std::string(key) +
                               "'");  // checked above
     }
-    reads.PlanTensor(tensor->first, StoredTensor(tensor->second, base),
-                     my_keys.Of(k), owners.Of(k));
+    stored.Reset(tensor->second, base);
+    reads.PlanTensor(tensor->first, stored, my_keys.Of(k), owners.Of(k));
   }
   return std::move(reads.plan);
 }

@@ -219,6 +219,16 @@ TEST_P(RankPlanPropertyTest, BoxIndexAndSplitSizesMatchBruteForce) {
           static_cast<long>(std::min(boxes.size(), BoxIndex::kScannedBoxes)));
   const BoxIndex index(boxes, static_cast<size_t>(ndim));
   const BoxIndex few_index(few, static_cast<size_t>(ndim));
+  // The same boxes indexed by Rebuild, over an index that held the others.
+  auto pointers = [](const std::vector<Box>& of) {
+    std::vector<const Box*> out;
+    for (const Box& box : of) out.push_back(&box);
+    return out;
+  };
+  BoxIndex rebuilt(few, static_cast<size_t>(ndim));
+  rebuilt.Rebuild(pointers(boxes), static_cast<size_t>(ndim));
+  BoxIndex few_rebuilt(boxes, static_cast<size_t>(ndim));
+  few_rebuilt.Rebuild(pointers(few), static_cast<size_t>(ndim));
   for (int q = 0; q < 20; ++q) {
     Box query{Shape(ndim), Shape(ndim)};
     for (int d = 0; d < ndim; ++d) {
@@ -246,7 +256,8 @@ TEST_P(RankPlanPropertyTest, BoxIndexAndSplitSizesMatchBruteForce) {
     };
     using Case = std::pair<const std::vector<Box>*, const BoxIndex*>;
     for (const auto& [of, idx] :
-         {Case{&boxes, &index}, Case{&few, &few_index}}) {
+         {Case{&boxes, &index}, Case{&few, &few_index}, Case{&boxes, &rebuilt},
+          Case{&few, &few_rebuilt}}) {
       const std::vector<std::pair<size_t, Box>> expected = expected_of(*of);
       std::vector<std::pair<size_t, Box>> got;
       idx->ForEachOverlap(
