@@ -10,8 +10,13 @@ first, whose stall is printed alone.
     PYTHONPATH=build/python mpirun -np 2 /usr/bin/python3 bench/async_save.py --dir D
 
 `--changed` is the share of the tensors changed before each save (rounded up; 1 all, 0 none);
-`--snapshot-bytes` opens every handle with that `snapshot_bytes` (its memory is then set up at
-open, not in the first `save_async`).
+`--snapshot-bytes` opens every handle with that `snapshot_bytes` (its memory is then set up on a
+thread started at open, not in the first `save_async`); `--before-first` is how long the job
+runs after opening its handles before it saves (the steps a training job takes before its first
+checkpoint, which that setup runs beside), so that the first stall measures the design a job
+gets, not a save issued the moment a handle opens:
+
+    mpirun -np 2 ... bench/async_save.py --dir D --snapshot-bytes 300000000 --before-first 3
 """
 import argparse
 import math
@@ -39,6 +44,8 @@ def main():
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--changed", type=float, default=1.0)
     p.add_argument("--snapshot-bytes", type=int, default=0)
+    p.add_argument("--before-first", type=float, default=0.0,
+                   help="seconds between opening the handles and the first save")
     args = p.parse_args()
     comm = MPI.COMM_WORLD if MPI and MPI.COMM_WORLD.size > 1 else None
     rank, size = (comm.rank, comm.size) if comm else (0, 1)
@@ -76,6 +83,7 @@ def main():
     dbs = {k: ckptdb.open(os.path.join(args.dir, f"s{i}"), comm=comm,
                           snapshot_bytes=args.snapshot_bytes, **o)
            for i, (k, o) in enumerate(kinds.items())}
+    time.sleep(args.before_first)
     stalls = {k: [] for k in kinds}
     commits = {k: [] for k in kinds}
     blocking = {k: [] for k in kinds}
