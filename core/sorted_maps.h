@@ -9,15 +9,17 @@
 
 namespace ckptdb {
 
-// Inserts `value` at `key` unless the key is there already; then returns
-// false and leaves `value` as it was.
+// Inserts `value` at `key` (a key passed as an rvalue moves in) unless the
+// key is there already; then returns false and leaves `key` and `value` as
+// they were.
 template <typename Map, typename Key, typename V>
-bool InsertNew(Map& map, const Key& key, V&& value) {
+bool InsertNew(Map& map, Key&& key, V&& value) {
   if (map.empty() || map.rbegin()->first < key) {
-    map.try_emplace(map.end(), key, std::forward<V>(value));
+    map.try_emplace(map.end(), std::forward<Key>(key), std::forward<V>(value));
     return true;
   }
-  return map.try_emplace(key, std::forward<V>(value)).second;
+  return map.try_emplace(std::forward<Key>(key), std::forward<V>(value))
+      .second;
 }
 
 // The element at `key`, default-constructed there when absent (a key passed

@@ -314,17 +314,19 @@ Status ReadTensorV2(Tensor::Reader t, const ErrorName& what,
   return Status::OK();
 }
 
-Status ReadValuesAndUserMetadata(Checkpoint::Reader r,
+Status ReadValuesAndUserMetadata(Checkpoint::Reader r, bool paths,
                                  CheckpointMetadata* meta) {
   for (auto v : r.getValues()) {
     std::string key(v.getKey().cStr(), v.getKey().size());
     CKPTDB_ASSIGN_OR_RETURN(Value value, ReadValue(v, key));
-    auto path = ReadPath(v.getPath());
-    if (path.empty()) return Bad("value '" + key + "' has an empty path");
+    if (v.getPath().size() == 0)
+      return Bad("value '" + key + "' has an empty path");
     if (meta->tensors.count(key) ||
         !meta->values.emplace(key, std::move(value)).second) {
       return Bad("key '" + key + "' appears twice");
     }
+    if (!paths) continue;
+    auto path = ReadPath(v.getPath());
     CKPTDB_RETURN_IF_ERROR(ReadKinds(v.getPathKinds(), key, path, meta));
     meta->flat_mapping[key] = std::move(path);
   }
@@ -417,7 +419,7 @@ Result<std::vector<ChunkMetadata>> ReadTensorRecord(
   return ReadChunks(r, main, what, tensor, count);
 }
 
-Result<MainRecord> ReadMain(Checkpoint::Reader r) {
+Result<MainRecord> ReadMain(Checkpoint::Reader r, bool paths) {
   CKPTDB_RETURN_IF_ERROR(CheckHeader(r));
   MainRecord main;
   main.format_version = r.getFormatVersion();
@@ -452,20 +454,25 @@ Result<MainRecord> ReadMain(Checkpoint::Reader r) {
     }
     if (__builtin_add_overflow(total, bytes, &total))
       return Bad("tensors hold more than 2^64 bytes");
-    auto path = ReadPath(t.getPath());
-    if (path.empty()) return Bad(what + " has an empty path");
+    if (t.getPath().size() == 0) return Bad(what + " has an empty path");
     // From format 4 the small tensors' record follows the tensors' order,
     // which must be the map's.
     if (main.format_version >= 4 && !meta.tensors.empty() &&
         !(meta.tensors.rbegin()->first < key))
       return Bad(what + " is out of key order or appears twice");
-    if (!InsertNew(meta.tensors, key, std::move(tensor)))
-      return Bad(what + " appears twice");
     if (has_record) InsertNew(main.chunk_counts, key, count);
     if (main.format_version >= 4) {
       main.small.push_back(!has_record);
       if (!has_record) main.small_counts.push_back(count);
     }
+    if (!paths) {
+      if (!InsertNew(meta.tensors, std::move(key), std::move(tensor)))
+        return Bad(what + " appears twice");
+      continue;
+    }
+    if (!InsertNew(meta.tensors, key, std::move(tensor)))
+      return Bad(what + " appears twice");
+    auto path = ReadPath(t.getPath());
     CKPTDB_RETURN_IF_ERROR(ReadKinds(t.getPathKinds(), key, path, &meta));
     // The key is unique among the tensors (above), and values come after.
     meta.flat_mapping.try_emplace(meta.flat_mapping.end(), std::move(key),
@@ -476,14 +483,15 @@ Result<MainRecord> ReadMain(Checkpoint::Reader r) {
                std::to_string(total) + " bytes, the record says " +
                std::to_string(meta.info.nbytes));
   }
-  CKPTDB_RETURN_IF_ERROR(ReadValuesAndUserMetadata(r, &meta));
+  CKPTDB_RETURN_IF_ERROR(ReadValuesAndUserMetadata(r, paths, &meta));
   return main;
 }
 
 }  // namespace
 
-Result<MainRecord> DecodeMainRecord(std::string_view bytes) {
-  return WithReader<MainRecord, Checkpoint>(bytes, ReadMain);
+Result<MainRecord> DecodeMainRecord(std::string_view bytes, bool paths) {
+  return WithReader<MainRecord, Checkpoint>(
+      bytes, [paths](Checkpoint::Reader r) { return ReadMain(r, paths); });
 }
 
 Result<std::vector<ChunkMetadata>> DecodeTensorRecord(const MainRecord& main,

@@ -81,8 +81,10 @@ struct MainRecord {
 // shape, offset, size, count and rank are checked before use. Any defect gives
 // Corruption (never a crash); an unknown version is Corruption naming it. The
 // tensors' volumes must add up to the recorded nbytes. Format 1's chunks come
-// back sorted by global offset.
-Result<MainRecord> DecodeMainRecord(std::string_view bytes);
+// back sorted by global offset. With `paths` false, meta.flat_mapping and
+// meta.path_kinds stay empty and the paths are not read (each must still have
+// a part): what a load needs, which matches its leaves by flat key.
+Result<MainRecord> DecodeMainRecord(std::string_view bytes, bool paths = true);
 
 // Decodes tensor `key`'s record (formats 2 to 4) against its main record: the
 // same checkpoint id, key and chunk count; every varint, extent and writer rank

@@ -189,6 +189,50 @@ TEST(MetadataCodecTest, PathKindsAndNoneRoundTrip) {
   EXPECT_TRUE(plain->path_kinds.empty());
 }
 
+TEST(MetadataCodecTest, AMainRecordReadWithoutPathsHasEverythingElse) {
+  CheckpointMetadata meta = Sample();
+  meta.flat_mapping["opt.betas.1"] = {"opt", "betas", "1"};
+  meta.values["opt.betas.1"] = Value(0.999);
+  meta.path_kinds = {{"opt.betas.1",
+                      {PathPartKind::kStrKey, PathPartKind::kStrKey,
+                       PathPartKind::kTupleIndex}}};
+  const Records records = EncodeCheckpointRecords(meta);
+  auto whole = DecodeMainRecord(records[0].second);
+  auto keyed = DecodeMainRecord(records[0].second, /*paths=*/false);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  ASSERT_TRUE(keyed.ok()) << keyed.status().ToString();
+  EXPECT_EQ(whole->meta.flat_mapping, meta.flat_mapping);
+  EXPECT_EQ(whole->meta.path_kinds, meta.path_kinds);
+  EXPECT_TRUE(keyed->meta.flat_mapping.empty());
+  EXPECT_TRUE(keyed->meta.path_kinds.empty());
+  EXPECT_EQ(keyed->meta.values, meta.values);
+  EXPECT_EQ(keyed->meta.info.id, meta.info.id);
+  ASSERT_EQ(keyed->meta.tensors.size(), meta.tensors.size());
+  for (const auto& [key, tensor] : meta.tensors) {
+    const TensorMetadata& read = keyed->meta.tensors.at(key);
+    EXPECT_EQ(read.dtype, tensor.dtype) << key;
+    EXPECT_EQ(read.global_shape, tensor.global_shape) << key;
+  }
+  EXPECT_EQ(keyed->chunk_counts, whole->chunk_counts);
+  EXPECT_EQ(keyed->small, whole->small);
+  EXPECT_EQ(keyed->small_counts, whole->small_counts);
+  // A tensor or a value without a path is damage either way.
+  for (const std::string key : {"model.w", "opt.betas.1"}) {
+    CheckpointMetadata pathless = meta;
+    pathless.flat_mapping[key] = {};
+    pathless.path_kinds.clear();
+    const std::string bytes = EncodeCheckpointRecords(pathless)[0].second;
+    for (bool paths : {true, false}) {
+      auto decoded = DecodeMainRecord(bytes, paths);
+      ASSERT_FALSE(decoded.ok()) << key << " paths " << paths;
+      EXPECT_TRUE(decoded.status().IsCorruption());
+      EXPECT_NE(decoded.status().message().find("empty path"),
+                std::string::npos)
+          << decoded.status().ToString();
+    }
+  }
+}
+
 TEST(MetadataCodecTest, PathKindsThatDoNotFitThePathAreCorruption) {
   using K = PathPartKind;
   const std::vector<std::pair<PathKinds, std::string>> cases = {

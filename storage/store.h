@@ -178,7 +178,9 @@ class Store {
   // their chunks; the others come back WITHOUT chunks. Reads and decodes only
   // the main record and the named tensors' records (of a format-1 checkpoint,
   // the one record, with the other tensors' chunks dropped). Keys that name no
-  // tensor of the checkpoint are ignored: the caller reports them.
+  // tensor of the checkpoint are ignored: the caller reports them. The paths
+  // are not read: flat_mapping and path_kinds come back empty (the keys are
+  // those of tensors and values).
   virtual Result<CheckpointMetadata> GetMetadata(
       int64_t checkpoint_id,
       const std::vector<std::string_view>& tensor_keys) = 0;

@@ -167,6 +167,8 @@ Result<CheckpointMetadata> StoreImpl::MetadataFromCopy(
     for (auto& [key, tensor] : meta->tensors) {
       if (!wanted.contains(key)) tensor.chunks.clear();
     }
+    meta->flat_mapping.clear();  // as the records' own reading leaves them
+    meta->path_kinds.clear();
   }
   return meta;
 }

@@ -172,7 +172,9 @@ Result<CheckpointMetadata> StoreImpl::ReadRocksMetadata(
   {
     rocksdb::PinnableSlice record;
     CKPTDB_RETURN_IF_ERROR(GetRecord(checkpoint_id, &record, read));
-    main = DecodeMainRecord(std::string_view(record.data(), record.size()));
+    // A load (named tensors) matches its leaves by flat key: no paths.
+    main = DecodeMainRecord(std::string_view(record.data(), record.size()),
+                            /*paths=*/tensor_keys == nullptr);
   }
   if (!main.ok()) return main.status().WithContext(context);
   if (main->meta.info.id != checkpoint_id) {

@@ -91,15 +91,20 @@ Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
   const std::string where = "checkpoint id " + std::to_string(meta.info.id);
   auto tensor = meta.tensors.begin();
   auto value = meta.values.begin();
-  auto mapped = meta.flat_mapping.begin();
+  // The checkpoint's keys (its tensors' and values') before `key` that no
+  // leaf asks for: those after the previous leaf's.
+  const std::string* previous = nullptr;
+  auto unasked = [&](auto& it, const auto& map, const std::string* key) {
+    for (; it != map.end() && (key == nullptr || it->first < *key); ++it) {
+      if (previous == nullptr || it->first != *previous)
+        result->unexpected_keys.push_back(it->first);
+    }
+  };
   for (auto& leaf : leaves) {
     const std::string& key = leaf.flat_key;
-    // The checkpoint's keys before this leaf's: no leaf asks for them.
-    for (; mapped != meta.flat_mapping.end() && mapped->first <= key; ++mapped)
-      if (mapped->first != key)
-        result->unexpected_keys.push_back(mapped->first);
-    while (tensor != meta.tensors.end() && tensor->first < key) ++tensor;
-    while (value != meta.values.end() && value->first < key) ++value;
+    unasked(tensor, meta.tensors, &key);
+    unasked(value, meta.values, &key);
+    previous = &key;
     const bool is_tensor = tensor != meta.tensors.end() && tensor->first == key;
     const bool is_value = value != meta.values.end() && value->first == key;
     if (!is_tensor && !is_value) {
@@ -140,8 +145,12 @@ Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
       out->views.push_back(&out->pieces.emplace_back(std::move(piece)));
     }
   }
-  for (; mapped != meta.flat_mapping.end(); ++mapped)
-    result->unexpected_keys.push_back(mapped->first);
+  std::vector<std::string>& unexpected = result->unexpected_keys;
+  unasked(tensor, meta.tensors, nullptr);  // the keys after the last leaf's
+  unasked(value, meta.values, nullptr);
+  // Walked as two lists: in key order, as the checkpoint lists its keys.
+  if (!std::is_sorted(unexpected.begin(), unexpected.end()))
+    std::sort(unexpected.begin(), unexpected.end());
   return CheckTargetsApart(tensor_targets);
 }
 
