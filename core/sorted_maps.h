@@ -18,8 +18,7 @@ bool InsertNew(Map& map, Key&& key, V&& value) {
     map.try_emplace(map.end(), std::forward<Key>(key), std::forward<V>(value));
     return true;
   }
-  return map.try_emplace(std::forward<Key>(key), std::forward<V>(value))
-      .second;
+  return map.try_emplace(std::forward<Key>(key), std::forward<V>(value)).second;
 }
 
 // The element at `key`, default-constructed there when absent (a key passed

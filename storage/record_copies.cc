@@ -21,9 +21,6 @@ constexpr int kZstdLevel = 1;
 // is well below).
 constexpr uint64_t kMaxEntriesBytes = uint64_t{1} << 40;
 
-void Put32(std::string* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
-}
 void Put64(std::string* out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
 }
@@ -63,25 +60,65 @@ const char* Suffix(CopyKind kind) {
 }  // namespace
 
 std::string EncodeCopy(CopyKind kind, const CopyEntries& entries) {
-  std::string body;
-  Put32(&body, static_cast<uint32_t>(entries.size()));
-  for (const auto& [key, value] : entries) {
-    Put32(&body, static_cast<uint32_t>(key.size()));
-    body += key;
-    Put32(&body, static_cast<uint32_t>(value.size()));
-    body += value;
-  }
+  return CopyEncoder().Encode(kind, entries);
+}
+
+CopyEncoder::CopyEncoder()
+    : context_(ZSTD_createCCtx()), staged_bytes_(ZSTD_CStreamOutSize()) {
+  CKPTDB_ASSERT(context_ != nullptr, "creating a zstd compression context");
+  staged_ = std::make_unique<char[]>(staged_bytes_);
+  const size_t set =
+      ZSTD_CCtx_setParameter(context_, ZSTD_c_compressionLevel, kZstdLevel);
+  CKPTDB_ASSERT(!ZSTD_isError(set),
+                std::string("setting zstd's level: ") + ZSTD_getErrorName(set));
+}
+
+CopyEncoder::~CopyEncoder() { ZSTD_freeCCtx(context_); }
+
+std::string CopyEncoder::Encode(CopyKind kind, const CopyEntries& entries) {
+  std::lock_guard lock(mu_);
+  // The entries' bytes: the count, then each key and value after its length.
+  uint64_t body = 4;
+  for (const auto& [key, value] : entries)
+    body += 8 + key.size() + value.size();
   std::string out(kCompressedMagic, kMagicBytes);
   out.push_back(static_cast<char>(kind));
-  Put64(&out, body.size());
-  const size_t header = out.size();
-  out.resize(header + ZSTD_compressBound(body.size()));
-  const size_t frame = ZSTD_compress(out.data() + header, out.size() - header,
-                                     body.data(), body.size(), kZstdLevel);
-  CKPTDB_ASSERT(
-      !ZSTD_isError(frame),
-      std::string("compressing a metadata copy: ") + ZSTD_getErrorName(frame));
-  out.resize(header + frame);
+  Put64(&out, body);
+  // Room for the worst case: only what the frame fills is ever touched.
+  out.reserve(out.size() + ZSTD_compressBound(body) + 8);
+  auto check = [](size_t result) {
+    CKPTDB_ASSERT(!ZSTD_isError(result),
+                  std::string("compressing a metadata copy: ") +
+                      ZSTD_getErrorName(result));
+    return result;
+  };
+  check(ZSTD_CCtx_reset(context_, ZSTD_reset_session_only));
+  // The frame records the entries' size, which decoding checks.
+  check(ZSTD_CCtx_setPledgedSrcSize(context_, body));
+  auto feed = [&](const void* data, size_t size, ZSTD_EndDirective mode) {
+    ZSTD_inBuffer in{data, size, 0};
+    while (true) {
+      ZSTD_outBuffer staged{staged_.get(), staged_bytes_, 0};
+      const size_t left =
+          check(ZSTD_compressStream2(context_, &staged, &in, mode));
+      out.append(staged_.get(), staged.pos);
+      const bool done = mode == ZSTD_e_end ? left == 0 : in.pos == in.size;
+      if (done) return;
+    }
+  };
+  auto length = [&](size_t n) {
+    char bytes[4];
+    for (int i = 0; i < 4; ++i) bytes[i] = static_cast<char>(n >> (8 * i));
+    feed(bytes, 4, ZSTD_e_continue);
+  };
+  length(entries.size());
+  for (const auto& [key, value] : entries) {
+    length(key.size());
+    feed(key.data(), key.size(), ZSTD_e_continue);
+    length(value.size());
+    feed(value.data(), value.size(), ZSTD_e_continue);
+  }
+  feed(nullptr, 0, ZSTD_e_end);
   Put64(&out, ChunkChecksum(out.data(), out.size()));
   return out;
 }

@@ -21,6 +21,28 @@
 namespace ckptdb::storage {
 namespace {
 
+TEST(RecordCopies, AnEncoderKeptFromCopyToCopyEncodesEachAsAFreshOne) {
+  std::mt19937_64 random(7);
+  CopyEncoder kept;
+  for (int copy = 0; copy < 6; ++copy) {
+    // Entries of every size up to several of the compressor's blocks, some
+    // repetitive and some not; none at all in the first copy.
+    CopyEntries entries;
+    for (int i = 0; i < copy * 40; ++i) {
+      std::string value(random() % (copy * 20000 + 1), '\0');
+      for (size_t b = 0; b < value.size(); b += 1 + i % 5)
+        value[b] = static_cast<char>(random());
+      entries.emplace_back("key" + std::to_string(i), std::move(value));
+    }
+    const CopyKind kind = copy % 2 ? CopyKind::kLocators : CopyKind::kRecords;
+    const std::string bytes = kept.Encode(kind, entries);
+    EXPECT_EQ(bytes, EncodeCopy(kind, entries)) << "copy " << copy;
+    auto decoded = DecodeCopy(kind, bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(*decoded, entries) << "copy " << copy;
+  }
+}
+
 TEST(RecordCopies, RoundTripAndEveryFlippedByteOrCutIsCorruption) {
   const CopyEntries entries = {
       {"a", std::string(300, 'x')}, {std::string("\0key", 4), ""}, {"", "v"}};

@@ -391,7 +391,7 @@ Result<StoreImpl::EncodedCopies> StoreImpl::EncodeCopies(
   if (located) {
     CKPTDB_ASSIGN_OR_RETURN(out.locators, EncodeLocatorCopy(checkpoint_id));
   }
-  out.records = EncodeCopy(CopyKind::kRecords, records);
+  out.records = copy_encoder_.Encode(CopyKind::kRecords, records);
   return out;
 }
 

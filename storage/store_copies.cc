@@ -48,7 +48,8 @@ Result<std::optional<std::string>> StoreImpl::EncodeLocatorCopy(
   }
   if (entries.empty()) return std::optional<std::string>();
   std::sort(entries.begin(), entries.end());
-  return std::optional<std::string>(EncodeCopy(CopyKind::kLocators, entries));
+  return std::optional<std::string>(
+      copy_encoder_.Encode(CopyKind::kLocators, entries));
 }
 
 Status StoreImpl::WriteLocatorCopy(int64_t checkpoint_id) {

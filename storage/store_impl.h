@@ -344,8 +344,8 @@ class StoreImpl : public Store {
 
   // ---- Second copies of the metadata (store_copies.cc) ----
   // The copy of checkpoint `checkpoint_id`'s chunk locations, from the
-  // properties of its table files, encoded (EncodeCopy); nullopt when none of
-  // its table files keeps chunk locations. Reads only: safe beside a write.
+  // properties of its table files, encoded (copy_encoder_); nullopt when none
+  // of its table files keeps chunk locations. Reads only: safe beside a write.
   Result<std::optional<std::string>> EncodeLocatorCopy(int64_t checkpoint_id);
   // Writes that copy.
   Status WriteLocatorCopy(int64_t checkpoint_id);
@@ -485,6 +485,8 @@ class StoreImpl : public Store {
   // Held checkpoints whose value files CheckHeldValueFiles found whole.
   std::mutex held_mu_;
   std::set<int64_t> held_values_checked_;
+  // Compresses the copies of each commit in memory kept between commits.
+  CopyEncoder copy_encoder_;
 };
 
 template <typename Fn>
