@@ -16,6 +16,25 @@ namespace {
 
 namespace py = pybind11;
 
+// Where a leaf sits: its container's dotted path and its key, joined only
+// when an error names it (a state dict of many tensors converts every leaf).
+class LeafPath {
+ public:
+  LeafPath(const std::string& parent, const Key& key)
+      : parent_(parent), key_(&key) {}
+  // A path already joined.
+  LeafPath(const std::string& whole) : parent_(whole) {}  // NOLINT
+
+  operator std::string() const {  // NOLINT: what Where() and messages take
+    if (key_ == nullptr) return parent_;
+    return parent_.empty() ? KeyText(*key_) : parent_ + "." + KeyText(*key_);
+  }
+
+ private:
+  const std::string& parent_;
+  const Key* key_ = nullptr;
+};
+
 // DLPack type codes newer than the dlpack.h Debian ships (0.6).
 constexpr uint8_t kDLBoolCode = 6;
 constexpr uint8_t kDLFloat8E4M3FNCode = 10;
@@ -81,14 +100,25 @@ std::optional<DType> FromDLPack(DLDataType t) {
 
 // ---- leaves -----------------------------------------------------------------
 
-Shape ShapeOf(const py::handle& seq, const std::string& path,
-              const char* what) {
-  const std::string name = "tensor " + Where(path) + ": Shard " + what;
+Shape ShapeOf(const py::handle& seq, const LeafPath& path, const char* what) {
+  auto name = [&] { return "tensor " + Where(path) + ": Shard " + what; };
   if (!PyTuple_Check(seq.ptr()) && !PyList_Check(seq.ptr())) {
-    Invalid(name + " must be a tuple of ints, got " + TypeName(seq));
+    Invalid(name() + " must be a tuple of ints, got " + TypeName(seq));
   }
   Shape shape;
-  for (py::handle d : seq) shape.push_back(Unwrap(Int(d, name + " item")));
+  for (py::handle d : seq) {
+    // A plain int, the common item, before any name is built.
+    if (PyLong_CheckExact(d.ptr())) {
+      int overflow = 0;
+      const long long v = PyLong_AsLongLongAndOverflow(d.ptr(), &overflow);
+      if (overflow == 0 && !(v == -1 && PyErr_Occurred())) {
+        shape.push_back(static_cast<int64_t>(v));
+        continue;
+      }
+      PyErr_Clear();
+    }
+    shape.push_back(Unwrap(Int(d, name() + " item")));
+  }
   return shape;
 }
 
@@ -96,7 +126,7 @@ Shape ShapeOf(const py::handle& seq, const std::string& path,
 // none when it is C-contiguous. Negative strides (a reversed view) and strides
 // that are not whole elements are refused.
 Shape ElementStridesOf(const Shape& shape, const int64_t* strides, int64_t unit,
-                       const std::string& path) {
+                       const LeafPath& path) {
   Shape out(shape.size());
   bool dense = true;
   int64_t expected = unit;
@@ -129,7 +159,7 @@ bool IsNativeOrder(const py::dtype& dtype) {
 }
 
 // A view of a numpy array's memory.
-TensorView FromArray(const py::array& array, const std::string& path,
+TensorView FromArray(const py::array& array, const LeafPath& path,
                      bool writable) {
   if (writable && !array.writeable())
     Invalid("tensor " + Where(path) + ": the array is read-only");
@@ -176,7 +206,7 @@ bool IsHostTorchBool(const py::object& obj) {
 }
 
 // A view of a DLPack tensor's memory; the capsule is kept in `borrowed`.
-TensorView FromDLPackObject(const py::object& obj, const std::string& path,
+TensorView FromDLPackObject(const py::object& obj, const LeafPath& path,
                             bool writable, Borrowed& borrowed) {
   py::object capsule;
   try {
@@ -234,13 +264,13 @@ TensorView FromDLPackObject(const py::object& obj, const std::string& path,
 }
 
 // A view of any tensor leaf: numpy array, DLPack object, or Shard of one.
-TensorView TensorLeaf(const py::object& obj, const std::string& path,
+TensorView TensorLeaf(const py::object& obj, const LeafPath& path,
                       bool writable, Borrowed& borrowed);
 
-void Reinterpret(const py::object& shard, const std::string& path,
+void Reinterpret(const py::object& shard, const LeafPath& path,
                  TensorView& view);
 
-TensorView FromShard(const py::object& shard, const std::string& path,
+TensorView FromShard(const py::object& shard, const LeafPath& path,
                      bool writable, Borrowed& borrowed) {
   TensorView view = TensorLeaf(shard.attr("data"), path, writable, borrowed);
   view.global_shape = ShapeOf(shard.attr("global_shape"), path, "global_shape");
@@ -251,7 +281,7 @@ TensorView FromShard(const py::object& shard, const std::string& path,
 }
 
 // A Shard's or FlatShard's `dtype`: the data's bits read as that dtype.
-void Reinterpret(const py::object& shard, const std::string& path,
+void Reinterpret(const py::object& shard, const LeafPath& path,
                  TensorView& view) {
   py::object dtype = shard.attr("dtype");
   if (!dtype.is_none()) {
@@ -271,7 +301,7 @@ void Reinterpret(const py::object& shard, const std::string& path,
 }
 
 // A FlatShard: its 1-D data as elements [flat_offset, + n) of the flattening.
-TensorView FromFlatShard(const py::object& shard, const std::string& path,
+TensorView FromFlatShard(const py::object& shard, const LeafPath& path,
                          bool writable, Borrowed& borrowed) {
   TensorView view = TensorLeaf(shard.attr("data"), path, writable, borrowed);
   if (view.local_shape.size() != 1) {
@@ -287,7 +317,7 @@ TensorView FromFlatShard(const py::object& shard, const std::string& path,
   return view;
 }
 
-TensorView TensorLeaf(const py::object& obj, const std::string& path,
+TensorView TensorLeaf(const py::object& obj, const LeafPath& path,
                       bool writable, Borrowed& borrowed) {
   const py::object& flat = classes().flat_shard;
   if (classes().shard && py::isinstance(obj, classes().shard)) {
@@ -314,8 +344,7 @@ TensorView TensorLeaf(const py::object& obj, const std::string& path,
   return FromDLPackObject(obj, path, writable, borrowed);
 }
 
-std::optional<Value> SmallValue(const py::handle& obj,
-                                const std::string& path) {
+std::optional<Value> SmallValue(const py::handle& obj, const LeafPath& path) {
   if (obj.is_none()) return Value(None{});
   if (py::isinstance<py::bool_>(obj)) return Value(obj.cast<bool>());
   if (py::isinstance<py::int_>(obj)) {
@@ -405,9 +434,9 @@ class Converter {
   void Item(const py::handle& container, const py::object& key, Key k,
             const py::object& value, const std::string& path, int tuple,
             StateDict& out) {
-    const std::string text = KeyText(k);
-    const std::string here = path.empty() ? text : path + "." + text;
+    const LeafPath leaf(path, k);
     if (std::optional<ContainerKind> kind = ContainerOf(value)) {
+      const std::string here = leaf;
       CheckDescent(value, here, ancestors_);
       int child_tuple = ValueSlots::kNoTuple;
       if (*kind == ContainerKind::kTuple) {
@@ -421,17 +450,18 @@ class Converter {
                py::detail::npy_api::get().PyArray_Type_) {
       // A plain numpy array, the common leaf.
       borrowed_.keep.push_back(value);
-      out.Set(std::move(k),
-              FromArray(value.cast<py::array>(), here, writable_));
+      TensorView view = FromArray(value.cast<py::array>(), leaf, writable_);
+      out.Set(std::move(k), std::move(view));
     } else if (IsTensorLeaf(value) &&
                !py::isinstance(value, classes().numpy_scalar)) {
-      out.Set(std::move(k), TensorLeaf(value, here, writable_, borrowed_));
-    } else if (std::optional<Value> v = SmallValue(value, here)) {
+      TensorView view = TensorLeaf(value, leaf, writable_, borrowed_);
+      out.Set(std::move(k), std::move(view));
+    } else if (std::optional<Value> v = SmallValue(value, leaf)) {
       out.Set(k, std::move(*v));
       borrowed_.values.AddValue(py::reinterpret_borrow<py::object>(container),
                                 key, tuple, out.GetValue(k));
     } else {
-      Invalid("leaf " + Where(here) + " has unsupported type " +
+      Invalid("leaf " + Where(leaf) + " has unsupported type " +
               TypeName(value) +
               " (arrays, DLPack tensors, Shard, int, float, bool, str, bytes, "
               "None, numpy scalars, or dict, list and tuple of them)");

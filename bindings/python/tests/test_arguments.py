@@ -133,6 +133,12 @@ def shard_with_list_data():
 
 W = np.ones(2, np.float32)
 
+
+def read_only(array):
+    array = array.copy()
+    array.flags.writeable = False
+    return array
+
 # (id, call, pattern the message must match): calls take the open DB and a fresh directory.
 BAD_CALLS = [
     # open: the path, comm, flags and options
@@ -180,6 +186,14 @@ BAD_CALLS = [
     ("save shard float offset", lambda db, d: db.save({"x": ckptdb.Shard(W, (2,), (0.5,))}),
      "global_offset"),
     ("save dlpack raises", lambda db, d: db.save({"x": RaisingDLPack()}), "'x'.*gradient"),
+    ("save nested unsupported leaf", lambda db, d: db.save({"a": {"b": [W, object()]}}),
+     r"leaf 'a\.b\.1' has unsupported type"),
+    ("save int-keyed unsupported leaf", lambda db, d: db.save({"a": {7: object()}}),
+     r"leaf 'a\.7' has unsupported type"),
+    ("save nested huge int", lambda db, d: db.save({"a": {"n": 2 ** 70}}),
+     r"value 'a\.n': int does not fit"),
+    ("save nested shard data replaced by list",
+     lambda db, d: db.save({"m": {"x": shard_with_list_data()}}), r"'m\.x'.*list"),
     ("save dlpack no capsule", lambda db, d: db.save({"x": NotACapsule()}), "'x'"),
     # load
     ("load state list", lambda db, d: db.load([]), "state_dict"),
@@ -191,6 +205,8 @@ BAD_CALLS = [
     ("load cast int", lambda db, d: db.load({"w": W.copy()}, cast=1), "cast"),
     ("load two selectors", lambda db, d: db.load({"w": W.copy()}, step=1, tag="a"), "at most one"),
     ("load key surrogate", lambda db, d: db.load({"\ud800": W.copy()}), "key"),
+    ("load into a nested read-only array", lambda db, d: db.load({"o": [{"p": read_only(W)}]}),
+     r"tensor 'o\.0\.p': the array is read-only"),
     ("load shard list data", lambda db, d: db.load({"w": ckptdb.Shard([0.0, 0.0], (2,), (0,))}),
      "data"),
     # read, metadata, checkpoints, delete, verify
