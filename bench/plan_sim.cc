@@ -214,9 +214,9 @@ Result<std::vector<std::pair<std::string, std::string>>> SimulateMetadata(
 }
 
 // The records as DB::Load reads them (Store::GetMetadata(id, keys)): the main
-// record (every tensor's dtype and shape), then the records of the tensors
-// `keys` names only (the small tensors' record for those of few chunks).
-// `records` by key, the main record first.
+// record (every tensor's dtype and shape, without the paths), then the records
+// of the tensors `keys` names only (the small tensors' record for those of few
+// chunks). `records` by key, the main record first.
 Result<CheckpointMetadata> SimulateRecordDecode(
     const std::map<std::string, std::string>& records,
     const std::vector<std::string>& keys, Json& out) {
@@ -224,7 +224,8 @@ Result<CheckpointMetadata> SimulateRecordDecode(
   const double cpu_start = CpuSeconds();
   if (records.empty()) return Status::Corruption("no records");
   CKPTDB_ASSIGN_OR_RETURN(storage::MainRecord main,
-                          storage::DecodeMainRecord(records.begin()->second));
+                          storage::DecodeMainRecord(records.begin()->second,
+                                                    /*paths=*/false));
   const int64_t id = main.meta.info.id;
   uint64_t decoded = 0;
   // The small tensors' chunks, from their record (those of `keys`).

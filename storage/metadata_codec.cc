@@ -50,33 +50,46 @@ std::vector<std::string> ReadPath(capnp::List<capnp::Text>::Reader list) {
 }
 
 // True when `text` is an int in decimal as KeyText writes it.
-bool IsIntText(const std::string& text) {
+bool IsIntText(std::string_view text) {
   int64_t value = 0;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
   return ec == std::errc() && ptr == end && std::to_string(value) == text;
 }
 
-// Records the kinds of `path`'s parts in meta->path_kinds when any are given
-// (older records have none: every part a str key). Corruption when they do
-// not match the path.
-Status ReadKinds(capnp::Data::Reader data, const std::string& key,
-                 const std::vector<std::string>& path,
-                 CheckpointMetadata* meta) {
+// Corruption unless the kinds of `key`'s path parts (none in older records:
+// every part a str key) match the stored path: one known kind a part, and an
+// int in decimal for each part that is an int key or index. Reads the record
+// in place, so that a read without paths checks them too.
+Status CheckKinds(capnp::Data::Reader data,
+                  capnp::List<capnp::Text>::Reader path,
+                  const std::string& key) {
   if (data.size() == 0) return Status::OK();
-  const std::string what = "'" + key + "'";
   if (data.size() != path.size()) {
-    return Bad(what + " has " + std::to_string(data.size()) +
+    return Bad("'" + key + "' has " + std::to_string(data.size()) +
                " path kinds for " + std::to_string(path.size()) + " parts");
   }
-  PathKinds kinds;
-  for (size_t i = 0; i < data.size(); ++i) {
+  for (unsigned i = 0; i < data.size(); ++i) {
     if (data[i] > static_cast<uint8_t>(PathPartKind::kTupleIndex))
-      return Bad(what + " has path kind " + std::to_string(data[i]));
-    kinds.push_back(static_cast<PathPartKind>(data[i]));
-    if (kinds.back() != PathPartKind::kStrKey && !IsIntText(path[i]))
-      return Bad(what + " has an int path part '" + path[i] + "'");
+      return Bad("'" + key + "' has path kind " + std::to_string(data[i]));
+    const std::string_view part(path[i].cStr(), path[i].size());
+    if (static_cast<PathPartKind>(data[i]) != PathPartKind::kStrKey &&
+        !IsIntText(part))
+      return Bad("'" + key + "' has an int path part '" + std::string(part) +
+                 "'");
   }
+  return Status::OK();
+}
+
+// Checks the kinds of `key`'s path parts (CheckKinds) and records them in
+// meta->path_kinds when any are given.
+Status ReadKinds(capnp::Data::Reader data,
+                 capnp::List<capnp::Text>::Reader path, const std::string& key,
+                 CheckpointMetadata* meta) {
+  CKPTDB_RETURN_IF_ERROR(CheckKinds(data, path, key));
+  if (data.size() == 0) return Status::OK();
+  PathKinds kinds;
+  for (uint8_t kind : data) kinds.push_back(static_cast<PathPartKind>(kind));
   if (!InsertNew(meta->path_kinds, key, std::move(kinds)))
     meta->path_kinds[key] = std::move(kinds);
   return Status::OK();
@@ -325,10 +338,12 @@ Status ReadValuesAndUserMetadata(Checkpoint::Reader r, bool paths,
         !meta->values.emplace(key, std::move(value)).second) {
       return Bad("key '" + key + "' appears twice");
     }
-    if (!paths) continue;
-    auto path = ReadPath(v.getPath());
-    CKPTDB_RETURN_IF_ERROR(ReadKinds(v.getPathKinds(), key, path, meta));
-    meta->flat_mapping[key] = std::move(path);
+    if (!paths) {
+      CKPTDB_RETURN_IF_ERROR(CheckKinds(v.getPathKinds(), v.getPath(), key));
+      continue;
+    }
+    CKPTDB_RETURN_IF_ERROR(ReadKinds(v.getPathKinds(), v.getPath(), key, meta));
+    meta->flat_mapping[key] = ReadPath(v.getPath());
   }
   for (auto kv : r.getUserMetadata()) {
     meta->user_metadata[std::string(kv.getKey().cStr(), kv.getKey().size())] =
@@ -466,17 +481,18 @@ Result<MainRecord> ReadMain(Checkpoint::Reader r, bool paths) {
       if (!has_record) main.small_counts.push_back(count);
     }
     if (!paths) {
+      CKPTDB_RETURN_IF_ERROR(CheckKinds(t.getPathKinds(), t.getPath(), key));
       if (!InsertNew(meta.tensors, std::move(key), std::move(tensor)))
         return Bad(what + " appears twice");
       continue;
     }
     if (!InsertNew(meta.tensors, key, std::move(tensor)))
       return Bad(what + " appears twice");
-    auto path = ReadPath(t.getPath());
-    CKPTDB_RETURN_IF_ERROR(ReadKinds(t.getPathKinds(), key, path, &meta));
+    CKPTDB_RETURN_IF_ERROR(
+        ReadKinds(t.getPathKinds(), t.getPath(), key, &meta));
     // The key is unique among the tensors (above), and values come after.
     meta.flat_mapping.try_emplace(meta.flat_mapping.end(), std::move(key),
-                                  std::move(path));
+                                  ReadPath(t.getPath()));
   }
   if (total != static_cast<uint64_t>(meta.info.nbytes)) {
     return Bad((main.has_chunks() ? "chunks hold " : "tensors hold ") +
