@@ -13,8 +13,15 @@ its third save on a store writes into pages its deletion just freed, as the plai
 into its file's; bench/README.md). `--fresh` times a handle's whole life instead
 (`ckptdb.open` of a new store, `save`, `close`): the first run is the process's first save; the
 figures are the medians of the runs after it, and the first one printed alone.
+
+Beside them, in the same alternation, plain code writes the same arrays again while hashing each
+256 KiB block right before writing it, with ckptdb's own hash (XXH3-128 and the checksum in one
+pass, as a save checksums every chunk): `build/bench/libckpt_bench_hashed_write.so` through
+ctypes (`--floor-lib` names another path). Its ratio to the plain write is the most a save that
+checksums its bytes can reach on this machine; without the library that floor is not printed.
 """
 import argparse
+import ctypes
 import math
 import os
 import shutil
@@ -43,6 +50,35 @@ def plain_write(path, arrays):
         os.close(fd)
 
 
+def load_floor_lib(path):
+    """The hashed write of bench/hashed_write.cc, or None where it was not built."""
+    if path is None:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "build",
+                            "bench", "libckpt_bench_hashed_write.so")
+    if not os.path.exists(path):
+        return None
+    lib = ctypes.CDLL(path)
+    lib.ckpt_bench_hashed_write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
+                                            ctypes.POINTER(ctypes.c_uint64)]
+    lib.ckpt_bench_hashed_write.restype = ctypes.c_int
+    return lib
+
+
+def hashed_write(lib, path, arrays):
+    """plain_write, each block hashed right before it is written."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        checksum = ctypes.c_uint64()
+        for a in arrays:
+            error = lib.ckpt_bench_hashed_write(fd, a.ctypes.data, a.nbytes,
+                                                ctypes.byref(checksum))
+            if error:
+                raise OSError(error, os.strerror(error), path)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def keep_latest(db):
     """Deletes every checkpoint but the latest (untimed): the next save compares with it."""
     for old in db.checkpoints()[:-1]:
@@ -59,6 +95,8 @@ def main():
                    help="share of the tensors changed before each save (1 all, 0 none)")
     p.add_argument("--fresh", action="store_true",
                    help="time open + save + close of a new store each run")
+    p.add_argument("--floor-lib", default=None,
+                   help="the hashed write's library (default: build/bench's, where built)")
     args = p.parse_args()
     comm = MPI.COMM_WORLD if MPI else None
     rank, size = (comm.rank, comm.size) if comm else (0, 1)
@@ -88,12 +126,16 @@ def main():
     # Each side's previous output is deleted, untimed, right before it writes
     # again (as ckpt-bench does): neither pays for freeing the old bytes, and
     # both write into pages just freed.
-    ours, plain, off = [], [], []
+    ours, plain, off, hashed = [], [], [], []
+    floor_lib = load_floor_lib(args.floor_lib)
 
     def measure_plain():
         if os.path.exists(plain_path):
             os.unlink(plain_path)
         plain.append(timed(lambda: plain_write(plain_path, shards)))
+        if floor_lib is not None:  # right after, into the pages just freed again
+            os.unlink(plain_path)
+            hashed.append(timed(lambda: hashed_write(floor_lib, plain_path, shards)))
 
     if args.fresh:
         for i in range(args.repeat + 1):
@@ -112,7 +154,7 @@ def main():
             if i % 2 == 0:
                 measure_plain()
         first = plain[0] / ours[0]
-        ours, plain = ours[1:], plain[1:]
+        ours, plain, hashed = ours[1:], plain[1:], hashed[1:]
     else:
         with ckptdb.open(os.path.join(args.dir, "store"), comm=comm) as db, \
                 ckptdb.open(os.path.join(args.dir, "store-off"), comm=comm,
@@ -150,6 +192,14 @@ def main():
               f"{len(changed)} of {len(shards)} tensors changed before each save, median of "
               f"{len(ours)}: ckptdb {statistics.median(ours):.3f} s, plain write+fsync "
               f"{statistics.median(plain):.3f} s, ratio {ratio:.2f}")
+        if hashed:
+            floor = statistics.median(b / h for b, h in zip(plain, hashed))
+            print(f"floor: plain code that hashes each block before writing it takes "
+                  f"{statistics.median(hashed):.3f} s, {floor:.2f}x of plain write+fsync: "
+                  f"the most a save that checksums its bytes reaches here; ckptdb at "
+                  f"{ratio / floor:.2f} of it")
+        else:
+            print("floor: not measured (build bench/hashed_write.cc or pass --floor-lib)")
         if args.fresh:
             print(f"the process's first open+save+close: ratio {first:.2f}")
         else:
