@@ -59,6 +59,8 @@ inline constexpr std::string_view kStoreMarkerKey =
     "store";
 // The store marker's value.
 inline constexpr std::string_view kStoreMarker = "ckptdb-store 1";
+// The next checkpoint id as of the last rewrite of the metadata from the
+// copies; the journal's high-water mark carries it from commit to commit.
 inline constexpr std::string_view kNextIdKey =
     "\xff"
     "next_id";

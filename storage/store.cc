@@ -340,9 +340,11 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
     if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
   }
   steps.Lap(&steps.ingest);
-  std::string next;
-  PutBigEndian64(&next, static_cast<uint64_t>(id + 1));
-  // The main record and the tensor records, in one batch: one commit.
+  // The main record and the tensor records, in one batch: one commit. Only
+  // keys of this checkpoint, so that its table file overlaps no other's: a
+  // delete's compaction then rewrites the deleted checkpoint's files alone,
+  // and the others' blocks stay in the cache (the next id is the journal's
+  // high-water mark, which step 5 raises).
   const auto records = EncodeCheckpointRecords(meta);
   // Their second copy and that of where the chunks lie are gathered and
   // compressed while RocksDB writes and flushes the records.
@@ -352,12 +354,11 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
         return EncodeCopies(id, located, records);
       });
   // Room for every record at once (a batch that grows copies what it holds).
-  size_t bytes = 64 + kNextIdKey.size() + next.size();
+  size_t bytes = 64;
   for (const auto& [key, value] : records)
     bytes += key.size() + value.size() + 16;
   rocksdb::WriteBatch batch(bytes);
   for (const auto& [key, value] : records) batch.Put(meta_, key, value);
-  batch.Put(meta_, kNextIdKey, next);
   Status s = WriteMeta(&batch, "committing " + what);
   // Read back from its table file (which also puts it in the block cache).
   if (s.ok()) s = ReadBack(id, records);

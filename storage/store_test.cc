@@ -7,6 +7,8 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "storage/keys.h"
 #include "storage/store_testing.h"
@@ -735,6 +737,76 @@ TEST(StoreTest, ReadingACheckpointDeletedMeanwhileIsNotFound) {
   ASSERT_TRUE((*reader)->Refresh().ok());
   auto missing = (*reader)->ReadChunk(kept->info.id, "w", elsewhere);
   EXPECT_TRUE(missing.status().IsCorruption()) << missing.status().ToString();
+}
+
+}  // namespace
+}  // namespace ckptdb::storage
+
+namespace ckptdb::storage {
+namespace {
+
+using ckptdb::testing::TempDir;
+using testing::SaveBytes;
+
+// The metadata table files of the store at `dir`: name -> (smallest key,
+// largest key), from a read-only view of its database.
+std::map<std::string, std::pair<std::string, std::string>> MetaFiles(
+    const std::string& dir) {
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+      {rocksdb::kDefaultColumnFamilyName, {}}, {"chunks", {}}, {"meta", {}}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  EXPECT_TRUE(rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), dir, cfs,
+                                           &handles, &raw)
+                  .ok());
+  std::map<std::string, std::pair<std::string, std::string>> out;
+  if (raw == nullptr) return out;
+  std::vector<rocksdb::LiveFileMetaData> files;
+  raw->GetLiveFilesMetaData(&files);
+  for (const auto& f : files) {
+    if (f.column_family_name == "meta")
+      out[f.name] = {f.smallestkey, f.largestkey};
+  }
+  for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
+  delete raw;
+  return out;
+}
+
+TEST(StoreTest,
+     EachCommitsMetadataFileHoldsItsCheckpointAloneAndOutlivesOthers) {
+  TempDir dir;
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  // More commits than level 0 holds before the store compacts it.
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(SaveBytes(**store, std::string(1000 + i, 'm'), 2).ok());
+  }
+  // Every file holds one checkpoint's records, or the store's header keys.
+  auto owner = [](const std::pair<std::string, std::string>& range) {
+    for (int64_t id = 1; id <= 6; ++id) {
+      if (range.first >= MetaKey(id) && range.second < MetaRangeEnd(id))
+        return id;
+    }
+    return range.first >= std::string(kNextIdKey) ? int64_t{0} : int64_t{-1};
+  };
+  const auto before = MetaFiles(dir.path());
+  std::set<int64_t> owners;
+  for (const auto& [name, range] : before) {
+    const int64_t id = owner(range);
+    EXPECT_GE(id, 0) << name << " holds keys of several checkpoints";
+    owners.insert(id);
+  }
+  EXPECT_EQ(owners, (std::set<int64_t>{0, 1, 2, 3, 4, 5, 6}));
+  // Deleting two checkpoints removes their files and rewrites no other.
+  ASSERT_TRUE((*store)->Delete(2).ok());
+  ASSERT_TRUE((*store)->Delete(4).ok());
+  auto expected = before;
+  std::erase_if(expected, [&](const auto& file) {
+    const int64_t id = owner(file.second);
+    return id == 2 || id == 4;
+  });
+  EXPECT_EQ(MetaFiles(dir.path()), expected);
+  EXPECT_EQ((*store)->List()->size(), 4u);
 }
 
 }  // namespace
