@@ -33,6 +33,7 @@ void StoreImpl::CloseDb() {
     std::lock_guard lock(held_mu_);
     held_values_checked_.clear();
   }
+  ForgetInfos();
   if (!db_) return;
   for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
   handles_.clear();
@@ -221,12 +222,39 @@ Result<std::vector<CheckpointInfo>> StoreImpl::List() {
   return VisibleInfos();
 }
 
+std::optional<CheckpointInfo> StoreImpl::KnownInfo(int64_t checkpoint_id) {
+  std::lock_guard lock(infos_mu_);
+  auto it = infos_.find(checkpoint_id);
+  if (it == infos_.end()) return std::nullopt;
+  return it->second;
+}
+
+void StoreImpl::RememberInfo(const CheckpointInfo& info) {
+  std::lock_guard lock(infos_mu_);
+  infos_.insert_or_assign(info.id, info);
+}
+
+void StoreImpl::ForgetInfo(int64_t checkpoint_id) {
+  std::lock_guard lock(infos_mu_);
+  infos_.erase(checkpoint_id);
+}
+
+void StoreImpl::ForgetInfos() {
+  std::lock_guard lock(infos_mu_);
+  infos_.clear();
+}
+
 Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
   std::vector<CheckpointInfo> out;
   CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id,
                                            std::string_view record) {
     if (!catalogue_.Visible(id)) return true;
+    if (std::optional<CheckpointInfo> known = KnownInfo(id)) {
+      out.push_back(std::move(*known));
+      return true;
+    }
     auto info = DecodeCheckpointInfo(record);
+    if (info.ok() && info->id == id) RememberInfo(*info);
     if (!info.ok()) {
       // From the copy; when both are damaged the listing still names the
       // checkpoint, and the calls that need its record fail.
@@ -474,6 +502,7 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
   journal.deleting.insert(freeing.begin(), freeing.end());
   // From the journal's write on the checkpoint is gone; an interrupted delete
   // is finished by the next read-write open.
+  ForgetInfo(checkpoint_id);
   Status s = SaveJournal(journal);
   if (s.ok()) s = DeleteRecord(checkpoint_id);
   if (s.ok()) s = DropUnreferenced(freeing);

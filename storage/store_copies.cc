@@ -462,6 +462,7 @@ Status StoreImpl::RepairCopies() {
 Status StoreImpl::RewriteMetaFamily() {
   const std::string what =
       "rewriting the metadata of '" + path_ + "' from its copies";
+  ForgetInfos();
   const std::optional<CommitJournal> journal = catalogue_.journal();
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> ids, RecordIds());
   CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> copied,

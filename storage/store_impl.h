@@ -482,6 +482,16 @@ class StoreImpl : public Store {
       std::make_shared<BufferPool>(size_t{256} << 20);
   // Made by each OpenRocks, over its database.
   std::unique_ptr<ChunkFileReader> files_;
+  // The infos VisibleInfos decoded from committed main records, by id. A
+  // committed record never changes (an id is never given to another
+  // checkpoint once committed), so a handle decodes each once; CloseDb (every
+  // reopen) and the rewrite from the copies forget them all, a delete its own.
+  std::mutex infos_mu_;
+  std::map<int64_t, CheckpointInfo> infos_;
+  std::optional<CheckpointInfo> KnownInfo(int64_t checkpoint_id);
+  void RememberInfo(const CheckpointInfo& info);
+  void ForgetInfo(int64_t checkpoint_id);
+  void ForgetInfos();
   // Held checkpoints whose value files CheckHeldValueFiles found whole.
   std::mutex held_mu_;
   std::set<int64_t> held_values_checked_;
