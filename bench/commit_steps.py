@@ -2,7 +2,9 @@
 # commit logs its steps ("[ckptdb] checkpoint N committed in ... ms: ingest,
 # records, copies (waited, wrote), journal"). Prints, per state, the median
 # save time (as the caller sees it) and the median share of it that the
-# metadata's second copies kept the caller waiting.
+# metadata's second copies kept the caller waiting, and the bytes RocksDB's
+# compactions read and wrote a save (its EVENT_LOG lines: the retention's
+# deletes and the store's level-0 compactions of the metadata).
 #
 #   PYTHONPATH=build/python /usr/bin/python3 bench/commit_steps.py DIR [--saves N]
 #
@@ -24,6 +26,7 @@ LINE = re.compile(
     r"\[ckptdb\] checkpoint (\d+) committed in ([\d.]+) ms: ingest ([\d.]+), "
     r"records ([\d.]+), copies ([\d.]+) \(waited ([\d.]+), wrote ([\d.]+)\), "
     r"journal ([\d.]+)")
+EVENT = re.compile(r"EVENT_LOG_v1 (\{.*\})")
 
 
 def states():
@@ -48,11 +51,19 @@ def run(directory, state, saves):
             info = db.save(state, step=step)
             seconds[info.id] = time.perf_counter() - t
     steps = {}
+    compacted = {"read": 0, "written": 0}
     with open(f"{directory}/LOG", errors="replace") as log:
         for line in log:
             m = LINE.search(line)
             if m:
                 steps[int(m.group(1))] = [float(g) for g in m.groups()[1:]]
+            event = EVENT.search(line)
+            if event:
+                e = json.loads(event.group(1))
+                if e.get("event") == "compaction_started":
+                    compacted["read"] += e.get("input_data_size", 0)
+                elif e.get("event") == "compaction_finished":
+                    compacted["written"] += e.get("total_output_size", 0)
     shutil.rmtree(directory, ignore_errors=True)
     ids = sorted(i for i in seconds if i in steps)[1:]  # the first warms up
     share = [steps[i][3] / 1e3 / seconds[i] for i in ids]
@@ -63,6 +74,8 @@ def run(directory, state, saves):
         "copies_ms_median": round(statistics.median(steps[i][3] for i in ids), 3),
         "copies_share_of_save_median": round(statistics.median(share), 4),
         "copies_share_of_save_max": round(max(share), 4),
+        "compaction_read_mib_per_save": round(compacted["read"] / 2**20 / saves, 3),
+        "compaction_written_mib_per_save": round(compacted["written"] / 2**20 / saves, 3),
     }
 
 
