@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-numpy python3-mpi4py python3-pytest python3-torch
+  python3-torchvision
   libcli11-dev nlohmann-json3-dev libfmt-dev libdlpack-dev libzip-dev
 )
 sudo=""
