@@ -51,12 +51,13 @@ def plain_write(path, arrays):
 
 
 def load_floor_lib(path):
-    """The hashed write of bench/hashed_write.cc, or None where it was not built."""
+    """The hashed write of bench/hashed_write.cc: from `path` (which must exist), else from
+    build/bench when it was built there, else None."""
     if path is None:
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "build",
                             "bench", "libckpt_bench_hashed_write.so")
-    if not os.path.exists(path):
-        return None
+        if not os.path.exists(path):
+            return None
     lib = ctypes.CDLL(path)
     lib.ckpt_bench_hashed_write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
                                             ctypes.POINTER(ctypes.c_uint64)]

@@ -235,7 +235,8 @@ TEST(MetadataCodecTest, AMainRecordReadWithoutPathsHasEverythingElse) {
 
 TEST(MetadataCodecTest, PathKindsThatDoNotFitThePathAreCorruption) {
   using K = PathPartKind;
-  // A value's path and a tensor's, each of two parts.
+  // A value's path and a tensor's, each of two parts, in every layout of the
+  // records.
   for (const std::string key : {"lr", "model.w"}) {
     const std::string first = Sample().flat_mapping.at(key).at(0);
     const std::vector<std::pair<PathKinds, std::string>> cases = {
@@ -245,18 +246,19 @@ TEST(MetadataCodecTest, PathKindsThatDoNotFitThePathAreCorruption) {
     for (const auto& [kinds, message] : cases) {
       CheckpointMetadata meta = Sample();
       meta.path_kinds[key] = kinds;
-      const Records records = EncodeCheckpointRecords(meta);
-      auto decoded = DecodeCheckpointRecords(records);
-      ASSERT_FALSE(decoded.ok()) << key << ": " << message;
-      EXPECT_TRUE(decoded.status().IsCorruption());
-      EXPECT_NE(decoded.status().message().find(message), std::string::npos)
-          << decoded.status().ToString();
-      // A read of the main record without its paths checks the kinds too.
-      auto keyed = DecodeMainRecord(records[0].second, /*paths=*/false);
-      ASSERT_FALSE(keyed.ok()) << key << ": " << message;
-      EXPECT_TRUE(keyed.status().IsCorruption());
-      EXPECT_NE(keyed.status().message().find(message), std::string::npos)
-          << keyed.status().ToString();
+      for (const Records& records : BothFormats(meta)) {
+        auto decoded = DecodeCheckpointRecords(records);
+        ASSERT_FALSE(decoded.ok()) << key << ": " << message;
+        EXPECT_TRUE(decoded.status().IsCorruption());
+        EXPECT_NE(decoded.status().message().find(message), std::string::npos)
+            << decoded.status().ToString();
+        // A read of the main record without its paths checks the kinds too.
+        auto keyed = DecodeMainRecord(records[0].second, /*paths=*/false);
+        ASSERT_FALSE(keyed.ok()) << key << ": " << message;
+        EXPECT_TRUE(keyed.status().IsCorruption());
+        EXPECT_NE(keyed.status().message().find(message), std::string::npos)
+            << keyed.status().ToString();
+      }
     }
   }
 }

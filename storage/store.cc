@@ -359,6 +359,7 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   const std::string what = "checkpoint " + std::to_string(id);
   auto committed = [&] { return catalogue_.Committed(id); };
   ForgetIndex(id);  // an id whose earlier commit failed is used again
+  ForgetInfo(id);
   CKPTDB_RETURN_IF_ERROR(CheckReferencesHeld(meta.info));
   CommitSteps steps;
   if (!staged.empty()) {
@@ -502,9 +503,11 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
   journal.deleting.insert(freeing.begin(), freeing.end());
   // From the journal's write on the checkpoint is gone; an interrupted delete
   // is finished by the next read-write open.
-  ForgetInfo(checkpoint_id);
   Status s = SaveJournal(journal);
   if (s.ok()) s = DeleteRecord(checkpoint_id);
+  // After the records are gone: a listing that read them before the journal
+  // changed may have remembered the info meanwhile.
+  ForgetInfo(checkpoint_id);
   if (s.ok()) s = DropUnreferenced(freeing);
   if (s.ok()) {
     for (int64_t id : freeing) journal.deleting.erase(id);
