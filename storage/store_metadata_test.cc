@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
 #include "storage/store.h"
+#include "storage/store_testing.h"
 #include "tests/testing/format_v1.h"
 #include "tests/testing/temp_dir.h"
 
@@ -80,28 +82,37 @@ std::unique_ptr<Store> OpenStore(const std::string& path,
   return store.ok() ? std::move(*store) : nullptr;
 }
 
-// The keys of the `meta` column family, read with RocksDB itself.
-std::vector<std::string> MetaKeys(const std::string& path) {
+// The keys and values of the `meta` column family, read with RocksDB itself.
+std::vector<std::pair<std::string, std::string>> MetaEntries(
+    const std::string& path) {
   rocksdb::DB* raw = nullptr;
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
       {rocksdb::kDefaultColumnFamilyName, {}}, {"chunks", {}}, {"meta", {}}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   EXPECT_TRUE(rocksdb::DB::OpenForReadOnly({}, path, cfs, &handles, &raw).ok());
-  std::vector<std::string> keys;
+  std::vector<std::pair<std::string, std::string>> entries;
   std::unique_ptr<rocksdb::Iterator> it(
       raw->NewIterator(rocksdb::ReadOptions(), handles[2]));
   for (it->SeekToFirst(); it->Valid(); it->Next())
-    keys.push_back(it->key().ToString());
+    entries.emplace_back(it->key().ToString(), it->value().ToString());
   it.reset();
   for (auto* h : handles) (void)raw->DestroyColumnFamilyHandle(h);
   delete raw;
+  return entries;
+}
+
+std::vector<std::string> MetaKeys(const std::string& path) {
+  std::vector<std::string> keys;
+  for (auto& [key, value] : MetaEntries(path)) keys.push_back(std::move(key));
   return keys;
 }
 
-// Changes the `meta` column family of a closed store: `value` at `key`, or
-// the key removed when `value` is empty.
-void ChangeMetaRecord(const std::string& path, const std::string& key,
-                      const std::string& value) {
+// Changes the `meta` column family of a closed store, in one write and one
+// flushed table file: `value` at each `key`, or the key removed where
+// `value` is empty.
+void ChangeMetaRecords(
+    const std::string& path,
+    const std::vector<std::pair<std::string, std::string>>& changes) {
   rocksdb::DB* raw = nullptr;
   rocksdb::ColumnFamilyOptions chunks;
   chunks.disable_auto_compactions = true;
@@ -111,14 +122,23 @@ void ChangeMetaRecord(const std::string& path, const std::string& key,
       {"meta", {}}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   ASSERT_TRUE(rocksdb::DB::Open({}, path, cfs, &handles, &raw).ok());
+  rocksdb::WriteBatch batch;
+  for (const auto& [key, value] : changes) {
+    ASSERT_TRUE((value.empty() ? batch.Delete(handles[2], key)
+                               : batch.Put(handles[2], key, value))
+                    .ok());
+  }
   rocksdb::WriteOptions write;
   write.disableWAL = true;
-  ASSERT_TRUE((value.empty() ? raw->Delete(write, handles[2], key)
-                             : raw->Put(write, handles[2], key, value))
-                  .ok());
+  ASSERT_TRUE(raw->Write(write, &batch).ok());
   ASSERT_TRUE(raw->Flush({}, handles[2]).ok());
   for (auto* h : handles) (void)raw->DestroyColumnFamilyHandle(h);
   delete raw;
+}
+
+void ChangeMetaRecord(const std::string& path, const std::string& key,
+                      const std::string& value) {
+  ChangeMetaRecords(path, {{key, value}});
 }
 
 void ExpectChunksEqual(const TensorMetadata& got, const TensorMetadata& want,
@@ -230,23 +250,12 @@ TEST(StoreMetadataTest, ADeleteLeavesNoTableFileOfItsRecords) {
     for (int i = 0; i < 3; ++i) ASSERT_TRUE(CommitSample(*store, 2).ok());
     ASSERT_TRUE(store->Delete(1).ok());
   }
-  rocksdb::DB* raw = nullptr;
-  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
-      {rocksdb::kDefaultColumnFamilyName, {}}, {"chunks", {}}, {"meta", {}}};
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  ASSERT_TRUE(
-      rocksdb::DB::OpenForReadOnly({}, dir.path(), cfs, &handles, &raw).ok());
-  std::vector<rocksdb::LiveFileMetaData> files;
-  raw->GetLiveFilesMetaData(&files);
   int meta_files = 0;
-  for (const auto& f : files) {
-    if (f.column_family_name != "meta") continue;
+  for (const auto& f : testing::TableFiles(dir.path(), "meta")) {
     ++meta_files;
     EXPECT_GE(f.smallestkey, MetaRangeEnd(1)) << f.name;
   }
   EXPECT_GT(meta_files, 0);
-  for (auto* h : handles) (void)raw->DestroyColumnFamilyHandle(h);
-  delete raw;
 }
 
 // A store of CommitSample(*, 2) whose record at `key` is missing, then
@@ -436,6 +445,86 @@ TEST(StoreMetadataTest, StoresOfFormat3StillOpenAndRead) {
       EXPECT_NE(id, 1) << key;
     }
   }
+}
+
+// Each commit's records go into a table file of their own, which holds no
+// other checkpoint's keys (RocksDB moves level-0 files that overlap nothing
+// down whole: no compaction filter or per-level compression on `meta`).
+TEST(StoreMetadataTest,
+     EachCommitsTableFileHoldsItsCheckpointAloneAndOutlivesOthers) {
+  TempDir dir;
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  // More commits than level 0 holds before the store compacts it.
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(CommitSample(*store, 2).ok());
+  // The checkpoint whose records a file holds; 0 for the store's header
+  // keys, -1 for a file that spans several checkpoints.
+  auto owner = [](const rocksdb::LiveFileMetaData& f) {
+    for (int64_t id = 1; id <= 6; ++id) {
+      if (f.smallestkey >= MetaKey(id) && f.largestkey < MetaRangeEnd(id))
+        return id;
+    }
+    return f.smallestkey >= std::string(kNextIdKey) ? int64_t{0} : int64_t{-1};
+  };
+  auto files = [&]() {
+    std::map<std::string, int64_t> out;  // file name -> owner
+    for (const auto& f : testing::TableFiles(dir.path(), "meta"))
+      out[f.name] = owner(f);
+    return out;
+  };
+  const auto before = files();
+  std::set<int64_t> owners;
+  for (const auto& [name, id] : before) {
+    EXPECT_GE(id, 0) << name << " holds keys of several checkpoints";
+    owners.insert(id);
+  }
+  EXPECT_EQ(owners, (std::set<int64_t>{0, 1, 2, 3, 4, 5, 6}));
+  // Deleting two checkpoints removes their files and rewrites no other.
+  ASSERT_TRUE(store->Delete(2).ok());
+  ASSERT_TRUE(store->Delete(4).ok());
+  std::map<std::string, int64_t> kept = before;
+  std::erase_if(kept,
+                [](const auto& f) { return f.second == 2 || f.second == 4; });
+  EXPECT_EQ(files(), kept);
+  EXPECT_EQ(store->List()->size(), 4u);
+}
+
+// A store whose commits wrote the next id beside their records (as commits
+// did before the journal's high-water mark alone carried it) has table files
+// that overlap: deletes, commits and a reopen work on it, ids keep rising.
+TEST(StoreMetadataTest, AStoreWhoseCommitsWroteTheNextIdKeepsWorking) {
+  TempDir dir;
+  std::vector<CheckpointMetadata> saved = TwoCheckpoints(dir.path());
+  // The latest commit's main record again, with the next id, in one file
+  // that spans both and overlaps the record's own file.
+  std::string record;
+  for (const auto& [key, value] : MetaEntries(dir.path())) {
+    if (key == MetaKey(2)) record = value;
+  }
+  ASSERT_FALSE(record.empty());
+  std::string next;
+  PutBigEndian64(&next, 3);
+  ChangeMetaRecords(dir.path(),
+                    {{MetaKey(2), record}, {std::string(kNextIdKey), next}});
+  {
+    auto store = OpenStore(dir.path());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Delete(2).ok());
+    saved.pop_back();
+    auto third = CommitSample(*store, 2);
+    ASSERT_TRUE(third.ok()) << third.status().ToString();
+    EXPECT_EQ(third->info.id, 3);
+    saved.push_back(*third);
+    ASSERT_TRUE(store->Delete(1).ok());
+    saved.erase(saved.begin());
+  }
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  auto fourth = CommitSample(*store, 1);
+  ASSERT_TRUE(fourth.ok()) << fourth.status().ToString();
+  EXPECT_EQ(fourth->info.id, 4);
+  saved.push_back(*fourth);
+  ExpectMetadata(*store, saved);
 }
 
 }  // namespace

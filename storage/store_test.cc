@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 
 #include "storage/keys.h"
 #include "storage/store_testing.h"
@@ -610,25 +609,12 @@ TEST(StoreTest, IngestedFilesStayInTheBottommostLevelAndAreNeverRewritten) {
     ASSERT_TRUE((*store)->Delete(4).ok());
   }
   auto chunk_files = [&]() {
-    rocksdb::DBOptions options;
-    std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
-        {rocksdb::kDefaultColumnFamilyName, {}}, {"chunks", {}}, {"meta", {}}};
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* raw = nullptr;
-    EXPECT_TRUE(
-        rocksdb::DB::OpenForReadOnly(options, dir.path(), cfs, &handles, &raw)
-            .ok());
-    std::vector<rocksdb::LiveFileMetaData> files;
-    raw->GetLiveFilesMetaData(&files);
     std::map<std::string, int> out;  // file name -> level
     uint64_t bytes = 0;
-    for (const auto& f : files) {
-      if (f.column_family_name != "chunks") continue;
+    for (const auto& f : testing::TableFiles(dir.path(), "chunks")) {
       out[f.name] = f.level;
       bytes += f.size;
     }
-    for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
-    delete raw;
     // Write amplification: the chunk files hold the surviving tensor bytes plus
     // small overhead.
     EXPECT_LT(bytes, (100000 + 100002 + 100004) * 105 / 100);
@@ -737,133 +723,6 @@ TEST(StoreTest, ReadingACheckpointDeletedMeanwhileIsNotFound) {
   ASSERT_TRUE((*reader)->Refresh().ok());
   auto missing = (*reader)->ReadChunk(kept->info.id, "w", elsewhere);
   EXPECT_TRUE(missing.status().IsCorruption()) << missing.status().ToString();
-}
-
-}  // namespace
-}  // namespace ckptdb::storage
-
-namespace ckptdb::storage {
-namespace {
-
-using ckptdb::testing::TempDir;
-using testing::ReadAll;
-using testing::SaveBytes;
-
-// The metadata table files of the store at `dir`: name -> (smallest key,
-// largest key), from a read-only view of its database.
-std::map<std::string, std::pair<std::string, std::string>> MetaFiles(
-    const std::string& dir) {
-  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
-      {rocksdb::kDefaultColumnFamilyName, {}}, {"chunks", {}}, {"meta", {}}};
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* raw = nullptr;
-  const rocksdb::Status opened = rocksdb::DB::OpenForReadOnly(
-      rocksdb::DBOptions(), dir, cfs, &handles, &raw);
-  EXPECT_TRUE(opened.ok()) << opened.ToString();
-  std::map<std::string, std::pair<std::string, std::string>> out;
-  if (raw == nullptr) return out;
-  std::vector<rocksdb::LiveFileMetaData> files;
-  raw->GetLiveFilesMetaData(&files);
-  for (const auto& f : files) {
-    if (f.column_family_name == "meta")
-      out[f.name] = {f.smallestkey, f.largestkey};
-  }
-  for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
-  delete raw;
-  return out;
-}
-
-TEST(StoreTest,
-     EachCommitsMetadataFileHoldsItsCheckpointAloneAndOutlivesOthers) {
-  TempDir dir;
-  auto store = Store::Open(dir.path(), {});
-  ASSERT_TRUE(store.ok());
-  // More commits than level 0 holds before the store compacts it (files that
-  // overlap nothing move down whole: RocksDB's trivial move, with no
-  // compaction filter or per-level compression on `meta`).
-  for (int i = 0; i < 6; ++i) {
-    ASSERT_TRUE(SaveBytes(**store, std::string(1000 + i, 'm'), 2).ok());
-  }
-  // Every file holds one checkpoint's records, or the store's header keys.
-  auto owner = [](const std::pair<std::string, std::string>& range) {
-    for (int64_t id = 1; id <= 6; ++id) {
-      if (range.first >= MetaKey(id) && range.second < MetaRangeEnd(id))
-        return id;
-    }
-    return range.first >= std::string(kNextIdKey) ? int64_t{0} : int64_t{-1};
-  };
-  const auto before = MetaFiles(dir.path());
-  std::set<int64_t> owners;
-  for (const auto& [name, range] : before) {
-    const int64_t id = owner(range);
-    EXPECT_GE(id, 0) << name << " holds keys of several checkpoints";
-    owners.insert(id);
-  }
-  EXPECT_EQ(owners, (std::set<int64_t>{0, 1, 2, 3, 4, 5, 6}));
-  // Deleting two checkpoints removes their files and rewrites no other.
-  ASSERT_TRUE((*store)->Delete(2).ok());
-  ASSERT_TRUE((*store)->Delete(4).ok());
-  auto expected = before;
-  std::erase_if(expected, [&](const auto& file) {
-    const int64_t id = owner(file.second);
-    return id == 2 || id == 4;
-  });
-  EXPECT_EQ(MetaFiles(dir.path()), expected);
-  EXPECT_EQ((*store)->List()->size(), 4u);
-}
-
-// Stores written before commits left the next id alone hold it in every
-// commit's metadata file, so their files overlap: deletes, listings and new
-// commits work on them as on any store, and ids keep rising.
-TEST(StoreTest, AStoreWhoseCommitsWroteTheNextIdKeepsWorking) {
-  TempDir dir;
-  {
-    auto store = Store::Open(dir.path(), {});
-    ASSERT_TRUE(store.ok());
-    for (int i = 0; i < 3; ++i)
-      ASSERT_TRUE(SaveBytes(**store, std::string(500 + i, 'n'), 2).ok());
-  }
-  {  // what each commit of such a store wrote beside its records
-    std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
-        {rocksdb::kDefaultColumnFamilyName, {}}, {"chunks", {}}, {"meta", {}}};
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* raw = nullptr;
-    const rocksdb::Status opened = rocksdb::DB::Open(
-        rocksdb::DBOptions(), dir.path(), cfs, &handles, &raw);
-    ASSERT_TRUE(opened.ok()) << opened.ToString();
-    // The latest commit's main record again, with the next id, in one file
-    // that spans both (and overlaps the record's own file).
-    std::string record, next;
-    EXPECT_TRUE(
-        raw->Get(rocksdb::ReadOptions(), handles[2], MetaKey(3), &record).ok());
-    PutBigEndian64(&next, 4);
-    rocksdb::WriteBatch batch;
-    EXPECT_TRUE(batch.Put(handles[2], MetaKey(3), record).ok());
-    EXPECT_TRUE(batch.Put(handles[2], kNextIdKey, next).ok());
-    EXPECT_TRUE(raw->Write(rocksdb::WriteOptions(), &batch).ok());
-    EXPECT_TRUE(raw->Flush(rocksdb::FlushOptions(), handles[2]).ok());
-    for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
-    delete raw;
-  }
-  auto store = Store::Open(dir.path(), {});
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  ASSERT_TRUE((*store)->Delete(3).ok());
-  auto fourth = SaveBytes(**store, std::string(600, 'o'), 2);
-  ASSERT_TRUE(fourth.ok()) << fourth.status().ToString();
-  EXPECT_EQ(fourth->info.id, 4);
-  ASSERT_TRUE((*store)->Delete(1).ok());
-  store->reset();
-  store = Store::Open(dir.path(), {});
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  auto fifth = SaveBytes(**store, std::string(700, 'p'), 1);
-  ASSERT_TRUE(fifth.ok());
-  EXPECT_EQ(fifth->info.id, 5);
-  auto list = (*store)->List();
-  ASSERT_TRUE(list.ok());
-  std::vector<int64_t> ids;
-  for (const CheckpointInfo& info : *list) ids.push_back(info.id);
-  EXPECT_EQ(ids, (std::vector<int64_t>{2, 4, 5}));
-  EXPECT_EQ(ReadAll(**store, *fourth), std::string(600, 'o'));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // Helpers for tests of the store: one tensor's bytes saved and read back.
 
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 
 #include <optional>
 #include <string>
@@ -68,6 +69,30 @@ inline CheckpointMetadata SavedIn(const std::string& dir,
   auto saved = SaveBytes(**store, bytes, ranks);
   EXPECT_TRUE(saved.ok()) << saved.status().ToString();
   return saved.ok() ? *saved : CheckpointMetadata();
+}
+
+// The live table files of column family `family` ("chunks" or "meta") of the
+// store at `dir`, from a read-only view of its database (beside an open
+// handle, as of now).
+inline std::vector<rocksdb::LiveFileMetaData> TableFiles(
+    const std::string& dir, const std::string& family) {
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+      {rocksdb::kDefaultColumnFamilyName, {}}, {"chunks", {}}, {"meta", {}}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  const rocksdb::Status opened = rocksdb::DB::OpenForReadOnly(
+      rocksdb::DBOptions(), dir, cfs, &handles, &raw);
+  EXPECT_TRUE(opened.ok()) << opened.ToString();
+  std::vector<rocksdb::LiveFileMetaData> out;
+  if (raw == nullptr) return out;
+  std::vector<rocksdb::LiveFileMetaData> files;
+  raw->GetLiveFilesMetaData(&files);
+  for (auto& f : files) {
+    if (f.column_family_name == family) out.push_back(std::move(f));
+  }
+  for (auto* h : handles) (void)raw->DestroyColumnFamilyHandle(h);
+  delete raw;
+  return out;
 }
 
 }  // namespace ckptdb::storage::testing
