@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <random>
 
 #include "core/random_boxes.h"
@@ -650,6 +651,49 @@ CheckpointMetadata Grid(int64_t rows, int64_t cols, int32_t world) {
   meta.tensors["w"] = t;
   meta.flat_mapping["w"] = {"w"};
   return meta;
+}
+
+// The number of segments of a serialized message (its first word's low half
+// holds that number less one).
+uint32_t Segments(const std::string& message) {
+  uint32_t less_one = 0;
+  std::memcpy(&less_one, message.data(), sizeof(less_one));
+  return less_one + 1;
+}
+
+TEST(MetadataCodecTest, RecordsOfManyTensorsAreOneSegmentEach) {
+  // A reader follows a pointer into another segment through a lookup under a
+  // lock: a record in one segment reads without any.
+  CheckpointMetadata meta = Sample();
+  for (int i = 0; i < 5000; ++i) {
+    const std::string index = std::to_string(i);
+    const std::string key = "model.layers." + index + ".mlp.weight";
+    TensorMetadata t{DType::kFloat32, {4, 2, 3}, {}};
+    t.chunks.push_back(
+        {Box{{0, 0, 0}, {2, 2, 3}}, 0, 48, 7, 0, ContentHash{1, 2}});
+    t.chunks.push_back(
+        {Box{{2, 0, 0}, {2, 2, 3}}, 1, 48, 8, 0, ContentHash{3, 4}});
+    meta.tensors[key] = t;
+    meta.flat_mapping[key] = {"model", "layers", index, "mlp", "weight"};
+    meta.path_kinds[key] = {PathPartKind::kStrKey, PathPartKind::kStrKey,
+                            PathPartKind::kIntKey, PathPartKind::kStrKey,
+                            PathPartKind::kStrKey};
+    meta.info.nbytes += 96;
+    const std::string value = "optimizer.state." + index + ".lr_name";
+    meta.values[value] = Value(std::string(40, 'x'));
+    meta.flat_mapping[value] = {"optimizer", "state", index, "lr_name"};
+    meta.user_metadata["note" + index] = std::string(30, 'y');
+  }
+  meta.info.num_tensors = meta.tensors.size();
+  meta.info.tag = std::string(300, 't');
+  const Records records = EncodeCheckpointRecords(meta);
+  ASSERT_EQ(records.size(), 2u);  // the main record, the small tensors'
+  for (const auto& [key, bytes] : records)
+    EXPECT_EQ(Segments(bytes), 1u) << "record of " << bytes.size() << " bytes";
+  auto decoded = DecodeCheckpointRecords(records);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->tensors.size(), meta.tensors.size());
+  EXPECT_EQ(decoded->values, meta.values);
 }
 
 TEST(MetadataCodecTest, GridOfChunksCostsFewBytesEachAtAnyWorldSize) {

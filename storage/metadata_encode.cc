@@ -228,30 +228,88 @@ void BuildMain(Checkpoint::Builder root, const CheckpointMetadata& meta,
   SetValuesAndUserMetadata(root, meta);
 }
 
+// Words of a Text (or Data) of `bytes` bytes: its terminating NUL, padded
+// to a word.
+size_t TextWords(size_t bytes) { return (bytes + 1 + 7) / 8; }
+
+// Words of an entry's key, path and path kinds.
+size_t KeyAndPathWords(const std::string& key, const CheckpointMetadata& meta) {
+  size_t words = TextWords(key.size());
+  if (auto path = meta.flat_mapping.find(key);
+      path != meta.flat_mapping.end()) {
+    words += path->second.size();
+    for (const std::string& part : path->second)
+      words += TextWords(part.size());
+  }
+  if (auto kinds = meta.path_kinds.find(key); kinds != meta.path_kinds.end())
+    words += TextWords(kinds->second.size());
+  return words;
+}
+
+// An upper bound on the main record's words (format 2 on), so that it is
+// built in one segment: a reader follows a pointer into another segment
+// through a lookup under a lock, which a record of 10,000 tensors paid on
+// most of its pointers.
+size_t MainRecordWords(const CheckpointMetadata& meta) {
+  constexpr size_t kEntry = 8;  // a list element's struct, and spare
+  size_t words = 64 + meta.info.references.size() +
+                 TextWords(meta.info.tag.value_or("").size());
+  for (const auto& [key, tensor] : meta.tensors) {
+    words += kEntry + KeyAndPathWords(key, meta) + tensor.global_shape.size();
+  }
+  for (const auto& [key, value] : meta.values) {
+    words += kEntry + KeyAndPathWords(key, meta);
+    if (const auto* text = std::get_if<std::string>(&value))
+      words += TextWords(text->size());
+    else if (const auto* bytes = std::get_if<Bytes>(&value))
+      words += TextWords(bytes->data.size());
+  }
+  for (const auto& [key, value] : meta.user_metadata)
+    words += kEntry + TextWords(key.size()) + TextWords(value.size());
+  return words;
+}
+
+// A first segment of `words`, within what a segment may hold (a record
+// larger than that takes more segments).
+unsigned FirstSegmentWords(size_t words) {
+  return static_cast<unsigned>(std::min<size_t>(words, size_t{1} << 28));
+}
+
 std::string EncodeMain(const CheckpointMetadata& meta, uint32_t version) {
-  capnp::MallocMessageBuilder message;
+  capnp::MallocMessageBuilder message(
+      FirstSegmentWords(version == 1 ? capnp::SUGGESTED_FIRST_SEGMENT_WORDS
+                                     : MainRecordWords(meta)));
   BuildMain(message.initRoot<Checkpoint>(), meta, version);
   return ToBytes(message);
 }
 
-// The chunks of the `count` small tensors of `meta`, in key order.
+// The chunks of the `count` small tensors of `meta`, in key order, in one
+// segment (see MainRecordWords).
 std::string EncodeSmallTensors(const CheckpointMetadata& meta, uint32_t version,
                                size_t count) {
-  // Room for the header and, per tensor, its entry and a few words of boxes,
-  // checksums and hashes in the first segment.
-  capnp::MallocMessageBuilder message(
-      static_cast<unsigned>(16 + 16 * std::min<size_t>(count, 1 << 20)));
+  struct Entry {
+    std::vector<const ChunkMetadata*> sorted;
+    std::string boxes;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(count);
+  size_t words = 16;
+  for (const auto& [key, tensor] : meta.tensors) {
+    if (!IsSmall(tensor, version)) continue;
+    Entry& e = entries.emplace_back();
+    e.sorted = SortedChunks(tensor);
+    e.boxes = EncodeBoxStream(tensor.global_shape, e.sorted);
+    // The entry's struct, boxes, checksums, hashes and holders.
+    words += 8 + TextWords(e.boxes.size()) + 4 * e.sorted.size();
+  }
+  CKPTDB_ASSERT(entries.size() == count);
+  capnp::MallocMessageBuilder message(FirstSegmentWords(words));
   auto r = message.initRoot<SmallTensors>();
   r.setFormatVersion(version);
   r.setCheckpointId(meta.info.id);
-  auto entries = r.initTensors(static_cast<unsigned>(count));
-  unsigned i = 0;
-  for (const auto& [key, tensor] : meta.tensors) {
-    if (!IsSmall(tensor, version)) continue;
-    const std::vector<const ChunkMetadata*> sorted = SortedChunks(tensor);
-    SetChunks(entries[i++], sorted,
-              EncodeBoxStream(tensor.global_shape, sorted));
-  }
+  auto list = r.initTensors(static_cast<unsigned>(count));
+  for (unsigned i = 0; i < count; ++i)
+    SetChunks(list[i], entries[i].sorted, entries[i].boxes);
   return ToBytes(message);
 }
 }  // namespace
