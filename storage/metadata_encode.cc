@@ -5,6 +5,8 @@
 #include <capnp/serialize.h>
 
 #include <algorithm>
+#include <iterator>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,22 +37,55 @@ capnp::Text::Reader TextOf(const std::string& s) {
   return capnp::Text::Reader(s.data(), s.size());
 }
 
+// The path and path kinds of each key, for keys asked in ascending order
+// (one walker for the tensors, one for the values): found by walking the
+// maps alongside, without a lookup per key.
+class PathsInKeyOrder {
+ public:
+  explicit PathsInKeyOrder(const CheckpointMetadata& meta)
+      : meta_(meta),
+        path_(meta.flat_mapping.begin()),
+        kinds_(meta.path_kinds.begin()) {}
+
+  const std::vector<std::string>* Path(const std::string& key) {
+    return Find(meta_.flat_mapping, path_, key);
+  }
+  const PathKinds* Kinds(const std::string& key) {
+    return Find(meta_.path_kinds, kinds_, key);
+  }
+
+ private:
+  // The entry at `key`, moving `at` up to it; a key below `at`'s (asked out
+  // of order) is looked up.
+  template <typename Map>
+  static const typename Map::mapped_type* Find(const Map& map,
+                                               typename Map::const_iterator& at,
+                                               const std::string& key) {
+    if (at != map.begin() && !(std::prev(at)->first < key)) {
+      auto found = map.find(key);
+      return found == map.end() ? nullptr : &found->second;
+    }
+    while (at != map.end() && at->first < key) ++at;
+    return at != map.end() && at->first == key ? &at->second : nullptr;
+  }
+
+  const CheckpointMetadata& meta_;
+  std::map<std::string, std::vector<std::string>>::const_iterator path_;
+  std::map<std::string, PathKinds>::const_iterator kinds_;
+};
+
 // Sets a tensor's or value's flat key, its path from the flat mapping and
 // the kinds of the path's parts (only when some part is not a str key).
 template <typename Builder>
 void SetKeyAndPath(Builder builder, const std::string& key,
-                   const CheckpointMetadata& meta) {
+                   PathsInKeyOrder& paths) {
   builder.setKey(TextOf(key));
-  auto path = meta.flat_mapping.find(key);
-  if (path != meta.flat_mapping.end()) {
-    SetPath(builder.initPath(static_cast<unsigned>(path->second.size())),
-            path->second);
+  if (const std::vector<std::string>* path = paths.Path(key)) {
+    SetPath(builder.initPath(static_cast<unsigned>(path->size())), *path);
   }
-  auto kinds = meta.path_kinds.find(key);
-  if (kinds != meta.path_kinds.end()) {
+  if (const PathKinds* kinds = paths.Kinds(key)) {
     builder.setPathKinds(capnp::Data::Reader(
-        reinterpret_cast<const uint8_t*>(kinds->second.data()),
-        kinds->second.size()));
+        reinterpret_cast<const uint8_t*>(kinds->data()), kinds->size()));
   }
 }
 
@@ -74,9 +109,10 @@ void SetValuesAndUserMetadata(Checkpoint::Builder root,
                               const CheckpointMetadata& meta) {
   auto values = root.initValues(static_cast<unsigned>(meta.values.size()));
   unsigned i = 0;
+  PathsInKeyOrder paths(meta);
   for (const auto& [key, value] : meta.values) {
     auto v = values[i++];
-    SetKeyAndPath(v, key, meta);
+    SetKeyAndPath(v, key, paths);
     std::visit(
         [&](const auto& x) {
           using T = std::decay_t<decltype(x)>;
@@ -210,9 +246,10 @@ void BuildMain(Checkpoint::Builder root, const CheckpointMetadata& meta,
   }
   auto tensors = root.initTensors(static_cast<unsigned>(meta.tensors.size()));
   unsigned i = 0;
+  PathsInKeyOrder paths(meta);
   for (const auto& [key, tensor] : meta.tensors) {
     auto t = tensors[i++];
-    SetKeyAndPath(t, key, meta);
+    SetKeyAndPath(t, key, paths);
     t.setDtype(static_cast<uint8_t>(tensor.dtype));
     SetShape(
         t.initGlobalShape(static_cast<unsigned>(tensor.global_shape.size())),
@@ -232,20 +269,6 @@ void BuildMain(Checkpoint::Builder root, const CheckpointMetadata& meta,
 // to a word.
 size_t TextWords(size_t bytes) { return (bytes + 1 + 7) / 8; }
 
-// Words of an entry's key, path and path kinds.
-size_t KeyAndPathWords(const std::string& key, const CheckpointMetadata& meta) {
-  size_t words = TextWords(key.size());
-  if (auto path = meta.flat_mapping.find(key);
-      path != meta.flat_mapping.end()) {
-    words += path->second.size();
-    for (const std::string& part : path->second)
-      words += TextWords(part.size());
-  }
-  if (auto kinds = meta.path_kinds.find(key); kinds != meta.path_kinds.end())
-    words += TextWords(kinds->second.size());
-  return words;
-}
-
 // An upper bound on the main record's words (format 2 on), so that it is
 // built in one segment: a reader follows a pointer into another segment
 // through a lookup under a lock, which a record of 10,000 tensors paid on
@@ -254,11 +277,17 @@ size_t MainRecordWords(const CheckpointMetadata& meta) {
   constexpr size_t kEntry = 8;  // a list element's struct, and spare
   size_t words = 64 + meta.info.references.size() +
                  TextWords(meta.info.tag.value_or("").size());
-  for (const auto& [key, tensor] : meta.tensors) {
-    words += kEntry + KeyAndPathWords(key, meta) + tensor.global_shape.size();
+  for (const auto& [key, tensor] : meta.tensors)
+    words += kEntry + TextWords(key.size()) + tensor.global_shape.size();
+  // Every path and path kinds, of a tensor or a value.
+  for (const auto& [key, path] : meta.flat_mapping) {
+    words += path.size();
+    for (const std::string& part : path) words += TextWords(part.size());
   }
+  for (const auto& [key, kinds] : meta.path_kinds)
+    words += TextWords(kinds.size());
   for (const auto& [key, value] : meta.values) {
-    words += kEntry + KeyAndPathWords(key, meta);
+    words += kEntry + TextWords(key.size());
     if (const auto* text = std::get_if<std::string>(&value))
       words += TextWords(text->size());
     else if (const auto* bytes = std::get_if<Bytes>(&value))
