@@ -82,22 +82,23 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
     if (type != rocksdb::kEntryPut) return rocksdb::Status::OK();
     const bool starts_block = entries_ == 0 || file_size != last_block_;
     const uint64_t in_table = TrackEntry(key, value, starts_block, file_size);
+    const uint64_t hash = KeyHash(key.ToStringView());
     // The writer says which values are pointers: a chunk's own bytes may look
     // like one.
     if (log_ && log_->next_is_pointer) {
       log_->next_is_pointer = false;
-      PutLittleEndian<uint64_t>(&pointers_, KeyHash(key.ToStringView()));
+      PutLittleEndian<uint64_t>(&pointers_, hash);
       PutLittleEndian<uint64_t>(&pointers_, log_->next_offset);
     } else {
-      PutLittleEndian<uint64_t>(&table_, KeyHash(key.ToStringView()));
+      PutLittleEndian<uint64_t>(&table_, hash);
       PutLittleEndian<uint64_t>(&table_, in_table);
       if (starts_block) {
-        PutLittleEndian<uint64_t>(&offsets_, KeyHash(key.ToStringView()));
+        PutLittleEndian<uint64_t>(&offsets_, hash);
         PutLittleEndian<uint64_t>(&offsets_, in_table);
       }
     }
     if (entries_ == 0) first_ = key.ToString();
-    last_ = key.ToString();
+    last_.assign(key.data(), key.size());
     last_block_ = file_size;
     ++entries_;
     return rocksdb::Status::OK();
@@ -135,7 +136,8 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
   // sequence number (0 in a staged file) and type.
   uint64_t TrackEntry(const rocksdb::Slice& key, const rocksdb::Slice& value,
                       bool starts_block, uint64_t block_offset) {
-    std::string internal = key.ToString();
+    std::string& internal = internal_;
+    internal.assign(key.data(), key.size());
     internal.push_back('\x01');  // RocksDB's kTypeValue, sequence number 0
     internal.append(7, '\0');
     if (starts_block) {
@@ -155,7 +157,7 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
         block_offset + block_bytes_ + header + (internal.size() - shared);
     block_bytes_ += header + (internal.size() - shared) + value.size();
     ++block_entries_;
-    previous_ = std::move(internal);
+    previous_.swap(internal);
     return at;
   }
 
@@ -164,7 +166,8 @@ class ValueOffsetCollector : public rocksdb::TablePropertiesCollector {
   std::string table_;
   uint64_t block_bytes_ = 0;
   uint64_t block_entries_ = 0;
-  std::string previous_;
+  // The previous entry's internal key, and the buffer of this one's.
+  std::string previous_, internal_;
   // Set by a staged writer whose table file holds pointers.
   std::shared_ptr<ValueFileLog> log_;
   // The pointers' key hashes and offsets in the value file.
