@@ -1,10 +1,23 @@
 #include "storage/keys.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace ckptdb::storage {
 
+namespace {
+
+// Writes `v` big-endian at `p`.
+void StoreBigEndian64(char* p, uint64_t v) {
+  for (int i = 7; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v);
+}
+
+}  // namespace
+
 void PutBigEndian64(std::string* out, uint64_t v) {
-  for (int shift = 56; shift >= 0; shift -= 8)
-    out->push_back(static_cast<char>(v >> shift));
+  char bytes[8];
+  StoreBigEndian64(bytes, v);
+  out->append(bytes, 8);
 }
 
 uint64_t GetBigEndian64(const char* p) {
@@ -41,18 +54,36 @@ std::string WriterKeyPrefix(int64_t checkpoint_id, int32_t writer_rank) {
 std::string EncodeChunkKey(int64_t checkpoint_id, int32_t writer_rank,
                            std::string_view tensor_key,
                            const Shape& global_offset) {
-  std::string out = WriterKeyPrefix(checkpoint_id, writer_rank);
-  out.reserve(out.size() + tensor_key.size() + 2 + 8 * global_offset.size());
-  for (char c : tensor_key) {
-    out.push_back(c);
-    if (c == '\0') out.push_back('\xff');
+  // The tensor key escaped: each NUL byte followed by 0xff (rare: counted
+  // first, and the key copied whole when it has none).
+  const size_t nuls = static_cast<size_t>(
+      std::count(tensor_key.begin(), tensor_key.end(), '\0'));
+  std::string out(12 + tensor_key.size() + nuls + 2 + 8 * global_offset.size(),
+                  '\0');
+  char* p = out.data();
+  StoreBigEndian64(p, static_cast<uint64_t>(checkpoint_id));
+  for (int i = 0; i < 4; ++i)
+    p[8 + i] =
+        static_cast<char>(static_cast<uint32_t>(writer_rank) >> (24 - 8 * i));
+  p += 12;
+  if (nuls == 0) {
+    std::memcpy(p, tensor_key.data(), tensor_key.size());
+    p += tensor_key.size();
+  } else {
+    for (char c : tensor_key) {
+      *p++ = c;
+      if (c == '\0') *p++ = '\xff';
+    }
   }
-  out.push_back('\0');
-  out.push_back('\x01');
+  *p++ = '\0';
+  *p++ = '\x01';
   // Offsets are non-negative: the sign flip keeps the order of signed values
   // anyway.
-  for (int64_t o : global_offset)
-    PutBigEndian64(&out, static_cast<uint64_t>(o) ^ (uint64_t{1} << 63));
+  for (int64_t o : global_offset) {
+    StoreBigEndian64(p, static_cast<uint64_t>(o) ^ (uint64_t{1} << 63));
+    p += 8;
+  }
+  CKPTDB_ASSERT(p == out.data() + out.size());
   return out;
 }
 

@@ -24,6 +24,23 @@ TEST(KeysTest, KeysWithNulBytesStayOrderedAndDistinct) {
             EncodeChunkKey(1, 0, "a\x01", {}));
 }
 
+TEST(KeysTest, ChunkKeyBytesAreTheStoredLayout) {
+  // Checkpoint id and writer rank big-endian, the tensor key with each NUL
+  // followed by 0xff, NUL and 0x01, then each offset big-endian with its
+  // sign bit flipped: the keys stores already hold.
+  using namespace std::string_literals;
+  EXPECT_EQ(EncodeChunkKey(7, 3, "a\0b"s, {1, 2}),
+            "\0\0\0\0\0\0\0\x07"s + "\0\0\0\x03"s +
+                "a\0\xff"
+                "b"s +
+                "\0\x01"s + "\x80\0\0\0\0\0\0\x01"s + "\x80\0\0\0\0\0\0\x02"s);
+  EXPECT_EQ(EncodeChunkKey(-1, -2, "w", {}),
+            std::string(8, '\xff') + "\xff\xff\xff\xfe" + "w\0\x01"s);
+  EXPECT_EQ(EncodeChunkKey(0x0102030405060708, 0x0a0b0c0d, "", {-1}),
+            "\x01\x02\x03\x04\x05\x06\x07\x08\x0a\x0b\x0c\x0d\0\x01"s + "\x7f" +
+                std::string(7, '\xff'));
+}
+
 TEST(KeysTest, WriterRangesDoNotOverlap) {
   const std::string key = EncodeChunkKey(7, 3, "zzz", {1 << 30});
   EXPECT_GE(key, WriterKeyPrefix(7, 3));
