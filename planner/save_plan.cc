@@ -303,6 +303,10 @@ Result<SavePlan> PlanOwners(const Owners& owners, size_t max_chunk_bytes,
   plan.bytes_per_rank.assign(owners.world, 0);
   KeyedShards by_key;
   CKPTDB_RETURN_IF_ERROR(GroupByKey(owners, &plan, &by_key));
+  size_t keys = 0;  // one tensor per distinct key (by_key is sorted by key)
+  for (size_t i = 0; i < by_key.size(); ++i)
+    keys += i == 0 || by_key[i].first != by_key[i - 1].first;
+  plan.tensors.reserve(keys);
   WriterTurns turns;
   // One key's, reused from key to key.
   std::vector<ShardRef> refs;

@@ -182,10 +182,13 @@ void SetIncremental(TensorChunks::Builder r,
 std::vector<const ChunkMetadata*> SortedChunks(const TensorMetadata& tensor) {
   std::vector<const ChunkMetadata*> sorted(tensor.chunks.size());
   for (size_t i = 0; i < sorted.size(); ++i) sorted[i] = &tensor.chunks[i];
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const ChunkMetadata* a, const ChunkMetadata* b) {
-                     return a->box.origin < b->box.origin;
-                   });
+  auto by_origin = [](const ChunkMetadata* a, const ChunkMetadata* b) {
+    return a->box.origin < b->box.origin;
+  };
+  // Kept sorted by whoever built the metadata, mostly (and a stable sort
+  // allocates a buffer even for one chunk).
+  if (!std::is_sorted(sorted.begin(), sorted.end(), by_origin))
+    std::stable_sort(sorted.begin(), sorted.end(), by_origin);
   return sorted;
 }
 
