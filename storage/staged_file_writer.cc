@@ -214,8 +214,8 @@ std::string StagingDir(const std::string& store_path) {
 
 Result<std::unique_ptr<StagedFileWriter>> StoreImpl::NewStagedFile(
     int64_t checkpoint_id, int32_t rank, int part) {
+  // Writes files only: a handle closed by Release stays closed.
   std::shared_lock lock(mu_);
-  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   const std::string dir = StagingDir(path_);
   CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(dir));
   const std::string path =

@@ -631,7 +631,7 @@ Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
 
 Result<StoreReport> StoreImpl::Check() {
   std::shared_lock lock(mu_);
-  CKPTDB_RETURN_IF_ERROR(CheckOpen());
+  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   // The journal as read with this handle's view of the database: a writer
   // may have moved on since.
   StoreReport report;
@@ -733,6 +733,12 @@ Status StoreImpl::Refresh() {
   if (db_ && stamp == stamp_) return Status::OK();
   CloseDb();
   return OpenDbRetrying();
+}
+
+void StoreImpl::Release() {
+  if (!options_.read_only) return;
+  std::unique_lock lock(mu_);
+  CloseDb();
 }
 
 Result<std::unique_ptr<Store>> Store::Open(const std::string& path,

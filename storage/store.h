@@ -262,6 +262,12 @@ class Store {
   // see later commits. A no-op for a read-write handle, or when the writer has
   // changed nothing since.
   virtual Status Refresh() = 0;
+  // Closes a read-only handle's view, letting go of every table and value
+  // file it holds open (a deleted checkpoint's space comes back only once no
+  // handle holds its files); the next call that reads the store opens it
+  // again. Staged writes do not need it open. A no-op for a read-write
+  // handle.
+  virtual void Release() = 0;
 
   // A writer for one writer rank's chunks of one checkpoint; `part`
   // distinguishes several files of one rank (each covering its own key

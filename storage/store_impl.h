@@ -120,6 +120,7 @@ class StoreImpl : public Store {
                      std::string* through_copy) override;
   Status Delete(int64_t checkpoint_id) override;
   Status Refresh() override;
+  void Release() override;
   Result<std::unique_ptr<StagedFileWriter>> NewStagedFile(int64_t checkpoint_id,
                                                           int32_t rank,
                                                           int part) override;

@@ -3,11 +3,13 @@
 // Built twice, like multirank_scenarios.cc (threads and mpirun).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "ckptdb/db.h"
+#include "ckptdb/file_system_hooks.h"
 #include "tests/testing/group.h"
 #include "tests/testing/ranks.h"
 
@@ -189,6 +191,68 @@ TEST(MultiRankTest, NoRankHoldsTheFilesOfDeletedCheckpoints) {
     EXPECT_TRUE(comm->Barrier().ok());
     read_all(3);
     EXPECT_EQ(whole.bytes, w.bytes) << "rank " << rank;
+  });
+}
+
+// Counts the opens of the store's MANIFEST files: each open of the
+// database reads its MANIFEST.
+class ManifestOpens : public FileSystemHooks {
+ public:
+  int BeforeOperation(FileOp op, std::string_view path, uint64_t) override {
+    if (op == FileOp::kOpen && path.find("/MANIFEST-") != std::string::npos)
+      ++opens_;
+    return 0;
+  }
+  int opens() const { return opens_.load(); }
+
+ private:
+  std::atomic<int> opens_{0};
+};
+
+// In a loop of saves with a retention policy, the ranks other than 0 let go
+// of the deleted checkpoints' files by closing their view of the store, and
+// do not open it again on the saves' path: their saves only write staged
+// files. A later load opens it again and sees the latest checkpoint.
+TEST(MultiRankTest, SavesWithRetentionDoNotReopenTheStoreOnOtherRanks) {
+  if (MaxRanks() < 2) GTEST_SKIP() << "needs 2 ranks";
+  SharedTempDir dir;
+  const GlobalTensor w(DType::kFloat32, {512, 64}, 67);
+  RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto opens = std::make_shared<ManifestOpens>();
+    Options options;
+    options.keep_last = 1;
+    options.file_system_hooks = opens;
+    auto db = OpenRank(dir.path(), comm, options);
+    ASSERT_NE(db, nullptr);
+    auto [b, e] = Part(512, rank, 2);
+    OwnedShard ws = ShardOf(w, {b, 0}, {e - b, 64});
+    auto save = [&](int64_t step) {
+      StateDict sd;
+      sd.Set("w", ws.View(w));
+      EXPECT_TRUE(db->Save(sd, {.step = step}).ok()) << "rank " << rank;
+    };
+    save(1);
+    save(2);  // the first delete
+    const int before = opens->opens();
+    for (int64_t step = 3; step <= 6; ++step) save(step);
+    if (rank != 0) {
+      EXPECT_EQ(opens->opens(), before)
+          << "rank " << rank << " opened the store during the saves";
+    }
+    EXPECT_TRUE(comm->Barrier().ok());
+    EXPECT_EQ(DeletedFilesHeldOpen(dir.path()), 0) << "rank " << rank;
+    EXPECT_TRUE(comm->Barrier().ok());
+    OwnedShard whole = TargetOf(w, {0, 0}, {512, 64});
+    StateDict want;
+    want.Set("w", whole.View(w));
+    auto loaded = db->Load(want, CheckpointSelector::Latest(), {});
+    EXPECT_TRUE(loaded.ok())
+        << "rank " << rank << ": " << loaded.status().ToString();
+    EXPECT_EQ(whole.bytes, w.bytes) << "rank " << rank;
+    auto listed = db->ListCheckpoints();
+    ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+    ASSERT_EQ(listed->size(), 1u) << "rank " << rank;
+    EXPECT_EQ(listed->front().step, 6) << "rank " << rank;
   });
 }
 

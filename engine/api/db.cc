@@ -165,11 +165,11 @@ Status DBImpl::Delete(const CheckpointSelector& which) {
 
 void DBImpl::LetGoOfDeletedFiles() {
   // A read-only handle keeps the table files it has opened, deleted or not,
-  // until it re-opens: the space of a deleted checkpoint comes back only once
-  // no rank holds its files. A failed re-open is not the delete's failure: the
-  // handle is left closed, and every later store call opens it again (or
-  // reports why it cannot).
-  if (comm_->rank() != 0) (void)store_->Refresh();
+  // until it closes: the space of a deleted checkpoint comes back only once
+  // no rank holds its files. Closed, not re-opened: the next call that reads
+  // the store opens it (a save loop's next save writes staged files only, so
+  // these ranks do not re-open on the save's path).
+  if (comm_->rank() != 0) store_->Release();
 }
 
 Status DBImpl::Close() {
