@@ -316,15 +316,19 @@ Status StoreImpl::CheckOpen() const {
 }
 
 Status StoreImpl::EnsureOpenShared(std::shared_lock<std::shared_mutex>& lock) {
-  if (db_) return Status::OK();
-  lock.unlock();
-  Status s;
-  {
-    std::unique_lock exclusive(mu_);
-    s = EnsureOpen();
+  // Open until the handle is open under the shared lock: a Release on another
+  // thread may close it between the exclusive open and the lock taken back.
+  while (!db_) {
+    lock.unlock();
+    Status s;
+    {
+      std::unique_lock exclusive(mu_);
+      s = EnsureOpen();
+    }
+    lock.lock();
+    CKPTDB_RETURN_IF_ERROR(s);
   }
-  lock.lock();
-  return s;
+  return Status::OK();
 }
 
 template <typename Happened>
@@ -739,6 +743,11 @@ void StoreImpl::Release() {
   if (!options_.read_only) return;
   std::unique_lock lock(mu_);
   CloseDb();
+  // After a failed write the file system holds deletions back until the
+  // store opens again (a new one): open now, as a Refresh would, so that the
+  // staged writes that follow clean up after themselves. A failed open
+  // leaves the handle closed; the next call tries again.
+  if (fs_ && fs_->write_failed()) (void)OpenDbRetrying();
 }
 
 Result<std::unique_ptr<Store>> Store::Open(const std::string& path,

@@ -456,7 +456,10 @@ Status StoreImpl::RecoverCommits() {
 
 Status StoreImpl::EnsureOpen() {
   if (db_) return Status::OK();
-  return OpenDb().WithContext("reopening store '" + path_ + "'");
+  // A read-only handle (closed by Release, or by a failed open) opens as a
+  // Refresh does, retrying while a writer is active.
+  return (options_.read_only ? OpenDbRetrying() : OpenDb())
+      .WithContext("reopening store '" + path_ + "'");
 }
 
 }  // namespace ckptdb::storage

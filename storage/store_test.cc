@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "storage/keys.h"
 #include "storage/store_testing.h"
@@ -227,6 +228,85 @@ TEST(StoreTest, ReadOnlyHandleSeesCommitsAfterRefresh) {
   auto meta = (*reader)->GetMetadata(1);
   ASSERT_TRUE(meta.ok()) << meta.status().ToString();
   EXPECT_EQ(ReadAll(**reader, *meta), "abc");
+}
+
+// Release closes a read-only handle's view; every listing and metadata read
+// opens it again, also while another thread releases it over and over.
+TEST(StoreTest, AReleasedReadOnlyHandleReopensForReadsOnAnyThread) {
+  TempDir dir;
+  auto writer = Store::Open(dir.path(), {});
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(SaveBytes(**writer, std::string(10000, 'r'), 2).ok());
+  auto reader = Store::Open(dir.path(), {.read_only = true});
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  std::atomic<bool> done{false};
+  std::thread releaser([&] {
+    while (!done) (*reader)->Release();
+  });
+  std::vector<std::thread> readers;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 3; ++t) {
+    readers.emplace_back([&] {
+      for (int i = 0; i < 150; ++i) {
+        auto listed = (*reader)->List();
+        auto meta = (*reader)->GetMetadata(1);
+        if (!listed.ok() || listed->size() != 1 || !meta.ok() ||
+            meta->tensors.size() != 1)
+          ++failures;
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  done = true;
+  releaser.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// After a failed write the file system holds every deletion back until the
+// store opens again: a Release then opens at once, so that the staged files
+// abandoned later are removed, as after a Refresh.
+TEST(StoreTest, AReleaseAfterAFailedWriteLetsLaterStagedFilesBeRemoved) {
+  TempDir dir;
+  {
+    auto writer = Store::Open(dir.path(), {});
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE(SaveBytes(**writer, "abc", 1).ok());
+  }
+  auto faults = std::make_shared<FaultInjector>();
+  auto reader =
+      Store::Open(dir.path(), {.file_system_hooks = faults, .read_only = true});
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  const std::string staging = dir.path() + "/staging";
+  auto staged_files = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(staging, ec)) {
+      (void)e;
+      ++n;
+    }
+    return n;
+  };
+  faults->Arm({.nth = 1,
+               .from_nth_on = true,
+               .ops = FileOpMask(FileOp::kWrite) | FileOpMask(FileOp::kSync),
+               .path_contains = "staging"});
+  {
+    auto staged = (*reader)->NewStagedFile(2, 1, 0);
+    ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+    (void)(*staged)->Add("w", Shape{0}, std::string(100, 'x'), std::nullopt);
+    EXPECT_FALSE((*staged)->Finish().ok());
+  }
+  faults->Disarm();
+  (*reader)->Release();
+  {
+    auto staged = (*reader)->NewStagedFile(2, 1, 0);
+    ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+    ASSERT_TRUE((*staged)
+                    ->Add("w", Shape{0}, std::string(100, 'y'), std::nullopt)
+                    .ok());
+    (*staged)->Abandon();
+  }
+  EXPECT_EQ(staged_files(), 0) << "abandoned staged files left in " << staging;
 }
 
 // The store's own looks at its files (whether the creation marker or a
