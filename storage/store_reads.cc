@@ -171,6 +171,20 @@ bool StoreImpl::DeletedSinceOpen(int64_t checkpoint_id) {
          !state->journal->committed.contains(checkpoint_id);
 }
 
+namespace {
+
+// Copies a value pinned in RocksDB's memory into `slice`'s own buffer and
+// lets go of the pin.
+void OwnPinnedBytes(rocksdb::PinnableSlice& slice) {
+  if (!slice.IsPinned()) return;
+  std::string bytes(slice.data(), slice.size());
+  slice.Reset();
+  *slice.GetSelf() = std::move(bytes);
+  slice.PinSelf();
+}
+
+}  // namespace
+
 Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
                                          std::string_view tensor_key,
                                          const ChunkMetadata& chunk) {
@@ -200,6 +214,10 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
   }
   Status read =
       ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer);
+  // The buffer outlives the shared lock: a value pinned in RocksDB's block
+  // cache would outlive the database that a Release or Refresh on another
+  // thread closes. It owns a copy of its bytes instead.
+  if (read.ok()) OwnPinnedBytes(buffer.impl().slice);
   if (read.IsCorruption()) {
     // A damaged pointer, index or footer: the copy of the chunk's location
     // finds its bytes.

@@ -262,6 +262,38 @@ TEST(StoreTest, AReleasedReadOnlyHandleReopensForReadsOnAnyThread) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+// A chunk read through RocksDB (small chunks, which share blocks) owns its
+// bytes: the buffer outlives the read's lock, and a Release on another thread
+// closes the database whose block cache a pinned value would point into.
+TEST(StoreTest, ChunksReadWhileAnotherThreadReleasesTheHandleStayValid) {
+  TempDir dir;
+  auto writer = Store::Open(dir.path(), {});
+  ASSERT_TRUE(writer.ok());
+  const std::string bytes(6000, 'c');
+  ASSERT_TRUE(SaveBytes(**writer, bytes, 3).ok());  // chunks of 2,000 bytes
+  auto reader = Store::Open(dir.path(), {.read_only = true});
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto meta = (*reader)->GetMetadata(1);
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  std::atomic<bool> done{false};
+  std::thread releaser([&] {
+    while (!done) (*reader)->Release();
+  });
+  std::atomic<int> failures{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&] {
+      for (int i = 0; i < 300; ++i) {
+        if (ReadAll(**reader, *meta) != bytes) ++failures;
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  done = true;
+  releaser.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
 // After a failed write the file system holds every deletion back until the
 // store opens again: a Release then opens at once, so that the staged files
 // abandoned later are removed, as after a Refresh.
