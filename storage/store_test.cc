@@ -7,6 +7,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -230,6 +231,27 @@ TEST(StoreTest, ReadOnlyHandleSeesCommitsAfterRefresh) {
   EXPECT_EQ(ReadAll(**reader, *meta), "abc");
 }
 
+// Runs `read` `times` times on each of `threads` threads while another thread
+// releases `store` over and over; the number of reads that returned false.
+int FailedReadsWhileReleasing(Store& store, int threads, int times,
+                              const std::function<bool()>& read) {
+  std::atomic<bool> done{false};
+  std::thread releaser([&] {
+    while (!done) store.Release();
+  });
+  std::atomic<int> failures{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < threads; ++t) {
+    readers.emplace_back([&] {
+      for (int i = 0; i < times; ++i) failures += read() ? 0 : 1;
+    });
+  }
+  for (auto& t : readers) t.join();
+  done = true;
+  releaser.join();
+  return failures.load();
+}
+
 // Release closes a read-only handle's view; every listing and metadata read
 // opens it again, also while another thread releases it over and over.
 TEST(StoreTest, AReleasedReadOnlyHandleReopensForReadsOnAnyThread) {
@@ -239,27 +261,16 @@ TEST(StoreTest, AReleasedReadOnlyHandleReopensForReadsOnAnyThread) {
   ASSERT_TRUE(SaveBytes(**writer, std::string(10000, 'r'), 2).ok());
   auto reader = Store::Open(dir.path(), {.read_only = true});
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
-  std::atomic<bool> done{false};
-  std::thread releaser([&] {
-    while (!done) (*reader)->Release();
-  });
-  std::vector<std::thread> readers;
-  std::atomic<int> failures{0};
-  for (int t = 0; t < 3; ++t) {
-    readers.emplace_back([&] {
-      for (int i = 0; i < 150; ++i) {
-        auto listed = (*reader)->List();
-        auto meta = (*reader)->GetMetadata(1);
-        if (!listed.ok() || listed->size() != 1 || !meta.ok() ||
-            meta->tensors.size() != 1)
-          ++failures;
-      }
-    });
-  }
-  for (auto& t : readers) t.join();
-  done = true;
-  releaser.join();
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(FailedReadsWhileReleasing(**reader, 3, 150,
+                                      [&] {
+                                        auto listed = (*reader)->List();
+                                        auto meta = (*reader)->GetMetadata(1);
+                                        return listed.ok() &&
+                                               listed->size() == 1 &&
+                                               meta.ok() &&
+                                               meta->tensors.size() == 1;
+                                      }),
+            0);
 }
 
 // A chunk read through RocksDB (small chunks, which share blocks) owns its
@@ -275,23 +286,10 @@ TEST(StoreTest, ChunksReadWhileAnotherThreadReleasesTheHandleStayValid) {
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   auto meta = (*reader)->GetMetadata(1);
   ASSERT_TRUE(meta.ok()) << meta.status().ToString();
-  std::atomic<bool> done{false};
-  std::thread releaser([&] {
-    while (!done) (*reader)->Release();
-  });
-  std::atomic<int> failures{0};
-  std::vector<std::thread> readers;
-  for (int t = 0; t < 2; ++t) {
-    readers.emplace_back([&] {
-      for (int i = 0; i < 300; ++i) {
-        if (ReadAll(**reader, *meta) != bytes) ++failures;
-      }
-    });
-  }
-  for (auto& t : readers) t.join();
-  done = true;
-  releaser.join();
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(
+      FailedReadsWhileReleasing(
+          **reader, 2, 300, [&] { return ReadAll(**reader, *meta) == bytes; }),
+      0);
 }
 
 // After a failed write the file system holds every deletion back until the
