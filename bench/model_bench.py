@@ -7,7 +7,11 @@ sync_files=True). Both keep the last checkpoint: ckptdb with keep_last=1, DCP by
 save to a new directory and then removing the previous one, both inside the timed save. Resume: a fresh model and AdamW, then the state loaded into them
 (`get_state_dict` of the new ones, `db.load`, `set_state_dict`; for DCP, its optimizer state
 created the same way and `load_state_dict` into the flat dict). Every tensor changes before
-each save (an optimizer step). Needs Debian's python3-torchvision; DCP is imported from a
+each save (an optimizer step). Plain files, in the same runs, are the floor of a save on this
+machine: the flat dict's bytes written into a new file (one `write` a tensor, then `fsync`), the
+previous file removed, timed the same way; on a VM whose fresh memory is slow to touch the first
+time (this one: writing 293 MiB into new files took 0.1 s or 0.7-0.9 s within a minute), a save
+moves with it, and the ratio to plain files says how much of a save is the machine's. Needs Debian's python3-torchvision; DCP is imported from a
 patched copy as bench/torch_dcp_bench.py does.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/model_bench.py --dir /dev/shm/mb
@@ -54,6 +58,24 @@ def first_step(model, optimizer):
     optimizer.step()
 
 
+def write_plain(tensors, directory, run, previous):
+    """The tensors' bytes into a new file, synced; the previous one removed. Its path."""
+    path = os.path.join(directory, f"plain-{run}")
+    with open(path, "wb") as f:
+        for t in tensors.values():
+            f.write(t.contiguous().numpy().tobytes() if t.dim() == 0 else
+                    memoryview(t.contiguous().numpy()).cast("B"))
+        f.flush()
+        os.fsync(f.fileno())
+    if previous:
+        os.remove(previous)
+    return path
+
+
+def fmt(seconds):
+    return " ".join(f"{s:.3f}" for s in seconds)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
@@ -71,6 +93,8 @@ def main():
         nbytes = sum(v.numel() * v.element_size() for v in flat(model, optimizer).values())
         ntensors = len(flat(model, optimizer))
         times = {(s, w): [] for s in ("ckptdb", "dcp") for w in ("save", "resume")}
+        times["plain", "save"] = []
+        plain = None
         times["init"] = []  # of ckptdb's resume: creating the fresh AdamW's state
         store = os.path.join(args.dir, name)
         out = os.path.join(args.dir, name + "-dcp-none")
@@ -79,7 +103,13 @@ def main():
                 with torch.no_grad():
                     for t in flat(model, optimizer).values():
                         t.add_(1)  # integer buffers (batch norm's counts) too
-                for side in (("ckptdb", "dcp") if run % 2 == 0 else ("dcp", "ckptdb")):
+                for side in (("ckptdb", "dcp", "plain") if run % 2 == 0
+                             else ("plain", "dcp", "ckptdb")):
+                    if side == "plain":
+                        start = time.perf_counter()
+                        plain = write_plain(flat(model, optimizer), args.dir, run, plain)
+                        times[side, "save"].append(time.perf_counter() - start)
+                        continue
                     if side == "ckptdb":
                         start = time.perf_counter()
                         db.save(state, step=run)
@@ -114,14 +144,21 @@ def main():
                         if not torch.equal(v, got[k]):
                             raise SystemExit(f"{side} resumed {name} {k} wrong")
         med = {k: statistics.median(v) for k, v in times.items()}
+        over_plain = statistics.median(
+            c / p for c, p in zip(times["ckptdb", "save"], times["plain", "save"]))
         print(f"{name}: {nbytes / 2**20:.0f} MiB in {ntensors} tensors, medians of {args.repeat}: "
               f"save ckptdb {med['ckptdb', 'save']:.3f} s / DCP {med['dcp', 'save']:.3f} s "
               f"(DCP/ckptdb {med['dcp', 'save'] / med['ckptdb', 'save']:.2f}); resume ckptdb "
               f"{med['ckptdb', 'resume']:.3f} s / DCP {med['dcp', 'resume']:.3f} s "
               f"(DCP/ckptdb {med['dcp', 'resume'] / med['ckptdb', 'resume']:.2f}), of which "
-              f"creating the fresh AdamW's state (both sides) {med['init']:.3f} s", flush=True)
+              f"creating the fresh AdamW's state (both sides) {med['init']:.3f} s; plain files "
+              f"{med['plain', 'save']:.3f} s a save (ckptdb / plain, median of the runs' ratios "
+              f"{over_plain:.2f}; ckptdb's saves {fmt(times['ckptdb', 'save'])}, plain "
+              f"{fmt(times['plain', 'save'])})", flush=True)
         shutil.rmtree(store, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
+        if plain:
+            os.remove(plain)
     shutil.rmtree(args.dir, ignore_errors=True)
 
 
