@@ -87,10 +87,13 @@ Status GroupByKey(const Owners& owners, SavePlan* plan, KeyedShards* by_key) {
         InsertNew(value_rank, v.flat_key, owners.Named(o));
     }
   }
-  // Stable: each key's shards keep their owners' order.
-  std::stable_sort(
-      by_key->begin(), by_key->end(),
-      [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Stable: each key's shards keep their owners' order. One owner's come
+  // sorted (a layout is in key order).
+  const auto by_name = [](const auto& a, const auto& b) {
+    return a.first < b.first;
+  };
+  if (!std::is_sorted(by_key->begin(), by_key->end(), by_name))
+    std::stable_sort(by_key->begin(), by_key->end(), by_name);
   for (const auto& [key, rank] : value_rank) {
     auto tensor = std::lower_bound(
         by_key->begin(), by_key->end(), std::string_view(key),

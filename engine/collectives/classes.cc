@@ -75,11 +75,15 @@ Result<RankClasses> AllGatherClasses(Communicator& comm,
                                      const CallArguments& args,
                                      std::string_view own,
                                      std::string_view shared) {
-  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> digests,
-                   AllGatherAgreed(comm, args, EncodeClassDigest(own, shared)));
+  if (comm.size() == 1) {  // one class, nothing to digest or exchange
+    return RankClasses{{std::string(shared)}, {0}, {std::string(own)}};
+  }
+  CKPTDB_ASSIGN_OR_RETURN(
+      std::vector<std::string> digests,
+      AllGatherAgreed(comm, args, EncodeClassDigest(own, shared)));
   const bool sends = ClassRepresentatives(digests)[comm.rank()];
   CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> payloads,
-                   comm.AllGather(sends ? shared : std::string_view()));
+                          comm.AllGather(sends ? shared : std::string_view()));
   return ClassesFromGathered(digests, std::move(payloads));
 }
 
@@ -88,7 +92,8 @@ Result<std::vector<std::string>> GatherToRoot(Communicator& comm,
   if (comm.size() == 1) return std::vector<std::string>{std::string(bytes)};
   WireWriter w;
   w.U64(bytes.size());
-  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> sizes, comm.AllGather(w.Take()));
+  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> sizes,
+                          comm.AllGather(w.Take()));
   std::vector<std::string> out;
   std::vector<SendBuffer> sends;
   std::vector<RecvBuffer> recvs;

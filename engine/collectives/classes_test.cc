@@ -35,6 +35,16 @@ TEST(ClassesTest, IdenticalPayloadsTravelOnceAndRanksKeepTheirOwn) {
   }
 }
 
+TEST(ClassesTest, OneRankIsItsOwnClass) {
+  auto comm = SingleProcessCommunicator();
+  auto classes =
+      AllGatherClasses(*comm, CallArguments("test"), "mine", "payload");
+  ASSERT_TRUE(classes.ok()) << classes.status().ToString();
+  EXPECT_EQ(classes->payloads, (std::vector<std::string>{"payload"}));
+  EXPECT_EQ(classes->class_of_rank, (std::vector<int>{0}));
+  EXPECT_EQ(classes->own, (std::vector<std::string>{"mine"}));
+}
+
 TEST(ClassesTest, OnlyRepresentativesSend) {
   std::vector<std::string> digests = {EncodeClassDigest("", "x"),
                                       EncodeClassDigest("", "y"),

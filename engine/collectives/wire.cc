@@ -391,6 +391,15 @@ Result<planner::SaveClasses> DecodeSaveClasses(const RankClasses& gathered,
   return classes;
 }
 
+Result<planner::SaveClasses> SaveClassesOfOneRank(planner::RankSaveLayout* own,
+                                                  const Status& own_status) {
+  CKPTDB_RETURN_IF_ERROR(own_status);
+  planner::SaveClasses classes;
+  classes.class_of_rank = {0};
+  classes.layouts.push_back(std::move(*own));
+  return classes;
+}
+
 Result<GatheredTargets> DecodeTargetClasses(const RankClasses& gathered) {
   return DecodeTargetClasses(gathered, -1, nullptr);
 }

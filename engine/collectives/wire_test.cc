@@ -57,6 +57,36 @@ TEST(WireTest, OwnClassTakesTheRanksLayoutAndTheOthersAreDecoded) {
   EXPECT_EQ(classes->layouts[1].values[0].value, Value(int64_t{3}));
 }
 
+// A world of one rank: its layout is the only class, as gathering and
+// decoding it gives; its local error fails the call as DecodeSaveClasses's.
+TEST(WireTest, OneRanksClassesAreWhatGatheringAndDecodingGive) {
+  planner::RankSaveLayout layout;
+  layout.shards.push_back(
+      {"a.b", {"a", "b"}, DType::kFloat32, {4}, {{0}, {4}}, {}});
+  layout.values.push_back({"lr", {"lr"}, Value(0.5)});
+  RankClasses gathered;
+  gathered.payloads = {EncodeSaveLayout(Status::OK(), layout)};
+  gathered.class_of_rank = {0};
+  auto decoded = DecodeSaveClasses(gathered);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  planner::RankSaveLayout own = layout;
+  auto alone = SaveClassesOfOneRank(&own, Status::OK());
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_EQ(alone->class_of_rank, decoded->class_of_rank);
+  ASSERT_EQ(alone->layouts.size(), 1u);
+  EXPECT_EQ(alone->layouts[0].shards[0].path,
+            decoded->layouts[0].shards[0].path);
+  EXPECT_EQ(alone->layouts[0].shards[0].box, decoded->layouts[0].shards[0].box);
+  EXPECT_EQ(alone->layouts[0].values[0].value,
+            decoded->layouts[0].values[0].value);
+
+  gathered.payloads = {EncodeSaveLayout(Status::NotFound("x"), layout)};
+  own = layout;
+  EXPECT_EQ(SaveClassesOfOneRank(&own, Status::NotFound("x")).status(),
+            DecodeSaveClasses(gathered).status());
+  EXPECT_EQ(DecodeSaveClasses(gathered).status(), Status::NotFound("x"));
+}
+
 // A load's gathered targets: the rank's own class is taken from what it
 // encoded, the other classes are decoded, and the result is what decoding
 // every class gives.

@@ -84,7 +84,12 @@ std::vector<MyChunk> CollectMyChunks(const planner::SavePlan& plan,
                                      const std::vector<TensorView>& views,
                                      int64_t id, int rank,
                                      std::vector<size_t>* order) {
+  size_t count = 0;
+  for (const auto& tensor : plan.tensors) {
+    for (const auto& chunk : tensor.chunks) count += chunk.writer_rank == rank;
+  }
   std::vector<MyChunk> mine;
+  mine.reserve(count);
   for (size_t t = 0; t < plan.tensors.size(); ++t) {
     const auto& tensor = plan.tensors[t];
     for (size_t c = 0; c < tensor.chunks.size(); ++c) {
