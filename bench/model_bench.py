@@ -63,8 +63,7 @@ def write_plain(tensors, directory, run, previous):
     path = os.path.join(directory, f"plain-{run}")
     with open(path, "wb") as f:
         for t in tensors.values():
-            f.write(t.contiguous().numpy().tobytes() if t.dim() == 0 else
-                    memoryview(t.contiguous().numpy()).cast("B"))
+            f.write(memoryview(t.contiguous().reshape(-1).numpy()).cast("B"))
         f.flush()
         os.fsync(f.fileno())
     if previous:

@@ -391,13 +391,21 @@ Result<planner::SaveClasses> DecodeSaveClasses(const RankClasses& gathered,
   return classes;
 }
 
-Result<planner::SaveClasses> SaveClassesOfOneRank(planner::RankSaveLayout* own,
-                                                  const Status& own_status) {
-  CKPTDB_RETURN_IF_ERROR(own_status);
-  planner::SaveClasses classes;
-  classes.class_of_rank = {0};
-  classes.layouts.push_back(std::move(*own));
-  return classes;
+Result<planner::SaveClasses> GatherSaveClasses(Communicator& comm,
+                                               const CallArguments& args,
+                                               planner::RankSaveLayout* own,
+                                               const Status& own_status) {
+  if (comm.size() == 1) {
+    CKPTDB_RETURN_IF_ERROR(own_status);
+    planner::SaveClasses classes;
+    classes.class_of_rank = {0};
+    classes.layouts.push_back(std::move(*own));
+    return classes;
+  }
+  CKPTDB_ASSIGN_OR_RETURN(
+      RankClasses gathered,
+      AllGatherClasses(comm, args, "", EncodeSaveLayout(own_status, *own)));
+  return DecodeSaveClasses(gathered, comm.rank(), own, own_status);
 }
 
 Result<GatheredTargets> DecodeTargetClasses(const RankClasses& gathered) {

@@ -85,11 +85,15 @@ Result<planner::SaveClasses> DecodeSaveClasses(const RankClasses& gathered,
                                                planner::RankSaveLayout* own,
                                                const Status& own_status);
 
-// The classes of a world of one rank: its own layout `*own` (moved from) with
-// its local status `own_status`, which fails the call when it is an error.
-// What DecodeSaveClasses gives for that world, with nothing encoded.
-Result<planner::SaveClasses> SaveClassesOfOneRank(planner::RankSaveLayout* own,
-                                                  const Status& own_status);
+// Every rank's save layout, once per class (EncodeSaveLayout, AllGatherClasses
+// once the ranks agree on `args`, DecodeSaveClasses): this rank's own is
+// `*own` (moved from), with its local status `own_status`. A rank alone is
+// the only class: its layout is taken as it is, nothing encoded or sent.
+// Collective.
+Result<planner::SaveClasses> GatherSaveClasses(Communicator& comm,
+                                               const CallArguments& args,
+                                               planner::RankSaveLayout* own,
+                                               const Status& own_status);
 
 // Where a load target lives, as every rank learns it (planner/exchange_plan.h).
 using TargetPlacement = planner::TargetPlacement;

@@ -57,8 +57,9 @@ TEST(WireTest, OwnClassTakesTheRanksLayoutAndTheOthersAreDecoded) {
   EXPECT_EQ(classes->layouts[1].values[0].value, Value(int64_t{3}));
 }
 
-// A world of one rank: its layout is the only class, as gathering and
-// decoding it gives; its local error fails the call as DecodeSaveClasses's.
+// A world of one rank: its layout is the only class, as encoding, gathering
+// and decoding it gives; its local error fails the call as
+// DecodeSaveClasses's.
 TEST(WireTest, OneRanksClassesAreWhatGatheringAndDecodingGive) {
   planner::RankSaveLayout layout;
   layout.shards.push_back(
@@ -69,8 +70,10 @@ TEST(WireTest, OneRanksClassesAreWhatGatheringAndDecodingGive) {
   gathered.class_of_rank = {0};
   auto decoded = DecodeSaveClasses(gathered);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  auto comm = SingleProcessCommunicator();
   planner::RankSaveLayout own = layout;
-  auto alone = SaveClassesOfOneRank(&own, Status::OK());
+  auto alone =
+      GatherSaveClasses(*comm, CallArguments("save"), &own, Status::OK());
   ASSERT_TRUE(alone.ok()) << alone.status().ToString();
   EXPECT_EQ(alone->class_of_rank, decoded->class_of_rank);
   ASSERT_EQ(alone->layouts.size(), 1u);
@@ -82,7 +85,9 @@ TEST(WireTest, OneRanksClassesAreWhatGatheringAndDecodingGive) {
 
   gathered.payloads = {EncodeSaveLayout(Status::NotFound("x"), layout)};
   own = layout;
-  EXPECT_EQ(SaveClassesOfOneRank(&own, Status::NotFound("x")).status(),
+  EXPECT_EQ(GatherSaveClasses(*comm, CallArguments("save"), &own,
+                              Status::NotFound("x"))
+                .status(),
             DecodeSaveClasses(gathered).status());
   EXPECT_EQ(DecodeSaveClasses(gathered).status(), Status::NotFound("x"));
 }

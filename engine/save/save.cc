@@ -44,15 +44,9 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
   // metadata; 3. this rank's part of the same validated plan on every rank.
   planner::RankSaveLayout layout;
   Status local = BuildLayout(state, devices_.copier, &layout, &p.views);
-  if (comm_->size() == 1) {  // the layout is the only class: nothing to send
-    CKPTDB_ASSIGN_OR_RETURN(p.classes, SaveClassesOfOneRank(&layout, local));
-  } else {
-    CKPTDB_ASSIGN_OR_RETURN(RankClasses gathered,
-                            AllGatherClasses(*comm_, SaveArguments(options), "",
-                                             EncodeSaveLayout(local, layout)));
-    CKPTDB_ASSIGN_OR_RETURN(p.classes,
-                            DecodeSaveClasses(gathered, rank, &layout, local));
-  }
+  CKPTDB_ASSIGN_OR_RETURN(
+      p.classes,
+      GatherSaveClasses(*comm_, SaveArguments(options), &layout, local));
   CKPTDB_ASSIGN_OR_RETURN(
       p.plan, planner::BuildClassSavePlan(p.classes, options_.max_chunk_bytes,
                                           p.whole_plan ? -1 : rank));
