@@ -28,6 +28,7 @@ namespace ckptdb::storage {
 namespace fs = std::filesystem;
 
 void StoreImpl::CloseDb() {
+  remover_.Wait();
   files_.reset();
   {
     std::lock_guard lock(held_mu_);
@@ -42,7 +43,8 @@ void StoreImpl::CloseDb() {
   db_.reset();
 }
 
-Status StoreImpl::DropChunks(int64_t checkpoint_id) {
+Status StoreImpl::DropChunks(int64_t checkpoint_id,
+                             std::vector<int64_t>* remove_later) {
   ForgetIndex(checkpoint_id);
   const std::string begin = CheckpointKeyPrefix(checkpoint_id);
   const std::string end = CheckpointKeyEnd(checkpoint_id);
@@ -61,7 +63,11 @@ Status StoreImpl::DropChunks(int64_t checkpoint_id) {
   }
   // The value files go with the table files: no key of another checkpoint
   // points into them (value_files.h); so does the copy of their locations.
-  CKPTDB_RETURN_IF_ERROR(ValueDirs().Remove(checkpoint_id));
+  if (remove_later) {
+    remove_later->push_back(checkpoint_id);
+  } else {
+    CKPTDB_RETURN_IF_ERROR(ValueDirs().Remove(checkpoint_id));
+  }
   return RemoveCopy(CopyKind::kLocators, checkpoint_id);
 }
 
@@ -289,6 +295,9 @@ Result<int64_t> StoreImpl::Resolve(const CheckpointSelector& which) {
 
 Result<int64_t> StoreImpl::NextCheckpointId() {
   CKPTDB_RETURN_IF_ERROR(RequireWritable("saving"));
+  // The space of the value files a retention policy deleted comes back before
+  // this save writes any (every rank's writes start after the root's id).
+  remover_.Wait();
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   // Before the save stages files, which a reopen would remove.
@@ -473,16 +482,35 @@ Status StoreImpl::ReopenAfterFailedWrites(
   return Status::OK();
 }
 
-Status StoreImpl::Delete(int64_t checkpoint_id) {
+Status StoreImpl::Delete(int64_t checkpoint_id, FileRemoval removal) {
   CKPTDB_RETURN_IF_ERROR(RequireWritable("deleting"));
-  Status s = DeleteOnce(checkpoint_id);
+  remover_.Wait();
+  std::vector<int64_t> remove_later;
+  std::vector<int64_t>* later =
+      removal == FileRemoval::kInBackground ? &remove_later : nullptr;
+  Status s = DeleteOnce(checkpoint_id, later);
   // On a full disk, the reserve makes room for the few writes a delete needs.
-  if (IsNoSpace(s) && ReleaseReserve()) s = DeleteOnce(checkpoint_id);
+  if (IsNoSpace(s) && ReleaseReserve()) s = DeleteOnce(checkpoint_id, later);
   if (s.ok()) EnsureReserve();
+  // Last, so that the delete's own file operations all come before the
+  // removal's. Whatever the outcome: the chunks of these ids are gone (after
+  // a failure, the reopen's RemoveLeftovers may have removed them already).
+  if (!remove_later.empty()) {
+    remover_.Start(
+        fs_, path_, std::move(remove_later),
+        [log = db_ ? db_->GetDBOptions().info_log : nullptr](
+            int64_t id, const Status& failed) {
+          rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, log,
+                       "removing the value files of deleted checkpoint %lld "
+                       "failed (a later save or open collects them): %s",
+                       static_cast<long long>(id), failed.ToString().c_str());
+        });
+  }
   return s;
 }
 
-Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
+Status StoreImpl::DeleteOnce(int64_t checkpoint_id,
+                             std::vector<int64_t>* remove_later) {
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   CKPTDB_RETURN_IF_ERROR(ReopenAfterFailedWrites(lock));
@@ -512,7 +540,7 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id) {
   // After the records are gone: a listing that read them before the journal
   // changed may have remembered the info meanwhile.
   ForgetInfo(checkpoint_id);
-  if (s.ok()) s = DropUnreferenced(freeing);
+  if (s.ok()) s = DropUnreferenced(freeing, remove_later);
   if (s.ok()) {
     for (int64_t id : freeing) journal.deleting.erase(id);
     s = SaveJournal(std::move(journal));
@@ -537,12 +565,13 @@ Result<std::set<int64_t>> StoreImpl::ReferencedIds() {
   return referenced;
 }
 
-Status StoreImpl::DropUnreferenced(const std::set<int64_t>& candidates) {
+Status StoreImpl::DropUnreferenced(const std::set<int64_t>& candidates,
+                                   std::vector<int64_t>* remove_later) {
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
   for (int64_t id : candidates) {
     if (!records.contains(id) && !referenced.contains(id))
-      CKPTDB_RETURN_IF_ERROR(DropChunks(id));
+      CKPTDB_RETURN_IF_ERROR(DropChunks(id, remove_later));
   }
   return Status::OK();
 }
@@ -634,6 +663,7 @@ Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
 }
 
 Result<StoreReport> StoreImpl::Check() {
+  remover_.Wait();  // what it removes is not a leftover
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   // The journal as read with this handle's view of the database: a writer

@@ -152,6 +152,17 @@ struct StoreReport {
 // `meta` (per checkpoint a main Cap'n Proto record, the commit point, and one
 // record per tensor holding its chunks; storage/keys.h). Thread-safe for
 // concurrent reads.
+// When a delete removes the value files of the chunks it drops (the bulk of
+// a large checkpoint's bytes).
+enum class FileRemoval {
+  kBeforeReturning,
+  // On a thread of the store, after Delete returns (ValueDirRemover). The
+  // checkpoint is gone either way; its space comes back a little later. The
+  // next NextCheckpointId (a save's start, before anything is written),
+  // Delete and Check, and the handle's close, wait for it first.
+  kInBackground,
+};
+
 class Store {
  public:
   // Opens the store at `path`. A read-write open takes RocksDB's lock, removes
@@ -254,9 +265,12 @@ class Store {
   }
 
   // Removes a checkpoint: marks it deleting in the journal, removes its
-  // record, then its chunks, reclaiming their files. Interrupted, the next
-  // read-write open finishes it.
-  virtual Status Delete(int64_t checkpoint_id) = 0;
+  // record, then its chunks, reclaiming their files (the value files as
+  // `removal` says). Interrupted, the next read-write open finishes it.
+  virtual Status Delete(int64_t checkpoint_id, FileRemoval removal) = 0;
+  Status Delete(int64_t checkpoint_id) {
+    return Delete(checkpoint_id, FileRemoval::kBeforeReturning);
+  }
 
   // Read-only handles see the store as of their open; Refresh re-opens one to
   // see later commits. A no-op for a read-write handle, or when the writer has

@@ -118,7 +118,8 @@ class StoreImpl : public Store {
   Status VerifyChunk(int64_t checkpoint_id, std::string_view tensor_key,
                      const ChunkMetadata& chunk,
                      std::string* through_copy) override;
-  Status Delete(int64_t checkpoint_id) override;
+  using Store::Delete;
+  Status Delete(int64_t checkpoint_id, FileRemoval removal) override;
   Status Refresh() override;
   void Release() override;
   Result<std::unique_ptr<StagedFileWriter>> NewStagedFile(int64_t checkpoint_id,
@@ -236,7 +237,8 @@ class StoreImpl : public Store {
   template <typename Happened>
   Status Reopen(Status error, std::shared_lock<std::shared_mutex>& lock,
                 const std::string& what, Happened&& happened);
-  Status DeleteOnce(int64_t checkpoint_id);
+  // One try of Delete; `remove_later` as DropChunks.
+  Status DeleteOnce(int64_t checkpoint_id, std::vector<int64_t>* remove_later);
   // Reopens the database when a background job of this handle failed (a
   // compaction of the `meta` column family during a faulted save): RocksDB
   // then refuses every later write, such as the next commit's ingestion. Also
@@ -267,7 +269,11 @@ class StoreImpl : public Store {
   std::vector<std::string> ForeignEntries();
   // The ingester over the open database.
   ChunkIngester Ingester();
-  Status DropChunks(int64_t checkpoint_id);
+  // Drops checkpoint `checkpoint_id`'s chunk table files and the copy of
+  // their locations, and removes its value directory, or, with
+  // `remove_later`, adds the id there for the caller to hand to remover_.
+  Status DropChunks(int64_t checkpoint_id,
+                    std::vector<int64_t>* remove_later = nullptr);
   // The value directories over the store's file system.
   ValueDirectories ValueDirs();
   // The value files the table files of checkpoint `checkpoint_id` point into.
@@ -293,7 +299,9 @@ class StoreImpl : public Store {
   Result<std::vector<CheckpointInfo>> VisibleInfos();
   // Drops the chunks of each of `candidates` that neither has a record nor is
   // referred to by one: bytes no remaining checkpoint uses.
-  Status DropUnreferenced(const std::set<int64_t>& candidates);
+  // `remove_later` as DropChunks.
+  Status DropUnreferenced(const std::set<int64_t>& candidates,
+                          std::vector<int64_t>* remove_later);
   // FailedPrecondition unless the store holds the chunks of every checkpoint
   // `info` refers to.
   Status CheckReferencesHeld(const CheckpointInfo& info);
@@ -498,6 +506,8 @@ class StoreImpl : public Store {
   std::set<int64_t> held_values_checked_;
   // Compresses the copies of each commit in memory kept between commits.
   CopyEncoder copy_encoder_;
+  // Value directories of deletes with FileRemoval::kInBackground.
+  ValueDirRemover remover_;
 };
 
 template <typename Fn>

@@ -272,6 +272,29 @@ Status ValueDirectories::Remove(int64_t checkpoint_id) {
   return fs_.SyncDir(ValuesDir(path_));
 }
 
+void ValueDirRemover::Start(
+    std::shared_ptr<StoreFileSystem> fs, std::string store_path,
+    std::vector<int64_t> checkpoint_ids,
+    std::function<void(int64_t, const Status&)> failed) {
+  std::lock_guard lock(mu_);
+  if (running_.valid()) running_.wait();
+  running_ = std::async(
+      std::launch::async,
+      [fs = std::move(fs), path = std::move(store_path),
+       ids = std::move(checkpoint_ids), failed = std::move(failed)] {
+        ValueDirectories dirs(*fs, path);
+        for (int64_t id : ids) {
+          Status s = dirs.Remove(id);
+          if (!s.ok()) failed(id, s);
+        }
+      });
+}
+
+void ValueDirRemover::Wait() {
+  std::lock_guard lock(mu_);
+  if (running_.valid()) running_.get();
+}
+
 Status ValueDirectories::AddStray(int64_t checkpoint_id,
                                   const std::vector<ValueFileExtent>& named,
                                   std::vector<std::string>* stray) {

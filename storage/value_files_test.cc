@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 #include <rocksdb/table_properties.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 
 #include "storage/chunk_files.h"
@@ -625,6 +628,94 @@ TEST(ValueFileTest, EveryValueFileSyncIsCheckedBeforeTheCommit) {
     ASSERT_TRUE(store.ok()) << ctx;
     EXPECT_EQ((*store)->List()->size(), 1u) << ctx;
   }
+}
+
+// Holds each removal of a value file until Release (or 30 s pass).
+class HeldRemovals : public FileSystemHooks {
+ public:
+  int BeforeOperation(FileOp op, std::string_view path, uint64_t) override {
+    if (op != FileOp::kDelete || !path.ends_with(".val")) return 0;
+    std::unique_lock lock(mu_);
+    ++held_;
+    changed_.notify_all();
+    changed_.wait_for(lock, std::chrono::seconds(30), [&] { return released_; });
+    return 0;
+  }
+  // Whether a removal reached the hooks within 30 s.
+  bool WaitUntilHeld() {
+    std::unique_lock lock(mu_);
+    return changed_.wait_for(lock, std::chrono::seconds(30),
+                             [&] { return held_ > 0; });
+  }
+  void Release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  int held_ = 0;
+  bool released_ = false;
+};
+
+// A delete with its value files removed in the background returns with the
+// checkpoint gone and its files still there; the next save's start
+// (NextCheckpointId) waits for them to go.
+TEST(ValueFileTest, ABackgroundDeleteReturnsBeforeItsValueFilesGo) {
+  TempDir dir;
+  auto held = std::make_shared<HeldRemovals>();
+  auto store = Store::Open(dir.path(), {.file_system_hooks = held});
+  ASSERT_TRUE(store.ok());
+  auto first = SaveBytes(**store, Pattern(256 << 10, 14), 1);
+  auto second = SaveBytes(**store, Pattern(256 << 10, 15), 1);
+  ASSERT_TRUE(first.ok() && second.ok());
+  const std::string values = ValueDirOf(dir.path(), first->info.id);
+  ASSERT_EQ(FilesWith(values, ".val").first, 1);
+  ASSERT_TRUE(
+      (*store)->Delete(first->info.id, FileRemoval::kInBackground).ok());
+  ASSERT_TRUE(held->WaitUntilHeld());
+  EXPECT_EQ(FilesWith(values, ".val").first, 1);
+  auto listed = (*store)->List();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ(listed->front().id, second->info.id);
+  held->Release();
+  ASSERT_TRUE((*store)->NextCheckpointId().ok());
+  EXPECT_FALSE(fs::exists(values));
+  EXPECT_TRUE((*store)->Check()->unused_value_ids.empty());
+  EXPECT_TRUE(ReadAll(**store, *second) == Pattern(256 << 10, 15));
+}
+
+// A background removal that fails leaves the value files, which Check reports
+// (once the removal is over) and the next save's start removes; the handle's
+// close waits for a removal under way.
+TEST(ValueFileTest, AFailedBackgroundRemovalIsCollectedByTheNextSave) {
+  TempDir dir;
+  auto faults = std::make_shared<FaultInjector>();
+  auto store = Store::Open(dir.path(), {.file_system_hooks = faults});
+  ASSERT_TRUE(store.ok());
+  auto first = SaveBytes(**store, Pattern(256 << 10, 16), 1);
+  auto second = SaveBytes(**store, Pattern(256 << 10, 17), 1);
+  ASSERT_TRUE(first.ok() && second.ok());
+  faults->Arm({.nth = 1,
+               .ops = FileOpMask(FileOp::kDelete),
+               .path_contains = ".val"});
+  ASSERT_TRUE(
+      (*store)->Delete(first->info.id, FileRemoval::kInBackground).ok());
+  auto report = (*store)->Check();
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(faults->injected().size(), 1u);
+  EXPECT_EQ(report->unused_value_ids, std::vector<int64_t>{first->info.id});
+  faults->Disarm();
+  ASSERT_TRUE((*store)->NextCheckpointId().ok());
+  EXPECT_FALSE(fs::exists(ValueDirOf(dir.path(), first->info.id)));
+
+  ASSERT_TRUE(
+      (*store)->Delete(second->info.id, FileRemoval::kInBackground).ok());
+  store->reset();
+  EXPECT_FALSE(fs::exists(ValueDirOf(dir.path(), second->info.id)));
 }
 
 }  // namespace

@@ -325,13 +325,19 @@ TEST_F(FaultSweep, EveryCallOfASave) {
 }
 
 // A save whose retention deletes an older checkpoint: the kept ones stay
-// whole whatever fails, the deleted one is gone or whole, and an error after
-// the commit says the checkpoint is committed.
+// whole whatever fails, the deleted one is gone or whole, an error after the
+// commit says the checkpoint is committed, and no chunk data is left once the
+// store is opened again. The handle is closed inside the swept operation:
+// the deleted checkpoint's value files go on the store's thread after the
+// save returns, and the close waits for them, so that every call is counted
+// and failed in one order.
 TEST_F(FaultSweep, EveryCallOfASaveWithRetention) {
   for (int seed = 1; seed <= Seeds(); ++seed) {
     // Steps 1, 2 (tagged), 3; the save of step 4 with keep_last 2 deletes
     // step 1 only.
-    std::vector<State> states = {State::Make(seed), State::Make(100 + seed),
+    // Step 1 has value files: retention removes them on the store's thread.
+    std::vector<State> states = {State::Make(seed, /*multi_block=*/true),
+                                 State::Make(100 + seed),
                                  State::Make(200 + seed)};
     State next = State::Make(300 + seed);
     const std::string templ = tmp_.Sub("template" + std::to_string(seed));
@@ -350,13 +356,16 @@ TEST_F(FaultSweep, EveryCallOfASaveWithRetention) {
         templ, "save with retention",
         [&](DB* db, const std::string&) {
           StateDict sd = next.Dict();
-          return db->Save(sd, {.step = 4}).status();
+          Status saved = db->Save(sd, {.step = 4}).status();
+          (void)db->Close();
+          return saved;
         },
         [&](DB*, const std::string& dir, const Status& s,
             const std::string& ctx, bool same_handle) {
           if (same_handle) return;
           auto ids = Verify(dir, {{2, &states[1]}, {3, &states[2]}},
                             {{1, &states[0]}, {4, &next}}, ctx);
+          ExpectAccounted(dir, ctx);
           const bool has1 = std::count(ids.begin(), ids.end(), 1) > 0;
           const bool has4 = std::count(ids.begin(), ids.end(), 4) > 0;
           if (s.ok()) {

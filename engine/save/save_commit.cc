@@ -60,7 +60,11 @@ Status ApplyRetention(storage::Store& store,
     CKPTDB_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, store.List());
     for (int64_t doomed : planner::CheckpointsToDelete(all, policy)) {
       *deleted_any = true;
-      Status deleted = store.Delete(doomed);
+      // The value files go on the store's thread: the save returns once
+      // the checkpoint is gone, and the next one waits for their space
+      // before it writes.
+      Status deleted =
+          store.Delete(doomed, storage::FileRemoval::kInBackground);
       if (!deleted.ok()) {
         return Status(deleted.code(), "deleting checkpoint id " +
                                           std::to_string(doomed) + ": " +
