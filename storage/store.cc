@@ -496,15 +496,15 @@ Status StoreImpl::Delete(int64_t checkpoint_id, FileRemoval removal) {
   // removal's. Whatever the outcome: the chunks of these ids are gone (after
   // a failure, the reopen's RemoveLeftovers may have removed them already).
   if (!remove_later.empty()) {
-    remover_.Start(
-        fs_, path_, std::move(remove_later),
-        [log = db_ ? db_->GetDBOptions().info_log : nullptr](
-            int64_t id, const Status& failed) {
-          rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, log,
-                       "removing the value files of deleted checkpoint %lld "
-                       "failed (a later save or open collects them): %s",
-                       static_cast<long long>(id), failed.ToString().c_str());
-        });
+    remover_.Start(fs_, path_, std::move(remove_later),
+                   [log = db_ ? db_->GetDBOptions().info_log : nullptr](
+                       int64_t id, const Status& failed) {
+                     rocksdb::Log(
+                         rocksdb::InfoLogLevel::WARN_LEVEL, log,
+                         "removing the value files of deleted checkpoint %lld "
+                         "failed (a later save or open collects them): %s",
+                         static_cast<long long>(id), failed.ToString().c_str());
+                   });
   }
   return s;
 }

@@ -278,16 +278,16 @@ void ValueDirRemover::Start(
     std::function<void(int64_t, const Status&)> failed) {
   std::lock_guard lock(mu_);
   if (running_.valid()) running_.wait();
-  running_ = std::async(
-      std::launch::async,
-      [fs = std::move(fs), path = std::move(store_path),
-       ids = std::move(checkpoint_ids), failed = std::move(failed)] {
-        ValueDirectories dirs(*fs, path);
-        for (int64_t id : ids) {
-          Status s = dirs.Remove(id);
-          if (!s.ok()) failed(id, s);
-        }
-      });
+  running_ =
+      std::async(std::launch::async,
+                 [fs = std::move(fs), path = std::move(store_path),
+                  ids = std::move(checkpoint_ids), failed = std::move(failed)] {
+                   ValueDirectories dirs(*fs, path);
+                   for (int64_t id : ids) {
+                     Status s = dirs.Remove(id);
+                     if (!s.ok()) failed(id, s);
+                   }
+                 });
 }
 
 void ValueDirRemover::Wait() {

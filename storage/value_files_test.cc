@@ -638,7 +638,8 @@ class HeldRemovals : public FileSystemHooks {
     std::unique_lock lock(mu_);
     ++held_;
     changed_.notify_all();
-    changed_.wait_for(lock, std::chrono::seconds(30), [&] { return released_; });
+    changed_.wait_for(lock, std::chrono::seconds(30),
+                      [&] { return released_; });
     return 0;
   }
   // Whether a removal reached the hooks within 30 s.
@@ -699,9 +700,8 @@ TEST(ValueFileTest, AFailedBackgroundRemovalIsCollectedByTheNextSave) {
   auto first = SaveBytes(**store, Pattern(256 << 10, 16), 1);
   auto second = SaveBytes(**store, Pattern(256 << 10, 17), 1);
   ASSERT_TRUE(first.ok() && second.ok());
-  faults->Arm({.nth = 1,
-               .ops = FileOpMask(FileOp::kDelete),
-               .path_contains = ".val"});
+  faults->Arm(
+      {.nth = 1, .ops = FileOpMask(FileOp::kDelete), .path_contains = ".val"});
   ASSERT_TRUE(
       (*store)->Delete(first->info.id, FileRemoval::kInBackground).ok());
   auto report = (*store)->Check();
