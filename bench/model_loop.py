@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Blocking saves of a real model's state inside a training loop: torchvision's model with AdamW
 after one step (as bench/model_bench.py makes it), every tensor changed before each save (as an
-optimizer step changes them), `keep_last` checkpoints kept, and a CPU-bound step of --step-s
-seconds (numpy matrix products on one core) between saves. Prints each save's time and the
-median of all but the first (the first writes into fresh memory and deletes nothing). What the
-loop adds to bench/model_bench.py: the time between saves, in which the store finishes the work
-a save left behind (the deleted checkpoint's files).
+optimizer step changes them), `keep_last` checkpoints kept, and a CPU-bound step between saves
+(--step-matmuls products of 256x256 matrices with numpy, on one core). Prints each save's time,
+the median of all but the first (the first writes into fresh memory and deletes nothing), and
+the step right after each save against the same step before any save (the medians' ratio): what
+the loop adds to bench/model_bench.py is the time between saves, in which the store finishes
+what a save left to its threads (the deleted checkpoint's files), beside the step.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/model_loop.py --dir /dev/shm/ml
     PYTHONPATH=build/python /usr/bin/python3 bench/model_loop.py --dir D --model convnext_base
@@ -27,14 +28,27 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model_bench import first_step, flat, make  # noqa: E402
 
 
+def step(work, matmuls):
+    """The training step: `matmuls` matrix products on one core. Its time and the new matrix."""
+    start = time.perf_counter()
+    for _ in range(matmuls):
+        work = work @ work
+        work /= np.abs(work).max()
+    return time.perf_counter() - start, work
+
+
+def fmt(seconds):
+    return " ".join(f"{s:.3f}" for s in seconds)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
     p.add_argument("--model", default="resnet50")
     p.add_argument("--saves", type=int, default=7)
     p.add_argument("--keep-last", type=int, default=1)
-    p.add_argument("--step-s", type=float, default=0.3,
-                   help="seconds of CPU work between saves")
+    p.add_argument("--step-matmuls", type=int, default=300,
+                   help="256x256 matrix products a step (about 0.3 s here)")
     args = p.parse_args()
     shutil.rmtree(args.dir, ignore_errors=True)
     model, optimizer = make(args.model)
@@ -43,7 +57,11 @@ def main():
     tensors = flat(model, optimizer)
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
     work = np.random.default_rng(0).standard_normal((256, 256))
-    times = []
+    alone = []
+    for _ in range(3):
+        seconds, work = step(work, args.step_matmuls)
+        alone.append(seconds)
+    saves, after = [], []
     with ckptdb.open(args.dir, keep_last=args.keep_last) as db:
         for i in range(args.saves):
             with torch.no_grad():
@@ -51,16 +69,15 @@ def main():
                     t.add_(1)
             start = time.perf_counter()
             db.save(state, step=i)
-            times.append(time.perf_counter() - start)
-            end = time.perf_counter() + args.step_s
-            while time.perf_counter() < end:
-                work = work @ work
-                work /= np.abs(work).max()
+            saves.append(time.perf_counter() - start)
+            seconds, work = step(work, args.step_matmuls)
+            after.append(seconds)
     shutil.rmtree(args.dir, ignore_errors=True)
     print(f"{args.model}: {nbytes / 2**20:.0f} MiB in {len(tensors)} tensors, keep_last="
-          f"{args.keep_last}, {args.step_s} s of CPU between saves: saves "
-          + " ".join(f"{t:.3f}" for t in times)
-          + f" s; median of all but the first {statistics.median(times[1:]):.3f} s", flush=True)
+          f"{args.keep_last}: saves {fmt(saves)} s, median of all but the first "
+          f"{statistics.median(saves[1:]):.3f} s; the step after each save {fmt(after)} s, "
+          f"alone {fmt(alone)} s (after / alone, medians: "
+          f"{statistics.median(after[1:]) / statistics.median(alone):.2f})", flush=True)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@
 #include <set>
 #include <utility>
 
+#include "core/thread_priority.h"
+
 namespace ckptdb::storage {
 namespace fs = std::filesystem;
 namespace {
@@ -282,6 +284,7 @@ void ValueDirRemover::Start(
       std::async(std::launch::async,
                  [fs = std::move(fs), path = std::move(store_path),
                   ids = std::move(checkpoint_ids), failed = std::move(failed)] {
+                   LowerThisThreadsPriority();
                    ValueDirectories dirs(*fs, path);
                    for (int64_t id : ids) {
                      Status s = dirs.Remove(id);

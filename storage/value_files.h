@@ -117,8 +117,8 @@ class ValueDirectories {
 // its pages). The chunks are already dropped when a removal starts, so the
 // directories are garbage (see above) whether it finishes or not: what it
 // leaves, failed or cut short by a crash, RemoveUnusedValueDirs of a
-// read-write open or of the next save collects. One batch at a time.
-// Thread-safe.
+// read-write open or of the next save collects. One batch at a time, on a
+// thread of lower priority (core/thread_priority.h). Thread-safe.
 class ValueDirRemover {
  public:
   ValueDirRemover() = default;

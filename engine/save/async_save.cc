@@ -3,12 +3,9 @@
 #include "engine/save/async_save.h"
 
 #include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,14 +21,6 @@
 
 namespace ckptdb::engine {
 namespace {
-
-// The background save yields to the caller's threads (the training step)
-// where they compete for a core: its thread, and the writer threads it
-// starts (which inherit the value), run at a nice value kBackgroundNice
-// above the process's. Without competition it runs at full speed. Linux
-// gives each thread its own nice value; elsewhere, or when refused, the
-// priority stays.
-constexpr int kBackgroundNice = 5;
 
 // The machine's hardware threads, at least 1.
 int MachineThreads() {
@@ -88,17 +77,6 @@ int CoresOfThisProcess() {
   // this process. Otherwise the host's processes share the machine.
   if (allowed < machine) return allowed;
   return std::max(1, machine / ProcessesOnThisHost());
-}
-
-void LowerThisThreadsPriority() {
-#if defined(__linux__)
-  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
-  errno = 0;
-  const int current = ::getpriority(PRIO_PROCESS, tid);
-  if (errno == 0)
-    (void)::setpriority(PRIO_PROCESS, tid,
-                        std::min(current + kBackgroundNice, 19));
-#endif
 }
 
 Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(

@@ -5,13 +5,9 @@
 #include <thread>
 
 #include "ckptdb/db.h"
+#include "core/thread_priority.h"
 
 namespace ckptdb::engine {
-
-// Lowers the calling thread's priority (Linux: raises its nice value by 5, at
-// most to 19), so that a background save yields to the caller's threads where
-// they compete for a core; threads it starts inherit the value.
-void LowerThisThreadsPriority();
 
 // The cores this process may count as its own: its CPU affinity where a
 // launcher bound it to part of the machine, else the machine's hardware
