@@ -47,7 +47,7 @@ def main():
     p.add_argument("--model", default="resnet50")
     p.add_argument("--saves", type=int, default=7)
     p.add_argument("--keep-last", type=int, default=1)
-    p.add_argument("--step-matmuls", type=int, default=300,
+    p.add_argument("--step-matmuls", type=int, default=50,
                    help="256x256 matrix products a step (about 0.3 s here)")
     args = p.parse_args()
     shutil.rmtree(args.dir, ignore_errors=True)
