@@ -43,12 +43,29 @@ void StoreImpl::CloseDb() {
   db_.reset();
 }
 
-Status StoreImpl::DropChunks(int64_t checkpoint_id,
-                             std::vector<int64_t>* remove_later) {
+void StoreImpl::LinkTablesForLater(int64_t checkpoint_id,
+                                   FileRemover::Batch* later) {
+  Result<rocksdb::TablePropertiesCollection> tables =
+      ChunkTablesOf(checkpoint_id, "the chunk table files");
+  if (!tables.ok()) return;
+  const std::string staging = StagingDir(path_);
+  if (!fs_->CreateDirIfMissing(staging, rocksdb::IOOptions(), nullptr).ok())
+    return;
+  for (const auto& [table, props] : *tables) {
+    const std::string name =
+        "deleted-" + std::filesystem::path(table).filename().string();
+    const std::string link = staging + "/" + name;
+    if (fs_->LinkFile(table, link, rocksdb::IOOptions(), nullptr).ok())
+      later->files.push_back(link);
+  }
+}
+
+Status StoreImpl::DropChunks(int64_t checkpoint_id, FileRemover::Batch* later) {
   ForgetIndex(checkpoint_id);
   const std::string begin = CheckpointKeyPrefix(checkpoint_id);
   const std::string end = CheckpointKeyEnd(checkpoint_id);
   rocksdb::Slice b(begin), e(end);
+  if (later) LinkTablesForLater(checkpoint_id, later);
   // A checkpoint's chunks fill whole table files of their own (ingested, never
   // compacted): removing the files removes them, with no tombstone and no
   // compaction (whose failure paths trip assertions in Debian's RocksDB).
@@ -63,8 +80,8 @@ Status StoreImpl::DropChunks(int64_t checkpoint_id,
   }
   // The value files go with the table files: no key of another checkpoint
   // points into them (value_files.h); so does the copy of their locations.
-  if (remove_later) {
-    remove_later->push_back(checkpoint_id);
+  if (later) {
+    later->value_dirs.push_back(checkpoint_id);
   } else {
     CKPTDB_RETURN_IF_ERROR(ValueDirs().Remove(checkpoint_id));
   }
@@ -485,32 +502,30 @@ Status StoreImpl::ReopenAfterFailedWrites(
 Status StoreImpl::Delete(int64_t checkpoint_id, FileRemoval removal) {
   CKPTDB_RETURN_IF_ERROR(RequireWritable("deleting"));
   remover_.Wait();
-  std::vector<int64_t> remove_later;
-  std::vector<int64_t>* later =
+  FileRemover::Batch remove_later;
+  FileRemover::Batch* later =
       removal == FileRemoval::kInBackground ? &remove_later : nullptr;
   Status s = DeleteOnce(checkpoint_id, later);
   // On a full disk, the reserve makes room for the few writes a delete needs.
   if (IsNoSpace(s) && ReleaseReserve()) s = DeleteOnce(checkpoint_id, later);
   if (s.ok()) EnsureReserve();
   // Last, so that the delete's own file operations all come before the
-  // removal's. Whatever the outcome: the chunks of these ids are gone (after
-  // a failure, the reopen's RemoveLeftovers may have removed them already).
+  // removal's. Whatever the outcome: what is in the batch is garbage (after
+  // a failure, the reopen's RemoveLeftovers may have removed it already).
   if (!remove_later.empty()) {
     remover_.Start(fs_, path_, std::move(remove_later),
                    [log = db_ ? db_->GetDBOptions().info_log : nullptr](
-                       int64_t id, const Status& failed) {
-                     rocksdb::Log(
-                         rocksdb::InfoLogLevel::WARN_LEVEL, log,
-                         "removing the value files of deleted checkpoint %lld "
-                         "failed (a later save or open collects them): %s",
-                         static_cast<long long>(id), failed.ToString().c_str());
+                       const std::string& what, const Status& failed) {
+                     rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, log,
+                                  "removing %s of a deleted checkpoint failed "
+                                  "(a later save or open collects it): %s",
+                                  what.c_str(), failed.ToString().c_str());
                    });
   }
   return s;
 }
 
-Status StoreImpl::DeleteOnce(int64_t checkpoint_id,
-                             std::vector<int64_t>* remove_later) {
+Status StoreImpl::DeleteOnce(int64_t checkpoint_id, FileRemover::Batch* later) {
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   CKPTDB_RETURN_IF_ERROR(ReopenAfterFailedWrites(lock));
@@ -540,7 +555,7 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id,
   // After the records are gone: a listing that read them before the journal
   // changed may have remembered the info meanwhile.
   ForgetInfo(checkpoint_id);
-  if (s.ok()) s = DropUnreferenced(freeing, remove_later);
+  if (s.ok()) s = DropUnreferenced(freeing, later);
   if (s.ok()) {
     for (int64_t id : freeing) journal.deleting.erase(id);
     s = SaveJournal(std::move(journal));
@@ -566,12 +581,12 @@ Result<std::set<int64_t>> StoreImpl::ReferencedIds() {
 }
 
 Status StoreImpl::DropUnreferenced(const std::set<int64_t>& candidates,
-                                   std::vector<int64_t>* remove_later) {
+                                   FileRemover::Batch* later) {
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> records, RecordIds());
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> referenced, ReferencedIds());
   for (int64_t id : candidates) {
     if (!records.contains(id) && !referenced.contains(id))
-      CKPTDB_RETURN_IF_ERROR(DropChunks(id, remove_later));
+      CKPTDB_RETURN_IF_ERROR(DropChunks(id, later));
   }
   return Status::OK();
 }

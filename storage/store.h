@@ -152,11 +152,11 @@ struct StoreReport {
 // `meta` (per checkpoint a main Cap'n Proto record, the commit point, and one
 // record per tensor holding its chunks; storage/keys.h). Thread-safe for
 // concurrent reads.
-// When a delete removes the value files of the chunks it drops (the bulk of
-// a large checkpoint's bytes).
+// When a delete frees the space of the chunks it drops (their value and table
+// files).
 enum class FileRemoval {
   kBeforeReturning,
-  // On a thread of the store, after Delete returns (ValueDirRemover). The
+  // On a thread of the store, after Delete returns (FileRemover). The
   // checkpoint is gone either way; its space comes back a little later. The
   // next NextCheckpointId (a save's start, before anything is written),
   // Delete and Check, and the handle's close, wait for it first.
@@ -265,8 +265,8 @@ class Store {
   }
 
   // Removes a checkpoint: marks it deleting in the journal, removes its
-  // record, then its chunks, reclaiming their files (the value files as
-  // `removal` says). Interrupted, the next read-write open finishes it.
+  // record, then its chunks, reclaiming their files' space when `removal`
+  // says. Interrupted, the next read-write open finishes it.
   virtual Status Delete(int64_t checkpoint_id, FileRemoval removal) = 0;
   Status Delete(int64_t checkpoint_id) {
     return Delete(checkpoint_id, FileRemoval::kBeforeReturning);

@@ -237,8 +237,8 @@ class StoreImpl : public Store {
   template <typename Happened>
   Status Reopen(Status error, std::shared_lock<std::shared_mutex>& lock,
                 const std::string& what, Happened&& happened);
-  // One try of Delete; `remove_later` as DropChunks.
-  Status DeleteOnce(int64_t checkpoint_id, std::vector<int64_t>* remove_later);
+  // One try of Delete; `later` as DropChunks.
+  Status DeleteOnce(int64_t checkpoint_id, FileRemover::Batch* later);
   // Reopens the database when a background job of this handle failed (a
   // compaction of the `meta` column family during a faulted save): RocksDB
   // then refuses every later write, such as the next commit's ingestion. Also
@@ -270,10 +270,14 @@ class StoreImpl : public Store {
   // The ingester over the open database.
   ChunkIngester Ingester();
   // Drops checkpoint `checkpoint_id`'s chunk table files and the copy of
-  // their locations, and removes its value directory, or, with
-  // `remove_later`, adds the id there for the caller to hand to remover_.
-  Status DropChunks(int64_t checkpoint_id,
-                    std::vector<int64_t>* remove_later = nullptr);
+  // their locations, and removes its value directory; with `later`, the
+  // files' space is left to remover_: the value directory goes into the
+  // batch, and so do links to the table files (LinkTablesForLater).
+  Status DropChunks(int64_t checkpoint_id, FileRemover::Batch* later = nullptr);
+  // Best effort: links each chunk table file of checkpoint `checkpoint_id`
+  // under the staging directory and adds the link to `later`, so that
+  // RocksDB's unlink of the table drops a name, not the file's pages.
+  void LinkTablesForLater(int64_t checkpoint_id, FileRemover::Batch* later);
   // The value directories over the store's file system.
   ValueDirectories ValueDirs();
   // The value files the table files of checkpoint `checkpoint_id` point into.
@@ -299,9 +303,9 @@ class StoreImpl : public Store {
   Result<std::vector<CheckpointInfo>> VisibleInfos();
   // Drops the chunks of each of `candidates` that neither has a record nor is
   // referred to by one: bytes no remaining checkpoint uses.
-  // `remove_later` as DropChunks.
+  // `later` as DropChunks.
   Status DropUnreferenced(const std::set<int64_t>& candidates,
-                          std::vector<int64_t>* remove_later);
+                          FileRemover::Batch* later);
   // FailedPrecondition unless the store holds the chunks of every checkpoint
   // `info` refers to.
   Status CheckReferencesHeld(const CheckpointInfo& info);
@@ -506,8 +510,8 @@ class StoreImpl : public Store {
   std::set<int64_t> held_values_checked_;
   // Compresses the copies of each commit in memory kept between commits.
   CopyEncoder copy_encoder_;
-  // Value directories of deletes with FileRemoval::kInBackground.
-  ValueDirRemover remover_;
+  // The files of deletes with FileRemoval::kInBackground.
+  FileRemover remover_;
 };
 
 template <typename Fn>

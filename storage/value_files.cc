@@ -274,26 +274,28 @@ Status ValueDirectories::Remove(int64_t checkpoint_id) {
   return fs_.SyncDir(ValuesDir(path_));
 }
 
-void ValueDirRemover::Start(
-    std::shared_ptr<StoreFileSystem> fs, std::string store_path,
-    std::vector<int64_t> checkpoint_ids,
-    std::function<void(int64_t, const Status&)> failed) {
+void FileRemover::Start(
+    std::shared_ptr<StoreFileSystem> fs, std::string store_path, Batch batch,
+    std::function<void(const std::string&, const Status&)> failed) {
   std::lock_guard lock(mu_);
   if (running_.valid()) running_.wait();
-  running_ =
-      std::async(std::launch::async,
-                 [fs = std::move(fs), path = std::move(store_path),
-                  ids = std::move(checkpoint_ids), failed = std::move(failed)] {
-                   LowerThisThreadsPriority();
-                   ValueDirectories dirs(*fs, path);
-                   for (int64_t id : ids) {
-                     Status s = dirs.Remove(id);
-                     if (!s.ok()) failed(id, s);
-                   }
-                 });
+  running_ = std::async(std::launch::async,
+                        [fs = std::move(fs), path = std::move(store_path),
+                         batch = std::move(batch), failed = std::move(failed)] {
+                          LowerThisThreadsPriority();
+                          for (const std::string& file : batch.files) {
+                            Status s = fs->Remove(file);
+                            if (!s.ok()) failed(file, s);
+                          }
+                          ValueDirectories dirs(*fs, path);
+                          for (int64_t id : batch.value_dirs) {
+                            Status s = dirs.Remove(id);
+                            if (!s.ok()) failed(ValueDirOf(path, id), s);
+                          }
+                        });
 }
 
-void ValueDirRemover::Wait() {
+void FileRemover::Wait() {
   std::lock_guard lock(mu_);
   if (running_.valid()) running_.get();
 }

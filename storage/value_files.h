@@ -111,27 +111,37 @@ class ValueDirectories {
   const std::string path_;
 };
 
-// Removes value directories on a thread of its own, for a delete whose caller
-// should not wait for their files to go (a retention policy's delete inside a
-// save: on tmpfs, unlinking 1 GiB of value files takes about 60 ms, freeing
-// its pages). The chunks are already dropped when a removal starts, so the
-// directories are garbage (see above) whether it finishes or not: what it
-// leaves, failed or cut short by a crash, RemoveUnusedValueDirs of a
-// read-write open or of the next save collects. One batch at a time, on a
-// thread of lower priority (core/thread_priority.h). Thread-safe.
-class ValueDirRemover {
+// Removes a deleted checkpoint's files on a thread of its own, for a delete
+// whose caller should not wait for them (a retention policy's delete inside a
+// save: on tmpfs, unlinking 1 GiB takes about 60 ms, the kernel freeing its
+// pages): its value directories, and its chunk table files, which the delete
+// linked under the staging directory before RocksDB dropped them (RocksDB's
+// own unlink then only drops a name). The chunks are gone from the database
+// when a removal starts, so these are garbage whether it finishes or not:
+// what it leaves, failed or cut short by a crash, the next save or read-write
+// open collects (RemoveUnusedValueDirs; a read-write open empties the staging
+// directory). One batch at a time, on a thread of lower priority
+// (core/thread_priority.h). Thread-safe.
+class FileRemover {
  public:
-  ValueDirRemover() = default;
-  ValueDirRemover(const ValueDirRemover&) = delete;
-  ValueDirRemover& operator=(const ValueDirRemover&) = delete;
-  ~ValueDirRemover() { Wait(); }
+  // What one delete leaves to remove.
+  struct Batch {
+    std::vector<int64_t> value_dirs;  // checkpoint ids (ValueDirectories)
+    std::vector<std::string> files;   // paths
+    bool empty() const { return value_dirs.empty() && files.empty(); }
+  };
 
-  // Removes the value directories of `checkpoint_ids` in the store at
-  // `store_path` (ValueDirectories::Remove, through `fs`), once the batch
-  // under way is done; `failed` hears of each that fails, on that thread.
+  FileRemover() = default;
+  FileRemover(const FileRemover&) = delete;
+  FileRemover& operator=(const FileRemover&) = delete;
+  ~FileRemover() { Wait(); }
+
+  // Removes `batch` in the store at `store_path` through `fs`, once the batch
+  // under way is done; `failed` hears of each removal that fails (what, and
+  // why), on that thread.
   void Start(std::shared_ptr<StoreFileSystem> fs, std::string store_path,
-             std::vector<int64_t> checkpoint_ids,
-             std::function<void(int64_t, const Status&)> failed);
+             Batch batch,
+             std::function<void(const std::string&, const Status&)> failed);
   // Returns once no removal is under way.
   void Wait();
 

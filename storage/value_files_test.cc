@@ -630,11 +630,14 @@ TEST(ValueFileTest, EveryValueFileSyncIsCheckedBeforeTheCommit) {
   }
 }
 
-// Holds each removal of a value file until Release (or 30 s pass).
+// Holds each removal of a value file, or of a link to a deleted table file,
+// until Release (or 30 s pass).
 class HeldRemovals : public FileSystemHooks {
  public:
   int BeforeOperation(FileOp op, std::string_view path, uint64_t) override {
-    if (op != FileOp::kDelete || !path.ends_with(".val")) return 0;
+    if (op != FileOp::kDelete ||
+        (!path.ends_with(".val") && path.find("/deleted-") == path.npos))
+      return 0;
     std::unique_lock lock(mu_);
     ++held_;
     changed_.notify_all();
@@ -661,10 +664,11 @@ class HeldRemovals : public FileSystemHooks {
   bool released_ = false;
 };
 
-// A delete with its value files removed in the background returns with the
-// checkpoint gone and its files still there; the next save's start
+// A delete with its files removed in the background returns with the
+// checkpoint gone and its files still there (the value file, and the chunk
+// table file under a name in the staging directory); the next save's start
 // (NextCheckpointId) waits for them to go.
-TEST(ValueFileTest, ABackgroundDeleteReturnsBeforeItsValueFilesGo) {
+TEST(ValueFileTest, ABackgroundDeleteReturnsBeforeItsFilesGo) {
   TempDir dir;
   auto held = std::make_shared<HeldRemovals>();
   auto store = Store::Open(dir.path(), {.file_system_hooks = held});
@@ -678,6 +682,8 @@ TEST(ValueFileTest, ABackgroundDeleteReturnsBeforeItsValueFilesGo) {
       (*store)->Delete(first->info.id, FileRemoval::kInBackground).ok());
   ASSERT_TRUE(held->WaitUntilHeld());
   EXPECT_EQ(FilesWith(values, ".val").first, 1);
+  const std::string staging = StagingDir(dir.path());
+  EXPECT_GE(FilesWith(staging, ".sst").first, 1);
   auto listed = (*store)->List();
   ASSERT_TRUE(listed.ok());
   ASSERT_EQ(listed->size(), 1u);
@@ -685,13 +691,15 @@ TEST(ValueFileTest, ABackgroundDeleteReturnsBeforeItsValueFilesGo) {
   held->Release();
   ASSERT_TRUE((*store)->NextCheckpointId().ok());
   EXPECT_FALSE(fs::exists(values));
+  EXPECT_EQ(FilesWith(staging, ".sst").first, 0);
   EXPECT_TRUE((*store)->Check()->unused_value_ids.empty());
   EXPECT_TRUE(ReadAll(**store, *second) == Pattern(256 << 10, 15));
 }
 
 // A background removal that fails leaves the value files, which Check reports
 // (once the removal is over) and the next save's start removes; the handle's
-// close waits for a removal under way.
+// close waits for a removal under way; a link to a deleted table file that
+// stays (its removal failed) goes with the next read-write open.
 TEST(ValueFileTest, AFailedBackgroundRemovalIsCollectedByTheNextSave) {
   TempDir dir;
   auto faults = std::make_shared<FaultInjector>();
@@ -712,10 +720,21 @@ TEST(ValueFileTest, AFailedBackgroundRemovalIsCollectedByTheNextSave) {
   ASSERT_TRUE((*store)->NextCheckpointId().ok());
   EXPECT_FALSE(fs::exists(ValueDirOf(dir.path(), first->info.id)));
 
+  faults->Arm({.nth = 1,
+               .ops = FileOpMask(FileOp::kDelete),
+               .path_contains = "/deleted-"});
   ASSERT_TRUE(
       (*store)->Delete(second->info.id, FileRemoval::kInBackground).ok());
   store->reset();
+  EXPECT_EQ(faults->injected().size(), 1u);
+  const std::string staging = StagingDir(dir.path());
+  EXPECT_EQ(FilesWith(staging, ".sst").first, 1);
+  faults->Disarm();
+  store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok());
+  EXPECT_FALSE(fs::exists(staging));
   EXPECT_FALSE(fs::exists(ValueDirOf(dir.path(), second->info.id)));
+  EXPECT_TRUE((*store)->List()->empty());
 }
 
 }  // namespace
