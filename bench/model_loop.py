@@ -24,6 +24,11 @@ import torch
 import ckptdb
 import ckptdb.torch as ct
 
+try:
+    import torchvision  # noqa: F401  (the models)
+except ImportError:
+    print("model_loop: needs torchvision (Debian's python3-torchvision)", file=sys.stderr)
+    sys.exit(77)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model_bench import first_step, flat, make  # noqa: E402
 

@@ -13,12 +13,16 @@ namespace ckptdb {
 
 void LowerThisThreadsPriority() {
 #if defined(__linux__)
-  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  // The process's value is its main thread's (the thread group leader's id
+  // is the process id).
   errno = 0;
+  const int process = ::getpriority(PRIO_PROCESS, ::getpid());
+  if (errno != 0) return;
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
   const int current = ::getpriority(PRIO_PROCESS, tid);
-  if (errno == 0)
-    (void)::setpriority(PRIO_PROCESS, tid,
-                        std::min(current + kBackgroundNice, 19));
+  if (errno != 0) return;
+  const int wanted = std::min(process + kBackgroundNice, 19);
+  if (current < wanted) (void)::setpriority(PRIO_PROCESS, tid, wanted);
 #endif
 }
 

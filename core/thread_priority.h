@@ -11,8 +11,10 @@ namespace ckptdb {
 inline constexpr int kBackgroundNice = 5;
 
 // Lowers the calling thread's priority: Linux gives each thread its own nice
-// value, raised here by kBackgroundNice (at most to 19); threads it starts
-// inherit it. Elsewhere, or when refused, the priority stays.
+// value, set here to the process's (its main thread's) plus kBackgroundNice,
+// at most 19, unless it is already that low: a background thread started by
+// another (which it inherits the value from) ends at the same value, not
+// lower. Elsewhere, or when refused, the priority stays.
 void LowerThisThreadsPriority();
 
 }  // namespace ckptdb

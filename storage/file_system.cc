@@ -611,10 +611,14 @@ IOStatus StoreFileSystem::GetChildren(const std::string& dir,
 IOStatus StoreFileSystem::Deleting(const std::string& path) {
   IOStatus s = Check(FileOp::kDelete, path);
   if (!s.ok()) return s;
-  uint64_t size = 0;
-  if (hooks_ && !target()->GetFileSize(path, IOOptions(), &size, nullptr).ok())
-    size = 0;
-  if (hooks_) hooks_->Freeing(path, size);
+  if (hooks_) {
+    // Bytes come back with a file's last name only: an ingested staged file,
+    // or a table a delete linked under staging/, frees nothing when its first
+    // name goes.
+    struct stat st;
+    const bool last = ::stat(path.c_str(), &st) == 0 && st.st_nlink <= 1;
+    hooks_->Freeing(path, last ? static_cast<uint64_t>(st.st_size) : 0);
+  }
   return IOStatus::OK();
 }
 
@@ -682,6 +686,15 @@ IOStatus StoreFileSystem::RenameFile(const std::string& s, const std::string& t,
   if (st.ok()) st = CheckConfined(t, Leaf::kFile, "renaming onto");
   return Done(FileOp::kRename, t,
               st.ok() ? target()->RenameFile(s, t, options, dbg) : st);
+}
+
+Status StoreFileSystem::LinkForRemoval(const std::string& file,
+                                       const std::string& link) {
+  IOStatus s = Check(FileOp::kLink, link, 0, /*mutating=*/false);
+  if (s.ok()) s = CheckConfined(file, Leaf::kFile, "linking");
+  if (s.ok()) s = CheckConfined(link, Leaf::kFile, "linking onto");
+  if (s.ok()) s = target()->LinkFile(file, link, IOOptions(), nullptr);
+  return FromRocks(s, "linking " + file + " as " + link);
 }
 
 IOStatus StoreFileSystem::LinkFile(const std::string& s, const std::string& t,

@@ -58,6 +58,10 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   // NotFound when absent.
   Result<std::string> ReadWholeFile(const std::string& path);
   Status SyncDir(const std::string& dir);
+  // Gives file `file` the second name `link` (best effort, for a removal
+  // later): a failure (refused, or the name taken) is returned but not taken
+  // for a failed write, since nothing the store relies on changed.
+  Status LinkForRemoval(const std::string& file, const std::string& link);
   // Removes a file; absent (never there, or removed meanwhile) is not an
   // error.
   Status Remove(const std::string& path);

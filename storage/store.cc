@@ -47,16 +47,14 @@ void StoreImpl::LinkTablesForLater(int64_t checkpoint_id,
                                    FileRemover::Batch* later) {
   Result<rocksdb::TablePropertiesCollection> tables =
       ChunkTablesOf(checkpoint_id, "the chunk table files");
-  if (!tables.ok()) return;
-  const std::string staging = StagingDir(path_);
-  if (!fs_->CreateDirIfMissing(staging, rocksdb::IOOptions(), nullptr).ok())
-    return;
+  // After a failed write the file system removes nothing until a reopen.
+  if (!tables.ok() || fs_->write_failed()) return;
   for (const auto& [table, props] : *tables) {
-    const std::string name =
-        "deleted-" + std::filesystem::path(table).filename().string();
-    const std::string link = staging + "/" + name;
-    if (fs_->LinkFile(table, link, rocksdb::IOOptions(), nullptr).ok())
-      later->files.push_back(link);
+    const std::string link = StagingDir(path_) + "/" + kDeletedTablePrefix +
+                             std::filesystem::path(table).filename().string();
+    // Without the link (no staging directory, the name taken) RocksDB's
+    // unlink frees the table's space itself.
+    if (fs_->LinkForRemoval(table, link).ok()) later->files.push_back(link);
   }
 }
 
@@ -111,6 +109,16 @@ void StoreImpl::RemoveUnusedValueDirs(const std::set<int64_t>& live) {
   Result<std::vector<int64_t>> unused = UnusedValueDirs(live);
   if (!unused.ok()) return;
   for (int64_t id : *unused) (void)ValueDirs().Remove(id);
+}
+
+void StoreImpl::RemoveDeletedTableLinks() {
+  const std::string staging = StagingDir(path_);
+  Result<std::vector<std::string>> names = fs_->ListDir(staging);
+  if (!names.ok()) return;
+  for (const std::string& name : *names) {
+    if (name.starts_with(kDeletedTablePrefix))
+      (void)fs_->Remove(staging + "/" + name);
+  }
 }
 
 Result<rocksdb::TablePropertiesCollection> StoreImpl::ChunkTablesOf(
@@ -312,9 +320,11 @@ Result<int64_t> StoreImpl::Resolve(const CheckpointSelector& which) {
 
 Result<int64_t> StoreImpl::NextCheckpointId() {
   CKPTDB_RETURN_IF_ERROR(RequireWritable("saving"));
-  // The space of the value files a retention policy deleted comes back before
-  // this save writes any (every rank's writes start after the root's id).
+  // The space of the files a retention policy deleted comes back before this
+  // save writes any (every rank's writes start after the root's id), and with
+  // it the reserve, if a full disk's delete used it.
   remover_.Wait();
+  if (reserve_released_.exchange(false)) EnsureReserve();
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   // Before the save stages files, which a reopen would remove.
@@ -326,6 +336,7 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
   // and of interrupted deletes: nothing writes value files now, and none that
   // no table file reaches can become reachable.
   RemoveUnusedValueDirs(live);
+  if (remover_.TakeFailure()) RemoveDeletedTableLinks();
   return next;
 }
 
@@ -507,21 +518,20 @@ Status StoreImpl::Delete(int64_t checkpoint_id, FileRemoval removal) {
       removal == FileRemoval::kInBackground ? &remove_later : nullptr;
   Status s = DeleteOnce(checkpoint_id, later);
   // On a full disk, the reserve makes room for the few writes a delete needs.
-  if (IsNoSpace(s) && ReleaseReserve()) s = DeleteOnce(checkpoint_id, later);
-  if (s.ok()) EnsureReserve();
+  bool released = false;
+  if (IsNoSpace(s) && ReleaseReserve()) {
+    released = true;
+    s = DeleteOnce(checkpoint_id, later);
+  }
+  if (s.ok() && released && !remove_later.empty()) {
+    reserve_released_ = true;  // once the removal gave the space back
+  } else if (s.ok()) {
+    EnsureReserve();
+  }
   // Last, so that the delete's own file operations all come before the
   // removal's. Whatever the outcome: what is in the batch is garbage (after
   // a failure, the reopen's RemoveLeftovers may have removed it already).
-  if (!remove_later.empty()) {
-    remover_.Start(fs_, path_, std::move(remove_later),
-                   [log = db_ ? db_->GetDBOptions().info_log : nullptr](
-                       const std::string& what, const Status& failed) {
-                     rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, log,
-                                  "removing %s of a deleted checkpoint failed "
-                                  "(a later save or open collects it): %s",
-                                  what.c_str(), failed.ToString().c_str());
-                   });
-  }
+  if (!remove_later.empty()) remover_.Start(path_, std::move(remove_later));
   return s;
 }
 
@@ -529,6 +539,11 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id, FileRemover::Batch* later) {
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   CKPTDB_RETURN_IF_ERROR(ReopenAfterFailedWrites(lock));
+  if (later) {
+    // Under the lock: a reopen on another thread replaces both.
+    later->fs = fs_;
+    later->log = db_->GetDBOptions().info_log;
+  }
   rocksdb::PinnableSlice record;
   CKPTDB_RETURN_IF_ERROR(GetRecord(checkpoint_id, &record));
   CKPTDB_ASSIGN_OR_RETURN(

@@ -116,6 +116,9 @@ class StagedFileWriter {
 
 // Directory where staged files live (cleared by a read-write open).
 std::string StagingDir(const std::string& store_path);
+// In the staging directory: a second name of a deleted checkpoint's chunk
+// table file, until a background removal frees it (FileRemoval).
+inline constexpr char kDeletedTablePrefix[] = "deleted-";
 
 // What Store::Check finds beyond single checkpoints.
 struct StoreReport {
@@ -147,22 +150,22 @@ struct StoreReport {
   std::vector<std::string> foreign_entries;
 };
 
-// One RocksDB database with column families `chunks` (tensor bytes, or for
-// chunks of 64 KiB or more pointers into value files: value_files.h) and
-// `meta` (per checkpoint a main Cap'n Proto record, the commit point, and one
-// record per tensor holding its chunks; storage/keys.h). Thread-safe for
-// concurrent reads.
 // When a delete frees the space of the chunks it drops (their value and table
 // files).
 enum class FileRemoval {
   kBeforeReturning,
   // On a thread of the store, after Delete returns (FileRemover). The
   // checkpoint is gone either way; its space comes back a little later. The
-  // next NextCheckpointId (a save's start, before anything is written),
-  // Delete and Check, and the handle's close, wait for it first.
+  // handle's next NextCheckpointId (a save's start, before anything is
+  // written), Delete and Check, and its close, wait for it first.
   kInBackground,
 };
 
+// One RocksDB database with column families `chunks` (tensor bytes, or for
+// chunks of 64 KiB or more pointers into value files: value_files.h) and
+// `meta` (per checkpoint a main Cap'n Proto record, the commit point, and one
+// record per tensor holding its chunks; storage/keys.h). Thread-safe for
+// concurrent reads.
 class Store {
  public:
   // Opens the store at `path`. A read-write open takes RocksDB's lock, removes

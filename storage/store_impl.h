@@ -292,6 +292,9 @@ class StoreImpl : public Store {
   // (LiveChunkIds: leftovers of interrupted saves and deletes). What cannot be
   // removed stays, for Check to report and a later call to retry.
   void RemoveUnusedValueDirs(const std::set<int64_t>& live);
+  // Best effort: removes the links LinkTablesForLater made that a failed
+  // removal left in the staging directory (a read-write open empties it).
+  void RemoveDeletedTableLinks();
   // IOError unless the value file a staged file points into is there and
   // long enough.
   Status CheckValueFile(const std::string& staged,
@@ -512,6 +515,9 @@ class StoreImpl : public Store {
   CopyEncoder copy_encoder_;
   // The files of deletes with FileRemoval::kInBackground.
   FileRemover remover_;
+  // A delete used the reserve and left its space to remover_: the next
+  // NextCheckpointId writes the reserve again once that space is back.
+  std::atomic<bool> reserve_released_{false};
 };
 
 template <typename Fn>

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 #include <set>
+#include <system_error>
 #include <utility>
 
 #include "core/thread_priority.h"
@@ -274,25 +275,39 @@ Status ValueDirectories::Remove(int64_t checkpoint_id) {
   return fs_.SyncDir(ValuesDir(path_));
 }
 
-void FileRemover::Start(
-    std::shared_ptr<StoreFileSystem> fs, std::string store_path, Batch batch,
-    std::function<void(const std::string&, const Status&)> failed) {
+void FileRemover::Remove(const std::string& store_path, const Batch& batch,
+                         std::atomic<bool>* failed) {
+  auto report = [&](const std::string& what, const Status& s) {
+    *failed = true;
+    rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, batch.log,
+                 "removing %s of a deleted checkpoint failed (the next save "
+                 "or open removes it): %s",
+                 what.c_str(), s.ToString().c_str());
+  };
+  for (const std::string& file : batch.files) {
+    Status s = batch.fs->Remove(file);
+    if (!s.ok()) report(file, s);
+  }
+  ValueDirectories dirs(*batch.fs, store_path);
+  for (int64_t id : batch.value_dirs) {
+    Status s = dirs.Remove(id);
+    if (!s.ok()) report(ValueDirOf(store_path, id), s);
+  }
+}
+
+void FileRemover::Start(std::string store_path, Batch batch) {
   std::lock_guard lock(mu_);
-  if (running_.valid()) running_.wait();
-  running_ = std::async(std::launch::async,
-                        [fs = std::move(fs), path = std::move(store_path),
-                         batch = std::move(batch), failed = std::move(failed)] {
-                          LowerThisThreadsPriority();
-                          for (const std::string& file : batch.files) {
-                            Status s = fs->Remove(file);
-                            if (!s.ok()) failed(file, s);
-                          }
-                          ValueDirectories dirs(*fs, path);
-                          for (int64_t id : batch.value_dirs) {
-                            Status s = dirs.Remove(id);
-                            if (!s.ok()) failed(ValueDirOf(path, id), s);
-                          }
-                        });
+  if (running_.valid()) running_.get();
+  try {
+    // A copy of the batch (ids and paths): the fallback below keeps its own.
+    running_ = std::async(std::launch::async, [this, store_path, batch] {
+      LowerThisThreadsPriority();
+      Remove(store_path, batch, &failed_);
+    });
+  } catch (const std::system_error&) {
+    // No thread to be had (a process limit): the removal runs here.
+    Remove(store_path, batch, &failed_);
+  }
 }
 
 void FileRemover::Wait() {

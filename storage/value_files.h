@@ -24,8 +24,8 @@
 // its staged table files point into is present and long enough before it
 // ingests them and writes the record (the commit point).
 
+#include <atomic>
 #include <cstdint>
-#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -124,10 +124,12 @@ class ValueDirectories {
 // (core/thread_priority.h). Thread-safe.
 class FileRemover {
  public:
-  // What one delete leaves to remove.
+  // What one delete leaves to remove, and through what.
   struct Batch {
     std::vector<int64_t> value_dirs;  // checkpoint ids (ValueDirectories)
     std::vector<std::string> files;   // paths
+    std::shared_ptr<StoreFileSystem> fs;
+    std::shared_ptr<rocksdb::Logger> log;  // hears of each failure; may be null
     bool empty() const { return value_dirs.empty() && files.empty(); }
   };
 
@@ -136,18 +138,22 @@ class FileRemover {
   FileRemover& operator=(const FileRemover&) = delete;
   ~FileRemover() { Wait(); }
 
-  // Removes `batch` in the store at `store_path` through `fs`, once the batch
-  // under way is done; `failed` hears of each removal that fails (what, and
-  // why), on that thread.
-  void Start(std::shared_ptr<StoreFileSystem> fs, std::string store_path,
-             Batch batch,
-             std::function<void(const std::string&, const Status&)> failed);
+  // Removes `batch` in the store at `store_path` once the batch under way is
+  // done; on this thread when no thread can be started.
+  void Start(std::string store_path, Batch batch);
   // Returns once no removal is under way.
   void Wait();
+  // Whether a removal failed since the last call (what failed stays for the
+  // store to collect).
+  bool TakeFailure() { return failed_.exchange(false); }
 
  private:
+  static void Remove(const std::string& store_path, const Batch& batch,
+                     std::atomic<bool>* failed);
+
   std::mutex mu_;
   std::future<void> running_;
+  std::atomic<bool> failed_{false};
 };
 
 // Appends chunk values to one value file through the store's file system

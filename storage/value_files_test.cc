@@ -697,9 +697,9 @@ TEST(ValueFileTest, ABackgroundDeleteReturnsBeforeItsFilesGo) {
 }
 
 // A background removal that fails leaves the value files, which Check reports
-// (once the removal is over) and the next save's start removes; the handle's
-// close waits for a removal under way; a link to a deleted table file that
-// stays (its removal failed) goes with the next read-write open.
+// (once the removal is over) and the next save's start removes; so does a
+// link to a deleted table file whose removal failed, and a read-write open
+// after the handle's close (which waits for a removal under way).
 TEST(ValueFileTest, AFailedBackgroundRemovalIsCollectedByTheNextSave) {
   TempDir dir;
   auto faults = std::make_shared<FaultInjector>();
@@ -720,21 +720,36 @@ TEST(ValueFileTest, AFailedBackgroundRemovalIsCollectedByTheNextSave) {
   ASSERT_TRUE((*store)->NextCheckpointId().ok());
   EXPECT_FALSE(fs::exists(ValueDirOf(dir.path(), first->info.id)));
 
-  faults->Arm({.nth = 1,
-               .ops = FileOpMask(FileOp::kDelete),
-               .path_contains = "/deleted-"});
-  ASSERT_TRUE(
-      (*store)->Delete(second->info.id, FileRemoval::kInBackground).ok());
-  store->reset();
-  EXPECT_EQ(faults->injected().size(), 1u);
+  // A save (which makes the staging directory), then a delete of the
+  // checkpoint before it whose link stays: collected by the next save's
+  // start, and then by a read-write open.
   const std::string staging = StagingDir(dir.path());
-  EXPECT_EQ(FilesWith(staging, ".sst").first, 1);
-  faults->Disarm();
-  store = Store::Open(dir.path(), {});
-  ASSERT_TRUE(store.ok());
-  EXPECT_FALSE(fs::exists(staging));
-  EXPECT_FALSE(fs::exists(ValueDirOf(dir.path(), second->info.id)));
-  EXPECT_TRUE((*store)->List()->empty());
+  int64_t doomed = second->info.id;
+  for (const bool by_open : {false, true}) {
+    const std::string ctx = by_open ? "by the open" : "by the next save";
+    auto saved = SaveBytes(**store, Pattern(256 << 10, by_open ? 19 : 18), 1);
+    ASSERT_TRUE(saved.ok()) << ctx;
+    faults->Arm({.nth = 1,
+                 .ops = FileOpMask(FileOp::kDelete),
+                 .path_contains = "/deleted-"});
+    ASSERT_TRUE((*store)->Delete(doomed, FileRemoval::kInBackground).ok());
+    ASSERT_TRUE((*store)->Check().ok()) << ctx;  // once the removal is over
+    EXPECT_EQ(faults->injected().size(), 1u) << ctx;
+    EXPECT_EQ(FilesWith(staging, ".sst").first, 1) << ctx;
+    faults->Disarm();
+    if (by_open) {
+      store->reset();
+      store = Store::Open(dir.path(), {});
+      ASSERT_TRUE(store.ok());
+      EXPECT_FALSE(fs::exists(staging));
+    } else {
+      ASSERT_TRUE((*store)->NextCheckpointId().ok());
+      EXPECT_EQ(FilesWith(staging, ".sst").first, 0) << ctx;
+    }
+    EXPECT_FALSE(fs::exists(ValueDirOf(dir.path(), doomed))) << ctx;
+    doomed = saved->info.id;
+  }
+  EXPECT_EQ((*store)->List()->size(), 1u);
 }
 
 }  // namespace
