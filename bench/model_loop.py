@@ -30,7 +30,7 @@ except ImportError:
     print("model_loop: needs torchvision (Debian's python3-torchvision)", file=sys.stderr)
     sys.exit(77)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from model_bench import first_step, flat, make  # noqa: E402
+from model_bench import first_step, flat, fmt, make  # noqa: E402
 
 
 def step(work, matmuls):
@@ -40,10 +40,6 @@ def step(work, matmuls):
         work = work @ work
         work /= np.abs(work).max()
     return time.perf_counter() - start, work
-
-
-def fmt(seconds):
-    return " ".join(f"{s:.3f}" for s in seconds)
 
 
 def main():
