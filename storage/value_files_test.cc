@@ -5,10 +5,13 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <random>
+#include <set>
 
 #include "storage/chunk_files.h"
 #include "storage/store_testing.h"
@@ -750,6 +753,69 @@ TEST(ValueFileTest, AFailedBackgroundRemovalIsCollectedByTheNextSave) {
     doomed = saved->info.id;
   }
   EXPECT_EQ((*store)->List()->size(), 1u);
+}
+
+// Records the bytes each deletion reports freeing, by file name.
+class FreedBytes : public FileSystemHooks {
+ public:
+  int BeforeOperation(FileOp, std::string_view, uint64_t) override { return 0; }
+  void Freeing(std::string_view path, uint64_t bytes) override {
+    std::lock_guard lock(mu_);
+    const std::string name = fs::path(std::string(path)).filename().string();
+    freed_[name] += bytes;
+  }
+  std::map<std::string, uint64_t> freed() {
+    std::lock_guard lock(mu_);
+    return freed_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, uint64_t> freed_;
+};
+
+// A background delete reports each byte it frees once: a chunk table file
+// under its own name (RocksDB's unlink drops a second name, 0 bytes) and its
+// link under staging/ (the last name, its size), and the value file.
+TEST(ValueFileTest, ABackgroundDeleteReportsEachFreedByteOnce) {
+  TempDir dir;
+  auto freed = std::make_shared<FreedBytes>();
+  auto store = Store::Open(dir.path(), {.file_system_hooks = freed});
+  ASSERT_TRUE(store.ok());
+  auto first = SaveBytes(**store, Pattern(256 << 10, 20), 1);
+  auto second = SaveBytes(**store, Pattern(256 << 10, 21), 1);
+  ASSERT_TRUE(first.ok() && second.ok());
+  std::map<std::string, uint64_t> sizes;  // the first checkpoint's files
+  const std::set<std::string> before = [&] {
+    std::set<std::string> names;
+    for (const auto& f : ckptdb::testing::FilesUnder(dir.path(), {".sst"}))
+      names.insert(fs::path(f.path).filename().string());
+    return names;
+  }();
+  for (const auto& f : ckptdb::testing::FilesUnder(
+           ValueDirOf(dir.path(), first->info.id), {".val"}))
+    sizes[fs::path(f.path).filename().string()] = f.size;
+  ASSERT_EQ(sizes.size(), 1u);
+  const auto freed_before = freed->freed();
+  ASSERT_TRUE(
+      (*store)->Delete(first->info.id, FileRemoval::kInBackground).ok());
+  ASSERT_TRUE((*store)->NextCheckpointId().ok());
+  std::map<std::string, uint64_t> by_delete = freed->freed();
+  for (const auto& [name, bytes] : freed_before) by_delete[name] -= bytes;
+  // The value file: its size, once.
+  for (const auto& [name, size] : sizes) EXPECT_EQ(by_delete[name], size);
+  // Each table the delete linked: 0 under its own name, its size (more than
+  // 0) under the link's.
+  int linked = 0;
+  for (const auto& [name, bytes] : by_delete) {
+    if (!name.starts_with(kDeletedTablePrefix)) continue;
+    ++linked;
+    const std::string table = name.substr(std::strlen(kDeletedTablePrefix));
+    EXPECT_TRUE(before.contains(table)) << name;
+    EXPECT_GT(bytes, 0u) << name;
+    EXPECT_EQ(by_delete[table], 0u) << table;
+  }
+  EXPECT_GE(linked, 1);
 }
 
 }  // namespace

@@ -97,9 +97,11 @@ class FileSystemHooks {
                               uint64_t bytes) = 0;
 
   // Called when a deletion of file `path` that BeforeOperation let run is
-  // about to run, with the file's size: the bytes it returns to the file
-  // system. Deletions the store holds back (after a failed write the store
-  // leaves files in place until it is reopened) are not reported.
+  // about to run, with the bytes it returns to the file system: the file's
+  // size when `path` is its last name, else 0 (the store links files under a
+  // second name: ingested staged files, deleted tables awaiting removal).
+  // Deletions the store holds back (after a failed write the store leaves
+  // files in place until it is reopened) are not reported.
   virtual void Freeing(std::string_view path, uint64_t bytes) {
     (void)path;
     (void)bytes;
