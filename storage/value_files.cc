@@ -275,10 +275,9 @@ Status ValueDirectories::Remove(int64_t checkpoint_id) {
   return fs_.SyncDir(ValuesDir(path_));
 }
 
-void FileRemover::Remove(const std::string& store_path, const Batch& batch,
-                         std::atomic<bool>* failed) {
+void FileRemover::Remove(const std::string& store_path, const Batch& batch) {
   auto report = [&](const std::string& what, const Status& s) {
-    *failed = true;
+    failed_ = true;
     rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, batch.log,
                  "removing %s of a deleted checkpoint failed (the next save "
                  "or open removes it): %s",
@@ -297,21 +296,25 @@ void FileRemover::Remove(const std::string& store_path, const Batch& batch,
 
 void FileRemover::Start(std::string store_path, Batch batch) {
   std::lock_guard lock(mu_);
-  if (running_.valid()) running_.get();
+  WaitLocked();
   try {
     // A copy of the batch (ids and paths): the fallback below keeps its own.
     running_ = std::async(std::launch::async, [this, store_path, batch] {
       LowerThisThreadsPriority();
-      Remove(store_path, batch, &failed_);
+      Remove(store_path, batch);
     });
   } catch (const std::system_error&) {
     // No thread to be had (a process limit): the removal runs here.
-    Remove(store_path, batch, &failed_);
+    Remove(store_path, batch);
   }
 }
 
 void FileRemover::Wait() {
   std::lock_guard lock(mu_);
+  WaitLocked();
+}
+
+void FileRemover::WaitLocked() {
   if (running_.valid()) running_.get();
 }
 

@@ -148,8 +148,10 @@ class FileRemover {
   bool TakeFailure() { return failed_.exchange(false); }
 
  private:
-  static void Remove(const std::string& store_path, const Batch& batch,
-                     std::atomic<bool>* failed);
+  // The removal itself, on whichever thread runs it.
+  void Remove(const std::string& store_path, const Batch& batch);
+  // Wait, with mu_ held.
+  void WaitLocked();
 
   std::mutex mu_;
   std::future<void> running_;
