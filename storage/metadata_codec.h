@@ -41,39 +41,15 @@ inline constexpr size_t kMaxSmallTensorChunks = 4;
 // packed (a few bytes a chunk; a chunk that continues a regular grid costs
 // one), checksums 8 bytes each. Chunk sizes are not stored: a chunk holds
 // volume * dtype size bytes.
-using RecordEntries = std::vector<std::pair<std::string, std::string>>;
-RecordEntries EncodeCheckpointRecords(const CheckpointMetadata& meta);
+std::vector<std::pair<std::string, std::string>> EncodeCheckpointRecords(
+    const CheckpointMetadata& meta);
 
 // The records of `meta` in format `version` (2 to kFormatVersion): below 4,
 // every tensor's chunks in a record of its own, as stores written in formats 2
 // and 3 hold them; for tests of reading such stores.
-RecordEntries EncodeCheckpointRecordsOfFormat(const CheckpointMetadata& meta,
-                                              uint32_t version);
-
-// The memory a RecordEncoder builds messages in: a zeroed first segment.
-struct EncodeMemory {
-  std::vector<uint64_t> segment;
-};
-
-// EncodeCheckpointRecords for a caller that encodes checkpoint after
-// checkpoint (a store, at each commit): the messages are built in one segment
-// and written into strings that are kept from one checkpoint to the next.
-// Memory that a process has given back costs a page fault a page when it is
-// written again, on a virtual machine many times the encoding of its bytes (a
-// main record of 10,000 tensors is 1.7 MB). Not thread-safe.
-class RecordEncoder {
- public:
-  // The records EncodeCheckpointRecords(meta) returns; valid until the next
-  // Encode or ReleaseAbove.
-  const RecordEntries& Encode(const CheckpointMetadata& meta);
-  // Gives the memory back when it holds more than `keep_bytes` (after an
-  // unusually large checkpoint).
-  void ReleaseAbove(size_t keep_bytes);
-
- private:
-  EncodeMemory memory_;
-  RecordEntries records_;
-};
+std::vector<std::pair<std::string, std::string>>
+EncodeCheckpointRecordsOfFormat(const CheckpointMetadata& meta,
+                                uint32_t version);
 
 // The format-1 record of a checkpoint (one message, chunks inline), as stores
 // of version 1 hold it: for tests of reading such stores.

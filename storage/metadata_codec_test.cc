@@ -696,46 +696,6 @@ TEST(MetadataCodecTest, RecordsOfManyTensorsAreOneSegmentEach) {
   EXPECT_EQ(decoded->values, meta.values);
 }
 
-TEST(MetadataCodecTest, AnEncoderKeepingItsMemoryWritesWhatAFreshOneWrites) {
-  // Checkpoints of growing, then shrinking, then growing record sets: each
-  // encoding reuses the segment and the strings of the one before.
-  std::vector<CheckpointMetadata> metas = {Sample(), WithManyChunks()};
-  std::mt19937 rng(7);
-  for (int tensors : {3000, 40, 0, 1, 5000}) {
-    CheckpointMetadata meta;
-    meta.info.id = 100 + tensors;
-    meta.info.world_size = 8;
-    for (int i = 0; i < tensors; ++i) {
-      const std::string key = "layer." + std::to_string(i) + ".weight";
-      TensorMetadata t = RandomTensor(rng, meta.info.world_size);
-      meta.info.nbytes += NumElements(t.global_shape) * DTypeSize(t.dtype);
-      meta.tensors[key] = t;
-      meta.flat_mapping[key] = {"layer", std::to_string(i), "weight"};
-    }
-    meta.info.num_tensors = tensors;
-    metas.push_back(meta);
-  }
-  metas.push_back(Sample());
-  RecordEncoder encoder;
-  for (int round = 0; round < 2; ++round) {
-    for (const CheckpointMetadata& meta : metas) {
-      const std::string ctx = "checkpoint " + std::to_string(meta.info.id) +
-                              " of " + std::to_string(meta.tensors.size()) +
-                              " tensors, round " + std::to_string(round);
-      const Records fresh = EncodeCheckpointRecords(meta);
-      const Records& kept = encoder.Encode(meta);
-      EXPECT_EQ(kept, fresh) << ctx;
-      for (const auto& [key, bytes] : kept)
-        EXPECT_EQ(Segments(bytes), 1u) << ctx;
-      auto decoded = DecodeCheckpointRecords(kept);
-      ASSERT_TRUE(decoded.ok()) << ctx << ": " << decoded.status().ToString();
-      EXPECT_EQ(decoded->tensors.size(), meta.tensors.size()) << ctx;
-    }
-    // The second round starts from nothing kept.
-    encoder.ReleaseAbove(0);
-  }
-}
-
 TEST(MetadataCodecTest, GridOfChunksCostsFewBytesEachAtAnyWorldSize) {
   for (int32_t world : {1, 128, 16384}) {
     const CheckpointMetadata meta = Grid(250, 400, world);  // 100,000 chunks

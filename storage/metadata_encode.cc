@@ -142,45 +142,16 @@ void SetValuesAndUserMetadata(Checkpoint::Builder root,
   }
 }
 
-// The message's flat bytes, written straight into `out` (a main record of
-// 10,000 tensors is about 1.7 MB: no flat array in between), whose memory is
-// kept when it is large enough.
-void ToBytes(capnp::MessageBuilder& message, std::string* out) {
-  out->resize(capnp::computeSerializedSizeInWords(message) *
-              sizeof(capnp::word));
+// The message's flat bytes, written straight into the string (a main record
+// of 10,000 tensors is about 1.7 MB: no flat array in between).
+std::string ToBytes(capnp::MessageBuilder& message) {
+  std::string out(
+      capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word), '\0');
   kj::ArrayOutputStream stream(
-      kj::arrayPtr(reinterpret_cast<kj::byte*>(out->data()), out->size()));
+      kj::arrayPtr(reinterpret_cast<kj::byte*>(out.data()), out.size()));
   capnp::writeMessage(stream, message);
-  CKPTDB_ASSERT(stream.getArray().size() == out->size());
-}
-
-// A first segment of `words`, within what a segment may hold (a record
-// larger than that takes more segments).
-unsigned FirstSegmentWords(size_t words) {
-  return static_cast<unsigned>(std::min<size_t>(words, size_t{1} << 28));
-}
-
-// Builds a message whose first segment holds `words` with `build(message)`
-// and writes its bytes into `out`. The segment is `memory`'s when there is
-// one (grown to `words` when smaller; Cap'n Proto zeroes what it used when the
-// builder goes, so it is ready for the next message), otherwise the builder's
-// own.
-template <typename Build>
-void EncodeMessage(size_t words, EncodeMemory* memory, std::string* out,
-                   Build&& build) {
-  const unsigned first = FirstSegmentWords(words);
-  if (memory == nullptr) {
-    capnp::MallocMessageBuilder message(first);
-    build(message);
-    ToBytes(message, out);
-    return;
-  }
-  if (memory->segment.size() < first)
-    memory->segment = std::vector<uint64_t>(first);  // zeroed
-  capnp::MallocMessageBuilder message(kj::arrayPtr(
-      reinterpret_cast<capnp::word*>(memory->segment.data()), first));
-  build(message);
-  ToBytes(message, out);
+  CKPTDB_ASSERT(stream.getArray().size() == out.size());
+  return out;
 }
 
 // Content hashes when every chunk has one; holders when some chunk is
@@ -240,20 +211,19 @@ bool IsSmall(const TensorMetadata& tensor, uint32_t version) {
   return version >= 4 && tensor.chunks.size() <= kMaxSmallTensorChunks;
 }
 
-void EncodeTensorRecord(int64_t checkpoint_id, const std::string& key,
-                        const TensorMetadata& tensor, uint32_t version,
-                        EncodeMemory* memory, std::string* out) {
+std::string EncodeTensorRecord(int64_t checkpoint_id, const std::string& key,
+                               const TensorMetadata& tensor, uint32_t version) {
   const std::vector<const ChunkMetadata*> sorted = SortedChunks(tensor);
   const std::string boxes = EncodeBoxStream(tensor.global_shape, sorted);
   // Room for the header, the key, the boxes and the checksums in one segment.
-  const size_t words = 16 + (key.size() + boxes.size()) / 8 + 4 * sorted.size();
-  EncodeMessage(words, memory, out, [&](capnp::MessageBuilder& message) {
-    auto r = message.initRoot<TensorChunks>();
-    r.setFormatVersion(version);
-    r.setCheckpointId(checkpoint_id);
-    r.setKey(TextOf(key));
-    SetChunks(r, sorted, boxes);
-  });
+  capnp::MallocMessageBuilder message(static_cast<unsigned>(
+      16 + (key.size() + boxes.size()) / 8 + 4 * sorted.size()));
+  auto r = message.initRoot<TensorChunks>();
+  r.setFormatVersion(version);
+  r.setCheckpointId(checkpoint_id);
+  r.setKey(TextOf(key));
+  SetChunks(r, sorted, boxes);
+  return ToBytes(message);
 }
 
 // The main record's fields (format 1 with chunks inline, later formats with
@@ -331,19 +301,24 @@ size_t MainRecordWords(const CheckpointMetadata& meta) {
   return words;
 }
 
-void EncodeMain(const CheckpointMetadata& meta, uint32_t version,
-                EncodeMemory* memory, std::string* out) {
-  const size_t words = version == 1 ? capnp::SUGGESTED_FIRST_SEGMENT_WORDS
-                                    : MainRecordWords(meta);
-  EncodeMessage(words, memory, out, [&](capnp::MessageBuilder& message) {
-    BuildMain(message.initRoot<Checkpoint>(), meta, version);
-  });
+// A first segment of `words`, within what a segment may hold (a record
+// larger than that takes more segments).
+unsigned FirstSegmentWords(size_t words) {
+  return static_cast<unsigned>(std::min<size_t>(words, size_t{1} << 28));
+}
+
+std::string EncodeMain(const CheckpointMetadata& meta, uint32_t version) {
+  capnp::MallocMessageBuilder message(
+      FirstSegmentWords(version == 1 ? capnp::SUGGESTED_FIRST_SEGMENT_WORDS
+                                     : MainRecordWords(meta)));
+  BuildMain(message.initRoot<Checkpoint>(), meta, version);
+  return ToBytes(message);
 }
 
 // The chunks of the `count` small tensors of `meta`, in key order, in one
 // segment (see MainRecordWords).
-void EncodeSmallTensors(const CheckpointMetadata& meta, uint32_t version,
-                        size_t count, EncodeMemory* memory, std::string* out) {
+std::string EncodeSmallTensors(const CheckpointMetadata& meta, uint32_t version,
+                               size_t count) {
   struct Entry {
     std::vector<const ChunkMetadata*> sorted;
     std::string boxes;
@@ -360,72 +335,46 @@ void EncodeSmallTensors(const CheckpointMetadata& meta, uint32_t version,
     words += 8 + TextWords(e.boxes.size()) + 4 * e.sorted.size();
   }
   CKPTDB_ASSERT(entries.size() == count);
-  EncodeMessage(words, memory, out, [&](capnp::MessageBuilder& message) {
-    auto r = message.initRoot<SmallTensors>();
-    r.setFormatVersion(version);
-    r.setCheckpointId(meta.info.id);
-    auto list = r.initTensors(static_cast<unsigned>(count));
-    for (unsigned i = 0; i < count; ++i)
-      SetChunks(list[i], entries[i].sorted, entries[i].boxes);
-  });
+  capnp::MallocMessageBuilder message(FirstSegmentWords(words));
+  auto r = message.initRoot<SmallTensors>();
+  r.setFormatVersion(version);
+  r.setCheckpointId(meta.info.id);
+  auto list = r.initTensors(static_cast<unsigned>(count));
+  for (unsigned i = 0; i < count; ++i)
+    SetChunks(list[i], entries[i].sorted, entries[i].boxes);
+  return ToBytes(message);
 }
-
-// The records of `meta` in format `version` into `records` (its strings'
-// memory kept where it is large enough), their segments in `memory`'s.
-void EncodeRecords(const CheckpointMetadata& meta, uint32_t version,
-                   EncodeMemory* memory, RecordEntries* records) {
-  size_t small = 0;
-  for (const auto& entry : meta.tensors)
-    small += IsSmall(entry.second, version);
-  records->resize(1 + meta.tensors.size() - small + (small > 0 ? 1 : 0));
-  auto next = records->begin();
-  next->first = MetaKey(meta.info.id);
-  EncodeMain(meta, version, memory, &next->second);
-  for (const auto& [key, tensor] : meta.tensors) {
-    if (IsSmall(tensor, version)) continue;
-    ++next;
-    next->first = TensorRecordKey(meta.info.id, key);
-    EncodeTensorRecord(meta.info.id, key, tensor, version, memory,
-                       &next->second);
-  }
-  if (small > 0) {
-    ++next;
-    next->first = SmallTensorsKey(meta.info.id);
-    EncodeSmallTensors(meta, version, small, memory, &next->second);
-  }
-}
-
 }  // namespace
 
-RecordEntries EncodeCheckpointRecords(const CheckpointMetadata& meta) {
+std::vector<std::pair<std::string, std::string>> EncodeCheckpointRecords(
+    const CheckpointMetadata& meta) {
   return EncodeCheckpointRecordsOfFormat(meta, kFormatVersion);
 }
 
-RecordEntries EncodeCheckpointRecordsOfFormat(const CheckpointMetadata& meta,
-                                              uint32_t version) {
-  RecordEntries records;
-  EncodeRecords(meta, version, /*memory=*/nullptr, &records);
+std::vector<std::pair<std::string, std::string>>
+EncodeCheckpointRecordsOfFormat(const CheckpointMetadata& meta,
+                                uint32_t version) {
+  std::vector<std::pair<std::string, std::string>> records;
+  size_t small = 0;
+  for (const auto& entry : meta.tensors)
+    small += IsSmall(entry.second, version);
+  records.reserve(2 + meta.tensors.size() - small);
+  records.emplace_back(MetaKey(meta.info.id), EncodeMain(meta, version));
+  for (const auto& [key, tensor] : meta.tensors) {
+    if (IsSmall(tensor, version)) continue;
+    records.emplace_back(
+        TensorRecordKey(meta.info.id, key),
+        EncodeTensorRecord(meta.info.id, key, tensor, version));
+  }
+  if (small > 0) {
+    records.emplace_back(SmallTensorsKey(meta.info.id),
+                         EncodeSmallTensors(meta, version, small));
+  }
   return records;
 }
 
-const RecordEntries& RecordEncoder::Encode(const CheckpointMetadata& meta) {
-  EncodeRecords(meta, kFormatVersion, &memory_, &records_);
-  return records_;
-}
-
-void RecordEncoder::ReleaseAbove(size_t keep_bytes) {
-  size_t held = memory_.segment.capacity() * sizeof(uint64_t);
-  for (const auto& [key, value] : records_)
-    held += key.capacity() + value.capacity();
-  if (held <= keep_bytes) return;
-  memory_ = EncodeMemory();
-  records_ = RecordEntries();
-}
-
 std::string EncodeCheckpointV1(const CheckpointMetadata& meta) {
-  std::string out;
-  EncodeMain(meta, 1, /*memory=*/nullptr, &out);
-  return out;
+  return EncodeMain(meta, 1);
 }
 
 }  // namespace ckptdb::storage

@@ -415,9 +415,7 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   // delete's compaction then rewrites the deleted checkpoint's files alone,
   // and the others' blocks stay in the cache (the next id is the journal's
   // high-water mark, which step 5 raises).
-  std::unique_lock memory_lock(commit_memory_mu_);
-  CommitMemory& memory = commit_memory_;
-  const RecordEntries& records = memory.records.Encode(meta);
+  const auto records = EncodeCheckpointRecords(meta);
   // Their second copy and that of where the chunks lie are gathered and
   // compressed while RocksDB writes and flushes the records.
   const bool located = !staged.empty();
@@ -425,8 +423,11 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
       std::async(std::launch::async, [this, id, located, &records] {
         return EncodeCopies(id, located, records);
       });
-  rocksdb::WriteBatch& batch = memory.batch;
-  batch.Clear();  // keeps its memory
+  // Room for every record at once (a batch that grows copies what it holds).
+  size_t bytes = 64;
+  for (const auto& [key, value] : records)
+    bytes += key.size() + value.size() + 16;
+  rocksdb::WriteBatch batch(bytes);
   for (const auto& [key, value] : records) batch.Put(meta_, key, value);
   Status s = WriteMeta(&batch, "committing " + what);
   // Read back from its table file (which also puts it in the block cache).
@@ -434,8 +435,6 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   steps.Lap(&steps.records);
   // Both copies, before the journal names the checkpoint.
   Result<EncodedCopies> encoded = copies.get();
-  KeepCommitMemory(memory);
-  memory_lock.unlock();
   if (s.ok()) s = encoded.status();
   steps.Lap(&steps.copies_wait);
   if (s.ok()) s = WriteCopies(id, *encoded);
@@ -455,12 +454,6 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   Status compacted = CompactMetaIfDeep();
   (void)compacted;
   return Status::OK();
-}
-
-void StoreImpl::KeepCommitMemory(CommitMemory& memory) {
-  memory.records.ReleaseAbove(kKeptCommitBytes);
-  if (memory.batch.Data().capacity() > kKeptCommitBytes)
-    memory.batch = rocksdb::WriteBatch();
 }
 
 Result<StoreImpl::EncodedCopies> StoreImpl::EncodeCopies(

@@ -11,7 +11,6 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
-#include <rocksdb/write_batch.h>
 
 #include <chrono>
 #include <cstdint>
@@ -374,15 +373,6 @@ class StoreImpl : public Store {
   };
   Result<EncodedCopies> EncodeCopies(int64_t checkpoint_id, bool located,
                                      const CopyEntries& records);
-  // The memory a commit encodes and writes its records in, kept from one
-  // commit to the next (RecordEncoder says why), up to kKeptCommitBytes.
-  struct CommitMemory {
-    RecordEncoder records;
-    rocksdb::WriteBatch batch;
-  };
-  static constexpr size_t kKeptCommitBytes = size_t{64} << 20;
-  // Gives back what `memory` holds beyond kKeptCommitBytes.
-  static void KeepCommitMemory(CommitMemory& memory);
   Status WriteCopies(int64_t checkpoint_id, const EncodedCopies& copies);
   // How long each step of a commit took, for the LOG (one INFO line per
   // commit: where a slow commit spends its time).
@@ -523,9 +513,6 @@ class StoreImpl : public Store {
   std::set<int64_t> held_values_checked_;
   // Compresses the copies of each commit in memory kept between commits.
   CopyEncoder copy_encoder_;
-  // The memory of the commits, one at a time.
-  std::mutex commit_memory_mu_;
-  CommitMemory commit_memory_;
   // The files of deletes with FileRemoval::kInBackground.
   FileRemover remover_;
   // A delete used the reserve and left its space to remover_: the next
