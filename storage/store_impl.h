@@ -520,6 +520,29 @@ class StoreImpl : public Store {
   std::atomic<bool> reserve_released_{false};
 };
 
+template <typename Happened>
+Status StoreImpl::Reopen(Status error,
+                         std::shared_lock<std::shared_mutex>& lock,
+                         const std::string& what, Happened&& happened) {
+  lock.unlock();
+  Status reopened;
+  {
+    std::unique_lock exclusive(mu_);
+    CloseDb();
+    reopened = OpenDb();
+    if (IsNoSpace(reopened) && ReleaseReserve()) reopened = OpenDb();
+  }
+  lock.lock();
+  if (!reopened.ok()) {
+    return Status(error.code(), error.message() +
+                                    "; reopening the store to learn the "
+                                    "outcome failed too (" +
+                                    reopened.ToString() + "), so " + what +
+                                    " may have taken effect");
+  }
+  return happened() ? Status::OK() : error;
+}
+
 template <typename Fn>
 Status StoreImpl::ForEachRecord(Fn&& fn) {
   std::set<int64_t> seen;
