@@ -2,6 +2,7 @@
 
 #include <rocksdb/table.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -30,7 +31,18 @@ rocksdb::ColumnFamilyOptions ChunkCfOptions(
   return options;
 }
 
-rocksdb::ColumnFamilyOptions MetaCfOptions() {
+size_t MetaCacheBytesFor(size_t checkpoints, size_t largest_record_bytes) {
+  const size_t copies = checkpoints + 2;
+  if (largest_record_bytes >= kMetaCacheBytes / copies) return kMetaCacheBytes;
+  return std::max(copies * largest_record_bytes, kMinMetaCacheBytes);
+}
+
+std::shared_ptr<rocksdb::Cache> NewMetaBlockCache() {
+  return rocksdb::NewLRUCache(kMetaCacheBytes, /*num_shard_bits=*/0);
+}
+
+rocksdb::ColumnFamilyOptions MetaCfOptions(
+    std::shared_ptr<rocksdb::Cache> block_cache) {
   rocksdb::ColumnFamilyOptions options;
   options.compression = rocksdb::kNoCompression;
   // Compacted only when the store asks (CompactMetaIfDeep): a compaction
@@ -46,7 +58,7 @@ rocksdb::ColumnFamilyOptions MetaCfOptions() {
   // are read by the store's calls, not by many threads at once.
   rocksdb::BlockBasedTableOptions table;
   table.block_cache =
-      rocksdb::NewLRUCache(kMetaCacheBytes, /*num_shard_bits=*/0);
+      block_cache ? std::move(block_cache) : NewMetaBlockCache();
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   return options;
 }

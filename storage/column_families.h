@@ -33,11 +33,27 @@ inline constexpr size_t kMetaCompactionTrigger = 4;
 // never enter it (reads pass fill_cache = false).
 rocksdb::ColumnFamilyOptions ChunkCfOptions(
     std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
-// Bytes of decoded metadata blocks a store handle keeps (records read again
-// by every listing and load); filled only by what is read.
+// The most bytes of decoded metadata blocks a store handle keeps (records
+// read again by every listing and load); filled only by what is read. A
+// handle that commits sizes its cache to its records, down to
+// kMinMetaCacheBytes (StoreImpl::FitMetaCache).
 inline constexpr size_t kMetaCacheBytes = size_t{64} << 20;
-// Options of the `meta` column family, with a block cache of its own.
-rocksdb::ColumnFamilyOptions MetaCfOptions();
+inline constexpr size_t kMinMetaCacheBytes = size_t{8} << 20;
+// The bytes of the `meta` block cache of a handle after a commit: room for
+// the records of the store's `checkpoints` committed checkpoints, each taken
+// as large as the largest records one commit of the handle wrote
+// (`largest_record_bytes`), and of two more (the next commit's, and a
+// compaction's rewrite), within [kMinMetaCacheBytes, kMetaCacheBytes].
+// RocksDB leaves the blocks of a deleted or rewritten table file in the cache
+// until newer blocks push them out; a cache much larger than what is read
+// again fills with those, each new record in fresh memory.
+size_t MetaCacheBytesFor(size_t checkpoints, size_t largest_record_bytes);
+// A block cache for the `meta` column family, of kMetaCacheBytes.
+std::shared_ptr<rocksdb::Cache> NewMetaBlockCache();
+// Options of the `meta` column family, with `block_cache` (a new one when
+// null).
+rocksdb::ColumnFamilyOptions MetaCfOptions(
+    std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
 
 // Checkpoint ids that some live table file of the `chunks` column family
 // holds keys of (its first or last key).

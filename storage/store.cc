@@ -335,13 +335,28 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   }
   if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
   steps.Lap(&steps.journal);
-  LogCommitSteps(id, steps);
+  size_t record_bytes = 0;
+  for (const auto& [key, value] : records)
+    record_bytes += key.size() + value.size();
+  LogCommitSteps(id, steps, FitMetaCache(record_bytes));
   // The commit stands whatever the compaction does: a failed one leaves a
   // background error, which the next write's reopen clears (and the reopen's
   // check finds any damaged metadata table first).
   Status compacted = CompactMetaIfDeep();
   (void)compacted;
   return Status::OK();
+}
+
+size_t StoreImpl::FitMetaCache(size_t record_bytes) {
+  size_t largest = largest_records_.load();
+  while (record_bytes > largest &&
+         !largest_records_.compare_exchange_weak(largest, record_bytes)) {
+  }
+  const std::optional<CommitJournal> journal = catalogue_.journal();
+  const size_t bytes = MetaCacheBytesFor(
+      journal ? journal->committed.size() : 1, std::max(largest, record_bytes));
+  meta_cache_->SetCapacity(bytes);
+  return meta_cache_->GetCapacity();
 }
 
 Result<StoreImpl::EncodedCopies> StoreImpl::EncodeCopies(
@@ -364,20 +379,20 @@ Status StoreImpl::WriteCopies(int64_t checkpoint_id,
                           copies.records);
 }
 
-void StoreImpl::LogCommitSteps(int64_t checkpoint_id,
-                               const CommitSteps& steps) {
+void StoreImpl::LogCommitSteps(int64_t checkpoint_id, const CommitSteps& steps,
+                               size_t meta_cache_bytes) {
   auto ms = [](std::chrono::steady_clock::duration d) {
     return std::chrono::duration<double, std::milli>(d).count();
   };
   rocksdb::Log(rocksdb::InfoLogLevel::INFO_LEVEL, db_->GetDBOptions().info_log,
                "[ckptdb] checkpoint %lld committed in %.3f ms: ingest %.3f, "
                "records %.3f, copies %.3f (waited %.3f, wrote %.3f), "
-               "journal %.3f",
+               "journal %.3f; metadata cache %.1f MiB",
                static_cast<long long>(checkpoint_id), ms(steps.Total()),
                ms(steps.ingest), ms(steps.records),
                ms(steps.copies_wait + steps.copies_write),
-               ms(steps.copies_wait), ms(steps.copies_write),
-               ms(steps.journal));
+               ms(steps.copies_wait), ms(steps.copies_write), ms(steps.journal),
+               static_cast<double>(meta_cache_bytes) / (1 << 20));
 }
 
 Status StoreImpl::ReopenAfterFailedWrites(

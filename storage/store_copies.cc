@@ -509,7 +509,8 @@ Status StoreImpl::RewriteMetaFamily() {
   handles_[2] = nullptr;
   rocksdb::ColumnFamilyHandle* handle = nullptr;
   CKPTDB_RETURN_IF_ERROR(FromRocks(
-      db_->CreateColumnFamily(MetaCfOptions(), kMetaCf, &handle), what));
+      db_->CreateColumnFamily(MetaCfOptions(meta_cache_), kMetaCf, &handle),
+      what));
   meta_ = handles_[2] = handle;
   rocksdb::WriteBatch batch;
   for (const CopyEntries& records : all) {

@@ -12,6 +12,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -390,7 +391,11 @@ class StoreImpl : public Store {
     }
     Clock::duration Total() const { return last - start; }
   };
-  void LogCommitSteps(int64_t checkpoint_id, const CommitSteps& steps);
+  void LogCommitSteps(int64_t checkpoint_id, const CommitSteps& steps,
+                      size_t meta_cache_bytes);
+  // Sizes the `meta` block cache after a commit of `record_bytes` of records
+  // (MetaCacheBytesFor); returns its capacity then.
+  size_t FitMetaCache(size_t record_bytes);
   // Removes one copy file (of a checkpoint the journal no longer names).
   Status RemoveCopy(CopyKind kind, int64_t checkpoint_id);
   // Checkpoint ids with a copy of `kind` (intact or not).
@@ -513,6 +518,10 @@ class StoreImpl : public Store {
   std::set<int64_t> held_values_checked_;
   // Compresses the copies of each commit in memory kept between commits.
   CopyEncoder copy_encoder_;
+  // The `meta` column family's block cache, kept across reopens.
+  const std::shared_ptr<rocksdb::Cache> meta_cache_ = NewMetaBlockCache();
+  // The most bytes of records one commit of this handle wrote.
+  std::atomic<size_t> largest_records_{0};
   // The files of deletes with FileRemoval::kInBackground.
   FileRemover remover_;
   // A delete used the reserve and left its space to remover_: the next

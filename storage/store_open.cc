@@ -257,7 +257,7 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
       {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
       {kChunksCf, ChunkCfOptions(ChunkReadCache(pool_))},
-      {kMetaCf, MetaCfOptions()},
+      {kMetaCf, MetaCfOptions(meta_cache_)},
   };
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s =

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 
+#include "storage/column_families.h"
 #include "storage/keys.h"
 #include "storage/store_testing.h"
 #include "tests/testing/fault_injection.h"
@@ -155,6 +156,34 @@ TEST(StoreTest, EachCommitWritesBothCopiesAndLogsTheTimeOfItsSteps) {
     const std::string rest = text.substr(at, text.find('\n', at) - at);
     for (const char* step : {"ingest ", "records ", "copies ", "journal "})
       EXPECT_NE(rest.find(step), std::string::npos) << rest;
+    // Records of a few hundred bytes: the cache at its least.
+    EXPECT_NE(rest.find("; metadata cache 8.0 MiB"), std::string::npos) << rest;
+  }
+}
+
+TEST(StoreTest, TheMetadataCacheHoldsTheCommittedCheckpointsRecords) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  // Two kept checkpoints of 2.2 MB of records (10,000 tensors), and two more.
+  EXPECT_EQ(MetaCacheBytesFor(2, 2'200'000), 4 * 2'200'000u);
+  EXPECT_EQ(MetaCacheBytesFor(3, 2'200'000), 5 * 2'200'000u);
+  // Small records: the least; many or large ones: the most.
+  EXPECT_EQ(MetaCacheBytesFor(1, 1000), kMinMetaCacheBytes);
+  EXPECT_EQ(MetaCacheBytesFor(0, 0), kMinMetaCacheBytes);
+  EXPECT_EQ(MetaCacheBytesFor(100, 2 * kMiB), kMetaCacheBytes);
+  EXPECT_EQ(MetaCacheBytesFor(1, 200 * kMiB), kMetaCacheBytes);
+  EXPECT_EQ(MetaCacheBytesFor(SIZE_MAX - 2, SIZE_MAX), kMetaCacheBytes);
+  EXPECT_EQ(MetaCacheBytesFor(2, SIZE_MAX / 2), kMetaCacheBytes);
+  // Never less than the checkpoints' records when they fit.
+  for (size_t checkpoints = 0; checkpoints < 40; ++checkpoints) {
+    for (size_t bytes = 1000; bytes < 64 * kMiB; bytes *= 3) {
+      const size_t cache = MetaCacheBytesFor(checkpoints, bytes);
+      EXPECT_GE(cache, kMinMetaCacheBytes);
+      EXPECT_LE(cache, kMetaCacheBytes);
+      if ((checkpoints + 2) * bytes <= kMetaCacheBytes) {
+        EXPECT_GE(cache, (checkpoints + 2) * bytes)
+            << checkpoints << " checkpoints of " << bytes;
+      }
+    }
   }
 }
 
