@@ -241,10 +241,10 @@ bool FileOffsets::Holds(std::string_view key) const {
 std::optional<FileOffsets::Location> FileOffsets::ValueOffset(
     std::string_view key) const {
   const uint64_t hash = KeyHash(key);
-  if (auto found = external.find(hash); found != external.end())
-    return Location{&value_path, value_fd, found->second};
-  if (auto found = at.find(hash); found != at.end())
-    return Location{&path, fd, found->second};
+  if (std::optional<uint64_t> found = external.Find(hash))
+    return Location{&value_path, value_fd, *found};
+  if (std::optional<uint64_t> found = at.Find(hash))
+    return Location{&path, fd, *found};
   return std::nullopt;
 }
 
@@ -282,18 +282,49 @@ std::optional<ValueFileExtent> ValueFileOf(
                          GetLittleEndian<uint64_t>(bytes.data() + nul + 1)};
 }
 
-namespace {
-
-// Adds the 16-byte (key hash, offset) pairs of `bytes` to `into`.
-void ParsePairs(std::string_view bytes,
-                std::unordered_map<uint64_t, uint64_t>* into) {
+void OffsetIndex::AddPairs(std::string_view bytes) {
+  Reserve(size_ + bytes.size() / 16);
   for (; bytes.size() >= 16; bytes.remove_prefix(16)) {
-    into->emplace(GetLittleEndian<uint64_t>(bytes.data()),
-                  GetLittleEndian<uint64_t>(bytes.data() + 8));
+    Insert(GetLittleEndian<uint64_t>(bytes.data()),
+           GetLittleEndian<uint64_t>(bytes.data() + 8));
   }
 }
 
-}  // namespace
+void OffsetIndex::Reserve(size_t count) {
+  size_t capacity = 16;
+  while (capacity < 2 * count) capacity *= 2;
+  if (capacity <= slots_.size()) return;
+  std::vector<Slot> old = std::exchange(slots_, std::vector<Slot>(capacity));
+  size_ = 0;
+  for (const Slot& slot : old) {
+    if (slot.offset != kEmpty) Insert(slot.hash, slot.offset);
+  }
+}
+
+void OffsetIndex::Insert(uint64_t hash, uint64_t offset) {
+  if (offset == kEmpty) return;
+  if (2 * (size_ + 1) > slots_.size()) Reserve(size_ + 1);
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    Slot& slot = slots_[i];
+    if (slot.offset == kEmpty) {
+      slot = Slot{hash, offset};
+      ++size_;
+      return;
+    }
+    if (slot.hash == hash) return;  // the first one stays
+  }
+}
+
+std::optional<uint64_t> OffsetIndex::Find(uint64_t hash) const {
+  if (slots_.empty()) return std::nullopt;
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const Slot& slot = slots_[i];
+    if (slot.offset == kEmpty) return std::nullopt;
+    if (slot.hash == hash) return slot.offset;
+  }
+}
 
 std::shared_ptr<const FileOffsets> ParseFileOffsets(
     const std::string& path, const rocksdb::TableProperties& props,
@@ -316,15 +347,14 @@ std::shared_ptr<const FileOffsets> ParseFileOffsets(
   // (RocksDB's block cache holds 8 MiB, fewer than a large state's small
   // chunks); files written before that property, the values starting a block.
   auto table = props.user_collected_properties.find(kTableOffsetsProperty);
-  ParsePairs(table != props.user_collected_properties.end()
-                 ? std::string_view(table->second)
-                 : bytes,
-             &file->at);
+  file->at.AddPairs(table != props.user_collected_properties.end()
+                        ? std::string_view(table->second)
+                        : bytes);
   if (auto values = ValueFileOf(props)) {
     const std::string& all =
         props.user_collected_properties.at(kValueFileProperty);
-    ParsePairs(std::string_view(all).substr(values->name.size() + 9),
-               &file->external);
+    file->external.AddPairs(
+        std::string_view(all).substr(values->name.size() + 9));
     file->value_path = ValuesDir(store_path) + "/" + values->name;
   }
   // A file of small chunks only is kept too: its range answers "not direct"
@@ -362,10 +392,10 @@ void PutPart(std::string* out, std::string_view part) {
 std::optional<std::pair<bool, uint64_t>> ChunkLocations::Find(
     std::string_view key) const {
   const uint64_t hash = KeyHash(key);
-  if (auto found = in_value_file.find(hash); found != in_value_file.end())
-    return std::pair(true, found->second);
-  if (auto found = in_table.find(hash); found != in_table.end())
-    return std::pair(false, found->second);
+  if (std::optional<uint64_t> found = in_value_file.Find(hash))
+    return std::pair(true, *found);
+  if (std::optional<uint64_t> found = in_table.Find(hash))
+    return std::pair(false, *found);
   return std::nullopt;
 }
 
@@ -393,14 +423,14 @@ std::optional<ChunkLocations> ParseLocatorBlob(std::string_view blob) {
     if (!TakePart(&offsets, &part)) return std::nullopt;
     key->assign(part);
   }
-  ParsePairs(table, &out.in_table);
+  out.in_table.AddPairs(table);
   if (!values.empty()) {
     rocksdb::TableProperties props;
     props.user_collected_properties[kValueFileProperty] = std::string(values);
     const std::optional<ValueFileExtent> file = ValueFileOf(props);
     if (!file) return std::nullopt;
     out.value_file = file->name;
-    ParsePairs(values.substr(file->name.size() + 9), &out.in_value_file);
+    out.in_value_file.AddPairs(values.substr(file->name.size() + 9));
   }
   return out;
 }

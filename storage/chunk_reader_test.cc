@@ -5,17 +5,73 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "core/checksum.h"
+#include "storage/chunk_files.h"
 #include "storage/chunks_db_testing.h"
 #include "storage/keys.h"
 #include "storage/value_files.h"
 
 namespace ckptdb::storage {
 namespace {
+
+// 16-byte little-endian (hash, offset) pairs.
+std::string Pairs(const std::vector<std::pair<uint64_t, uint64_t>>& pairs) {
+  std::string out;
+  for (const auto& [hash, offset] : pairs) {
+    for (uint64_t v : {hash, offset}) {
+      for (int i = 0; i < 8; ++i)
+        out.push_back(static_cast<char>(v >> (8 * i)));
+    }
+  }
+  return out;
+}
+
+TEST(OffsetIndexTest, FindsEveryAddedHashAndNothingElse) {
+  std::mt19937_64 rng(11);
+  OffsetIndex index;
+  std::map<uint64_t, uint64_t> want;
+  // Several batches, so that the table grows with pairs in it; hashes that
+  // share their low bits too, so that lookups step over taken slots.
+  for (int batch = 0; batch < 5; ++batch) {
+    std::vector<std::pair<uint64_t, uint64_t>> pairs;
+    for (int i = 0; i < 3000; ++i) {
+      const uint64_t hash = i % 3 == 0 ? rng() << 20 : rng();
+      const uint64_t offset = rng() >> 1;
+      pairs.emplace_back(hash, offset);
+      want.emplace(hash, offset);
+    }
+    index.AddPairs(Pairs(pairs));
+    ASSERT_EQ(index.size(), want.size());
+  }
+  for (const auto& [hash, offset] : want) {
+    ASSERT_EQ(index.Find(hash), std::optional<uint64_t>(offset)) << hash;
+    EXPECT_EQ(index.Find(hash + 1), want.contains(hash + 1)
+                                        ? std::optional(want.at(hash + 1))
+                                        : std::nullopt);
+  }
+  EXPECT_FALSE(OffsetIndex().Find(0).has_value());
+}
+
+TEST(OffsetIndexTest, KeepsTheFirstOfEqualHashesAndSkipsMalformedPairs) {
+  OffsetIndex index;
+  std::string bytes = Pairs({{7, 100}, {7, 200}, {0, 5}, {9, ~uint64_t{0}}});
+  bytes += std::string(15, 'x');  // a partial pair
+  index.AddPairs(bytes);
+  index.AddPairs(Pairs({{7, 300}, {8, 0}}));
+  EXPECT_EQ(index.size(), 3u);
+  EXPECT_EQ(index.Find(7), std::optional<uint64_t>(100));
+  EXPECT_EQ(index.Find(0), std::optional<uint64_t>(5));
+  EXPECT_EQ(index.Find(8), std::optional<uint64_t>(0));
+  EXPECT_FALSE(index.Find(9).has_value());
+  EXPECT_TRUE(OffsetIndex().empty());
+}
 
 class ChunkReaderTest : public testing::ChunksDbTest {
  protected:
