@@ -1,0 +1,116 @@
+"""Two builds of the Python package, one operation at a time: each build runs in a process of its
+own over a store of its own, and the two take turns (which goes first alternates by round, with a
+pause before each operation so that neither's background work runs into the other's timing). On a
+machine whose speed moves by 2x within an hour, the ratio of the two operations of one round is
+steady where the medians of separate runs are not. Prints per operation the medians of both and
+the median of the per-round ratios (B / A: below 1 means B is faster).
+
+    /usr/bin/python3 bench/ab_builds.py --a /tmp/pyOld --b build/python --ops save,load
+
+--a and --b are directories that hold the `ckptdb` package (a copy of `build/python` of each
+build). The state is a model of many small tensors by default (`--tensors 10000 --kib 4`), every
+tensor changed before each save, `keep_last=2`, as a training loop saves it. `--warmup` rounds
+are run and left out: a handle's first saves fill its caches, so a comparison of the steady state
+wants some thirty (the first saves, which a short job sees, want none).
+"""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+
+def child(args):
+    import numpy as np
+
+    import ckptdb
+
+    shutil.rmtree(args.dir, ignore_errors=True)
+    n = args.kib << 10 >> 2
+    rng = np.random.default_rng(0)
+    state = {f"layer{i}.weight": rng.standard_normal(n, dtype=np.float32)
+             for i in range(args.tensors)}
+    target = {k: np.zeros_like(v) for k, v in state.items()}
+    db = ckptdb.open(args.dir, keep_last=2)
+    step = 0
+    db.save(state, step=step)
+    for line in sys.stdin:
+        op = line.strip()
+        start = time.perf_counter()
+        if op == "save":
+            for v in state.values():
+                v += 1
+            step += 1
+            start = time.perf_counter()
+            db.save(state, step=step)
+        elif op == "load":
+            db.load(target)
+        else:
+            raise SystemExit(f"unknown operation {op!r}")
+        print(f"{time.perf_counter() - start:.6f}", flush=True)
+    db.close()
+    shutil.rmtree(args.dir, ignore_errors=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--a", help="directory holding build A's ckptdb package")
+    p.add_argument("--b", help="directory holding build B's ckptdb package")
+    p.add_argument("--dir", default="/dev/shm/ab_builds", help="parent of the two stores")
+    p.add_argument("--ops", default="save,load")
+    p.add_argument("--rounds", type=int, default=40, help="rounds measured")
+    p.add_argument("--warmup", type=int, default=3, help="rounds run first, not measured")
+    p.add_argument("--pause", type=float, default=0.1, help="seconds before each operation")
+    p.add_argument("--tensors", type=int, default=10000)
+    p.add_argument("--kib", type=int, default=4, help="bytes of each tensor, in KiB")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        return child(args)
+    if not args.a or not args.b:
+        raise SystemExit("--a and --b are required")
+    ops = args.ops.split(",")
+
+    def start(package, name):
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(package))
+        cmd = [sys.executable, os.path.abspath(__file__), "--child",
+               "--dir", os.path.join(args.dir, name), "--tensors", str(args.tensors),
+               "--kib", str(args.kib)]
+        return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                env=env)
+
+    procs = {"A": start(args.a, "a"), "B": start(args.b, "b")}
+
+    def run(name, op):
+        time.sleep(args.pause)
+        proc = procs[name]
+        proc.stdin.write(op + "\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"build {name} stopped during {op}")
+        return float(line)
+
+    times = {op: {"A": [], "B": []} for op in ops}
+    for r in range(args.warmup + args.rounds):
+        for op in ops:
+            order = ("A", "B") if r % 2 == 0 else ("B", "A")
+            got = {name: run(name, op) for name in order}
+            if r >= args.warmup:
+                for name in got:
+                    times[op][name].append(got[name])
+    for proc in procs.values():
+        proc.stdin.close()
+        proc.wait()
+    for op in ops:
+        a, b = times[op]["A"], times[op]["B"]
+        ratios = [y / x for x, y in zip(a, b)]
+        print(f"{op}: A median {statistics.median(a) * 1e3:.1f} ms, B median "
+              f"{statistics.median(b) * 1e3:.1f} ms, B / A median {statistics.median(ratios):.3f} "
+              f"({len(ratios)} rounds after {args.warmup})")
+
+
+if __name__ == "__main__":
+    main()
