@@ -191,6 +191,7 @@ Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
   CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id,
                                            std::string_view record) {
     if (!catalogue_.Visible(id)) return true;
+    RaiseTo(largest_main_read_, record.size());
     if (std::optional<CheckpointInfo> known = KnownInfo(id)) {
       out.push_back(std::move(*known));
       return true;
@@ -347,15 +348,22 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   return Status::OK();
 }
 
-size_t StoreImpl::FitMetaCache(size_t record_bytes) {
-  size_t largest = largest_records_.load();
-  while (record_bytes > largest &&
-         !largest_records_.compare_exchange_weak(largest, record_bytes)) {
+void StoreImpl::RaiseTo(std::atomic<size_t>& largest, size_t bytes) {
+  size_t now = largest.load();
+  while (bytes > now && !largest.compare_exchange_weak(now, bytes)) {
   }
+}
+
+size_t StoreImpl::FitMetaCache(size_t record_bytes) {
+  RaiseTo(largest_records_, record_bytes);
+  // A checkpoint committed before this handle opened may have larger records
+  // than any it committed: its main record, which listings read, and as
+  // much again for its tensors' records, is the estimate.
+  const size_t per_checkpoint =
+      std::max(largest_records_.load(), 2 * largest_main_read_.load());
   const std::optional<CommitJournal> journal = catalogue_.journal();
-  const size_t bytes = MetaCacheBytesFor(
-      journal ? journal->committed.size() : 1, std::max(largest, record_bytes));
-  meta_cache_->SetCapacity(bytes);
+  meta_cache_->SetCapacity(MetaCacheBytesFor(
+      journal ? journal->committed.size() : 1, per_checkpoint));
   return meta_cache_->GetCapacity();
 }
 

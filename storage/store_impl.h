@@ -520,8 +520,11 @@ class StoreImpl : public Store {
   CopyEncoder copy_encoder_;
   // The `meta` column family's block cache, kept across reopens.
   const std::shared_ptr<rocksdb::Cache> meta_cache_ = NewMetaBlockCache();
-  // The most bytes of records one commit of this handle wrote.
+  // The most bytes of records one commit of this handle wrote, and of a main
+  // record one of its listings read (FitMetaCache).
   std::atomic<size_t> largest_records_{0};
+  std::atomic<size_t> largest_main_read_{0};
+  static void RaiseTo(std::atomic<size_t>& largest, size_t bytes);
   // The files of deletes with FileRemoval::kInBackground.
   FileRemover remover_;
   // A delete used the reserve and left its space to remover_: the next

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <filesystem>
@@ -159,6 +160,62 @@ TEST(StoreTest, EachCommitWritesBothCopiesAndLogsTheTimeOfItsSteps) {
     // Records of a few hundred bytes: the cache at its least.
     EXPECT_NE(rest.find("; metadata cache 8.0 MiB"), std::string::npos) << rest;
   }
+}
+
+// Commits a checkpoint of `count` tensors of 4 bytes, "t0", "t1", ... (one
+// chunk each, one writer): records of about 100 bytes a tensor.
+Status SaveTensors(Store& store, int count) {
+  CKPTDB_ASSIGN_OR_RETURN(int64_t id, store.NextCheckpointId());
+  CheckpointMetadata meta;
+  meta.info.id = id;
+  meta.info.world_size = 1;
+  meta.info.num_tensors = count;
+  meta.info.nbytes = 4 * count;
+  CKPTDB_ASSIGN_OR_RETURN(auto writer, store.NewStagedFile(id, 0, 0));
+  std::vector<std::string> keys;
+  for (int i = 0; i < count; ++i) keys.push_back("t" + std::to_string(i));
+  std::sort(keys.begin(), keys.end());  // staged in key order
+  for (const std::string& key : keys) {
+    CKPTDB_ASSIGN_OR_RETURN(uint64_t sum, writer->Add(key, {0}, "abcd"));
+    meta.tensors[key] =
+        TensorMetadata{DType::kUInt8, {4}, {{Box{{0}, {4}}, 0, 4, sum}}};
+    meta.flat_mapping[key] = {key};
+  }
+  CKPTDB_ASSIGN_OR_RETURN(std::string file, writer->Finish());
+  return store.Commit(meta, {file});
+}
+
+// The metadata cache's size in the LOG line of checkpoint `id`'s commit.
+double LoggedMetaCacheMiB(const std::string& dir, int64_t id) {
+  std::ifstream log(dir + "/LOG");
+  const std::string text((std::istreambuf_iterator<char>(log)),
+                         std::istreambuf_iterator<char>());
+  const std::string line =
+      "[ckptdb] checkpoint " + std::to_string(id) + " committed in ";
+  const size_t at = text.find(line);
+  if (at == std::string::npos) return -1;
+  const std::string rest = text.substr(at, text.find('\n', at) - at);
+  const size_t cache = rest.find("metadata cache ");
+  return cache == std::string::npos ? -1 : std::stod(rest.substr(cache + 15));
+}
+
+TEST(StoreTest, TheMetadataCacheMakesRoomForRecordsCommittedBeforeTheOpen) {
+  TempDir dir;
+  {
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(SaveTensors(**store, 40000).ok());
+  }
+  // Records of some 4 MB each.
+  EXPECT_GT(LoggedMetaCacheMiB(dir.path(), 2), 12.0);
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE((*store)->List().ok());
+  ASSERT_TRUE(SaveBytes(**store, std::string(100, 'x'), 1).ok());
+  // This handle committed records of a few hundred bytes; the store's other
+  // two checkpoints' records still fit.
+  EXPECT_GE(LoggedMetaCacheMiB(dir.path(), 3),
+            LoggedMetaCacheMiB(dir.path(), 2));
 }
 
 TEST(StoreTest, TheMetadataCacheHoldsTheCommittedCheckpointsRecords) {
