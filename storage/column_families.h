@@ -41,9 +41,10 @@ inline constexpr size_t kMetaCacheBytes = size_t{64} << 20;
 inline constexpr size_t kMinMetaCacheBytes = size_t{8} << 20;
 // The bytes of the `meta` block cache of a handle after a commit: room for
 // the records of the store's `checkpoints` committed checkpoints, each taken
-// as large as the largest records one commit of the handle wrote
-// (`largest_record_bytes`), and of two more (the next commit's, and a
-// compaction's rewrite), within [kMinMetaCacheBytes, kMetaCacheBytes].
+// as large as `largest_record_bytes` (the handle's estimate of the largest
+// checkpoint's records: StoreImpl::FitMetaCache), and of two more (the next
+// commit's, and a compaction's rewrite), within [kMinMetaCacheBytes,
+// kMetaCacheBytes].
 // RocksDB leaves the blocks of a deleted or rewritten table file in the cache
 // until newer blocks push them out; a cache much larger than what is read
 // again fills with those, each new record in fresh memory.
