@@ -301,11 +301,17 @@ void OffsetIndex::Reserve(size_t count) {
   }
 }
 
+size_t OffsetIndex::Home(uint64_t hash, size_t mask) {
+  // Mixed first: the hashes come from files, which may have been made to
+  // collide in their low bits.
+  return static_cast<size_t>((hash * 0x9E3779B97F4A7C15ull) >> 29) & mask;
+}
+
 void OffsetIndex::Insert(uint64_t hash, uint64_t offset) {
   if (offset == kEmpty) return;
   if (2 * (size_ + 1) > slots_.size()) Reserve(size_ + 1);
   const size_t mask = slots_.size() - 1;
-  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+  for (size_t i = Home(hash, mask);; i = (i + 1) & mask) {
     Slot& slot = slots_[i];
     if (slot.offset == kEmpty) {
       slot = Slot{hash, offset};
@@ -319,7 +325,7 @@ void OffsetIndex::Insert(uint64_t hash, uint64_t offset) {
 std::optional<uint64_t> OffsetIndex::Find(uint64_t hash) const {
   if (slots_.empty()) return std::nullopt;
   const size_t mask = slots_.size() - 1;
-  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+  for (size_t i = Home(hash, mask);; i = (i + 1) & mask) {
     const Slot& slot = slots_[i];
     if (slot.offset == kEmpty) return std::nullopt;
     if (slot.hash == hash) return slot.offset;

@@ -59,7 +59,7 @@ NewValueOffsetCollectorFactory(std::shared_ptr<ValueFileLog> log = nullptr);
 // written before the table-offsets property know only the values that start a
 // block; their other keys have no entry.
 // Key hash -> offset of a value: an open-addressing table indexed by the
-// hash's low bits (the hashes are XXH3's, uniform), at most half full, so
+// hash (mixed), at most half full, so
 // that a lookup reads one or two adjacent slots (a load of 10,000 small
 // chunks spent a tenth of its time finding them in a node-based hash map, and
 // a binary search of sorted pairs still half of that). Of pairs with the same
@@ -81,6 +81,8 @@ class OffsetIndex {
   };
   static constexpr uint64_t kEmpty = ~uint64_t{0};
   void Insert(uint64_t hash, uint64_t offset);
+  // The slot where a lookup of `hash` starts.
+  static size_t Home(uint64_t hash, size_t mask);
   // Makes room for `count` pairs (rehashing what is there).
   void Reserve(size_t count);
 

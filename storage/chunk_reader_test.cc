@@ -42,7 +42,11 @@ TEST(OffsetIndexTest, FindsEveryAddedHashAndNothingElse) {
   for (int batch = 0; batch < 5; ++batch) {
     std::vector<std::pair<uint64_t, uint64_t>> pairs;
     for (int i = 0; i < 3000; ++i) {
-      const uint64_t hash = i % 3 == 0 ? rng() << 20 : rng();
+      // Some with equal low bits, some equal high bits (runs of taken
+      // slots, around the table's end too).
+      const uint64_t hash = i % 3 == 0   ? rng() << 20
+                            : i % 3 == 1 ? (rng() >> 20) | 0xFFFFFull << 44
+                                         : rng();
       const uint64_t offset = rng() >> 1;
       pairs.emplace_back(hash, offset);
       want.emplace(hash, offset);
@@ -71,6 +75,10 @@ TEST(OffsetIndexTest, KeepsTheFirstOfEqualHashesAndSkipsMalformedPairs) {
   EXPECT_EQ(index.Find(8), std::optional<uint64_t>(0));
   EXPECT_FALSE(index.Find(9).has_value());
   EXPECT_TRUE(OffsetIndex().empty());
+  // A skipped pair does not hide a later one of its hash.
+  OffsetIndex damaged;
+  damaged.AddPairs(Pairs({{5, ~uint64_t{0}}, {5, 40}}));
+  EXPECT_EQ(damaged.Find(5), std::optional<uint64_t>(40));
 }
 
 class ChunkReaderTest : public testing::ChunksDbTest {

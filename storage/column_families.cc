@@ -31,10 +31,14 @@ rocksdb::ColumnFamilyOptions ChunkCfOptions(
   return options;
 }
 
-size_t MetaCacheBytesFor(size_t checkpoints, size_t largest_record_bytes) {
-  const size_t copies = checkpoints + 2;
-  if (largest_record_bytes >= kMetaCacheBytes / copies) return kMetaCacheBytes;
-  return std::max(copies * largest_record_bytes, kMinMetaCacheBytes);
+size_t MetaCacheBytesFor(uint64_t live_table_bytes,
+                         size_t largest_record_bytes) {
+  if (live_table_bytes >= kMetaCacheBytes ||
+      largest_record_bytes >= kMetaCacheBytes)
+    return kMetaCacheBytes;
+  const uint64_t wanted = live_table_bytes + 2 * uint64_t{largest_record_bytes};
+  return static_cast<size_t>(
+      std::clamp<uint64_t>(wanted, kMinMetaCacheBytes, kMetaCacheBytes));
 }
 
 std::shared_ptr<rocksdb::Cache> NewMetaBlockCache() {

@@ -40,15 +40,15 @@ rocksdb::ColumnFamilyOptions ChunkCfOptions(
 inline constexpr size_t kMetaCacheBytes = size_t{64} << 20;
 inline constexpr size_t kMinMetaCacheBytes = size_t{8} << 20;
 // The bytes of the `meta` block cache of a handle after a commit: room for
-// the records of the store's `checkpoints` committed checkpoints, each taken
-// as large as `largest_record_bytes` (the handle's estimate of the largest
-// checkpoint's records: StoreImpl::FitMetaCache), and of two more (the next
-// commit's, and a compaction's rewrite), within [kMinMetaCacheBytes,
-// kMetaCacheBytes].
+// the live metadata table files (`live_table_bytes`: every committed
+// checkpoint's records) and for two more commits of `largest_record_bytes`
+// (the largest records the handle committed: the next commit's read-back,
+// and a compaction's rewrite), within [kMinMetaCacheBytes, kMetaCacheBytes].
 // RocksDB leaves the blocks of a deleted or rewritten table file in the cache
 // until newer blocks push them out; a cache much larger than what is read
 // again fills with those, each new record in fresh memory.
-size_t MetaCacheBytesFor(size_t checkpoints, size_t largest_record_bytes);
+size_t MetaCacheBytesFor(uint64_t live_table_bytes,
+                         size_t largest_record_bytes);
 // A block cache for the `meta` column family, of kMetaCacheBytes.
 std::shared_ptr<rocksdb::Cache> NewMetaBlockCache();
 // Options of the `meta` column family, with `block_cache` (a new one when

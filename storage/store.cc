@@ -191,7 +191,6 @@ Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
   CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id,
                                            std::string_view record) {
     if (!catalogue_.Visible(id)) return true;
-    RaiseTo(largest_main_read_, record.size());
     if (std::optional<CheckpointInfo> known = KnownInfo(id)) {
       out.push_back(std::move(*known));
       return true;
@@ -348,23 +347,18 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   return Status::OK();
 }
 
-void StoreImpl::RaiseTo(std::atomic<size_t>& largest, size_t bytes) {
-  size_t now = largest.load();
-  while (bytes > now && !largest.compare_exchange_weak(now, bytes)) {
-  }
-}
-
 size_t StoreImpl::FitMetaCache(size_t record_bytes) {
-  RaiseTo(largest_records_, record_bytes);
-  // A checkpoint committed before this handle opened may have larger records
-  // than any it committed: its main record, which listings read, and as
-  // much again for its tensors' records, is the estimate.
-  const size_t per_checkpoint =
-      std::max(largest_records_.load(), 2 * largest_main_read_.load());
-  const std::optional<CommitJournal> journal = catalogue_.journal();
-  meta_cache_->SetCapacity(MetaCacheBytesFor(
-      journal ? journal->committed.size() : 1, per_checkpoint));
-  return meta_cache_->GetCapacity();
+  std::lock_guard lock(meta_cache_mu_);
+  largest_records_ = std::max(largest_records_, record_bytes);
+  rocksdb::ColumnFamilyMetaData family;
+  db_->GetColumnFamilyMetaData(meta_, &family);
+  meta_cache_->SetCapacity(MetaCacheBytesFor(family.size, largest_records_));
+  // What the family's table reader uses, as RocksDB reports it.
+  uint64_t capacity = 0;
+  if (!db_->GetIntProperty(meta_, rocksdb::DB::Properties::kBlockCacheCapacity,
+                           &capacity))
+    capacity = 0;
+  return static_cast<size_t>(capacity);
 }
 
 Result<StoreImpl::EncodedCopies> StoreImpl::EncodeCopies(

@@ -505,6 +505,8 @@ Status StoreImpl::RewriteMetaFamily() {
   CKPTDB_RETURN_IF_ERROR(FromRocks(db_->DropColumnFamily(meta_), what));
   CKPTDB_RETURN_IF_ERROR(
       FromRocks(db_->DestroyColumnFamilyHandle(meta_), what));
+  // The dropped files' blocks would stay until newer ones pushed them out.
+  meta_cache_->EraseUnRefEntries();
   meta_ = nullptr;
   handles_[2] = nullptr;
   rocksdb::ColumnFamilyHandle* handle = nullptr;

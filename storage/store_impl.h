@@ -394,7 +394,8 @@ class StoreImpl : public Store {
   void LogCommitSteps(int64_t checkpoint_id, const CommitSteps& steps,
                       size_t meta_cache_bytes);
   // Sizes the `meta` block cache after a commit of `record_bytes` of records
-  // (MetaCacheBytesFor); returns its capacity then.
+  // (MetaCacheBytesFor); returns the family's block cache capacity then, as
+  // RocksDB reports it.
   size_t FitMetaCache(size_t record_bytes);
   // Removes one copy file (of a checkpoint the journal no longer names).
   Status RemoveCopy(CopyKind kind, int64_t checkpoint_id);
@@ -520,11 +521,10 @@ class StoreImpl : public Store {
   CopyEncoder copy_encoder_;
   // The `meta` column family's block cache, kept across reopens.
   const std::shared_ptr<rocksdb::Cache> meta_cache_ = NewMetaBlockCache();
-  // The most bytes of records one commit of this handle wrote, and of a main
-  // record one of its listings read (FitMetaCache).
-  std::atomic<size_t> largest_records_{0};
-  std::atomic<size_t> largest_main_read_{0};
-  static void RaiseTo(std::atomic<size_t>& largest, size_t bytes);
+  // FitMetaCache's: the most bytes of records one commit of this handle
+  // wrote.
+  std::mutex meta_cache_mu_;
+  size_t largest_records_ = 0;
   // The files of deletes with FileRemoval::kInBackground.
   FileRemover remover_;
   // A delete used the reserve and left its space to remover_: the next
