@@ -36,6 +36,8 @@ def child(args):
     db = ckptdb.open(args.dir, keep_last=2)
     step = 0
     db.save(state, step=step)
+    # The parent checks which package this is, and starts once both are ready.
+    print(f"ready {os.path.abspath(ckptdb.__file__)}", flush=True)
     for line in sys.stdin:
         op = line.strip()
         start = time.perf_counter()
@@ -49,7 +51,7 @@ def child(args):
             db.load(target)
         else:
             raise SystemExit(f"unknown operation {op!r}")
-        print(f"{time.perf_counter() - start:.6f}", flush=True)
+        print(f"time {time.perf_counter() - start:.6f}", flush=True)
     db.close()
     shutil.rmtree(args.dir, ignore_errors=True)
 
@@ -58,7 +60,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--a", help="directory holding build A's ckptdb package")
     p.add_argument("--b", help="directory holding build B's ckptdb package")
-    p.add_argument("--dir", default="/dev/shm/ab_builds", help="parent of the two stores")
+    p.add_argument("--dir", default="/dev/shm",
+                   help="where the two stores go (as ab_builds_a and ab_builds_b)")
     p.add_argument("--ops", default="save,load")
     p.add_argument("--rounds", type=int, default=40, help="rounds measured")
     p.add_argument("--warmup", type=int, default=3, help="rounds run first, not measured")
@@ -81,17 +84,28 @@ def main():
         return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                 env=env)
 
-    procs = {"A": start(args.a, "a"), "B": start(args.b, "b")}
+    procs = {"A": start(args.a, "ab_builds_a"), "B": start(args.b, "ab_builds_b")}
+
+    def line_of(name, what, prefix):
+        # Lines of other output (the library's, numpy's) are skipped.
+        while True:
+            line = procs[name].stdout.readline()
+            if not line:
+                raise SystemExit(f"build {name} stopped during {what}")
+            if line.startswith(prefix + " "):
+                return line[len(prefix) + 1:].strip()
+
+    for name, package in (("A", args.a), ("B", args.b)):
+        module = line_of(name, "its first save", "ready")
+        if not module.startswith(os.path.abspath(package) + os.sep):
+            raise SystemExit(f"build {name} imported {module}, not the package in {package}")
 
     def run(name, op):
         time.sleep(args.pause)
         proc = procs[name]
         proc.stdin.write(op + "\n")
         proc.stdin.flush()
-        line = proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"build {name} stopped during {op}")
-        return float(line)
+        return float(line_of(name, op, "time"))
 
     times = {op: {"A": [], "B": []} for op in ops}
     for r in range(args.warmup + args.rounds):
