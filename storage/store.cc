@@ -354,10 +354,9 @@ size_t StoreImpl::FitMetaCache(size_t record_bytes) {
   db_->GetColumnFamilyMetaData(meta_, &family);
   meta_cache_->SetCapacity(MetaCacheBytesFor(family.size, largest_records_));
   // What the family's table reader uses, as RocksDB reports it.
-  uint64_t capacity = 0;
-  if (!db_->GetIntProperty(meta_, rocksdb::DB::Properties::kBlockCacheCapacity,
-                           &capacity))
-    capacity = 0;
+  uint64_t capacity = 0;  // stays 0 when RocksDB does not report one
+  (void)db_->GetIntProperty(meta_, rocksdb::DB::Properties::kBlockCacheCapacity,
+                            &capacity);
   return static_cast<size_t>(capacity);
 }
 
