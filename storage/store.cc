@@ -353,11 +353,20 @@ size_t StoreImpl::FitMetaCache(size_t record_bytes) {
   rocksdb::ColumnFamilyMetaData family;
   db_->GetColumnFamilyMetaData(meta_, &family);
   meta_cache_->SetCapacity(MetaCacheBytesFor(family.size, largest_records_));
+  return ReportedMetaCacheCapacity();
+}
+
+size_t StoreImpl::ReportedMetaCacheCapacity() {
   // What the family's table reader uses, as RocksDB reports it.
   uint64_t capacity = 0;  // stays 0 when RocksDB does not report one
   (void)db_->GetIntProperty(meta_, rocksdb::DB::Properties::kBlockCacheCapacity,
                             &capacity);
   return static_cast<size_t>(capacity);
+}
+
+size_t StoreImpl::MetaCacheCapacity() {
+  std::shared_lock lock(mu_);
+  return db_ ? ReportedMetaCacheCapacity() : 0;
 }
 
 Result<StoreImpl::EncodedCopies> StoreImpl::EncodeCopies(

@@ -129,6 +129,10 @@ class StoreImpl : public Store {
   Result<StoreReport> Check() override;
   void RemoveStaged(const std::vector<std::string>& staged_files) override;
 
+  // The `meta` family's block cache capacity as RocksDB reports it; 0 while
+  // the handle is closed.
+  size_t MetaCacheCapacity();
+
  private:
   Status RequireWritable(const char* what) const {
     if (options_.read_only) {
@@ -393,10 +397,12 @@ class StoreImpl : public Store {
   };
   void LogCommitSteps(int64_t checkpoint_id, const CommitSteps& steps,
                       size_t meta_cache_bytes);
-  // Sizes the `meta` block cache after a commit of `record_bytes` of records
-  // (MetaCacheBytesFor); returns the family's block cache capacity then, as
-  // RocksDB reports it.
+  // Sizes the `meta` block cache to the family's live table files and two
+  // commits of the most records this handle committed, counting a commit of
+  // `record_bytes` now (0 at an open) (MetaCacheBytesFor); returns the
+  // capacity then, as RocksDB reports it.
   size_t FitMetaCache(size_t record_bytes);
+  size_t ReportedMetaCacheCapacity();
   // Removes one copy file (of a checkpoint the journal no longer names).
   Status RemoveCopy(CopyKind kind, int64_t checkpoint_id);
   // Checkpoint ids with a copy of `kind` (intact or not).

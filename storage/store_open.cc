@@ -366,6 +366,11 @@ Status StoreImpl::OpenDb() {
     return options_.read_only ? WithRebuildHint(s) : s;
   }
   stamp_ = stamp;
+  // Every open sizes the metadata cache, as every commit does: a handle that
+  // never commits (read-only, or one that only loads) would otherwise keep
+  // the blocks of record files deleted since it last read them, up to the
+  // cache's 64 MiB.
+  (void)FitMetaCache(0);
   return Status::OK();
 }
 

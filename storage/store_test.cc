@@ -12,6 +12,7 @@
 
 #include "storage/column_families.h"
 #include "storage/keys.h"
+#include "storage/store_impl.h"
 #include "storage/store_testing.h"
 #include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
@@ -219,6 +220,41 @@ TEST(StoreTest, TheMetadataCacheMakesRoomForRecordsCommittedBeforeTheOpen) {
   EXPECT_GT(live, 2 * 4'000'000u);
   // (The LOG gives a tenth of a MiB.)
   EXPECT_GE(LoggedMetaCacheMiB(dir.path(), 3), live / 1048576.0 - 0.05);
+}
+
+// A handle that never commits (here a read-only one) sizes its metadata cache
+// at each open, as a committing one does at each commit: to the live records,
+// within the least and the most, so that the blocks of record files deleted
+// since do not pile up in it.
+TEST(StoreTest, EveryOpenSizesTheMetadataCacheToTheLiveRecords) {
+  TempDir dir;
+  auto writer = Store::Open(dir.path(), {});
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  ASSERT_TRUE(SaveBytes(**writer, "abcd", 1).ok());
+  StoreOptions read_only;
+  read_only.read_only = true;
+  auto reader = Store::Open(dir.path(), read_only);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto& impl = dynamic_cast<StoreImpl&>(**reader);
+  EXPECT_EQ(impl.MetaCacheCapacity(), kMinMetaCacheBytes);
+  // Three checkpoints of some 4 MB of records each.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(SaveTensors(**writer, 40000).ok());
+  ASSERT_TRUE((*reader)->Refresh().ok());
+  uint64_t live = 0;
+  for (const auto& file : testing::TableFiles(dir.path(), "meta"))
+    live += file.size;
+  EXPECT_GT(live, 3 * 4'000'000u);
+  EXPECT_GE(impl.MetaCacheCapacity(), live);
+  ASSERT_TRUE((*reader)->List().ok());  // their main records, cached
+  for (int64_t id = 2; id <= 4; ++id) ASSERT_TRUE((*writer)->Delete(id).ok());
+  ASSERT_TRUE((*reader)->Refresh().ok());
+  EXPECT_EQ(impl.MetaCacheCapacity(), kMinMetaCacheBytes);
+  auto listed = (*reader)->List();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(listed->size(), 1u);
+  // A released handle has no cache until a read opens it again.
+  (*reader)->Release();
+  EXPECT_EQ(impl.MetaCacheCapacity(), 0u);
 }
 
 TEST(StoreTest, TheMetadataCacheHoldsTheLiveRecordsAndTwoMoreCommits) {
