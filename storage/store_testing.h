@@ -8,9 +8,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "storage/store.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ckptdb::storage::testing {
 
@@ -47,6 +49,25 @@ inline Result<CheckpointMetadata> SaveBytes(
   }
   CKPTDB_RETURN_IF_ERROR(store.Commit(meta, files));
   return meta;
+}
+
+// `n` bytes of a pattern that differs with `seed` (and repeats no short run).
+inline std::string Pattern(size_t n, uint32_t seed) {
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; ++i)
+    out[i] = static_cast<char>(((i + seed) * 2654435761u) >> 13);
+  return out;
+}
+
+// The number of files under `dir` with extension `ext`, and their total size.
+inline std::pair<int, uint64_t> FilesWith(const std::string& dir,
+                                          const std::string& ext) {
+  std::pair<int, uint64_t> out{0, 0};
+  for (const auto& file : ckptdb::testing::FilesUnder(dir, {ext.c_str()})) {
+    ++out.first;
+    out.second += file.size;
+  }
+  return out;
 }
 
 inline std::string ReadAll(Store& store, const CheckpointMetadata& meta) {
