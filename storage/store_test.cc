@@ -135,6 +135,19 @@ TEST(StoreTest, ReopeningLeavesNoEmptyLogsBehind) {
   }
 }
 
+// The store's LOG line of checkpoint `id`'s commit, from its "committed in";
+// "" when there is none.
+std::string CommitLogLine(const std::string& dir, int64_t id) {
+  std::ifstream log(dir + "/LOG");
+  const std::string text((std::istreambuf_iterator<char>(log)),
+                         std::istreambuf_iterator<char>());
+  const std::string line =
+      "[ckptdb] checkpoint " + std::to_string(id) + " committed in ";
+  const size_t at = text.find(line);
+  if (at == std::string::npos) return "";
+  return text.substr(at, text.find('\n', at) - at);
+}
+
 TEST(StoreTest, EachCommitWritesBothCopiesAndLogsTheTimeOfItsSteps) {
   TempDir dir;
   {
@@ -147,15 +160,9 @@ TEST(StoreTest, EachCommitWritesBothCopiesAndLogsTheTimeOfItsSteps) {
     EXPECT_TRUE(std::filesystem::exists(dir.path() + "/copies/" + copy))
         << copy;
   }
-  std::ifstream log(dir.path() + "/LOG");
-  const std::string text((std::istreambuf_iterator<char>(log)),
-                         std::istreambuf_iterator<char>());
   for (int id : {1, 2}) {
-    const std::string line =
-        "[ckptdb] checkpoint " + std::to_string(id) + " committed in ";
-    const size_t at = text.find(line);
-    ASSERT_NE(at, std::string::npos) << line << " not in:\n" << text;
-    const std::string rest = text.substr(at, text.find('\n', at) - at);
+    const std::string rest = CommitLogLine(dir.path(), id);
+    ASSERT_FALSE(rest.empty()) << "no commit line for checkpoint " << id;
     for (const char* step : {"ingest ", "records ", "copies ", "journal "})
       EXPECT_NE(rest.find(step), std::string::npos) << rest;
     // Records of a few hundred bytes: the cache at its least.
@@ -188,14 +195,7 @@ Status SaveTensors(Store& store, int count) {
 
 // The metadata cache's size in the LOG line of checkpoint `id`'s commit.
 double LoggedMetaCacheMiB(const std::string& dir, int64_t id) {
-  std::ifstream log(dir + "/LOG");
-  const std::string text((std::istreambuf_iterator<char>(log)),
-                         std::istreambuf_iterator<char>());
-  const std::string line =
-      "[ckptdb] checkpoint " + std::to_string(id) + " committed in ";
-  const size_t at = text.find(line);
-  if (at == std::string::npos) return -1;
-  const std::string rest = text.substr(at, text.find('\n', at) - at);
+  const std::string rest = CommitLogLine(dir, id);
   const size_t cache = rest.find("metadata cache ");
   return cache == std::string::npos ? -1 : std::stod(rest.substr(cache + 15));
 }
