@@ -34,12 +34,12 @@ inline constexpr size_t kMetaCompactionTrigger = 4;
 rocksdb::ColumnFamilyOptions ChunkCfOptions(
     std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
 // The most bytes of decoded metadata blocks a store handle keeps (records
-// read again by every listing and load); filled only by what is read. A
-// handle that commits sizes its cache to its records, down to
-// kMinMetaCacheBytes (StoreImpl::FitMetaCache).
+// read again by every listing and load); filled only by what is read. Each
+// open, commit and delete of a handle sizes its cache to the live records,
+// down to kMinMetaCacheBytes (StoreImpl::FitMetaCache).
 inline constexpr size_t kMetaCacheBytes = size_t{64} << 20;
 inline constexpr size_t kMinMetaCacheBytes = size_t{8} << 20;
-// The bytes of the `meta` block cache of a handle after a commit: room for
+// The bytes of the `meta` block cache of a handle: room for
 // the live metadata table files (`live_table_bytes`: every committed
 // checkpoint's records) and for two more commits of `largest_record_bytes`
 // (the largest records the handle committed: the next commit's read-back,

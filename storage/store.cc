@@ -318,7 +318,12 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   rocksdb::WriteBatch batch(bytes);
   for (const auto& [key, value] : records) batch.Put(meta_, key, value);
   Status s = WriteMeta(&batch, "committing " + what);
-  // Read back from its table file (which also puts it in the block cache).
+  // Room for them in the metadata cache before they are read back from their
+  // table file (which puts them there).
+  size_t record_bytes = 0;
+  for (const auto& [key, value] : records)
+    record_bytes += key.size() + value.size();
+  const size_t meta_cache_bytes = s.ok() ? FitMetaCache(record_bytes) : 0;
   if (s.ok()) s = ReadBack(id, records);
   steps.Lap(&steps.records);
   // Both copies, before the journal names the checkpoint.
@@ -335,10 +340,7 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   }
   if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
   steps.Lap(&steps.journal);
-  size_t record_bytes = 0;
-  for (const auto& [key, value] : records)
-    record_bytes += key.size() + value.size();
-  LogCommitSteps(id, steps, FitMetaCache(record_bytes));
+  LogCommitSteps(id, steps, meta_cache_bytes);
   // The commit stands whatever the compaction does: a failed one leaves a
   // background error, which the next write's reopen clears (and the reopen's
   // check finds any damaged metadata table first).

@@ -183,6 +183,7 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id, FileRemover::Batch* later) {
   // tombstones stay until a later one).
   Status compacted = CompactDeletedRecords(checkpoint_id);
   (void)compacted;
+  (void)FitMetaCache(0);  // fewer live records: less room kept for them
   return Status::OK();
 }
 

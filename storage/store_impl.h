@@ -132,6 +132,8 @@ class StoreImpl : public Store {
   // The `meta` family's block cache capacity as RocksDB reports it; 0 while
   // the handle is closed.
   size_t MetaCacheCapacity();
+  // The bytes of blocks that cache holds now.
+  size_t MetaCacheUsage() const { return meta_cache_->GetUsage(); }
 
  private:
   Status RequireWritable(const char* what) const {

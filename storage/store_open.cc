@@ -359,6 +359,10 @@ Status StoreImpl::OpenDb() {
   if (!options_.read_only && has_db)
     CKPTDB_RETURN_IF_ERROR(PreCheckOrRebuild(has_db));
   Status s = OpenRocks(has_db, options_.read_only);
+  // Sized before the open's own reads (RecoverCommits reads every record),
+  // and again after them (a recovery or a rewrite of the records changes
+  // the live files).
+  if (s.ok()) (void)FitMetaCache(0);
   if (s.ok()) s = CheckStoreMarker(has_db);
   if (s.ok()) s = RecoverCommits();
   if (!s.ok()) {
@@ -366,10 +370,9 @@ Status StoreImpl::OpenDb() {
     return options_.read_only ? WithRebuildHint(s) : s;
   }
   stamp_ = stamp;
-  // Every open sizes the metadata cache, as every commit does: a handle that
-  // never commits (read-only, or one that only loads) would otherwise keep
-  // the blocks of record files deleted since it last read them, up to the
-  // cache's 64 MiB.
+  // Every open sizes the metadata cache, as every commit and delete does: a
+  // read-only handle would otherwise keep the blocks of record files deleted
+  // since it last read them, up to the cache's 64 MiB.
   (void)FitMetaCache(0);
   return Status::OK();
 }

@@ -135,8 +135,8 @@ TEST(StoreTest, ReopeningLeavesNoEmptyLogsBehind) {
   }
 }
 
-// The store's LOG line of checkpoint `id`'s commit, from its "committed in";
-// "" when there is none.
+// The store's LOG line of checkpoint `id`'s commit, from "[ckptdb]
+// checkpoint <id>" to its end; "" when there is none.
 std::string CommitLogLine(const std::string& dir, int64_t id) {
   std::ifstream log(dir + "/LOG");
   const std::string text((std::istreambuf_iterator<char>(log)),
@@ -252,9 +252,40 @@ TEST(StoreTest, EveryOpenSizesTheMetadataCacheToTheLiveRecords) {
   auto listed = (*reader)->List();
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   EXPECT_EQ(listed->size(), 1u);
-  // A released handle has no cache until a read opens it again.
+  // A released handle reports no capacity while it is closed.
   (*reader)->Release();
   EXPECT_EQ(impl.MetaCacheCapacity(), 0u);
+}
+
+// A handle's first commit has room for its records in the metadata cache when
+// it reads them back, beside the records the open read: a new handle's cache
+// is sized for the live records only until then.
+TEST(StoreTest, AFirstCommitsRecordsJoinTheCachedOnesWithoutEvictingThem) {
+  TempDir dir;
+  {
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(SaveTensors(**store, 40000).ok());
+  }
+  auto live = [&] {
+    uint64_t bytes = 0;
+    for (const auto& file : testing::TableFiles(dir.path(), "meta"))
+      bytes += file.size;
+    return bytes;
+  };
+  const uint64_t live_before = live();
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto& impl = dynamic_cast<StoreImpl&>(**store);
+  ASSERT_TRUE((*store)->List().ok());
+  const size_t before = impl.MetaCacheUsage();
+  EXPECT_GT(before, live_before / 2);  // the open read every record
+  ASSERT_TRUE(SaveTensors(**store, 40000).ok());
+  // The new records' blocks (their table file's bytes, less its index and
+  // footer) joined the others.
+  const uint64_t added = live() - live_before;
+  EXPECT_GT(impl.MetaCacheUsage(), before + added * 9 / 10)
+      << before << " cached before, " << added << " committed";
 }
 
 TEST(StoreTest, TheMetadataCacheHoldsTheLiveRecordsAndTwoMoreCommits) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
