@@ -31,6 +31,12 @@ rocksdb::ColumnFamilyOptions ChunkCfOptions(
   return options;
 }
 
+int FileOpeningThreads(size_t table_files) {
+  constexpr size_t kLoadedAtOpen = 16;  // RocksDB's kInitialLoadLimit
+  return static_cast<int>(
+      std::max<size_t>(1, std::min(table_files, kLoadedAtOpen) / 4));
+}
+
 size_t MetaCacheBytesFor(uint64_t live_table_bytes,
                          size_t largest_record_bytes) {
   if (live_table_bytes >= kMetaCacheBytes ||

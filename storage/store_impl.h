@@ -533,6 +533,9 @@ class StoreImpl : public Store {
   // wrote.
   std::mutex meta_cache_mu_;
   size_t largest_records_ = 0;
+  // The table files PrepareDirectory found in the store's directory, for the
+  // open that follows (FileOpeningThreads).
+  size_t table_files_ = 0;
   // The files of deletes with FileRemoval::kInBackground.
   FileRemover remover_;
   // A delete used the reserve and left its space to remover_: the next

@@ -152,6 +152,9 @@ Result<bool> StoreImpl::PrepareDirectory() {
     CKPTDB_ASSIGN_OR_RETURN(names, fs_->ListDir(path_));
   }
   const auto [creating, current, data, foreign] = Survey(names);
+  table_files_ = std::count_if(names.begin(), names.end(), [](const auto& n) {
+    return n.ends_with(".sst");
+  });
   // A database counts unless a creation was interrupted before it held
   // anything: the creation writes the store marker into a table file before
   // it removes the CREATING marker. A stray CREATING file changes nothing.
@@ -237,6 +240,7 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
   // Each checkpoint adds a few files per writer rank; keep descriptors bounded
   // (the table cache reopens evicted files on demand).
   db_options.max_open_files = 256;
+  db_options.max_file_opening_threads = FileOpeningThreads(table_files_);
   db_options.max_manifest_file_size = 64 << 20;
   // Chunks are read in key order, which is file order: let the kernel read
   // ahead (RocksDB would otherwise advise random access on every table).

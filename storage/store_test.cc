@@ -288,6 +288,28 @@ TEST(StoreTest, AFirstCommitsRecordsJoinTheCachedOnesWithoutEvictingThem) {
       << before << " cached before, " << added << " committed";
 }
 
+// An open loads table files with a thread for each 4 of the first 16 (the
+// most RocksDB loads at an open): a store of a few files starts no thread for
+// them, where RocksDB's default started 15 at every open.
+TEST(StoreTest, AnOpenLoadsTableFilesWithAThreadForEachFourOfTheFirstSixteen) {
+  EXPECT_EQ(FileOpeningThreads(0), 1);
+  EXPECT_EQ(FileOpeningThreads(7), 1);
+  EXPECT_EQ(FileOpeningThreads(8), 2);
+  EXPECT_EQ(FileOpeningThreads(16), 4);
+  EXPECT_EQ(FileOpeningThreads(100000), 4);
+  TempDir dir;
+  ASSERT_TRUE(Store::Open(dir.path(), {}).ok());
+  // What the open passed to RocksDB, from the options file it wrote.
+  std::string options;
+  for (const auto& file : std::filesystem::directory_iterator(dir.path())) {
+    if (!file.path().filename().string().starts_with("OPTIONS-")) continue;
+    std::ifstream in(file.path());
+    options.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_NE(options.find("max_file_opening_threads=1\n"), std::string::npos)
+      << options;
+}
+
 TEST(StoreTest, TheMetadataCacheHoldsTheLiveRecordsAndTwoMoreCommits) {
   constexpr size_t kMiB = size_t{1} << 20;
   // Two kept checkpoints of 2.2 MB of records (10,000 tensors), and two more.
