@@ -41,10 +41,12 @@ inline constexpr size_t kMetaCacheBytes = size_t{64} << 20;
 inline constexpr size_t kMinMetaCacheBytes = size_t{8} << 20;
 // The threads an open of the database loads table files with, for a store of
 // `table_files` table files: one for each 4 of the first 16 (RocksDB loads at
-// most 16 at an open), at least 1. RocksDB starts max_file_opening_threads - 1
-// threads at every open however few files there are, and its default of 16
-// threads costs milliseconds of every open (their stacks mapped and unmapped),
-// which a read-only follower pays for each new checkpoint.
+// most 16 at an open, over all column families), at least 1. RocksDB starts
+// max_file_opening_threads - 1 threads for each column family at every open
+// however few files there are, and its default of 16 (up to 45 threads for
+// the store's three families) costs milliseconds of every open (their stacks
+// mapped and unmapped), which a read-only follower pays for each new
+// checkpoint. On storage slow to open a file, 16 files take 4 rounds.
 int FileOpeningThreads(size_t table_files);
 // The bytes of the `meta` block cache of a handle: room for
 // the live metadata table files (`live_table_bytes`: every committed
