@@ -96,8 +96,11 @@ def main():
             db.load(own_target)
             own_loads.append(time.perf_counter() - start)
     finally:
-        follower.stdin.write("end\n")
-        follower.stdin.flush()
+        try:
+            follower.stdin.write("end\n")
+            follower.stdin.flush()
+        except BrokenPipeError:  # the follower stopped already: its error is above
+            pass
         follower.wait()
     for k, v in job.items():
         if not np.array_equal(own_target[k], v):
