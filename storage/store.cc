@@ -311,18 +311,15 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
       std::async(std::launch::async, [this, id, located, &records] {
         return EncodeCopies(id, located, records);
       });
-  // Room for every record at once (a batch that grows copies what it holds).
-  size_t bytes = 64;
+  size_t record_bytes = 0;
   for (const auto& [key, value] : records)
-    bytes += key.size() + value.size() + 16;
-  rocksdb::WriteBatch batch(bytes);
+    record_bytes += key.size() + value.size();
+  // Room for every record at once (a batch that grows copies what it holds).
+  rocksdb::WriteBatch batch(64 + record_bytes + 16 * records.size());
   for (const auto& [key, value] : records) batch.Put(meta_, key, value);
   Status s = WriteMeta(&batch, "committing " + what);
   // Room for them in the metadata cache before they are read back from their
   // table file (which puts them there).
-  size_t record_bytes = 0;
-  for (const auto& [key, value] : records)
-    record_bytes += key.size() + value.size();
   const size_t meta_cache_bytes = s.ok() ? FitMetaCache(record_bytes) : 0;
   if (s.ok()) s = ReadBack(id, records);
   steps.Lap(&steps.records);

@@ -55,10 +55,11 @@ std::string Join(const std::set<int64_t>& ids) {
 
 // What the names in a store's directory say about it.
 struct DirectorySurvey {
-  bool creating = false;  // the CREATING marker of a creation under way
-  bool current = false;   // RocksDB's CURRENT
-  bool data = false;      // files only a store that held data has
-  bool foreign = false;   // a name no store or creation writes
+  bool creating = false;   // the CREATING marker of a creation under way
+  bool current = false;    // RocksDB's CURRENT
+  bool data = false;       // files only a store that held data has
+  bool foreign = false;    // a name no store or creation writes
+  size_t table_files = 0;  // RocksDB's table files (*.sst)
 };
 
 DirectorySurvey Survey(const std::vector<std::string>& names) {
@@ -66,9 +67,9 @@ DirectorySurvey Survey(const std::vector<std::string>& names) {
   for (const std::string& name : names) {
     s.creating |= name == kCreatingFile;
     s.current |= name == "CURRENT";
-    s.data |= name.ends_with(".sst") || name == kReserveFile ||
-              name == "values" || name == "copies" ||
-              name.rfind("CKPTDB_JOURNAL", 0) == 0;
+    s.table_files += name.ends_with(".sst");
+    s.data |= s.table_files > 0 || name == kReserveFile || name == "values" ||
+              name == "copies" || name.rfind("CKPTDB_JOURNAL", 0) == 0;
     s.foreign |= !IsCreationFile(name) && name != "CURRENT";
   }
   return s;
@@ -151,10 +152,8 @@ Result<bool> StoreImpl::PrepareDirectory() {
   if (exists) {
     CKPTDB_ASSIGN_OR_RETURN(names, fs_->ListDir(path_));
   }
-  const auto [creating, current, data, foreign] = Survey(names);
-  table_files_ = std::count_if(names.begin(), names.end(), [](const auto& n) {
-    return n.ends_with(".sst");
-  });
+  const auto [creating, current, data, foreign, table_files] = Survey(names);
+  table_files_ = table_files;
   // A database counts unless a creation was interrupted before it held
   // anything: the creation writes the store marker into a table file before
   // it removes the CREATING marker. A stray CREATING file changes nothing.
