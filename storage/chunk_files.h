@@ -54,16 +54,11 @@ struct ValueFileLog {
 std::shared_ptr<rocksdb::TablePropertiesCollectorFactory>
 NewValueOffsetCollectorFactory(std::shared_ptr<ValueFileLog> log = nullptr);
 
-// Where the chunk values of one table file start
-// (NewValueOffsetCollectorFactory), with the file holding them open. Files
-// written before the table-offsets property know only the values that start a
-// block; their other keys have no entry.
 // Key hash -> offset of a value: an open-addressing table indexed by the
-// hash (mixed), at most half full, so
-// that a lookup reads one or two adjacent slots (a load of 10,000 small
-// chunks spent a tenth of its time finding them in a node-based hash map, and
-// a binary search of sorted pairs still half of that). Of pairs with the same
-// hash, the first added counts.
+// hash (mixed), at most half full, so that a lookup reads one or two adjacent
+// slots, where a node-based hash map took a cache miss a node and a binary
+// search of sorted pairs several. Of pairs with the same hash, the first added
+// counts.
 class OffsetIndex {
  public:
   // Adds the 16-byte little-endian (key hash, offset) pairs of `bytes` (a
@@ -90,6 +85,10 @@ class OffsetIndex {
   size_t size_ = 0;
 };
 
+// Where the chunk values of one table file start
+// (NewValueOffsetCollectorFactory), with the file holding them open. Files
+// written before the table-offsets property know only the values that start a
+// block; their other keys have no entry.
 struct FileOffsets {
   FileOffsets() = default;
   FileOffsets(const FileOffsets&) = delete;

@@ -10,9 +10,7 @@
 #include <fstream>
 #include <map>
 
-#include "storage/column_families.h"
 #include "storage/keys.h"
-#include "storage/store_impl.h"
 #include "storage/store_testing.h"
 #include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
@@ -23,6 +21,7 @@ namespace {
 using ckptdb::testing::FaultInjector;
 using ckptdb::testing::FaultRule;
 using ckptdb::testing::TempDir;
+using testing::CommitLogLine;
 using testing::ReadAll;
 using testing::SaveBytes;
 
@@ -135,19 +134,6 @@ TEST(StoreTest, ReopeningLeavesNoEmptyLogsBehind) {
   }
 }
 
-// The store's LOG line of checkpoint `id`'s commit, from "[ckptdb]
-// checkpoint <id>" to its end; "" when there is none.
-std::string CommitLogLine(const std::string& dir, int64_t id) {
-  std::ifstream log(dir + "/LOG");
-  const std::string text((std::istreambuf_iterator<char>(log)),
-                         std::istreambuf_iterator<char>());
-  const std::string line =
-      "[ckptdb] checkpoint " + std::to_string(id) + " committed in ";
-  const size_t at = text.find(line);
-  if (at == std::string::npos) return "";
-  return text.substr(at, text.find('\n', at) - at);
-}
-
 TEST(StoreTest, EachCommitWritesBothCopiesAndLogsTheTimeOfItsSteps) {
   TempDir dir;
   {
@@ -167,197 +153,6 @@ TEST(StoreTest, EachCommitWritesBothCopiesAndLogsTheTimeOfItsSteps) {
       EXPECT_NE(rest.find(step), std::string::npos) << rest;
     // Records of a few hundred bytes: the cache at its least.
     EXPECT_NE(rest.find("; metadata cache 8.0 MiB"), std::string::npos) << rest;
-  }
-}
-
-// Commits a checkpoint of `count` tensors of 4 bytes, "t0", "t1", ... (one
-// chunk each, one writer): records of about 100 bytes a tensor.
-Status SaveTensors(Store& store, int count) {
-  CKPTDB_ASSIGN_OR_RETURN(int64_t id, store.NextCheckpointId());
-  CheckpointMetadata meta;
-  meta.info.id = id;
-  meta.info.world_size = 1;
-  meta.info.num_tensors = count;
-  meta.info.nbytes = 4 * count;
-  CKPTDB_ASSIGN_OR_RETURN(auto writer, store.NewStagedFile(id, 0, 0));
-  std::vector<std::string> keys;
-  for (int i = 0; i < count; ++i) keys.push_back("t" + std::to_string(i));
-  std::sort(keys.begin(), keys.end());  // staged in key order
-  for (const std::string& key : keys) {
-    CKPTDB_ASSIGN_OR_RETURN(uint64_t sum, writer->Add(key, {0}, "abcd"));
-    meta.tensors[key] =
-        TensorMetadata{DType::kUInt8, {4}, {{Box{{0}, {4}}, 0, 4, sum}}};
-    meta.flat_mapping[key] = {key};
-  }
-  CKPTDB_ASSIGN_OR_RETURN(std::string file, writer->Finish());
-  return store.Commit(meta, {file});
-}
-
-// The metadata cache's size in the LOG line of checkpoint `id`'s commit.
-double LoggedMetaCacheMiB(const std::string& dir, int64_t id) {
-  const std::string rest = CommitLogLine(dir, id);
-  const size_t cache = rest.find("metadata cache ");
-  return cache == std::string::npos ? -1 : std::stod(rest.substr(cache + 15));
-}
-
-TEST(StoreTest, TheMetadataCacheMakesRoomForRecordsCommittedBeforeTheOpen) {
-  TempDir dir;
-  {
-    auto store = Store::Open(dir.path(), {});
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    for (int i = 0; i < 2; ++i) ASSERT_TRUE(SaveTensors(**store, 40000).ok());
-  }
-  // Records of some 4 MB each.
-  EXPECT_GT(LoggedMetaCacheMiB(dir.path(), 2), 12.0);
-  auto store = Store::Open(dir.path(), {});
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  ASSERT_TRUE(SaveBytes(**store, std::string(100, 'x'), 1).ok());
-  // This handle committed records of a few hundred bytes; the store's other
-  // two checkpoints' records still fit.
-  uint64_t live = 0;
-  for (const auto& file : testing::TableFiles(dir.path(), "meta"))
-    live += file.size;
-  EXPECT_GT(live, 2 * 4'000'000u);
-  // (The LOG gives a tenth of a MiB.)
-  EXPECT_GE(LoggedMetaCacheMiB(dir.path(), 3), live / 1048576.0 - 0.05);
-}
-
-// A handle that never commits (here a read-only one) sizes its metadata cache
-// at each open, as a committing one does at each commit: to the live records,
-// within the least and the most, so that the blocks of record files deleted
-// since do not pile up in it.
-TEST(StoreTest, EveryOpenSizesTheMetadataCacheToTheLiveRecords) {
-  TempDir dir;
-  auto writer = Store::Open(dir.path(), {});
-  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
-  ASSERT_TRUE(SaveBytes(**writer, "abcd", 1).ok());
-  StoreOptions read_only;
-  read_only.read_only = true;
-  auto reader = Store::Open(dir.path(), read_only);
-  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
-  auto& impl = dynamic_cast<StoreImpl&>(**reader);
-  EXPECT_EQ(impl.MetaCacheCapacity(), kMinMetaCacheBytes);
-  // Three checkpoints of some 4 MB of records each.
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(SaveTensors(**writer, 40000).ok());
-  ASSERT_TRUE((*reader)->Refresh().ok());
-  uint64_t live = 0;
-  for (const auto& file : testing::TableFiles(dir.path(), "meta"))
-    live += file.size;
-  EXPECT_GT(live, 3 * 4'000'000u);
-  EXPECT_GE(impl.MetaCacheCapacity(), live);
-  ASSERT_TRUE((*reader)->List().ok());  // their main records, cached
-  for (int64_t id = 2; id <= 4; ++id) ASSERT_TRUE((*writer)->Delete(id).ok());
-  ASSERT_TRUE((*reader)->Refresh().ok());
-  EXPECT_EQ(impl.MetaCacheCapacity(), kMinMetaCacheBytes);
-  auto listed = (*reader)->List();
-  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
-  EXPECT_EQ(listed->size(), 1u);
-  // A released handle reports no capacity while it is closed.
-  (*reader)->Release();
-  EXPECT_EQ(impl.MetaCacheCapacity(), 0u);
-}
-
-// A handle's first commit has room for its records in the metadata cache when
-// it reads them back, beside the records the open read: a new handle's cache
-// is sized for the live records only until then.
-TEST(StoreTest, AFirstCommitsRecordsJoinTheCachedOnesWithoutEvictingThem) {
-  TempDir dir;
-  {
-    auto store = Store::Open(dir.path(), {});
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    for (int i = 0; i < 2; ++i) ASSERT_TRUE(SaveTensors(**store, 40000).ok());
-  }
-  auto live = [&] {
-    uint64_t bytes = 0;
-    for (const auto& file : testing::TableFiles(dir.path(), "meta"))
-      bytes += file.size;
-    return bytes;
-  };
-  const uint64_t live_before = live();
-  auto store = Store::Open(dir.path(), {});
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  auto& impl = dynamic_cast<StoreImpl&>(**store);
-  ASSERT_TRUE((*store)->List().ok());
-  const size_t before = impl.MetaCacheUsage();
-  EXPECT_GT(before, live_before / 2);  // the open read every record
-  ASSERT_TRUE(SaveTensors(**store, 40000).ok());
-  // The new records' blocks (their table file's bytes, less its index and
-  // footer) joined the others.
-  const uint64_t added = live() - live_before;
-  EXPECT_GT(impl.MetaCacheUsage(), before + added * 9 / 10)
-      << before << " cached before, " << added << " committed";
-}
-
-// An open loads table files with a thread for each 4 of the first 16 (the
-// most RocksDB loads at an open): a store of a few files starts no thread for
-// them, where RocksDB's default started 15 for each column family.
-TEST(StoreTest, AnOpenLoadsTableFilesWithAThreadForEachFourOfTheFirstSixteen) {
-  EXPECT_EQ(FileOpeningThreads(0), 1);
-  EXPECT_EQ(FileOpeningThreads(7), 1);
-  EXPECT_EQ(FileOpeningThreads(8), 2);
-  EXPECT_EQ(FileOpeningThreads(16), 4);
-  EXPECT_EQ(FileOpeningThreads(100000), 4);
-  TempDir dir;
-  // What the latest open passed to RocksDB, from the options file it wrote
-  // (OPTIONS-<number>, the highest number the latest).
-  auto options = [&] {
-    std::string newest, text;
-    for (const auto& file : std::filesystem::directory_iterator(dir.path())) {
-      const std::string name = file.path().filename().string();
-      if (!name.starts_with("OPTIONS-")) continue;
-      const bool later = name.size() != newest.size()
-                             ? name.size() > newest.size()
-                             : name > newest;
-      if (!later) continue;
-      newest = name;
-      std::ifstream in(file.path());
-      text.assign(std::istreambuf_iterator<char>(in), {});
-    }
-    return text;
-  };
-  {
-    auto store = Store::Open(dir.path(), {});
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    EXPECT_NE(options().find("max_file_opening_threads=1\n"), std::string::npos)
-        << options();
-    // Three writers' chunk files and a metadata file a checkpoint.
-    for (int i = 0; i < 3; ++i)
-      ASSERT_TRUE(SaveBytes(**store, std::string(3000, 'a' + i), 3).ok());
-  }
-  size_t tables = 0;  // the database's, in the store's directory
-  for (const auto& file : std::filesystem::directory_iterator(dir.path()))
-    tables += file.path().extension() == ".sst";
-  ASSERT_GE(tables, 8u);
-  ASSERT_TRUE(Store::Open(dir.path(), {}).ok());
-  const std::string threads =
-      "max_file_opening_threads=" + std::to_string(FileOpeningThreads(tables)) +
-      "\n";
-  EXPECT_NE(options().find(threads), std::string::npos)
-      << tables << " table files; " << options();
-}
-
-TEST(StoreTest, TheMetadataCacheHoldsTheLiveRecordsAndTwoMoreCommits) {
-  constexpr size_t kMiB = size_t{1} << 20;
-  // Two kept checkpoints of 2.2 MB of records (10,000 tensors), and two more.
-  EXPECT_EQ(MetaCacheBytesFor(2 * 2'200'000, 2'200'000), 4 * 2'200'000u);
-  // Small records: the least; many or large ones: the most.
-  EXPECT_EQ(MetaCacheBytesFor(3000, 1000), kMinMetaCacheBytes);
-  EXPECT_EQ(MetaCacheBytesFor(0, 0), kMinMetaCacheBytes);
-  EXPECT_EQ(MetaCacheBytesFor(100 * kMiB, 2 * kMiB), kMetaCacheBytes);
-  EXPECT_EQ(MetaCacheBytesFor(kMiB, 200 * kMiB), kMetaCacheBytes);
-  EXPECT_EQ(MetaCacheBytesFor(UINT64_MAX, SIZE_MAX), kMetaCacheBytes);
-  EXPECT_EQ(MetaCacheBytesFor(UINT64_MAX - 1, 1), kMetaCacheBytes);
-  EXPECT_EQ(MetaCacheBytesFor(1, SIZE_MAX / 2 + 1), kMetaCacheBytes);
-  for (uint64_t live = 0; live < 80 * kMiB; live = live * 3 + 1000) {
-    for (size_t bytes = 1000; bytes < 64 * kMiB; bytes *= 3) {
-      const size_t cache = MetaCacheBytesFor(live, bytes);
-      EXPECT_GE(cache, kMinMetaCacheBytes);
-      EXPECT_LE(cache, kMetaCacheBytes);
-      // Never less than the live records and two commits when they fit.
-      if (live + 2 * bytes <= kMetaCacheBytes) {
-        EXPECT_GE(cache, live + 2 * bytes) << live << " live, " << bytes;
-      }
-    }
   }
 }
 

@@ -6,6 +6,8 @@
 #include <rocksdb/db.h>
 
 #include <cstdint>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -115,6 +117,28 @@ inline std::vector<rocksdb::LiveFileMetaData> TableFiles(
   for (auto* h : handles) (void)raw->DestroyColumnFamilyHandle(h);
   delete raw;
   return out;
+}
+
+// The store's LOG line of checkpoint `id`'s commit, from "[ckptdb]
+// checkpoint <id>" to its end; "" when there is none.
+inline std::string CommitLogLine(const std::string& dir, int64_t id) {
+  std::ifstream log(dir + "/LOG");
+  const std::string text((std::istreambuf_iterator<char>(log)),
+                         std::istreambuf_iterator<char>());
+  const std::string line =
+      "[ckptdb] checkpoint " + std::to_string(id) + " committed in ";
+  const size_t at = text.find(line);
+  if (at == std::string::npos) return "";
+  return text.substr(at, text.find('\n', at) - at);
+}
+
+// The bytes of the live table files of column family `family` of the store
+// at `dir` (TableFiles).
+inline uint64_t LiveTableBytes(const std::string& dir,
+                               const std::string& family) {
+  uint64_t bytes = 0;
+  for (const auto& file : TableFiles(dir, family)) bytes += file.size;
+  return bytes;
 }
 
 }  // namespace ckptdb::storage::testing
