@@ -201,10 +201,13 @@ struct Distinct {
 // the first elements of `distinct`, whose memory is reused from key to key.
 std::span<const Distinct> GroupReplicas(std::vector<ShardRef>& refs,
                                         std::vector<Distinct>& distinct) {
-  std::stable_sort(refs.begin(), refs.end(),
-                   [](const ShardRef& a, const ShardRef& b) {
-                     return a.shard->box < b.shard->box;
-                   });
+  const auto by_box = [](const ShardRef& a, const ShardRef& b) {
+    return a.shard->box < b.shard->box;
+  };
+  // Mostly one shard, or shards in box order already (a stable sort takes a
+  // buffer from the heap even for one element).
+  if (!std::is_sorted(refs.begin(), refs.end(), by_box))
+    std::stable_sort(refs.begin(), refs.end(), by_box);
   size_t n = 0;
   for (const ShardRef& ref : refs) {
     if (ref.shard->box.volume() == 0) continue;

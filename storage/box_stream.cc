@@ -101,11 +101,11 @@ bool CheckedVolume(const Shape& shape, uint64_t elem, uint64_t* out) {
 }
 
 std::string EncodeBoxStream(const Shape& global_shape,
-                            const std::vector<const ChunkMetadata*>& chunks) {
+                            std::span<const ChunkMetadata* const> chunks) {
   const size_t n = global_shape.size();
   std::string out;
   out.reserve(chunks.size() * 2);
-  std::vector<int64_t> predicted(n, 0), prev_shape(n), reference = global_shape;
+  Shape predicted(n, 0), prev_shape(n), reference = global_shape;
   const ChunkMetadata* prev = nullptr;
   int32_t prev_writer = 0;
   for (const ChunkMetadata* c : chunks) {

@@ -4,6 +4,7 @@
 // described in storage/checkpoint.capnp). Pure; private to storage/.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,7 +24,7 @@ inline constexpr int64_t kMaxExtent = int64_t{1} << 48;
 // tensor of `global_shape`. REQUIRES: every chunk has global_shape.size()
 // dimensions (missing ones are written as 0).
 std::string EncodeBoxStream(const Shape& global_shape,
-                            const std::vector<const ChunkMetadata*>& chunks);
+                            std::span<const ChunkMetadata* const> chunks);
 
 // Decodes chunks->size() chunks' global offsets, local shapes and writer
 // ranks from `bytes`, and sets each nbytes to its volume * `elem_size`.

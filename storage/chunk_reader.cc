@@ -54,7 +54,7 @@ ChunkFileReader::ChunkFileReader(rocksdb::DB& db,
       path_(std::move(store_path)) {}
 
 std::optional<ChunkFileReader::Located> ChunkFileReader::Locate(
-    int64_t id, const std::string& key) {
+    int64_t id, std::string_view key) {
   auto [it, fresh] = indexes_.try_emplace(id);
   if (fresh && indexes_.size() > 4) {
     // A few checkpoints' indexes are kept (each holds its files open).
@@ -70,8 +70,8 @@ std::optional<ChunkFileReader::Located> ChunkFileReader::Locate(
     }
     if (attempt == 1) break;
     // Not in a file seen so far: ask RocksDB which file holds the key.
-    const std::string end = key + '\0';
-    const rocksdb::Range range(key, end);
+    const std::string end = std::string(key) + '\0';
+    const rocksdb::Range range(rocksdb::Slice(key.data(), key.size()), end);
     rocksdb::TablePropertiesCollection tables;
     if (!db_.GetPropertiesOfTablesInRange(chunks_, &range, 1, &tables).ok())
       return std::nullopt;
@@ -103,7 +103,7 @@ bool ChunkFileReader::ReadDirect(int64_t id, const std::string& key,
                                  uint64_t checksum,
                                  const std::vector<ChunkPiece>& pieces) {
   std::vector<char> done;
-  ReadDirectMany({{id, &key, checksum, &pieces}}, &done);
+  ReadDirectMany({{id, key, checksum, &pieces}}, &done);
   return done[0] != 0;
 }
 
@@ -120,7 +120,7 @@ void ChunkFileReader::ReadDirectMany(const std::vector<DirectRead>& reads,
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < reads.size(); ++i) {
-      std::optional<Located> at = Locate(reads[i].checkpoint_id, *reads[i].key);
+      std::optional<Located> at = Locate(reads[i].checkpoint_id, reads[i].key);
       if (!at) continue;
       uint64_t nbytes = 0;
       for (const ChunkPiece& p : *reads[i].pieces) nbytes += p.size;

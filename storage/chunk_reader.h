@@ -63,7 +63,7 @@ class ChunkFileReader {
   // One value of ReadDirectMany.
   struct DirectRead {
     int64_t checkpoint_id = 0;  // whose key range holds the value
-    const std::string* key = nullptr;
+    std::string_view key;
     uint64_t checksum = 0;
     const std::vector<ChunkPiece>* pieces = nullptr;
   };
@@ -96,7 +96,7 @@ class ChunkFileReader {
   // REQUIRES: mu_ held.
   using Located =
       std::pair<std::shared_ptr<const FileOffsets>, FileOffsets::Location>;
-  std::optional<Located> Locate(int64_t checkpoint_id, const std::string& key);
+  std::optional<Located> Locate(int64_t checkpoint_id, std::string_view key);
 
   rocksdb::DB& db_;
   rocksdb::ColumnFamilyHandle* const chunks_;

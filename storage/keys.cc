@@ -54,13 +54,22 @@ std::string WriterKeyPrefix(int64_t checkpoint_id, int32_t writer_rank) {
 std::string EncodeChunkKey(int64_t checkpoint_id, int32_t writer_rank,
                            std::string_view tensor_key,
                            const Shape& global_offset) {
+  std::string out;
+  AppendChunkKey(checkpoint_id, writer_rank, tensor_key, global_offset, &out);
+  return out;
+}
+
+void AppendChunkKey(int64_t checkpoint_id, int32_t writer_rank,
+                    std::string_view tensor_key, const Shape& global_offset,
+                    std::string* out) {
   // The tensor key escaped: each NUL byte followed by 0xff (rare: counted
   // first, and the key copied whole when it has none).
   const size_t nuls = static_cast<size_t>(
       std::count(tensor_key.begin(), tensor_key.end(), '\0'));
-  std::string out(12 + tensor_key.size() + nuls + 2 + 8 * global_offset.size(),
-                  '\0');
-  char* p = out.data();
+  const size_t start = out->size();
+  out->resize(start + 12 + tensor_key.size() + nuls + 2 +
+              8 * global_offset.size());
+  char* p = out->data() + start;
   StoreBigEndian64(p, static_cast<uint64_t>(checkpoint_id));
   for (int i = 0; i < 4; ++i)
     p[8 + i] =
@@ -83,8 +92,7 @@ std::string EncodeChunkKey(int64_t checkpoint_id, int32_t writer_rank,
     StoreBigEndian64(p, static_cast<uint64_t>(o) ^ (uint64_t{1} << 63));
     p += 8;
   }
-  CKPTDB_ASSERT(p == out.data() + out.size());
-  return out;
+  CKPTDB_ASSERT(p == out->data() + out->size());
 }
 
 bool DecodeCheckpointId(std::string_view key, int64_t* checkpoint_id) {

@@ -18,6 +18,11 @@ namespace ckptdb::storage {
 std::string EncodeChunkKey(int64_t checkpoint_id, int32_t writer_rank,
                            std::string_view tensor_key,
                            const Shape& global_offset);
+// EncodeChunkKey appended to `out`: a caller encoding key after key into one
+// buffer allocates once, not once a key.
+void AppendChunkKey(int64_t checkpoint_id, int32_t writer_rank,
+                    std::string_view tensor_key, const Shape& global_offset,
+                    std::string* out);
 
 // [begin, end) of every chunk key of a checkpoint, and of one writer within it.
 std::string CheckpointKeyPrefix(int64_t checkpoint_id);

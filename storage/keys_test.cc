@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "storage/store.h"
 
 namespace ckptdb::storage {
@@ -63,9 +65,42 @@ TEST(KeysTest, ChunksAreWrittenInTheOrderOfTheirStorageKeys) {
   // before "ab"; offsets compare as numbers, 2 before 10 before 256.
   const std::vector<ChunkToWrite> chunks{
       {"ab", &o1}, {"a", &o10}, {nul, &o1}, {"a", &o2}, {"a", &o256}};
-  EXPECT_EQ(ChunkWriteOrder(7, 3, chunks),
-            (std::vector<size_t>{3, 1, 4, 2, 0}));
-  EXPECT_TRUE(ChunkWriteOrder(7, 3, {}).empty());
+  EXPECT_EQ(ChunkWriteOrder(chunks), (std::vector<size_t>{3, 1, 4, 2, 0}));
+  EXPECT_TRUE(ChunkWriteOrder({}).empty());
+}
+
+// The order ChunkWriteOrder finds from tensor keys and offsets is that of the
+// encoded keys, for keys made of the bytes that escaping and terminators
+// involve and offsets of every size.
+TEST(KeysTest, TheWriteOrderIsTheOrderOfTheEncodedKeys) {
+  std::mt19937_64 rng(21);
+  const std::string bytes(
+      "\0\x01\xff"
+      "a",
+      4);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<std::string> names(1 + rng() % 12);
+    std::vector<Shape> origins(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      for (size_t n = rng() % 4; n > 0; --n) names[i] += bytes[rng() % 4];
+      origins[i].assign(1 + rng() % 2, 0);
+      for (int64_t& o : origins[i]) {
+        o = static_cast<int64_t>(rng() >> (rng() % 64));
+        if (rng() % 2) o = static_cast<int64_t>(rng() % 3);
+      }
+    }
+    std::vector<ChunkToWrite> chunks(names.size());
+    for (size_t i = 0; i < names.size(); ++i)
+      chunks[i] = {names[i], &origins[i]};
+    const std::vector<size_t> order = ChunkWriteOrder(chunks);
+    ASSERT_EQ(order.size(), chunks.size());
+    for (size_t k = 1; k < order.size(); ++k) {
+      EXPECT_LE(
+          EncodeChunkKey(7, 3, names[order[k - 1]], origins[order[k - 1]]),
+          EncodeChunkKey(7, 3, names[order[k]], origins[order[k]]))
+          << "round " << round << ", position " << k;
+    }
+  }
 }
 
 TEST(KeysTest, MetaKeys) {

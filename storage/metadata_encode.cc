@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -157,7 +158,7 @@ std::string ToBytes(capnp::MessageBuilder& message) {
 // Content hashes when every chunk has one; holders when some chunk is
 // another checkpoint's.
 void SetIncremental(TensorChunks::Builder r,
-                    const std::vector<const ChunkMetadata*>& sorted) {
+                    std::span<const ChunkMetadata* const> sorted) {
   bool hashed = !sorted.empty(), shared = false;
   for (const ChunkMetadata* c : sorted) {
     hashed &= c->content_hash.has_value();
@@ -178,24 +179,27 @@ void SetIncremental(TensorChunks::Builder r,
   }
 }
 
-// The tensor's chunks in global offset order.
-std::vector<const ChunkMetadata*> SortedChunks(const TensorMetadata& tensor) {
-  std::vector<const ChunkMetadata*> sorted(tensor.chunks.size());
-  for (size_t i = 0; i < sorted.size(); ++i) sorted[i] = &tensor.chunks[i];
+// Appends the tensor's chunks to `sorted`, in global offset order; returns
+// them there.
+std::span<const ChunkMetadata* const> AppendSortedChunks(
+    const TensorMetadata& tensor, std::vector<const ChunkMetadata*>* sorted) {
+  const size_t begin = sorted->size();
+  for (const ChunkMetadata& chunk : tensor.chunks) sorted->push_back(&chunk);
+  const auto first = sorted->begin() + static_cast<ptrdiff_t>(begin);
   auto by_origin = [](const ChunkMetadata* a, const ChunkMetadata* b) {
     return a->box.origin < b->box.origin;
   };
   // Kept sorted by whoever built the metadata, mostly (and a stable sort
   // allocates a buffer even for one chunk).
-  if (!std::is_sorted(sorted.begin(), sorted.end(), by_origin))
-    std::stable_sort(sorted.begin(), sorted.end(), by_origin);
-  return sorted;
+  if (!std::is_sorted(first, sorted->end(), by_origin))
+    std::stable_sort(first, sorted->end(), by_origin);
+  return std::span<const ChunkMetadata* const>(*sorted).subspan(begin);
 }
 
 // A TensorChunks message's chunk fields: count, packed boxes, checksums, and
 // hashes and holders where there are any.
 void SetChunks(TensorChunks::Builder r,
-               const std::vector<const ChunkMetadata*>& sorted,
+               std::span<const ChunkMetadata* const> sorted,
                const std::string& boxes) {
   r.setChunkCount(sorted.size());
   r.setBoxes(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(boxes.data()),
@@ -213,7 +217,8 @@ bool IsSmall(const TensorMetadata& tensor, uint32_t version) {
 
 std::string EncodeTensorRecord(int64_t checkpoint_id, const std::string& key,
                                const TensorMetadata& tensor, uint32_t version) {
-  const std::vector<const ChunkMetadata*> sorted = SortedChunks(tensor);
+  std::vector<const ChunkMetadata*> chunks;
+  const auto sorted = AppendSortedChunks(tensor, &chunks);
   const std::string boxes = EncodeBoxStream(tensor.global_shape, sorted);
   // Room for the header, the key, the boxes and the checksums in one segment.
   capnp::MallocMessageBuilder message(static_cast<unsigned>(
@@ -319,20 +324,26 @@ std::string EncodeMain(const CheckpointMetadata& meta, uint32_t version) {
 // segment (see MainRecordWords).
 std::string EncodeSmallTensors(const CheckpointMetadata& meta, uint32_t version,
                                size_t count) {
+  // Every entry's chunks, one entry after another (each at most
+  // kMaxSmallTensorChunks), and its boxes.
   struct Entry {
-    std::vector<const ChunkMetadata*> sorted;
+    size_t begin = 0, count = 0;
     std::string boxes;
   };
+  std::vector<const ChunkMetadata*> chunks;
+  chunks.reserve(count);
   std::vector<Entry> entries;
   entries.reserve(count);
   size_t words = 16;
   for (const auto& [key, tensor] : meta.tensors) {
     if (!IsSmall(tensor, version)) continue;
     Entry& e = entries.emplace_back();
-    e.sorted = SortedChunks(tensor);
-    e.boxes = EncodeBoxStream(tensor.global_shape, e.sorted);
+    e.begin = chunks.size();
+    const auto sorted = AppendSortedChunks(tensor, &chunks);
+    e.count = sorted.size();
+    e.boxes = EncodeBoxStream(tensor.global_shape, sorted);
     // The entry's struct, boxes, checksums, hashes and holders.
-    words += 8 + TextWords(e.boxes.size()) + 4 * e.sorted.size();
+    words += 8 + TextWords(e.boxes.size()) + 4 * e.count;
   }
   CKPTDB_ASSERT(entries.size() == count);
   capnp::MallocMessageBuilder message(FirstSegmentWords(words));
@@ -340,8 +351,13 @@ std::string EncodeSmallTensors(const CheckpointMetadata& meta, uint32_t version,
   r.setFormatVersion(version);
   r.setCheckpointId(meta.info.id);
   auto list = r.initTensors(static_cast<unsigned>(count));
-  for (unsigned i = 0; i < count; ++i)
-    SetChunks(list[i], entries[i].sorted, entries[i].boxes);
+  for (unsigned i = 0; i < count; ++i) {
+    const Entry& e = entries[i];
+    SetChunks(
+        list[i],
+        std::span<const ChunkMetadata* const>(chunks).subspan(e.begin, e.count),
+        e.boxes);
+  }
   return ToBytes(message);
 }
 }  // namespace

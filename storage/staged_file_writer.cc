@@ -20,16 +20,17 @@
 namespace ckptdb::storage {
 namespace fs = std::filesystem;
 
-std::vector<size_t> ChunkWriteOrder(int64_t id, int32_t rank,
-                                    std::span<const ChunkToWrite> chunks) {
-  std::vector<std::string> keys(chunks.size());
-  for (size_t i = 0; i < chunks.size(); ++i)
-    keys[i] = EncodeChunkKey(id, rank, chunks[i].tensor_key, *chunks[i].origin);
+std::vector<size_t> ChunkWriteOrder(std::span<const ChunkToWrite> chunks) {
   std::vector<size_t> order(chunks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  // A plan lists its chunks by tensor key and offset: mostly in key order
-  // already, checked in one pass.
-  auto by_key = [&](size_t a, size_t b) { return keys[a] < keys[b]; };
+  // The keys of one writer of one checkpoint sort as their tensor keys, then
+  // their offsets, do (EncodeChunkKey: the escaping keeps the order of the
+  // tensor keys, and the offsets are big-endian). A plan lists its chunks by
+  // tensor key and offset: mostly in key order already, checked in one pass.
+  auto by_key = [&](size_t a, size_t b) {
+    const int keys = chunks[a].tensor_key.compare(chunks[b].tensor_key);
+    return keys != 0 ? keys < 0 : *chunks[a].origin < *chunks[b].origin;
+  };
   if (!std::is_sorted(order.begin(), order.end(), by_key))
     std::sort(order.begin(), order.end(), by_key);
   return order;
@@ -154,12 +155,14 @@ class StagedFileWriterImpl : public StagedFileWriter {
   // Puts the chunk's key with `value`: its bytes, or a pointer to them.
   Status Put(std::string_view tensor_key, const Shape& global_offset,
              std::string_view value) {
+    key_.clear();
+    AppendChunkKey(id_, rank_, tensor_key, global_offset, &key_);
     const rocksdb::Status put =
-        writer_->Put(EncodeChunkKey(id_, rank_, tensor_key, global_offset),
-                     rocksdb::Slice(value.data(), value.size()));
-    CKPTDB_RETURN_IF_ERROR(FromRocks(
-        put,
-        "staging chunk of '" + std::string(tensor_key) + "' into " + path_));
+        writer_->Put(key_, rocksdb::Slice(value.data(), value.size()));
+    if (!put.ok()) {
+      return FromRocks(put, "staging chunk of '" + std::string(tensor_key) +
+                                "' into " + path_);
+    }
     ++entries_;
     return Status::OK();
   }
@@ -188,6 +191,8 @@ class StagedFileWriterImpl : public StagedFileWriter {
   const std::shared_ptr<ValueFileLog> log_ = std::make_shared<ValueFileLog>();
   size_t entries_ = 0;
   bool finished_ = false;
+  // The key Put encodes, its room kept from chunk to chunk.
+  std::string key_;
 };
 
 }  // namespace

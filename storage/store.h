@@ -72,10 +72,10 @@ struct ChunkToWrite {
   const Shape* origin = nullptr;
 };
 
-// The order in which writer `rank`'s chunks `chunks` of checkpoint `id` must
-// be added to a StagedFileWriter: indexes into `chunks`, by storage key.
-std::vector<size_t> ChunkWriteOrder(int64_t id, int32_t rank,
-                                    std::span<const ChunkToWrite> chunks);
+// The order in which one writer's chunks `chunks` of one checkpoint must be
+// added to a StagedFileWriter: indexes into `chunks`, by storage key
+// (EncodeChunkKey), found without encoding the keys.
+std::vector<size_t> ChunkWriteOrder(std::span<const ChunkToWrite> chunks);
 
 // Writes one writer rank's chunks of one checkpoint into a staged SST file
 // inside the store directory, for Store::Commit to ingest. Chunks must be added

@@ -274,12 +274,24 @@ Status StoreImpl::ReadChunksScattered(int64_t checkpoint_id,
   std::shared_lock lock(mu_);
   // A re-open that failed (Refresh, on another thread) left no database.
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
-  std::vector<std::string> keys(reads.size());
+  // Every read's key, one after another in one buffer (ends[i]: where read
+  // i's ends).
+  std::string keys;
+  std::vector<size_t> ends(reads.size());
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const ChunkMetadata& chunk = *reads[i].chunk;
+    AppendChunkKey(StoredIn(checkpoint_id, chunk), chunk.writer_rank,
+                   reads[i].tensor_key, chunk.box.origin, &keys);
+    ends[i] = keys.size();
+  }
+  auto key = [&](size_t i) {
+    const size_t begin = i == 0 ? 0 : ends[i - 1];
+    return std::string_view(keys).substr(begin, ends[i] - begin);
+  };
   std::vector<ChunkFileReader::DirectRead> direct(reads.size());
   for (size_t i = 0; i < reads.size(); ++i) {
     const ChunkMetadata& chunk = *reads[i].chunk;
-    keys[i] = ChunkKey(checkpoint_id, reads[i].tensor_key, chunk);
-    direct[i] = {StoredIn(checkpoint_id, chunk), &keys[i], chunk.checksum,
+    direct[i] = {StoredIn(checkpoint_id, chunk), key(i), chunk.checksum,
                  &reads[i].pieces};
   }
   std::vector<char> done;
@@ -288,7 +300,7 @@ Status StoreImpl::ReadChunksScattered(int64_t checkpoint_id,
   for (size_t i = 0; i < reads.size(); ++i) {
     if (done[i]) continue;
     CKPTDB_RETURN_IF_ERROR(
-        ReadThroughRocksInto(checkpoint_id, reads[i], keys[i]));
+        ReadThroughRocksInto(checkpoint_id, reads[i], std::string(key(i))));
   }
   return Status::OK();
 }

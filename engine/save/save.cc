@@ -64,8 +64,7 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
   CKPTDB_ASSIGN_OR_RETURN(
       p.base_id,
       IdFromRoot(*comm_, [&]() -> Result<int64_t> { return p.base_id; }));
-  p.mine = CollectMyChunks(p.plan, p.own_layout(rank), p.views, p.id, rank,
-                           &p.order);
+  p.mine = CollectMyChunks(p.plan, p.own_layout(rank), p.views, rank, &p.order);
   return p;
 }
 

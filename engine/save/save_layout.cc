@@ -82,8 +82,7 @@ MyChunk MakeMyChunk(const planner::PlannedTensor& tensor, size_t t, size_t c,
 std::vector<MyChunk> CollectMyChunks(const planner::SavePlan& plan,
                                      const planner::RankSaveLayout& layout,
                                      const std::vector<TensorView>& views,
-                                     int64_t id, int rank,
-                                     std::vector<size_t>* order) {
+                                     int rank, std::vector<size_t>* order) {
   size_t count = 0;
   for (const auto& tensor : plan.tensors) {
     for (const auto& chunk : tensor.chunks) count += chunk.writer_rank == rank;
@@ -105,7 +104,7 @@ std::vector<MyChunk> CollectMyChunks(const planner::SavePlan& plan,
     const auto& tensor = plan.tensors[mine[i].tensor];
     names[i] = {tensor.flat_key, &tensor.chunks[mine[i].chunk].box.origin};
   }
-  *order = storage::ChunkWriteOrder(id, rank, names);
+  *order = storage::ChunkWriteOrder(names);
   return mine;
 }
 

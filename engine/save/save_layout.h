@@ -39,7 +39,6 @@ struct MyChunk {
 std::vector<MyChunk> CollectMyChunks(const planner::SavePlan& plan,
                                      const planner::RankSaveLayout& layout,
                                      const std::vector<TensorView>& views,
-                                     int64_t id, int rank,
-                                     std::vector<size_t>* order);
+                                     int rank, std::vector<size_t>* order);
 
 }  // namespace ckptdb::engine
