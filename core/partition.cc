@@ -7,7 +7,7 @@
 namespace ckptdb::planner {
 namespace {
 
-using BoxPtrs = std::vector<const Box*>;
+using BoxPtrs = std::span<const Box* const>;
 
 // How the corner method works. The indicator of a box [a, b) is the product
 // over dimensions of (H(x - a_d) - H(x - b_d)) with H the unit step, so a sum
@@ -355,7 +355,7 @@ PartitionError CheckBoxInside(const Shape& global_shape, const Shape& origin,
 }
 
 PartitionProblem CheckPartitionOfPointers(const Shape& global_shape,
-                                          const std::vector<const Box*>& boxes,
+                                          std::span<const Box* const> boxes,
                                           const PartitionOptions& options) {
   const int64_t total = CheckedElements(global_shape);
   if (total < 0) return BoxProblem(PartitionError::kBadShape, 0);
@@ -388,7 +388,7 @@ PartitionProblem CheckPartitionOfPointers(const Shape& global_shape,
 PartitionProblem CheckPartition(const Shape& global_shape,
                                 const std::vector<Box>& boxes,
                                 const PartitionOptions& options) {
-  BoxPtrs pointers(boxes.size());
+  std::vector<const Box*> pointers(boxes.size());
   for (size_t i = 0; i < boxes.size(); ++i) pointers[i] = &boxes[i];
   return CheckPartitionOfPointers(global_shape, pointers, options);
 }

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -97,7 +98,7 @@ PartitionProblem CheckPartition(const Shape& global_shape,
 // CheckPartition over boxes held elsewhere (the shards of a layout), without
 // copying them. REQUIRES: no pointer is null.
 PartitionProblem CheckPartitionOfPointers(const Shape& global_shape,
-                                          const std::vector<const Box*>& boxes,
+                                          std::span<const Box* const> boxes,
                                           const PartitionOptions& options = {});
 
 }  // namespace ckptdb::planner

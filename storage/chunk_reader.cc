@@ -103,7 +103,7 @@ bool ChunkFileReader::ReadDirect(int64_t id, const std::string& key,
                                  uint64_t checksum,
                                  const std::vector<ChunkPiece>& pieces) {
   std::vector<char> done;
-  ReadDirectMany({{id, key, checksum, &pieces}}, &done);
+  ReadDirectMany({{id, key, checksum, pieces}}, &done);
   return done[0] != 0;
 }
 
@@ -123,7 +123,7 @@ void ChunkFileReader::ReadDirectMany(const std::vector<DirectRead>& reads,
       std::optional<Located> at = Locate(reads[i].checkpoint_id, reads[i].key);
       if (!at) continue;
       uint64_t nbytes = 0;
-      for (const ChunkPiece& p : *reads[i].pieces) nbytes += p.size;
+      for (const ChunkPiece& p : reads[i].pieces) nbytes += p.size;
       placed.push_back({i, std::move(*at), nbytes});
     }
   }
@@ -139,11 +139,11 @@ void ChunkFileReader::ReadDirectMany(const std::vector<DirectRead>& reads,
     const FileOffsets::Location& start = placed[first].at.second;
     uint64_t until = start.offset + placed[first].nbytes;
     uint64_t span = placed[first].nbytes;
-    size_t pieces = reads[placed[first].read].pieces->size();
+    size_t pieces = reads[placed[first].read].pieces.size();
     size_t end = first + 1;
     for (; end < placed.size(); ++end) {
       const FileOffsets::Location& at = placed[end].at.second;
-      const size_t more = reads[placed[end].read].pieces->size() + 1;
+      const size_t more = reads[placed[end].read].pieces.size() + 1;
       if (at.fd != start.fd || at.offset < until ||
           at.offset - until > kMaxGapBytes ||
           span + placed[end].nbytes > kMaxSpanBytes ||
@@ -162,7 +162,7 @@ void ChunkFileReader::ReadDirectMany(const std::vector<DirectRead>& reads,
     for (size_t k = first; k < end; ++k) {
       const uint64_t gap = placed[k].at.second.offset - at;
       if (gap > 0) iov.push_back({scratch.data(), gap});
-      for (const ChunkPiece& p : *reads[placed[k].read].pieces)
+      for (const ChunkPiece& p : reads[placed[k].read].pieces)
         iov.push_back({p.data, p.size});
       at = placed[k].at.second.offset + placed[k].nbytes;
     }
@@ -170,7 +170,7 @@ void ChunkFileReader::ReadDirectMany(const std::vector<DirectRead>& reads,
       for (size_t k = first; k < end; ++k) {
         const DirectRead& read = reads[placed[k].read];
         runs.clear();
-        for (const ChunkPiece& p : *read.pieces)
+        for (const ChunkPiece& p : read.pieces)
           runs.push_back({p.data, p.size});
         (*done)[placed[k].read] =
             ChunkChecksumOfRuns(runs.data(), runs.size()) == read.checksum;

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,7 +66,7 @@ class ChunkFileReader {
     int64_t checkpoint_id = 0;  // whose key range holds the value
     std::string_view key;
     uint64_t checksum = 0;
-    const std::vector<ChunkPiece>* pieces = nullptr;
+    std::span<const ChunkPiece> pieces;
   };
   // ReadDirect for each of `reads`; (*done)[i] says whether read i was read
   // and matched its checksum. Values of one file that lie at most

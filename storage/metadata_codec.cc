@@ -11,6 +11,7 @@
 #include <charconv>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <utility>
 
 #include "core/partition.h"
@@ -243,9 +244,15 @@ Status LayoutError(const ErrorName& what, const Shape& global_shape,
 // Checks that the chunks partition the tensor: each element stored once.
 Status CheckChunkLayout(const ErrorName& what, const Shape& global_shape,
                         const std::vector<ChunkMetadata>& chunks) {
-  return LayoutError(what, global_shape, chunks,
-                     planner::CheckPartitionOfPointers(
-                         global_shape, planner::ChunkBoxes(chunks)));
+  // The boxes of a tensor of one chunk (most) without a vector for them.
+  const Box* one = chunks.size() == 1 ? &chunks[0].box : nullptr;
+  std::vector<const Box*> many;
+  if (one == nullptr) many = planner::ChunkBoxes(chunks);
+  return LayoutError(
+      what, global_shape, chunks,
+      planner::CheckPartitionOfPointers(
+          global_shape, one != nullptr ? std::span<const Box* const>(&one, 1)
+                                       : std::span<const Box* const>(many)));
 }
 
 Result<Value> ReadValue(SmallValue::Reader v, const std::string& key) {

@@ -22,11 +22,12 @@ struct ChunkPiece {
 };
 
 // One chunk of Store::ReadChunksScattered: its bytes go to `pieces`, in
-// order (their sizes add up to chunk->nbytes).
+// order (their sizes add up to chunk->nbytes). The pieces are the caller's: a
+// load of many chunks keeps all of them in one vector.
 struct ChunkToRead {
   std::string_view tensor_key;
   const ChunkMetadata* chunk = nullptr;
-  std::vector<ChunkPiece> pieces;
+  std::span<const ChunkPiece> pieces;
 };
 
 struct StoreOptions {

@@ -292,7 +292,7 @@ Status StoreImpl::ReadChunksScattered(int64_t checkpoint_id,
   for (size_t i = 0; i < reads.size(); ++i) {
     const ChunkMetadata& chunk = *reads[i].chunk;
     direct[i] = {StoredIn(checkpoint_id, chunk), key(i), chunk.checksum,
-                 &reads[i].pieces};
+                 reads[i].pieces};
   }
   std::vector<char> done;
   files_->ReadDirectMany(direct, &done);

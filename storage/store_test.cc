@@ -386,15 +386,16 @@ TEST(StoreTest, SmallAndLargeChunksOfOneFileReadBackExactly) {
   // ones between them), in reverse order, each in pieces after gaps.
   for (bool small_only : {false, true}) {
     std::deque<std::string> held;  // grows without moving its strings
+    std::deque<std::vector<ChunkPiece>> places;  // likewise
     std::vector<ChunkToRead> reads;
     for (auto c = t.chunks.rbegin(); c != t.chunks.rend(); ++c) {
       if (small_only && c->nbytes > 1000) continue;
-      ChunkToRead& read = reads.emplace_back(ChunkToRead{"w", &*c, {}});
       const size_t half = c->nbytes / 2;
       held.emplace_back(half + 3, '#');
       held.emplace_back(c->nbytes - half + 3, '#');
-      read.pieces = {{held[held.size() - 2].data() + 3, half},
-                     {held.back().data() + 3, c->nbytes - half}};
+      places.push_back({{held[held.size() - 2].data() + 3, half},
+                        {held.back().data() + 3, c->nbytes - half}});
+      reads.push_back(ChunkToRead{"w", &*c, places.back()});
     }
     ASSERT_TRUE((*store)->ReadChunksScattered(1, reads).ok());
     for (const ChunkToRead& read : reads) {
@@ -432,11 +433,12 @@ TEST(StoreTest, ManySmallChunksReadTogetherLandExactly) {
   ASSERT_NO_FATAL_FAILURE(CommitChunksInOneFile(**store, sizes, &meta, &all));
   const TensorMetadata& t = meta.tensors.at("w");
   std::string into(all.size(), '\0');
+  std::vector<ChunkPiece> places;
+  for (const auto& chunk : t.chunks)
+    places.push_back({into.data() + chunk.box.origin[0], chunk.nbytes});
   std::vector<ChunkToRead> reads;
-  for (const auto& chunk : t.chunks) {
-    reads.push_back(
-        {"w", &chunk, {{into.data() + chunk.box.origin[0], chunk.nbytes}}});
-  }
+  for (size_t c = 0; c < t.chunks.size(); ++c)
+    reads.push_back({"w", &t.chunks[c], {&places[c], 1}});
   hooks->reads = 0;
   ASSERT_TRUE((*store)->ReadChunksScattered(1, reads).ok());
   EXPECT_TRUE(into == all);
@@ -468,8 +470,9 @@ TEST(StoreTest, DamagedChunkIsCorruptionThroughEveryReadPath) {
         {{into.data() + half, chunk.nbytes - half}, {into.data(), half}});
     EXPECT_EQ(scattered.ok(), direct.ok());
     EXPECT_EQ(scattered.IsCorruption(), direct.IsCorruption());
+    const ChunkPiece whole{into.data(), chunk.nbytes};
     Status together = (*store)->ReadChunksScattered(
-        meta.info.id, {{"w", &chunk, {{into.data(), chunk.nbytes}}}});
+        meta.info.id, {{"w", &chunk, {&whole, 1}}});
     EXPECT_EQ(together.ok(), direct.ok());
     EXPECT_EQ(together.IsCorruption(), direct.IsCorruption());
     if (buffer.ok()) {
@@ -489,10 +492,12 @@ TEST(StoreTest, DamagedChunkIsCorruptionThroughEveryReadPath) {
   // Read together, the damaged chunk fails the call, naming its key.
   const auto& chunks = meta.tensors.at("w").chunks;
   std::vector<std::string> places(chunks.size());
+  std::vector<ChunkPiece> pieces(chunks.size());
   std::vector<ChunkToRead> reads;
   for (size_t c = 0; c < chunks.size(); ++c) {
     places[c].resize(chunks[c].nbytes);
-    reads.push_back({"w", &chunks[c], {{places[c].data(), chunks[c].nbytes}}});
+    pieces[c] = {places[c].data(), chunks[c].nbytes};
+    reads.push_back({"w", &chunks[c], {&pieces[c], 1}});
   }
   Status together = (*store)->ReadChunksScattered(meta.info.id, reads);
   EXPECT_TRUE(together.IsCorruption()) << together.ToString();

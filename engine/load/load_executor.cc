@@ -293,9 +293,11 @@ class Walker {
   static constexpr uint64_t kBatchBytes = uint64_t{256} << 10;
 
   Status ReadAll(Slot& slot, const ReadBatch& batch);
-  // Read j of the slot's round as a read straight to its places, if it is
-  // one: the chunk is one run of a host target, or scattered to host places.
-  std::optional<storage::ChunkToRead> Direct(Slot& slot, size_t j);
+  // Appends the places of read j of the slot's round to `pieces` and returns
+  // true if it is a read straight to its places: the chunk is one run of a
+  // host target, or scattered to host places.
+  bool DirectPieces(Slot& slot, size_t j,
+                    std::vector<storage::ChunkPiece>* pieces);
   // Read j through a chunk buffer, its slices copied out.
   Status ReadOne(Slot& slot, size_t j);
   Status PlaceCopies(Slot& slot, size_t j, const TensorMetadata& tensor,
@@ -340,45 +342,61 @@ class Walker {
 };
 
 Status Walker::ReadAll(Slot& slot, const ReadBatch& batch) {
-  std::vector<storage::ChunkToRead> direct;
-  direct.reserve(batch.end - batch.begin);
+  // The direct reads' places, one read after another, and where each read's
+  // begin (its read index j, its first place).
+  std::vector<storage::ChunkPiece> pieces;
+  pieces.reserve(batch.end - batch.begin);
+  std::vector<std::pair<size_t, size_t>> starts;
+  starts.reserve(batch.end - batch.begin);
   Status first;
   for (size_t j = batch.begin; j < batch.end; ++j) {
-    if (std::optional<storage::ChunkToRead> read = Direct(slot, j)) {
-      direct.push_back(std::move(*read));
+    const size_t begin = pieces.size();
+    if (DirectPieces(slot, j, &pieces)) {
+      starts.push_back({j, begin});
       continue;
     }
     Status s = ReadOne(slot, j);
     if (first.ok()) first = std::move(s);
   }
-  if (direct.empty()) return first;
+  if (starts.empty()) return first;
+  // The places are all in: spans of them stay valid.
+  std::vector<storage::ChunkToRead> direct(starts.size());
+  for (size_t k = 0; k < starts.size(); ++k) {
+    const auto [j, begin] = starts[k];
+    const size_t end =
+        k + 1 < starts.size() ? starts[k + 1].second : pieces.size();
+    const planner::ExchangeRead& plan_read = slot.round->reads[j];
+    const planner::ChunkRead& read = x_.plan.reads[plan_read.read];
+    direct[k] = {read.flat_key,
+                 &tensor_of_read_[plan_read.read]->chunks[read.chunk],
+                 std::span<const storage::ChunkPiece>(pieces).subspan(
+                     begin, end - begin)};
+  }
   Status s = x_.store.ReadChunksScattered(x_.meta.info.id, direct);
   return first.ok() ? s : first;
 }
 
-std::optional<storage::ChunkToRead> Walker::Direct(Slot& slot, size_t j) {
+bool Walker::DirectPieces(Slot& slot, size_t j,
+                          std::vector<storage::ChunkPiece>* pieces) {
   const planner::ExchangeRead& plan_read = slot.round->reads[j];
-  if (!plan_read.whole_into_target && plan_read.scatter.empty())
-    return std::nullopt;
-  const planner::ChunkRead& read = x_.plan.reads[plan_read.read];
-  const ChunkMetadata& chunk =
-      tensor_of_read_[plan_read.read]->chunks[read.chunk];
-  storage::ChunkToRead out{read.flat_key, &chunk, {}};
+  if (!plan_read.whole_into_target && plan_read.scatter.empty()) return false;
   if (plan_read.whole_into_target) {
+    const planner::ChunkRead& read = x_.plan.reads[plan_read.read];
+    const ChunkMetadata& chunk =
+        tensor_of_read_[plan_read.read]->chunks[read.chunk];
     const planner::ReadItem& item = x_.plan.items[plan_read.copies[0].item];
-    out.pieces.push_back({static_cast<char*>(x_.targets[item.target]->data) +
-                              *plan_read.whole_into_target,
-                          static_cast<size_t>(chunk.nbytes)});
-    return out;
+    pieces->push_back({static_cast<char*>(x_.targets[item.target]->data) +
+                           *plan_read.whole_into_target,
+                       static_cast<size_t>(chunk.nbytes)});
+    return true;
   }
-  out.pieces.reserve(plan_read.scatter.size());
   for (const planner::ScatterRun& run : plan_read.scatter) {
     char* base = run.to() == ReadCopy::To::kTarget
                      ? static_cast<char*>(x_.targets[run.index]->data)
                      : slot.send_staged[run.index];
-    out.pieces.push_back({base + run.offset, run.nbytes});
+    pieces->push_back({base + run.offset, run.nbytes});
   }
-  return out;
+  return true;
 }
 
 Status Walker::ReadOne(Slot& slot, size_t j) {
