@@ -44,7 +44,7 @@ PartitionProblem BoxProblem(PartitionError error, size_t box) {
 }
 
 // Checks every box in input order; `live` gets the non-empty ones, ascending.
-PartitionProblem CheckEachBox(const Shape& global_shape, const BoxPtrs& boxes,
+PartitionProblem CheckEachBox(const Shape& global_shape, BoxPtrs boxes,
                               const PartitionOptions& options,
                               std::vector<size_t>* live) {
   live->reserve(boxes.size());
@@ -70,7 +70,7 @@ uint64_t Origin(const Shape& strides, const Box& box) {
 
 // Keeps, of each set of identical boxes in `live`, the lowest index. Sorts by
 // first element (integers), then by shape only among boxes that share it.
-void DropReplicas(const Shape& global_shape, const BoxPtrs& boxes,
+void DropReplicas(const Shape& global_shape, BoxPtrs boxes,
                   std::vector<size_t>* live) {
   const Shape strides = RowMajorStrides(global_shape);
   std::vector<std::pair<uint64_t, size_t>> order;
@@ -107,7 +107,7 @@ size_t CountCutDims(const Shape& global_shape, const Box& box) {
 }
 
 // The corners of the live boxes, saturating at SIZE_MAX.
-size_t CountCorners(const Shape& global_shape, const BoxPtrs& boxes,
+size_t CountCorners(const Shape& global_shape, BoxPtrs boxes,
                     const std::vector<size_t>& live) {
   size_t corners = 0;
   for (size_t i : live) {
@@ -179,7 +179,7 @@ Shape Unlinear(uint64_t linear, const Shape& global_shape) {
   return element;
 }
 
-int64_t CoveredElements(const BoxPtrs& boxes, const std::vector<size_t>& live) {
+int64_t CoveredElements(BoxPtrs boxes, const std::vector<size_t>& live) {
   int64_t covered = 0;
   for (size_t i : live) {
     if (__builtin_add_overflow(covered, boxes[i]->volume(), &covered))
@@ -188,7 +188,7 @@ int64_t CoveredElements(const BoxPtrs& boxes, const std::vector<size_t>& live) {
   return covered;
 }
 
-PartitionProblem OverlapProblem(const BoxPtrs& boxes, size_t a, size_t b) {
+PartitionProblem OverlapProblem(BoxPtrs boxes, size_t a, size_t b) {
   PartitionProblem problem = BoxProblem(PartitionError::kOverlap, a);
   problem.other_box = b;
   std::optional<Box> common = Intersect(*boxes[a], *boxes[b]);
@@ -197,9 +197,8 @@ PartitionProblem OverlapProblem(const BoxPtrs& boxes, size_t a, size_t b) {
   return problem;
 }
 
-PartitionProblem GapProblem(const BoxPtrs& boxes,
-                            const std::vector<size_t>& live, int64_t total,
-                            std::optional<Shape> missing) {
+PartitionProblem GapProblem(BoxPtrs boxes, const std::vector<size_t>& live,
+                            int64_t total, std::optional<Shape> missing) {
   PartitionProblem problem;
   problem.error = PartitionError::kGap;
   problem.missing_element = std::move(missing);
@@ -209,8 +208,7 @@ PartitionProblem GapProblem(const BoxPtrs& boxes,
 }
 
 PartitionProblem CheckByCorners(const Shape& global_shape, int64_t total,
-                                const BoxPtrs& boxes,
-                                const std::vector<size_t>& live,
+                                BoxPtrs boxes, const std::vector<size_t>& live,
                                 size_t corners) {
   const Shape strides = RowMajorStrides(global_shape);
   std::vector<uint64_t> keys;
@@ -233,7 +231,7 @@ PartitionProblem CheckByCorners(const Shape& global_shape, int64_t total,
 }
 
 // The dimension in which the boxes' begins take the most values.
-size_t SweepDim(const BoxPtrs& boxes, const std::vector<size_t>& live) {
+size_t SweepDim(BoxPtrs boxes, const std::vector<size_t>& live) {
   size_t dim = 0, most = 0;
   for (size_t d = 0; d < boxes[live[0]]->ndim(); ++d) {
     std::vector<int64_t> begins;
@@ -251,7 +249,7 @@ size_t SweepDim(const BoxPtrs& boxes, const std::vector<size_t>& live) {
 
 // The fallback for boxes cut in many dimensions: a sweep along SweepDim that
 // compares each box with those still open at its begin, then the volumes.
-PartitionProblem CheckBySweep(int64_t total, const BoxPtrs& boxes,
+PartitionProblem CheckBySweep(int64_t total, BoxPtrs boxes,
                               const std::vector<size_t>& live) {
   if (!live.empty()) {
     const size_t dim = SweepDim(boxes, live);

@@ -64,7 +64,7 @@ class ChunkFileReader {
   // One value of ReadDirectMany.
   struct DirectRead {
     int64_t checkpoint_id = 0;  // whose key range holds the value
-    std::string_view key;
+    std::string_view key;       // valid until ReadDirectMany returns
     uint64_t checksum = 0;
     std::span<const ChunkPiece> pieces;
   };

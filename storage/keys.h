@@ -19,7 +19,8 @@ std::string EncodeChunkKey(int64_t checkpoint_id, int32_t writer_rank,
                            std::string_view tensor_key,
                            const Shape& global_offset);
 // EncodeChunkKey appended to `out`: a caller encoding key after key into one
-// buffer allocates once, not once a key.
+// buffer does not allocate a string for each. `tensor_key` must not point into
+// `*out`.
 void AppendChunkKey(int64_t checkpoint_id, int32_t writer_rank,
                     std::string_view tensor_key, const Shape& global_offset,
                     std::string* out);

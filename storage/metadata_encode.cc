@@ -218,6 +218,7 @@ bool IsSmall(const TensorMetadata& tensor, uint32_t version) {
 std::string EncodeTensorRecord(int64_t checkpoint_id, const std::string& key,
                                const TensorMetadata& tensor, uint32_t version) {
   std::vector<const ChunkMetadata*> chunks;
+  chunks.reserve(tensor.chunks.size());
   const auto sorted = AppendSortedChunks(tensor, &chunks);
   const std::string boxes = EncodeBoxStream(tensor.global_shape, sorted);
   // Room for the header, the key, the boxes and the checksums in one segment.
@@ -331,7 +332,7 @@ std::string EncodeSmallTensors(const CheckpointMetadata& meta, uint32_t version,
     std::string boxes;
   };
   std::vector<const ChunkMetadata*> chunks;
-  chunks.reserve(count);
+  chunks.reserve(count);  // one chunk each, mostly
   std::vector<Entry> entries;
   entries.reserve(count);
   size_t words = 16;

@@ -22,8 +22,9 @@ struct ChunkPiece {
 };
 
 // One chunk of Store::ReadChunksScattered: its bytes go to `pieces`, in
-// order (their sizes add up to chunk->nbytes). The pieces are the caller's: a
-// load of many chunks keeps all of them in one vector.
+// order (their sizes add up to chunk->nbytes). The pieces (and the key) are
+// the caller's and must stay valid until the call returns: a load of many
+// chunks keeps all of them in one vector.
 struct ChunkToRead {
   std::string_view tensor_key;
   const ChunkMetadata* chunk = nullptr;

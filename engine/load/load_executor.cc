@@ -343,7 +343,7 @@ class Walker {
 
 Status Walker::ReadAll(Slot& slot, const ReadBatch& batch) {
   // The direct reads' places, one read after another, and where each read's
-  // begin (its read index j, its first place).
+  // places begin (its read index j, its first place).
   std::vector<storage::ChunkPiece> pieces;
   pieces.reserve(batch.end - batch.begin);
   std::vector<std::pair<size_t, size_t>> starts;
