@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/checksum.h"
+#include "core/little_endian.h"
 #include "storage/value_files.h"
 
 namespace ckptdb::storage {
@@ -44,20 +45,6 @@ size_t VarintLength(uint64_t v) {
     ++n;
   }
   return n;
-}
-
-template <typename T>
-void PutLittleEndian(std::string* out, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i)
-    out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-template <typename T>
-T GetLittleEndian(const char* p) {
-  T v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i)
-    v |= static_cast<T>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
 }
 
 // Records, while a chunk file is written, where each chunk's value lands, so

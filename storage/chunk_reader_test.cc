@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/checksum.h"
+#include "core/little_endian.h"
 #include "storage/chunk_files.h"
 #include "storage/chunks_db_testing.h"
 #include "storage/keys.h"
@@ -25,10 +26,8 @@ namespace {
 std::string Pairs(const std::vector<std::pair<uint64_t, uint64_t>>& pairs) {
   std::string out;
   for (const auto& [hash, offset] : pairs) {
-    for (uint64_t v : {hash, offset}) {
-      for (int i = 0; i < 8; ++i)
-        out.push_back(static_cast<char>(v >> (8 * i)));
-    }
+    PutLittleEndian(&out, hash);
+    PutLittleEndian(&out, offset);
   }
   return out;
 }

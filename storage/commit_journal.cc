@@ -1,8 +1,7 @@
 #include "storage/commit_journal.h"
 
-#include <cstring>
-
 #include "core/checksum.h"
+#include "core/little_endian.h"
 
 namespace ckptdb::storage {
 namespace {
@@ -13,32 +12,20 @@ constexpr uint32_t kVersion = 1;
 constexpr size_t kHeaderBytes = 8 + 4 + 8 + 8 + 4 + 4;
 constexpr char kJournalFile[] = "CKPTDB_JOURNAL";
 
-template <typename T>
-void Put(std::string* out, T v) {
-  char bytes[sizeof(T)];
-  std::memcpy(bytes, &v, sizeof(T));
-  out->append(bytes, sizeof(T));
-}
-
-template <typename T>
-T Get(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
 }  // namespace
 
 std::string EncodeJournal(const CommitJournal& journal) {
   std::string out(kMagic, sizeof(kMagic));
-  Put<uint32_t>(&out, kVersion);
-  Put<uint64_t>(&out, journal.sequence);
-  Put<int64_t>(&out, journal.high_water);
-  Put<uint32_t>(&out, static_cast<uint32_t>(journal.committed.size()));
-  Put<uint32_t>(&out, static_cast<uint32_t>(journal.deleting.size()));
-  for (int64_t id : journal.committed) Put<int64_t>(&out, id);
-  for (int64_t id : journal.deleting) Put<int64_t>(&out, id);
-  Put<uint64_t>(&out, ChunkChecksum(out.data(), out.size()));
+  PutLittleEndian<uint32_t>(&out, kVersion);
+  PutLittleEndian<uint64_t>(&out, journal.sequence);
+  PutLittleEndian<int64_t>(&out, journal.high_water);
+  PutLittleEndian<uint32_t>(&out,
+                            static_cast<uint32_t>(journal.committed.size()));
+  PutLittleEndian<uint32_t>(&out,
+                            static_cast<uint32_t>(journal.deleting.size()));
+  for (int64_t id : journal.committed) PutLittleEndian<int64_t>(&out, id);
+  for (int64_t id : journal.deleting) PutLittleEndian<int64_t>(&out, id);
+  PutLittleEndian<uint64_t>(&out, ChunkChecksum(out.data(), out.size()));
   return out;
 }
 
@@ -49,19 +36,21 @@ Result<CommitJournal> DecodeJournal(std::string_view bytes) {
                               std::to_string(bytes.size()) + " bytes)");
   }
   const size_t body = bytes.size() - 8;
-  if (Get<uint64_t>(bytes.data() + body) != ChunkChecksum(bytes.data(), body)) {
+  if (GetLittleEndian<uint64_t>(bytes.data() + body) !=
+      ChunkChecksum(bytes.data(), body)) {
     return Status::Corruption("commit journal checksum mismatch");
   }
   const char* p = bytes.data() + sizeof(kMagic);
-  if (const uint32_t version = Get<uint32_t>(p); version != kVersion) {
+  if (const uint32_t version = GetLittleEndian<uint32_t>(p);
+      version != kVersion) {
     return Status::Corruption("commit journal version " +
                               std::to_string(version) + " is not supported");
   }
   CommitJournal journal;
-  journal.sequence = Get<uint64_t>(p + 4);
-  journal.high_water = Get<int64_t>(p + 12);
-  const uint64_t committed = Get<uint32_t>(p + 20);
-  const uint64_t deleting = Get<uint32_t>(p + 24);
+  journal.sequence = GetLittleEndian<uint64_t>(p + 4);
+  journal.high_water = GetLittleEndian<int64_t>(p + 12);
+  const uint64_t committed = GetLittleEndian<uint32_t>(p + 20);
+  const uint64_t deleting = GetLittleEndian<uint32_t>(p + 24);
   if (body != kHeaderBytes + 8 * (committed + deleting)) {
     return Status::Corruption(
         "commit journal length does not match its "
@@ -69,7 +58,7 @@ Result<CommitJournal> DecodeJournal(std::string_view bytes) {
   }
   const char* ids = bytes.data() + kHeaderBytes;
   for (uint64_t i = 0; i < committed + deleting; ++i) {
-    const int64_t id = Get<int64_t>(ids + 8 * i);
+    const int64_t id = GetLittleEndian<int64_t>(ids + 8 * i);
     if (id <= 0 || id > journal.high_water) {
       return Status::Corruption("commit journal lists checkpoint id " +
                                 std::to_string(id) +

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/checksum.h"
+#include "core/little_endian.h"
 #include "storage/box_stream.h"
 #include "storage/metadata_codec.h"
 #include "storage/record_copies.h"
@@ -91,7 +92,7 @@ void FuzzBoxes(std::string_view bytes) {
 void FuzzCopy(std::string_view bytes) {
   std::string file(bytes);
   const uint64_t sum = ChunkChecksum(file.data(), file.size());
-  for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>(sum >> (8 * i)));
+  PutLittleEndian(&file, sum);
   for (CopyKind kind : {CopyKind::kRecords, CopyKind::kLocators}) {
     auto entries = DecodeCopy(kind, file);
     // Entries that decode must encode to a copy that decodes the same.

@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "core/checksum.h"
+#include "core/little_endian.h"
 
 namespace ckptdb::storage {
 namespace {
@@ -21,27 +22,17 @@ constexpr int kZstdLevel = 1;
 // is well below).
 constexpr uint64_t kMaxEntriesBytes = uint64_t{1} << 40;
 
-void Put64(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
-}
-uint64_t GetLe(const char* p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; ++i)
-    v |= uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
-  return v;
-}
-
 // The entry count, then each entry as two length-prefixed strings.
 Result<CopyEntries> DecodeEntries(std::string_view rest) {
   if (rest.size() < 4) return Status::Corruption("an entry is cut short");
-  const uint64_t count = GetLe(rest.data(), 4);
+  const uint64_t count = GetLittleEndian<uint32_t>(rest.data());
   rest.remove_prefix(4);
   CopyEntries entries;
   for (uint64_t i = 0; i < count; ++i) {
     std::string parts[2];
     for (std::string& part : parts) {
       if (rest.size() < 4) return Status::Corruption("an entry is cut short");
-      const uint64_t n = GetLe(rest.data(), 4);
+      const uint64_t n = GetLittleEndian<uint32_t>(rest.data());
       if (rest.size() - 4 < n)
         return Status::Corruption("an entry is cut short");
       part.assign(rest.substr(4, n));
@@ -83,7 +74,7 @@ std::string CopyEncoder::Encode(CopyKind kind, const CopyEntries& entries) {
     body += 8 + key.size() + value.size();
   std::string out(kCompressedMagic, kMagicBytes);
   out.push_back(static_cast<char>(kind));
-  Put64(&out, body);
+  PutLittleEndian<uint64_t>(&out, body);
   // Room for the worst case: only what the frame fills is ever touched.
   out.reserve(out.size() + ZSTD_compressBound(body) + 8);
   auto check = [](size_t result) {
@@ -107,9 +98,9 @@ std::string CopyEncoder::Encode(CopyKind kind, const CopyEntries& entries) {
     }
   };
   auto length = [&](size_t n) {
-    char bytes[4];
-    for (int i = 0; i < 4; ++i) bytes[i] = static_cast<char>(n >> (8 * i));
-    feed(bytes, 4, ZSTD_e_continue);
+    std::string bytes;
+    PutLittleEndian(&bytes, static_cast<uint32_t>(n));
+    feed(bytes.data(), bytes.size(), ZSTD_e_continue);
   };
   length(entries.size());
   for (const auto& [key, value] : entries) {
@@ -119,7 +110,7 @@ std::string CopyEncoder::Encode(CopyKind kind, const CopyEntries& entries) {
     feed(value.data(), value.size(), ZSTD_e_continue);
   }
   feed(nullptr, 0, ZSTD_e_end);
-  Put64(&out, ChunkChecksum(out.data(), out.size()));
+  PutLittleEndian<uint64_t>(&out, ChunkChecksum(out.data(), out.size()));
   return out;
 }
 
@@ -132,7 +123,7 @@ Result<CopyEntries> DecodeCopy(CopyKind kind, std::string_view bytes) {
   if (!compressed && magic != std::string_view(kMagic, kMagicBytes))
     return Status::Corruption("not a copy file (no header)");
   const std::string_view body = bytes.substr(0, bytes.size() - 8);
-  if (GetLe(bytes.data() + body.size(), 8) !=
+  if (GetLittleEndian<uint64_t>(bytes.data() + body.size()) !=
       ChunkChecksum(body.data(), body.size()))
     return Status::Corruption("checksum mismatch");
   if (bytes[kMagicBytes] != static_cast<char>(kind))
@@ -140,7 +131,8 @@ Result<CopyEntries> DecodeCopy(CopyKind kind, std::string_view bytes) {
   if (!compressed) return DecodeEntries(body.substr(kMagicBytes + 1));
   if (body.size() < kMagicBytes + 1 + 8)
     return Status::Corruption("not a copy file (no header)");
-  const uint64_t size = GetLe(body.data() + kMagicBytes + 1, 8);
+  const uint64_t size =
+      GetLittleEndian<uint64_t>(body.data() + kMagicBytes + 1);
   const std::string_view frame = body.substr(kMagicBytes + 1 + 8);
   if (size > kMaxEntriesBytes ||
       ZSTD_getFrameContentSize(frame.data(), frame.size()) != size)

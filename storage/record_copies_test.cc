@@ -11,6 +11,7 @@
 #include <random>
 
 #include "core/checksum.h"
+#include "core/little_endian.h"
 #include "storage/chunk_files.h"
 #include "storage/keys.h"
 #include "storage/store.h"
@@ -67,20 +68,16 @@ TEST(RecordCopies, RoundTripAndEveryFlippedByteOrCutIsCorruption) {
 // CKPTCOPY, the kind, the entry count, each entry as two length-prefixed
 // strings, the checksum.
 std::string UncompressedCopy(CopyKind kind, const CopyEntries& entries) {
-  auto put32 = [](std::string* out, uint32_t v) {
-    for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
-  };
   std::string out = "CKPTCOPY";
   out.push_back(static_cast<char>(kind));
-  put32(&out, static_cast<uint32_t>(entries.size()));
+  PutLittleEndian(&out, static_cast<uint32_t>(entries.size()));
   for (const auto& [key, value] : entries) {
-    put32(&out, static_cast<uint32_t>(key.size()));
+    PutLittleEndian(&out, static_cast<uint32_t>(key.size()));
     out += key;
-    put32(&out, static_cast<uint32_t>(value.size()));
+    PutLittleEndian(&out, static_cast<uint32_t>(value.size()));
     out += value;
   }
-  const uint64_t sum = ChunkChecksum(out.data(), out.size());
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(sum >> (8 * i)));
+  PutLittleEndian(&out, ChunkChecksum(out.data(), out.size()));
   return out;
 }
 
@@ -138,9 +135,7 @@ TEST(RecordCopies, RandomBytesWithAValidChecksumDecodeOrAreCorruption) {
           bytes.insert(at, 1 + rng() % 8, static_cast<char>(rng()));
       }
     }
-    const uint64_t sum = ChunkChecksum(bytes.data(), bytes.size());
-    for (int i = 0; i < 8; ++i)
-      bytes.push_back(static_cast<char>(sum >> (8 * i)));
+    PutLittleEndian(&bytes, ChunkChecksum(bytes.data(), bytes.size()));
     auto decoded = DecodeCopy(CopyKind::kRecords, bytes);
     if (decoded.ok())
       EXPECT_EQ(*DecodeCopy(CopyKind::kRecords,

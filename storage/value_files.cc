@@ -9,6 +9,7 @@
 #include <system_error>
 #include <utility>
 
+#include "core/little_endian.h"
 #include "core/thread_priority.h"
 
 namespace ckptdb::storage {
@@ -22,45 +23,30 @@ constexpr uint32_t kPointerMagic = 0x31564b43;
 // waits for little more than the last few MiB. It makes nothing durable.
 constexpr uint64_t kWriteBackBytes = uint64_t{4} << 20;
 
-template <typename T>
-void Put(std::string* out, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i)
-    out->push_back(
-        static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff));
-}
-
-template <typename T>
-T Get(const char* p) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i)
-    v |= uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
-  return static_cast<T>(v);
-}
-
 }  // namespace
 
 std::string EncodeValuePointer(const ValuePointer& pointer) {
   std::string out;
   out.reserve(kValuePointerBytes);
-  Put<uint32_t>(&out, kPointerMagic);
-  Put<uint32_t>(&out, static_cast<uint32_t>(pointer.rank));
-  Put<uint32_t>(&out, pointer.part);
-  Put<uint32_t>(&out, pointer.nonce);
-  Put<uint64_t>(&out, pointer.offset);
-  Put<uint64_t>(&out, pointer.nbytes);
+  PutLittleEndian<uint32_t>(&out, kPointerMagic);
+  PutLittleEndian<uint32_t>(&out, static_cast<uint32_t>(pointer.rank));
+  PutLittleEndian<uint32_t>(&out, pointer.part);
+  PutLittleEndian<uint32_t>(&out, pointer.nonce);
+  PutLittleEndian<uint64_t>(&out, pointer.offset);
+  PutLittleEndian<uint64_t>(&out, pointer.nbytes);
   return out;
 }
 
 std::optional<ValuePointer> DecodeValuePointer(std::string_view value) {
   if (value.size() != kValuePointerBytes) return std::nullopt;
   const char* p = value.data();
-  if (Get<uint32_t>(p) != kPointerMagic) return std::nullopt;
+  if (GetLittleEndian<uint32_t>(p) != kPointerMagic) return std::nullopt;
   ValuePointer pointer;
-  pointer.rank = static_cast<int32_t>(Get<uint32_t>(p + 4));
-  pointer.part = Get<uint32_t>(p + 8);
-  pointer.nonce = Get<uint32_t>(p + 12);
-  pointer.offset = Get<uint64_t>(p + 16);
-  pointer.nbytes = Get<uint64_t>(p + 24);
+  pointer.rank = static_cast<int32_t>(GetLittleEndian<uint32_t>(p + 4));
+  pointer.part = GetLittleEndian<uint32_t>(p + 8);
+  pointer.nonce = GetLittleEndian<uint32_t>(p + 12);
+  pointer.offset = GetLittleEndian<uint64_t>(p + 16);
+  pointer.nbytes = GetLittleEndian<uint64_t>(p + 24);
   if (pointer.rank < 0 || pointer.offset + pointer.nbytes < pointer.offset)
     return std::nullopt;
   return pointer;
