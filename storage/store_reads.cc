@@ -31,11 +31,19 @@ int64_t StoredIn(int64_t id, const ChunkMetadata& chunk) {
   return chunk.holder_id != 0 ? chunk.holder_id : id;
 }
 
+// Appends the key a chunk of `tensor_key` of checkpoint `id` is stored under.
+void AppendChunkKeyOf(int64_t id, std::string_view tensor_key,
+                      const ChunkMetadata& chunk, std::string* out) {
+  AppendChunkKey(StoredIn(id, chunk), chunk.writer_rank, tensor_key,
+                 chunk.box.origin, out);
+}
+
 // The key a chunk of `tensor_key` of checkpoint `id` is stored under.
 std::string ChunkKey(int64_t id, std::string_view tensor_key,
                      const ChunkMetadata& chunk) {
-  return EncodeChunkKey(StoredIn(id, chunk), chunk.writer_rank, tensor_key,
-                        chunk.box.origin);
+  std::string key;
+  AppendChunkKeyOf(id, tensor_key, chunk, &key);
+  return key;
 }
 
 std::string ChunkName(int64_t id, std::string_view key,
@@ -279,9 +287,8 @@ Status StoreImpl::ReadChunksScattered(int64_t checkpoint_id,
   std::string keys;
   std::vector<size_t> ends(reads.size());
   for (size_t i = 0; i < reads.size(); ++i) {
-    const ChunkMetadata& chunk = *reads[i].chunk;
-    AppendChunkKey(StoredIn(checkpoint_id, chunk), chunk.writer_rank,
-                   reads[i].tensor_key, chunk.box.origin, &keys);
+    AppendChunkKeyOf(checkpoint_id, reads[i].tensor_key, *reads[i].chunk,
+                     &keys);
     ends[i] = keys.size();
   }
   auto key = [&](size_t i) {
