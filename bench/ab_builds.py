@@ -12,6 +12,10 @@ build). The state is a model of many small tensors by default (`--tensors 10000 
 tensor changed before each save, `keep_last=2`, as a training loop saves it. `--warmup` rounds
 are run and left out: a handle's first saves fill its caches, so a comparison of the steady state
 wants some thirty (the first saves, which a short job sees, want none).
+
+`--preload-a` and `--preload-b` put a shared library into that side's `LD_PRELOAD`: with the same
+build on both sides and another `malloc` on one (`libmimalloc.so.2`, `libjemalloc.so.2`,
+`libtcmalloc_minimal.so.4` from Debian), the ratio is how much of the time the allocator takes.
 """
 import argparse
 import os
@@ -68,6 +72,8 @@ def main():
     p.add_argument("--pause", type=float, default=0.1, help="seconds before each operation")
     p.add_argument("--tensors", type=int, default=10000)
     p.add_argument("--kib", type=int, default=4, help="bytes of each tensor, in KiB")
+    p.add_argument("--preload-a", default="", help="a library in build A's LD_PRELOAD")
+    p.add_argument("--preload-b", default="", help="a library in build B's LD_PRELOAD")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -76,15 +82,22 @@ def main():
         raise SystemExit("--a and --b are required")
     ops = args.ops.split(",")
 
-    def start(package, name):
+    for lib in (args.preload_a, args.preload_b):
+        if lib and not os.path.exists(lib):
+            raise SystemExit(f"no library {lib} to preload")
+
+    def start(package, name, preload):
         env = dict(os.environ, PYTHONPATH=os.path.abspath(package))
+        if preload:
+            env["LD_PRELOAD"] = os.path.abspath(preload)
         cmd = [sys.executable, os.path.abspath(__file__), "--child",
                "--dir", os.path.join(args.dir, name), "--tensors", str(args.tensors),
                "--kib", str(args.kib)]
         return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                 env=env)
 
-    procs = {"A": start(args.a, "ab_builds_a"), "B": start(args.b, "ab_builds_b")}
+    procs = {"A": start(args.a, "ab_builds_a", args.preload_a),
+             "B": start(args.b, "ab_builds_b", args.preload_b)}
 
     def line_of(name, what, prefix):
         # Lines of other output (the library's, numpy's) are skipped.

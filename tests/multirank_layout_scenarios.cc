@@ -39,6 +39,18 @@ std::map<std::string, GlobalTensor> Tensors() {
           {"d", GlobalTensor(DType::kBFloat16, {}, 4)}};
 }
 
+// The rows of `g` that rank `rank` of `ranks` holds, as (offset, local
+// shape); a 0-d tensor is held whole.
+std::pair<Shape, Shape> RowsOf(const GlobalTensor& g, int rank, int ranks) {
+  Shape offset(g.shape.size(), 0), local = g.shape;
+  if (!g.shape.empty()) {
+    auto [b, e] = Part(g.shape[0], rank, ranks);
+    offset[0] = b;
+    local[0] = e - b;
+  }
+  return {offset, local};
+}
+
 Options SmallChunks() {
   Options options;
   options.max_chunk_bytes = 64;
@@ -87,12 +99,7 @@ TEST(FlatRangeRanksTest, SavedFromFlatRangesOnThreeLoadsIntoRowsOnTwo) {
     targets.reserve(tensors.size());
     StateDict sd;
     for (const auto& [key, g] : tensors) {
-      Shape offset(g.shape.size(), 0), local = g.shape;
-      if (!g.shape.empty()) {
-        auto [b, e] = Part(g.shape[0], rank, 2);
-        offset[0] = b;
-        local[0] = e - b;
-      }
+      const auto [offset, local] = RowsOf(g, rank, 2);
       targets.push_back(TargetOf(g, offset, local));
       sd.Set(key, targets.back().View(g));
     }
@@ -122,12 +129,7 @@ TEST(FlatRangeRanksTest, SavedFromRowsOnTwoLoadsIntoFlatRangesOnThree) {
     shards.reserve(tensors.size());
     StateDict sd;
     for (const auto& [key, g] : tensors) {
-      Shape offset(g.shape.size(), 0), local = g.shape;
-      if (!g.shape.empty()) {
-        auto [b, e] = Part(g.shape[0], rank, 2);
-        offset[0] = b;
-        local[0] = e - b;
-      }
+      const auto [offset, local] = RowsOf(g, rank, 2);
       shards.push_back(ShardOf(g, offset, local));
       sd.Set(key, shards.back().View(g));
     }
