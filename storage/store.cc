@@ -184,12 +184,71 @@ void StoreImpl::ForgetInfo(int64_t checkpoint_id) {
 void StoreImpl::ForgetInfos() {
   std::lock_guard lock(infos_mu_);
   infos_.clear();
+  record_ids_.reset();
+  ++records_changed_;
+}
+
+std::optional<std::set<int64_t>> StoreImpl::KnownRecordIds(uint64_t* changes) {
+  std::lock_guard lock(infos_mu_);
+  *changes = records_changed_;
+  return record_ids_;
+}
+
+void StoreImpl::RememberRecordIds(std::set<int64_t> ids, uint64_t changes) {
+  std::lock_guard lock(infos_mu_);
+  if (changes == records_changed_) record_ids_ = std::move(ids);
+}
+
+void StoreImpl::RecordAdded(int64_t checkpoint_id) {
+  std::lock_guard lock(infos_mu_);
+  if (record_ids_) record_ids_->insert(checkpoint_id);
+  ++records_changed_;
+}
+
+void StoreImpl::RecordRemoved(int64_t checkpoint_id) {
+  std::lock_guard lock(infos_mu_);
+  infos_.erase(checkpoint_id);
+  if (record_ids_) record_ids_->erase(checkpoint_id);
+  ++records_changed_;
+}
+
+std::optional<CheckpointInfo> StoreImpl::ReadInfo(int64_t checkpoint_id) {
+  rocksdb::PinnableSlice record;
+  if (!db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), &record)
+           .ok())
+    return std::nullopt;
+  Result<CheckpointInfo> info =
+      DecodeCheckpointInfo(std::string_view(record.data(), record.size()));
+  if (!info.ok() || info->id != checkpoint_id) return std::nullopt;
+  RememberInfo(*info);
+  return std::move(info).value();
 }
 
 Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
+  uint64_t changes = 0;
+  if (std::optional<std::set<int64_t>> ids = KnownRecordIds(&changes)) {
+    std::vector<CheckpointInfo> out;
+    out.reserve(ids->size());
+    for (int64_t id : *ids) {
+      if (!catalogue_.Visible(id)) continue;
+      std::optional<CheckpointInfo> info = KnownInfo(id);
+      if (!info) info = ReadInfo(id);
+      if (!info) return WalkVisibleInfos();  // damage, which the walk reports
+      out.push_back(std::move(*info));
+    }
+    return out;
+  }
+  return WalkVisibleInfos();
+}
+
+Result<std::vector<CheckpointInfo>> StoreImpl::WalkVisibleInfos() {
+  uint64_t changes = 0;
+  KnownRecordIds(&changes);
+  std::set<int64_t> ids;
   std::vector<CheckpointInfo> out;
   CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id,
                                            std::string_view record) {
+    ids.insert(id);
     if (!catalogue_.Visible(id)) return true;
     if (std::optional<CheckpointInfo> known = KnownInfo(id)) {
       out.push_back(std::move(*known));
@@ -216,6 +275,7 @@ Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
     out.push_back(*info);
     return true;
   }));
+  RememberRecordIds(std::move(ids), changes);
   // Records only their copies hold come after the others.
   std::sort(out.begin(), out.end(),
             [](const CheckpointInfo& a, const CheckpointInfo& b) {
@@ -318,6 +378,8 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   rocksdb::WriteBatch batch(64 + record_bytes + 16 * records.size());
   for (const auto& [key, value] : records) batch.Put(meta_, key, value);
   Status s = WriteMeta(&batch, "committing " + what);
+  // (A commit that fails from here on reopens, which forgets the ids.)
+  if (s.ok()) RecordAdded(id);
   // Room for them in the metadata cache before they are read back from their
   // table file (which puts them there).
   const size_t meta_cache_bytes = s.ok() ? FitMetaCache(record_bytes) : 0;
@@ -629,8 +691,17 @@ void StoreImpl::Release() {
 Result<std::unique_ptr<Store>> Store::Open(const std::string& path,
                                            const StoreOptions& options) {
   auto store = std::make_unique<StoreImpl>(path, options);
-  CKPTDB_RETURN_IF_ERROR(store->OpenDbRetrying());
+  CKPTDB_RETURN_IF_ERROR(store->Open());
   return std::unique_ptr<Store>(std::move(store));
+}
+
+Status StoreImpl::Open() {
+  if (!options_.read_only) {
+    CKPTDB_ASSIGN_OR_RETURN(claim_, WriterClaim::Take(path_));
+  }
+  CKPTDB_RETURN_IF_ERROR(OpenDbRetrying());
+  if (claim_) claim_->ClaimCreatedDirectory();
+  return Status::OK();
 }
 
 }  // namespace ckptdb::storage

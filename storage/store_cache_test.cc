@@ -1,6 +1,8 @@
-// What a store handle sizes and starts around its opens, commits and deletes:
-// the `meta` column family's block cache (room for the live records, never
-// the blocks of deleted ones) and the threads an open loads table files with.
+// What a store handle sizes, starts and keeps around its opens, commits and
+// deletes: the `meta` column family's block cache (room for the live records,
+// never the blocks of deleted ones), the threads an open loads table files
+// with, and the ids and infos of the records, which its listings and saves
+// then read without walking every record again.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,11 +16,13 @@
 #include "storage/store.h"
 #include "storage/store_impl.h"
 #include "storage/store_testing.h"
+#include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb::storage {
 namespace {
 
+using ckptdb::testing::FaultInjector;
 using ckptdb::testing::TempDir;
 using testing::CommitLogLine;
 using testing::LiveTableBytes;
@@ -203,6 +207,91 @@ TEST(StoreTest, TheMetadataCacheHoldsTheLiveRecordsAndTwoMoreCommits) {
       }
     }
   }
+}
+
+// The ids (and steps) a listing of `store` gives; "error: ..." when it fails.
+std::string Listed(Store& store) {
+  Result<std::vector<CheckpointInfo>> all = store.List();
+  if (!all.ok()) return "error: " + all.status().ToString();
+  std::string out;
+  for (const CheckpointInfo& info : *all) {
+    out += std::to_string(info.id) + "@" +
+           (info.step ? std::to_string(*info.step) : "-") +
+           (info.damage.empty() ? "" : " damaged") + " ";
+  }
+  return out;
+}
+
+// What a handle opened now lists: read from the disk, not from what the
+// handle under test keeps.
+std::string ListedByANewHandle(const std::string& dir) {
+  auto reader = Store::Open(dir, {.read_only = true});
+  if (!reader.ok()) return "error: " + reader.status().ToString();
+  return Listed(**reader);
+}
+
+TEST(StoreTest, AHandleWalksTheRecordsOnceThenKeepsTheirIdsAndInfos) {
+  TempDir dir;
+  {
+    auto store = Store::Open(dir.path(), {});
+    ASSERT_TRUE(store.ok());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(SaveTensors(**store, 50).ok());
+  }
+  auto opened = Store::Open(dir.path(), {});
+  ASSERT_TRUE(opened.ok());
+  auto& store = static_cast<StoreImpl&>(**opened);
+  const std::string before = Listed(store);
+  EXPECT_EQ(before, ListedByANewHandle(dir.path()));
+  const uint64_t walks = store.RecordWalks();
+  EXPECT_GE(walks, 1u);
+  // Saves (each asks for the next id and commits) and deletes, with listings
+  // between them: the handle keeps the ids and infos current itself.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(SaveTensors(store, 50).ok());
+    EXPECT_EQ(Listed(store), ListedByANewHandle(dir.path()));
+    auto all = store.List();
+    ASSERT_TRUE(all.ok());
+    ASSERT_TRUE(
+        store.Delete(all->front().id, FileRemoval::kBeforeReturning).ok());
+    EXPECT_EQ(Listed(store), ListedByANewHandle(dir.path()));
+    EXPECT_TRUE(store.NextCheckpointId().ok());
+  }
+  EXPECT_EQ(store.RecordWalks(), walks);
+  EXPECT_NE(Listed(store), before);
+}
+
+// A commit or a delete that fails at file operation n (of the first 60 that
+// change the disk) leaves the handle listing what a new handle lists.
+void ExpectListingsAfterFailures(bool deleting) {
+  for (int64_t n = 1; n <= 60; ++n) {
+    TempDir dir;
+    auto faults = std::make_shared<FaultInjector>();
+    auto opened = Store::Open(dir.path(), {.file_system_hooks = faults});
+    ASSERT_TRUE(opened.ok());
+    Store& store = **opened;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(SaveTensors(store, 20).ok());
+    const std::string before = Listed(store);  // the ids and infos are kept
+    faults->Arm({.nth = n, .ops = kMutatingFileOps});
+    Status s = deleting ? store.Delete(2, FileRemoval::kBeforeReturning)
+                        : SaveTensors(store, 20);
+    faults->Disarm();
+    const std::string truth = ListedByANewHandle(dir.path());
+    EXPECT_EQ(Listed(store), truth)
+        << (deleting ? "delete" : "commit") << " failing at mutating call " << n
+        << ": " << s.ToString() << "; before: " << before;
+    // And once more after a save that succeeds.
+    if (SaveTensors(store, 20).ok()) {
+      EXPECT_EQ(Listed(store), ListedByANewHandle(dir.path())) << n;
+    }
+  }
+}
+
+TEST(StoreTest, ACommitThatFailsAnywhereLeavesTheListingAsOnDisk) {
+  ExpectListingsAfterFailures(false);
+}
+
+TEST(StoreTest, ADeleteThatFailsAnywhereLeavesTheListingAsOnDisk) {
+  ExpectListingsAfterFailures(true);
 }
 
 }  // namespace

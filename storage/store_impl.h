@@ -40,6 +40,7 @@
 #include "storage/record_copies.h"
 #include "storage/store.h"
 #include "storage/value_files.h"
+#include "storage/writer_claim.h"
 
 namespace ckptdb::storage {
 
@@ -78,6 +79,10 @@ class StoreImpl : public Store {
   StoreImpl(std::string path, StoreOptions options)
       : path_(std::move(path)), options_(std::move(options)) {}
   ~StoreImpl() override { CloseDb(); }
+
+  // Store::Open: a read-write handle first claims its directory in this
+  // process (WriterClaim), then OpenDbRetrying.
+  Status Open();
 
   // Opens RocksDB over a fresh StoreFileSystem, checks it against the commit
   // journal and, read-write, finishes or removes what interrupted saves and
@@ -134,6 +139,8 @@ class StoreImpl : public Store {
   size_t MetaCacheCapacity();
   // The bytes of blocks that cache holds now.
   size_t MetaCacheUsage() const { return meta_cache_->GetUsage(); }
+  // How many walks of every main record this handle has made.
+  uint64_t RecordWalks() const { return record_walks_.load(); }
 
  private:
   Status RequireWritable(const char* what) const {
@@ -179,7 +186,8 @@ class StoreImpl : public Store {
   // read-write recovery rewrites the MANIFEST and removes the files it does
   // not name, which would make a loss it did not report permanent.
   Status PreCheckReadOnly(bool has_db);
-  // Ids of the checkpoint records in the `meta` column family.
+  // Ids of the checkpoint records in the `meta` column family (and of those
+  // only their copies hold): walked once, then known (record_ids_).
   Result<std::set<int64_t>> RecordIds();
   Status SaveJournal(CommitJournal journal);
   // The records of a checkpoint as stored equal `records` (key, value; in key
@@ -309,8 +317,14 @@ class StoreImpl : public Store {
   // Ids of earlier checkpoints whose chunks the visible records share
   // (incremental saves).
   Result<std::set<int64_t>> ReferencedIds();
-  // The infos of the visible records, by id; the caller holds mu_.
+  // The infos of the visible records, by id; the caller holds mu_. From the
+  // known record ids and infos when the handle knows them, else by a walk.
   Result<std::vector<CheckpointInfo>> VisibleInfos();
+  // VisibleInfos by a walk of every main record; remembers the ids it saw.
+  Result<std::vector<CheckpointInfo>> WalkVisibleInfos();
+  // The info of record `checkpoint_id`, read and decoded alone; nullopt when
+  // it cannot be (the walk then reports the damage).
+  std::optional<CheckpointInfo> ReadInfo(int64_t checkpoint_id);
   // Drops the chunks of each of `candidates` that neither has a record nor is
   // referred to by one: bytes no remaining checkpoint uses.
   // `later` as DropChunks.
@@ -496,6 +510,8 @@ class StoreImpl : public Store {
 
   const std::string path_;
   const StoreOptions options_;
+  // Held by a read-write handle from before its open until it is destroyed.
+  std::unique_ptr<WriterClaim> claim_;
   // Made anew by each OpenDb; the Env over it outlives the database.
   std::shared_ptr<StoreFileSystem> fs_;
   std::shared_ptr<rocksdb::Env> env_;
@@ -521,7 +537,30 @@ class StoreImpl : public Store {
   std::optional<CheckpointInfo> KnownInfo(int64_t checkpoint_id);
   void RememberInfo(const CheckpointInfo& info);
   void ForgetInfo(int64_t checkpoint_id);
+  // Forgets the infos and the record ids.
   void ForgetInfos();
+  // The ids of the records, as a walk found them (RecordIds), kept as the
+  // infos are (guarded by infos_mu_): the records change only through this
+  // handle's commits and deletes (one writer; a read-only handle sees a fixed
+  // view until its Refresh reopens), which keep the set current, and every
+  // reopen and every rewrite from the copies forgets it. Every save and every
+  // listing needs them; a walk reads every main record of the store, which
+  // for a store of many checkpoints of many tensors is megabytes from files
+  // each time (the metadata cache holds at most 64 MiB).
+  std::optional<std::set<int64_t>> record_ids_;
+  std::atomic<uint64_t> record_walks_{0};
+  // Counts the changes to the records, so that a walk that ran beside one
+  // does not leave its older view behind (guarded by infos_mu_).
+  uint64_t records_changed_ = 0;
+  // The known record ids, if any, and the count of changes to pass to
+  // RememberRecordIds after a walk.
+  std::optional<std::set<int64_t>> KnownRecordIds(uint64_t* changes);
+  // Keeps `ids` unless the records changed since KnownRecordIds gave
+  // `changes`.
+  void RememberRecordIds(std::set<int64_t> ids, uint64_t changes);
+  // This handle wrote the record of `checkpoint_id`, or deleted it.
+  void RecordAdded(int64_t checkpoint_id);
+  void RecordRemoved(int64_t checkpoint_id);
   // Held checkpoints whose value files CheckHeldValueFiles found whole.
   std::mutex held_mu_;
   std::set<int64_t> held_values_checked_;
@@ -568,6 +607,7 @@ Status StoreImpl::Reopen(Status error,
 
 template <typename Fn>
 Status StoreImpl::ForEachRecord(Fn&& fn) {
+  record_walks_.fetch_add(1);
   std::set<int64_t> seen;
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions(), meta_));

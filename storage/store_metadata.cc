@@ -114,7 +114,13 @@ Status StoreImpl::DeleteRecord(int64_t checkpoint_id) {
   // The copy first: a copy without a record is left only by a deletion cut
   // short, which the journal names.
   CKPTDB_RETURN_IF_ERROR(RemoveCopy(CopyKind::kRecords, checkpoint_id));
-  return WriteMeta(&batch, what);
+  const Status s = WriteMeta(&batch, what);
+  if (s.ok()) {
+    RecordRemoved(checkpoint_id);
+  } else {
+    ForgetInfos();  // the tombstones may have been written
+  }
+  return s;
 }
 
 Status StoreImpl::GetRecord(int64_t checkpoint_id,

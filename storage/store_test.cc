@@ -187,6 +187,68 @@ TEST(StoreTest, ASecondWritableHandleInTheSameProcessIsRefusedNamingIt) {
   EXPECT_TRUE(Store::Open(dir.path(), {}).ok());
 }
 
+// However the path of an open store is spelled, a second read-write handle
+// of it in this process is refused, before it touches the store: the two
+// would commit the same checkpoint ids, and the second's close would drop
+// the lock that keeps other processes out. Read-only handles still open.
+TEST(StoreTest, ASecondWritableHandleIsRefusedHoweverItsPathIsSpelled) {
+  TempDir dir;
+  const std::string store = dir.Sub("store");
+  const std::filesystem::path parent = std::filesystem::path(dir.path());
+  std::filesystem::create_directory_symlink(store, dir.Sub("link"));
+  std::filesystem::create_directory_symlink(parent, dir.Sub("up"));
+  const std::string relative =
+      std::filesystem::relative(store, std::filesystem::current_path())
+          .string();
+  const std::vector<std::string> spellings = {store + "/",
+                                              store + "//",
+                                              store + "/.",
+                                              dir.path() + "//store",
+                                              store + "/../store",
+                                              dir.Sub("link"),
+                                              dir.Sub("link") + "/",
+                                              dir.Sub("up") + "/store",
+                                              relative};
+  auto first = Store::Open(store, {});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(SaveBytes(**first, "kept", 1).ok());
+  for (const std::string& other : spellings) {
+    auto second = Store::Open(other, {});
+    ASSERT_FALSE(second.ok()) << other;
+    EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition) << other;
+    EXPECT_NE(second.status().message().find(
+                  "another handle in this process (close it first), opened "
+                  "as '" +
+                  store + "'"),
+              std::string::npos)
+        << second.status().ToString();
+    StoreOptions read_only;
+    read_only.read_only = true;
+    auto reader = Store::Open(other, read_only);
+    ASSERT_TRUE(reader.ok()) << other << ": " << reader.status().ToString();
+    EXPECT_EQ((*reader)->List()->size(), 1u) << other;
+  }
+  // The first handle still holds the store: its next commit is the only one.
+  ASSERT_TRUE(SaveBytes(**first, "more", 1).ok());
+  EXPECT_EQ((*first)->List()->size(), 2u);
+  first->reset();
+  for (const std::string& other : spellings) {
+    auto again = Store::Open(other, {});
+    EXPECT_TRUE(again.ok()) << other << ": " << again.status().ToString();
+  }
+}
+
+// Two new stores opened through two spellings of one path: the second open
+// is refused too, though the directory did not exist before the first.
+TEST(StoreTest, ASecondWritableHandleOfANewStoreIsRefused) {
+  TempDir dir;
+  auto first = Store::Open(dir.Sub("new"), {});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = Store::Open(dir.Sub("new") + "/", {});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+}
+
 // The store's own looks at its files (whether the creation marker or a
 // journal is there, what a writer changed) go through its file system: a
 // failure there is an error naming the operation and the file, never taken

@@ -32,7 +32,10 @@
 //
 // Every file operation of a store goes through the hooks: RocksDB's (table
 // files, MANIFEST, WAL, info log) and ckptdb's own (staged files, value files,
-// direct chunk reads, the commit journal, markers, directory syncs).
+// direct chunk reads, the commit journal, markers, directory syncs). The one
+// exception: as a read-write handle opens, the store's path is resolved and
+// its directory looked at (stat) directly, to know it as one store however
+// its path is spelled.
 
 #include <cstdint>
 #include <string_view>

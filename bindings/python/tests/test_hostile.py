@@ -151,3 +151,26 @@ def test_chunk_tables_a_rebuild_set_aside_are_written_again_by_the_next_save(sto
             with open(os.path.join(store, name)) as log:
                 logs += log.read()
     assert "chunk table files are not in the database" in logs
+
+
+def test_a_second_writable_handle_is_refused_however_the_path_is_spelled(store, tmp_path):
+    """Two read-write handles of one store in a process would commit the same
+    checkpoint ids, one over the other: the second is refused, whatever path
+    names the store, and the first's checkpoints stay whole."""
+    os.symlink(store, tmp_path / "link")
+    spellings = [store + "/", store + "//", store + "/.", str(tmp_path / "link"),
+                 os.path.relpath(store)]
+    with ckptdb.open(store) as db:
+        db.save({"w": np.full(4, 1.0)}, step=1)
+        for other in spellings:
+            with pytest.raises(ckptdb.Error, match="another handle in this process"):
+                ckptdb.open(other)
+            with ckptdb.open(other, read_only=True) as reader:
+                assert [c.step for c in reader.checkpoints()] == [1]
+        db.save({"w": np.full(4, 2.0)}, step=2)
+    with ckptdb.open(store + "/") as db:
+        assert [c.step for c in db.checkpoints()] == [1, 2]
+        for c, value in zip(db.checkpoints(), (1.0, 2.0)):
+            target = {"w": np.zeros(4)}
+            db.load(target, id=c.id)
+            assert np.array_equal(target["w"], np.full(4, value))
