@@ -42,6 +42,37 @@ std::string RankBox(int rank, const Box& box) {
 // sorted by key; a key's shards in the order of their owners' lowest ranks.
 using KeyedShards = std::vector<std::pair<std::string_view, ShardRef>>;
 
+const char* ContainerOfPart(PathPartKind kind) {
+  switch (kind) {
+    case PathPartKind::kStrKey:
+      return "a dict's str key";
+    case PathPartKind::kIntKey:
+      return "a dict's int key";
+    case PathPartKind::kListIndex:
+      return "a list index";
+    case PathPartKind::kTupleIndex:
+      return "a tuple index";
+  }
+  return "?";
+}
+
+// For two paths that read the same: the first part that addresses another
+// kind of container on `rank` than on the other rank. `a` and `b` are
+// parallel to `path`, or empty (every part a dict's str key).
+std::string OtherContainer(const Path& path, const PathKinds& a,
+                           const PathKinds& b, int rank) {
+  auto kind = [](const PathKinds& kinds, size_t i) {
+    return kinds.empty() ? PathPartKind::kStrKey : kinds[i];
+  };
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (kind(a, i) == kind(b, i)) continue;
+    return ": its part " + path[i] + " is " + ContainerOfPart(kind(a, i)) +
+           " on rank " + std::to_string(rank) + " and " +
+           ContainerOfPart(kind(b, i)) + " on the other";
+  }
+  return "";
+}
+
 // Every owner's shards by key (`by_key`); values and the flat mapping go
 // straight into `plan`.
 Status GroupByKey(const Owners& owners, SavePlan* plan, KeyedShards* by_key) {
@@ -57,10 +88,14 @@ Status GroupByKey(const Owners& owners, SavePlan* plan, KeyedShards* by_key) {
     const PathKinds& known_kinds =
         known == plan->path_kinds.end() ? PathKinds() : known->second;
     if (it->second != path || known_kinds != kinds) {
+      const std::string here = QuotePath(path, kinds);
+      const std::string there = QuotePath(it->second, known_kinds);
       return Status::InvalidArgument(
           "flat key '" + key + "' names different paths on rank " +
-          std::to_string(rank) + " (" + QuotePath(path, kinds) +
-          ") and another rank (" + QuotePath(it->second, known_kinds) + ")");
+          std::to_string(rank) + " (" + here + ") and another rank (" + there +
+          ")" +
+          (here == there ? OtherContainer(path, kinds, known_kinds, rank)
+                         : ""));
     }
     return Status::OK();
   };

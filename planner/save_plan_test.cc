@@ -212,6 +212,13 @@ TEST(SavePlanTest, PathKindsAreKeptAndMustAgreeAcrossRanks) {
   ExpectError(ranks,
               "flat key 's.0' names different paths on rank 1 (['s', '0']) "
               "and another rank (['s', 0])");
+  // Rank 1 has a list where rank 0 has a dict with the int key 0: the paths
+  // read the same, and the message says which container differs.
+  ranks[1].values[0].kinds = {K::kStrKey, K::kListIndex};
+  ExpectError(ranks,
+              "flat key 's.0' names different paths on rank 1 (['s', 0]) and "
+              "another rank (['s', 0]): its part 0 is a list index on rank 1 "
+              "and a dict's int key on the other");
 }
 
 }  // namespace

@@ -124,6 +124,8 @@ class PyDB {
        const py::object& create, const py::object& read_only,
        const py::dict& options)
       : path_(path) {
+    if (path.empty())
+      Invalid("path is empty: name the directory of the store to open");
     if (path.find('\0') != std::string::npos)
       Invalid("path " + Repr(py::bytes(path)) + " contains a NUL character");
     const Options o = Unwrap(OpenOptions(create, read_only, options));

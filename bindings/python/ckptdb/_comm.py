@@ -48,11 +48,27 @@ def _default_store(dist):
     return store()
 
 
+def _non_group_member(comm):
+    """Whether ``comm`` is what ``torch.distributed.new_group`` returns to a process outside
+    the group (``GroupMember.NON_GROUP_MEMBER``)."""
+    dist = _sys.modules.get("torch.distributed")
+    c10d = getattr(dist, "distributed_c10d", None) if dist is not None else None
+    member = getattr(c10d, "GroupMember", None) if c10d is not None else None
+    return member is not None and comm is getattr(member, "NON_GROUP_MEMBER", object())
+
+
 def communicator(comm):
     """What the extension module's ``DB`` takes for ``comm``: None, an mpi4py communicator as
     it is, or the gloo communicator of a torch.distributed group's member."""
     group = torch_process_group(comm)
     if group is None:
+        if _non_group_member(comm):
+            from . import InvalidArgumentError
+            dist = _sys.modules["torch.distributed"]
+            who = f" (global rank {dist.get_rank()})" if dist.is_initialized() else ""
+            raise InvalidArgumentError(
+                f"comm: this process{who} is not a member of the torch.distributed group "
+                f"(new_group gave it NON_GROUP_MEMBER); only its members call ckptdb")
         return comm
     dist = _sys.modules["torch.distributed"]
     if not dist.is_initialized():

@@ -145,6 +145,8 @@ BAD_CALLS = [
     ("open path int", lambda db, d: ckptdb.open(3), "path"),
     ("open path surrogate", lambda db, d: ckptdb.open(d + "/\ud800"), "path"),
     ("open path NUL", lambda db, d: ckptdb.open(d + "/a\0b"), "path"),
+    ("open path empty", lambda db, d: ckptdb.open(""), "path is empty"),
+    ("open path empty bytes", lambda db, d: ckptdb.open(b""), "path is empty"),
     ("open comm", lambda db, d: ckptdb.open(d, comm=3), "comm"),
     ("open create str", lambda db, d: ckptdb.open(d, create="yes"), "create"),
     ("open read_only int", lambda db, d: ckptdb.open(d, read_only=2), "read_only"),

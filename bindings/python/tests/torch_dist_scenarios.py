@@ -83,6 +83,12 @@ def subgroup(store):
     group = dist.new_group([0, 2])
     rank = dist.get_rank()
     if rank == 1:
+        # Outside the group: new_group gave this rank NON_GROUP_MEMBER, which ckptdb names.
+        try:
+            ckptdb.open(store + "-outside", comm=group)
+            expect(False, "a non-member's open was taken")
+        except ckptdb.InvalidArgumentError as e:
+            expect("not a member" in str(e) and "NON_GROUP_MEMBER" in str(e), str(e))
         dist.barrier()
         return
     w = full(3, (4, 6))
