@@ -700,7 +700,8 @@ Status StoreImpl::Open() {
     CKPTDB_ASSIGN_OR_RETURN(claim_, WriterClaim::Take(path_));
   }
   CKPTDB_RETURN_IF_ERROR(OpenDbRetrying());
-  if (claim_) claim_->ClaimCreatedDirectory();
+  // (A failure closes the database as the handle is destroyed.)
+  if (claim_) CKPTDB_RETURN_IF_ERROR(claim_->ClaimOpenedDirectory());
   return Status::OK();
 }
 

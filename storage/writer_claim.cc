@@ -1,7 +1,9 @@
 #include "storage/writer_claim.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -11,12 +13,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The claims of this process: each directory's resolved path and identity,
-// with the path its holder was opened with.
+// One key's holder.
+struct Holder {
+  const WriterClaim* claim;
+  pid_t pid;         // the process that took it
+  std::string path;  // as its caller spelled it
+};
+
 struct Claims {
   std::mutex mu;
-  std::map<std::string, std::string> by_path;
-  std::map<std::pair<dev_t, ino_t>, std::string> by_identity;
+  std::map<std::string, Holder> by_key;
 };
 
 Claims& TheClaims() {
@@ -37,12 +43,40 @@ std::string Resolved(const std::string& path) {
   return out;
 }
 
-std::optional<std::pair<dev_t, ino_t>> IdentityOf(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    return std::nullopt;
-  return std::make_pair(st.st_dev, st.st_ino);
+std::string IdentityKey(const char* kind, const struct stat& st) {
+  return std::string(kind) + std::to_string(st.st_dev) + ":" +
+         std::to_string(st.st_ino);
 }
+
+// The keys of the directory at `resolved` (Resolved): its parent's (the
+// deepest existing directory above it, and the rest of the path) with its
+// name, and its own identity when it exists; its path alone when nothing
+// above it can be looked at.
+std::vector<std::string> KeysOf(const std::string& resolved) {
+  std::vector<std::string> keys;
+  const fs::path path(resolved);
+  fs::path above = path.parent_path();
+  std::string rest = path.filename().string();
+  struct stat st;
+  while (::stat(above.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (above == above.root_path() || above.empty()) {
+      keys.push_back("path:" + resolved);
+      break;
+    }
+    rest = above.filename().string() + "/" + rest;
+    above = above.parent_path();
+  }
+  if (keys.empty()) keys.push_back(IdentityKey("below:", st) + "/" + rest);
+  if (::stat(resolved.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    keys.push_back(IdentityKey("dir:", st));
+  return keys;
+}
+
+// Whether `holder` is a claim of this process: a forked child inherits its
+// parent's claims, whose handles it cannot use. (A claim whose directory was
+// renamed or removed stays in the way: its handle still writes there, or
+// through its path.)
+bool InTheWay(const Holder& holder) { return holder.pid == ::getpid(); }
 
 Status Held(const std::string& path, const std::string& holder) {
   return Status::FailedPrecondition(
@@ -52,45 +86,55 @@ Status Held(const std::string& path, const std::string& holder) {
       (holder == path ? "" : ", opened as '" + holder + "'"));
 }
 
+// Adds `keys` for `claim`, or none of them when one is held (Held).
+Status Register(const WriterClaim* claim, const std::string& path,
+                const std::vector<std::string>& keys) {
+  Claims& claims = TheClaims();
+  std::lock_guard lock(claims.mu);
+  for (const std::string& key : keys) {
+    auto it = claims.by_key.find(key);
+    if (it == claims.by_key.end() || it->second.claim == claim) continue;
+    if (InTheWay(it->second)) return Held(path, it->second.path);
+    claims.by_key.erase(it);  // the parent process's
+  }
+  for (const std::string& key : keys)
+    claims.by_key.insert_or_assign(key, Holder{claim, ::getpid(), path});
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<WriterClaim>> WriterClaim::Take(
     const std::string& path) {
-  const std::string resolved = Resolved(path);
-  const std::optional<std::pair<dev_t, ino_t>> identity = IdentityOf(resolved);
-  Claims& claims = TheClaims();
-  std::lock_guard lock(claims.mu);
-  if (auto it = claims.by_path.find(resolved); it != claims.by_path.end())
-    return Held(path, it->second);
-  if (identity) {
-    if (auto it = claims.by_identity.find(*identity);
-        it != claims.by_identity.end())
-      return Held(path, it->second);
-    claims.by_identity.emplace(*identity, path);
-  }
-  claims.by_path.emplace(resolved, path);
-  // Only a claim that was taken releases anything.
   std::unique_ptr<WriterClaim> claim(new WriterClaim);
-  claim->resolved_ = resolved;
-  claim->identity_ = identity;
+  claim->path_ = path;
+  claim->resolved_ = Resolved(path);
+  const std::vector<std::string> keys = KeysOf(claim->resolved_);
+  CKPTDB_RETURN_IF_ERROR(Register(claim.get(), path, keys));
+  claim->keys_ = keys;
   return claim;
 }
 
-void WriterClaim::ClaimCreatedDirectory() {
-  if (identity_) return;
-  std::optional<std::pair<dev_t, ino_t>> identity = IdentityOf(resolved_);
-  if (!identity) return;
-  Claims& claims = TheClaims();
-  std::lock_guard lock(claims.mu);
-  if (claims.by_identity.emplace(*identity, claims.by_path[resolved_]).second)
-    identity_ = identity;
+Status WriterClaim::ClaimOpenedDirectory() {
+  std::vector<std::string> added;
+  for (const std::string& key : KeysOf(resolved_)) {
+    if (std::find(keys_.begin(), keys_.end(), key) == keys_.end())
+      added.push_back(key);
+  }
+  if (added.empty()) return Status::OK();
+  CKPTDB_RETURN_IF_ERROR(Register(this, path_, added));
+  keys_.insert(keys_.end(), added.begin(), added.end());
+  return Status::OK();
 }
 
 WriterClaim::~WriterClaim() {
   Claims& claims = TheClaims();
   std::lock_guard lock(claims.mu);
-  claims.by_path.erase(resolved_);
-  if (identity_) claims.by_identity.erase(*identity_);
+  for (const std::string& key : keys_) {
+    auto it = claims.by_key.find(key);
+    if (it != claims.by_key.end() && it->second.claim == this)
+      claims.by_key.erase(it);
+  }
 }
 
 }  // namespace ckptdb::storage
