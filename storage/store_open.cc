@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "storage/commit_journal.h"
+#include "storage/fork_aware_env.h"
 #include "storage/info_log.h"
 #include "storage/keys.h"
 #include "storage/recovery.h"
@@ -353,7 +354,7 @@ Status StoreImpl::OpenDb() {
   }
   fs_ = std::make_shared<StoreFileSystem>(options_.file_system_hooks,
                                           options_.sync, path_);
-  env_ = rocksdb::NewCompositeEnv(fs_);
+  env_ = ForkAwareEnv(rocksdb::NewCompositeEnv(fs_));
   Result<bool> prepared = PrepareOrRebuild();
   if (!prepared.ok())
     return options_.read_only ? WithRebuildHint(prepared.status())

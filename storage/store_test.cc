@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -247,6 +250,55 @@ TEST(StoreTest, ASecondWritableHandleOfANewStoreIsRefused) {
   auto second = Store::Open(dir.Sub("new") + "/", {});
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+}
+
+// A process forked from one whose stores ran RocksDB's background jobs
+// creates, opens and commits to stores of its own: their flushes run in the
+// child, which inherits RocksDB's thread pools without their threads.
+TEST(StoreTest, AForkedChildCommitsToStoresOfItsOwn) {
+  TempDir dir;
+  {
+    auto closed = Store::Open(dir.Sub("closed"), {});
+    ASSERT_TRUE(closed.ok());
+    ASSERT_TRUE(SaveBytes(**closed, "one", 1).ok());
+  }
+  auto busy = Store::Open(dir.Sub("busy"), {});  // open across the fork
+  ASSERT_TRUE(busy.ok());
+  ASSERT_TRUE(SaveBytes(**busy, "two", 1).ok());
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 0;
+    {
+      auto fresh = Store::Open(dir.Sub("new"), {});
+      if (!fresh.ok() || !SaveBytes(**fresh, "three", 1).ok()) code = 1;
+    }
+    {
+      auto closed = Store::Open(dir.Sub("closed"), {});
+      if (!closed.ok() || !SaveBytes(**closed, "four", 1).ok()) {
+        code = 2;
+      } else if ((*closed)->List()->size() != 2) {
+        code = 3;
+      }
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  bool exited = false;
+  for (int i = 0; i < 600 && !exited; ++i) {
+    exited = ::waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited) ::usleep(100'000);
+  }
+  if (!exited) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  ASSERT_TRUE(exited) << "the child still runs after 60 s";
+  EXPECT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_TRUE(SaveBytes(**busy, "five", 1).ok());
+  auto closed = Store::Open(dir.Sub("closed"), {.read_only = true});
+  ASSERT_TRUE(closed.ok());
+  EXPECT_EQ((*closed)->List()->size(), 2u);
 }
 
 // The store's own looks at its files (whether the creation marker or a

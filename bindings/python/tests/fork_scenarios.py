@@ -74,5 +74,34 @@ def exit_in_child(store):
         print("child exit", wait_child(pid), flush=True)
 
 
+def stores_in_child(store):
+    """A child of a process whose stores ran RocksDB's background jobs opens
+    stores of its own and saves: a new one, and the parent's once the parent
+    has closed it. Each save flushes its records, which must run in the child."""
+    x = np.arange(1 << 12, dtype=np.float32)
+    with ckptdb.open(store) as db:
+        db.save({"x": x}, step=1)
+    busy = ckptdb.open(store + "-busy")  # open across the fork
+    busy.save({"x": x}, step=1)
+    pid = os.fork()
+    if pid == 0:
+        with ckptdb.open(store + "-child") as db:
+            db.save({"x": x + 1}, step=1)
+            print("child new store", [c.step for c in db.checkpoints()], flush=True)
+        with ckptdb.open(store, keep_last=1) as db:
+            db.save({"x": x + 2}, step=2)
+            print("child parent's store", [c.step for c in db.checkpoints()], flush=True)
+        sys.exit(0)
+    print("child exit", wait_child(pid), flush=True)
+    busy.save({"x": x + 3}, step=2)
+    busy.close()
+    with ckptdb.open(store) as db:
+        assert [c.step for c in db.checkpoints()] == [2]
+        assert np.array_equal(db.read("x"), x + 2)
+    with ckptdb.open(store + "-child") as db:
+        assert np.array_equal(db.read("x"), x + 1)
+    print("parent ok", flush=True)
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]](*sys.argv[2:])

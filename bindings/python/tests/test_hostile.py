@@ -81,6 +81,13 @@ def test_a_forked_child_that_never_uses_the_handle_exits(store):
     assert out.count("child exit 3") == 2, out
 
 
+def test_a_forked_child_opens_and_saves_stores_of_its_own(store):
+    code, out = _run("stores_in_child", store)
+    assert code == 0, out
+    assert "child new store [1]" in out and "child parent's store [2]" in out, out
+    assert "child exit 0" in out and "parent ok" in out, out
+
+
 @pytest.mark.parametrize("loss", ["removed", "cut short"])
 def test_a_lost_shared_value_file_is_written_again_and_retention_goes_on(store, loss):
     rng = np.random.default_rng(5)
