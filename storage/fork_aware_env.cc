@@ -44,7 +44,12 @@ bool InForkedChild() { return ::getpid() != kLoadingProcess; }
 class Env : public rocksdb::EnvWrapper {
  public:
   explicit Env(std::unique_ptr<rocksdb::Env> base)
-      : rocksdb::EnvWrapper(std::move(base)) {}
+      : rocksdb::EnvWrapper(std::move(base)) {
+    // The store's own file system and clock, not Env's adapters of this
+    // wrapper's legacy calls: every file operation as before.
+    file_system_ = target()->GetFileSystem();
+    system_clock_ = target()->GetSystemClock();
+  }
 
   const char* Name() const override { return "CkptdbForkAwareEnv"; }
 
