@@ -30,8 +30,11 @@ ProcessPools& PoolsOfThisProcess() {
   ProcessPools* pools = the_pools.load();
   while (pools == nullptr || pools->pid != pid) {
     auto* made = new ProcessPools{pid, {}};
-    for (rocksdb::ThreadPool*& pool : made->by_priority)
-      pool = rocksdb::NewThreadPool(1);
+    // As RocksDB's own: no thread for the bottom priority until asked.
+    for (int p = 0; p < rocksdb::Env::Priority::TOTAL; ++p) {
+      made->by_priority[p] =
+          rocksdb::NewThreadPool(p == rocksdb::Env::Priority::BOTTOM ? 0 : 1);
+    }
     if (the_pools.compare_exchange_strong(pools, made)) return *made;
     // Another thread made them first: use those (`made` is dropped unused,
     // its threads idle; it never happens twice in one process).
@@ -39,7 +42,11 @@ ProcessPools& PoolsOfThisProcess() {
   return *pools;
 }
 
+}  // namespace
+
 bool InForkedChild() { return ::getpid() != kLoadingProcess; }
+
+namespace {
 
 class Env : public rocksdb::EnvWrapper {
  public:
@@ -71,7 +78,7 @@ class Env : public rocksdb::EnvWrapper {
   }
   void SetBackgroundThreads(int number, Priority pri) override {
     if (!InForkedChild()) return EnvWrapper::SetBackgroundThreads(number, pri);
-    Pool(pri)->SetBackgroundThreads(std::max(number, 1));
+    Pool(pri)->SetBackgroundThreads(std::max(number, 0));
   }
   int GetBackgroundThreads(Priority pri) override {
     return InForkedChild() ? Pool(pri)->GetBackgroundThreads()

@@ -17,4 +17,7 @@ namespace ckptdb::storage {
 // first job and never destroyed (a grandchild makes its own in turn).
 std::shared_ptr<rocksdb::Env> ForkAwareEnv(std::unique_ptr<rocksdb::Env> base);
 
+// Whether this process was forked from the one that loaded ckptdb.
+bool InForkedChild();
+
 }  // namespace ckptdb::storage

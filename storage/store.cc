@@ -696,13 +696,18 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path,
 }
 
 Status StoreImpl::Open() {
-  if (!options_.read_only) {
-    CKPTDB_ASSIGN_OR_RETURN(claim_, WriterClaim::Take(path_));
-  }
+  if (options_.read_only) return OpenDbRetrying();
+  // One read-write open at a time in the process: a second spelling of a
+  // store that the first open is creating (its directory, or one above it,
+  // not there yet) is then claimed after the first holds the directory's own
+  // identity, and refused before it reaches RocksDB, whose failed open would
+  // close the LOCK file and so drop the first handle's lock.
+  static std::mutex* const opening = new std::mutex;
+  std::lock_guard lock(*opening);
+  CKPTDB_ASSIGN_OR_RETURN(claim_, WriterClaim::Take(path_));
   CKPTDB_RETURN_IF_ERROR(OpenDbRetrying());
   // (A failure closes the database as the handle is destroyed.)
-  if (claim_) CKPTDB_RETURN_IF_ERROR(claim_->ClaimOpenedDirectory());
-  return Status::OK();
+  return claim_->ClaimOpenedDirectory();
 }
 
 }  // namespace ckptdb::storage

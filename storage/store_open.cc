@@ -277,11 +277,18 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
          why.find("hold by current process") != std::string::npos)) {
       const bool here =
           why.find("hold by current process") != std::string::npos;
-      return Status::FailedPrecondition(
-          "store '" + path_ + "' is open for writing by " +
-          (here ? "another handle in this process (close it first)"
-                : "another process") +
-          ": " + s.ToString());
+      // RocksDB's table of the locks this process holds is inherited by a
+      // forked child, with the paths its parent held when it forked.
+      const char* holder =
+          !here ? "another process"
+          : InForkedChild()
+              ? "the process this one was forked from, as it was at the fork "
+                "(a forked child cannot take a lock its parent held then, "
+                "even once the parent has closed the store)"
+              : "another handle in this process (close it first)";
+      return Status::FailedPrecondition("store '" + path_ +
+                                        "' is open for writing by " + holder +
+                                        ": " + s.ToString());
     }
     return FromRocks(s, "opening store '" + path_ + "'");
   }

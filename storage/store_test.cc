@@ -1,5 +1,6 @@
 #include "storage/store.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 #include <sys/wait.h>
@@ -7,11 +8,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "storage/keys.h"
 #include "storage/store_testing.h"
@@ -250,6 +253,46 @@ TEST(StoreTest, ASecondWritableHandleOfANewStoreIsRefused) {
   auto second = Store::Open(dir.Sub("new") + "/", {});
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+}
+
+// Runs `body` in a forked child; its exit status (-1 if it did not exit).
+template <typename Body>
+int InChildProcess(Body body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(body());
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+// Two threads open one new store, nested in a directory not there yet, under
+// two spellings: one handle wins, the other is refused, and the winner still
+// holds the store's lock (another process cannot take it).
+TEST(StoreTest,
+     TwoThreadsOpeningANewStoreUnderTwoSpellingsLeaveOneLockedHandle) {
+  TempDir dir;
+  for (int k = 0; k < 20; ++k) {
+    const std::string path =
+        (std::filesystem::path(dir.path()) / std::to_string(k) / "store")
+            .string();
+    Result<std::unique_ptr<Store>> opened[2] = {Status::Internal("not run"),
+                                                Status::Internal("not run")};
+    std::thread first([&] { opened[0] = Store::Open(path, {}); });
+    std::thread second([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(k % 7));
+      opened[1] = Store::Open(path + "/", {});
+    });
+    first.join();
+    second.join();
+    ASSERT_NE(opened[0].ok(), opened[1].ok())
+        << k << ": " << opened[0].status().ToString() << " / "
+        << opened[1].status().ToString();
+    const int held = InChildProcess([&] {
+      const int fd = ::open((path + "/LOCK").c_str(), O_RDWR);
+      return fd >= 0 && ::lockf(fd, F_TLOCK, 0) != 0 ? 0 : 1;
+    });
+    EXPECT_EQ(held, 0) << k << ": the winner's lock is free";
+  }
 }
 
 // A process forked from one whose stores ran RocksDB's background jobs
