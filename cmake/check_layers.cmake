@@ -17,7 +17,7 @@ endif()
 # The public headers that are vocabulary (the rest of include/ckptdb is the engine's API).
 set(_vocabulary "ckptdb/status.h|ckptdb/shape.h|ckptdb/types.h|ckptdb/box.h|ckptdb/metadata.h|ckptdb/file_system_hooks.h")
 # Headers of the test support that storage tests use (they include nothing above storage).
-set(_test_support "tests/testing/temp_dir.h|tests/testing/format_v1.h|tests/testing/fault_injection.h")
+set(_test_support "tests/testing/temp_dir.h|tests/testing/format_v1.h|tests/testing/fault_injection.h|tests/testing/child_process.h")
 
 # layer folder -> regex of the includes it may name
 set(_allowed_core "^(${_vocabulary}|core/.*)$")

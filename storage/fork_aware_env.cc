@@ -42,12 +42,6 @@ ProcessPools& PoolsOfThisProcess() {
   return *pools;
 }
 
-}  // namespace
-
-bool InForkedChild() { return ::getpid() != kLoadingProcess; }
-
-namespace {
-
 class Env : public rocksdb::EnvWrapper {
  public:
   explicit Env(std::unique_ptr<rocksdb::Env> base)
@@ -120,6 +114,8 @@ class Env : public rocksdb::EnvWrapper {
 };
 
 }  // namespace
+
+bool InForkedChild() { return ::getpid() != kLoadingProcess; }
 
 std::shared_ptr<rocksdb::Env> ForkAwareEnv(std::unique_ptr<rocksdb::Env> base) {
   return std::make_shared<Env>(std::move(base));

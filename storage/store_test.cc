@@ -3,27 +3,28 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "storage/keys.h"
 #include "storage/store_testing.h"
+#include "tests/testing/child_process.h"
 #include "tests/testing/fault_injection.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb::storage {
 namespace {
 
+using ckptdb::testing::ExitCodeOfChild;
 using ckptdb::testing::FaultInjector;
 using ckptdb::testing::FaultRule;
 using ckptdb::testing::TempDir;
@@ -255,16 +256,6 @@ TEST(StoreTest, ASecondWritableHandleOfANewStoreIsRefused) {
   EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
 }
 
-// Runs `body` in a forked child; its exit status (-1 if it did not exit).
-template <typename Body>
-int InChildProcess(Body body) {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(body());
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
-}
-
 // Two threads open one new store, nested in a directory not there yet, under
 // two spellings: one handle wins, the other is refused, and the winner still
 // holds the store's lock (another process cannot take it).
@@ -287,7 +278,7 @@ TEST(StoreTest,
     ASSERT_NE(opened[0].ok(), opened[1].ok())
         << k << ": " << opened[0].status().ToString() << " / "
         << opened[1].status().ToString();
-    const int held = InChildProcess([&] {
+    const std::optional<int> held = ExitCodeOfChild([&] {
       const int fd = ::open((path + "/LOCK").c_str(), O_RDWR);
       return fd >= 0 && ::lockf(fd, F_TLOCK, 0) != 0 ? 0 : 1;
     });
@@ -308,8 +299,7 @@ TEST(StoreTest, AForkedChildCommitsToStoresOfItsOwn) {
   auto busy = Store::Open(dir.Sub("busy"), {});  // open across the fork
   ASSERT_TRUE(busy.ok());
   ASSERT_TRUE(SaveBytes(**busy, "two", 1).ok());
-  const pid_t pid = ::fork();
-  if (pid == 0) {
+  const std::optional<int> code = ExitCodeOfChild([&] {
     int code = 0;
     {
       auto fresh = Store::Open(dir.Sub("new"), {});
@@ -323,21 +313,10 @@ TEST(StoreTest, AForkedChildCommitsToStoresOfItsOwn) {
         code = 3;
       }
     }
-    ::_exit(code);
-  }
-  int status = 0;
-  bool exited = false;
-  for (int i = 0; i < 600 && !exited; ++i) {
-    exited = ::waitpid(pid, &status, WNOHANG) == pid;
-    if (!exited) ::usleep(100'000);
-  }
-  if (!exited) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  }
-  ASSERT_TRUE(exited) << "the child still runs after 60 s";
-  EXPECT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+    return code;
+  });
+  ASSERT_TRUE(code.has_value()) << "the child still runs after 60 s";
+  EXPECT_EQ(*code, 0);
   ASSERT_TRUE(SaveBytes(**busy, "five", 1).ok());
   auto closed = Store::Open(dir.Sub("closed"), {.read_only = true});
   ASSERT_TRUE(closed.ok());

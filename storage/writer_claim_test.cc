@@ -6,29 +6,20 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/mount.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
+#include "tests/testing/child_process.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb::storage {
 namespace {
 
+using ckptdb::testing::ExitCodeOfChild;
 using ckptdb::testing::TempDir;
-
-// Runs `body` in a forked child and returns its exit status (-1 if it did
-// not exit normally). The child exits with `body`'s result.
-template <typename Body>
-int InChild(Body body) {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(body());
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
-}
 
 TEST(WriterClaimTest, OneDirectoryHoweverItsPathIsSpelled) {
   TempDir dir;
@@ -59,7 +50,7 @@ TEST(WriterClaimTest, ANewDirectoryReachedThroughABindMountIsOneStore) {
   TempDir dir;
   std::filesystem::create_directory(dir.Sub("a"));
   std::filesystem::create_directory(dir.Sub("b"));
-  const int status = InChild([&] {
+  const std::optional<int> status = ExitCodeOfChild([&] {
     if (::unshare(CLONE_NEWNS) != 0 ||
         ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
         ::mount(dir.Sub("a").c_str(), dir.Sub("b").c_str(), nullptr, MS_BIND,
@@ -86,7 +77,7 @@ TEST(WriterClaimTest, AParentsClaimIsNotInAForkedChildsWay) {
   ASSERT_TRUE(parent.ok());
   // The child inherits the registry, not the handle: its own open goes on to
   // the store's lock, which tells it that another process holds the store.
-  EXPECT_EQ(InChild([&] {
+  EXPECT_EQ(ExitCodeOfChild([&] {
               auto child = WriterClaim::Take(dir.Sub("store") + "/");
               return child.ok() ? 0 : 1;
             }),
