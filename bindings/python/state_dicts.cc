@@ -414,26 +414,39 @@ class Converter {
   // ancestors; `tuple` is its recorded tuple id when it is a tuple.
   void Container(const py::handle& obj, const std::string& path, int tuple,
                  StateDict& out) {
+    StateDict::Map::iterator last = out.items().end();
     if (PyDict_Check(obj.ptr())) {
       for (auto [key, item] : py::reinterpret_borrow<py::dict>(obj)) {
         Key k = Unwrap(DictKey(key, path));
         Item(obj, py::reinterpret_borrow<py::object>(key), std::move(k),
-             py::reinterpret_borrow<py::object>(item), path, tuple, out);
+             py::reinterpret_borrow<py::object>(item), path, tuple, out, last);
       }
       return;
     }
     const py::sequence items = py::reinterpret_borrow<py::sequence>(obj);
     for (size_t i = 0; i < items.size(); ++i) {
       Item(obj, py::int_(i), Key(static_cast<int64_t>(i)), items[i], path,
-           tuple, out);
+           tuple, out, last);
     }
   }
 
  private:
+  // The entry of `k` in `out`, made when absent; `last` is the entry made
+  // before, and becomes this one. A dict's items often come in key order for
+  // a run ("layer1.w" after "layer1.b", "layer11" after "layer10"): those go
+  // in right after the one before, without a search of the tree.
+  static StateDict::Entry& EntryOf(StateDict& out, Key k,
+                                   StateDict::Map::iterator& last) {
+    StateDict::Map& items = out.items();
+    last = items.try_emplace(last == items.end() ? last : std::next(last),
+                             std::move(k));
+    return last->second;
+  }
+
   // Converts item `key` (`k`) of `container` at `path` into `out`.
   void Item(const py::handle& container, const py::object& key, Key k,
             const py::object& value, const std::string& path, int tuple,
-            StateDict& out) {
+            StateDict& out, StateDict::Map::iterator& last) {
     const LeafPath leaf(path, k);
     if (std::optional<ContainerKind> kind = ContainerOf(value)) {
       const std::string here = leaf;
@@ -443,23 +456,27 @@ class Converter {
         child_tuple = borrowed_.values.AddTuple(
             py::reinterpret_borrow<py::object>(container), key, tuple, value);
       }
+      StateDict::Entry& entry = EntryOf(out, std::move(k), last);
+      if (!std::holds_alternative<StateDict>(entry.node))
+        entry.node = StateDict(*kind);
       ancestors_.emplace_back(value.ptr(), here);
-      Container(value, here, child_tuple, out.Child(k, *kind));
+      Container(value, here, child_tuple, std::get<StateDict>(entry.node));
       ancestors_.pop_back();
     } else if (Py_TYPE(value.ptr()) ==
                py::detail::npy_api::get().PyArray_Type_) {
       // A plain numpy array, the common leaf.
       borrowed_.keep.push_back(value);
       TensorView view = FromArray(value.cast<py::array>(), leaf, writable_);
-      out.Set(std::move(k), std::move(view));
+      EntryOf(out, std::move(k), last).node = std::move(view);
     } else if (IsTensorLeaf(value) &&
                !py::isinstance(value, classes().numpy_scalar)) {
       TensorView view = TensorLeaf(value, leaf, writable_, borrowed_);
-      out.Set(std::move(k), std::move(view));
+      EntryOf(out, std::move(k), last).node = std::move(view);
     } else if (std::optional<Value> v = SmallValue(value, leaf)) {
-      out.Set(k, std::move(*v));
+      StateDict::Entry& entry = EntryOf(out, std::move(k), last);
+      entry.node = std::move(*v);
       borrowed_.values.AddValue(py::reinterpret_borrow<py::object>(container),
-                                key, tuple, out.GetValue(k));
+                                key, tuple, &std::get<Value>(entry.node));
     } else {
       Invalid("leaf " + Where(leaf) + " has unsupported type " +
               TypeName(value) +

@@ -103,6 +103,42 @@ def test_flat_mapping_keeps_int_parts_and_read_takes_int_path_parts(store):
         np.testing.assert_array_equal(db.read("layers.0.w"), w)
 
 
+@pytest.mark.parametrize("order", ["sorted", "reversed", "shuffled", "numeric"])
+def test_a_dict_converts_whatever_order_its_keys_come_in(store, order):
+    # Int and str keys, runs in key order and jumps back, small values between tensors.
+    keys = [f"layer{i}" for i in range(25)] + list(range(12)) + ["a", "b.c", "z"]
+    if order == "sorted":
+        keys.sort(key=lambda k: (isinstance(k, str), k))
+    elif order == "reversed":
+        keys.sort(key=lambda k: (isinstance(k, str), k), reverse=True)
+    elif order == "shuffled":
+        keys = [keys[i] for i in np.random.default_rng(3).permutation(len(keys))]
+
+    def state(fill):
+        out = {}
+        for n, k in enumerate(keys):
+            if n % 5 == 4:
+                out[k] = n if fill else -1
+            else:
+                out[k] = {"w": np.full((3,), n if fill else 0, np.float32), "step": n if fill else 0}
+        return out
+
+    saved = state(True)
+    with ckptdb.open(store) as db:
+        db.save(saved)
+        flat = db.metadata()["flat_mapping"]
+        assert len(flat) == 2 * len(keys) - len(keys) // 5
+        target = state(False)
+        assert db.load(target).missing_keys == []
+    assert list(target) == keys  # the dict itself is not reordered
+    for k in keys:
+        if isinstance(saved[k], dict):
+            np.testing.assert_array_equal(target[k]["w"], saved[k]["w"])
+            assert target[k]["step"] == saved[k]["step"]
+        else:
+            assert target[k] == saved[k]
+
+
 def test_a_checkpoint_of_str_keys_still_has_str_parts(store):
     with ckptdb.open(store) as db:
         db.save({"m": {"0": rand((2,))}})
