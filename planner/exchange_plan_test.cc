@@ -134,7 +134,8 @@ ExchangePlan PlanFor(const Case& c, int rank, const LoadPlan& plan) {
 // per-rank plan.
 std::string Canonical(const ExchangePlan& x, const LoadPlan& plan) {
   auto read = [&](size_t r) {
-    return plan.reads[r].flat_key + "#" + std::to_string(plan.reads[r].chunk);
+    return std::string(plan.reads[r].flat_key) + "#" +
+           std::to_string(plan.reads[r].chunk);
   };
   auto item = [&](size_t i) {
     const ReadItem& it = plan.items[i];
@@ -329,7 +330,7 @@ class ExchangePlanPropertyTest : public ::testing::TestWithParam<int> {
 
   const ChunkRead& Read(size_t r) const { return c_.plan.reads[r]; }
   const TensorMetadata& Tensor(size_t r) const {
-    return c_.tensors.at(Read(r).flat_key);
+    return c_.tensors.at(std::string(Read(r).flat_key));
   }
   uint64_t Round(size_t r) const { return Read(r).position / c_.window; }
   bool Device(const ReadItem& item) const {
@@ -350,9 +351,9 @@ TEST_P(ExchangePlanPropertyTest, PositionsAreCanonical) {
     at += NumElements(t.global_shape) * DTypeSize(t.dtype);
   }
   for (const ChunkRead& r : c_.plan.reads) {
-    uint64_t want = base[r.flat_key];
+    uint64_t want = base[std::string(r.flat_key)];
     for (size_t k = 0; k < r.chunk; ++k)
-      want += c_.tensors.at(r.flat_key).chunks[k].nbytes;
+      want += c_.tensors.at(std::string(r.flat_key)).chunks[k].nbytes;
     EXPECT_EQ(r.position, want) << r.flat_key << " chunk " << r.chunk;
   }
 }

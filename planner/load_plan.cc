@@ -148,7 +148,7 @@ struct Need {
 
 // Appends the read of `chunk` of `stored` and one item per need (sorted by
 // dest rank and target).
-void EmitRead(const std::string& key, const StoredTensor& stored, size_t chunk,
+void EmitRead(std::string_view key, const StoredTensor& stored, size_t chunk,
               int reader, std::vector<Need>& needs,
               const std::vector<std::vector<LoadTarget>>& targets_of_rank_class,
               const std::function<size_t(int)>& class_of, LoadPlan* plan) {
@@ -244,7 +244,7 @@ Result<LoadPlan> BuildLoadPlan(
                                     needs.stored.meta->chunks[c].nbytes);
       plan.read_bytes_per_rank[reader] += needs.stored.meta->chunks[c].nbytes;
       EmitRead(
-          std::string(key), needs.stored, c, reader, needs.by_chunk[c], targets,
+          key, needs.stored, c, reader, needs.by_chunk[c], targets,
           [](int r) { return static_cast<size_t>(r); }, &plan);
     }
   }
@@ -504,17 +504,17 @@ std::vector<const TensorMetadata*> TensorsOfReads(
     const std::map<std::string, TensorMetadata>& tensors) {
   std::vector<const TensorMetadata*> out;
   out.reserve(plan.reads.size());
-  // Reads come in key order, as the map's: each tensor is at the previous
-  // one's or just after it when the load takes consecutive tensors.
+  // Reads come in key order, as the map's, and view its keys: each tensor is
+  // the previous read's, or the next one when the load takes consecutive
+  // tensors, known by where its key lies.
   auto near = tensors.begin();
-  for (size_t r = 0; r < plan.reads.size(); ++r) {
-    const std::string& key = plan.reads[r].flat_key;
-    if (r > 0 && key == plan.reads[r - 1].flat_key) {
-      out.push_back(out.back());
-      continue;
+  for (const ChunkRead& read : plan.reads) {
+    const char* key = read.flat_key.data();
+    if (near != tensors.end() && near->first.data() != key &&
+        ++near != tensors.end() && near->first.data() != key) {
+      near = tensors.find(std::string(read.flat_key));
+      CKPTDB_ASSERT(near != tensors.end());
     }
-    near = FindNear(tensors, near, key);
-    CKPTDB_ASSERT(near != tensors.end());
     out.push_back(&near->second);
   }
   return out;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ckptdb/metadata.h"
@@ -20,7 +21,9 @@ struct LoadTarget {
 
 // One stored chunk read by one rank.
 struct ChunkRead {
-  std::string flat_key;
+  // The tensor's key in the stored tensors the plan was made from, which
+  // outlive the plan (a load of many small tensors copied each key again).
+  std::string_view flat_key;
   // Index into TensorMetadata::chunks.
   size_t chunk = 0;
   int reader_rank = 0;

@@ -120,7 +120,7 @@ void ExpectNeededChunksReadOnce(
     needers[item.read].insert(item.dest_rank);
   for (size_t i = 0; i < load_plan.reads.size(); ++i) {
     const ChunkRead& r = load_plan.reads[i];
-    EXPECT_TRUE(read.insert({r.flat_key, r.chunk}).second)
+    EXPECT_TRUE(read.insert({std::string(r.flat_key), r.chunk}).second)
         << "chunk read twice";
     EXPECT_TRUE(needers[i].count(r.reader_rank))
         << "reader does not need the chunk";
@@ -142,7 +142,8 @@ void ExpectTargetElementsWrittenOnce(
     const LoadTarget& target = targets[item.target];
     const ChunkRead& cr = load_plan.reads[item.read];
     ASSERT_EQ(cr.flat_key, target.flat_key);
-    const ChunkMetadata& chunk = stored.at(cr.flat_key).chunks[cr.chunk];
+    const ChunkMetadata& chunk =
+        stored.at(std::string(cr.flat_key)).chunks[cr.chunk];
     ForEachElement(
         Box{Shape(item.box.shape.size(), 0), item.box.shape},
         [&](const Shape& i) {

@@ -187,7 +187,9 @@ TEST_P(RankPlanPropertyTest, LoadPartsMakeTheGlobalPlan) {
         << "rank " << r;
     for (const ChunkRead& read : part->reads) {
       if (read.reader_rank != r) continue;
-      EXPECT_TRUE(read_by_someone.insert({read.flat_key, read.chunk}).second);
+      EXPECT_TRUE(
+          read_by_someone.insert({std::string(read.flat_key), read.chunk})
+              .second);
     }
   }
   EXPECT_EQ(read_by_someone.size(), global->reads.size());
@@ -201,7 +203,8 @@ TEST_P(RankPlanPropertyTest, LoadPartsMakeTheGlobalPlan) {
     }
   }
   for (const ChunkRead& read : global->reads)
-    EXPECT_EQ(read.position, (position[{read.flat_key, read.chunk}]));
+    EXPECT_EQ(read.position,
+              (position[{std::string(read.flat_key), read.chunk}]));
 }
 
 TEST_P(RankPlanPropertyTest, BoxIndexAndSplitSizesMatchBruteForce) {
