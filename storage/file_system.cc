@@ -261,6 +261,24 @@ IOStatus CheckReadable(const std::string& path) {
 
 }  // namespace
 
+std::string ResolvedPath(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  if (ec) p = std::filesystem::path(path);
+  std::filesystem::path resolved = std::filesystem::weakly_canonical(p, ec);
+  if (ec) resolved = p.lexically_normal();
+  std::string out = resolved.string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+std::string ParentDirectory(const std::string& path) {
+  std::filesystem::path p(path);
+  while (p.has_relative_path() && !p.has_filename()) p = p.parent_path();
+  const std::filesystem::path parent = p.parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
 std::optional<std::string> NotARegularFile(const std::string& path,
                                            bool follow) {
   const std::optional<mode_t> mode = ModeOf(path, follow);

@@ -212,6 +212,17 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   std::atomic<bool> write_failed_{false};
 };
 
+// `path` made absolute, with what exists of it resolved (symlinks, "." and
+// ".."), and without a trailing slash; lexically when it cannot be resolved.
+// A handle works on its store through this path, fixed at open: a later
+// chdir, or a symlink on the way retargeted, does not move it to another
+// directory.
+std::string ResolvedPath(const std::string& path);
+
+// The directory that holds the last part of `path`, trailing slashes aside:
+// "." for a bare name ("ckpt", "ckpt/"), "/" for "/".
+std::string ParentDirectory(const std::string& path);
+
 // What is at `path` when it is not a regular file: "a directory", "a symbolic
 // link", "a FIFO", "a socket" or "a device"; nullopt for a regular file or
 // nothing. `follow`: a symbolic link at `path` is followed (its target is

@@ -19,6 +19,17 @@ namespace {
 using ckptdb::testing::FaultInjector;
 using ckptdb::testing::TempDir;
 
+TEST(ParentDirectoryTest, IsTheDirectoryHoldingTheLastPart) {
+  EXPECT_EQ(ParentDirectory("ckpt"), ".");
+  EXPECT_EQ(ParentDirectory("ckpt/"), ".");
+  EXPECT_EQ(ParentDirectory("ckpt//"), ".");
+  EXPECT_EQ(ParentDirectory("runs/ckpt"), "runs");
+  EXPECT_EQ(ParentDirectory("runs/ckpt/"), "runs");
+  EXPECT_EQ(ParentDirectory("/data/ckpt"), "/data");
+  EXPECT_EQ(ParentDirectory("/ckpt"), "/");
+  EXPECT_EQ(ParentDirectory("/"), "/");
+}
+
 // Deletions are held back only after a failed write: a failed read, or a
 // failed open for reading, says nothing of what is on disk.
 TEST(StoreFileSystemTest, OnlyFailedWritesHoldBackDeletions) {

@@ -690,7 +690,14 @@ void StoreImpl::Release() {
 
 Result<std::unique_ptr<Store>> Store::Open(const std::string& path,
                                            const StoreOptions& options) {
-  auto store = std::make_unique<StoreImpl>(path, options);
+  if (path.empty()) {
+    return Status::InvalidArgument(
+        "path is empty: name the directory of the store to open");
+  }
+  // Fixed now: a relative path would follow the process's working directory,
+  // and a symlink on the way its retargeting, to another directory, where
+  // the handle's later files (and RocksDB's) would land apart from the rest.
+  auto store = std::make_unique<StoreImpl>(ResolvedPath(path), options, path);
   CKPTDB_RETURN_IF_ERROR(store->Open());
   return std::unique_ptr<Store>(std::move(store));
 }
@@ -704,7 +711,7 @@ Status StoreImpl::Open() {
   // close the LOCK file and so drop the first handle's lock.
   static std::mutex* const opening = new std::mutex;
   std::lock_guard lock(*opening);
-  CKPTDB_ASSIGN_OR_RETURN(claim_, WriterClaim::Take(path_));
+  CKPTDB_ASSIGN_OR_RETURN(claim_, WriterClaim::Take(spelled_));
   CKPTDB_RETURN_IF_ERROR(OpenDbRetrying());
   // (A failure closes the database as the handle is destroyed.)
   return claim_->ClaimOpenedDirectory();

@@ -76,8 +76,12 @@ struct CopyFindings {
 
 class StoreImpl : public Store {
  public:
-  StoreImpl(std::string path, StoreOptions options)
-      : path_(std::move(path)), options_(std::move(options)) {}
+  // `path` as resolved (ResolvedPath); `spelled` as the caller gave it (for
+  // the messages of a refused claim).
+  StoreImpl(std::string path, StoreOptions options, std::string spelled = "")
+      : path_(std::move(path)),
+        spelled_(spelled.empty() ? path_ : std::move(spelled)),
+        options_(std::move(options)) {}
   ~StoreImpl() override { CloseDb(); }
 
   // Store::Open: a read-write handle first claims its directory in this
@@ -509,6 +513,7 @@ class StoreImpl : public Store {
       int64_t checkpoint_id, const std::vector<std::string_view>* tensor_keys);
 
   const std::string path_;
+  const std::string spelled_;
   const StoreOptions options_;
   // Held by a read-write handle from before its open until it is destroyed.
   std::unique_ptr<WriterClaim> claim_;

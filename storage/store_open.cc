@@ -189,7 +189,7 @@ Status StoreImpl::StartCreation(const std::vector<std::string>& names) {
   const std::string marker = (fs::path(path_) / kCreatingFile).string();
   CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(path_));
   CKPTDB_RETURN_IF_ERROR(fs_->WriteFileSynced(marker, ""));
-  CKPTDB_RETURN_IF_ERROR(fs_->SyncDir(fs::path(path_).parent_path().string()));
+  CKPTDB_RETURN_IF_ERROR(fs_->SyncDir(ParentDirectory(path_)));
   return fs_->SyncDir(path_);
 }
 

@@ -289,6 +289,59 @@ TEST(StoreTest,
 // A process forked from one whose stores ran RocksDB's background jobs
 // creates, opens and commits to stores of its own: their flushes run in the
 // child, which inherits RocksDB's thread pools without their threads.
+// A new store named by a bare relative name ("ckpt", "ckpt/") is created in
+// the working directory, whose entry is synced like any parent's.
+TEST(StoreTest, ANewStoreUnderABareRelativeNameIsCreatedAndReopens) {
+  TempDir dir;
+  const std::filesystem::path was = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  for (const std::string name : {"ckpt", "other/"}) {
+    {
+      auto store = Store::Open(name, {});
+      ASSERT_TRUE(store.ok()) << name << ": " << store.status().ToString();
+      ASSERT_TRUE(SaveBytes(**store, "bytes", 1).ok()) << name;
+    }
+    auto again = Store::Open(name, {});
+    ASSERT_TRUE(again.ok()) << name << ": " << again.status().ToString();
+    EXPECT_EQ((*again)->List()->size(), 1u) << name;
+    EXPECT_TRUE(std::filesystem::exists(dir.Sub(name) + "/CURRENT")) << name;
+  }
+  std::filesystem::current_path(was);
+}
+
+// A handle stays on the directory it opened: neither a chdir after a
+// relative open nor a symlink retargeted after an open through it moves its
+// later commits elsewhere.
+TEST(StoreTest, AHandleStaysOnItsDirectoryAfterAChdirOrARetargetedSymlink) {
+  TempDir dir, elsewhere;
+  const std::filesystem::path was = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  {
+    auto store = Store::Open("ckpt", {});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE(SaveBytes(**store, "first", 1).ok());
+    std::filesystem::current_path(elsewhere.path());
+    ASSERT_TRUE(SaveBytes(**store, "second", 1).ok());
+    EXPECT_EQ((*store)->List()->size(), 2u);
+  }
+  std::filesystem::current_path(was);
+  EXPECT_FALSE(std::filesystem::exists(elsewhere.Sub("ckpt")));
+  std::filesystem::create_directory(elsewhere.Sub("target"));
+  const std::string link = elsewhere.Sub("link");
+  std::filesystem::create_directory_symlink(dir.path(), link);
+  {
+    auto store = Store::Open(link + "/ckpt", {});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    std::filesystem::remove(link);
+    std::filesystem::create_directory_symlink(elsewhere.Sub("target"), link);
+    ASSERT_TRUE(SaveBytes(**store, "third", 1).ok());
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(elsewhere.Sub("target")));
+  auto reopened = Store::Open(dir.Sub("ckpt"), {});
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_EQ((*reopened)->List()->size(), 3u);
+}
+
 TEST(StoreTest, AForkedChildCommitsToStoresOfItsOwn) {
   TempDir dir;
   {

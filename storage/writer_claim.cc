@@ -8,6 +8,8 @@
 #include <map>
 #include <mutex>
 
+#include "storage/file_system.h"
+
 namespace ckptdb::storage {
 namespace {
 
@@ -28,19 +30,6 @@ struct Claims {
 Claims& TheClaims() {
   static Claims* claims = new Claims;  // never destroyed: handles may outlive
   return *claims;                      // static destruction
-}
-
-// `path` made absolute, with what exists of it resolved (symlinks, "." and
-// ".."), and without a trailing slash; lexically when it cannot be resolved.
-std::string Resolved(const std::string& path) {
-  std::error_code ec;
-  fs::path p = fs::absolute(path, ec);
-  if (ec) p = fs::path(path);
-  fs::path resolved = fs::weakly_canonical(p, ec);
-  if (ec) resolved = p.lexically_normal();
-  std::string out = resolved.string();
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
 }
 
 std::string IdentityKey(const char* kind, const struct stat& st) {
@@ -108,7 +97,7 @@ Result<std::unique_ptr<WriterClaim>> WriterClaim::Take(
     const std::string& path) {
   std::unique_ptr<WriterClaim> claim(new WriterClaim);
   claim->path_ = path;
-  claim->resolved_ = Resolved(path);
+  claim->resolved_ = ResolvedPath(path);
   const std::vector<std::string> keys = KeysOf(claim->resolved_);
   CKPTDB_RETURN_IF_ERROR(Register(claim.get(), path, keys));
   claim->keys_ = keys;

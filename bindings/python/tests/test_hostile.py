@@ -181,3 +181,23 @@ def test_a_second_writable_handle_is_refused_however_the_path_is_spelled(store, 
             target = {"w": np.zeros(4)}
             db.load(target, id=c.id)
             assert np.array_equal(target["w"], np.full(4, value))
+
+
+def test_a_store_named_relative_to_the_working_directory_stays_put_after_a_chdir(
+        tmp_path, monkeypatch):
+    """`ckptdb.open("ckpt")` creates the store in the working directory; a later chdir
+    does not send the handle's next checkpoint to another "ckpt"."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "run")
+    with ckptdb.open("ckpt") as db:
+        db.save({"w": np.full(4, 1.0)}, step=1)
+        os.chdir(tmp_path / "elsewhere")
+        db.save({"w": np.full(4, 2.0)}, step=2)
+        assert db.path == "ckpt"
+    assert os.listdir(tmp_path / "elsewhere") == []
+    with ckptdb.open(str(tmp_path / "run" / "ckpt")) as db:
+        assert [c.step for c in db.checkpoints()] == [1, 2]
+        target = {"w": np.zeros(4)}
+        db.load(target)
+        assert np.array_equal(target["w"], np.full(4, 2.0))
