@@ -38,6 +38,10 @@ std::vector<size_t> ChunkWriteOrder(std::span<const ChunkToWrite> chunks) {
 
 namespace {
 
+// The buffer of a staged table file's writer: a quarter of a block of small
+// chunks, so that such a block never goes through it.
+constexpr size_t kTableWriteBufferBytes = size_t{64} << 10;
+
 class StagedFileWriterImpl : public StagedFileWriter {
  public:
   StagedFileWriterImpl(std::string path, const std::string& store_path,
@@ -60,6 +64,12 @@ class StagedFileWriterImpl : public StagedFileWriter {
         NewValueOffsetCollectorFactory(log_)};
     // The table file holds keys, pointers and small chunks only.
     rocksdb::EnvOptions env_options;
+    // Blocks of small chunks (ChunkCfOptions' block size) larger than the
+    // writer's buffer go to the file straight from the table builder, not
+    // through a copy into the buffer first (a state of many small tensors
+    // crossed memory once more for it); the buffer gathers the rest (a
+    // block's trailer, the index, filter and property blocks).
+    env_options.writable_file_max_buffer_size = kTableWriteBufferBytes;
     // Written pages stay cached, as for any file write: a load soon after a
     // save reads them from memory.
     writer_ = std::make_unique<rocksdb::SstFileWriter>(
