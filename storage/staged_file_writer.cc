@@ -230,6 +230,7 @@ std::string StagingDir(const std::string& store_path) {
 Result<std::unique_ptr<StagedFileWriter>> StoreImpl::NewStagedFile(
     int64_t checkpoint_id, int32_t rank, int part) {
   // Writes files only: a handle closed by Release stays closed.
+  CKPTDB_RETURN_IF_ERROR(AtItsPath("saving"));
   std::shared_lock lock(mu_);
   const std::string dir = StagingDir(path_);
   CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(dir));

@@ -466,22 +466,40 @@ void StoreImpl::LogCommitSteps(int64_t checkpoint_id, const CommitSteps& steps,
                static_cast<double>(meta_cache_bytes) / (1 << 20));
 }
 
+Status StoreImpl::ReopenNow(std::shared_lock<std::shared_mutex>& lock) {
+  lock.unlock();
+  Status reopened;
+  {
+    std::unique_lock exclusive(mu_);
+    CloseDb();
+    reopened = AtItsPath("reopening");
+    if (reopened.ok()) reopened = OpenDb();
+    if (IsNoSpace(reopened) && ReleaseReserve()) reopened = OpenDb();
+  }
+  lock.lock();
+  return reopened;
+}
+
 Status StoreImpl::ReopenAfterFailedWrites(
     std::shared_lock<std::shared_mutex>& lock) {
+  // A failed background job, or a write that failed outside a commit (a
+  // staged file of a save that then failed), which leaves the file system
+  // refusing deletions until a re-open: without one, every later delete
+  // would keep its files.
+  std::string why;
   uint64_t errors = 0;
   if (db_->GetIntProperty("rocksdb.background-errors", &errors) && errors > 0) {
-    return Reopen(
-        Status::IOError("a background job of store '" + path_ + "' failed"),
-        lock, "clearing it", [] { return true; });
+    why = "a background job of store '" + path_ + "' failed";
+  } else if (fs_->write_failed()) {
+    why = "an earlier write to store '" + path_ + "' failed";
+  } else {
+    return Status::OK();
   }
-  // A write that failed outside a commit (a staged file of a save that then
-  // failed) leaves the file system refusing deletions until a re-open: without
-  // one, every later delete would keep its files.
-  if (fs_->write_failed()) {
-    return Reopen(Status::IOError("a write to store '" + path_ + "' failed"),
-                  lock, "re-opening it", [] { return true; });
-  }
-  return Status::OK();
+  const Status reopened = ReopenNow(lock);
+  if (reopened.ok()) return Status::OK();
+  return Status(reopened.code(),
+                why + ", and reopening the store before this call failed (" +
+                    reopened.ToString() + "); this call wrote nothing");
 }
 
 Status StoreImpl::CheckReferencesHeld(const CheckpointInfo& info) {

@@ -11,6 +11,7 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -147,14 +148,22 @@ class StoreImpl : public Store {
   uint64_t RecordWalks() const { return record_walks_.load(); }
 
  private:
+  // FailedPrecondition for a read-only handle, and for one whose directory
+  // is no longer at its path (AtItsPath).
   Status RequireWritable(const char* what) const {
     if (options_.read_only) {
       return Status::FailedPrecondition(std::string(what) +
                                         " needs a read-write store; " + path_ +
                                         " is open read-only");
     }
-    return Status::OK();
+    return AtItsPath(what);
   }
+  // FailedPrecondition naming `what` when the directory this read-write
+  // handle opened is no longer the one at its path (moved, removed or
+  // replaced since): RocksDB writes on through the files it holds open,
+  // ckptdb and RocksDB's new files would go to the path, and a checkpoint
+  // committed so lies half in each.
+  Status AtItsPath(const char* what) const;
   void CloseDb();
   // Forgets what the handle knows of checkpoint `checkpoint_id`'s files.
   void ForgetIndex(int64_t checkpoint_id);
@@ -256,6 +265,10 @@ class StoreImpl : public Store {
   template <typename Happened>
   Status Reopen(Status error, std::shared_lock<std::shared_mutex>& lock,
                 const std::string& what, Happened&& happened);
+  // Closes and opens the database again (taking `lock`'s mutex exclusively
+  // meanwhile), only where the handle's directory still is; with the
+  // reserve's space when the disk is full.
+  Status ReopenNow(std::shared_lock<std::shared_mutex>& lock);
   // One try of Delete; `later` as DropChunks.
   Status DeleteOnce(int64_t checkpoint_id, FileRemover::Batch* later);
   // Reopens the database when a background job of this handle failed (a
@@ -514,6 +527,8 @@ class StoreImpl : public Store {
 
   const std::string path_;
   const std::string spelled_;
+  // The device and inode of the directory a read-write handle opened first.
+  std::optional<std::pair<dev_t, ino_t>> directory_;
   const StoreOptions options_;
   // Held by a read-write handle from before its open until it is destroyed.
   std::unique_ptr<WriterClaim> claim_;
@@ -591,15 +606,7 @@ template <typename Happened>
 Status StoreImpl::Reopen(Status error,
                          std::shared_lock<std::shared_mutex>& lock,
                          const std::string& what, Happened&& happened) {
-  lock.unlock();
-  Status reopened;
-  {
-    std::unique_lock exclusive(mu_);
-    CloseDb();
-    reopened = OpenDb();
-    if (IsNoSpace(reopened) && ReleaseReserve()) reopened = OpenDb();
-  }
-  lock.lock();
+  const Status reopened = ReopenNow(lock);
   if (!reopened.ok()) {
     return Status(error.code(), error.message() +
                                     "; reopening the store to learn the "

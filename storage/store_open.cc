@@ -4,6 +4,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/transaction_log.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -381,6 +382,11 @@ Status StoreImpl::OpenDb() {
     return options_.read_only ? WithRebuildHint(s) : s;
   }
   stamp_ = stamp;
+  if (!options_.read_only && !directory_) {
+    struct stat st;
+    if (::stat(path_.c_str(), &st) == 0)
+      directory_ = std::make_pair(st.st_dev, st.st_ino);
+  }
   // Every open sizes the metadata cache, as every commit and delete does: a
   // read-only handle would otherwise keep the blocks of record files deleted
   // since it last read them, up to the cache's 64 MiB.
@@ -480,9 +486,25 @@ Status StoreImpl::RecoverCommits() {
 Status StoreImpl::EnsureOpen() {
   if (db_) return Status::OK();
   // A read-only handle (closed by Release, or by a failed open) opens as a
-  // Refresh does, retrying while a writer is active.
+  // Refresh does, retrying while a writer is active. A read-write handle
+  // reopens only the directory it opened (never a new store in its place).
+  if (!options_.read_only) CKPTDB_RETURN_IF_ERROR(AtItsPath("reopening"));
   return (options_.read_only ? OpenDbRetrying() : OpenDb())
       .WithContext("reopening store '" + path_ + "'");
+}
+
+Status StoreImpl::AtItsPath(const char* what) const {
+  if (!directory_) return Status::OK();
+  struct stat st;
+  if (::stat(path_.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+      std::make_pair(st.st_dev, st.st_ino) == *directory_) {
+    return Status::OK();
+  }
+  return Status::FailedPrecondition(
+      std::string(what) + ": the directory of store '" + path_ +
+      "' that this handle opened is no longer there (moved, removed or "
+      "replaced while open); nothing was written. Close the handle and open "
+      "the store where it is now");
 }
 
 }  // namespace ckptdb::storage

@@ -342,6 +342,45 @@ TEST(StoreTest, AHandleStaysOnItsDirectoryAfterAChdirOrARetargetedSymlink) {
   EXPECT_EQ((*reopened)->List()->size(), 3u);
 }
 
+// A store moved or removed under a read-write handle takes no more writes
+// from it: RocksDB would write on into the moved files it holds open and the
+// rest would land at the old path, a commit split between the two.
+TEST(StoreTest, AHandleWhoseDirectoryWasMovedOrRemovedWritesNothing) {
+  TempDir dir;
+  const std::string store = dir.Sub("store"), moved = dir.Sub("moved");
+  for (const bool remove : {false, true}) {
+    SCOPED_TRACE(remove ? "removed" : "moved");
+    std::filesystem::remove_all(moved);
+    auto handle = Store::Open(store, {});
+    ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+    ASSERT_TRUE(SaveBytes(**handle, "kept", 1).ok());
+    std::filesystem::rename(store, moved);
+    if (remove) std::filesystem::remove_all(moved);
+    auto saved = SaveBytes(**handle, "lost", 1);
+    ASSERT_FALSE(saved.ok());
+    EXPECT_EQ(saved.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(saved.status().message().find("is no longer there"),
+              std::string::npos)
+        << saved.status().ToString();
+    const Status deleted = (*handle)->Delete(1, FileRemoval::kBeforeReturning);
+    EXPECT_EQ(deleted.code(), StatusCode::kFailedPrecondition)
+        << deleted.ToString();
+    EXPECT_FALSE(std::filesystem::exists(store));
+    handle->reset();
+    if (remove) continue;
+    auto reopened = Store::Open(moved, {});
+    ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+    auto listed = (*reopened)->List();
+    ASSERT_TRUE(listed.ok());
+    ASSERT_EQ(listed->size(), 1u);
+    EXPECT_TRUE(listed->front().damage.empty());
+    auto report = (*reopened)->Check();
+    ASSERT_TRUE(report.ok());
+    EXPECT_TRUE(report->lost_metadata.empty());
+    EXPECT_TRUE(report->unaccounted_chunk_ids.empty());
+  }
+}
+
 TEST(StoreTest, AForkedChildCommitsToStoresOfItsOwn) {
   TempDir dir;
   {

@@ -147,7 +147,12 @@ Result<CheckpointMetadata> DBImpl::GetMetadata(
 }
 
 Status DBImpl::Delete(const CheckpointSelector& which) {
+  std::lock_guard one_at_a_time(collective_mu_);
   WaitPending();
+  return NotingPeerClosing(DeleteNow(which));
+}
+
+Status DBImpl::DeleteNow(const CheckpointSelector& which) {
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   // The writer changes the store only once every rank is inside the call (the
   // all-gather that checks the selector), so that no rank's earlier local call
@@ -173,9 +178,16 @@ void DBImpl::LetGoOfDeletedFiles() {
 }
 
 Status DBImpl::Close() {
+  std::lock_guard one_at_a_time(collective_mu_);
   WaitPending();
   if (!store_) return Status::OK();
-  Status barrier = comm_->Barrier();
+  // An empty part of an all-gather rather than a barrier: a rank closing
+  // (an exception ended its `with` block) while the others start a save,
+  // load or delete meets their first all-gather, which then fails naming it
+  // (AllGatherAgreed); an MPI barrier against an all-gather waited forever.
+  // A rank that saw another close during a call (peer_closing_) closes on
+  // its own: that rank has left, and nothing would meet its part.
+  Status barrier = peer_closing_ ? Status::OK() : comm_->AllGather("").status();
   transport_.reset();
   store_.reset();
   load_scratch_ = LoadScratch();

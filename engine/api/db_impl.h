@@ -1,8 +1,10 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "ckptdb/db.h"
 #include "engine/collectives/agreement.h"
@@ -92,6 +94,26 @@ class DBImpl : public DB {
   // Waits for the pending asynchronous save, if any (its handle keeps the
   // outcome).
   void WaitPending();
+  // The collective calls, under collective_mu_ once the pending save is done.
+  Result<CheckpointInfo> SaveNow(const StateDict& state,
+                                 const SaveOptions& options);
+  Result<std::shared_ptr<PendingSave>> SaveAsyncNow(const StateDict& state,
+                                                    const SaveOptions& options);
+  Result<LoadResult> LoadNow(StateDict& state, const CheckpointSelector& which,
+                             const LoadOptions& options);
+  Status DeleteNow(const CheckpointSelector& which);
+  // `outcome`, noting in peer_closing_ when it says another rank was closing
+  // the store (IsPeerClosing).
+  template <typename R>
+  R NotingPeerClosing(R outcome) {
+    if constexpr (std::is_same_v<R, Status>) {
+      if (IsPeerClosing(outcome)) peer_closing_ = true;
+    } else {
+      if (!outcome.ok() && IsPeerClosing(outcome.status()))
+        peer_closing_ = true;
+    }
+    return outcome;
+  }
   // After a collective call deleted checkpoints: the other ranks re-open
   // their read-only handles, closing the deleted files they held.
   void LetGoOfDeletedFiles();
@@ -137,6 +159,14 @@ class DBImpl : public DB {
   // the whole record; the other ranks their own chunks (OwnChunks in
   // save_incremental.h).
   std::optional<planner::PreviousCheckpoint> last_commit_;
+  // Held through each collective call (Save, SaveAsync, Load, Delete,
+  // Close): calls from several threads of the process run one after
+  // another. Two saves at once took the same checkpoint id, and both
+  // returned while one overwrote the other's chunks.
+  std::mutex collective_mu_;
+  // A collective call failed because another rank was closing the store:
+  // this rank's Close then meets no one (it closes on its own).
+  bool peer_closing_ = false;
 };
 
 }  // namespace ckptdb::engine

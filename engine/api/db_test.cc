@@ -6,9 +6,11 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "ckptdb/file_system_hooks.h"
 #include "tests/testing/fault_injection.h"
@@ -786,6 +788,54 @@ TEST(DBTest, RejectsUnknownDtypeAndOverflowingShapes) {
   EXPECT_TRUE(info.status().IsInvalidArgument());
   EXPECT_NE(info.status().message().find("is too large"), std::string::npos)
       << info.status().ToString();
+}
+
+// Collective calls of one handle from several threads run one after
+// another: every save gets its own checkpoint, and each loads what it saved.
+TEST(DBTest, SavesAndLoadsFromSeveralThreadsOfOneHandleRunOneAtATime) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  constexpr int kThreads = 3, kSaves = 5;
+  constexpr size_t kFloats = 70000;  // larger than a small chunk
+  std::mutex mu;
+  std::map<int64_t, float> saved;  // checkpoint id -> the value saved
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<float> w(kFloats);
+      for (int i = 0; i < kSaves; ++i) {
+        const float value = static_cast<float>(t * 100 + i);
+        std::fill(w.begin(), w.end(), value);
+        StateDict sd;
+        sd.Set("w", TensorView::Whole(w.data(), DType::kFloat32,
+                                      {static_cast<int64_t>(kFloats)}));
+        auto info = db->Save(sd, {.step = t * 100 + i});
+        ASSERT_TRUE(info.ok()) << info.status().ToString();
+        std::vector<float> back(kFloats);
+        StateDict target;
+        target.Set("w", TensorView::Whole(back.data(), DType::kFloat32,
+                                          {static_cast<int64_t>(kFloats)}));
+        ASSERT_TRUE(
+            db->Load(target, CheckpointSelector::Id(info->id), {}).ok());
+        std::lock_guard lock(mu);
+        EXPECT_TRUE(saved.emplace(info->id, value).second) << info->id;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  auto listed = db->ListCheckpoints();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), static_cast<size_t>(kThreads * kSaves));
+  std::vector<float> back(kFloats);
+  for (const CheckpointInfo& info : *listed) {
+    StateDict target;
+    target.Set("w", TensorView::Whole(back.data(), DType::kFloat32,
+                                      {static_cast<int64_t>(kFloats)}));
+    auto loaded = db->Load(target, CheckpointSelector::Id(info.id), {});
+    ASSERT_TRUE(loaded.ok()) << info.id << ": " << loaded.status().ToString();
+    EXPECT_EQ(back.front(), saved.at(info.id));
+    EXPECT_EQ(back.back(), saved.at(info.id));
+  }
 }
 
 }  // namespace

@@ -189,7 +189,14 @@ Result<DeviceTransport*> DBImpl::TransportFor(const std::vector<int>& devices) {
 Result<LoadResult> DBImpl::Load(StateDict& state,
                                 const CheckpointSelector& which,
                                 const LoadOptions& options) {
+  std::lock_guard one_at_a_time(collective_mu_);
   WaitPending();
+  return NotingPeerClosing(LoadNow(state, which, options));
+}
+
+Result<LoadResult> DBImpl::LoadNow(StateDict& state,
+                                   const CheckpointSelector& which,
+                                   const LoadOptions& options) {
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   const int world = comm_->size();
   // Every tensor's dtype and shape (the main record), with the chunks of the

@@ -81,7 +81,13 @@ int CoresOfThisProcess() {
 
 Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
     const StateDict& state, const SaveOptions& options) {
+  std::lock_guard one_at_a_time(collective_mu_);
   WaitPending();
+  return NotingPeerClosing(SaveAsyncNow(state, options));
+}
+
+Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsyncNow(
+    const StateDict& state, const SaveOptions& options) {
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm_, comm_->CheckBackgroundUse()));
   auto prepared = std::make_shared<PreparedSave>();
@@ -187,7 +193,7 @@ void DBImpl::TakeSnapshot(const PreparedSave& p, SnapshotRing& ring) {
 
 void DBImpl::WaitPending() {
   if (pending_ == nullptr) return;
-  (void)pending_->Wait();
+  (void)NotingPeerClosing(pending_->Wait());
   pending_.reset();
 }
 

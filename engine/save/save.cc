@@ -142,7 +142,13 @@ Result<CheckpointInfo> DBImpl::FinishSave(PreparedSave& p,
 
 Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
                                     const SaveOptions& options) {
+  std::lock_guard one_at_a_time(collective_mu_);
   WaitPending();
+  return NotingPeerClosing(SaveNow(state, options));
+}
+
+Result<CheckpointInfo> DBImpl::SaveNow(const StateDict& state,
+                                       const SaveOptions& options) {
   CKPTDB_ASSIGN_OR_RETURN(PreparedSave p, PrepareSave(state, options, true));
   return FinishSave(p, nullptr);
 }

@@ -391,10 +391,34 @@ def flat_load(path):
         np.testing.assert_array_equal(targets[k], g.reshape(-1)[b:e])
 
 
+def closing_rank(path):
+    """The last rank's `with` block ends on an exception while the others save: they raise
+    InvalidArgumentError naming it, and every rank's close returns (no rank waits on one that
+    has left); the store keeps the checkpoint saved before."""
+    last = size - 1
+    try:
+        with ckptdb.open(path, comm) as db:
+            db.save({"a": np.full(3, 1.0)}, step=1)
+            if rank == last:
+                raise KeyError("the job's own error")
+            try:
+                db.save({"a": np.full(3, 2.0)}, step=2)
+                raise AssertionError("the save went through without the closing rank")
+            except ckptdb.InvalidArgumentError as e:
+                assert f"rank {last} is not in this save" in str(e), e
+    except KeyError:
+        assert rank == last
+    comm.Barrier()
+    if rank == 0:
+        with ckptdb.open(path) as db:
+            assert [c.step for c in db.checkpoints()] == [1]
+        print(f"closing_rank ok on {size} ranks")
+
+
 SCENARIOS = {f.__name__: f for f in (reference_save, reference_load, replicas_and_values, master_save,
                                      master_load, collective_errors, argument_disagreement,
                                      containers, async_saves, flat_save, rows_save, rows_load,
-                                     flat_load)}
+                                     flat_load, closing_rank)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](sys.argv[2])

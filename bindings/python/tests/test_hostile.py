@@ -201,3 +201,48 @@ def test_a_store_named_relative_to_the_working_directory_stays_put_after_a_chdir
         target = {"w": np.zeros(4)}
         db.load(target)
         assert np.array_equal(target["w"], np.full(4, 2.0))
+
+
+def test_a_handle_whose_store_was_moved_saves_nothing_and_the_moved_store_stays_whole(tmp_path):
+    """RocksDB would write on into the moved directory's open files while the rest of a
+    save landed at the old path: the save is refused, and nothing appears at the old path."""
+    store, moved = str(tmp_path / "store"), str(tmp_path / "moved")
+    db = ckptdb.open(store)
+    db.save({"w": np.full(4, 1.0)}, step=1)
+    os.rename(store, moved)
+    with pytest.raises(ckptdb.Error, match="no longer there"):
+        db.save({"w": np.full(4, 2.0)}, step=2)
+    with pytest.raises(ckptdb.Error, match="no longer there"):
+        db.save_async({"w": np.full(4, 2.0)}, step=2).wait()
+    db.close()
+    assert not os.path.exists(store)
+    with ckptdb.open(moved) as db:
+        assert [c.step for c in db.checkpoints()] == [1]
+        target = {"w": np.zeros(4)}
+        db.load(target)
+        assert np.array_equal(target["w"], np.full(4, 1.0))
+
+
+def test_saves_from_two_threads_of_one_handle_each_commit_a_checkpoint_that_loads(store):
+    """Collective calls of one handle from several threads run one after another: two saves
+    at once took the same checkpoint id, and one overwrote the other's chunks."""
+    import threading
+    saved, errors = {}, []
+    with ckptdb.open(store) as db:
+        def saver(k):
+            try:
+                for i in range(4):
+                    value = float(k * 100 + i)
+                    info = db.save({"x": np.full(70_000, value, np.float32)}, step=k * 100 + i)
+                    saved[info.id] = value
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+        threads = [threading.Thread(target=saver, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert sorted(c.id for c in db.checkpoints()) == sorted(saved)
+        for c in db.checkpoints():
+            assert np.all(db.read("x", id=c.id) == saved[c.id])

@@ -100,3 +100,8 @@ def test_training_example_resumes_4_to_2_ranks_bit_exactly(tmp_path):
                      "--hidden", "128")
     assert resumed["final step 9"] == straight["final step 9"]
     assert straight["fingerprint step 6"] == first["fingerprint step 6"]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_rank_closing_while_the_others_save_fails_them_without_a_hang(tmp_path, n):
+    mpirun(n, "closing_rank", str(tmp_path / "store"))
