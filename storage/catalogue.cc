@@ -67,6 +67,8 @@ Result<int64_t> CheckpointCatalogue::Resolve(
     // The latest match wins (several checkpoints may share a step).
     if (match) found = info.id;
   }
+  if (!found && which.kind == Kind::kLatest)
+    return Status::NotFound("store '" + path_ + "' has no checkpoint yet");
   if (!found) {
     return Status::NotFound("no checkpoint with " + which.ToString() +
                             " in store '" + path_ + "'");

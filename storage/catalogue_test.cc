@@ -45,9 +45,10 @@ TEST(CheckpointCatalogueTest,
     EXPECT_EQ(s.message(),
               "no checkpoint with " + which.ToString() + " in store '/s'");
   }
-  EXPECT_TRUE(catalogue.Resolve({}, CheckpointSelector::Latest())
-                  .status()
-                  .IsNotFound());
+  const Status empty =
+      catalogue.Resolve({}, CheckpointSelector::Latest()).status();
+  EXPECT_TRUE(empty.IsNotFound());
+  EXPECT_EQ(empty.message(), "store '/s' has no checkpoint yet");
 }
 
 TEST(CheckpointCatalogueTest, ATagNamesOneCheckpoint) {

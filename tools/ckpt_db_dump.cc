@@ -387,7 +387,13 @@ int main(int argc, char** argv) {
   CLI::App* show = AddShow(app, a);
   CLI::App* verify = AddVerify(app, a);
   AddExport(app, a);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 prints help (exit 0) or the error; a bad command line is one of
+    // the "any other error" cases (CLI11's own codes run from 100 up).
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   if (*list) return List(a.store, a.as_json);
   if (*show && !a.key.empty())
     return ShowValues(a.store, a.sel, a.key, a.slice, a.as_json);

@@ -1,5 +1,6 @@
 #include "dump_slice.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -93,19 +94,39 @@ Elements Convert(const Tensor& t) {
   return e;
 }
 
-// The shortest "%g" text of `v` that reads back as the same element of
-// `dtype` (the bytes at `stored`), as numpy prints floats.
-std::string ShortestText(double v, DType dtype, const std::byte* stored) {
-  const size_t size = DTypeSize(dtype);
-  char out[40];
+// Whether `text` reads back as the element of `dtype` at `stored`.
+bool ReadsBack(const char* text, DType dtype, const std::byte* stored) {
+  const double parsed = std::strtod(text, nullptr);
   std::byte back[8];
-  for (int digits = 1; digits <= 17; ++digits) {
+  ConvertElements(&parsed, DType::kFloat64, back, dtype, 1);
+  return std::memcmp(back, stored, DTypeSize(dtype)) == 0;
+}
+
+// The shortest text of `v` that reads back as the same element of `dtype`
+// (the bytes at `stored`), as numpy prints floats: positional from 1e-4 up
+// to 1e16, scientific beyond, and always with a point ("100.", "1.e+20"), so
+// that a float never reads as an int.
+std::string ShortestText(double v, DType dtype, const std::byte* stored) {
+  char out[400];
+  int digits = 1;
+  for (; digits < 17; ++digits) {
     std::snprintf(out, sizeof(out), "%.*g", digits, v);
-    const double parsed = std::strtod(out, nullptr);
-    ConvertElements(&parsed, DType::kFloat64, back, dtype, 1);
-    if (std::memcmp(back, stored, size) == 0) break;
+    if (ReadsBack(out, dtype, stored)) break;
   }
-  return out;
+  std::snprintf(out, sizeof(out), "%.*g", digits, v);
+  const double a = std::fabs(v);
+  if (a == 0 || (a >= 1e-4 && a < 1e16)) {
+    const int exponent =
+        a == 0 ? 0 : static_cast<int>(std::floor(std::log10(a)));
+    char fixed[400];
+    std::snprintf(fixed, sizeof(fixed), "%.*f",
+                  std::max(0, digits - 1 - exponent), v);
+    if (ReadsBack(fixed, dtype, stored)) std::memcpy(out, fixed, sizeof(out));
+  }
+  const std::string text(out);
+  if (text.find('.') != std::string::npos) return text;
+  const size_t e = std::min(text.find('e'), text.size());
+  return text.substr(0, e) + "." + text.substr(e);
 }
 
 std::string ElementText(const Elements& e, size_t i) {

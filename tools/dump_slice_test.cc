@@ -51,7 +51,14 @@ TEST(FormatValuesTest, NestedRowsLikeNumpy) {
             "[0.5, 0.001, 3.25]");
   const uint16_t bf16[] = {0x3fc0, 0xbf80};  // 1.5, -1 in bfloat16
   EXPECT_EQ(FormatValues(Make(DType::kBFloat16, {2}, bf16, sizeof(bf16))),
-            "[1.5, -1]");
+            "[1.5, -1.]");
+  // Positional from 1e-4 to 1e16, with a point: a float never reads as an int.
+  const float round[] = {100.f, 1000.f, 2900.f, 2910.f, 0.f, 1e20f, 1e-5f};
+  EXPECT_EQ(FormatValues(Make(DType::kFloat32, {7}, round, sizeof(round))),
+            "[100., 1000., 2900., 2910., 0., 1.e+20, 1.e-05]");
+  const double precise[] = {0.1, 123456.789, 1e15 + 0.5};
+  EXPECT_EQ(FormatValues(Make(DType::kFloat64, {3}, precise, sizeof(precise))),
+            "[0.1, 123456.789, 1000000000000000.5]");
   const uint8_t flags[] = {1, 0};
   EXPECT_EQ(FormatValues(Make(DType::kBool, {2}, flags, 2)), "[True, False]");
   const double scalar = 2.5;

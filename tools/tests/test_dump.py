@@ -193,8 +193,13 @@ def test_errors_are_one_line_and_non_zero(store, tmp_path):
     (tmp_path / "notastore" / "x").write_text("x")
     p = dump("list", str(tmp_path / "notastore"))
     assert p.returncode == 2 and "not a ckptdb store" in p.stderr
-    assert dump("show", store, "--step", "1", "--tag", "first").returncode != 0  # one selector
-    assert dump("export", store, "--format", "zip", "-o", "x").returncode != 0
+    # A bad command line is one of "any other error": 2, as the tool's --help says.
+    for args in (["show", store, "--step", "1", "--tag", "first"],  # one selector
+                 ["export", store, "--format", "zip", "-o", "x"], ["list", store, "--bogus"],
+                 ["show", store, "--step", "x"], ["list"], []):
+        p = dump(*args)
+        assert p.returncode == 2, (args, p.returncode, p.stderr)
+        assert p.stderr.strip(), args
     assert snapshot(store) == before
 
 

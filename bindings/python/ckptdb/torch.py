@@ -239,10 +239,24 @@ def get_state_dict(model, optimizer=None):
     step with zero gradients and a learning rate of 0, which changes no
     parameter), so that the dict can be a load target. Every
     tensor is the model's or the optimizer's own (shared, not copied)."""
+    _check_arguments(model, optimizer)
     out = {"model": _model_state(model)}
     if optimizer is not None:
         out["optim"] = _optimizer_state(model, optimizer)
     return out
+
+
+def _check_arguments(model, optimizer):
+    """InvalidArgumentError unless `model` looks like a torch module and `optimizer` is
+    None or looks like an optimizer (anything else failed deep inside with a bare
+    AttributeError). By what they have, so that wrappers that are not subclasses pass."""
+    if not all(hasattr(model, a) for a in ("state_dict", "named_parameters")):
+        raise InvalidArgumentError(
+            f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if optimizer is not None and not all(
+            hasattr(optimizer, a) for a in ("state_dict", "param_groups", "state")):
+        raise InvalidArgumentError(
+            f"optimizer must be a torch optimizer or None, got {type(optimizer).__name__}")
 
 
 def _set_model(model, state):
@@ -307,6 +321,9 @@ def set_state_dict(model, optimizer, state):
     in place are not copied again; the optimizer's hyper-parameters are set from
     ``param_groups``, matched to its groups by their parameters' names. Raises
     :class:`ckptdb.InvalidArgumentError` naming keys the model or optimizer lacks."""
+    _check_arguments(model, optimizer)
+    if not isinstance(state, dict):
+        raise InvalidArgumentError(f"state must be a dict, got {type(state).__name__}")
     if "model" in state:
         _set_model(model, state["model"])
     if optimizer is not None and "optim" in state:

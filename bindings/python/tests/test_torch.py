@@ -283,3 +283,13 @@ def test_bool_tensors_and_bool_buffers_round_trip(tmp_path):
         db.load(back)
     assert torch.equal(fresh.mask, torch.tensor([True, False, True]))
     assert torch.equal(back["row"], torch.tensor([True, True]))
+
+
+def test_arguments_that_are_not_a_model_or_an_optimizer_are_invalid():
+    model = torch.nn.Linear(2, 2)
+    for call in (lambda: ckptdb.torch.get_state_dict("x"),
+                 lambda: ckptdb.torch.get_state_dict(model, "adam"),
+                 lambda: ckptdb.torch.set_state_dict(None, None, {}),
+                 lambda: ckptdb.torch.set_state_dict(model, None, [])):
+        with pytest.raises(ckptdb.InvalidArgumentError, match="must be"):
+            call()
