@@ -518,7 +518,7 @@ Status StoreImpl::CheckReferencesHeld(const CheckpointInfo& info) {
 }
 
 Status StoreImpl::CheckShareable(int64_t checkpoint_id) {
-  CKPTDB_RETURN_IF_ERROR(RequireWritable("checking shared chunks"));
+  CKPTDB_RETURN_IF_ERROR(RequireWritable("saving"));
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   rocksdb::PinnableSlice record;

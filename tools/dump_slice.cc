@@ -116,8 +116,10 @@ std::string ShortestText(double v, DType dtype, const std::byte* stored) {
   std::snprintf(out, sizeof(out), "%.*g", digits, v);
   const double a = std::fabs(v);
   if (a == 0 || (a >= 1e-4 && a < 1e16)) {
-    const int exponent =
-        a == 0 ? 0 : static_cast<int>(std::floor(std::log10(a)));
+    // The exponent of the rounded digits (0.00999... at one digit is 1e-02).
+    char scientific[64];
+    std::snprintf(scientific, sizeof(scientific), "%.*e", digits - 1, v);
+    const int exponent = std::atoi(std::strchr(scientific, 'e') + 1);
     char fixed[400];
     std::snprintf(fixed, sizeof(fixed), "%.*f",
                   std::max(0, digits - 1 - exponent), v);

@@ -56,6 +56,9 @@ TEST(FormatValuesTest, NestedRowsLikeNumpy) {
   const float round[] = {100.f, 1000.f, 2900.f, 2910.f, 0.f, 1e20f, 1e-5f};
   EXPECT_EQ(FormatValues(Make(DType::kFloat32, {7}, round, sizeof(round))),
             "[100., 1000., 2900., 2910., 0., 1.e+20, 1.e-05]");
+  const float below[] = {0.01f, 0.1f, 9.99e-5f};
+  EXPECT_EQ(FormatValues(Make(DType::kFloat32, {3}, below, sizeof(below))),
+            "[0.01, 0.1, 9.99e-05]");
   const double precise[] = {0.1, 123456.789, 1e15 + 0.5};
   EXPECT_EQ(FormatValues(Make(DType::kFloat64, {3}, precise, sizeof(precise))),
             "[0.1, 123456.789, 1000000000000000.5]");

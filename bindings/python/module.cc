@@ -146,10 +146,13 @@ class PyDB {
     db_ = Unwrap(std::move(db));
   }
 
-  DB& db() {
+  // The handle, held by the caller for its call: a close on another thread
+  // (which waits for calls under way, DBImpl) then cannot free it under a
+  // call that waits to run.
+  std::shared_ptr<DB> db() {
     if (!db_)
       Raise(Status::FailedPrecondition("store '" + path_ + "' is closed"));
-    return *db_;
+    return db_;
   }
 
   // Runs `convert`; when it raises on a rank of several, the call still
@@ -159,7 +162,8 @@ class PyDB {
   // then this rank raises its own error.
   template <typename Convert, typename Call>
   auto Collective(Convert&& convert, StateDict& sd, Call&& call) {
-    DB& d = db();
+    const std::shared_ptr<DB> held = db();
+    DB& d = *held;
     std::exception_ptr failed;
     std::string why;
     try {
@@ -244,13 +248,13 @@ class PyDB {
   }
 
   std::vector<CheckpointInfo> Checkpoints() {
-    return Unwrap(db().ListCheckpoints());
+    return Unwrap(db()->ListCheckpoints());
   }
 
   py::dict Metadata(const py::object& step, const py::object& tag,
                     const py::object& id) {
     const CheckpointSelector which = Unwrap(Selector(step, tag, id));
-    CheckpointMetadata m = Unwrap(db().GetMetadata(which));
+    CheckpointMetadata m = Unwrap(db()->GetMetadata(which));
     py::dict out;
     out["id"] = m.info.id;
     out["step"] = py::cast(m.info.step);
@@ -295,7 +299,8 @@ class PyDB {
     const CheckpointSelector which = Unwrap(Selector(step, tag, id));
     const std::string flat = Unwrap(FlatKey(key));
     const TensorIndex part = Unwrap(IndexOf(index, flat));
-    DB& d = db();
+    const std::shared_ptr<DB> held = db();
+    DB& d = *held;
     ReadStats stats;
     Result<Tensor> read =
         WithoutGil([&] { return d.Read(flat, which, part, &stats); });
@@ -309,7 +314,8 @@ class PyDB {
   void Delete(const py::object& step, const py::object& tag,
               const py::object& id) {
     const CheckpointSelector which = Unwrap(Selector(step, tag, id));
-    DB& d = db();
+    const std::shared_ptr<DB> held = db();
+    DB& d = *held;
     Status s = WithoutGil([&] { return d.Delete(which); });
     Check(s);
   }
@@ -317,21 +323,23 @@ class PyDB {
   void Verify(const py::object& step, const py::object& tag,
               const py::object& id) {
     const CheckpointSelector which = Unwrap(Selector(step, tag, id));
-    DB& d = db();
+    const std::shared_ptr<DB> held = db();
+    DB& d = *held;
     Status s = WithoutGil([&] { return d.Verify(which); });
     Check(s);
   }
 
   void Close() {
-    if (!db_) return;
-    Status s = WithoutGil([&] { return db_->Close(); });
+    const std::shared_ptr<DB> held = db_;
+    if (!held) return;
+    Status s = WithoutGil([&] { return held->Close(); });
     db_.reset();
     Check(s);
   }
 
   bool closed() const { return db_ == nullptr; }
-  int rank() { return db().communicator().rank(); }
-  int size() { return db().communicator().size(); }
+  int rank() { return db()->communicator().rank(); }
+  int size() { return db()->communicator().size(); }
   const std::string& path() const { return path_; }
   uint64_t last_read_bytes() const { return last_read_bytes_; }
 
@@ -339,7 +347,7 @@ class PyDB {
   std::string path_;
   // Chunk bytes the last successful read() read.
   uint64_t last_read_bytes_ = 0;
-  std::unique_ptr<DB> db_;
+  std::shared_ptr<DB> db_;
 };
 
 }  // namespace

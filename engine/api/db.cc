@@ -136,6 +136,7 @@ Result<CheckpointMetadata> DBImpl::ResolveCollective(
 }
 
 Result<std::vector<CheckpointInfo>> DBImpl::ListCheckpoints() {
+  std::shared_lock local(open_mu_);
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   CKPTDB_RETURN_IF_ERROR(store_->Refresh());
   return store_->List();
@@ -143,6 +144,7 @@ Result<std::vector<CheckpointInfo>> DBImpl::ListCheckpoints() {
 
 Result<CheckpointMetadata> DBImpl::GetMetadata(
     const CheckpointSelector& which) {
+  std::shared_lock local(open_mu_);
   return ResolveLocal(which);
 }
 
@@ -188,6 +190,8 @@ Status DBImpl::Close() {
   // A rank that saw another close during a call (peer_closing_) closes on
   // its own: that rank has left, and nothing would meet its part.
   Status barrier = peer_closing_ ? Status::OK() : comm_->AllGather("").status();
+  // After the local calls under way (reads, listings on other threads).
+  std::unique_lock closing(open_mu_);
   transport_.reset();
   store_.reset();
   load_scratch_ = LoadScratch();

@@ -3,6 +3,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <type_traits>
 
@@ -164,6 +165,10 @@ class DBImpl : public DB {
   // another. Two saves at once took the same checkpoint id, and both
   // returned while one overwrote the other's chunks.
   std::mutex collective_mu_;
+  // Held shared by the local calls (ListCheckpoints, GetMetadata, Read,
+  // Verify, CheckStore), which may run on other threads at any time, and
+  // exclusively by Close while it lets go of the store.
+  std::shared_mutex open_mu_;
   // A collective call failed because another rank was closing the store:
   // this rank's Close then meets no one (it closes on its own).
   bool peer_closing_ = false;

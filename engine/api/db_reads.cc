@@ -76,6 +76,7 @@ Result<std::vector<std::byte>> Allocate(size_t nbytes,
 Result<Tensor> DBImpl::Read(const std::string& flat_key,
                             const CheckpointSelector& which,
                             const TensorIndex& index, ReadStats* stats) {
+  std::shared_lock local(open_mu_);
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   CKPTDB_RETURN_IF_ERROR(store_->Refresh());
   CKPTDB_ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
@@ -121,6 +122,7 @@ Result<Tensor> DBImpl::Read(const std::string& flat_key,
 
 Result<VerifyReport> DBImpl::Verify(const CheckpointSelector& which,
                                     const VerifyOptions& options) {
+  std::shared_lock local(open_mu_);
   CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata meta, ResolveLocal(which));
   VerifyReport report;
   report.checkpoint_id = meta.info.id;
@@ -166,6 +168,7 @@ Result<VerifyReport> DBImpl::Verify(const CheckpointSelector& which,
 }
 
 Result<StoreCheckReport> DBImpl::CheckStore() {
+  std::shared_lock local(open_mu_);
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   CKPTDB_RETURN_IF_ERROR(store_->Refresh());
   CKPTDB_ASSIGN_OR_RETURN(storage::StoreReport found, store_->Check());

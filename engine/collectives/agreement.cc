@@ -199,18 +199,6 @@ Status CompareArguments(const std::vector<CallArguments>& by_rank) {
   return message.empty() ? Status::OK() : Status::InvalidArgument(message);
 }
 
-namespace {
-// How AllGatherAgreed's error for a closing rank ends (IsPeerClosing).
-constexpr std::string_view kPeerClosing =
-    " (it may be closing the store): every rank must make the same "
-    "collective calls in the same order";
-}  // namespace
-
-bool IsPeerClosing(const Status& s) {
-  return s.code() == StatusCode::kInvalidArgument &&
-         s.message().find(kPeerClosing) != std::string::npos;
-}
-
 Result<std::vector<std::string>> AllGatherAgreed(Communicator& comm,
                                                  const CallArguments& args,
                                                  std::string_view payload) {
@@ -226,9 +214,7 @@ Result<std::vector<std::string>> AllGatherAgreed(Communicator& comm,
     if (m.empty()) {
       // What a rank in the gloo communicator's barrier (closing the store)
       // sends in place of an all-gather's part.
-      return Status::InvalidArgument("rank " + std::to_string(r) +
-                                     " is not in this " + args.call() +
-                                     std::string(kPeerClosing));
+      return PeerClosing(static_cast<int>(r), args.call());
     }
     if (m.size() < kDigestBytes) {
       return Status::Internal("malformed call arguments received from rank " +

@@ -59,11 +59,6 @@ CallArguments DeleteArguments(const CheckpointSelector& which);
 // ranks 0 and 2 passed 'a', rank 1 passed 'b'". Pure.
 Status CompareArguments(const std::vector<CallArguments>& by_rank);
 
-// Whether `s` is AllGatherAgreed's error for a rank that sent no part: one
-// that is closing the store (DB::Close) while this rank makes another
-// collective call. That rank has then left the handle's collective calls.
-bool IsPeerClosing(const Status& s);
-
 // Every rank's `payload`, indexed by rank, when every rank passed the same
 // `args`; otherwise the CompareArguments error, the same on every rank (the
 // disagreement costs a second exchange, agreement none). Collective.

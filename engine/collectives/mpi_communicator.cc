@@ -60,9 +60,10 @@ class Mpi : public Communicator {
   Result<std::vector<std::string>> AllGather(std::string_view bytes) override {
     const uint64_t mine = bytes.size();
     std::vector<uint64_t> sizes(size_);
-    CKPTDB_RETURN_IF_ERROR(FromMpi(MPI_Allgather(&mine, 1, MPI_UINT64_T, sizes.data(),
-                                          1, MPI_UINT64_T, comm_),
-                            "all-gather of sizes"));
+    CKPTDB_RETURN_IF_ERROR(
+        FromMpi(MPI_Allgather(&mine, 1, MPI_UINT64_T, sizes.data(), 1,
+                              MPI_UINT64_T, comm_),
+                "all-gather of sizes"));
     uint64_t total = 0;
     for (uint64_t s : sizes) total += s;
     std::vector<std::string> out(size_);
@@ -94,7 +95,7 @@ class Mpi : public Communicator {
   Status Broadcast(std::string* bytes, int root) override {
     uint64_t n = bytes->size();
     CKPTDB_RETURN_IF_ERROR(FromMpi(MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm_),
-                            "broadcast of size"));
+                                   "broadcast of size"));
     bytes->resize(n);
     return BroadcastBuffer(bytes->data(), n, root);
   }
@@ -153,11 +154,11 @@ class Mpi : public Communicator {
     };
     for (const RecvBuffer& r : recvs) {
       CKPTDB_RETURN_IF_ERROR(pieces(r.peer, r.nbytes, "receive from",
-                             [&](size_t off, int n, MPI_Request* q) {
-                               return MPI_Irecv(
-                                   static_cast<char*>(r.data) + off, n,
-                                   MPI_BYTE, r.peer, kTag, comm_, q);
-                             }));
+                                    [&](size_t off, int n, MPI_Request* q) {
+                                      return MPI_Irecv(
+                                          static_cast<char*>(r.data) + off, n,
+                                          MPI_BYTE, r.peer, kTag, comm_, q);
+                                    }));
     }
     for (const SendBuffer& s : sends) {
       CKPTDB_RETURN_IF_ERROR(pieces(

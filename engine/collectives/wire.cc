@@ -323,11 +323,33 @@ ckptdb::Status FirstError(const std::vector<ckptdb::Status>& statuses) {
   return ckptdb::Status::OK();
 }
 
+namespace {
+// How PeerClosing's message ends (IsPeerClosing).
+constexpr std::string_view kPeerClosing =
+    " (it may be closing the store): every rank must make the same "
+    "collective calls in the same order";
+}  // namespace
+
+ckptdb::Status PeerClosing(int rank, std::string_view call) {
+  return ckptdb::Status::InvalidArgument(
+      "rank " + std::to_string(rank) + " is not in this " + std::string(call) +
+      std::string(kPeerClosing));
+}
+
+bool IsPeerClosing(const ckptdb::Status& s) {
+  return s.code() == StatusCode::kInvalidArgument &&
+         s.message().find(kPeerClosing) != std::string::npos;
+}
+
 ckptdb::Status AgreeOnStatus(Communicator& comm, const ckptdb::Status& local) {
   if (comm.size() == 1) return local;
   CKPTDB_ASSIGN_OR_RETURN(auto all, comm.AllGather(EncodeStatus(local)));
   std::vector<ckptdb::Status> statuses;
-  for (const auto& bytes : all) statuses.push_back(DecodeStatus(bytes));
+  for (size_t r = 0; r < all.size(); ++r) {
+    // A status is never empty: what a closing rank sends (DB::Close).
+    if (all[r].empty()) return PeerClosing(static_cast<int>(r), "call");
+    statuses.push_back(DecodeStatus(all[r]));
+  }
   return FirstError(statuses);
 }
 

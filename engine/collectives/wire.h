@@ -152,8 +152,17 @@ Status StatusFromRoot(Communicator& comm,
 Result<int64_t> IdFromRoot(Communicator& comm,
                            const std::function<Result<int64_t>()>& at_root);
 
-// Every rank contributes `local`; all get FirstError of them. Collective.
+// Every rank contributes `local`; all get FirstError of them (PeerClosing
+// for a rank that sent no part). Collective.
 Status AgreeOnStatus(Communicator& comm, const Status& local);
+
+// What a collective call says of rank `rank`, which sent no part of its
+// first all-gather: it is closing the store (DB::Close) while this rank
+// makes `call` (InvalidArgument).
+Status PeerClosing(int rank, std::string_view call);
+// Whether `s` is PeerClosing's error: that rank has then left the handle's
+// collective calls.
+bool IsPeerClosing(const Status& s);
 
 // The first failing status of all ranks (lowest rank), prefixed with its rank
 // when several ranks take part; OK when every rank succeeded.

@@ -415,10 +415,35 @@ def closing_rank(path):
         print(f"closing_rank ok on {size} ranks")
 
 
+def closing_rank_async(path):
+    """As closing_rank, with a save_async pending when the last rank's block ends: the others'
+    next save_async raises naming it, and every close returns."""
+    last = size - 1
+    try:
+        with ckptdb.open(path, comm) as db:
+            db.save({"a": np.full(3, 1.0)}, step=1)
+            pending = db.save_async({"a": np.full(3, 2.0)}, step=2)
+            if rank == last:
+                raise KeyError("the job's own error")
+            pending.wait()
+            try:
+                db.save_async({"a": np.full(3, 3.0)}, step=3).wait()
+                raise AssertionError("the save went through without the closing rank")
+            except ckptdb.InvalidArgumentError as e:
+                assert f"rank {last} is not in this" in str(e), e
+    except KeyError:
+        assert rank == last
+    comm.Barrier()
+    if rank == 0:
+        with ckptdb.open(path) as db:
+            assert [c.step for c in db.checkpoints()] == [1, 2]
+        print(f"closing_rank_async ok on {size} ranks")
+
+
 SCENARIOS = {f.__name__: f for f in (reference_save, reference_load, replicas_and_values, master_save,
                                      master_load, collective_errors, argument_disagreement,
                                      containers, async_saves, flat_save, rows_save, rows_load,
-                                     flat_load, closing_rank)}
+                                     flat_load, closing_rank, closing_rank_async)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](sys.argv[2])

@@ -246,3 +246,36 @@ def test_saves_from_two_threads_of_one_handle_each_commit_a_checkpoint_that_load
         assert sorted(c.id for c in db.checkpoints()) == sorted(saved)
         for c in db.checkpoints():
             assert np.all(db.read("x", id=c.id) == saved[c.id])
+
+
+def test_close_from_one_thread_while_others_save_and_read_ends_them_cleanly(store):
+    """A close waits for the calls under way; calls that come after it raise that the store
+    is closed (they once ran on a freed handle)."""
+    import threading
+    import time
+    db = ckptdb.open(store)
+    db.save({"x": np.full(20_000, -1.0, np.float32)}, step=0)
+    errors = []
+
+    def worker(save):
+        try:
+            for i in range(30):
+                if save:
+                    db.save({"x": np.full(20_000, float(i), np.float32)}, step=i + 1)
+                else:
+                    db.read("x")
+        except ckptdb.Error as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=worker, args=(k < 2,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    db.close()
+    for t in threads:
+        t.join()
+    assert all(f"store '{store}' is closed" in e or "is closed" in e for e in errors), errors
+    assert all(store in e for e in errors), errors
+    with ckptdb.open(store) as again:
+        for c in again.checkpoints():
+            assert np.all(again.read("x", id=c.id) == c.step - 1.0)

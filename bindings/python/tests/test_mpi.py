@@ -105,3 +105,4 @@ def test_training_example_resumes_4_to_2_ranks_bit_exactly(tmp_path):
 @pytest.mark.parametrize("n", [2, 3])
 def test_a_rank_closing_while_the_others_save_fails_them_without_a_hang(tmp_path, n):
     mpirun(n, "closing_rank", str(tmp_path / "store"))
+    mpirun(n, "closing_rank_async", str(tmp_path / "store_async"))
