@@ -11,7 +11,6 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
-#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -160,7 +159,8 @@ class StoreImpl : public Store {
   }
   // FailedPrecondition naming `what` when the directory this read-write
   // handle opened is no longer the one at its path (moved, removed or
-  // replaced since): RocksDB writes on through the files it holds open,
+  // replaced since; WriterClaim::StillAtItsPath): RocksDB writes on through
+  // the files it holds open,
   // ckptdb and RocksDB's new files would go to the path, and a checkpoint
   // committed so lies half in each.
   Status AtItsPath(const char* what) const;
@@ -527,8 +527,6 @@ class StoreImpl : public Store {
 
   const std::string path_;
   const std::string spelled_;
-  // The device and inode of the directory a read-write handle opened first.
-  std::optional<std::pair<dev_t, ino_t>> directory_;
   const StoreOptions options_;
   // Held by a read-write handle from before its open until it is destroyed.
   std::unique_ptr<WriterClaim> claim_;

@@ -4,7 +4,6 @@
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/transaction_log.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -382,11 +381,6 @@ Status StoreImpl::OpenDb() {
     return options_.read_only ? WithRebuildHint(s) : s;
   }
   stamp_ = stamp;
-  if (!options_.read_only && !directory_) {
-    struct stat st;
-    if (::stat(path_.c_str(), &st) == 0)
-      directory_ = std::make_pair(st.st_dev, st.st_ino);
-  }
   // Every open sizes the metadata cache, as every commit and delete does: a
   // read-only handle would otherwise keep the blocks of record files deleted
   // since it last read them, up to the cache's 64 MiB.
@@ -494,12 +488,7 @@ Status StoreImpl::EnsureOpen() {
 }
 
 Status StoreImpl::AtItsPath(const char* what) const {
-  if (!directory_) return Status::OK();
-  struct stat st;
-  if (::stat(path_.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
-      std::make_pair(st.st_dev, st.st_ino) == *directory_) {
-    return Status::OK();
-  }
+  if (!claim_ || claim_->StillAtItsPath()) return Status::OK();
   return Status::FailedPrecondition(
       std::string(what) + ": the directory of store '" + path_ +
       "' that this handle opened is no longer there (moved, removed or "

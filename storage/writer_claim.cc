@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "storage/file_system.h"
 
@@ -37,7 +38,16 @@ std::string IdentityKey(const char* kind, const struct stat& st) {
          std::to_string(st.st_ino);
 }
 
-// The keys of the directory at `resolved` (Resolved): its parent's (the
+// The key of the directory at `resolved` by its own device and inode;
+// nullopt when there is none.
+std::optional<std::string> DirectoryKey(const std::string& resolved) {
+  struct stat st;
+  if (::stat(resolved.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return std::nullopt;
+  return IdentityKey("dir:", st);
+}
+
+// The keys of the directory at `resolved` (ResolvedPath): its parent's (the
 // deepest existing directory above it, and the rest of the path) with its
 // name, and its own identity when it exists; its path alone when nothing
 // above it can be looked at.
@@ -56,8 +66,8 @@ std::vector<std::string> KeysOf(const std::string& resolved) {
     above = above.parent_path();
   }
   if (keys.empty()) keys.push_back(IdentityKey("below:", st) + "/" + rest);
-  if (::stat(resolved.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    keys.push_back(IdentityKey("dir:", st));
+  if (std::optional<std::string> own = DirectoryKey(resolved))
+    keys.push_back(*std::move(own));
   return keys;
 }
 
@@ -110,10 +120,16 @@ Status WriterClaim::ClaimOpenedDirectory() {
     if (std::find(keys_.begin(), keys_.end(), key) == keys_.end())
       added.push_back(key);
   }
-  if (added.empty()) return Status::OK();
-  CKPTDB_RETURN_IF_ERROR(Register(this, path_, added));
-  keys_.insert(keys_.end(), added.begin(), added.end());
+  if (!added.empty()) {
+    CKPTDB_RETURN_IF_ERROR(Register(this, path_, added));
+    keys_.insert(keys_.end(), added.begin(), added.end());
+  }
+  directory_ = DirectoryKey(resolved_).value_or("");
   return Status::OK();
+}
+
+bool WriterClaim::StillAtItsPath() const {
+  return directory_.empty() || DirectoryKey(resolved_) == directory_;
 }
 
 WriterClaim::~WriterClaim() {

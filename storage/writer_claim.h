@@ -35,6 +35,10 @@ class WriterClaim {
   // device and inode too; FailedPrecondition when another handle of this
   // process claimed them meanwhile (another spelling opened at the same time).
   Status ClaimOpenedDirectory();
+  // Whether the directory at the path is still the one claimed by
+  // ClaimOpenedDirectory (true before it): false once it was moved, removed
+  // or replaced.
+  bool StillAtItsPath() const;
   ~WriterClaim();
   WriterClaim(const WriterClaim&) = delete;
   WriterClaim& operator=(const WriterClaim&) = delete;
@@ -44,6 +48,7 @@ class WriterClaim {
   std::string path_;               // as the caller spelled it
   std::string resolved_;           // absolute, symlinks and "." / ".." resolved
   std::vector<std::string> keys_;  // held in the registry
+  std::string directory_;  // the opened directory's own key (DirectoryKey)
 };
 
 }  // namespace ckptdb::storage
