@@ -94,9 +94,16 @@ Elements Convert(const Tensor& t) {
   return e;
 }
 
+// `v` printed with `format` at `precision` ("%.*g", "%.*e", "%.*f").
+std::string Printed(const char* format, int precision, double v) {
+  char out[400];  // "%.*f" of up to 1e16 with its digits
+  std::snprintf(out, sizeof(out), format, precision, v);
+  return out;
+}
+
 // Whether `text` reads back as the element of `dtype` at `stored`.
-bool ReadsBack(const char* text, DType dtype, const std::byte* stored) {
-  const double parsed = std::strtod(text, nullptr);
+bool ReadsBack(const std::string& text, DType dtype, const std::byte* stored) {
+  const double parsed = std::strtod(text.c_str(), nullptr);
   std::byte back[8];
   ConvertElements(&parsed, DType::kFloat64, back, dtype, 1);
   return std::memcmp(back, stored, DTypeSize(dtype)) == 0;
@@ -107,25 +114,19 @@ bool ReadsBack(const char* text, DType dtype, const std::byte* stored) {
 // to 1e16, scientific beyond, and always with a point ("100.", "1.e+20"), so
 // that a float never reads as an int.
 std::string ShortestText(double v, DType dtype, const std::byte* stored) {
-  char out[400];
   int digits = 1;
-  for (; digits < 17; ++digits) {
-    std::snprintf(out, sizeof(out), "%.*g", digits, v);
-    if (ReadsBack(out, dtype, stored)) break;
-  }
-  std::snprintf(out, sizeof(out), "%.*g", digits, v);
+  while (digits < 17 && !ReadsBack(Printed("%.*g", digits, v), dtype, stored))
+    ++digits;
+  std::string text = Printed("%.*g", digits, v);
   const double a = std::fabs(v);
   if (a == 0 || (a >= 1e-4 && a < 1e16)) {
     // The exponent of the rounded digits (0.00999... at one digit is 1e-02).
-    char scientific[64];
-    std::snprintf(scientific, sizeof(scientific), "%.*e", digits - 1, v);
-    const int exponent = std::atoi(std::strchr(scientific, 'e') + 1);
-    char fixed[400];
-    std::snprintf(fixed, sizeof(fixed), "%.*f",
-                  std::max(0, digits - 1 - exponent), v);
-    if (ReadsBack(fixed, dtype, stored)) std::memcpy(out, fixed, sizeof(out));
+    const std::string scientific = Printed("%.*e", digits - 1, v);
+    const int exponent =
+        std::atoi(scientific.c_str() + scientific.find('e') + 1);
+    std::string fixed = Printed("%.*f", std::max(0, digits - 1 - exponent), v);
+    if (ReadsBack(fixed, dtype, stored)) text = std::move(fixed);
   }
-  const std::string text(out);
   if (text.find('.') != std::string::npos) return text;
   const size_t e = std::min(text.find('e'), text.size());
   return text.substr(0, e) + "." + text.substr(e);

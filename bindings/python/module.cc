@@ -162,8 +162,7 @@ class PyDB {
   // then this rank raises its own error.
   template <typename Convert, typename Call>
   auto Collective(Convert&& convert, StateDict& sd, Call&& call) {
-    const std::shared_ptr<DB> held = db();
-    DB& d = *held;
+    const std::shared_ptr<DB> d = db();
     std::exception_ptr failed;
     std::string why;
     try {
@@ -176,14 +175,14 @@ class PyDB {
       why = e.what();
     }
     if (failed) {
-      if (d.communicator().size() > 1) {
+      if (d->communicator().size() > 1) {
         StateDict invalid =
             StateDict::Invalid(Status::InvalidArgument(std::move(why)));
-        (void)WithoutGil([&] { return call(d, invalid); });
+        (void)WithoutGil([&] { return call(*d, invalid); });
       }
       std::rethrow_exception(failed);
     }
-    return WithoutGil([&] { return call(d, sd); });
+    return WithoutGil([&] { return call(*d, sd); });
   }
 
   // The arguments of save and save_async, converted; `call` runs without the
@@ -299,11 +298,10 @@ class PyDB {
     const CheckpointSelector which = Unwrap(Selector(step, tag, id));
     const std::string flat = Unwrap(FlatKey(key));
     const TensorIndex part = Unwrap(IndexOf(index, flat));
-    const std::shared_ptr<DB> held = db();
-    DB& d = *held;
+    const std::shared_ptr<DB> d = db();
     ReadStats stats;
     Result<Tensor> read =
-        WithoutGil([&] { return d.Read(flat, which, part, &stats); });
+        WithoutGil([&] { return d->Read(flat, which, part, &stats); });
     auto* tensor = new Tensor(Unwrap(std::move(read)));
     last_read_bytes_ = stats.bytes_read;
     py::capsule owner(tensor, [](void* p) { delete static_cast<Tensor*>(p); });
@@ -314,18 +312,16 @@ class PyDB {
   void Delete(const py::object& step, const py::object& tag,
               const py::object& id) {
     const CheckpointSelector which = Unwrap(Selector(step, tag, id));
-    const std::shared_ptr<DB> held = db();
-    DB& d = *held;
-    Status s = WithoutGil([&] { return d.Delete(which); });
+    const std::shared_ptr<DB> d = db();
+    Status s = WithoutGil([&] { return d->Delete(which); });
     Check(s);
   }
 
   void Verify(const py::object& step, const py::object& tag,
               const py::object& id) {
     const CheckpointSelector which = Unwrap(Selector(step, tag, id));
-    const std::shared_ptr<DB> held = db();
-    DB& d = *held;
-    Status s = WithoutGil([&] { return d.Verify(which); });
+    const std::shared_ptr<DB> d = db();
+    Status s = WithoutGil([&] { return d->Verify(which); });
     Check(s);
   }
 

@@ -212,8 +212,8 @@ Result<std::vector<std::string>> AllGatherAgreed(Communicator& comm,
   for (size_t r = 0; r < gathered.size(); ++r) {
     const std::string& m = gathered[r];
     if (m.empty()) {
-      // What a rank in the gloo communicator's barrier (closing the store)
-      // sends in place of an all-gather's part.
+      // What a rank closing the store sends (DB::Close): a call's part
+      // always holds the digest.
       return PeerClosing(static_cast<int>(r), args.call());
     }
     if (m.size() < kDigestBytes) {

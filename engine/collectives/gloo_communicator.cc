@@ -109,10 +109,10 @@ class Gloo : public Communicator {
   Status Barrier() override {
     if (size() <= kDirectRanks) {
       // An empty block to and from every other rank: the size of an
-      // all-gather's first messages, so that a rank in a barrier (closing)
-      // while another is in an all-gather (saving) meets it as an empty part
-      // and both return, where messages of two sizes would abort the process
-      // (gloo enforces a message's size in its event loop).
+      // all-gather's first messages, so that a barrier met by another rank's
+      // all-gather (a caller's mistake) shows there as an empty part and both
+      // return, where messages of two sizes would abort the process (gloo
+      // enforces a message's size in its event loop).
       const size_t block = BlockBytes();
       std::vector<char> blocks(block * size());
       return GatherBlocks(block, blocks.data(), "barrier");
