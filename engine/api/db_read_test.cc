@@ -8,23 +8,19 @@
 #include <random>
 
 #include "ckptdb/db.h"
+#include "engine/api/db_testing.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ckptdb {
 namespace {
 
+using testing::OpenOrDie;
 using testing::TempDir;
 using E = IndexEntry;
 
 std::string BoxToString(const Box& box) {
   return "offset " + ShapeToString(box.origin) + " shape " +
          ShapeToString(box.shape);
-}
-
-std::unique_ptr<DB> OpenOrDie(const std::string& path, Options options = {}) {
-  auto db = DB::Open(options, path);
-  EXPECT_TRUE(db.ok()) << db.status().ToString();
-  return db.ok() ? std::move(db).value() : nullptr;
 }
 
 // A [rows, cols] int32 tensor whose element (r, c) is r * 1000 + c.
