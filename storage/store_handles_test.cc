@@ -3,8 +3,10 @@
 // directory moved, removed or forked away from under the handle.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -21,6 +23,105 @@ namespace {
 using ckptdb::testing::ExitCodeOfChild;
 using ckptdb::testing::TempDir;
 using testing::SaveBytes;
+
+// Stops a store's first operation on a file named `name`: says so on `ready`,
+// then waits for a byte on `go`.
+class PauseAt : public FileSystemHooks {
+ public:
+  PauseAt(std::string name, int ready, int go)
+      : name_(std::move(name)), ready_(ready), go_(go) {}
+  int BeforeOperation(FileOp, std::string_view path, uint64_t) override {
+    if (path.ends_with(name_) && !paused_.exchange(true)) {
+      char byte = 1;
+      if (::write(ready_, &byte, 1) == 1) (void)!::read(go_, &byte, 1);
+    }
+    return 0;
+  }
+
+ private:
+  const std::string name_;
+  const int ready_, go_;
+  std::atomic<bool> paused_{false};
+};
+
+// A pipe closed with the test.
+struct Pipe {
+  Pipe() { EXPECT_EQ(::pipe(fds), 0); }
+  ~Pipe() {
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  int fds[2] = {-1, -1};
+};
+
+// Whether a byte arrives on `fd` within a minute.
+bool Arrives(int fd) {
+  pollfd ready{fd, POLLIN, 0};
+  return ::poll(&ready, 1, 60'000) == 1;
+}
+
+// While another process creates a store, a read-write open of it is refused
+// and changes nothing: the creator's checkpoint is the store's.
+TEST(StoreTest, AStoreAnotherProcessIsCreatingIsRefusedAndLeftToIt) {
+  TempDir dir;
+  const std::string path = dir.Sub("new");
+  Pipe ready, go;
+  std::optional<int> creator;
+  std::thread watcher([&] {
+    creator = ExitCodeOfChild([&] {
+      StoreOptions options;
+      options.file_system_hooks =
+          std::make_shared<PauseAt>("CKPTDB_CREATING", ready.fds[1], go.fds[0]);
+      auto store = Store::Open(path, options);
+      if (!store.ok()) return 1;
+      return SaveBytes(**store, "creator's", 1).ok() ? 0 : 2;
+    });
+  });
+  const bool paused = Arrives(ready.fds[0]);
+  Result<std::unique_ptr<Store>> second = Status::Internal("not tried");
+  if (paused) second = Store::Open(path, {});
+  char byte = 1;
+  (void)!::write(go.fds[1], &byte, 1);
+  watcher.join();
+  ASSERT_TRUE(paused) << "the creating process never reached its marker";
+  ASSERT_FALSE(second.ok()) << "two processes hold one new store";
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("another process"),
+            std::string::npos)
+      << second.status().ToString();
+  EXPECT_EQ(creator, 0);
+  auto store = Store::Open(path, {.read_only = true});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto listed = (*store)->List();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->size(), 1u);
+}
+
+// A child forked while a store is open does not keep it locked: the parent
+// closes it and opens it again while the child still runs.
+TEST(StoreTest, AForkedChildDoesNotKeepItsParentsStoreLocked) {
+  TempDir dir;
+  auto store = Store::Open(dir.Sub("store"), {});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  Pipe ready, go;
+  std::optional<int> child;
+  std::thread watcher([&] {
+    child = ExitCodeOfChild([&] {
+      char byte = 1;
+      if (::write(ready.fds[1], &byte, 1) != 1) return 1;
+      return ::read(go.fds[0], &byte, 1) == 1 ? 0 : 2;
+    });
+  });
+  const bool started = Arrives(ready.fds[0]);
+  store->reset();
+  auto again = Store::Open(dir.Sub("store"), {});
+  char byte = 1;
+  (void)!::write(go.fds[1], &byte, 1);
+  watcher.join();
+  ASSERT_TRUE(started);
+  EXPECT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(child, 0);
+}
 
 // A second read-write handle of a store is refused, saying whether the first
 // is in this process; the store opens again once the first is closed.

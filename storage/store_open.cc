@@ -140,7 +140,13 @@ Status StoreImpl::OpenDbRetrying() {
 }
 
 Result<bool> StoreImpl::PrepareDirectory() {
-  CKPTDB_ASSIGN_OR_RETURN(const bool exists, fs_->Exists(path_));
+  CKPTDB_ASSIGN_OR_RETURN(bool exists, fs_->Exists(path_));
+  // A read-write open locks the directory before it looks at what it holds
+  // (WriterClaim): a new store's directory is made first, to be locked.
+  if (claim_ && !exists && options_.create_if_missing) {
+    CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(path_));
+    exists = true;
+  }
   bool is_dir = false;
   if (exists) {
     CKPTDB_ASSIGN_OR_RETURN(is_dir, fs_->IsDirectory(path_));
@@ -149,6 +155,7 @@ Result<bool> StoreImpl::PrepareDirectory() {
     return Status::InvalidArgument(
         "'" + path_ + "' is not a directory, so not a ckptdb store");
   }
+  if (claim_ && exists) CKPTDB_RETURN_IF_ERROR(claim_->LockDirectory());
   std::vector<std::string> names;
   if (exists) {
     CKPTDB_ASSIGN_OR_RETURN(names, fs_->ListDir(path_));

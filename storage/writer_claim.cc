@@ -1,9 +1,14 @@
 #include "storage/writer_claim.h"
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -26,6 +31,8 @@ struct Holder {
 struct Claims {
   std::mutex mu;
   std::map<std::string, Holder> by_key;
+  // The lock descriptors of this process's claims (LockDirectory).
+  std::vector<int*> lock_fds;
 };
 
 Claims& TheClaims() {
@@ -101,7 +108,59 @@ Status Register(const WriterClaim* claim, const std::string& path,
   return Status::OK();
 }
 
+// Fork handlers: the registry is not changed across a fork, and the child
+// closes its copies of the lock descriptors (an flock belongs to the open
+// file description, which would otherwise keep the parent's stores locked
+// for as long as the child lives, even once the parent closed them).
+void BeforeFork() { TheClaims().mu.lock(); }
+void AfterForkInParent() { TheClaims().mu.unlock(); }
+void AfterForkInChild() {
+  Claims& claims = TheClaims();
+  for (int* fd : claims.lock_fds) {
+    ::close(*fd);
+    *fd = -1;
+  }
+  claims.lock_fds.clear();
+  claims.mu.unlock();
+}
+
+Status LockHeld(const std::string& path) {
+  return Status::FailedPrecondition(
+      "store '" + path +
+      "' is open for writing by another process (it holds the lock on the "
+      "store's directory); nothing was changed");
+}
+
 }  // namespace
+
+Status WriterClaim::LockDirectory() {
+  if (lock_fd_ >= 0) return Status::OK();
+  static std::once_flag handlers;
+  std::call_once(handlers, [] {
+    pthread_atfork(&BeforeFork, &AfterForkInParent, &AfterForkInChild);
+  });
+  const int fd = ::open(resolved_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return Status::IOError("opening the directory of store '" + path_ +
+                           "' to lock it: " + std::strerror(errno));
+  }
+  int locked;
+  do {
+    locked = ::flock(fd, LOCK_EX | LOCK_NB);
+  } while (locked != 0 && errno == EINTR);
+  if (locked != 0) {
+    const int error = errno;
+    ::close(fd);
+    if (error == EWOULDBLOCK) return LockHeld(path_);
+    return Status::IOError("locking the directory of store '" + path_ +
+                           "': " + std::strerror(error));
+  }
+  Claims& claims = TheClaims();
+  std::lock_guard lock(claims.mu);
+  lock_fd_ = fd;
+  claims.lock_fds.push_back(&lock_fd_);
+  return Status::OK();
+}
 
 Result<std::unique_ptr<WriterClaim>> WriterClaim::Take(
     const std::string& path) {
@@ -135,6 +194,8 @@ bool WriterClaim::StillAtItsPath() const {
 WriterClaim::~WriterClaim() {
   Claims& claims = TheClaims();
   std::lock_guard lock(claims.mu);
+  std::erase(claims.lock_fds, &lock_fd_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
   for (const std::string& key : keys_) {
     auto it = claims.by_key.find(key);
     if (it != claims.by_key.end() && it->second.claim == this)

@@ -26,6 +26,14 @@ namespace ckptdb::storage {
 // it, with the rest of the path) with its name, and, once it exists, its own
 // device and inode. Claims of another process (a forked child inherits its
 // parent's) are not in the way.
+//
+// Across processes, the claim holds an exclusive lock on the directory
+// itself (LockDirectory), from before the open looks at what the directory
+// holds until the handle is destroyed: RocksDB's LOCK file is taken only once
+// the directory holds a database, and an open that found another process's
+// creation under way took it for an interrupted one, removed its files (LOCK
+// included) and created the store again beside it; both then committed
+// checkpoint 1.
 class WriterClaim {
  public:
   // FailedPrecondition naming the path the holder opened when a handle of
@@ -39,6 +47,12 @@ class WriterClaim {
   // ClaimOpenedDirectory (true before it): false once it was moved, removed
   // or replaced.
   bool StillAtItsPath() const;
+  // Locks the directory at the path (which must exist) against read-write
+  // opens of other processes, once; FailedPrecondition when another process
+  // holds it. The lock is an flock of the directory, which a forked child
+  // would share: children drop theirs at the fork (they cannot use the
+  // handle), so that they never keep the store locked for their parent.
+  Status LockDirectory();
   ~WriterClaim();
   WriterClaim(const WriterClaim&) = delete;
   WriterClaim& operator=(const WriterClaim&) = delete;
@@ -49,6 +63,7 @@ class WriterClaim {
   std::string resolved_;           // absolute, symlinks and "." / ".." resolved
   std::vector<std::string> keys_;  // held in the registry
   std::string directory_;  // the opened directory's own key (DirectoryKey)
+  int lock_fd_ = -1;       // the locked directory (LockDirectory)
 };
 
 }  // namespace ckptdb::storage

@@ -98,6 +98,17 @@ def _leaf(key, value):
     return value
 
 
+def _unwrapped(model):
+    """The module a data-parallel wrapper (DistributedDataParallel, DataParallel)
+    holds, or `model` itself: the state dict's keys are the module's own, as
+    torch.distributed.checkpoint's are, so that a checkpoint of a wrapped model
+    loads into the bare one and back."""
+    wrappers = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
+    while isinstance(model, wrappers):
+        model = model.module
+    return model
+
+
 def _model_state(model):
     """model.state_dict() (tensors detached, sharing the parameters' memory) with
     distributed tensors as Shards."""
@@ -123,10 +134,38 @@ def _optimizer_parameters(model, optimizer):
     return out
 
 
+class _FirstValues(dict):
+    """One parameter's optimizer state that keeps each entry as it was first set:
+    the value the optimizer starts from, before its first step updates it (the
+    step counter 0, Adam's zero moments, Rprop's step sizes of lr, ASGD's eta)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = {}
+
+    def __setitem__(self, key, value):
+        if key not in self.first:
+            keep = value.clone() if torch.is_tensor(value) and not value.is_meta else value
+            self.first[key] = keep
+        super().__setitem__(key, value)
+
+
+def _step_capturing_first_values(optimizer, params):
+    """Steps `optimizer` (gradients of `params` set by the caller) with an empty
+    _FirstValues as each parameter's state; returns {param: its _FirstValues}."""
+    states = {}
+    for p in params:
+        states[p] = optimizer.state[p] = _FirstValues()
+    optimizer.step()
+    return states
+
+
 def _zero_step(optimizer, params):
-    """One real step with zero gradients for `params` (and none for the others, so
-    that the step leaves their state alone) and a learning rate of 0, so that no
-    parameter changes; gradients and learning rates are restored after it."""
+    """The state a fresh `optimizer` starts from, for `params`: one real step with
+    zero gradients for them (and none for the others, so that the step leaves
+    their state alone) and a learning rate of 0, so that no parameter changes;
+    then every entry set back to its first value (_FirstValues). Gradients and
+    learning rates are restored after it."""
     stepped = set(params)
     every = [p for group in optimizer.param_groups for p in group["params"]]
     grads = [(p, p.grad) for p in every]
@@ -137,69 +176,119 @@ def _zero_step(optimizer, params):
         if "lr" in group:
             group["lr"] = torch.zeros_like(group["lr"]) if torch.is_tensor(group["lr"]) else 0.0
     try:
-        optimizer.step()
+        states = _step_capturing_first_values(optimizer, params)
+    except Exception as e:
+        for p in params:
+            optimizer.state.pop(p, None)
+        raise InvalidArgumentError(
+            f"cannot create the state of a fresh {type(optimizer).__name__} for the state "
+            f"dict (one step with zero gradients failed: {type(e).__name__}: {e}); step the "
+            "optimizer once before get_state_dict") from e
     finally:
         for group, lr in zip(optimizer.param_groups, lrs):
             if lr is not None:
                 group["lr"] = lr
         for p, grad in grads:
             p.grad = grad
+    for p, state in states.items():
+        for key, first in state.first.items():
+            now = state[key]
+            if torch.is_tensor(now) and torch.is_tensor(first) and now.shape == first.shape:
+                now.copy_(first)  # the tensor the optimizer holds, set back
+            else:
+                state[key] = first
+        optimizer.state[p] = dict(state)
 
 
-def _zeros_for(param, like):
-    """Zeros of `like`'s shape and dtype on `param`'s device; in `param`'s memory
-    format when they have its shape (as the optimizers' own zeros_like(p) are)."""
-    if like.shape == param.shape:
-        return torch.zeros_like(param, dtype=like.dtype)
-    return torch.zeros(like.shape, dtype=like.dtype, device=param.device)
+def _filled_for(param, like, fill):
+    """`fill` in a tensor on `param`'s device with the shape, strides and dtype
+    of `like` (the meta tensor the optimizer made: zeros_like(p) keeps `p`'s
+    memory format, Rprop's step sizes do not)."""
+    out = torch.empty_strided(like.shape, like.stride(), dtype=like.dtype, device=param.device)
+    return out.fill_(fill)
+
+
+def _shadow_groups(optimizer, stand_in):
+    """The optimizer's param groups over stand-ins of its parameters
+    (`stand_in(p)`, None for a parameter that does not step), with their own
+    hyper-parameters; returns (groups, [(param, stand-in)])."""
+    pairs, groups = [], []
+    for group in optimizer.param_groups:
+        copies = []
+        for p in group["params"]:
+            copy = stand_in(p)
+            copies.append(copy)
+            pairs.append((p, copy))
+        shadow = {k: v for k, v in group.items() if k != "params"}
+        shadow["params"] = copies
+        groups.append(shadow)
+    return groups, pairs
+
+
+def _shadow_first_values(optimizer, wanted, stand_in):
+    """{param: _FirstValues} of a copy of `optimizer` stepped over stand-ins of
+    the `wanted` parameters (each with a gradient like itself), or None where the
+    copy cannot be made or stepped."""
+    def with_grad(p):
+        copy = stand_in(p)
+        copy.grad = torch.empty_like(copy).zero_() if p in wanted else None
+        return copy
+
+    groups, pairs = _shadow_groups(optimizer, with_grad)
+    try:
+        shadow = type(optimizer)(groups, **optimizer.defaults)
+        states = _step_capturing_first_values(
+            shadow, [copy for p, copy in pairs if p in wanted])
+    except Exception:  # an op without a meta kernel, arguments it does not take
+        return None
+    return {p: states[copy] for p, copy in pairs if p in wanted}
 
 
 def _meta_step_state(optimizer, params):
-    """The state the first step of one of torch's own optimizers creates, found by
-    running that step on a copy of the optimizer over meta-device parameters (no
-    memory, no arithmetic) and then allocating each meta state tensor as zeros:
-    what a zero-gradient step leaves, without its passes over the bytes. Returns
-    {param: state dict}, or None where this optimizer cannot be copied so."""
+    """The state a fresh one of torch's own optimizers starts from, without a
+    step over the parameters' bytes: its first step run on a copy of the
+    optimizer over meta-device parameters (no memory, no arithmetic) gives each
+    entry's first value and each state tensor's shape and dtype; the same step
+    over one-element parameters gives the value each state tensor starts filled
+    with (zeros, Rprop's lr). Returns {param: state dict}, or None where this
+    optimizer cannot be copied so."""
     if not type(optimizer).__module__.startswith("torch.optim."):
         return None  # a constructor of its own: only a real step is safe
     wanted = set(params)
-    pairs, groups = [], []
-    for group in optimizer.param_groups:
-        metas = []
-        for p in group["params"]:
-            meta = torch.empty_like(p, device="meta")
-            meta.grad = torch.empty_like(meta) if p in wanted else None
-            metas.append(meta)
-            pairs.append((p, meta))
-        copy = {k: v for k, v in group.items() if k != "params"}
-        copy["params"] = metas
-        if "lr" in copy:
-            copy["lr"] = 0.0
-        groups.append(copy)
-    try:
-        shadow = type(optimizer)(groups, **optimizer.defaults)
-        shadow.step()
-    except Exception:  # an op without a meta kernel, arguments it does not take
+    shapes = _shadow_first_values(
+        optimizer, wanted, lambda p: torch.empty_like(p, device="meta"))
+    fills = _shadow_first_values(
+        optimizer, wanted,
+        lambda p: torch.zeros((1,) * p.dim(), dtype=p.dtype, device=p.device))
+    if shapes is None or fills is None:
         return None
     out = {}
-    for p, meta in pairs:
-        if p not in wanted:
-            continue
-        made = shadow.state.get(meta)
-        if not made:
+    for p in params:
+        made, tiny = shapes[p].first, fills[p].first
+        if not made or set(made) != set(tiny):
             return None
-        out[p] = {k: _zeros_for(p, v) if torch.is_tensor(v) and v.is_meta else v
-                  for k, v in made.items()}
+        state = {}
+        for k, v in made.items():
+            if not (torch.is_tensor(v) and v.is_meta):
+                state[k] = v
+                continue
+            t = tiny[k]
+            if not torch.is_tensor(t) or t.numel() > 1:
+                return None
+            state[k] = _filled_for(p, v, t.reshape(-1)[0].item() if t.numel() else 0)
+        out[p] = state
     return out
 
 
 def _init_optimizer_state(optimizer, params):
     """Creates the per-parameter state a fresh optimizer creates lazily on its first
     step (as torch.distributed.checkpoint needs too), so that a load has state
-    tensors to fill: for torch's own optimizers by their step on meta-device
-    copies (see _meta_step_state), for others by one real zero-gradient step with
-    a learning rate of 0. Frozen parameters get none, as in training. Parameters,
-    gradients and learning rates are unchanged."""
+    tensors to fill, with the values a fresh optimizer starts from, so that
+    training on from it is training a fresh optimizer: for torch's own
+    optimizers from their step on stand-in copies (see _meta_step_state), for
+    others from one real zero-gradient step with a learning rate of 0, set back.
+    Frozen parameters get none, as in training. Parameters, gradients and
+    learning rates are unchanged."""
     # A frozen parameter (requires_grad False) never steps, so a trained
     # optimizer has no state for it either (torch.distributed.checkpoint's rule).
     missing = [p for p in params if p.requires_grad and not optimizer.state.get(p)]
@@ -234,12 +323,17 @@ def get_state_dict(model, optimizer=None):
     as :class:`ckptdb.Shard` objects of their local shards. "optim" is
     ``{"state": {fqn: {name: tensor or value}}, "param_groups": [{hyper-parameters...,
     "params": [fqn, ...]}]}``. An optimizer that has not stepped yet gets its
-    state created first, as its first step would create it (zeros; torch's own
-    optimizers run that step on meta-device copies of the parameters, others one
-    step with zero gradients and a learning rate of 0, which changes no
-    parameter), so that the dict can be a load target. Every
-    tensor is the model's or the optimizer's own (shared, not copied)."""
+    state created first, with the values a fresh optimizer starts from (step 0,
+    zero moments), so that the dict can be a load target and training on without
+    a load is training the fresh optimizer (torch's own optimizers run their first
+    step on stand-in copies of the parameters; others one step with zero
+    gradients and a learning rate of 0, whose state is then set back). The keys
+    of a model wrapped in ``DistributedDataParallel`` or ``DataParallel`` are the
+    wrapped module's. Every tensor is the model's or the optimizer's own (shared,
+    not copied); the hyper-parameters in "param_groups" are copied at the call,
+    so call it again before a save when a scheduler changes them."""
     _check_arguments(model, optimizer)
+    model = _unwrapped(model)
     out = {"model": _model_state(model)}
     if optimizer is not None:
         out["optim"] = _optimizer_state(model, optimizer)
@@ -322,6 +416,7 @@ def set_state_dict(model, optimizer, state):
     ``param_groups``, matched to its groups by their parameters' names. Raises
     :class:`ckptdb.InvalidArgumentError` naming keys the model or optimizer lacks."""
     _check_arguments(model, optimizer)
+    model = _unwrapped(model)
     if not isinstance(state, dict):
         raise InvalidArgumentError(f"state must be a dict, got {type(state).__name__}")
     if "model" in state:

@@ -144,50 +144,103 @@ class OwnAdam(torch.optim.Adam):
         super().__init__(params, lr=0.01 * scale)
 
 
-def zero_step_state(optimizer):
-    """What a fresh optimizer's first step creates, by a real zero-gradient step with lr 0
-    (Adagrad's state exists from its construction on: nothing to create)."""
-    if all(optimizer.state.get(p) for g in optimizer.param_groups for p in g["params"]):
-        return optimizer.state
-    for group in optimizer.param_groups:
-        group["lr"] = 0.0
-        for p in group["params"]:
-            p.grad = torch.zeros_like(p)
-    optimizer.step()
-    return optimizer.state
+OPTIMIZERS = {
+    "adamw-amsgrad": lambda ps: torch.optim.AdamW(ps, lr=0.1, amsgrad=True),
+    "adam": lambda ps: torch.optim.Adam(ps, lr=0.1),
+    "nadam": lambda ps: torch.optim.NAdam(ps, lr=0.1),
+    "radam": lambda ps: torch.optim.RAdam(ps, lr=0.1),
+    "adamax": lambda ps: torch.optim.Adamax(ps, lr=0.1),
+    "adadelta": lambda ps: torch.optim.Adadelta(ps, lr=0.5),
+    "asgd": lambda ps: torch.optim.ASGD(ps, lr=0.1, t0=1),
+    "rprop": lambda ps: torch.optim.Rprop(ps, lr=0.05),
+    "sgd-momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1),
+    "rmsprop": lambda ps: torch.optim.RMSprop(ps, lr=0.1, momentum=0.5, centered=True),
+    "adagrad": lambda ps: torch.optim.Adagrad(ps, lr=0.1, initial_accumulator_value=0.5),
+    "own-class": lambda ps: OwnAdam(ps, 3),
+}
 
 
-@pytest.mark.parametrize("make", [
-    lambda ps: torch.optim.AdamW(ps, lr=0.1, amsgrad=True),
-    lambda ps: torch.optim.Adam(ps, lr=0.1),
-    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
-    lambda ps: torch.optim.SGD(ps, lr=0.1),
-    lambda ps: torch.optim.RMSprop(ps, lr=0.1, momentum=0.5, centered=True),
-    lambda ps: torch.optim.Adagrad(ps, lr=0.1),
-    lambda ps: OwnAdam(ps, 3),
-], ids=["adamw-amsgrad", "adam", "sgd-momentum", "sgd", "rmsprop", "adagrad", "own-class"])
-def test_a_fresh_optimizers_state_is_what_its_first_zero_step_creates(make):
-    torch.manual_seed(3)
+def small_convnet(seed):
+    torch.manual_seed(seed)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 4 * 4, 2))
     model[0].to(memory_format=torch.channels_last)
-    reference = copy.deepcopy(model)
-    opt = make(model.parameters())
+    return model
+
+
+def convnet_steps(model, opt, steps):
+    g = torch.Generator().manual_seed(11)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(2, 3, 6, 6, generator=g)).pow(2).sum().backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_a_fresh_optimizers_created_state_trains_on_as_the_fresh_optimizer_would(name):
+    # The state get_state_dict creates for a load target is the state a fresh
+    # optimizer starts from: training on from it (no load) is bit for bit
+    # training the untouched optimizer, step counters and bias corrections included.
+    make = OPTIMIZERS[name]
+    model, reference = small_convnet(3), small_convnet(3)
+    opt, untouched = make(model.parameters()), make(reference.parameters())
     before = [p.detach().clone() for p in model.parameters()]
     state = ckptdb.torch.get_state_dict(model, opt)
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
     assert all(p.grad is None for p in model.parameters())
     assert [g["lr"] for g in opt.param_groups] == [opt.defaults["lr"]]
-    want = zero_step_state(make(reference.parameters()))
-    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        mine, theirs = opt.state[p], want[q]
-        assert set(mine) == set(theirs), name
-        assert state["optim"]["state"][name] is mine
+    created = {n: dict(opt.state[p]) for n, p in model.named_parameters()}
+    convnet_steps(model, opt, 3)
+    convnet_steps(reference, untouched, 3)
+    for (n, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert torch.equal(p, q), n
+        mine, theirs = opt.state[p], untouched.state[q]
+        assert set(created[n]) == set(theirs), n  # every entry there to load into
+        assert state["optim"]["state"][n] is mine
         for k, v in theirs.items():
             if torch.is_tensor(v):
-                assert mine[k].dtype == v.dtype and mine[k].stride() == v.stride(), (name, k)
-                assert torch.equal(mine[k], v), (name, k)
+                assert mine[k].dtype == v.dtype and mine[k].stride() == v.stride(), (n, k)
+                assert torch.equal(mine[k], v), (n, k)
             else:
-                assert mine[k] == v, (name, k)
+                assert mine[k] == v, (n, k)
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.LBFGS(ps),
+    lambda ps: torch.optim.SparseAdam(ps),
+], ids=["lbfgs", "sparse-adam"])
+def test_an_optimizer_whose_state_cannot_be_created_raises_invalid_argument(make):
+    model = TwoLayers(reverse=False)
+    opt = make(list(model.parameters()))
+    with pytest.raises(ckptdb.InvalidArgumentError, match="step the optimizer once"):
+        ckptdb.torch.get_state_dict(model, opt)
+    assert not any(opt.state.get(p) for p in model.parameters())
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_data_parallel_model_has_the_wrapped_modules_keys(tmp_path):
+    torch.manual_seed(8)
+    bare = TwoLayers(reverse=False)
+    opt = torch.optim.Adam(bare.parameters(), lr=0.1)
+    wrapped = nn.DataParallel(bare)
+    step(wrapped, opt, 0)
+    state = ckptdb.torch.get_state_dict(wrapped, opt)
+    assert sorted(state["model"]) == ["a.bias", "a.weight", "b.bias", "b.weight"]
+    assert sorted(state["optim"]["state"]) == ["a.bias", "a.weight", "b.bias", "b.weight"]
+    with ckptdb.open(str(tmp_path / "store")) as db:
+        db.save(state, step=1)
+        torch.manual_seed(9)
+        other = TwoLayers(reverse=False)
+        other_opt = torch.optim.Adam(other.parameters(), lr=0.1)
+        target = ckptdb.torch.get_state_dict(other, other_opt)  # the bare module
+        db.load(target)
+        ckptdb.torch.set_state_dict(other, other_opt, target)
+        rewrapped = nn.DataParallel(other)
+        again = ckptdb.torch.get_state_dict(rewrapped, other_opt)
+        db.load(again)
+        ckptdb.torch.set_state_dict(rewrapped, other_opt, again)
+    for name, p in bare.named_parameters():
+        assert torch.equal(p, other.get_parameter(name)), name
 
 
 def test_only_the_parameters_without_state_get_it_created():
