@@ -12,6 +12,8 @@ std::string CheckpointSelector::ToString() const {
       return "tag '" + tag + "'";
     case Kind::kId:
       return "id " + std::to_string(number);
+    case Kind::kInvalid:
+      return "an invalid selector (" + tag + ")";
   }
   return "?";
 }

@@ -57,6 +57,7 @@ Result<int64_t> CheckpointCatalogue::Resolve(
     const std::vector<CheckpointInfo>& listing,
     const CheckpointSelector& which) const {
   using Kind = CheckpointSelector::Kind;
+  if (which.kind == Kind::kInvalid) return Status::InvalidArgument(which.tag);
   std::optional<int64_t> found;
   for (const CheckpointInfo& info : listing) {
     const bool match =

@@ -117,6 +117,33 @@ bool IsMpi4pyComm(const py::object& comm) {
   return PyObject_TypeCheck(comm.ptr(), &PyMPIComm_Type);
 }
 
+// The communicator `comm` names (ckptdb._comm.communicator's result): null
+// for None (one process).
+std::shared_ptr<Communicator> CommunicatorOf(const py::object& comm) {
+  if (py::isinstance<PyCommunicator>(comm))
+    return comm.cast<PyCommunicator&>().comm;
+  if (comm.is_none()) return nullptr;
+  if (!IsMpi4pyComm(comm)) {
+    Invalid(
+        "comm must be an mpi4py communicator (mpi4py.MPI.Comm), a "
+        "torch.distributed process group or None, got " +
+        TypeName(comm));
+  }
+  return Unwrap(MpiCommunicator(*PyMPIComm_Get(comm.ptr())));
+}
+
+// Takes part in the open the other ranks of `comm` make, failing it on every
+// rank with this rank's `error` (Options::invalid_arguments), so that they
+// raise too instead of waiting for this rank or pairing its next open with
+// theirs.
+void FailOpen(const std::shared_ptr<Communicator>& comm,
+              const std::string& error) {
+  if (!comm || comm->size() == 1) return;
+  Options invalid;
+  invalid.invalid_arguments = error;
+  (void)WithoutGil([&] { return DB::Open(invalid, "", comm).status(); });
+}
+
 class PyDB {
  public:
   // `path`: bytes (os.fsencode) or str.
@@ -124,22 +151,17 @@ class PyDB {
        const py::object& create, const py::object& read_only,
        const py::dict& options)
       : path_(path) {
-    if (path.empty())
-      Invalid("path is empty: name the directory of the store to open");
-    if (path.find('\0') != std::string::npos)
-      Invalid("path " + Repr(py::bytes(path)) + " contains a NUL character");
-    const Options o = Unwrap(OpenOptions(create, read_only, options));
-    std::shared_ptr<Communicator> communicator;
-    if (py::isinstance<PyCommunicator>(comm)) {
-      communicator = comm.cast<PyCommunicator&>().comm;
-    } else if (!comm.is_none()) {
-      if (!IsMpi4pyComm(comm)) {
-        Invalid(
-            "comm must be an mpi4py communicator (mpi4py.MPI.Comm), a "
-            "torch.distributed process group or None, got " +
-            TypeName(comm));
-      }
-      communicator = Unwrap(MpiCommunicator(*PyMPIComm_Get(comm.ptr())));
+    std::shared_ptr<Communicator> communicator = CommunicatorOf(comm);
+    Options o;
+    try {
+      if (path.empty())
+        Invalid("path is empty: name the directory of the store to open");
+      if (path.find('\0') != std::string::npos)
+        Invalid("path " + Repr(py::bytes(path)) + " contains a NUL character");
+      o = Unwrap(OpenOptions(create, read_only, options));
+    } catch (py::error_already_set& e) {
+      FailOpen(communicator, py::str(e.value()));
+      throw;
     }
     Result<std::unique_ptr<DB>> db =
         WithoutGil([&] { return DB::Open(o, path, std::move(communicator)); });
@@ -309,11 +331,23 @@ class PyDB {
     return py::array(ToNumpy(tensor->dtype), shape, tensor->data.data(), owner);
   }
 
+  // A selector argument that does not convert raises on this rank; with
+  // other ranks, the delete still takes part with an invalid selector
+  // (CheckpointSelector::Invalid), so that they raise too.
   void Delete(const py::object& step, const py::object& tag,
               const py::object& id) {
-    const CheckpointSelector which = Unwrap(Selector(step, tag, id));
     const std::shared_ptr<DB> d = db();
+    CheckpointSelector which;
+    std::exception_ptr failed;
+    try {
+      which = Unwrap(Selector(step, tag, id));
+    } catch (py::error_already_set& e) {
+      failed = std::current_exception();
+      which = CheckpointSelector::Invalid(py::str(e.value()));
+    }
+    if (failed && d->communicator().size() == 1) std::rethrow_exception(failed);
     Status s = WithoutGil([&] { return d->Delete(which); });
+    if (failed) std::rethrow_exception(failed);
     Check(s);
   }
 
@@ -500,6 +534,14 @@ PYBIND11_MODULE(_ckptdb, m) {
       [](py::object flat_shard) { classes().flat_shard = flat_shard; },
       "Called once by ckptdb/__init__.py with the FlatShard class.");
   m.def("version", &Version, "The ckptdb library version.");
+  m.def(
+      "_fail_open",
+      [](const py::object& comm, const std::string& error) {
+        FailOpen(CommunicatorOf(comm), error);
+      },
+      py::arg("comm"), py::arg("error"),
+      "Takes part in the open of the other ranks of `comm`, failing it on "
+      "every rank with `error` (this rank's arguments were bad).");
 
   DefineResultTypes(m);
   DefineDB(m);

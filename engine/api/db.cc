@@ -15,13 +15,12 @@ Result<std::unique_ptr<DB>> DB::Open(const Options& options,
 
 namespace engine {
 
-Result<std::unique_ptr<DB>> OpenDB(const Options& options,
-                                   const std::string& path,
-                                   std::shared_ptr<Communicator> comm,
-                                   DeviceSeams devices) {
-  if (!comm) comm = SingleProcessCommunicator();
-  // RocksDB's background threads start with the first store.
-  ExitForkedChildrenAtOnce();
+namespace {
+
+// InvalidArgument naming the first of `options` out of its range.
+Status CheckOptions(const Options& options) {
+  if (options.invalid_arguments)
+    return Status::InvalidArgument(*options.invalid_arguments);
   if (options.max_chunk_bytes == 0 ||
       options.max_chunk_bytes > kMaxChunkBytes) {
     return Status::InvalidArgument("Options::max_chunk_bytes must be in [1, " +
@@ -41,6 +40,21 @@ Result<std::unique_ptr<DB>> OpenDB(const Options& options,
     return Status::InvalidArgument("Options::io_threads must be >= 0, got " +
                                    std::to_string(options.io_threads));
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DB>> OpenDB(const Options& options,
+                                   const std::string& path,
+                                   std::shared_ptr<Communicator> comm,
+                                   DeviceSeams devices) {
+  if (!comm) comm = SingleProcessCommunicator();
+  // RocksDB's background threads start with the first store.
+  ExitForkedChildrenAtOnce();
+  // First, the options of every rank: a rank whose own are bad still meets
+  // the others here, and every rank fails naming it.
+  CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm, CheckOptions(options)));
   storage::StoreOptions store_options;
   store_options.create_if_missing = options.create_if_missing;
   store_options.sync = options.sync;

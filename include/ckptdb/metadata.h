@@ -14,7 +14,7 @@ namespace ckptdb {
 // Which checkpoint an operation addresses: the latest committed one, or one by
 // step, tag or id.
 struct CheckpointSelector {
-  enum class Kind { kLatest, kStep, kTag, kId };
+  enum class Kind { kLatest, kStep, kTag, kId, kInvalid };
   Kind kind = Kind::kLatest;
   int64_t number = 0;  // step or id
   std::string tag;
@@ -27,6 +27,14 @@ struct CheckpointSelector {
     return {Kind::kTag, 0, std::move(tag)};
   }
   static CheckpointSelector Id(int64_t id) { return {Kind::kId, id, {}}; }
+  // A selector that could not be built on this rank (a binding found bad
+  // input; `why` says what): every call given it fails with InvalidArgument
+  // `why`, and a collective call (Load, Delete) still takes part, failing on
+  // every rank, so that the other ranks never wait for, or pair their next
+  // call with, a rank that left. Kept in `tag`.
+  static CheckpointSelector Invalid(std::string why) {
+    return {Kind::kInvalid, 0, std::move(why)};
+  }
 
   // "latest", "step 5", "tag 'best'", "id 3".
   std::string ToString() const;

@@ -92,6 +92,13 @@ struct Options {
   // must be thread-safe. Each rank passes its own (or none). nullptr (the
   // default) calls nothing and costs one pointer test an operation.
   std::shared_ptr<FileSystemHooks> file_system_hooks;
+  // Set when this rank's open arguments could not be built (a binding
+  // converting its language's objects found bad input): DB::Open given it
+  // still takes part in the open's first exchange and fails on every rank of
+  // the communicator with InvalidArgument naming this rank and the reason, so
+  // that the other ranks never wait for, or pair their next open with, a rank
+  // that left. Empty (the default): the options are what they say.
+  std::optional<std::string> invalid_arguments;
 };
 
 // Per-save parameters.

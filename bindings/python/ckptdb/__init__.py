@@ -199,14 +199,18 @@ class DB:
 
     @_api
     def __init__(self, path, comm=None, *, create=True, read_only=False, **options):
+        from . import _comm
+        communicator = _comm.communicator(comm)
         try:
             encoded = _os.fsencode(path)
         except (TypeError, ValueError) as e:
-            raise InvalidArgumentError(
-                f"path must be a str, bytes or os.PathLike naming a directory: {e}") from None
+            error = InvalidArgumentError(
+                f"path must be a str, bytes or os.PathLike naming a directory: {e}")
+            # The other ranks' open fails too, instead of waiting for this rank.
+            _ckptdb._fail_open(communicator, str(error))
+            raise error from None
         self._path = _os.fspath(path)
-        from . import _comm
-        self._db = _ckptdb.DB(encoded, _comm.communicator(comm), create, read_only, options)
+        self._db = _ckptdb.DB(encoded, communicator, create, read_only, options)
 
     @_api
     def save(self, state_dict, *, step=None, tag=None, metadata=None):

@@ -245,6 +245,28 @@ def argument_disagreement(path):
         assert db.checkpoints() == []
 
 
+def one_rank_bad_arguments(path):
+    """Arguments that do not convert on one rank only (a bad open option or path, a bad
+    delete selector) raise InvalidArgumentError on every rank, naming the problem; the
+    ranks then go on together and the store is unchanged."""
+    last = size - 1
+    bad_opens = [({"bogus": 1}, "bogus"), ({"keep_last": 0}, "keep_last"),
+                 ({"io_threads": "a"}, "io_threads")]
+    for options, needle in bad_opens:
+        _refused(lambda: ckptdb.open(path, comm, **(options if rank == last else {})), needle)
+    _refused(lambda: ckptdb.open(None if rank == last else path, comm), "path")
+    w = tensor((4, 4), seed=7)
+    with ckptdb.open(path, comm) as db:
+        db.save({"w": w}, step=1)
+        bad_deletes = [({"step": "x"}, "step"), ({"step": 1, "tag": "a"}, "step")]
+        for selector, needle in bad_deletes:
+            _refused(lambda: db.delete(**(selector if rank == last else {"step": 1})), needle)
+        assert [c.step for c in db.checkpoints()] == [1]
+        db.save({"w": w}, step=2)
+        db.delete(step=1)
+        assert [c.step for c in db.checkpoints()] == [2]
+
+
 def _optimizer_like(rows, fill):
     """A torch-like optimizer state whose exp_avg rows are split over the ranks: int
     keys, a list of param groups with a tuple and None, numpy scalars, 0-d arrays."""
@@ -428,7 +450,7 @@ def closing_rank_async(path):
     _closing_rank(path, "closing_rank_async", pending=True)
 
 
-SCENARIOS = {f.__name__: f for f in (reference_save, reference_load, replicas_and_values, master_save,
+SCENARIOS = {f.__name__: f for f in (one_rank_bad_arguments, reference_save, reference_load, replicas_and_values, master_save,
                                      master_load, collective_errors, argument_disagreement,
                                      containers, async_saves, flat_save, rows_save, rows_load,
                                      flat_load, closing_rank, closing_rank_async)}

@@ -55,6 +55,12 @@ def test_ranks_that_disagree_on_arguments_all_raise(tmp_path, n):
     mpirun(n, "argument_disagreement", str(tmp_path / "store"))
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_arguments_bad_on_one_rank_raise_on_every_rank(tmp_path, n):
+    # "An error inside a collective call is raised on every rank": open and delete too.
+    mpirun(n, "one_rank_bad_arguments", str(tmp_path / "store"))
+
+
 @pytest.mark.parametrize("n", [2])
 def test_state_dicts_with_int_keys_lists_and_tuples(tmp_path, n):
     # docs/api.md "Any Python state dict a training loop has", across ranks.

@@ -194,6 +194,21 @@ def errors(store):
             raise AssertionError("a target of another shape loaded")
         except ckptdb.InvalidArgumentError as e:
             expect("shape" in str(e) or "13" in str(e), f"names the shape: {e}")
+    # Open and delete arguments that do not convert on the last rank only: every rank
+    # raises, and the ranks' next calls stay paired.
+    for bad in ({"bogus": 1}, {"keep_last": 0}):
+        try:
+            ckptdb.open(store, comm=dist.group.WORLD, **(bad if rank == last else {}))
+            raise AssertionError(f"an open with {bad} on rank {last} succeeded")
+        except ckptdb.InvalidArgumentError as e:
+            expect(next(iter(bad)) in str(e), f"names the option: {e}")
+    with ckptdb.open(store, comm=dist.group.WORLD) as db:
+        try:
+            db.delete(**({"step": "x"} if rank == last else {"step": 1}))
+            raise AssertionError("a delete with a bad step on one rank succeeded")
+        except ckptdb.InvalidArgumentError as e:
+            expect("step" in str(e), f"names the step: {e}")
+        expect([c.step for c in db.checkpoints()] == [1], "the delete deleted nothing")
     try:
         ckptdb.open(store, comm=object())
         raise AssertionError("a comm of another type was taken")
