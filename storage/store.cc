@@ -636,6 +636,8 @@ Result<StoreReport> StoreImpl::Check() {
   }
   CKPTDB_ASSIGN_OR_RETURN(const CopyFindings copies, CompareCopies());
   ReportCopies(copies, &report);
+  ReportOptionsFiles(&report);
+  report.writer_active = claim_ != nullptr || WriterClaim::WriterHolds(path_);
   return report;
 }
 
@@ -643,14 +645,19 @@ std::vector<std::string> StoreImpl::ForeignEntries() {
   std::vector<std::string> dirs = {StagingDir(path_), ValuesDir(path_),
                                    CopiesDir(path_)};
   Result<std::vector<std::string>> names = fs_->ListDir(ValuesDir(path_));
+  std::vector<std::string> foreign;
   if (names.ok()) {
     std::sort(names->begin(), names->end());
     for (const std::string& name : *names) {
       int64_t id = 0;
-      if (ParseValueDirName(name, &id)) dirs.push_back(ValueDirOf(path_, id));
+      if (ParseValueDirName(name, &id)) {
+        dirs.push_back(ValueDirOf(path_, id));
+      } else {
+        foreign.push_back(ValuesDir(path_) + "/" + name +
+                          " is not a checkpoint's directory");
+      }
     }
   }
-  std::vector<std::string> foreign;
   for (const std::string& dir : dirs) {
     if (std::optional<std::string> kind = NotADirectory(dir))
       foreign.push_back(dir + " is " + *kind);

@@ -150,6 +150,10 @@ struct StoreReport {
   // values/<id>) that are not directories (symbolic links, FIFOs...): not
   // ckptdb's, so no open removes them. "PATH is a symbolic link".
   std::vector<std::string> foreign_entries;
+  // Whether a read-write handle (of this process or another) holds the store
+  // while it is checked: chunks above high_water and stray value files may
+  // then be a save under way rather than leftovers.
+  bool writer_active = false;
 };
 
 // When a delete frees the space of the chunks it drops (their value and table

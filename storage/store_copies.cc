@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <rocksdb/db.h>
 #include <rocksdb/sst_file_reader.h>
+#include <rocksdb/utilities/options_util.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -560,6 +561,36 @@ void StoreImpl::ReportCopies(const CopyFindings& found, StoreReport* report) {
     report->lost_metadata.push_back(
         "both copies of the records of checkpoint " + std::to_string(id) +
         " are damaged: " + why);
+  }
+}
+
+void StoreImpl::ReportOptionsFiles(StoreReport* report) {
+  Result<std::vector<std::string>> names = fs_->ListDir(path_);
+  if (!names.ok()) return;  // the checks above name an unreadable directory
+  std::sort(names->begin(), names->end());
+  rocksdb::ConfigOptions config;
+  config.env = env_.get();
+  bool any = false;
+  for (const std::string& name : *names) {
+    if (!name.starts_with("OPTIONS-") || name.ends_with(".dbtmp")) continue;
+    rocksdb::DBOptions db_options;
+    std::vector<rocksdb::ColumnFamilyDescriptor> families;
+    const rocksdb::Status s = rocksdb::LoadOptionsFromFile(
+        config, path_ + "/" + name, &db_options, &families);
+    if (s.IsNotFound() || s.IsPathNotFound()) continue;  // a writer's rotation
+    any = true;
+    if (s.ok()) continue;
+    report->repairable_metadata.push_back(
+        "the database's options file " + path_ + "/" + name + " is damaged (" +
+        s.ToString() +
+        "); the database does not read it, and a read-write open writes a "
+        "new one");
+  }
+  if (!any) {
+    report->repairable_metadata.push_back(
+        "the database's options file (" + path_ +
+        "/OPTIONS-*) is missing; the database does not read it, and a "
+        "read-write open writes a new one");
   }
 }
 

@@ -487,6 +487,9 @@ class StoreImpl : public Store {
   Status RepairCopies();
   // Check's lines for what CompareCopies found.
   void ReportCopies(const CopyFindings& found, StoreReport* report);
+  // RocksDB's OPTIONS files that do not parse, as repairable metadata (a
+  // read-write open writes a new one; the database does not read them).
+  void ReportOptionsFiles(StoreReport* report);
   Status RewriteMetaFamily();
   // Read-write open of a store whose database RocksDB cannot open (damaged
   // CURRENT, MANIFEST or write-ahead log): when every checkpoint the journal

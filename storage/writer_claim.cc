@@ -4,10 +4,12 @@
 #include <pthread.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -160,6 +162,29 @@ Status WriterClaim::LockDirectory() {
   lock_fd_ = fd;
   claims.lock_fds.push_back(&lock_fd_);
   return Status::OK();
+}
+
+bool WriterClaim::WriterHolds(const std::string& resolved) {
+  struct stat st;
+  if (::stat(resolved.c_str(), &st) != 0) return false;
+  std::FILE* locks = std::fopen("/proc/locks", "re");
+  if (locks == nullptr) return false;
+  // "1: FLOCK  ADVISORY  WRITE 2627 fe:00:10977425 0 EOF"; a waiter's line
+  // has "->" after the number.
+  char line[512];
+  bool held = false;
+  while (!held && std::fgets(line, sizeof line, locks) != nullptr) {
+    char type[16], mode[16], access[16];
+    long pid = 0;
+    unsigned major_id = 0, minor_id = 0;
+    unsigned long inode = 0;
+    held = std::sscanf(line, "%*d: %15s %15s %15s %ld %x:%x:%lu", type, mode,
+                       access, &pid, &major_id, &minor_id, &inode) == 7 &&
+           std::strcmp(type, "FLOCK") == 0 && major_id == major(st.st_dev) &&
+           minor_id == minor(st.st_dev) && inode == st.st_ino;
+  }
+  std::fclose(locks);
+  return held;
 }
 
 Result<std::unique_ptr<WriterClaim>> WriterClaim::Take(

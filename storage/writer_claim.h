@@ -53,6 +53,11 @@ class WriterClaim {
   // would share: children drop theirs at the fork (they cannot use the
   // handle), so that they never keep the store locked for their parent.
   Status LockDirectory();
+  // Whether a read-write handle, of any process, holds the store at
+  // `resolved` (its directory's lock, as the kernel lists it in /proc/locks;
+  // looking takes no lock, so it never gets in a writer's way). False where
+  // that cannot be known.
+  static bool WriterHolds(const std::string& resolved);
   ~WriterClaim();
   WriterClaim(const WriterClaim&) = delete;
   WriterClaim& operator=(const WriterClaim&) = delete;

@@ -13,26 +13,30 @@ namespace ckptdb::tools {
 namespace {
 
 // The store as a whole: chunk data no record accounts for, damaged journal
-// copies. Returns the number of problems, each printed.
+// copies. Returns the number of problems, each printed. Leftovers of a save
+// or delete count unless a writer holds the store (its save under way).
 size_t VerifyStore(DB& db) {
   auto report = db.CheckStore();
   if (!report.ok()) {
     std::printf("store: DAMAGED: %s\n", report.status().message().c_str());
     return 1;
   }
+  const char* whose =
+      report->writer_active
+          ? "a writer holds the store: its save under way, or left by a save "
+            "or delete cut short"
+          : "LEFT OVER by a save or delete cut short; not damage";
   for (int64_t id : report->unfinished_save_ids) {
     std::printf(
-        "store: leftovers of checkpoint id %lld, which has no record: chunk "
-        "or value files of a save under way or cut short, or of a delete "
-        "cut short (not damage; a read-write open removes them)\n",
-        static_cast<long long>(id));
+        "store: chunk data of checkpoint id %lld, which has no record (%s; a "
+        "read-write open removes it)\n",
+        static_cast<long long>(id), whose);
   }
   for (const std::string& file : report->stray_value_files) {
     std::printf(
-        "store: value file %s holds no chunk of its checkpoint (left by an "
-        "earlier, failed attempt at that id; not damage, it can be "
+        "store: value file %s holds no chunk of its checkpoint (%s; it can be "
         "removed)\n",
-        file.c_str());
+        file.c_str(), whose);
   }
   for (int64_t id : report->unaccounted_chunk_ids) {
     std::printf(
@@ -61,7 +65,11 @@ size_t VerifyStore(DB& db) {
     std::printf("store: consistent (all chunk data belongs to checkpoints)\n");
   else if (report->ok())
     std::printf("store: consistent apart from the leftovers above\n");
-  return report->unaccounted_chunk_ids.size() +
+  const size_t leftovers = report->writer_active
+                               ? 0
+                               : report->unfinished_save_ids.size() +
+                                     report->stray_value_files.size();
+  return leftovers + report->unaccounted_chunk_ids.size() +
          report->damaged_journal_copies.size() +
          report->repairable_metadata.size() + report->lost_metadata.size() +
          report->foreign_entries.size();

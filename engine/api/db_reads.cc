@@ -194,6 +194,7 @@ Result<StoreCheckReport> DBImpl::CheckStore() {
   report.repairable_metadata = std::move(found.repairable_metadata);
   report.lost_metadata = std::move(found.lost_metadata);
   report.foreign_entries = std::move(found.foreign_entries);
+  report.writer_active = found.writer_active;
   return report;
 }
 

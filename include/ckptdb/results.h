@@ -107,6 +107,10 @@ struct StoreCheckReport {
   // link or a FIFO at staging, values or values/<id>): left alone by every
   // call, so they are for the user to remove. "PATH is a symbolic link".
   std::vector<std::string> foreign_entries;
+  // Whether a read-write handle (of this process or another) held the store
+  // while it was checked: unfinished_save_ids and stray_value_files may then
+  // be a save under way. Without one they are left over.
+  bool writer_active = false;
 
   bool ok() const {
     return unaccounted_chunk_ids.empty() && damaged_journal_copies.empty() &&

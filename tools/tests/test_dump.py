@@ -433,3 +433,66 @@ def test_verify_names_a_symlink_where_the_store_keeps_a_directory(tmp_path, name
     p = dump("verify", path, check=1)
     assert f"NOT CKPTDB'S: {entry} is a symbolic link" in p.stdout, p.stdout
     assert sorted(os.listdir(target)) == before
+
+
+HOLDER = r"""
+import sys, ckptdb
+db = ckptdb.open(sys.argv[1])
+print("open", flush=True)
+sys.stdin.readline()
+db.close()
+"""
+
+
+def test_verify_store_fails_on_chunk_data_no_record_accounts_for_unless_a_writer_holds_it(tmp_path):
+    # Chunk data of an id without a record: left over (non-zero exit) when no read-write
+    # handle holds the store; with one, it may be its save under way (named, exit 0).
+    import glob
+    import shutil
+    path = str(tmp_path / "s")
+    with ckptdb.open(path) as db:
+        db.save({"w": np.arange(1 << 16, dtype=np.float32)}, step=1)
+    value_file = sorted(glob.glob(os.path.join(path, "values", "1", "*.val")))[0]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, path], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        os.makedirs(os.path.join(path, "values", "2"))
+        shutil.copy(value_file, os.path.join(path, "values", "2", "0-0-deadbeef.val"))
+        p = dump("verify", path, check=0)
+        assert "checkpoint id 2" in p.stdout and "a writer holds the store" in p.stdout, p.stdout
+    finally:
+        holder.communicate("\n", timeout=60)
+    p = dump("verify", path, check=1)
+    assert "checkpoint id 2" in p.stdout and "LEFT OVER" in p.stdout, p.stdout
+    shutil.rmtree(os.path.join(path, "values", "2"))
+    shutil.copy(value_file, os.path.join(path, "values", "stray.val"))
+    p = dump("verify", path, check=1)
+    assert "values/stray.val is not a checkpoint's directory" in p.stdout, p.stdout
+    os.remove(os.path.join(path, "values", "stray.val"))
+    dump("verify", path, check=0)
+
+
+def test_verify_store_names_a_damaged_or_missing_options_file(tmp_path):
+    # The database never reads its OPTIONS files, but verify reports their damage, and a
+    # read-write open writes a new one.
+    import glob
+    path = str(tmp_path / "s")
+    with ckptdb.open(path) as db:
+        db.save({"w": np.arange(64, dtype=np.float32)}, step=1)
+    options = sorted(glob.glob(os.path.join(path, "OPTIONS-*")))
+    with open(options[-1], "r+b") as f:
+        text = f.read()
+        at = text.index(b"[DBOptions]") + 1
+        f.seek(at)
+        f.write(b"\x01")
+    p = dump("verify", path, check=1)
+    assert "options file" in p.stdout and os.path.basename(options[-1]) in p.stdout, p.stdout
+    for name in options:
+        os.remove(name)
+    p = dump("verify", path, check=1)
+    assert "options file" in p.stdout and "missing" in p.stdout, p.stdout
+    with ckptdb.open(path) as db:
+        assert [c.step for c in db.checkpoints()] == [1]
+    dump("verify", path, check=0)
