@@ -239,6 +239,33 @@ Status StoreImpl::CheckColumnFamilies(const rocksdb::DBOptions& db_options) {
   return Status::OK();
 }
 
+namespace {
+
+// The write-ahead log holds nothing, at rest or while a writer writes
+// (WriteMeta logs nothing), so bytes in one are damage. A read-write open's
+// recovery refuses them (paranoid checks, then a rebuild); a read-only open,
+// which runs without those checks, refuses them here.
+Status CheckWriteAheadLogsEmpty(StoreFileSystem& fs, const std::string& dir) {
+  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> names, fs.ListDir(dir));
+  for (const std::string& name : names) {
+    if (!name.ends_with(".log") || name.rfind("LOG", 0) == 0) continue;
+    uint64_t size = 0;
+    const std::string path = dir + "/" + name;
+    const rocksdb::IOStatus s =
+        fs.GetFileSize(path, rocksdb::IOOptions(), &size, nullptr);
+    if (s.IsPathNotFound() || s.IsNotFound()) continue;  // rotated meanwhile
+    CKPTDB_RETURN_IF_ERROR(FromRocks(s, "reading the size of " + path));
+    if (size > 0) {
+      return Status::Corruption("store '" + dir + "': its write-ahead log " +
+                                path + " holds " + std::to_string(size) +
+                                " bytes, where ckptdb writes none");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
   rocksdb::DBOptions db_options;
   db_options.env = env_.get();
@@ -256,7 +283,13 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
   // (WriteMeta), so the write-ahead log is empty at rest: any damage to one is
   // an error at open, never a silently shorter history.
   db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kAbsoluteConsistency;
-  db_options.paranoid_checks = true;
+  // A read-write open is strict: a table file that does not open fails it,
+  // and it rebuilds the database (PrepareOrRebuild). A read-only open (a
+  // listing, ckpt-db-dump, an evaluator beside a job), which cannot rebuild,
+  // opens without them: their damage then fails only the calls that read
+  // them (records fall back on their copies, a chunk table fails the loads
+  // of its checkpoints), rather than every checkpoint's.
+  db_options.paranoid_checks = !options_.read_only;
   // After a failed write the store reopens the database itself; RocksDB's
   // own retries would only delay that (by a second each).
   db_options.max_bgerror_resume_count = 0;
@@ -265,6 +298,8 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
   db_options.manifest_preallocation_size = 256 << 10;
   db_options.info_log = read_only ? NewNullInfoLog() : NewInfoLog(fs_, path_);
   if (has_db) CKPTDB_RETURN_IF_ERROR(CheckColumnFamilies(db_options));
+  if (has_db && options_.read_only)
+    CKPTDB_RETURN_IF_ERROR(CheckWriteAheadLogsEmpty(*fs_, path_));
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
       {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
       {kChunksCf, ChunkCfOptions(ChunkReadCache(pool_))},

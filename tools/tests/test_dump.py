@@ -496,3 +496,35 @@ def test_verify_store_names_a_damaged_or_missing_options_file(tmp_path):
     with ckptdb.open(path) as db:
         assert [c.step for c in db.checkpoints()] == [1]
     dump("verify", path, check=0)
+
+
+def test_a_damaged_table_file_costs_a_read_only_listing_nothing(tmp_path):
+    # "A listing never fails as a whole because of one checkpoint's damage": a read-only
+    # open (the dump tool, an evaluator) cannot rebuild, so it opens beside a table file
+    # whose footer is damaged; every checkpoint lists and loads (records and chunk
+    # locations from their copies), and verify names the damage.
+    import glob
+    import shutil
+    template = str(tmp_path / "template")
+    with ckptdb.open(template) as db:
+        for step in range(3):
+            db.save({"a": np.full(1 << 16, step, np.float32), "b": np.arange(100.0) + step},
+                    step=step)
+    tables = sorted(os.path.basename(p) for p in glob.glob(os.path.join(template, "*.sst")))
+    assert len(tables) >= 4
+    for name in tables:
+        path = str(tmp_path / name)
+        shutil.copytree(template, path)
+        with open(os.path.join(path, name), "r+b") as f:
+            f.seek(-1, os.SEEK_END)
+            f.write(b"\x00")
+        p = dump("list", path, check=0)
+        assert len(p.stdout.strip().splitlines()) == 4, (name, p.stdout)
+        p = dump("verify", path, check=1)
+        assert "DAMAGED" in p.stdout, (name, p.stdout)
+        with ckptdb.open(path, read_only=True) as db:
+            assert [c.step for c in db.checkpoints()] == [0, 1, 2], name
+            for step in range(3):
+                got = {"a": np.zeros(1 << 16, np.float32), "b": np.zeros(100)}
+                db.load(got, step=step)
+                assert (got["a"] == step).all() and (got["b"] == np.arange(100.0) + step).all()
