@@ -295,6 +295,13 @@ def test_verify_during_a_commit_does_not_call_its_missing_copy_damage(tmp_path):
     assert "store: consistent" in p.stdout, p.stdout
 
 
+def assert_repaired_by_a_read_write_open(path, steps):
+    """A read-write open repairs what verify named: `steps` list, and verify is clean."""
+    with ckptdb.open(path) as db:
+        assert [c.step for c in db.checkpoints()] == steps
+    dump("verify", path, check=0)
+
+
 def test_verify_store_checks_the_store_as_a_whole(tmp_path):
     # A damaged copy of the commit journal is damage of the store, named by verify STORE (the
     # other copy keeps the store readable); verify with a selector looks at one checkpoint only.
@@ -312,9 +319,7 @@ def test_verify_store_checks_the_store_as_a_whole(tmp_path):
     assert "DAMAGED commit journal copy" in p.stdout and "CKPTDB_JOURNAL.0" in p.stdout, p.stdout
     dump("verify", path, "--step", "1", check=0)
     # A read-write open repairs the copy from the other one.
-    with ckptdb.open(path) as db:
-        assert [c.step for c in db.checkpoints()] == [1]
-    dump("verify", path, check=0)
+    assert_repaired_by_a_read_write_open(path, [1])
 
 
 def test_a_store_whose_manifest_lost_a_checkpoint_reads_it_from_the_copies(tmp_path):
@@ -493,9 +498,7 @@ def test_verify_store_names_a_damaged_or_missing_options_file(tmp_path):
         os.remove(name)
     p = dump("verify", path, check=1)
     assert "options file" in p.stdout and "missing" in p.stdout, p.stdout
-    with ckptdb.open(path) as db:
-        assert [c.step for c in db.checkpoints()] == [1]
-    dump("verify", path, check=0)
+    assert_repaired_by_a_read_write_open(path, [1])
 
 
 def test_a_damaged_table_file_costs_a_read_only_listing_nothing(tmp_path):
