@@ -518,9 +518,10 @@ StoreFileSystem::StampIfPresent(const std::string& path) {
     if (errno == ENOENT) return std::optional<FileStamp>();
     return Status::IOError(what + ": " + std::strerror(errno));
   }
-  return std::optional<FileStamp>(
-      FileStamp{static_cast<uint64_t>(st.st_size),
-                int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec});
+  return std::optional<FileStamp>(FileStamp{
+      static_cast<uint64_t>(st.st_size),
+      int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
+      {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)}});
 }
 
 Result<int> StoreFileSystem::OpenForDirectRead(const std::string& path,

@@ -99,6 +99,9 @@ class StoreFileSystem : public rocksdb::FileSystemWrapper {
   struct FileStamp {
     uint64_t size = 0;
     int64_t mtime_ns = 0;
+    // The file itself, whatever its name (two names of one file, hard links,
+    // have the same).
+    std::pair<uint64_t, uint64_t> device_and_inode;
   };
   Result<std::optional<FileStamp>> StampIfPresent(const std::string& path);
   // Opens the regular file at `path` for direct reads (pread) and returns its

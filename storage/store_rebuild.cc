@@ -59,17 +59,53 @@ std::string RebuildPlace(rocksdb::Env* env, const std::string& store_path,
   return StagingDir(store_path) + "/" + kRebuildPrefix + name;
 }
 
-// Moves every file of the store's directory to its RebuildPlace, durably.
+// The files staged for a rebuild by an earlier one that was cut short, by
+// device and inode.
+Result<std::set<std::pair<uint64_t, uint64_t>>> StagedForRebuild(
+    StoreFileSystem& fs, const std::string& staging) {
+  std::set<std::pair<uint64_t, uint64_t>> staged;
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                          fs.ListDir(staging));
+  for (const std::string& name : names) {
+    if (name.rfind(kRebuildPrefix, 0) != 0) continue;
+    CKPTDB_ASSIGN_OR_RETURN(auto stamp,
+                            fs.StampIfPresent(staging + "/" + name));
+    if (stamp) staged.insert(stamp->device_and_inode);
+  }
+  return staged;
+}
+
+// Moves every file of the store's directory to its RebuildPlace, durably. A
+// rebuild cut short left its chunk table files staged, and those it ingested
+// in the directory too, under a second name: that name goes (ingesting the
+// file twice would set the second aside as overlapping), and a staged name is
+// never replaced.
 Status MoveAsideForRebuild(StoreFileSystem& fs, rocksdb::Env* env,
                            const std::string& store_path,
                            const std::string& aside, const std::string& what) {
-  CKPTDB_RETURN_IF_ERROR(fs.CreateDirIfMissing(StagingDir(store_path)));
+  const std::string staging = StagingDir(store_path);
+  CKPTDB_RETURN_IF_ERROR(fs.CreateDirIfMissing(staging));
+  CKPTDB_ASSIGN_OR_RETURN(const auto staged, StagedForRebuild(fs, staging));
   CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names,
                           fs.ListDir(store_path));
   for (const std::string& name : names) {
-    const std::string to = RebuildPlace(env, store_path, name, aside);
+    std::string to = RebuildPlace(env, store_path, name, aside);
     if (to.empty()) continue;
     const std::string from = store_path + "/" + name;
+    if (to.rfind(staging + "/", 0) == 0) {
+      CKPTDB_ASSIGN_OR_RETURN(auto stamp, fs.StampIfPresent(from));
+      if (stamp && staged.contains(stamp->device_and_inode)) {
+        CKPTDB_RETURN_IF_ERROR(FromRocks(
+            fs.DeleteFile(from, rocksdb::IOOptions(), nullptr),
+            what + ": removing " + from + ", a second name of a staged file"));
+        continue;
+      }
+      for (int k = 2; true; ++k) {
+        CKPTDB_ASSIGN_OR_RETURN(const bool taken, fs.Exists(to));
+        if (!taken) break;
+        to = staging + "/" + kRebuildPrefix + std::to_string(k) + "-" + name;
+      }
+    }
     CKPTDB_RETURN_IF_ERROR(
         FromRocks(fs.RenameFile(from, to, rocksdb::IOOptions(), nullptr),
                   what + ": moving " + from));
@@ -89,7 +125,12 @@ Status StoreImpl::IngestRebuildTables(const std::string& aside) {
   for (const std::string& name : names) {
     if (name.rfind(kRebuildPrefix, 0) != 0) continue;
     const std::string table = staging + "/" + name;
-    if (Ingester().IngestUnscanned(table).ok()) continue;
+    const Status ingested = Ingester().IngestUnscanned(table);
+    if (ingested.ok()) continue;
+    // A full disk is not the table's fault: the rebuild fails, the tables
+    // not ingested yet stay staged, and the next read-write open finishes it
+    // (MoveAsideForRebuild).
+    if (IsNoSpace(ingested)) return ingested;
     // Unreadable, or overlapping what the database holds: kept aside, its
     // chunks missing (reads report them).
     CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(DamagedDir(path_)));

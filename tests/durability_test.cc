@@ -253,5 +253,50 @@ TEST_F(Durability, AFailedReopenAfterADeleteDoesNotFailLaterSaves) {
   EXPECT_EQ(got.back(), 2.0f);
 }
 
+// A rebuild of the database (CURRENT lost) cut short by a full disk, at any
+// point, is finished by the next read-write open: every checkpoint loads and
+// verifies, and no chunk table is set aside as damaged.
+TEST_F(Durability, ARebuildCutShortByAFullDiskIsFinishedByTheNextOpen) {
+  const std::string templ = tmp_.Sub("template");
+  {
+    Options options = options_;
+    options.incremental = false;
+    auto db = DB::Open(options, templ);
+    ASSERT_TRUE(db.ok());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(Save(**db, i).ok());
+  }
+  fs::remove(fs::path(templ) / "CURRENT");
+  int cut = 0;
+  for (int64_t free = 0; free <= 96'000; free += 4'000) {
+    const std::string dir = tmp_.Sub("free" + std::to_string(free));
+    fs::copy(templ, dir, fs::copy_options::recursive);
+    faults_->Arm({.free_bytes = free});
+    const bool rebuilt = DB::Open(options_, dir).ok();
+    faults_->Disarm();
+    if (rebuilt) continue;  // room enough
+    ++cut;
+    {
+      auto reopened = DB::Open(options_, dir);
+      ASSERT_TRUE(reopened.ok())
+          << free << ": " << reopened.status().ToString();
+      auto check = (*reopened)->CheckStore();
+      ASSERT_TRUE(check.ok()) << check.status().ToString();
+      EXPECT_TRUE(check->ok()) << free;
+      for (int i = 0; i < 3; ++i) {
+        auto verified = (*reopened)->Verify(CheckpointSelector::Step(i), {});
+        ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+        EXPECT_TRUE(verified->ok()) << free << ", step " << i;
+      }
+    }
+    for (const auto& table : testing::FilesUnder(dir + "/damaged", {".sst"})) {
+      // Only the metadata's own tables (replaced by the copies) go aside: a
+      // chunk table holds a 16 KiB chunk.
+      EXPECT_LT(table.size, 16384u) << free << ": " << table.path;
+    }
+    ExpectIntact(dir, {0, 1, 2});
+  }
+  EXPECT_GE(cut, 3) << "too few of the quotas cut the rebuild short";
+}
+
 }  // namespace
 }  // namespace ckptdb
