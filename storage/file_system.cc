@@ -292,11 +292,21 @@ std::optional<std::string> NotADirectory(const std::string& path) {
   return KindOf(*mode);
 }
 
+bool IsMissingTableFile(const rocksdb::Status& s) {
+  if (!s.IsIOError() && !s.IsPathNotFound()) return false;
+  const std::string why = s.ToString();
+  return why.find("No such file or directory") != std::string::npos &&
+         (why.find(".sst") != std::string::npos ||
+          why.find(".ldb") != std::string::npos);
+}
+
 Status FromRocks(const rocksdb::Status& s, const std::string& context) {
   if (s.ok()) return Status::OK();
   const std::string msg = context + ": " + s.ToString();
   if (s.IsNotFound()) return Status::NotFound(msg);
   if (s.IsCorruption()) return Status::Corruption(msg);
+  if (IsMissingTableFile(s))
+    return Status::Corruption(msg + " (a table file the database lists)");
   // A store file that is not a regular file (CheckReadable) is damage.
   if (s.IsIOError() && (msg.find(kNotRegular) != std::string::npos ||
                         msg.find(kNotADirectory) != std::string::npos))

@@ -237,5 +237,9 @@ std::optional<std::string> NotADirectory(const std::string& path);
 
 // RocksDB's status (or IOStatus) as ours, `context` first in its message.
 Status FromRocks(const rocksdb::Status& s, const std::string& context);
+// Whether `s` says a table file the database lists is not there: damage (the
+// records and chunk locations it held have copies that reads fall back on),
+// which FromRocks makes Corruption, not a failed read.
+bool IsMissingTableFile(const rocksdb::Status& s);
 
 }  // namespace ckptdb::storage

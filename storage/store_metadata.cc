@@ -129,7 +129,7 @@ Status StoreImpl::GetRecord(int64_t checkpoint_id,
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   rocksdb::Status s = db_->Get(read, meta_, MetaKey(checkpoint_id), record);
   // A record the column family cannot give is read from its copy.
-  if ((s.IsNotFound() || s.IsCorruption()) &&
+  if ((s.IsNotFound() || s.IsCorruption() || IsMissingTableFile(s)) &&
       MainRecordFromCopy(checkpoint_id, record).ok())
     s = rocksdb::Status::OK();
   if (s.IsNotFound() || (s.ok() && !catalogue_.Visible(checkpoint_id))) {

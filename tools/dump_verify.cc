@@ -34,8 +34,8 @@ size_t VerifyStore(DB& db) {
   }
   for (const std::string& file : report->stray_value_files) {
     std::printf(
-        "store: value file %s holds no chunk of its checkpoint (%s; it can be "
-        "removed)\n",
+        "store: value file %s holds no chunk of its checkpoint (%s; no open "
+        "removes it, so remove it yourself)\n",
         file.c_str(), whose);
   }
   for (int64_t id : report->unaccounted_chunk_ids) {

@@ -504,8 +504,9 @@ def test_verify_store_names_a_damaged_or_missing_options_file(tmp_path):
 def test_a_damaged_table_file_costs_a_read_only_listing_nothing(tmp_path):
     # "A listing never fails as a whole because of one checkpoint's damage": a read-only
     # open (the dump tool, an evaluator) cannot rebuild, so it opens beside a table file
-    # whose footer is damaged; every checkpoint lists and loads (records and chunk
-    # locations from their copies), and verify names the damage.
+    # whose footer is damaged, or that is gone; every checkpoint lists and loads (records
+    # and chunk locations from their copies) but for bytes the removed table itself held
+    # (CorruptionError, never other bytes), and verify names the damage.
     import glob
     import shutil
     template = str(tmp_path / "template")
@@ -516,18 +517,28 @@ def test_a_damaged_table_file_costs_a_read_only_listing_nothing(tmp_path):
     tables = sorted(os.path.basename(p) for p in glob.glob(os.path.join(template, "*.sst")))
     assert len(tables) >= 4
     for name in tables:
-        path = str(tmp_path / name)
-        shutil.copytree(template, path)
-        with open(os.path.join(path, name), "r+b") as f:
-            f.seek(-1, os.SEEK_END)
-            f.write(b"\x00")
-        p = dump("list", path, check=0)
-        assert len(p.stdout.strip().splitlines()) == 4, (name, p.stdout)
-        p = dump("verify", path, check=1)
-        assert "DAMAGED" in p.stdout, (name, p.stdout)
-        with ckptdb.open(path, read_only=True) as db:
-            assert [c.step for c in db.checkpoints()] == [0, 1, 2], name
-            for step in range(3):
-                got = {"a": np.zeros(1 << 16, np.float32), "b": np.zeros(100)}
-                db.load(got, step=step)
-                assert (got["a"] == step).all() and (got["b"] == np.arange(100.0) + step).all()
+        for how in ("footer", "removed"):
+            path = str(tmp_path / f"{how}-{name}")
+            shutil.copytree(template, path)
+            if how == "removed":
+                os.remove(os.path.join(path, name))
+            else:
+                with open(os.path.join(path, name), "r+b") as f:
+                    f.seek(-1, os.SEEK_END)
+                    f.write(b"\x00")
+            p = dump("list", path, check=0)
+            assert len(p.stdout.strip().splitlines()) == 4, (name, how, p.stdout)
+            p = dump("verify", path, check=1)
+            assert "DAMAGED" in p.stdout, (name, how, p.stdout)
+            with ckptdb.open(path, read_only=True) as db:
+                assert [c.step for c in db.checkpoints()] == [0, 1, 2], name
+                for step in range(3):
+                    got = {"a": np.zeros(1 << 16, np.float32), "b": np.zeros(100)}
+                    try:
+                        db.load(got, step=step)
+                    except ckptdb.CorruptionError:
+                        # The small tensor's bytes were in the removed table itself.
+                        assert how == "removed", (name, step)
+                        continue
+                    assert (got["a"] == step).all(), (name, how, step)
+                    assert (got["b"] == np.arange(100.0) + step).all(), (name, how, step)
