@@ -61,6 +61,39 @@ class Durability : public ::testing::Test {
       }
     }
   }
+  // A store of checkpoints with steps 0-2, each in chunk tables of its own,
+  // whose CURRENT is gone: a read-write open rebuilds its database.
+  void MakeStoreToRebuild(const std::string& dir) {
+    Options options;
+    options.incremental = false;
+    auto db = DB::Open(options, dir);
+    ASSERT_TRUE(db.ok());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(Save(**db, i).ok());
+    db->reset();
+    fs::remove(fs::path(dir) / "CURRENT");
+  }
+  // After a rebuilding open that did not finish (`what`): the next read-write
+  // open does, every checkpoint verifies and loads, and no chunk table is set
+  // aside (only the metadata's own tables go there, replaced by the copies; a
+  // chunk table holds a 16 KiB chunk).
+  void ExpectRebuildFinished(const std::string& dir, const std::string& what) {
+    {
+      auto reopened = DB::Open(Options(), dir);
+      ASSERT_TRUE(reopened.ok())
+          << what << ": " << reopened.status().ToString();
+      auto check = (*reopened)->CheckStore();
+      ASSERT_TRUE(check.ok()) << check.status().ToString();
+      EXPECT_TRUE(check->ok()) << what;
+      for (int i = 0; i < 3; ++i) {
+        auto verified = (*reopened)->Verify(CheckpointSelector::Step(i), {});
+        ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+        EXPECT_TRUE(verified->ok()) << what << ", step " << i;
+      }
+    }
+    for (const auto& table : testing::FilesUnder(dir + "/damaged", {".sst"}))
+      EXPECT_LT(table.size, 16384u) << what << ": " << table.path;
+    ExpectIntact(dir, {0, 1, 2});
+  }
   TempDir tmp_;
   std::shared_ptr<FaultInjector> faults_ = std::make_shared<FaultInjector>();
   Options options_;
@@ -262,14 +295,7 @@ TEST_F(Durability, AFailedReopenAfterADeleteDoesNotFailLaterSaves) {
 // verifies, and no chunk table is set aside as damaged.
 TEST_F(Durability, ARebuildCutShortByAFullDiskIsFinishedByTheNextOpen) {
   const std::string templ = tmp_.Sub("template");
-  {
-    Options options = options_;
-    options.incremental = false;
-    auto db = DB::Open(options, templ);
-    ASSERT_TRUE(db.ok());
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(Save(**db, i).ok());
-  }
-  fs::remove(fs::path(templ) / "CURRENT");
+  ASSERT_NO_FATAL_FAILURE(MakeStoreToRebuild(templ));
   int cut = 0;
   for (int64_t free = 0; free <= 96'000; free += 4'000) {
     const std::string dir = tmp_.Sub("free" + std::to_string(free));
@@ -279,25 +305,7 @@ TEST_F(Durability, ARebuildCutShortByAFullDiskIsFinishedByTheNextOpen) {
     faults_->Disarm();
     if (rebuilt) continue;  // room enough
     ++cut;
-    {
-      auto reopened = DB::Open(options_, dir);
-      ASSERT_TRUE(reopened.ok())
-          << free << ": " << reopened.status().ToString();
-      auto check = (*reopened)->CheckStore();
-      ASSERT_TRUE(check.ok()) << check.status().ToString();
-      EXPECT_TRUE(check->ok()) << free;
-      for (int i = 0; i < 3; ++i) {
-        auto verified = (*reopened)->Verify(CheckpointSelector::Step(i), {});
-        ASSERT_TRUE(verified.ok()) << verified.status().ToString();
-        EXPECT_TRUE(verified->ok()) << free << ", step " << i;
-      }
-    }
-    for (const auto& table : testing::FilesUnder(dir + "/damaged", {".sst"})) {
-      // Only the metadata's own tables (replaced by the copies) go aside: a
-      // chunk table holds a 16 KiB chunk.
-      EXPECT_LT(table.size, 16384u) << free << ": " << table.path;
-    }
-    ExpectIntact(dir, {0, 1, 2});
+    ExpectRebuildFinished(dir, std::to_string(free) + " bytes free");
   }
   EXPECT_GE(cut, 3) << "too few of the quotas cut the rebuild short";
 }
@@ -322,14 +330,7 @@ class DieAt : public FileSystemHooks {
 // and verifies, and no chunk table is set aside as damaged.
 TEST_F(Durability, ARebuildKilledAnywhereIsFinishedByTheNextOpen) {
   const std::string templ = tmp_.Sub("template");
-  {
-    Options options;
-    options.incremental = false;
-    auto db = DB::Open(options, templ);
-    ASSERT_TRUE(db.ok());
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(Save(**db, i).ok());
-  }
-  fs::remove(fs::path(templ) / "CURRENT");
+  ASSERT_NO_FATAL_FAILURE(MakeStoreToRebuild(templ));
   // Every third operation: each costs two opens and a check (about 0.1 s).
   int killed = 0;
   for (int64_t nth = 1; nth < 3000; nth += 3) {
@@ -344,21 +345,7 @@ TEST_F(Durability, ARebuildKilledAnywhereIsFinishedByTheNextOpen) {
     if (*code == 0) break;  // the open ran to its end before its nth operation
     ASSERT_EQ(*code, 9) << nth << ": the open failed without being killed";
     ++killed;
-    {
-      auto reopened = DB::Open(Options(), dir);
-      ASSERT_TRUE(reopened.ok()) << nth << ": " << reopened.status().ToString();
-      auto check = (*reopened)->CheckStore();
-      ASSERT_TRUE(check.ok()) << check.status().ToString();
-      EXPECT_TRUE(check->ok()) << nth;
-      for (int i = 0; i < 3; ++i) {
-        auto verified = (*reopened)->Verify(CheckpointSelector::Step(i), {});
-        ASSERT_TRUE(verified.ok()) << verified.status().ToString();
-        EXPECT_TRUE(verified->ok()) << nth << ", step " << i;
-      }
-    }
-    for (const auto& table : testing::FilesUnder(dir + "/damaged", {".sst"}))
-      EXPECT_LT(table.size, 16384u) << nth << ": " << table.path;
-    ExpectIntact(dir, {0, 1, 2});
+    ExpectRebuildFinished(dir, "killed at operation " + std::to_string(nth));
     fs::remove_all(dir);
     if (HasFailure()) break;
   }
