@@ -154,6 +154,13 @@ Status WriterClaim::LockDirectory() {
     const int error = errno;
     ::close(fd);
     if (error == EWOULDBLOCK) return LockHeld(path_);
+    // A file system without flock (some network and parallel file systems,
+    // mounted so) refuses the call: the open goes on without this lock, as
+    // opens did before there was one, and RocksDB's LOCK guards the store
+    // once it holds a database.
+    if (error == ENOLCK || error == ENOSYS || error == EOPNOTSUPP ||
+        error == EINVAL)
+      return Status::OK();
     return Status::IOError("locking the directory of store '" + path_ +
                            "': " + std::strerror(error));
   }
