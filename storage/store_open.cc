@@ -193,8 +193,8 @@ Status StoreImpl::StartCreation(const std::vector<std::string>& names) {
     if (name != kCreatingFile)
       CKPTDB_RETURN_IF_ERROR(fs_->Remove(path_ + "/" + name));
   }
+  // The directory is there: PrepareDirectory made it, to lock it.
   const std::string marker = (fs::path(path_) / kCreatingFile).string();
-  CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(path_));
   CKPTDB_RETURN_IF_ERROR(fs_->WriteFileSynced(marker, ""));
   CKPTDB_RETURN_IF_ERROR(fs_->SyncDir(ParentDirectory(path_)));
   return fs_->SyncDir(path_);
@@ -248,16 +248,13 @@ namespace {
 Status CheckWriteAheadLogsEmpty(StoreFileSystem& fs, const std::string& dir) {
   CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> names, fs.ListDir(dir));
   for (const std::string& name : names) {
-    if (!name.ends_with(".log") || name.rfind("LOG", 0) == 0) continue;
-    uint64_t size = 0;
+    if (!name.ends_with(".log")) continue;
     const std::string path = dir + "/" + name;
-    const rocksdb::IOStatus s =
-        fs.GetFileSize(path, rocksdb::IOOptions(), &size, nullptr);
-    if (s.IsPathNotFound() || s.IsNotFound()) continue;  // rotated meanwhile
-    CKPTDB_RETURN_IF_ERROR(FromRocks(s, "reading the size of " + path));
-    if (size > 0) {
+    CKPTDB_ASSIGN_OR_RETURN(std::optional<uint64_t> size,
+                            fs.SizeIfPresent(path));  // none: rotated meanwhile
+    if (size.value_or(0) > 0) {
       return Status::Corruption("store '" + dir + "': its write-ahead log " +
-                                path + " holds " + std::to_string(size) +
+                                path + " holds " + std::to_string(*size) +
                                 " bytes, where ckptdb writes none");
     }
   }

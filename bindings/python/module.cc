@@ -144,6 +144,11 @@ void FailOpen(const std::shared_ptr<Communicator>& comm,
   (void)WithoutGil([&] { return DB::Open(invalid, "", comm).status(); });
 }
 
+// A state dict that fails a collective call on every rank with `why`.
+StateDict InvalidStateDict(std::string why) {
+  return StateDict::Invalid(Status::InvalidArgument(std::move(why)));
+}
+
 class PyDB {
  public:
   // `path`: bytes (os.fsencode) or str.
@@ -177,13 +182,14 @@ class PyDB {
     return db_;
   }
 
-  // Runs `convert`; when it raises on a rank of several, the call still
-  // takes part in the collective `call` with a state dict that fails it on
-  // every rank (StateDict::Invalid), so that the other ranks raise too
-  // instead of waiting for this rank or pairing its next call with theirs;
-  // then this rank raises its own error.
-  template <typename Convert, typename Call>
-  auto Collective(Convert&& convert, StateDict& sd, Call&& call) {
+  // Runs `convert`, which fills `arg`; when it raises on a rank of several,
+  // the call still takes part in the collective `call` with `invalid(why)`
+  // in place of `arg`, which fails it on every rank (StateDict::Invalid,
+  // CheckpointSelector::Invalid), so that the other ranks raise too instead
+  // of waiting for this rank or pairing its next call with theirs; then this
+  // rank raises its own error.
+  template <typename Arg, typename Convert, typename Invalid, typename Call>
+  auto Collective(Convert&& convert, Arg& arg, Invalid&& invalid, Call&& call) {
     const std::shared_ptr<DB> d = db();
     std::exception_ptr failed;
     std::string why;
@@ -198,13 +204,12 @@ class PyDB {
     }
     if (failed) {
       if (d->communicator().size() > 1) {
-        StateDict invalid =
-            StateDict::Invalid(Status::InvalidArgument(std::move(why)));
-        (void)WithoutGil([&] { return call(*d, invalid); });
+        Arg stand_in = invalid(std::move(why));
+        (void)WithoutGil([&] { return call(*d, stand_in); });
       }
       std::rethrow_exception(failed);
     }
-    return WithoutGil([&] { return call(*d, sd); });
+    return WithoutGil([&] { return call(*d, arg); });
   }
 
   // The arguments of save and save_async, converted; `call` runs without the
@@ -223,7 +228,8 @@ class PyDB {
             options.user_metadata = Unwrap(TextMap(metadata, "metadata"));
           Convert(StateDictArgument(state), false, sd, borrowed);
         },
-        sd, [&](DB& d, StateDict& given) { return call(d, given, options); });
+        sd, InvalidStateDict,
+        [&](DB& d, StateDict& given) { return call(d, given, options); });
   }
 
   py::object Save(const py::object& state, const py::object& step,
@@ -261,7 +267,7 @@ class PyDB {
           options.cast = Unwrap(Flag(cast, "cast"));
           Convert(StateDictArgument(state), true, sd, borrowed);
         },
-        sd,
+        sd, InvalidStateDict,
         [&](DB& d, StateDict& given) { return d.Load(given, which, options); });
     LoadResult r = Unwrap(std::move(result));
     borrowed.values.WriteBack();
@@ -331,24 +337,12 @@ class PyDB {
     return py::array(ToNumpy(tensor->dtype), shape, tensor->data.data(), owner);
   }
 
-  // A selector argument that does not convert raises on this rank; with
-  // other ranks, the delete still takes part with an invalid selector
-  // (CheckpointSelector::Invalid), so that they raise too.
   void Delete(const py::object& step, const py::object& tag,
               const py::object& id) {
-    const std::shared_ptr<DB> d = db();
     CheckpointSelector which;
-    std::exception_ptr failed;
-    try {
-      which = Unwrap(Selector(step, tag, id));
-    } catch (py::error_already_set& e) {
-      failed = std::current_exception();
-      which = CheckpointSelector::Invalid(py::str(e.value()));
-    }
-    if (failed && d->communicator().size() == 1) std::rethrow_exception(failed);
-    Status s = WithoutGil([&] { return d->Delete(which); });
-    if (failed) std::rethrow_exception(failed);
-    Check(s);
+    Check(Collective([&] { which = Unwrap(Selector(step, tag, id)); }, which,
+                     &CheckpointSelector::Invalid,
+                     [](DB& d, CheckpointSelector& w) { return d.Delete(w); }));
   }
 
   void Verify(const py::object& step, const py::object& tag,

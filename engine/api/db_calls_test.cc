@@ -22,6 +22,7 @@ using testing::Buf;
 using testing::FaultInjector;
 using testing::OpenOrDie;
 using testing::TempDir;
+using testing::WithHooks;
 
 // SaveAsync returns once the bytes are copied: overwriting the tensors right
 // after it leaves the checkpoint with the old values, whatever the snapshot
@@ -62,9 +63,7 @@ TEST(DBTest, SaveAsyncSnapshotsTheStateBeforeReturning) {
 TEST(DBTest, SaveAsyncWithOtherCallsAndFailures) {
   TempDir dir;
   auto faults = std::make_shared<FaultInjector>();
-  Options options;
-  options.file_system_hooks = faults;
-  auto db = OpenOrDie(dir.path(), options);
+  auto db = OpenOrDie(dir.path(), WithHooks(faults));
   Buf w(DType::kFloat32, {300, 500});
   StateDict sd;
   sd.Set("w", w.Whole());

@@ -22,6 +22,7 @@ using testing::FaultInjector;
 using testing::OpenOrDie;
 using testing::SnapshotDir;
 using testing::TempDir;
+using testing::WithHooks;
 
 TEST(DBTest, RoundTripsEveryDtypeIncludingZeroDimAndEmpty) {
   TempDir dir;
@@ -541,9 +542,7 @@ class QuotaHooks : public FileSystemHooks {
 TEST(DBTest, FileSystemHooksSeeEveryOperationAndCanFailOne) {
   TempDir dir;
   auto hooks = std::make_shared<QuotaHooks>();
-  Options options;
-  options.file_system_hooks = hooks;
-  auto db = OpenOrDie(dir.path(), options);
+  auto db = OpenOrDie(dir.path(), WithHooks(hooks));
   ASSERT_NE(db, nullptr);
   Buf w(DType::kFloat32, {300, 500});
   StateDict sd;

@@ -39,4 +39,11 @@ inline std::unique_ptr<DB> OpenOrDie(const std::string& path,
   return db.ok() ? std::move(db).value() : nullptr;
 }
 
+// Default options but for `hooks`, which see every file operation.
+inline Options WithHooks(std::shared_ptr<FileSystemHooks> hooks) {
+  Options options;
+  options.file_system_hooks = std::move(hooks);
+  return options;
+}
+
 }  // namespace ckptdb::testing
