@@ -37,6 +37,38 @@ const ChunkMetadata* CandidateChunk(
   return &*at;
 }
 
+std::vector<int64_t> ComparedIds(const std::vector<int64_t>& ids, int depth) {
+  const size_t n =
+      std::min(ids.size(), static_cast<size_t>(std::max(depth, 0)));
+  return std::vector<int64_t>(ids.rbegin(), ids.rbegin() + n);
+}
+
+CandidateFinder::CandidateFinder(const ComparedCheckpoints& compared,
+                                 int32_t world)
+    : compared_(compared), world_(world) {
+  near_.reserve(compared.size());
+  for (const PreviousCheckpoint* previous : compared)
+    near_.push_back(previous->tensors.begin());
+  found_.reserve(compared.size());
+  hashes_.reserve(compared.size());
+}
+
+const std::vector<Candidate>& CandidateFinder::Find(const std::string& key,
+                                                    DType dtype,
+                                                    const Shape& global_shape,
+                                                    const Box& box) {
+  found_.clear();
+  hashes_.clear();
+  for (size_t i = 0; i < compared_.size(); ++i) {
+    const ChunkMetadata* chunk = CandidateChunk(
+        *compared_[i], key, dtype, global_shape, box, world_, &near_[i]);
+    if (chunk == nullptr) continue;
+    found_.push_back({chunk, compared_[i]->id});
+    hashes_.push_back(*chunk->content_hash);
+  }
+  return found_;
+}
+
 ChunkSource DecideChunkSource(const ChunkMetadata* candidate,
                               int64_t previous_id, const ContentHash& hash) {
   if (candidate == nullptr || candidate->content_hash != hash) return {};
@@ -44,50 +76,63 @@ ChunkSource DecideChunkSource(const ChunkMetadata* candidate,
           candidate->writer_rank, candidate->checksum};
 }
 
+ChunkSource DecideChunkSource(const std::vector<Candidate>& candidates,
+                              const ContentHash& hash) {
+  for (const Candidate& c : candidates) {
+    const ChunkSource source =
+        DecideChunkSource(c.chunk, c.checkpoint_id, hash);
+    if (source.reuse) return source;
+  }
+  return {};
+}
+
 bool HashBeforeWriting(const ChunkMetadata* candidate) {
   return candidate != nullptr && candidate->holder_id != 0;
 }
 
+bool HashBeforeWriting(const std::vector<Candidate>& candidates) {
+  return !candidates.empty() && HashBeforeWriting(candidates.front().chunk);
+}
+
 Status CheckReferences(const std::map<std::string, TensorMetadata>& tensors,
-                       const PreviousCheckpoint& previous, int32_t world) {
-  // Both maps are in key order: one walk through each.
-  auto near = previous.tensors.begin();
+                       const ComparedCheckpoints& compared, int32_t world) {
+  // The record's chunks come in key order: each compared record is walked
+  // once (no lookup per chunk; a record can hold millions).
+  CandidateFinder finder(compared, world);
+  static const std::vector<Candidate> kNone;
   for (const auto& [key, tensor] : tensors) {
-    // Both chunk lists are sorted by offset: one walk through each (no
-    // lookup per chunk; a record can hold millions).
-    while (near != previous.tensors.end() && near->first < key) ++near;
-    const auto found =
-        previous.id != 0 && near != previous.tensors.end() && near->first == key
-            ? near
-            : previous.tensors.end();
-    const bool comparable = found != previous.tensors.end() &&
-                            found->second.dtype == tensor.dtype &&
-                            found->second.global_shape == tensor.global_shape;
-    size_t j = 0;
     for (const ChunkMetadata& chunk : tensor.chunks) {
       if (chunk.holder_id == 0) continue;
-      const ChunkMetadata* candidate = nullptr;
-      if (comparable && chunk.content_hash) {
-        const auto& old = found->second.chunks;
-        while (j < old.size() && old[j].box.origin < chunk.box.origin) ++j;
-        if (j < old.size() && Comparable(old[j], chunk.box, world))
-          candidate = &old[j];
-      }
-      const ChunkSource want =
-          candidate == nullptr
-              ? ChunkSource{}
-              : DecideChunkSource(candidate, previous.id, *chunk.content_hash);
-      if (want ==
-          ChunkSource{true, chunk.holder_id, chunk.writer_rank, chunk.checksum})
+      // Every candidate with an equal hash holds the chunk's bytes: a
+      // reference to any of them is sound (a rank that could not read one of
+      // the compared records decided among the others).
+      const std::vector<Candidate>& candidates =
+          chunk.content_hash
+              ? finder.Find(key, tensor.dtype, tensor.global_shape, chunk.box)
+              : kNone;
+      const ChunkSource reference{true, chunk.holder_id, chunk.writer_rank,
+                                  chunk.checksum};
+      if (std::any_of(
+              candidates.begin(), candidates.end(), [&](const Candidate& c) {
+                return DecideChunkSource(c.chunk, c.checkpoint_id,
+                                         *chunk.content_hash) == reference;
+              }))
         continue;
       std::ostringstream what;
       what << "the chunk of '" << key << "' at offset "
            << ShapeToString(chunk.box.origin)
            << " refers to the bytes written by rank " << chunk.writer_rank
-           << " in checkpoint id " << chunk.holder_id << ", but checkpoint id "
-           << previous.id << ", which it was compared with, "
-           << (candidate == nullptr ? "has no equal chunk there"
-                                    : "records other bytes for it");
+           << " in checkpoint id " << chunk.holder_id << ", but ";
+      if (compared.empty()) {
+        what << "the save compared it with no checkpoint";
+      } else {
+        what << "the checkpoints it was compared with (id";
+        for (size_t i = 0; i < compared.size(); ++i)
+          what << (i == 0 ? " " : ", ") << compared[i]->id;
+        what << ") "
+             << (candidates.empty() ? "hold no equal chunk there"
+                                    : "record other bytes for it");
+      }
       return Status::Internal(what.str());
     }
   }

@@ -1,11 +1,13 @@
 #pragma once
 
-// Incremental saves as plain decisions: which stored chunk a new chunk is
-// compared with, and whether it is written or refers to stored bytes.
+// Incremental saves as plain decisions: which checkpoints and stored chunks a
+// new chunk is compared with, and whether it is written or refers to stored
+// bytes.
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "ckptdb/metadata.h"
 #include "ckptdb/status.h"
@@ -26,12 +28,21 @@ struct ChunkSource {
   friend bool operator==(const ChunkSource&, const ChunkSource&) = default;
 };
 
-// The checkpoint an incremental save compares with (its latest committed
-// one): its id and the tensors of the keys the rank writes, with their chunks.
+// A checkpoint an incremental save compares with (one of the store's newest
+// committed ones): its id and the tensors of the keys the rank writes, with
+// their chunks.
 struct PreviousCheckpoint {
   int64_t id = 0;
   std::map<std::string, TensorMetadata> tensors;
 };
+
+// The checkpoints an incremental save compares with, newest first (none for
+// a store's first save, or with incremental saves off).
+using ComparedCheckpoints = std::vector<const PreviousCheckpoint*>;
+
+// Which checkpoints an incremental save compares with: the newest `depth` of
+// `ids` (a store's checkpoints, oldest first), newest first.
+std::vector<int64_t> ComparedIds(const std::vector<int64_t>& ids, int depth);
 
 // The chunk of `previous` a new chunk of tensor `key` (of `dtype`, global
 // shape `global_shape`) with box `box` may equal: the same key, dtype, global
@@ -45,11 +56,45 @@ const ChunkMetadata* CandidateChunk(
     const Shape& global_shape, const Box& box, int32_t world,
     std::map<std::string, TensorMetadata>::const_iterator* near = nullptr);
 
+// A chunk of a compared checkpoint that a new chunk may equal
+// (CandidateChunk), and that checkpoint's id.
+struct Candidate {
+  const ChunkMetadata* chunk = nullptr;
+  int64_t checkpoint_id = 0;
+};
+
+// The candidates of new chunks taken in key order, in each of the compared
+// checkpoints: each tensor is sought from where the previous chunk's was.
+class CandidateFinder {
+ public:
+  CandidateFinder(const ComparedCheckpoints& compared, int32_t world);
+
+  // CandidateChunk's chunk in each compared checkpoint that has one, newest
+  // first; valid until the next call.
+  const std::vector<Candidate>& Find(const std::string& key, DType dtype,
+                                     const Shape& global_shape, const Box& box);
+  // The content hashes of Find's last candidates, in the same order.
+  const std::vector<ContentHash>& found_hashes() const { return hashes_; }
+
+ private:
+  using Near = std::map<std::string, TensorMetadata>::const_iterator;
+  const ComparedCheckpoints& compared_;
+  int32_t world_ = 0;
+  std::vector<Near> near_;  // one per compared checkpoint
+  std::vector<Candidate> found_;
+  std::vector<ContentHash> hashes_;
+};
+
 // The decision for a chunk whose bytes hash to `hash`: reuse `candidate`'s
 // stored bytes (of checkpoint `previous_id`, or of the checkpoint holding
 // them in turn) when the 128-bit hashes are equal; otherwise write it.
 ChunkSource DecideChunkSource(const ChunkMetadata* candidate,
                               int64_t previous_id, const ContentHash& hash);
+
+// The same decision among `candidates` (CandidateFinder::Find): the stored
+// bytes of the newest whose hash is equal; otherwise write it.
+ChunkSource DecideChunkSource(const std::vector<Candidate>& candidates,
+                              const ContentHash& hash);
 
 // Whether a chunk with `candidate` (CandidateChunk) is hashed before it is
 // written, so that it is not written when unchanged: when the candidate was
@@ -61,14 +106,18 @@ ChunkSource DecideChunkSource(const ChunkMetadata* candidate,
 // out unchanged after all.
 bool HashBeforeWriting(const ChunkMetadata* candidate);
 
+// HashBeforeWriting of the newest of `candidates`.
+bool HashBeforeWriting(const std::vector<Candidate>& candidates);
+
 // Whether every chunk of `tensors` (a new checkpoint's record, `world`
-// ranks) that refers to stored bytes refers to what `previous` (the record it
-// was compared with, holding at least the tensors with such chunks) decides
-// for it: the same holder, writer rank and checksum as DecideChunkSource gives
-// for the chunk's content hash. Rank 0 checks the record before committing
-// it, so that no rank's mistake commits a reference to bytes that are not
-// there. Internal, naming the key and offset, for the first that does not.
+// ranks) that refers to stored bytes refers to bytes that `compared` (the
+// records it was compared with, holding at least the tensors with such
+// chunks) record for its content hash: the same holder, writer rank and
+// checksum as DecideChunkSource gives for one of its candidates.
+// Rank 0 checks the record before committing it, so that no rank's mistake
+// commits a reference to bytes that are not there. Internal, naming the key
+// and offset, for the first that does not.
 Status CheckReferences(const std::map<std::string, TensorMetadata>& tensors,
-                       const PreviousCheckpoint& previous, int32_t world);
+                       const ComparedCheckpoints& compared, int32_t world);
 
 }  // namespace ckptdb::planner

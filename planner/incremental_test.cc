@@ -108,19 +108,20 @@ TEST(IncrementalTest, OnlyAChunkFoundUnchangedLastTimeIsHashedBeforeWriting) {
 }
 
 TEST(IncrementalTest, ReferencesAsDecidedPassTheCheck) {
-  EXPECT_TRUE(CheckReferences(ReferringRecord(), TwoChunks(), 2).ok());
+  const PreviousCheckpoint previous = TwoChunks();
+  EXPECT_TRUE(CheckReferences(ReferringRecord(), {&previous}, 2).ok());
   // A written chunk needs nothing in the previous record.
   auto tensors = ReferringRecord();
   tensors["v"] = tensors["w"];
   for (auto& c : tensors["v"].chunks) c.holder_id = 0;
-  EXPECT_TRUE(CheckReferences(tensors, TwoChunks(), 2).ok());
+  EXPECT_TRUE(CheckReferences(tensors, {&previous}, 2).ok());
 }
 
 TEST(IncrementalTest, AReferenceOtherThanTheDecisionFailsTheCheck) {
   const PreviousCheckpoint previous = TwoChunks();
   auto expect_fails = [&](std::map<std::string, TensorMetadata> tensors,
                           const std::string& why, int32_t world = 2) {
-    Status s = CheckReferences(tensors, previous, world);
+    Status s = CheckReferences(tensors, {&previous}, world);
     EXPECT_EQ(s.code(), StatusCode::kInternal) << why << ": " << s.ToString();
     EXPECT_NE(s.message().find("'w'"), std::string::npos) << s.ToString();
   };
@@ -143,8 +144,96 @@ TEST(IncrementalTest, AReferenceOtherThanTheDecisionFailsTheCheck) {
   t["w"].global_shape = {4, 3};
   expect_fails(t, "other global shape");
   expect_fails(ReferringRecord(), "writer rank outside the world", 1);
-  EXPECT_FALSE(
-      CheckReferences(ReferringRecord(), PreviousCheckpoint{}, 2).ok());
+  EXPECT_FALSE(CheckReferences(ReferringRecord(), {}, 2).ok());
+}
+
+TEST(IncrementalTest, ComparedIdsAreTheNewestUpToTheDepthNewestFirst) {
+  EXPECT_EQ(ComparedIds({1, 2, 5, 9}, 2), (std::vector<int64_t>{9, 5}));
+  EXPECT_EQ(ComparedIds({1, 2}, 4), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(ComparedIds({}, 4), (std::vector<int64_t>{}));
+  EXPECT_EQ(ComparedIds({3}, 1), (std::vector<int64_t>{3}));
+}
+
+// Checkpoint `id` with one chunk of "w" whose content hash is `hash`, written
+// by it (holder 0) or referring to checkpoint `holder`.
+PreviousCheckpoint OneChunk(int64_t id, ContentHash hash, int64_t holder = 0) {
+  PreviousCheckpoint previous;
+  previous.id = id;
+  TensorMetadata& t = previous.tensors["w"];
+  t.dtype = DType::kFloat32;
+  t.global_shape = {2};
+  t.chunks.push_back(
+      {Box{{0}, {2}}, 0, 8, static_cast<uint64_t>(100 + id), holder, hash});
+  return previous;
+}
+
+TEST(IncrementalTest, AStateThatGoesBackSharesTheBytesOfAnOlderCheckpoint) {
+  // Saved A (id 1), then B (id 2): a save of A again compares with both.
+  const PreviousCheckpoint a = OneChunk(1, ContentHash{1, 1});
+  const PreviousCheckpoint b = OneChunk(2, ContentHash{2, 2});
+  const ComparedCheckpoints compared{&b, &a};
+  CandidateFinder finder(compared, 1);
+  const auto& found = finder.Find("w", DType::kFloat32, {2}, {{0}, {2}});
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[0].checkpoint_id, 2);  // newest first
+  EXPECT_EQ(found[1].checkpoint_id, 1);
+  EXPECT_EQ(finder.found_hashes(),
+            (std::vector<ContentHash>{ContentHash{2, 2}, ContentHash{1, 1}}));
+  EXPECT_EQ(DecideChunkSource(found, ContentHash{1, 1}),
+            (ChunkSource{true, 1, 0, 101}));
+  EXPECT_EQ(DecideChunkSource(found, ContentHash{2, 2}),
+            (ChunkSource{true, 2, 0, 102}));
+  EXPECT_FALSE(DecideChunkSource(found, ContentHash{3, 3}).reuse);
+  // B was written by its save (the state changed): hashed as it is written.
+  EXPECT_FALSE(HashBeforeWriting(found));
+  // The check accepts the reference to A's bytes, and no other.
+  std::map<std::string, TensorMetadata> record = a.tensors;
+  record["w"].chunks[0].holder_id = 1;
+  EXPECT_TRUE(CheckReferences(record, compared, 1).ok());
+  EXPECT_FALSE(CheckReferences(record, {&b}, 1).ok());
+  record["w"].chunks[0].holder_id = 2;
+  EXPECT_FALSE(CheckReferences(record, compared, 1).ok());
+}
+
+TEST(IncrementalTest,
+     TheNewestEqualCandidateDecidesAndAnyEqualOnePassesTheCheck) {
+  // Checkpoint 3 refers to checkpoint 1's bytes for the chunk; checkpoint 2
+  // wrote the same content again (a save that did not compare with 1).
+  const PreviousCheckpoint three = OneChunk(3, ContentHash{7, 7}, 1);
+  const PreviousCheckpoint two = OneChunk(2, ContentHash{7, 7});
+  const ComparedCheckpoints compared{&three, &two};
+  CandidateFinder finder(compared, 1);
+  const auto& found = finder.Find("w", DType::kFloat32, {2}, {{0}, {2}});
+  EXPECT_EQ(DecideChunkSource(found, ContentHash{7, 7}),
+            (ChunkSource{true, 1, 0, 103}));
+  EXPECT_TRUE(HashBeforeWriting(found));  // the newest was found unchanged
+  std::map<std::string, TensorMetadata> record = two.tensors;
+  for (int64_t holder : {1, 2}) {
+    SCOPED_TRACE(holder);
+    record["w"].chunks[0].holder_id = holder;
+    record["w"].chunks[0].checksum = holder == 1 ? 103 : 102;
+    EXPECT_TRUE(CheckReferences(record, compared, 1).ok());
+  }
+}
+
+TEST(IncrementalTest, AFinderSkipsCheckpointsWithoutTheChunk) {
+  const PreviousCheckpoint a = OneChunk(1, ContentHash{1, 1});
+  PreviousCheckpoint other = OneChunk(2, ContentHash{2, 2});
+  other.tensors["w"].global_shape = {3};  // another shape: not comparable
+  PreviousCheckpoint empty;
+  empty.id = 3;
+  const ComparedCheckpoints compared{&empty, &other, &a};
+  CandidateFinder finder(compared, 1);
+  for (const char* key : {"a", "w", "x"}) {
+    SCOPED_TRACE(key);
+    const auto& found = finder.Find(key, DType::kFloat32, {2}, {{0}, {2}});
+    if (std::string(key) != "w") {
+      EXPECT_TRUE(found.empty());
+      continue;
+    }
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].checkpoint_id, 1);
+  }
 }
 
 }  // namespace

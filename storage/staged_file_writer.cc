@@ -42,6 +42,10 @@ namespace {
 // chunks, so that such a block never goes through it.
 constexpr size_t kTableWriteBufferBytes = size_t{64} << 10;
 
+bool IsOneOf(const ContentHash& hash, std::span<const ContentHash> hashes) {
+  return std::find(hashes.begin(), hashes.end(), hash) != hashes.end();
+}
+
 class StagedFileWriterImpl : public StagedFileWriter {
  public:
   StagedFileWriterImpl(std::string path, const std::string& store_path,
@@ -109,11 +113,11 @@ class StagedFileWriterImpl : public StagedFileWriter {
 
   Result<Added> AddUnlessUnchanged(
       std::string_view tensor_key, const Shape& global_offset,
-      std::string_view bytes, std::optional<ContentHash> unchanged) override {
+      std::string_view bytes, std::span<const ContentHash> unchanged) override {
     Added out;
     if (!GoesToValueFile(bytes)) {
       out.digest = ChunkChecksumAndContentHash(bytes.data(), bytes.size());
-      if (out.digest.content == unchanged) return out;
+      if (IsOneOf(out.digest.content, unchanged)) return out;
       CKPTDB_RETURN_IF_ERROR(Put(tensor_key, global_offset, bytes));
       out.added = true;
       return out;
@@ -121,7 +125,7 @@ class StagedFileWriterImpl : public StagedFileWriter {
     CKPTDB_ASSIGN_OR_RETURN(
         const ValuePointer at,
         values_.AppendHashing(bytes, /*content=*/true, &out.digest));
-    if (out.digest.content == unchanged) {
+    if (IsOneOf(out.digest.content, unchanged)) {
       CKPTDB_RETURN_IF_ERROR(values_.DropLast(at));
       return out;
     }

@@ -102,13 +102,14 @@ class StagedFileWriter {
     ChunkDigest digest;
     bool added = false;
   };
-  // Adds a chunk unless its content hash is `unchanged` (that of a stored
-  // chunk it may equal), hashing it as it is written: one pass over the bytes.
+  // Adds a chunk unless its content hash is one of `unchanged` (those of the
+  // stored chunks it may equal), hashing it as it is written: one pass over
+  // the bytes.
   // An unchanged chunk leaves nothing behind (its bytes, written, are taken
   // back); the caller refers to the stored chunk instead.
   virtual Result<Added> AddUnlessUnchanged(
       std::string_view tensor_key, const Shape& global_offset,
-      std::string_view bytes, std::optional<ContentHash> unchanged) = 0;
+      std::string_view bytes, std::span<const ContentHash> unchanged) = 0;
   // Finishes (and syncs) the file; returns its path, or "" when no chunk was
   // added (the file is removed then).
   virtual Result<std::string> Finish() = 0;

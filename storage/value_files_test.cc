@@ -252,10 +252,11 @@ TEST(ValueFileTest, AChunkFoundUnchangedAsItIsWrittenLeavesNothingBehind) {
   for (const Case& c : cases) {
     const ChunkDigest digest =
         ChunkChecksumAndContentHash(c.bytes.data(), c.bytes.size());
-    // A changed chunk is compared with another chunk's hash, or with none.
-    std::optional<ContentHash> compared_with;
-    if (c.unchanged) compared_with = digest.content;
-    if (c.key == "c") compared_with = ContentHash{1, 2};
+    // A changed chunk is compared with other chunks' hashes, or with none;
+    // an unchanged one's hash is among those it is compared with.
+    std::vector<ContentHash> compared_with;
+    if (c.unchanged) compared_with = {ContentHash{5, 6}, digest.content};
+    if (c.key == "c") compared_with = {ContentHash{1, 2}, ContentHash{3, 4}};
     auto added =
         (*writer)->AddUnlessUnchanged(c.key, {0}, c.bytes, compared_with);
     ASSERT_TRUE(added.ok()) << added.status().ToString();
@@ -290,7 +291,8 @@ TEST(ValueFileTest, AChunkFoundUnchangedAsItIsWrittenLeavesNothingBehind) {
   auto none = (*store)->NewStagedFile(next, 0, 0);
   ASSERT_TRUE(none.ok());
   for (const Case& c : cases) {
-    const ContentHash same = ChunkContentHash(c.bytes.data(), c.bytes.size());
+    const ContentHash same[] = {
+        ChunkContentHash(c.bytes.data(), c.bytes.size())};
     auto added = (*none)->AddUnlessUnchanged(c.key, {0}, c.bytes, same);
     ASSERT_TRUE(added.ok());
     EXPECT_FALSE(added->added);

@@ -383,6 +383,12 @@ TEST(IncrementalTest, RanksOtherThanZeroCompareWithTheirOwnLastChunks) {
           << "rank " << rank << ": " << next.status().ToString();
       EXPECT_EQ(next->nbytes_written, static_cast<int64_t>(kTensorBytes))
           << "rank " << rank;
+      // Back to the state of checkpoint 2: every chunk is among what the
+      // ranks kept of their last commits.
+      auto back = save(s, 4);
+      ASSERT_TRUE(back.ok())
+          << "rank " << rank << ": " << back.status().ToString();
+      EXPECT_EQ(back->nbytes_written, 0) << "rank " << rank;
       ASSERT_TRUE(comms[rank]->Barrier().ok());
       if (rank == 1) faults->Disarm();
     });
@@ -392,6 +398,51 @@ TEST(IncrementalTest, RanksOtherThanZeroCompareWithTheirOwnLastChunks) {
   ASSERT_TRUE(db.ok()) << db.status().ToString();
   ExpectLoads(**db, 2, s, "unchanged");
   ExpectLoads(**db, 3, changed, "one tensor changed");
+  ExpectLoads(**db, 4, s, "changed back");
+}
+
+// A state that goes back to an earlier one (A, B, then A again) shares A's
+// bytes while A is among the newest Options::incremental_depth checkpoints,
+// whether the handle kept A's record or reads it from the store; the shared
+// bytes outlive A's deletion.
+TEST(IncrementalTest, AStateThatGoesBackSharesTheBytesOfAnEarlierCheckpoint) {
+  const State a = State::Make(31);
+  const State b = a.With(0, 32).With(1, 33);
+  for (const bool reopen : {false, true}) {
+    for (const int depth : {1, 2, 4}) {
+      const std::string ctx = "depth " + std::to_string(depth) +
+                              (reopen ? ", reopened between saves" : "");
+      TempDir dir;
+      Options options = SmallChunks();
+      options.incremental_depth = depth;
+      std::vector<CheckpointInfo> infos;
+      auto db = DB::Open(options, dir.path());
+      ASSERT_TRUE(db.ok()) << ctx;
+      for (const State* state : {&a, &b, &a}) {
+        if (reopen) {
+          ASSERT_TRUE((*db)->Close().ok());
+          db = DB::Open(options, dir.path());
+          ASSERT_TRUE(db.ok()) << ctx;
+        }
+        State copy = *state;
+        StateDict sd = copy.Dict();
+        auto info = (*db)->Save(sd, {});
+        ASSERT_TRUE(info.ok()) << ctx << ": " << info.status().ToString();
+        infos.push_back(*info);
+      }
+      // Tensors 0 and 1 went back to checkpoint 1's values.
+      const int64_t changed_back = 2 * kTensorBytes;
+      EXPECT_EQ(infos[1].nbytes_written, changed_back) << ctx;
+      EXPECT_EQ(infos[2].nbytes_written, depth >= 2 ? 0 : changed_back) << ctx;
+      // Tensors 2 and 3 never changed: checkpoint 1's bytes either way.
+      EXPECT_EQ(infos[2].references, std::vector<int64_t>{1}) << ctx;
+      ASSERT_TRUE((*db)->Delete(CheckpointSelector::Id(1)).ok()) << ctx;
+      ASSERT_TRUE((*db)->Delete(CheckpointSelector::Id(2)).ok()) << ctx;
+      ExpectLoads(**db, 3, a, ctx);
+      ASSERT_TRUE((*db)->Close().ok());
+      ExpectStoreAccounted(dir.path(), ctx);
+    }
+  }
 }
 
 TEST(IncrementalTest, AChangedDtypeOrShapeIsWrittenAgain) {

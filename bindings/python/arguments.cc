@@ -200,11 +200,16 @@ Result<Options> OpenOptions(py::handle create, py::handle read_only,
       }
     } else if (name == "incremental") {
       CKPTDB_ASSIGN_OR_RETURN(o.incremental, Flag(value, what));
+    } else if (name == "incremental_depth") {
+      CKPTDB_ASSIGN_OR_RETURN(int64_t v,
+                              IntIn(value, what, 1, INT_MAX, "an int >= 1"));
+      o.incremental_depth = static_cast<int>(v);
     } else {
       return Status::InvalidArgument(
           "unknown option '" + name +
           "' (max_chunk_bytes, io_threads, sync, load_buffer_bytes, "
-          "snapshot_bytes, keep_last, keep_every_steps, incremental)");
+          "snapshot_bytes, keep_last, keep_every_steps, incremental, "
+          "incremental_depth)");
     }
   }
   return o;

@@ -36,6 +36,11 @@ Status CheckOptions(const Options& options) {
                                      std::to_string(*value));
     }
   }
+  if (options.incremental_depth < 1) {
+    return Status::InvalidArgument(
+        "Options::incremental_depth must be >= 1, got " +
+        std::to_string(options.incremental_depth));
+  }
   if (options.io_threads < 0) {
     return Status::InvalidArgument("Options::io_threads must be >= 0, got " +
                                    std::to_string(options.io_threads));

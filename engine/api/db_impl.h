@@ -12,6 +12,7 @@
 #include "engine/collectives/wire.h"
 #include "engine/device/device_seams.h"
 #include "engine/load/load_executor.h"
+#include "engine/save/save_incremental.h"
 #include "engine/save/save_record.h"
 #include "engine/save/snapshot_memory.h"
 #include "planner/incremental.h"
@@ -45,9 +46,10 @@ class DBImpl : public DB {
                               const SaveOptions& options) override;
   Result<std::shared_ptr<PendingSave>> SaveAsync(
       const StateDict& state, const SaveOptions& options) override;
-  // Rank 0: the checkpoint an incremental save compares its chunks with (the
-  // latest committed one), 0 for none or with Options::incremental off.
-  Result<int64_t> IncrementalBase();
+  // Rank 0: the checkpoints an incremental save compares its chunks with (the
+  // newest Options::incremental_depth committed ones whose bytes are all
+  // there), newest first; none with Options::incremental off.
+  Result<std::vector<int64_t>> IncrementalBases();
   Result<LoadResult> Load(StateDict& state, const CheckpointSelector& which,
                           const LoadOptions& options) override;
   Result<std::vector<CheckpointInfo>> ListCheckpoints() override;
@@ -155,11 +157,12 @@ class DBImpl : public DB {
   // The staging memory of loads, kept for the next load (released at close).
   LoadScratch load_scratch_;
   std::shared_ptr<AsyncSave> pending_;
-  // Incremental saves: the chunks of this handle's last commit, which the
-  // next save compares with while it is the latest checkpoint. Rank 0 keeps
-  // the whole record; the other ranks their own chunks (OwnChunks in
+  // Incremental saves: the chunks of this handle's last commits (at most
+  // Options::incremental_depth, newest first), which the next saves compare
+  // with while they are among the store's newest checkpoints. Rank 0 keeps
+  // whole records; the other ranks their own chunks (OwnChunks in
   // save_incremental.h).
-  std::optional<planner::PreviousCheckpoint> last_commit_;
+  KeptCommits kept_commits_;
   // Held through each collective call (Save, SaveAsync, Load, Delete,
   // Close): calls from several threads of the process run one after
   // another. Two saves at once took the same checkpoint id, and both

@@ -361,23 +361,44 @@ ckptdb::Status StatusFromRoot(Communicator& comm,
   return DecodeStatus(bytes);
 }
 
-Result<int64_t> IdFromRoot(Communicator& comm,
-                           const std::function<Result<int64_t>()>& at_root) {
+Result<std::vector<int64_t>> IdsFromRoot(
+    Communicator& comm,
+    const std::function<Result<std::vector<int64_t>>()>& at_root) {
   std::string bytes;
   if (comm.rank() == 0) {
-    Result<int64_t> id = at_root();
+    Result<std::vector<int64_t>> ids = at_root();
     WireWriter w;
-    w.Status(id.status());
-    w.I64(id.ok() ? *id : 0);
+    w.Status(ids.status());
+    w.U64(ids.ok() ? ids->size() : 0);
+    if (ids.ok()) {
+      for (int64_t id : *ids) w.I64(id);
+    }
     bytes = w.Take();
   }
   CKPTDB_RETURN_IF_ERROR(comm.Broadcast(&bytes, 0));
   WireReader r(bytes);
   ckptdb::Status status;
-  int64_t id = 0;
-  if (!r.Status(&status) || !r.I64(&id)) return Malformed("checkpoint id");
+  uint64_t n = 0;
+  if (!r.Status(&status) || !r.U64(&n) || n > bytes.size() / 8)
+    return Malformed("checkpoint ids");
+  std::vector<int64_t> ids(n);
+  for (int64_t& id : ids) {
+    if (!r.I64(&id)) return Malformed("checkpoint ids");
+  }
   CKPTDB_RETURN_IF_ERROR(status);
-  return id;
+  return ids;
+}
+
+Result<int64_t> IdFromRoot(Communicator& comm,
+                           const std::function<Result<int64_t>()>& at_root) {
+  CKPTDB_ASSIGN_OR_RETURN(
+      std::vector<int64_t> ids,
+      IdsFromRoot(comm, [&]() -> Result<std::vector<int64_t>> {
+        CKPTDB_ASSIGN_OR_RETURN(int64_t id, at_root());
+        return std::vector<int64_t>{id};
+      }));
+  if (ids.size() != 1) return Malformed("checkpoint id");
+  return ids.front();
 }
 
 Result<planner::SaveClasses> DecodeSaveClasses(const RankClasses& gathered) {

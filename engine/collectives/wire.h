@@ -151,6 +151,10 @@ Status StatusFromRoot(Communicator& comm,
                       const std::function<Status()>& at_root);
 Result<int64_t> IdFromRoot(Communicator& comm,
                            const std::function<Result<int64_t>()>& at_root);
+// The same for a list of ids.
+Result<std::vector<int64_t>> IdsFromRoot(
+    Communicator& comm,
+    const std::function<Result<std::vector<int64_t>>()>& at_root);
 
 // Every rank contributes `local`; all get FirstError of them (PeerClosing
 // for a rank that sent no part). Collective.

@@ -28,8 +28,9 @@ struct PreparedSave {
   bool whole_plan = false;
   SaveOptions options;
   int64_t id = 0;
-  // The checkpoint an incremental save compares with (0: none).
-  int64_t base_id = 0;
+  // The checkpoints an incremental save compares with, newest first (none:
+  // every chunk is written).
+  std::vector<int64_t> base_ids;
   std::vector<MyChunk> mine;
   std::vector<size_t> order;  // of `mine`, by storage key: the write order
 };

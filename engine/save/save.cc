@@ -15,18 +15,26 @@
 
 namespace ckptdb::engine {
 
-Result<int64_t> DBImpl::IncrementalBase() {
-  if (!options_.incremental) return 0;
+Result<std::vector<int64_t>> DBImpl::IncrementalBases() {
+  if (!options_.incremental) return std::vector<int64_t>{};
   CKPTDB_ASSIGN_OR_RETURN(auto all, store_->List());
-  if (all.empty() || store_->read_only())
-    return all.empty() ? 0 : all.back().id;
-  // Bytes of the latest checkpoint that are lost (a value file missing or cut
-  // short) cannot be shared: the save writes every chunk again from the
-  // caller's tensors. The store's LOG and `verify` name the lost file.
-  const Status shareable = store_->CheckShareable(all.back().id);
-  if (shareable.IsCorruption()) return 0;
-  CKPTDB_RETURN_IF_ERROR(shareable);
-  return all.back().id;
+  std::vector<int64_t> ids;
+  for (const CheckpointInfo& info : all) ids.push_back(info.id);
+  std::vector<int64_t> bases =
+      planner::ComparedIds(ids, options_.incremental_depth);
+  if (store_->read_only()) return bases;
+  // Bytes of a checkpoint that are lost (a value file missing or cut short)
+  // cannot be shared: its chunks are not compared with, and those equal to
+  // none of the others are written again from the caller's tensors. The
+  // store's LOG and `verify` name the lost file.
+  std::vector<int64_t> shareable;
+  for (int64_t id : bases) {
+    const Status s = store_->CheckShareable(id);
+    if (s.IsCorruption()) continue;
+    CKPTDB_RETURN_IF_ERROR(s);
+    shareable.push_back(id);
+  }
+  return shareable;
 }
 
 Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
@@ -58,12 +66,13 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
         if (options.tag) {
           CKPTDB_RETURN_IF_ERROR(store_->CheckTagFree(*options.tag));
         }
-        CKPTDB_ASSIGN_OR_RETURN(p.base_id, IncrementalBase());
+        CKPTDB_ASSIGN_OR_RETURN(p.base_ids, IncrementalBases());
         return store_->NextCheckpointId();
       }));
   CKPTDB_ASSIGN_OR_RETURN(
-      p.base_id,
-      IdFromRoot(*comm_, [&]() -> Result<int64_t> { return p.base_id; }));
+      p.base_ids, IdsFromRoot(*comm_, [&]() -> Result<std::vector<int64_t>> {
+        return p.base_ids;
+      }));
   p.mine = CollectMyChunks(p.plan, p.own_layout(rank), p.views, rank, &p.order);
   return p;
 }
@@ -72,19 +81,19 @@ Status DBImpl::WriteMyChunks(const PreparedSave& p, SnapshotRing* snapshot,
                              std::vector<WrittenChunk>* checksums,
                              std::vector<std::string>* files) {
   const int rank = comm_->rank();
-  // Every rank keeps the chunks of its last commit (rank 0 the whole record,
+  // Every rank keeps the chunks of its last commits (rank 0 whole records,
   // the others their own): no read (and, on the others, no re-open of their
-  // handle) when that is the checkpoint compared with.
-  planner::PreviousCheckpoint read;
-  const planner::PreviousCheckpoint* previous =
-      ComparedWith(last_commit_, *store_, p.base_id, p.plan, p.mine, rank,
+  // handle) for those among the checkpoints compared with.
+  KeptCommits read;
+  const planner::ComparedCheckpoints compared =
+      ComparedWith(kept_commits_, *store_, p.base_ids, p.plan, p.mine, rank,
                    comm_->size(), &read);
   const WriteContext context{p.id,
                              rank,
                              comm_->size(),
                              io_threads(),
-                             p.base_id != 0 || options_.incremental,
-                             previous,
+                             !p.base_ids.empty() || options_.incremental,
+                             &compared,
                              snapshot,
                              devices_.copier};
   return WriteStaged(*store_, p.plan, p.mine, p.order, context, checksums,
@@ -100,13 +109,14 @@ Result<SaveOutcome> DBImpl::CommitOnEveryRank(
       GatherToRoot(*comm_, EncodeWritten(written, files, checksums)));
   std::string outcome;
   if (comm_->rank() == 0) {
-    outcome = CommitOnRoot(
-        *store_,
-        {p.classes, options_.max_chunk_bytes, p.whole_plan ? &p.plan : nullptr,
-         p.id, p.base_id, p.options, comm_->size()},
-        results, &last_commit_,
-        {options_.keep_last, options_.keep_every_steps});
-    if (!options_.incremental) last_commit_.reset();
+    outcome =
+        CommitOnRoot(*store_,
+                     {p.classes, options_.max_chunk_bytes,
+                      p.whole_plan ? &p.plan : nullptr, p.id, p.base_ids,
+                      p.options, comm_->size(), options_.incremental_depth},
+                     results, &kept_commits_,
+                     {options_.keep_last, options_.keep_every_steps});
+    if (!options_.incremental) kept_commits_.clear();
   }
   CKPTDB_RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
   SaveOutcome decoded;
@@ -126,12 +136,15 @@ Result<CheckpointInfo> DBImpl::FinishSave(PreparedSave& p,
   // return its outcome.
   CKPTDB_ASSIGN_OR_RETURN(const SaveOutcome outcome,
                           CommitOnEveryRank(p, written, files, checksums));
-  // What the next incremental save compares with (rank 0's whole record is
-  // kept by CommitOnRoot).
+  // What the next incremental saves compare with (rank 0's whole record is
+  // kept by CommitOnRoot). After a failure nothing kept is trusted.
   if (comm_->rank() != 0) {
-    last_commit_.reset();
-    if (outcome.status.ok() && written.ok() && options_.incremental)
-      last_commit_ = OwnChunks(outcome.info.id, p.plan, p.mine, checksums);
+    if (outcome.status.ok() && written.ok() && options_.incremental) {
+      KeepCommit(OwnChunks(outcome.info.id, p.plan, p.mine, checksums),
+                 options_.incremental_depth, &kept_commits_);
+    } else {
+      kept_commits_.clear();
+    }
   }
   // The retention policy may have deleted checkpoints, even when a later
   // deletion failed.

@@ -117,7 +117,7 @@ Result<CheckpointMetadata> BuildRecord(
 
 std::string CommitOnRoot(storage::Store& store, const RootCommit& commit,
                          const std::vector<std::string>& results,
-                         std::optional<planner::PreviousCheckpoint>* committed,
+                         KeptCommits* committed,
                          const planner::RetentionPolicy& retention) {
   RankReports reports = DecodeReports(results, commit.world);
   Status s = reports.status;
@@ -128,11 +128,14 @@ std::string CommitOnRoot(storage::Store& store, const RootCommit& commit,
     if (built.ok()) meta = std::move(built).value();
   }
   if (s.ok())
-    s = CheckRecordReferences(store, meta, commit.base_id, *committed);
+    s = CheckRecordReferences(store, meta, commit.base_ids, *committed);
   if (s.ok()) s = store.Commit(meta, reports.staged);
   if (!s.ok()) store.RemoveStaged(reports.staged);
-  committed->reset();
-  if (s.ok()) committed->emplace(commit.id, std::move(meta.tensors));
+  if (s.ok()) {
+    KeepCommit({commit.id, std::move(meta.tensors)}, commit.depth, committed);
+  } else {
+    committed->clear();
+  }
   bool deleted = false;
   if (s.ok()) s = ApplyRetention(store, retention, commit.id, &deleted);
   return EncodeSaveOutcome({s, meta.info, deleted});

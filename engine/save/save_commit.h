@@ -12,6 +12,7 @@
 #include "ckptdb/options.h"
 #include "ckptdb/status.h"
 #include "engine/collectives/classes.h"
+#include "engine/save/save_incremental.h"
 #include "engine/save/save_record.h"
 #include "planner/incremental.h"
 #include "planner/retention.h"
@@ -41,7 +42,8 @@ Status ApplyRetention(storage::Store& store,
 
 // What rank 0 commits: the save plan's inputs (every chunk of `classes`, cut
 // at `max_chunk_bytes`), checkpoint `id`, whose references were decided
-// against checkpoint `base_id`, saved by `world` ranks with `options`.
+// against checkpoints `base_ids`, saved by `world` ranks with `options`; rank
+// 0 keeps the records of the last `depth` commits.
 struct RootCommit {
   const planner::SaveClasses& classes;
   size_t max_chunk_bytes = 0;
@@ -49,9 +51,10 @@ struct RootCommit {
   // into the record); null: planned here.
   planner::SavePlan* whole_plan = nullptr;
   int64_t id = 0;
-  int64_t base_id = 0;
+  const std::vector<int64_t>& base_ids;
   const SaveOptions& options;
   int world = 0;
+  int depth = 1;
 };
 
 // Every rank's report (EncodeWritten), decoded in rank order until the first
@@ -65,13 +68,14 @@ struct RankReports {
 RankReports DecodeReports(const std::vector<std::string>& results, int world);
 
 // Rank 0: every rank's written files and checksums (`results`) become the
-// record of the whole plan, its references checked against `commit.base_id`,
-// committed; the outcome, encoded for the other ranks. `committed` holds the
-// chunks of rank 0's last commit; on success, those of this one, for the next
-// incremental save to compare with; then `retention` is applied.
+// record of the whole plan, its references checked against
+// `commit.base_ids`, committed; the outcome, encoded for the other ranks.
+// `committed` holds the records of rank 0's last commits; on success this one
+// joins them, for the next incremental saves to compare with (on failure they
+// are dropped); then `retention` is applied.
 std::string CommitOnRoot(storage::Store& store, const RootCommit& commit,
                          const std::vector<std::string>& results,
-                         std::optional<planner::PreviousCheckpoint>* committed,
+                         KeptCommits* committed,
                          const planner::RetentionPolicy& retention);
 
 }  // namespace ckptdb::engine

@@ -4,16 +4,16 @@
 
 namespace ckptdb::engine {
 
-// The chunks of the checkpoint an incremental save compares with, for the
-// tensors this rank writes: none when `base_id` is 0 (the first save, or
-// incremental saves off) or when they cannot be read (every chunk is then
-// written).
-planner::PreviousCheckpoint ReadPrevious(storage::Store& store, int64_t base_id,
-                                         const planner::SavePlan& plan,
-                                         int rank) {
-  planner::PreviousCheckpoint previous;
-  if (base_id == 0 || !store.Refresh().ok()) return previous;
-  std::vector<std::string_view> keys;  // the plan's
+void KeepCommit(planner::PreviousCheckpoint committed, int depth,
+                KeptCommits* kept) {
+  kept->push_front(std::move(committed));
+  while (kept->size() > static_cast<size_t>(std::max(depth, 1)))
+    kept->pop_back();
+}
+
+std::vector<std::string_view> KeysWrittenBy(const planner::SavePlan& plan,
+                                            int rank) {
+  std::vector<std::string_view> keys;
   for (const auto& tensor : plan.tensors) {
     for (const auto& chunk : tensor.chunks) {
       if (chunk.writer_rank != rank) continue;
@@ -21,6 +21,13 @@ planner::PreviousCheckpoint ReadPrevious(storage::Store& store, int64_t base_id,
       break;
     }
   }
+  return keys;
+}
+
+planner::PreviousCheckpoint ReadPrevious(
+    storage::Store& store, int64_t base_id,
+    const std::vector<std::string_view>& keys) {
+  planner::PreviousCheckpoint previous;
   if (keys.empty()) return previous;
   auto meta = store.GetMetadata(base_id, keys);
   if (!meta.ok()) return previous;
@@ -29,9 +36,6 @@ planner::PreviousCheckpoint ReadPrevious(storage::Store& store, int64_t base_id,
   return previous;
 }
 
-// The chunks this rank saved in checkpoint `id` (`written`, for `mine` of
-// `plan`), as the record has them: what its next incremental save compares
-// with when `id` is still the latest checkpoint, without reading the store.
 planner::PreviousCheckpoint OwnChunks(
     int64_t id, const planner::SavePlan& plan, const std::vector<MyChunk>& mine,
     const std::vector<WrittenChunk>& written) {
@@ -54,10 +58,6 @@ planner::PreviousCheckpoint OwnChunks(
   return own;
 }
 
-// Whether `previous` has a chunk to compare with for every chunk of `mine`:
-// a rank's own chunks of the last save are enough when it saves the same
-// chunks again; otherwise it reads the tensors it writes from the store
-// (ReadPrevious), whichever rank wrote their chunks.
 bool CoversMyChunks(const planner::PreviousCheckpoint& previous,
                     const planner::SavePlan& plan,
                     const std::vector<MyChunk>& mine, int world) {
@@ -72,43 +72,66 @@ bool CoversMyChunks(const planner::PreviousCheckpoint& previous,
   return true;
 }
 
-// Rank 0, before committing `meta`: checks its references against the record
-// of checkpoint `base_id` they were decided on (planner::CheckReferences):
-// `held` where it is that record, whole (rank 0's last commit), else the
-// tensors with references, read from the store.
-Status CheckRecordReferences(
-    storage::Store& store, const CheckpointMetadata& meta, int64_t base_id,
-    const std::optional<planner::PreviousCheckpoint>& held) {
-  if (meta.info.references.empty()) return Status::OK();
-  if (held && held->id == base_id && base_id != 0)
-    return planner::CheckReferences(meta.tensors, *held, meta.info.world_size);
-  planner::PreviousCheckpoint base;
-  if (base_id != 0) {
-    std::vector<std::string_view> keys;  // meta's
-    for (const auto& [key, tensor] : meta.tensors) {
-      if (std::any_of(tensor.chunks.begin(), tensor.chunks.end(),
-                      [](const ChunkMetadata& c) { return c.holder_id != 0; }))
-        keys.push_back(key);
-    }
-    CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata read,
-                            store.GetMetadata(base_id, keys));
-    base.id = base_id;
-    base.tensors = std::move(read.tensors);
+namespace {
+
+// The commit of checkpoint `id` that `kept` holds, or nullptr.
+const planner::PreviousCheckpoint* KeptOf(const KeptCommits& kept, int64_t id) {
+  for (const planner::PreviousCheckpoint& commit : kept) {
+    if (commit.id == id) return &commit;
   }
-  return planner::CheckReferences(meta.tensors, base, meta.info.world_size);
+  return nullptr;
 }
 
-const planner::PreviousCheckpoint* ComparedWith(
-    const std::optional<planner::PreviousCheckpoint>& last_commit,
-    storage::Store& store, int64_t base_id, const planner::SavePlan& plan,
-    const std::vector<MyChunk>& mine, int rank, int world,
-    planner::PreviousCheckpoint* read) {
-  if (last_commit && last_commit->id == base_id && base_id != 0 &&
-      (rank == 0 || CoversMyChunks(*last_commit, plan, mine, world))) {
-    return &*last_commit;
+}  // namespace
+
+Status CheckRecordReferences(storage::Store& store,
+                             const CheckpointMetadata& meta,
+                             const std::vector<int64_t>& base_ids,
+                             const KeptCommits& kept) {
+  if (meta.info.references.empty()) return Status::OK();
+  std::vector<std::string_view> keys;  // meta's tensors with references
+  for (const auto& [key, tensor] : meta.tensors) {
+    if (std::any_of(tensor.chunks.begin(), tensor.chunks.end(),
+                    [](const ChunkMetadata& c) { return c.holder_id != 0; }))
+      keys.push_back(key);
   }
-  *read = ReadPrevious(store, base_id, plan, rank);
-  return read;
+  KeptCommits read;
+  planner::ComparedCheckpoints compared;
+  for (int64_t id : base_ids) {
+    const planner::PreviousCheckpoint* held = KeptOf(kept, id);
+    if (held == nullptr) {
+      CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata record,
+                              store.GetMetadata(id, keys));
+      held = &read.emplace_back(
+          planner::PreviousCheckpoint{id, std::move(record.tensors)});
+    }
+    compared.push_back(held);
+  }
+  return planner::CheckReferences(meta.tensors, compared, meta.info.world_size);
+}
+
+planner::ComparedCheckpoints ComparedWith(
+    const KeptCommits& kept, storage::Store& store,
+    const std::vector<int64_t>& base_ids, const planner::SavePlan& plan,
+    const std::vector<MyChunk>& mine, int rank, int world, KeptCommits* read) {
+  planner::ComparedCheckpoints compared;
+  std::vector<std::string_view> keys;  // the tensors this rank writes
+  for (int64_t id : base_ids) {
+    const planner::PreviousCheckpoint* held = KeptOf(kept, id);
+    if (held != nullptr &&
+        (rank == 0 || CoversMyChunks(*held, plan, mine, world))) {
+      compared.push_back(held);
+      continue;
+    }
+    if (keys.empty()) {
+      keys = KeysWrittenBy(plan, rank);
+      if (keys.empty() || !store.Refresh().ok()) break;
+    }
+    planner::PreviousCheckpoint previous = ReadPrevious(store, id, keys);
+    if (previous.id != 0)
+      compared.push_back(&read->emplace_back(std::move(previous)));
+  }
+  return compared;
 }
 
 }  // namespace ckptdb::engine

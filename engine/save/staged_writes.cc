@@ -13,17 +13,16 @@
 namespace ckptdb::engine {
 namespace {
 
-using PreviousTensors = std::map<std::string, TensorMetadata>;
-
-// One chunk: refers to stored bytes when its content hash equals the previous
-// checkpoint's chunk (planner::DecideChunkSource), else added to `writer`;
-// hashed before or as it is written (planner::HashBeforeWriting). `near`:
-// where the previous chunk's tensor was found (planner::CandidateChunk).
+// One chunk: refers to stored bytes when its content hash equals that of the
+// same chunk in a compared checkpoint (planner::DecideChunkSource), else
+// added to `writer`; hashed before or as it is written
+// (planner::HashBeforeWriting). `finder`: the candidates of the part's
+// chunks, taken in key order (null when nothing is compared with).
 Result<WrittenChunk> WriteChunk(const WriteContext& context,
                                 const planner::PlannedTensor& tensor,
                                 const planner::PlannedChunk& chunk,
                                 const char* data, uint64_t nbytes,
-                                PreviousTensors::const_iterator* near,
+                                planner::CandidateFinder* finder,
                                 storage::StagedFileWriter& writer) {
   WrittenChunk out;
   out.writer_rank = context.rank;
@@ -33,12 +32,14 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
         out.checksum, writer.Add(tensor.flat_key, chunk.box.origin, bytes));
     return out;
   }
-  const ChunkMetadata* candidate = planner::CandidateChunk(
-      *context.previous, tensor.flat_key, tensor.dtype, tensor.global_shape,
-      chunk.box, context.world, near);
+  static const std::vector<planner::Candidate> kNone;
+  const std::vector<planner::Candidate>& candidates =
+      finder != nullptr ? finder->Find(tensor.flat_key, tensor.dtype,
+                                       tensor.global_shape, chunk.box)
+                        : kNone;
   auto reuse = [&](const ContentHash& content) {
     const planner::ChunkSource source =
-        planner::DecideChunkSource(candidate, context.previous->id, content);
+        planner::DecideChunkSource(candidates, content);
     out.content_hash = content;
     if (source.reuse) {
       out.checksum = source.checksum;
@@ -47,7 +48,7 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
     }
     return source.reuse;
   };
-  if (planner::HashBeforeWriting(candidate)) {
+  if (planner::HashBeforeWriting(candidates)) {
     const storage::ChunkDigest digest =
         storage::ChunkChecksumAndContentHash(data, nbytes);
     if (reuse(digest.content)) return out;
@@ -56,8 +57,9 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
         writer.Add(tensor.flat_key, chunk.box.origin, bytes, digest.checksum));
     return out;
   }
-  std::optional<ContentHash> unchanged;
-  if (candidate != nullptr) unchanged = candidate->content_hash;
+  static const std::vector<ContentHash> kNoHashes;
+  const std::vector<ContentHash>& unchanged =
+      finder != nullptr ? finder->found_hashes() : kNoHashes;
   CKPTDB_ASSIGN_OR_RETURN(
       const storage::StagedFileWriter::Added added,
       writer.AddUnlessUnchanged(tensor.flat_key, chunk.box.origin, bytes,
@@ -103,14 +105,11 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
         auto writer,
         store.NewStagedFile(context.id, context.rank, static_cast<int>(p)));
     DeviceChunks device(mine, order, context.copier);
-    // The part's chunks come in key order: each finds its tensor of the
-    // previous checkpoint from where the last one's was.
-    PreviousTensors::const_iterator near;
-    PreviousTensors::const_iterator* near_or_null = nullptr;
-    if (context.previous != nullptr) {
-      near = context.previous->tensors.begin();
-      near_or_null = &near;
-    }
+    // The part's chunks come in key order: each finds its tensor of each
+    // compared checkpoint from where the last one's was.
+    std::optional<planner::CandidateFinder> finder;
+    if (context.compared != nullptr && !context.compared->empty())
+      finder.emplace(*context.compared, context.world);
     for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
       const MyChunk& m = mine[order[i]];
       const auto& tensor = plan.tensors[m.tensor];
@@ -129,7 +128,7 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
       }
       Result<WrittenChunk> chunk =
           WriteChunk(context, tensor, tensor.chunks[m.chunk], data, m.nbytes,
-                     near_or_null, *writer);
+                     finder ? &*finder : nullptr, *writer);
       if (context.snapshot != nullptr) {
         if (source.direct) {
           context.snapshot->DirectDone(i);

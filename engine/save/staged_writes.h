@@ -27,7 +27,7 @@ struct WriteContext {
   // Hash every chunk (incremental saves on).
   bool hash = false;
   // What the chunks are compared with.
-  const planner::PreviousCheckpoint* previous = nullptr;
+  const planner::ComparedCheckpoints* compared = nullptr;
   // An asynchronous save: the chunks' bytes come from here (or, those it
   // hands the writers directly, from the caller's memory).
   SnapshotRing* snapshot = nullptr;

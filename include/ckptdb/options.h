@@ -81,10 +81,16 @@ struct Options {
   // crash safety.
   bool sync = true;
   // Incremental saves: a chunk equal (by its 128-bit content hash) to the same
-  // chunk (same key, box and dtype) of the latest checkpoint is not written
-  // again; the new checkpoint refers to the stored bytes. Off: every save
-  // writes every chunk.
+  // chunk (same key, box and dtype) of one of the store's newest
+  // `incremental_depth` checkpoints is not written again; the new checkpoint
+  // refers to the stored bytes. Off: every save writes every chunk.
   bool incremental = true;
+  // How many of the store's newest checkpoints an incremental save compares
+  // each chunk with: a state that goes back to an earlier one (A, B, then A
+  // again) shares its bytes while that checkpoint is among them. Each adds a
+  // lookup per chunk that changed, and rank 0 keeps each one's record (its
+  // layout and checksums, not its bytes) between saves. REQUIRES: >= 1.
+  int incremental_depth = 4;
   // Hooks called before every file operation of the store, RocksDB's and
   // ckptdb's own, from any of its threads (ckptdb/file_system_hooks.h): they
   // see each operation and its path and may fail it with an errno, for tracing

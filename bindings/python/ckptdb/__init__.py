@@ -358,7 +358,9 @@ def open(path, comm=None, *, create=True, read_only=False, **options):  # noqa: 
     rank's state), retention: ``keep_last`` (after each commit, the newest ``keep_last``
     checkpoints stay and older ones are deleted) and ``keep_every_steps``
     (checkpoints whose step is a multiple of it are never deleted by retention,
-    nor are tagged ones; ``None`` keeps everything), and ``incremental``
-    (default True: a save refers to the chunks the latest checkpoint holds
-    unchanged instead of writing them again)."""
+    nor are tagged ones; ``None`` keeps everything), ``incremental``
+    (default True: a save refers to the chunks one of the store's newest
+    checkpoints holds unchanged instead of writing them again) and
+    ``incremental_depth`` (default 4: how many of the newest checkpoints a
+    save compares each chunk with)."""
     return DB(path, comm, create=create, read_only=read_only, **options)

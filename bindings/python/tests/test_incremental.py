@@ -53,3 +53,36 @@ def test_incremental_false_writes_everything(store):
 def test_incremental_option_must_be_a_bool(store):
     with pytest.raises(ckptdb.InvalidArgumentError, match="incremental"):
         ckptdb.open(store, incremental="yes")
+
+
+def test_a_state_that_goes_back_shares_an_earlier_checkpoints_bytes(store):
+    # "A chunk whose contents equal those of the same chunk ... in an earlier checkpoint
+    # of the store is not written again": A, B, then A again writes nothing, and what
+    # it refers to outlives A's deletion.
+    a, b = _state(3), _state(4)
+    with ckptdb.open(store) as db:
+        first = db.save(a, step=1)
+        db.save(b, step=2)
+        back = db.save(a, step=3)
+        assert back.nbytes_written == 0
+        assert back.references == [first.id]
+        db.delete(step=1)
+        db.delete(step=2)
+        target = _state(5)
+        db.load(target)
+        for i in range(4):
+            np.testing.assert_array_equal(target["model"][f"w{i}"], a["model"][f"w{i}"])
+        db.verify()
+
+
+def test_incremental_depth_bounds_the_checkpoints_compared_with(store):
+    a = _state(6)
+    with ckptdb.open(store, incremental_depth=2) as db:
+        db.save(a, step=1)
+        for step in (2, 3):
+            db.save(_state(10 + step), step=step)
+        # Checkpoint 1 is no longer among the newest two.
+        assert db.save(a, step=4).nbytes_written == 4 * 256 * 256 * 4
+    for bad in (0, -1, "4"):
+        with pytest.raises(ckptdb.InvalidArgumentError, match="incremental_depth"):
+            ckptdb.open(store, incremental_depth=bad)
