@@ -123,26 +123,32 @@ Shape ShapeOf(const py::handle& seq, const LeafPath& path, const char* what) {
 }
 
 // Element strides from the byte strides of an array of `shape` (numpy), or
-// none when it is C-contiguous. Negative strides (a reversed view) and strides
-// that are not whole elements are refused.
+// none when it is C-contiguous. Negative strides (a reversed view; saved
+// numpy arrays are copied before) and strides that are not whole elements
+// are refused. A dimension of extent 1 takes the dense stride: its stride
+// addresses nothing.
 Shape ElementStridesOf(const Shape& shape, const int64_t* strides, int64_t unit,
-                       const LeafPath& path) {
+                       const LeafPath& path, bool writable) {
   Shape out(shape.size());
   bool dense = true;
   int64_t expected = unit;
   for (size_t d = shape.size(); d-- > 0;) {
-    if (strides[d] < 0) {
+    const int64_t stride = shape[d] > 1 ? strides[d] : expected;
+    if (stride < 0) {
       Invalid("tensor " + Where(path) +
-              ": negative strides (a reversed view) are not supported; pass a "
-              "copy");
+              (writable ? ": a load target with negative strides (a reversed "
+                          "view) cannot be filled in place; load into a copy "
+                          "and assign it back"
+                        : ": negative strides (a reversed view) are not "
+                          "supported for this kind of tensor; pass a copy"));
     }
-    if (strides[d] % unit != 0) {
+    if (stride % unit != 0) {
       Invalid("tensor " + Where(path) + ": strides of " +
-              std::to_string(strides[d]) + " bytes are not whole elements of " +
+              std::to_string(stride) + " bytes are not whole elements of " +
               std::to_string(unit) + " bytes");
     }
-    out[d] = strides[d] / unit;
-    if (shape[d] != 1 && strides[d] != expected) dense = false;
+    out[d] = stride / unit;
+    if (stride != expected) dense = false;
     expected *= shape[d];
   }
   if (dense || NumElements(shape) == 0) return {};
@@ -158,9 +164,34 @@ bool IsNativeOrder(const py::dtype& dtype) {
   return dtype.byteorder() != swapped;
 }
 
-// A view of a numpy array's memory.
+// Whether a numpy array has a negative stride on a dimension longer than 1
+// (a reversed view).
+bool HasNegativeStride(const py::array& array) {
+  for (py::ssize_t d = 0; d < array.ndim(); ++d) {
+    if (array.strides(d) < 0 && array.shape(d) > 1) return true;
+  }
+  return false;
+}
+
 TensorView FromArray(const py::array& array, const LeafPath& path,
-                     bool writable) {
+                     bool writable, Borrowed& borrowed);
+
+// A reversed view to save: its values, copied in order (the library's views
+// take only strides >= 0). A load target cannot be one: it is filled in place.
+TensorView FromReversedArray(const py::array& array, const LeafPath& path,
+                             Borrowed& borrowed) {
+  py::object copy =
+      py::module_::import("numpy").attr("ascontiguousarray")(array);
+  borrowed.keep.push_back(copy);
+  return FromArray(copy.cast<py::array>(), path, false, borrowed);
+}
+
+// A view of a numpy array's memory (of a copy of a reversed view to save,
+// which `borrowed` keeps).
+TensorView FromArray(const py::array& array, const LeafPath& path,
+                     bool writable, Borrowed& borrowed) {
+  if (!writable && HasNegativeStride(array))
+    return FromReversedArray(array, path, borrowed);
   if (writable && !array.writeable())
     Invalid("tensor " + Where(path) + ": the array is read-only");
   // Stored bytes are in the machine's byte order: bytes of the other order
@@ -186,7 +217,7 @@ TensorView FromArray(const py::array& array, const LeafPath& path,
   static_assert(sizeof(py::ssize_t) == sizeof(int64_t));
   Shape strides =
       ElementStridesOf(shape, reinterpret_cast<const int64_t*>(array.strides()),
-                       static_cast<int64_t>(array.itemsize()), path);
+                       static_cast<int64_t>(array.itemsize()), path, writable);
   TensorView view = TensorView::Whole(const_cast<void*>(array.data()), *dtype,
                                       std::move(shape));
   view.strides = std::move(strides);
@@ -205,6 +236,18 @@ bool IsHostTorchBool(const py::object& obj) {
   }
 }
 
+// Whether `obj` is a torch tensor that requires grad (and can be detached).
+bool RequiresGrad(const py::object& obj) {
+  try {
+    return py::hasattr(obj, "requires_grad") && py::hasattr(obj, "detach") &&
+           obj.attr("requires_grad").cast<bool>();
+  } catch (py::error_already_set&) {
+    return false;
+  } catch (const py::cast_error&) {
+    return false;
+  }
+}
+
 // A view of a DLPack tensor's memory; the capsule is kept in `borrowed`.
 TensorView FromDLPackObject(const py::object& obj, const LeafPath& path,
                             bool writable, Borrowed& borrowed) {
@@ -216,9 +259,17 @@ TensorView FromDLPackObject(const py::object& obj, const LeafPath& path,
     if (IsHostTorchBool(obj)) {
       py::object view = obj.attr("numpy")();
       borrowed.keep.push_back(view);
-      return FromArray(view.cast<py::array>(), path, writable);
+      return FromArray(view.cast<py::array>(), path, writable, borrowed);
     }
-    // The producer refuses to export it (torch: a tensor that requires grad).
+    // torch refuses to export a tensor that requires grad (a parameter, as
+    // `named_parameters()` or `state_dict(keep_vars=True)` give): its
+    // detached view shares the memory, as torch's own save and load_state_dict
+    // use it.
+    if (RequiresGrad(obj)) {
+      py::object detached = obj.attr("detach")();
+      borrowed.keep.push_back(detached);
+      return FromDLPackObject(detached, path, writable, borrowed);
+    }
     const std::string message = "tensor " + Where(path) +
                                 ": its __dlpack__() raised " +
                                 TypeName(e.value()) + ": " + Str(e.value());
@@ -257,7 +308,7 @@ TensorView FromDLPackObject(const py::object& obj, const LeafPath& path,
   // DLPack strides count elements (none: C-contiguous).
   Shape strides;
   if (t.strides != nullptr)
-    strides = ElementStridesOf(shape, t.strides, 1, path);
+    strides = ElementStridesOf(shape, t.strides, 1, path, writable);
   void* data = static_cast<char*>(t.data) + t.byte_offset;
   return TensorView::Whole(data, *dtype, std::move(shape), device)
       .WithStrides(std::move(strides));
@@ -334,7 +385,7 @@ TensorView TensorLeaf(const py::object& obj, const LeafPath& path,
   }
   borrowed.keep.push_back(obj);
   if (py::isinstance<py::array>(obj))
-    return FromArray(obj.cast<py::array>(), path, writable);
+    return FromArray(obj.cast<py::array>(), path, writable, borrowed);
   if (!py::hasattr(obj, "__dlpack__")) {
     Invalid("tensor " + Where(path) +
             ": Shard data must be a numpy array or a DLPack tensor (an object "
@@ -466,7 +517,8 @@ class Converter {
                py::detail::npy_api::get().PyArray_Type_) {
       // A plain numpy array, the common leaf.
       borrowed_.keep.push_back(value);
-      TensorView view = FromArray(value.cast<py::array>(), leaf, writable_);
+      TensorView view =
+          FromArray(value.cast<py::array>(), leaf, writable_, borrowed_);
       EntryOf(out, std::move(k), last).node = std::move(view);
     } else if (IsTensorLeaf(value) &&
                !py::isinstance(value, classes().numpy_scalar)) {

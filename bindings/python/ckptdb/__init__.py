@@ -111,8 +111,8 @@ class Shard:
     """A rank's piece of a global tensor.
 
     ``data``: a numpy array or DLPack tensor whose shape is the local shape
-    (non-contiguous views too, such as a transpose or a slice; negative strides
-    are refused). ``global_shape`` / ``global_offset``: the whole tensor's shape
+    (non-contiguous views too, such as a transpose or a slice; a reversed
+    numpy view is saved from a copy and refused as a load target). ``global_shape`` / ``global_offset``: the whole tensor's shape
     and where this piece starts in it. ``dtype`` (optional, a ckptdb dtype name
     such as ``"bfloat16"`` or ``"float8_e4m3fn"``) reinterprets data of the same
     element size, for dtypes numpy lacks. When several ranks pass the same box

@@ -49,14 +49,26 @@ def test_strided_shards_and_casts(store):
         assert not target[:, ::2].any() and not target[:2].any() and not target[6:].any()
 
 
-def test_negative_strides_and_read_only_targets_are_clear_errors(store):
+def test_reversed_views_save_their_values_and_are_refused_as_load_targets(store):
+    # A reversed view is a sliced view: save stores its values (docs/api.md,
+    # non-contiguous arrays). A load fills targets in place, which a reversed
+    # view cannot be: a clear error, nothing loaded.
     w = rand((6, 6))
     with ckptdb.open(store) as db:
+        db.save({"w": w[::-1], "v": w[:, ::-2], "one": w[::-1][:1]})
+        np.testing.assert_array_equal(db.read("w"), w[::-1])
+        np.testing.assert_array_equal(db.read("v"), w[:, ::-2])
+        np.testing.assert_array_equal(db.read("one"), w[::-1][:1])
+        target = np.zeros((6, 6), np.float32)
         with pytest.raises(ckptdb.InvalidArgumentError, match="'w'.*negative strides"):
-            db.save({"w": w[::-1]})
-        with pytest.raises(ckptdb.InvalidArgumentError, match="'w'.*negative strides"):
-            db.save({"w": w[:, ::-2]})
-        assert db.checkpoints() == []
+            db.load({"w": target[::-1], "v": np.zeros((6, 3), np.float32),
+                     "one": np.zeros((1, 6), np.float32)})
+        assert not target.any()
+
+
+def test_read_only_and_zero_stride_targets_are_clear_errors(store):
+    w = rand((6, 6))
+    with ckptdb.open(store) as db:
         db.save({"w": w})
         ro = np.zeros((6, 6), np.float32).T
         ro.flags.writeable = False
@@ -154,3 +166,17 @@ def test_load_targets_that_share_memory_are_refused_and_tied_weights_load(store)
         tied = np.zeros((4, 6), np.float32)
         db.load({"emb": tied, "head": tied}, step=2)
         np.testing.assert_array_equal(tied, w)
+
+
+def test_torch_parameters_that_require_grad_save_and_load_in_place(store):
+    # dict(model.named_parameters()) and state_dict(keep_vars=True) hold tensors that
+    # require grad, which torch refuses to export through DLPack: their detached views
+    # share the memory.
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model, fresh = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    with ckptdb.open(store) as db:
+        db.save(dict(model.named_parameters()))
+        db.load(fresh.state_dict(keep_vars=True))
+    assert torch.equal(fresh.weight, model.weight) and torch.equal(fresh.bias, model.bias)
+    assert fresh.weight.requires_grad and fresh.weight.grad is None
