@@ -118,6 +118,15 @@ Status StoreImpl::ForEachCopiedRecord(
   if (scanned.ok() && !missed) return Status::OK();
   Result<std::set<int64_t>> ids = CopyIds(CopyKind::kRecords);
   if (!ids.ok()) return scanned.ok() ? ids.status() : scanned;
+  const std::set<int64_t> copied = *ids;
+  if (!scanned.ok() && journal) {
+    // The scan stopped at damage: a committed checkpoint it did not reach
+    // and that has no copy is that damage's, not a lost one (a database
+    // put back whole scans without error).
+    for (int64_t id : journal->committed) {
+      if (!seen.contains(id)) ids->insert(id);
+    }
+  }
   if (!scanned.ok() && ids->empty()) return scanned;
   for (int64_t id : *ids) {
     if (seen.contains(id)) continue;
@@ -126,9 +135,10 @@ Status StoreImpl::ForEachCopiedRecord(
         id <= journal->high_water)
       continue;
     rocksdb::PinnableSlice record;
-    // A copy that cannot be read still names a checkpoint: its record reads
-    // as damaged (empty), the error of the calls that need it.
-    if (!MainRecordFromCopy(id, &record).ok()) record.PinSelf("");
+    // A copy that cannot be read, or none, still names a checkpoint: its
+    // record reads as damaged (empty), the error of the calls that need it.
+    if (!copied.contains(id) || !MainRecordFromCopy(id, &record).ok())
+      record.PinSelf("");
     if (!fn(id, std::string_view(record.data(), record.size())))
       return Status::OK();
   }

@@ -507,6 +507,9 @@ class StoreImpl : public Store {
   // Whether the copies can rebuild the database: a valid journal, and an
   // intact record copy of every checkpoint it names committed.
   bool CanRebuild();
+  // The checkpoints the journal names committed without an intact record
+  // copy (those that keep CanRebuild false).
+  std::vector<int64_t> CommittedWithoutCopies();
   // Corruption when the `meta` column family reads without error but lacks
   // the record of a checkpoint the journal names committed: RocksDB lost an
   // edit (a cut or replaced MANIFEST), and with it maybe the table files the

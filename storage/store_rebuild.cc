@@ -202,9 +202,35 @@ bool StoreImpl::CanRebuild() {
   return true;
 }
 
+std::vector<int64_t> StoreImpl::CommittedWithoutCopies() {
+  std::vector<int64_t> ids;
+  Result<JournalState> state = ReadJournal(*fs_, path_);
+  if (!state.ok() || !state->journal) return ids;
+  for (int64_t id : state->journal->committed) {
+    if (!ReadCopy(*fs_, path_, CopyKind::kRecords, id).ok()) ids.push_back(id);
+  }
+  return ids;
+}
+
 Status StoreImpl::PreCheckOrRebuild(bool has_db) {
   Status s = PreCheckReadOnly(has_db);
-  if (s.ok() || !s.IsCorruption() || !CanRebuild()) return s;
+  if (s.ok() || !s.IsCorruption()) return s;
+  if (!CanRebuild()) {
+    const std::vector<int64_t> uncopied = CommittedWithoutCopies();
+    if (uncopied.empty()) return s;
+    std::string ids;
+    for (int64_t id : uncopied)
+      ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+    return Status(s.code(),
+                  s.message() +
+                      "; the database is not rebuilt from the "
+                      "store's copies of its records, which "
+                      "checkpoint id(s) " +
+                      ids +
+                      " lack: a read-only open lists what it can read (a "
+                      "checkpoint whose records are damaged in both copies "
+                      "as damaged) and reads the other checkpoints");
+  }
   Status rebuilt = RebuildFromCopies();
   if (db_) CloseDb();
   if (!rebuilt.ok()) {

@@ -125,10 +125,21 @@ Result<size_t> VerifyCheckpoint(DB& db, const CheckpointSelector& which,
   return report.problems.size();
 }
 
-// What verify found lost, by tensor, and what a read-write open repairs.
-void PrintSummary(const LostTensors& lost, size_t problems) {
+// What verify found lost, by tensor and whole checkpoints (`unreadable`:
+// their records are damaged in both copies), and what a read-write open
+// repairs.
+void PrintSummary(const LostTensors& lost,
+                  const std::vector<int64_t>& unreadable, size_t problems) {
   if (problems == 0) return;
-  if (lost.empty()) {
+  if (!unreadable.empty()) {
+    std::printf("summary: LOST checkpoint(s)");
+    for (int64_t id : unreadable)
+      std::printf(" %lld", static_cast<long long>(id));
+    std::printf(
+        " (their records are damaged in both copies; the other checkpoints "
+        "read back)\n");
+  }
+  if (lost.empty() && unreadable.empty()) {
     std::printf(
         "summary: no checkpoint lost data; each problem above says whether a "
         "read-write open repairs it\n");
@@ -161,11 +172,13 @@ int Verify(const std::string& path, const Selection& sel) {
   auto all = (*db)->ListCheckpoints();
   if (!all.ok()) return Fail(all.status());
   size_t damaged_total = 0;
+  std::vector<int64_t> unreadable;
   for (const CheckpointInfo& info : *all) {
     if (!info.damage.empty()) {
       std::printf("checkpoint %lld: DAMAGED metadata: %s\n",
                   static_cast<long long>(info.id), info.damage.c_str());
       ++damaged_total;
+      unreadable.push_back(info.id);
       continue;
     }
     auto damaged =
@@ -179,7 +192,7 @@ int Verify(const std::string& path, const Selection& sel) {
   }
   if (all->empty()) std::printf("(no checkpoints)\n");
   damaged_total += VerifyStore(**db);
-  PrintSummary(lost, damaged_total);
+  PrintSummary(lost, unreadable, damaged_total);
   return damaged_total == 0 ? 0 : kDamaged;
 }
 

@@ -542,3 +542,45 @@ def test_a_damaged_table_file_costs_a_read_only_listing_nothing(tmp_path):
                         continue
                     assert (got["a"] == step).all(), (name, how, step)
                     assert (got["b"] == np.arange(100.0) + step).all(), (name, how, step)
+
+
+def test_a_checkpoint_whose_records_are_damaged_in_both_copies_costs_only_itself(tmp_path):
+    # "A listing never fails as a whole because of one checkpoint's damage": the table file
+    # holding checkpoint 1's records damaged and its record copy gone. A read-only open
+    # lists checkpoint 1 as damaged and reads checkpoint 2; `list` works; verify names
+    # checkpoint 1 as lost (exit 1); a read-write open says why it cannot rebuild.
+    import shutil
+    template = str(tmp_path / "template")
+    with ckptdb.open(template) as db:
+        for step in (1, 2):
+            db.save({"w": np.full(64, step, np.float32)}, step=step)
+    found = False
+    for name in sorted(os.listdir(template)):
+        if not name.endswith(".sst"):
+            continue
+        path = str(tmp_path / name)
+        shutil.copytree(template, path)
+        table = os.path.join(path, name)
+        with open(table, "r+b") as f:
+            f.seek(os.path.getsize(table) // 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        os.remove(os.path.join(path, "copies", "1.rec"))
+        with ckptdb.open(path, read_only=True) as db:
+            listed = db.checkpoints()
+            assert [c.id for c in listed] == [1, 2], name
+            np.testing.assert_array_equal(db.read("w", step=2), np.full(64, 2, np.float32))
+            if not listed[0].damage:
+                continue  # not the table of checkpoint 1's records
+            found = True
+            assert not listed[1].damage, name
+            with pytest.raises(ckptdb.CorruptionError):
+                db.read("w", id=1)
+        p = dump("list", path, check=0)
+        assert "DAMAGED" in p.stdout and len(p.stdout.strip().splitlines()) == 3, p.stdout
+        p = dump("verify", path, check=1)
+        assert "LOST checkpoint(s) 1" in p.stdout, p.stdout
+        with pytest.raises(ckptdb.CorruptionError, match="checkpoint id.s. 1 lack.*read-only open"):
+            ckptdb.open(path)
+    assert found
