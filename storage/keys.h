@@ -71,6 +71,13 @@ inline constexpr std::string_view kNextIdKey =
     "\xff"
     "next_id";
 
+// The contents of RocksDB's IDENTITY file as the store first recorded them:
+// no checkpoint depends on that file, but damage to it is reported and
+// undone.
+inline constexpr std::string_view kIdentityKey =
+    "\xff"
+    "store_identity";
+
 void PutBigEndian64(std::string* out, uint64_t v);
 uint64_t GetBigEndian64(const char* p);
 

@@ -637,6 +637,7 @@ Result<StoreReport> StoreImpl::Check() {
   CKPTDB_ASSIGN_OR_RETURN(const CopyFindings copies, CompareCopies());
   ReportCopies(copies, &report);
   ReportOptionsFiles(&report);
+  ReportMarkerFiles(&report);
   report.writer_active = claim_ != nullptr || WriterClaim::WriterHolds(path_);
   return report;
 }

@@ -280,10 +280,23 @@ class StoreImpl : public Store {
   Status ReopenAfterFailedWrites(std::shared_lock<std::shared_mutex>& lock);
   // The reserve: a file of kReserveBytes kept in the store so that on a full
   // disk an open and a delete still find room for their few writes.
-  // EnsureReserve writes it when absent (best effort); ReleaseReserve removes
-  // it and says whether there was one.
+  // EnsureReserve writes it when absent or damaged (best effort);
+  // ReleaseReserve removes it and says whether there was one.
   void EnsureReserve();
   bool ReleaseReserve();
+  // What is wrong with the reserve file at `path` (bytes other than zeros),
+  // or nullopt (also when there is none, or it cannot be read).
+  static std::optional<std::string> ReserveDamage(StoreFileSystem& fs,
+                                                  const std::string& path);
+  // Read-write: records RocksDB's IDENTITY file under kIdentityKey the first
+  // time (a store created before this record was kept; a new store records
+  // it with its marker), and writes the file again from that record when it
+  // differs.
+  Status KeepIdentity();
+  // Adds RocksDB's IDENTITY file, as it is, to `batch` as kIdentityKey.
+  void PutIdentity(rocksdb::WriteBatch* batch);
+  // Check's lines for a damaged or missing IDENTITY file, or reserve.
+  void ReportMarkerFiles(StoreReport* report);
   // Opens the database if a failed reopen left it closed.
   Status EnsureOpen();
   // EnsureOpen from under a shared lock (taken exclusively meanwhile).

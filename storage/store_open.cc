@@ -83,6 +83,18 @@ bool IsNoSpace(const Status& s) {
                            s.message().find("no space") != std::string::npos);
 }
 
+std::optional<std::string> StoreImpl::ReserveDamage(StoreFileSystem& fs,
+                                                    const std::string& path) {
+  const Result<bool> present = fs.Exists(path);
+  if (!present.ok() || !*present) return std::nullopt;
+  // A short one is no damage: a write on a full disk leaves one.
+  Result<std::string> bytes = fs.ReadWholeFile(path);
+  if (bytes.ok() &&
+      std::any_of(bytes->begin(), bytes->end(), [](char c) { return c != 0; }))
+    return "holds other bytes than zeros";
+  return std::nullopt;
+}
+
 void StoreImpl::EnsureReserve() {
   std::shared_lock lock(mu_);
   if (options_.read_only || !db_) return;
@@ -92,9 +104,55 @@ void StoreImpl::EnsureReserve() {
   StoreFileSystem fs(options_.file_system_hooks, /*sync=*/true, path_);
   // Best effort: a reserve that cannot be looked for is not written.
   const Result<bool> present = fs.Exists(path);
-  if (!present.ok() || *present) return;
+  if (!present.ok() || (*present && !ReserveDamage(fs, path))) return;
   if (!fs.WriteFileSynced(path, std::string(kReserveBytes, '\0')).ok())
     (void)fs.Remove(path);
+}
+
+Status StoreImpl::KeepIdentity() {
+  const std::string path = path_ + "/IDENTITY";
+  std::string recorded;
+  const rocksdb::Status got =
+      db_->Get(rocksdb::ReadOptions(), meta_, kIdentityKey, &recorded);
+  Result<std::string> file = fs_->ReadWholeFile(path);
+  if (got.IsNotFound()) {
+    if (!file.ok() || file->empty()) return Status::OK();
+    rocksdb::WriteBatch batch;
+    batch.Put(meta_, kIdentityKey, *file);
+    return WriteMeta(&batch, "recording the database's IDENTITY file");
+  }
+  // Nothing depends on the file: a record that cannot be read is left to
+  // the checks of the metadata, which name its damage.
+  if (!got.ok() || (file.ok() && *file == recorded)) return Status::OK();
+  return fs_->WriteFileSynced(path, recorded)
+      .WithContext("writing the database's IDENTITY file again");
+}
+
+void StoreImpl::ReportMarkerFiles(StoreReport* report) {
+  const std::string reserve = path_ + "/" + kReserveFile;
+  if (std::optional<std::string> damage = ReserveDamage(*fs_, reserve)) {
+    report->repairable_metadata.push_back(
+        "the reserve file " + reserve + " " + *damage +
+        "; no checkpoint uses it, and a read-write open writes it again");
+  }
+  std::string recorded;
+  const rocksdb::Status got =
+      db_->Get(rocksdb::ReadOptions(), meta_, kIdentityKey, &recorded);
+  if (got.IsNotFound()) return;  // recorded by the next read-write open
+  if (!got.ok()) {
+    report->repairable_metadata.push_back(
+        "the database's record of its IDENTITY file cannot be read (" +
+        got.ToString() + "); a read-write open rewrites the metadata");
+    return;
+  }
+  const std::string identity = path_ + "/IDENTITY";
+  Result<std::string> file = fs_->ReadWholeFile(identity);
+  if (file.ok() && *file == recorded) return;
+  report->repairable_metadata.push_back(
+      "the database's IDENTITY file " + identity +
+      (file.ok() ? " differs from the identity the database recorded"
+                 : " cannot be read (" + file.status().ToString() + ")") +
+      "; no checkpoint uses it, and a read-write open writes it again");
 }
 
 bool StoreImpl::ReleaseReserve() {
@@ -368,6 +426,7 @@ Status StoreImpl::CheckStoreMarker(bool has_db) {
     if (!options_.read_only) {
       rocksdb::WriteBatch batch;
       batch.Put(meta_, kStoreMarkerKey, kStoreMarker);
+      PutIdentity(&batch);
       CKPTDB_RETURN_IF_ERROR(WriteMeta(&batch, "creating store"));
     }
   } else if (!s.ok()) {
@@ -498,6 +557,7 @@ Status StoreImpl::RecoverCommits() {
   CKPTDB_RETURN_IF_ERROR(CheckJournal(records));
   if (options_.read_only) return Status::OK();
   CKPTDB_RETURN_IF_ERROR(RepairCopies());
+  CKPTDB_RETURN_IF_ERROR(KeepIdentity());
   CKPTDB_RETURN_IF_ERROR(Ingester().RepairBoundlessFiles(/*reingest=*/true));
   // Visible records only: those whose deletion began share nothing.
   CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> referenced, ReferencedIds());

@@ -296,6 +296,13 @@ void StoreImpl::PutStoreHeader(rocksdb::WriteBatch* batch, int64_t next_id) {
   PutBigEndian64(&next, static_cast<uint64_t>(next_id));
   batch->Put(meta_, kNextIdKey, next);
   batch->Put(meta_, kStoreMarkerKey, kStoreMarker);
+  PutIdentity(batch);
+}
+
+void StoreImpl::PutIdentity(rocksdb::WriteBatch* batch) {
+  Result<std::string> identity = fs_->ReadWholeFile(path_ + "/IDENTITY");
+  if (identity.ok() && !identity->empty())
+    batch->Put(meta_, kIdentityKey, *identity);
 }
 
 }  // namespace ckptdb::storage

@@ -357,8 +357,10 @@ TEST(DamageMatrix, OneDamagedFileCostsAtMostTheTensorBytesItHit) {
       if (!after.lost.empty()) {
         EXPECT_TRUE(after.detected) << ctx;
       }
-      if (kind != "LOG" && kind != "OPTIONS" && kind != "IDENTITY" &&
-          kind != "LOCK" && kind != "CKPTDB_RESERVE" && damage.how == "flip") {
+      // RocksDB's info LOG is free text, an OPTIONS file's comments and
+      // spacing are not read, LOCK is empty.
+      if (kind != "LOG" && kind != "OPTIONS" && kind != "LOCK" &&
+          damage.how == "flip") {
         EXPECT_TRUE(first.detected || !first.lost.empty())
             << ctx << ": the read-only check saw nothing";
       }

@@ -331,7 +331,8 @@ CLI::App* AddShow(CLI::App& app, Arguments& a) {
                  "print the fields of the Python API's DB.metadata() as JSON");
   auto* chunks_flag = show->add_flag(
       "--chunks", a.chunks,
-      "list every stored chunk (offset, shape, writer rank, size, checksum)");
+      "list every stored chunk (offset, shape, writer rank, size, checksum; "
+      "with --json, the chunks of DB.metadata() are always listed)");
   auto* key_option = show->add_option(
       "--key", a.key,
       "print the values of this tensor (flat key), or this small value");
@@ -390,9 +391,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // CLI11 prints help (exit 0) or the error; a bad command line is one of
-    // the "any other error" cases (CLI11's own codes run from 100 up).
-    return app.exit(e) == 0 ? 0 : 2;
+    // CLI11 prints help (exit 0); a bad command line is one of the "any other
+    // error" cases, on one line as the others are.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    std::fprintf(stderr, "ckpt-db-dump: %s (run with --help for usage)\n",
+                 what.c_str());
+    return 2;
   }
   if (*list) return List(a.store, a.as_json);
   if (*show && !a.key.empty())
