@@ -37,6 +37,46 @@ const ChunkMetadata* CandidateChunk(
   return &*at;
 }
 
+ContentHashSet::ContentHashSet(
+    const std::map<std::string, TensorMetadata>& tensors) {
+  size_t n = 0;
+  for (const auto& [key, tensor] : tensors) n += tensor.chunks.size();
+  size_t size = 16;
+  while (size < 2 * n) size *= 2;  // at most half full
+  slots_.assign(size, ContentHash{});
+  for (const auto& [key, tensor] : tensors) {
+    for (const ChunkMetadata& chunk : tensor.chunks) {
+      if (!chunk.content_hash) continue;
+      const ContentHash& hash = *chunk.content_hash;
+      if (hash == ContentHash{}) {
+        zero_ = true;
+        continue;
+      }
+      for (size_t i = hash.low & (size - 1);; i = (i + 1) & (size - 1)) {
+        if (slots_[i] == hash) break;
+        if (slots_[i] == ContentHash{}) {
+          slots_[i] = hash;
+          break;
+        }
+      }
+    }
+  }
+}
+
+bool ContentHashSet::Contains(const ContentHash& hash) const {
+  if (hash == ContentHash{}) return zero_;
+  if (slots_.empty()) return false;
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash.low & mask;; i = (i + 1) & mask) {
+    if (slots_[i] == hash) return true;
+    if (slots_[i] == ContentHash{}) return false;
+  }
+}
+
+void IndexHashes(PreviousCheckpoint* previous) {
+  previous->hashes = ContentHashSet(previous->tensors);
+}
+
 std::vector<int64_t> ComparedIds(const std::vector<int64_t>& ids, int depth) {
   const size_t n =
       std::min(ids.size(), static_cast<size_t>(std::max(depth, 0)));
@@ -50,7 +90,6 @@ CandidateFinder::CandidateFinder(const ComparedCheckpoints& compared,
   for (const PreviousCheckpoint* previous : compared)
     near_.push_back(previous->tensors.begin());
   found_.reserve(compared.size());
-  hashes_.reserve(compared.size());
 }
 
 const std::vector<Candidate>& CandidateFinder::Find(const std::string& key,
@@ -58,15 +97,43 @@ const std::vector<Candidate>& CandidateFinder::Find(const std::string& key,
                                                     const Shape& global_shape,
                                                     const Box& box) {
   found_.clear();
-  hashes_.clear();
   for (size_t i = 0; i < compared_.size(); ++i) {
     const ChunkMetadata* chunk = CandidateChunk(
         *compared_[i], key, dtype, global_shape, box, world_, &near_[i]);
-    if (chunk == nullptr) continue;
-    found_.push_back({chunk, compared_[i]->id});
-    hashes_.push_back(*chunk->content_hash);
+    if (chunk != nullptr) found_.push_back({chunk, compared_[i]->id});
   }
   return found_;
+}
+
+const ChunkMetadata* CandidateFinder::Begin(const std::string& key, DType dtype,
+                                            const Shape& global_shape,
+                                            const Box& box) {
+  key_ = &key;
+  dtype_ = dtype;
+  global_shape_ = &global_shape;
+  box_ = &box;
+  newest_ = compared_.empty()
+                ? nullptr
+                : CandidateChunk(*compared_[0], key, dtype, global_shape, box,
+                                 world_, &near_[0]);
+  return newest_;
+}
+
+ChunkSource CandidateFinder::Decide(const ContentHash& hash) {
+  CKPTDB_ASSERT(key_ != nullptr, "CandidateFinder::Decide before Begin");
+  if (!compared_.empty()) {
+    const ChunkSource source =
+        DecideChunkSource(newest_, compared_[0]->id, hash);
+    if (source.reuse) return source;
+  }
+  for (size_t i = 1; i < compared_.size(); ++i) {
+    if (!compared_[i]->hashes.Contains(hash)) continue;
+    const ChunkMetadata* chunk = CandidateChunk(
+        *compared_[i], *key_, dtype_, *global_shape_, *box_, world_, &near_[i]);
+    const ChunkSource source = DecideChunkSource(chunk, compared_[i]->id, hash);
+    if (source.reuse) return source;
+  }
+  return {};
 }
 
 ChunkSource DecideChunkSource(const ChunkMetadata* candidate,

@@ -28,13 +28,33 @@ struct ChunkSource {
   friend bool operator==(const ChunkSource&, const ChunkSource&) = default;
 };
 
+// The content hashes of a record's chunks, in a table of a few bytes a chunk:
+// whether a chunk's hash is among them is one probe into memory that stays in
+// the cache, where a lookup in the record walks its maps.
+class ContentHashSet {
+ public:
+  ContentHashSet() = default;
+  explicit ContentHashSet(const std::map<std::string, TensorMetadata>& tensors);
+  bool Contains(const ContentHash& hash) const;
+
+ private:
+  // Open addressing on the hash's low bits (content hashes are uniform);
+  // {0, 0} marks an empty slot, and a chunk hashing to it sets `zero_`.
+  std::vector<ContentHash> slots_;
+  bool zero_ = false;
+};
+
 // A checkpoint an incremental save compares with (one of the store's newest
 // committed ones): its id and the tensors of the keys the rank writes, with
-// their chunks.
+// their chunks; `hashes` indexes their content hashes (IndexHashes).
 struct PreviousCheckpoint {
   int64_t id = 0;
   std::map<std::string, TensorMetadata> tensors;
+  ContentHashSet hashes;
 };
+
+// Fills previous->hashes from its tensors.
+void IndexHashes(PreviousCheckpoint* previous);
 
 // The checkpoints an incremental save compares with, newest first (none for
 // a store's first save, or with incremental saves off).
@@ -73,8 +93,17 @@ class CandidateFinder {
   // first; valid until the next call.
   const std::vector<Candidate>& Find(const std::string& key, DType dtype,
                                      const Shape& global_shape, const Box& box);
-  // The content hashes of Find's last candidates, in the same order.
-  const std::vector<ContentHash>& found_hashes() const { return hashes_; }
+
+  // The same decisions for a save's chunks, reading the older checkpoints'
+  // records only for a chunk whose hash their ContentHashSet holds (a chunk
+  // that changed, as a trained one does at every save, costs one probe of
+  // each set). Begin takes the chunk and returns the newest checkpoint's
+  // candidate (for HashBeforeWriting); Decide, once its bytes are hashed,
+  // DecideChunkSource among all its candidates. Begin's arguments must
+  // outlive the Decide that follows (a save's plan holds them).
+  const ChunkMetadata* Begin(const std::string& key, DType dtype,
+                             const Shape& global_shape, const Box& box);
+  ChunkSource Decide(const ContentHash& hash);
 
  private:
   using Near = std::map<std::string, TensorMetadata>::const_iterator;
@@ -82,7 +111,12 @@ class CandidateFinder {
   int32_t world_ = 0;
   std::vector<Near> near_;  // one per compared checkpoint
   std::vector<Candidate> found_;
-  std::vector<ContentHash> hashes_;
+  // Begin's chunk.
+  const std::string* key_ = nullptr;
+  DType dtype_ = DType::kFloat32;
+  const Shape* global_shape_ = nullptr;
+  const Box* box_ = nullptr;
+  const ChunkMetadata* newest_ = nullptr;
 };
 
 // The decision for a chunk whose bytes hash to `hash`: reuse `candidate`'s

@@ -42,10 +42,6 @@ namespace {
 // chunks, so that such a block never goes through it.
 constexpr size_t kTableWriteBufferBytes = size_t{64} << 10;
 
-bool IsOneOf(const ContentHash& hash, std::span<const ContentHash> hashes) {
-  return std::find(hashes.begin(), hashes.end(), hash) != hashes.end();
-}
-
 class StagedFileWriterImpl : public StagedFileWriter {
  public:
   StagedFileWriterImpl(std::string path, const std::string& store_path,
@@ -113,11 +109,12 @@ class StagedFileWriterImpl : public StagedFileWriter {
 
   Result<Added> AddUnlessUnchanged(
       std::string_view tensor_key, const Shape& global_offset,
-      std::string_view bytes, std::span<const ContentHash> unchanged) override {
+      std::string_view bytes,
+      const std::function<bool(const ContentHash&)>& unchanged) override {
     Added out;
     if (!GoesToValueFile(bytes)) {
       out.digest = ChunkChecksumAndContentHash(bytes.data(), bytes.size());
-      if (IsOneOf(out.digest.content, unchanged)) return out;
+      if (unchanged(out.digest.content)) return out;
       CKPTDB_RETURN_IF_ERROR(Put(tensor_key, global_offset, bytes));
       out.added = true;
       return out;
@@ -125,7 +122,7 @@ class StagedFileWriterImpl : public StagedFileWriter {
     CKPTDB_ASSIGN_OR_RETURN(
         const ValuePointer at,
         values_.AppendHashing(bytes, /*content=*/true, &out.digest));
-    if (IsOneOf(out.digest.content, unchanged)) {
+    if (unchanged(out.digest.content)) {
       CKPTDB_RETURN_IF_ERROR(values_.DropLast(at));
       return out;
     }

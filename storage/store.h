@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -102,14 +103,14 @@ class StagedFileWriter {
     ChunkDigest digest;
     bool added = false;
   };
-  // Adds a chunk unless its content hash is one of `unchanged` (those of the
-  // stored chunks it may equal), hashing it as it is written: one pass over
-  // the bytes.
+  // Adds a chunk unless `unchanged` says its content hash is that of a stored
+  // chunk it equals, hashing it as it is written: one pass over the bytes.
   // An unchanged chunk leaves nothing behind (its bytes, written, are taken
   // back); the caller refers to the stored chunk instead.
   virtual Result<Added> AddUnlessUnchanged(
       std::string_view tensor_key, const Shape& global_offset,
-      std::string_view bytes, std::span<const ContentHash> unchanged) = 0;
+      std::string_view bytes,
+      const std::function<bool(const ContentHash&)>& unchanged) = 0;
   // Finishes (and syncs) the file; returns its path, or "" when no chunk was
   // added (the file is removed then).
   virtual Result<std::string> Finish() = 0;

@@ -121,8 +121,9 @@ Status StoreImpl::ForEachCopiedRecord(
   const std::set<int64_t> copied = *ids;
   if (!scanned.ok() && journal) {
     // The scan stopped at damage: a committed checkpoint it did not reach
-    // and that has no copy is that damage's, not a lost one (a database
-    // put back whole scans without error).
+    // and that has no copy is read from the database on its own, or is that
+    // damage's, not a lost one (a database put back whole scans without
+    // error).
     for (int64_t id : journal->committed) {
       if (!seen.contains(id)) ids->insert(id);
     }
@@ -137,8 +138,12 @@ Status StoreImpl::ForEachCopiedRecord(
     rocksdb::PinnableSlice record;
     // A copy that cannot be read, or none, still names a checkpoint: its
     // record reads as damaged (empty), the error of the calls that need it.
-    if (!copied.contains(id) || !MainRecordFromCopy(id, &record).ok())
-      record.PinSelf("");
+    const bool read =
+        copied.contains(id)
+            ? MainRecordFromCopy(id, &record).ok()
+            : db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(id), &record)
+                  .ok();
+    if (!read) record.PinSelf("");
     if (!fn(id, std::string_view(record.data(), record.size())))
       return Status::OK();
   }

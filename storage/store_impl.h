@@ -174,7 +174,10 @@ class StoreImpl : public Store {
   // Removes what an interrupted creation left (`names`, but the CREATING
   // marker) and starts the creation: the directory and its marker, synced.
   Status StartCreation(const std::vector<std::string>& names);
-  Status OpenRocks(bool has_db, bool read_only);
+  // Opens the database (read-only: without writes). `lenient`: without
+  // RocksDB's paranoid checks, as a read-only handle always opens, for a
+  // read-write handle's reads of a database those checks refuse.
+  Status OpenRocks(bool has_db, bool read_only, bool lenient = false);
   // The database at path_ has ckptdb's column families: InvalidArgument for
   // another RocksDB database, Corruption when a store's description is lost.
   Status CheckColumnFamilies(const rocksdb::DBOptions& db_options);
@@ -280,9 +283,10 @@ class StoreImpl : public Store {
   Status ReopenAfterFailedWrites(std::shared_lock<std::shared_mutex>& lock);
   // The reserve: a file of kReserveBytes kept in the store so that on a full
   // disk an open and a delete still find room for their few writes.
-  // EnsureReserve writes it when absent or damaged (best effort);
-  // ReleaseReserve removes it and says whether there was one.
-  void EnsureReserve();
+  // EnsureReserve writes it when absent or damaged and, with `refill`, when
+  // short (a write on a full disk left it so; a read-write open refills it)
+  // (best effort); ReleaseReserve removes it and says whether there was one.
+  void EnsureReserve(bool refill = false);
   bool ReleaseReserve();
   // What is wrong with the reserve file at `path` (bytes other than zeros),
   // or nullopt (also when there is none, or it cannot be read).
@@ -523,6 +527,9 @@ class StoreImpl : public Store {
   // The checkpoints the journal names committed without an intact record
   // copy (those that keep CanRebuild false).
   std::vector<int64_t> CommittedWithoutCopies();
+  // Writes the record copies of checkpoints `ids` whose records the database
+  // (opened read-only, then closed) reads whole; best effort.
+  void CopyReadableRecords(bool has_db, const std::vector<int64_t>& ids);
   // Corruption when the `meta` column family reads without error but lacks
   // the record of a checkpoint the journal names committed: RocksDB lost an
   // edit (a cut or replaced MANIFEST), and with it maybe the table files the

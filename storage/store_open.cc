@@ -95,7 +95,7 @@ std::optional<std::string> StoreImpl::ReserveDamage(StoreFileSystem& fs,
   return std::nullopt;
 }
 
-void StoreImpl::EnsureReserve() {
+void StoreImpl::EnsureReserve(bool refill) {
   std::shared_lock lock(mu_);
   if (options_.read_only || !db_) return;
   const std::string path = path_ + "/" + kReserveFile;
@@ -104,7 +104,12 @@ void StoreImpl::EnsureReserve() {
   StoreFileSystem fs(options_.file_system_hooks, /*sync=*/true, path_);
   // Best effort: a reserve that cannot be looked for is not written.
   const Result<bool> present = fs.Exists(path);
-  if (!present.ok() || (*present && !ReserveDamage(fs, path))) return;
+  if (!present.ok()) return;
+  if (*present && !ReserveDamage(fs, path)) {
+    const Result<std::optional<uint64_t>> size = fs.SizeIfPresent(path);
+    if (!refill || !size.ok() || size->value_or(kReserveBytes) >= kReserveBytes)
+      return;
+  }
   if (!fs.WriteFileSynced(path, std::string(kReserveBytes, '\0')).ok())
     (void)fs.Remove(path);
 }
@@ -170,7 +175,7 @@ Status StoreImpl::OpenDbRetrying() {
     Status s = OpenDb();
     // On a full disk the reserve makes room for the open's own writes.
     if (IsNoSpace(s) && ReleaseReserve()) s = OpenDb();
-    if (s.ok()) EnsureReserve();
+    if (s.ok()) EnsureReserve(/*refill=*/true);
     return s;
   }
   CKPTDB_ASSIGN_OR_RETURN(std::string before, VersionStamp());
@@ -321,7 +326,7 @@ Status CheckWriteAheadLogsEmpty(StoreFileSystem& fs, const std::string& dir) {
 
 }  // namespace
 
-Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
+Status StoreImpl::OpenRocks(bool has_db, bool read_only, bool lenient) {
   rocksdb::DBOptions db_options;
   db_options.env = env_.get();
   db_options.create_if_missing = !has_db;
@@ -344,7 +349,7 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only) {
   // opens without them: their damage then fails only the calls that read
   // them (records fall back on their copies, a chunk table fails the loads
   // of its checkpoints), rather than every checkpoint's.
-  db_options.paranoid_checks = !options_.read_only;
+  db_options.paranoid_checks = !options_.read_only && !lenient;
   // After a failed write the store reopens the database itself; RocksDB's
   // own retries would only delay that (by a second each).
   db_options.max_bgerror_resume_count = 0;

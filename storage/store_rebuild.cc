@@ -202,6 +202,19 @@ bool StoreImpl::CanRebuild() {
   return true;
 }
 
+void StoreImpl::CopyReadableRecords(bool has_db,
+                                    const std::vector<int64_t>& ids) {
+  if (ids.empty() ||
+      !OpenRocks(has_db, /*read_only=*/true, /*lenient=*/true).ok())
+    return;
+  for (int64_t id : ids) {
+    Result<CopyEntries> records = ReadRocksRecords(id);
+    if (records.ok())
+      (void)WriteCopy(*fs_, path_, CopyKind::kRecords, id, *records);
+  }
+  CloseDb();
+}
+
 std::vector<int64_t> StoreImpl::CommittedWithoutCopies() {
   std::vector<int64_t> ids;
   Result<JournalState> state = ReadJournal(*fs_, path_);
@@ -216,6 +229,11 @@ Status StoreImpl::PreCheckOrRebuild(bool has_db) {
   Status s = PreCheckReadOnly(has_db);
   if (s.ok() || !s.IsCorruption()) return s;
   if (!CanRebuild()) {
+    // A checkpoint whose copy is gone but whose records the database still
+    // reads whole (the damage is elsewhere) gets its copy first.
+    CopyReadableRecords(has_db, CommittedWithoutCopies());
+  }
+  if (!CanRebuild()) {
     const std::vector<int64_t> uncopied = CommittedWithoutCopies();
     if (uncopied.empty()) return s;
     std::string ids;
@@ -229,7 +247,9 @@ Status StoreImpl::PreCheckOrRebuild(bool has_db) {
                       ids +
                       " lack: a read-only open lists what it can read (a "
                       "checkpoint whose records are damaged in both copies "
-                      "as damaged) and reads the other checkpoints");
+                      "as damaged) and reads the other checkpoints; to go on "
+                      "saving, load them from a read-only handle and save "
+                      "them into a new store");
   }
   Status rebuilt = RebuildFromCopies();
   if (db_) CloseDb();

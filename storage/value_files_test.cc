@@ -257,8 +257,11 @@ TEST(ValueFileTest, AChunkFoundUnchangedAsItIsWrittenLeavesNothingBehind) {
     std::vector<ContentHash> compared_with;
     if (c.unchanged) compared_with = {ContentHash{5, 6}, digest.content};
     if (c.key == "c") compared_with = {ContentHash{1, 2}, ContentHash{3, 4}};
-    auto added =
-        (*writer)->AddUnlessUnchanged(c.key, {0}, c.bytes, compared_with);
+    auto added = (*writer)->AddUnlessUnchanged(
+        c.key, {0}, c.bytes, [&](const ContentHash& hash) {
+          return std::find(compared_with.begin(), compared_with.end(), hash) !=
+                 compared_with.end();
+        });
     ASSERT_TRUE(added.ok()) << added.status().ToString();
     EXPECT_EQ(added->added, !c.unchanged) << c.key;
     EXPECT_EQ(added->digest.checksum, digest.checksum) << c.key;
@@ -291,9 +294,10 @@ TEST(ValueFileTest, AChunkFoundUnchangedAsItIsWrittenLeavesNothingBehind) {
   auto none = (*store)->NewStagedFile(next, 0, 0);
   ASSERT_TRUE(none.ok());
   for (const Case& c : cases) {
-    const ContentHash same[] = {
-        ChunkContentHash(c.bytes.data(), c.bytes.size())};
-    auto added = (*none)->AddUnlessUnchanged(c.key, {0}, c.bytes, same);
+    const ContentHash same = ChunkContentHash(c.bytes.data(), c.bytes.size());
+    auto added = (*none)->AddUnlessUnchanged(
+        c.key, {0}, c.bytes,
+        [&](const ContentHash& hash) { return hash == same; });
     ASSERT_TRUE(added.ok());
     EXPECT_FALSE(added->added);
   }

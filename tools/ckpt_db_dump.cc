@@ -388,6 +388,21 @@ int main(int argc, char** argv) {
   CLI::App* show = AddShow(app, a);
   CLI::App* verify = AddVerify(app, a);
   AddExport(app, a);
+  // A first word that names no command: said so (CLI11 would say that a
+  // command is required).
+  const auto commands = app.get_subcommands([](CLI::App*) { return true; });
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(commands.begin(), commands.end(),
+                   [&](CLI::App* c) { return c->get_name() == argv[1]; })) {
+    std::string known;
+    for (CLI::App* c : commands)
+      known += (known.empty() ? "" : ", ") + c->get_name();
+    std::fprintf(stderr,
+                 "ckpt-db-dump: unknown command '%s' (%s; run with --help for "
+                 "usage)\n",
+                 argv[1], known.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -269,6 +269,8 @@ class PyDB {
         },
         sd, InvalidStateDict,
         [&](DB& d, StateDict& given) { return d.Load(given, which, options); });
+    // Also after a failed load, which may have written some targets.
+    MarkWritten(borrowed.written_torch);
     LoadResult r = Unwrap(std::move(result));
     borrowed.values.WriteBack();
     return r;

@@ -259,6 +259,7 @@ TensorView FromDLPackObject(const py::object& obj, const LeafPath& path,
     if (IsHostTorchBool(obj)) {
       py::object view = obj.attr("numpy")();
       borrowed.keep.push_back(view);
+      if (writable) borrowed.written_torch.push_back(obj);
       return FromArray(view.cast<py::array>(), path, writable, borrowed);
     }
     // torch refuses to export a tensor that requires grad (a parameter, as
@@ -284,6 +285,8 @@ TensorView FromDLPackObject(const py::object& obj, const LeafPath& path,
       PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   borrowed.keep.push_back(
       capsule);  // its destructor calls the producer's deleter
+  if (writable && py::hasattr(obj, "_version"))
+    borrowed.written_torch.push_back(obj);
   const DLTensor& t = managed->dl_tensor;
   Device device;
   if (t.device.device_type == kDLCUDA ||
@@ -543,6 +546,24 @@ class Converter {
 };
 
 }  // namespace
+
+void MarkWritten(const std::vector<py::object>& tensors) {
+  if (tensors.empty()) return;
+  const py::object torch_c = py::module_::import("torch").attr("_C");
+  const py::object increment =
+      py::getattr(torch_c, "_increment_version", py::none());
+  for (const py::object& t : tensors) {
+    if (!increment.is_none()) {
+      increment(t);
+      continue;
+    }
+    // An in-place change of a temporary alias's layout (to the same one)
+    // counts as a write of the tensor's memory, which the alias shares with
+    // its version counter; no byte is touched.
+    t.attr("detach")().attr("as_strided_")(t.attr("size")(),
+                                           t.attr("stride")());
+  }
+}
 
 py::dtype ToNumpy(DType dtype) {
   switch (dtype) {

@@ -21,7 +21,14 @@ namespace ckptdb::python {
 struct Borrowed {
   std::vector<pybind11::object> keep;
   ValueSlots values;
+  // The torch tensors a load writes in place (MarkWritten).
+  std::vector<pybind11::object> written_torch;
 };
+
+// Counts a write in each of `tensors`' version (torch's record of in-place
+// changes, which autograd checks before it uses a tensor it saved), as
+// torch's own in-place copy does: ckptdb writes their memory directly.
+void MarkWritten(const std::vector<pybind11::object>& tensors);
 
 // Converts the state dict `dict` into `out`; `writable`: for a load, whose
 // targets must be writable.

@@ -6,6 +6,7 @@ namespace ckptdb::engine {
 
 void KeepCommit(planner::PreviousCheckpoint committed, int depth,
                 KeptCommits* kept) {
+  planner::IndexHashes(&committed);
   kept->push_front(std::move(committed));
   while (kept->size() > static_cast<size_t>(std::max(depth, 1)))
     kept->pop_back();
@@ -33,6 +34,7 @@ planner::PreviousCheckpoint ReadPrevious(
   if (!meta.ok()) return previous;
   previous.id = base_id;
   previous.tensors = std::move(meta->tensors);
+  planner::IndexHashes(&previous);
   return previous;
 }
 

@@ -32,14 +32,15 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
         out.checksum, writer.Add(tensor.flat_key, chunk.box.origin, bytes));
     return out;
   }
-  static const std::vector<planner::Candidate> kNone;
-  const std::vector<planner::Candidate>& candidates =
-      finder != nullptr ? finder->Find(tensor.flat_key, tensor.dtype,
-                                       tensor.global_shape, chunk.box)
-                        : kNone;
+  // The newest compared checkpoint's chunk decides how it is hashed; the
+  // decision, once hashed, looks at every compared checkpoint.
+  const ChunkMetadata* newest =
+      finder != nullptr ? finder->Begin(tensor.flat_key, tensor.dtype,
+                                        tensor.global_shape, chunk.box)
+                        : nullptr;
   auto reuse = [&](const ContentHash& content) {
     const planner::ChunkSource source =
-        planner::DecideChunkSource(candidates, content);
+        finder != nullptr ? finder->Decide(content) : planner::ChunkSource{};
     out.content_hash = content;
     if (source.reuse) {
       out.checksum = source.checksum;
@@ -48,7 +49,7 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
     }
     return source.reuse;
   };
-  if (planner::HashBeforeWriting(candidates)) {
+  if (planner::HashBeforeWriting(newest)) {
     const storage::ChunkDigest digest =
         storage::ChunkChecksumAndContentHash(data, nbytes);
     if (reuse(digest.content)) return out;
@@ -57,14 +58,14 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
         writer.Add(tensor.flat_key, chunk.box.origin, bytes, digest.checksum));
     return out;
   }
-  static const std::vector<ContentHash> kNoHashes;
-  const std::vector<ContentHash>& unchanged =
-      finder != nullptr ? finder->found_hashes() : kNoHashes;
+  bool reused = false;
   CKPTDB_ASSIGN_OR_RETURN(
       const storage::StagedFileWriter::Added added,
       writer.AddUnlessUnchanged(tensor.flat_key, chunk.box.origin, bytes,
-                                unchanged));
-  const bool reused = reuse(added.digest.content);
+                                [&](const ContentHash& content) {
+                                  reused = reuse(content);
+                                  return reused;
+                                }));
   CKPTDB_ASSERT(reused != added.added,
                 "a chunk of '" + tensor.flat_key +
                     "' was kept and found unchanged, or neither");

@@ -196,7 +196,7 @@ def test_errors_are_one_line_and_non_zero(store, tmp_path):
     # A bad command line is one of "any other error": 2, as the tool's --help says.
     for args in (["show", store, "--step", "1", "--tag", "first"],  # one selector
                  ["export", store, "--format", "zip", "-o", "x"], ["list", store, "--bogus"],
-                 ["show", store, "--step", "x"], ["list"], []):
+                 ["show", store, "--step", "x"], ["list"], [], ["lst", store]):
         p = dump(*args)
         assert p.returncode == 2, (args, p.returncode, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
@@ -605,3 +605,49 @@ def test_verify_names_a_flipped_byte_in_identity_or_the_reserve(tmp_path, name):
     with ckptdb.open(path, read_only=True) as db:
         np.testing.assert_array_equal(db.read("w"), np.arange(64, dtype=np.float32))
     assert_repaired_by_a_read_write_open(path, [1])
+
+
+def test_an_unknown_command_is_named():
+    p = dump("lst", "/tmp")
+    assert p.returncode == 2 and "unknown command 'lst'" in p.stderr and "list" in p.stderr, p.stderr
+
+
+def test_a_missing_copy_beside_another_checkpoints_damaged_records_costs_nothing(tmp_path):
+    # Checkpoint 2's record copy gone and a table file of records damaged (checkpoint 1's,
+    # or any other): checkpoint 2's records in the database still read whole, so it lists
+    # and reads as intact, and a read-write open repairs the store (verify clean).
+    import shutil
+    template = str(tmp_path / "template")
+    with ckptdb.open(template) as db:
+        for step in (1, 2):
+            db.save({"w": np.full(64, step, np.float32)}, step=step)
+    for name in sorted(os.listdir(template)):
+        if not name.endswith(".sst"):
+            continue
+        path = str(tmp_path / name)
+        shutil.copytree(template, path)
+        table = os.path.join(path, name)
+        with open(table, "r+b") as f:
+            f.seek(os.path.getsize(table) // 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        os.remove(os.path.join(path, "copies", "2.rec"))
+        with ckptdb.open(path, read_only=True) as db:
+            listed = db.checkpoints()
+            if listed[1].damage:
+                continue  # the table of checkpoint 2's own records: lost (above)
+            np.testing.assert_array_equal(db.read("w", step=2), np.full(64, 2, np.float32))
+        try:
+            db = ckptdb.open(path)
+        except ckptdb.CorruptionError as e:
+            # The database reads checkpoint 2's main record but not the range of its
+            # records (a table file spanning it is damaged): no copy can be made, and
+            # the open says so.
+            assert "checkpoint id(s) 2 lack" in str(e), (name, str(e))
+            continue
+        with db:
+            assert [c.step for c in db.checkpoints()] == [1, 2], name
+            np.testing.assert_array_equal(db.read("w", step=2), np.full(64, 2, np.float32))
+        p = dump("verify", path)
+        assert "LOST checkpoint" not in p.stdout, (name, p.stdout)

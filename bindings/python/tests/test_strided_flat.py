@@ -180,3 +180,21 @@ def test_torch_parameters_that_require_grad_save_and_load_in_place(store):
         db.load(fresh.state_dict(keep_vars=True))
     assert torch.equal(fresh.weight, model.weight) and torch.equal(fresh.bias, model.bias)
     assert fresh.weight.requires_grad and fresh.weight.grad is None
+
+
+def test_a_load_counts_as_an_in_place_write_for_autograd(store):
+    # torch's load_state_dict copies in place, which bumps each tensor's version, so that
+    # autograd refuses a backward through values the load replaced; ckptdb writes the
+    # memory directly and counts the write the same way.
+    torch = pytest.importorskip("torch")
+    with ckptdb.open(store) as db:
+        db.save({"weight": torch.full((5,), 3.0), "plain": torch.ones(3)})
+        weight = torch.nn.Parameter(torch.ones(5))
+        out = (weight * weight).sum()
+        plain = torch.zeros(3)
+        before = (weight._version, plain._version)
+        db.load({"weight": weight, "plain": plain})
+        assert weight._version > before[0] and plain._version > before[1]
+        assert torch.equal(weight.detach(), torch.full((5,), 3.0))
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.backward()
