@@ -59,6 +59,32 @@ std::string RebuildPlace(rocksdb::Env* env, const std::string& store_path,
   return StagingDir(store_path) + "/" + kRebuildPrefix + name;
 }
 
+// Nothing moves unless everything can: an entry that is not a regular file
+// where the database keeps one, or where a new one writes one, is left alone,
+// and the rebuild fails before it changes the store.
+Status CheckRebuildable(StoreFileSystem& fs, const std::string& store_path,
+                        const std::string& what) {
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                          fs.ListDir(store_path));
+  for (const std::string& name : names) {
+    const bool database_file = IsDescriptionFile(name) || name == "IDENTITY" ||
+                               name == "LOCK" || name.starts_with("LOG") ||
+                               name.ends_with(".sst") ||
+                               name.ends_with(".dbtmp");
+    if (!database_file) continue;
+    const std::string path = store_path + "/" + name;
+    if (std::optional<std::string> kind =
+            NotARegularFile(path, /*follow=*/false)) {
+      return Status::Corruption(
+          what + ": " + path + " is " + *kind +
+          ", which ckptdb never makes in a store, so it is not ckptdb's and "
+          "is left alone (move it out of the store to go on); nothing was "
+          "changed");
+    }
+  }
+  return Status::OK();
+}
+
 // The files staged for a rebuild by an earlier one that was cut short, by
 // device and inode.
 Result<std::set<std::pair<uint64_t, uint64_t>>> StagedForRebuild(
@@ -263,7 +289,9 @@ Status StoreImpl::PreCheckOrRebuild(bool has_db) {
 }
 
 Status StoreImpl::WithRebuildHint(Status s) {
-  if (!s.IsCorruption() || !CanRebuild()) return s;
+  if (!s.IsCorruption() || !CanRebuild() ||
+      !CheckRebuildable(*fs_, path_, "").ok())
+    return s;
   return Status(s.code(),
                 s.message() +
                     "; every committed checkpoint has an intact copy of its "
@@ -278,6 +306,7 @@ Status StoreImpl::RebuildFromCopies() {
                            "' from its table files and metadata copies";
   CKPTDB_ASSIGN_OR_RETURN(const JournalState state, ReadJournal(*fs_, path_));
   // RocksDB's lock, so that no writer opens the store meanwhile.
+  CKPTDB_RETURN_IF_ERROR(CheckRebuildable(*fs_, path_, what));
   rocksdb::FileLock* lock = nullptr;
   CKPTDB_RETURN_IF_ERROR(
       FromRocks(env_->LockFile(path_ + "/LOCK", &lock), what));

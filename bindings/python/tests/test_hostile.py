@@ -279,3 +279,22 @@ def test_close_from_one_thread_while_others_save_and_read_ends_them_cleanly(stor
     with ckptdb.open(store) as again:
         for c in again.checkpoints():
             assert np.all(again.read("x", id=c.id) == c.step - 1.0)
+
+
+def test_a_directory_where_the_database_keeps_a_file_fails_a_rebuild_before_it_moves_anything(store):
+    # A read-write open that would rebuild the database around a directory at IDENTITY
+    # changes nothing and names it; once it is moved away, the next open goes on.
+    with ckptdb.open(store) as db:
+        db.save({"w": np.arange(8.0)}, step=1)
+    os.remove(os.path.join(store, "IDENTITY"))
+    os.mkdir(os.path.join(store, "IDENTITY"))
+    before = snapshot(store)
+    with pytest.raises(ckptdb.CorruptionError, match="IDENTITY is a directory"):
+        ckptdb.open(store)
+    assert snapshot(store) == before
+    with pytest.raises(ckptdb.CorruptionError, match="IDENTITY is a directory") as e:
+        ckptdb.open(store, read_only=True)
+    assert "rebuilds" not in str(e.value)  # a rebuild would fail the same way
+    os.rmdir(os.path.join(store, "IDENTITY"))
+    with ckptdb.open(store) as db:
+        np.testing.assert_array_equal(db.read("w"), np.arange(8.0))
