@@ -544,29 +544,41 @@ def test_a_damaged_table_file_costs_a_read_only_listing_nothing(tmp_path):
                     assert (got["b"] == np.arange(100.0) + step).all(), (name, how, step)
 
 
-def test_a_checkpoint_whose_records_are_damaged_in_both_copies_costs_only_itself(tmp_path):
-    # "A listing never fails as a whole because of one checkpoint's damage": the table file
-    # holding checkpoint 1's records damaged and its record copy gone. A read-only open
-    # lists checkpoint 1 as damaged and reads checkpoint 2; `list` works; verify names
-    # checkpoint 1 as lost (exit 1); a read-write open says why it cannot rebuild.
+def flip_middle_byte(path, mask):
+    """XORs the byte in the middle of file `path` with `mask`."""
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ mask]))
+
+
+def _records_damaged_without_copy(tmp_path, removed_copy):
+    """Copies of a store of 2 checkpoints (w = 1s, then 2s), one per table file: the
+    middle byte of that file flipped and `copies/<removed_copy>.rec` removed; yields
+    (table name, store path)."""
     import shutil
     template = str(tmp_path / "template")
     with ckptdb.open(template) as db:
         for step in (1, 2):
             db.save({"w": np.full(64, step, np.float32)}, step=step)
-    found = False
     for name in sorted(os.listdir(template)):
         if not name.endswith(".sst"):
             continue
         path = str(tmp_path / name)
         shutil.copytree(template, path)
-        table = os.path.join(path, name)
-        with open(table, "r+b") as f:
-            f.seek(os.path.getsize(table) // 2)
-            byte = f.read(1)
-            f.seek(-1, os.SEEK_CUR)
-            f.write(bytes([byte[0] ^ 0xFF]))
-        os.remove(os.path.join(path, "copies", "1.rec"))
+        flip_middle_byte(os.path.join(path, name), 0xFF)
+        os.remove(os.path.join(path, "copies", f"{removed_copy}.rec"))
+        yield name, path
+
+
+def test_a_checkpoint_whose_records_are_damaged_in_both_copies_costs_only_itself(tmp_path):
+    # "A listing never fails as a whole because of one checkpoint's damage": the table file
+    # holding checkpoint 1's records damaged and its record copy gone. A read-only open
+    # lists checkpoint 1 as damaged and reads checkpoint 2; `list` works; verify names
+    # checkpoint 1 as lost (exit 1); a read-write open says why it cannot rebuild.
+    found = False
+    for name, path in _records_damaged_without_copy(tmp_path, 1):
         with ckptdb.open(path, read_only=True) as db:
             listed = db.checkpoints()
             assert [c.id for c in listed] == [1, 2], name
@@ -594,12 +606,7 @@ def test_verify_names_a_flipped_byte_in_identity_or_the_reserve(tmp_path, name):
     with ckptdb.open(path) as db:
         db.save({"w": np.arange(64, dtype=np.float32)}, step=1)
     dump("verify", path, check=0)
-    target = os.path.join(path, name)
-    with open(target, "r+b") as f:
-        f.seek(os.path.getsize(target) // 2)
-        byte = f.read(1)
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([byte[0] ^ 0x01]))
+    flip_middle_byte(os.path.join(path, name), 0x01)
     p = dump("verify", path, check=1)
     assert name in p.stdout and "read-write open writes it again" in p.stdout, p.stdout
     with ckptdb.open(path, read_only=True) as db:
@@ -616,23 +623,7 @@ def test_a_missing_copy_beside_another_checkpoints_damaged_records_costs_nothing
     # Checkpoint 2's record copy gone and a table file of records damaged (checkpoint 1's,
     # or any other): checkpoint 2's records in the database still read whole, so it lists
     # and reads as intact, and a read-write open repairs the store (verify clean).
-    import shutil
-    template = str(tmp_path / "template")
-    with ckptdb.open(template) as db:
-        for step in (1, 2):
-            db.save({"w": np.full(64, step, np.float32)}, step=step)
-    for name in sorted(os.listdir(template)):
-        if not name.endswith(".sst"):
-            continue
-        path = str(tmp_path / name)
-        shutil.copytree(template, path)
-        table = os.path.join(path, name)
-        with open(table, "r+b") as f:
-            f.seek(os.path.getsize(table) // 2)
-            byte = f.read(1)
-            f.seek(-1, os.SEEK_CUR)
-            f.write(bytes([byte[0] ^ 0xFF]))
-        os.remove(os.path.join(path, "copies", "2.rec"))
+    for name, path in _records_damaged_without_copy(tmp_path, 2):
         with ckptdb.open(path, read_only=True) as db:
             listed = db.checkpoints()
             if listed[1].damage:
