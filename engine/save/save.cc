@@ -84,6 +84,9 @@ Status DBImpl::WriteMyChunks(const PreparedSave& p, SnapshotRing* snapshot,
   // Every rank keeps the chunks of its last commits (rank 0 whole records,
   // the others their own): no read (and, on the others, no re-open of their
   // handle) for those among the checkpoints compared with.
+  // What the handle kept of checkpoints no longer compared with (deleted,
+  // or older than the depth) goes first: rank 0 keeps whole records.
+  ForgetUncompared(p.base_ids, &kept_commits_);
   KeptCommits read;
   const planner::ComparedCheckpoints compared =
       ComparedWith(kept_commits_, *store_, p.base_ids, p.plan, p.mine, rank,

@@ -12,6 +12,13 @@ void KeepCommit(planner::PreviousCheckpoint committed, int depth,
     kept->pop_back();
 }
 
+void ForgetUncompared(const std::vector<int64_t>& base_ids, KeptCommits* kept) {
+  std::erase_if(*kept, [&](const planner::PreviousCheckpoint& commit) {
+    return std::find(base_ids.begin(), base_ids.end(), commit.id) ==
+           base_ids.end();
+  });
+}
+
 std::vector<std::string_view> KeysWrittenBy(const planner::SavePlan& plan,
                                             int rank) {
   std::vector<std::string_view> keys;

@@ -28,6 +28,10 @@ using KeptCommits = std::deque<planner::PreviousCheckpoint>;
 void KeepCommit(planner::PreviousCheckpoint committed, int depth,
                 KeptCommits* kept);
 
+// Drops from `kept` the commits that are not among `base_ids` (deleted
+// since, or beyond the depth).
+void ForgetUncompared(const std::vector<int64_t>& base_ids, KeptCommits* kept);
+
 // The tensors whose chunks `rank` writes in `plan`, in key order.
 std::vector<std::string_view> KeysWrittenBy(const planner::SavePlan& plan,
                                             int rank);

@@ -88,8 +88,11 @@ struct Options {
   // How many of the store's newest checkpoints an incremental save compares
   // each chunk with: a state that goes back to an earlier one (A, B, then A
   // again) shares its bytes while that checkpoint is among them. Each adds a
-  // lookup per chunk that changed, and rank 0 keeps each one's record (its
-  // layout and checksums, not its bytes) between saves. REQUIRES: >= 1.
+  // probe of a table of its content hashes per chunk that changed, and rank 0
+  // keeps each one's record (its layout and checksums, not its bytes) between
+  // saves, for those the store still holds: with keep_last, at most keep_last
+  // of them. A job whose records are large (millions of chunks) and that
+  // keeps every checkpoint may want 1. REQUIRES: >= 1.
   int incremental_depth = 4;
   // Hooks called before every file operation of the store, RocksDB's and
   // ckptdb's own, from any of its threads (ckptdb/file_system_hooks.h): they
