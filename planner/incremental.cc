@@ -157,10 +157,6 @@ bool HashBeforeWriting(const ChunkMetadata* candidate) {
   return candidate != nullptr && candidate->holder_id != 0;
 }
 
-bool HashBeforeWriting(const std::vector<Candidate>& candidates) {
-  return !candidates.empty() && HashBeforeWriting(candidates.front().chunk);
-}
-
 Status CheckReferences(const std::map<std::string, TensorMetadata>& tensors,
                        const ComparedCheckpoints& compared, int32_t world) {
   // The record's chunks come in key order: each compared record is walked

@@ -140,9 +140,6 @@ ChunkSource DecideChunkSource(const std::vector<Candidate>& candidates,
 // out unchanged after all.
 bool HashBeforeWriting(const ChunkMetadata* candidate);
 
-// HashBeforeWriting of the newest of `candidates`.
-bool HashBeforeWriting(const std::vector<Candidate>& candidates);
-
 // Whether every chunk of `tensors` (a new checkpoint's record, `world`
 // ranks) that refers to stored bytes refers to bytes that `compared` (the
 // records it was compared with, holding at least the tensors with such

@@ -185,7 +185,7 @@ TEST(IncrementalTest, AStateThatGoesBackSharesTheBytesOfAnOlderCheckpoint) {
             (ChunkSource{true, 2, 0, 102}));
   EXPECT_FALSE(DecideChunkSource(found, ContentHash{3, 3}).reuse);
   // B was written by its save (the state changed): hashed as it is written.
-  EXPECT_FALSE(HashBeforeWriting(found));
+  EXPECT_FALSE(HashBeforeWriting(found.front().chunk));
   // The check accepts the reference to A's bytes, and no other.
   std::map<std::string, TensorMetadata> record = a.tensors;
   record["w"].chunks[0].holder_id = 1;
@@ -263,7 +263,8 @@ TEST(IncrementalTest,
   const auto& found = finder.Find("w", DType::kFloat32, {2}, {{0}, {2}});
   EXPECT_EQ(DecideChunkSource(found, ContentHash{7, 7}),
             (ChunkSource{true, 1, 0, 103}));
-  EXPECT_TRUE(HashBeforeWriting(found));  // the newest was found unchanged
+  // The newest was found unchanged by its save.
+  EXPECT_TRUE(HashBeforeWriting(found.front().chunk));
   std::map<std::string, TensorMetadata> record = two.tensors;
   for (int64_t holder : {1, 2}) {
     SCOPED_TRACE(holder);
