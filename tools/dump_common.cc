@@ -1,5 +1,6 @@
 #include "dump_common.h"
 
+#include <charconv>
 #include <cstdio>
 #include <ctime>
 #include <type_traits>
@@ -33,14 +34,37 @@ int Fail(const Status& s) {
   return kError;
 }
 
+namespace {
+
+// CLI11 turns an integer beyond int64 into the nearest bound, which would
+// then select a checkpoint the user never named: refused instead. Text that
+// is no integer at all is left to CLI11's own conversion error.
+CLI::Validator Int64InRange() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        int64_t value = 0;
+        const auto [end, error] =
+            std::from_chars(text.data(), text.data() + text.size(), value);
+        if (error == std::errc::result_out_of_range)
+          return "'" + text + "' does not fit in a 64-bit signed integer";
+        return std::string();
+      },
+      "INT64");
+}
+
+}  // namespace
+
 void AddSelection(CLI::App* cmd, Selection* sel, const char* what) {
-  auto* step = cmd->add_option(
-      "--step", sel->step,
-      std::string("select the checkpoint of this training step ") + what);
+  auto* step = cmd->add_option("--step", sel->step,
+                               std::string("select the checkpoint of this "
+                                           "training step ") +
+                                   what)
+                   ->check(Int64InRange());
   auto* tag =
       cmd->add_option("--tag", sel->tag, "select the checkpoint with this tag");
   auto* id =
-      cmd->add_option("--id", sel->id, "select the checkpoint with this id");
+      cmd->add_option("--id", sel->id, "select the checkpoint with this id")
+          ->check(Int64InRange());
   step->excludes(tag)->excludes(id);
   tag->excludes(id);
 }

@@ -614,6 +614,13 @@ def test_verify_names_a_flipped_byte_in_identity_or_the_reserve(tmp_path, name):
     assert_repaired_by_a_read_write_open(path, [1])
 
 
+def test_a_number_beyond_int64_is_refused_not_clamped(store):
+    for option in ("--id", "--step"):
+        p = dump("show", store, option, "99999999999999999999")
+        assert p.returncode == 2 and "does not fit in a 64-bit" in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
 def test_an_unknown_command_is_named():
     p = dump("lst", "/tmp")
     assert p.returncode == 2 and "unknown command 'lst'" in p.stderr and "list" in p.stderr, p.stderr
