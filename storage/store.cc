@@ -295,7 +295,7 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
   // save writes any (every rank's writes start after the root's id), and with
   // it the reserve, if a full disk's delete used it.
   remover_.Wait();
-  if (reserve_released_.exchange(false)) EnsureReserve(/*refill=*/true);
+  if (reserve_released_.exchange(false)) EnsureReserve(/*repair=*/true);
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   // Before the save stages files, which a reopen would remove.

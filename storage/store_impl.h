@@ -283,13 +283,15 @@ class StoreImpl : public Store {
   Status ReopenAfterFailedWrites(std::shared_lock<std::shared_mutex>& lock);
   // The reserve: a file of kReserveBytes kept in the store so that on a full
   // disk an open and a delete still find room for their few writes.
-  // EnsureReserve writes it when absent or damaged and, with `refill`, when
-  // short (a write on a full disk left it so; a read-write open refills it)
-  // (best effort); ReleaseReserve removes it and says whether there was one.
-  void EnsureReserve(bool refill = false);
+  // EnsureReserve writes it when absent and, with `repair` (a read-write
+  // open, a save after a full disk's delete), when short (a write on a full
+  // disk left it so) or damaged (ReserveDamage) (best effort);
+  // ReleaseReserve removes it and says whether there was one.
+  void EnsureReserve(bool repair = false);
   bool ReleaseReserve();
   // What is wrong with the reserve file at `path` (bytes other than zeros),
-  // or nullopt (also when there is none, or it cannot be read).
+  // or nullopt (also when there is none, or it cannot be read). Reads it
+  // whole.
   static std::optional<std::string> ReserveDamage(StoreFileSystem& fs,
                                                   const std::string& path);
   // Read-write: records RocksDB's IDENTITY file under kIdentityKey the first
@@ -525,8 +527,8 @@ class StoreImpl : public Store {
   // intact record copy of every checkpoint it names committed.
   bool CanRebuild();
   // The checkpoints the journal names committed without an intact record
-  // copy (those that keep CanRebuild false).
-  std::vector<int64_t> CommittedWithoutCopies();
+  // copy (those that keep CanRebuild false); nullopt without a journal.
+  std::optional<std::vector<int64_t>> CommittedWithoutCopies();
   // Writes the record copies of checkpoints `ids` whose records the database
   // (opened read-only, then closed) reads whole; best effort.
   void CopyReadableRecords(bool has_db, const std::vector<int64_t>& ids);

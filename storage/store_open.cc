@@ -85,8 +85,6 @@ bool IsNoSpace(const Status& s) {
 
 std::optional<std::string> StoreImpl::ReserveDamage(StoreFileSystem& fs,
                                                     const std::string& path) {
-  const Result<bool> present = fs.Exists(path);
-  if (!present.ok() || !*present) return std::nullopt;
   // A short one is no damage: a write on a full disk leaves one.
   Result<std::string> bytes = fs.ReadWholeFile(path);
   if (bytes.ok() &&
@@ -95,7 +93,7 @@ std::optional<std::string> StoreImpl::ReserveDamage(StoreFileSystem& fs,
   return std::nullopt;
 }
 
-void StoreImpl::EnsureReserve(bool refill) {
+void StoreImpl::EnsureReserve(bool repair) {
   std::shared_lock lock(mu_);
   if (options_.read_only || !db_) return;
   const std::string path = path_ + "/" + kReserveFile;
@@ -103,13 +101,12 @@ void StoreImpl::EnsureReserve(bool refill) {
   // back the database's deletions.
   StoreFileSystem fs(options_.file_system_hooks, /*sync=*/true, path_);
   // Best effort: a reserve that cannot be looked for is not written.
-  const Result<bool> present = fs.Exists(path);
-  if (!present.ok()) return;
-  if (*present && !ReserveDamage(fs, path)) {
-    const Result<std::optional<uint64_t>> size = fs.SizeIfPresent(path);
-    if (!refill || !size.ok() || size->value_or(kReserveBytes) >= kReserveBytes)
-      return;
-  }
+  const Result<std::optional<uint64_t>> size = fs.SizeIfPresent(path);
+  if (!size.ok()) return;
+  const bool write =
+      !size->has_value() || (repair && (**size < kReserveBytes ||
+                                        ReserveDamage(fs, path).has_value()));
+  if (!write) return;
   if (!fs.WriteFileSynced(path, std::string(kReserveBytes, '\0')).ok())
     (void)fs.Remove(path);
 }
@@ -119,16 +116,17 @@ Status StoreImpl::KeepIdentity() {
   std::string recorded;
   const rocksdb::Status got =
       db_->Get(rocksdb::ReadOptions(), meta_, kIdentityKey, &recorded);
-  Result<std::string> file = fs_->ReadWholeFile(path);
   if (got.IsNotFound()) {
-    if (!file.ok() || file->empty()) return Status::OK();
     rocksdb::WriteBatch batch;
-    batch.Put(meta_, kIdentityKey, *file);
+    PutIdentity(&batch);
+    if (batch.Count() == 0) return Status::OK();
     return WriteMeta(&batch, "recording the database's IDENTITY file");
   }
   // Nothing depends on the file: a record that cannot be read is left to
   // the checks of the metadata, which name its damage.
-  if (!got.ok() || (file.ok() && *file == recorded)) return Status::OK();
+  if (!got.ok()) return Status::OK();
+  Result<std::string> file = fs_->ReadWholeFile(path);
+  if (file.ok() && *file == recorded) return Status::OK();
   return fs_->WriteFileSynced(path, recorded)
       .WithContext("writing the database's IDENTITY file again");
 }
@@ -175,7 +173,7 @@ Status StoreImpl::OpenDbRetrying() {
     Status s = OpenDb();
     // On a full disk the reserve makes room for the open's own writes.
     if (IsNoSpace(s) && ReleaseReserve()) s = OpenDb();
-    if (s.ok()) EnsureReserve(/*refill=*/true);
+    if (s.ok()) EnsureReserve(/*repair=*/true);
     return s;
   }
   CKPTDB_ASSIGN_OR_RETURN(std::string before, VersionStamp());

@@ -69,8 +69,7 @@ Status CheckRebuildable(StoreFileSystem& fs, const std::string& store_path,
   for (const std::string& name : names) {
     const bool database_file = IsDescriptionFile(name) || name == "IDENTITY" ||
                                name == "LOCK" || name.starts_with("LOG") ||
-                               name.ends_with(".sst") ||
-                               name.ends_with(".dbtmp");
+                               name.ends_with(".sst");
     if (!database_file) continue;
     const std::string path = store_path + "/" + name;
     if (std::optional<std::string> kind =
@@ -220,12 +219,8 @@ Status StoreImpl::CheckRocksHoldsJournal() {
 }
 
 bool StoreImpl::CanRebuild() {
-  Result<JournalState> state = ReadJournal(*fs_, path_);
-  if (!state.ok() || !state->journal) return false;
-  for (int64_t id : state->journal->committed) {
-    if (!ReadCopy(*fs_, path_, CopyKind::kRecords, id).ok()) return false;
-  }
-  return true;
+  const std::optional<std::vector<int64_t>> uncopied = CommittedWithoutCopies();
+  return uncopied && uncopied->empty();
 }
 
 void StoreImpl::CopyReadableRecords(bool has_db,
@@ -241,10 +236,10 @@ void StoreImpl::CopyReadableRecords(bool has_db,
   CloseDb();
 }
 
-std::vector<int64_t> StoreImpl::CommittedWithoutCopies() {
-  std::vector<int64_t> ids;
+std::optional<std::vector<int64_t>> StoreImpl::CommittedWithoutCopies() {
   Result<JournalState> state = ReadJournal(*fs_, path_);
-  if (!state.ok() || !state->journal) return ids;
+  if (!state.ok() || !state->journal) return std::nullopt;
+  std::vector<int64_t> ids;
   for (int64_t id : state->journal->committed) {
     if (!ReadCopy(*fs_, path_, CopyKind::kRecords, id).ok()) ids.push_back(id);
   }
@@ -254,16 +249,17 @@ std::vector<int64_t> StoreImpl::CommittedWithoutCopies() {
 Status StoreImpl::PreCheckOrRebuild(bool has_db) {
   Status s = PreCheckReadOnly(has_db);
   if (s.ok() || !s.IsCorruption()) return s;
-  if (!CanRebuild()) {
+  std::optional<std::vector<int64_t>> uncopied = CommittedWithoutCopies();
+  if (uncopied && !uncopied->empty()) {
     // A checkpoint whose copy is gone but whose records the database still
     // reads whole (the damage is elsewhere) gets its copy first.
-    CopyReadableRecords(has_db, CommittedWithoutCopies());
+    CopyReadableRecords(has_db, *uncopied);
+    uncopied = CommittedWithoutCopies();
   }
-  if (!CanRebuild()) {
-    const std::vector<int64_t> uncopied = CommittedWithoutCopies();
-    if (uncopied.empty()) return s;
+  if (!uncopied) return s;  // no journal: nothing to rebuild from
+  if (!uncopied->empty()) {
     std::string ids;
-    for (int64_t id : uncopied)
+    for (int64_t id : *uncopied)
       ids += (ids.empty() ? "" : ", ") + std::to_string(id);
     return Status(s.code(),
                   s.message() +

@@ -83,9 +83,8 @@ Status DBImpl::WriteMyChunks(const PreparedSave& p, SnapshotRing* snapshot,
   const int rank = comm_->rank();
   // Every rank keeps the chunks of its last commits (rank 0 whole records,
   // the others their own): no read (and, on the others, no re-open of their
-  // handle) for those among the checkpoints compared with.
-  // What the handle kept of checkpoints no longer compared with (deleted,
-  // or older than the depth) goes first: rank 0 keeps whole records.
+  // handle) for those among the checkpoints compared with. What it kept of
+  // the others (deleted, or beyond the depth) goes first.
   ForgetUncompared(p.base_ids, &kept_commits_);
   KeptCommits read;
   const planner::ComparedCheckpoints compared =
