@@ -143,16 +143,6 @@ ChunkSource DecideChunkSource(const ChunkMetadata* candidate,
           candidate->writer_rank, candidate->checksum};
 }
 
-ChunkSource DecideChunkSource(const std::vector<Candidate>& candidates,
-                              const ContentHash& hash) {
-  for (const Candidate& c : candidates) {
-    const ChunkSource source =
-        DecideChunkSource(c.chunk, c.checkpoint_id, hash);
-    if (source.reuse) return source;
-  }
-  return {};
-}
-
 bool HashBeforeWriting(const ChunkMetadata* candidate) {
   return candidate != nullptr && candidate->holder_id != 0;
 }

@@ -125,11 +125,6 @@ class CandidateFinder {
 ChunkSource DecideChunkSource(const ChunkMetadata* candidate,
                               int64_t previous_id, const ContentHash& hash);
 
-// The same decision among `candidates` (CandidateFinder::Find): the stored
-// bytes of the newest whose hash is equal; otherwise write it.
-ChunkSource DecideChunkSource(const std::vector<Candidate>& candidates,
-                              const ContentHash& hash);
-
 // Whether a chunk with `candidate` (CandidateChunk) is hashed before it is
 // written, so that it is not written when unchanged: when the candidate was
 // itself found unchanged by the save that recorded it (it refers to older

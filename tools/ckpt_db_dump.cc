@@ -374,6 +374,19 @@ CLI::App* AddExport(CLI::App& app, Arguments& a) {
 }  // namespace
 }  // namespace ckptdb::tools
 
+namespace {
+
+// A bad command line: one line on stderr, exit 2 (the "any other error" of
+// the tool's --help).
+int UsageError(std::string what) {
+  std::replace(what.begin(), what.end(), '\n', ' ');
+  std::fprintf(stderr, "ckpt-db-dump: %s (run with --help for usage)\n",
+               what.c_str());
+  return 2;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace ckptdb::tools;
   CLI::App app{
@@ -397,11 +410,8 @@ int main(int argc, char** argv) {
     std::string known;
     for (CLI::App* c : commands)
       known += (known.empty() ? "" : ", ") + c->get_name();
-    std::fprintf(stderr,
-                 "ckpt-db-dump: unknown command '%s' (%s; run with --help for "
-                 "usage)\n",
-                 argv[1], known.c_str());
-    return 2;
+    return UsageError("unknown command '" + std::string(argv[1]) + "' (" +
+                      known + ")");
   }
   try {
     app.parse(argc, argv);
@@ -409,11 +419,7 @@ int main(int argc, char** argv) {
     // CLI11 prints help (exit 0); a bad command line is one of the "any other
     // error" cases, on one line as the others are.
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::string what = e.what();
-    std::replace(what.begin(), what.end(), '\n', ' ');
-    std::fprintf(stderr, "ckpt-db-dump: %s (run with --help for usage)\n",
-                 what.c_str());
-    return 2;
+    return UsageError(e.what());
   }
   if (*list) return List(a.store, a.as_json);
   if (*show && !a.key.empty())
