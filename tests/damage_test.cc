@@ -283,6 +283,37 @@ void PrintMatrix(int cases, const std::map<std::string, Tally>& by_kind) {
   }
 }
 
+// A store whose open failed (with `error`) keeps every file it had
+// (`before`, SnapshotDir), RocksDB's text log aside.
+void ExpectFilesKept(const std::string& dir,
+                     const std::map<std::string, std::string>& before,
+                     const std::string& error, const std::string& ctx) {
+  for (const auto& [file, desc] : before) {
+    EXPECT_TRUE(fs::exists(fs::path(dir) / file) || file.rfind("LOG", 0) == 0)
+        << ctx << ": " << file << " was deleted; the open failed with "
+        << error;
+  }
+}
+
+// The (checkpoint, tensor) pairs of `lost` beyond what `damage` at offset
+// `at` of a file holding the tensor bytes `in_file` may cost: nothing in a
+// file without tensor bytes; the tensors whose bytes it hit (a flip) or held
+// (cut, removed).
+std::set<Pair> LostBeyond(
+    const std::set<Pair>& lost,
+    const std::map<Pair, std::pair<uint64_t, uint64_t>>& in_file,
+    const Damage& damage, uint64_t at) {
+  std::set<Pair> allowed;
+  for (const auto& [pair, range] : in_file) {
+    if (damage.how != "flip" || (range.first <= at && at < range.second))
+      allowed.insert(pair);
+  }
+  std::set<Pair> excess;
+  std::set_difference(lost.begin(), lost.end(), allowed.begin(), allowed.end(),
+                      std::inserter(excess, excess.begin()));
+  return excess;
+}
+
 TEST(DamageMatrix, OneDamagedFileCostsAtMostTheTensorBytesItHit) {
   TempDir tmp(fs::is_directory("/dev/shm") ? "/dev/shm" : "");
   const std::string templ = tmp.Sub("template");
@@ -326,27 +357,10 @@ TEST(DamageMatrix, OneDamagedFileCostsAtMostTheTensorBytesItHit) {
       const Outcome opened =
           Examine(dir, /*read_only=*/false,
                   /*verify=*/false, saved, ctx + ", read-write");
-      if (opened.open_failed) {
-        // A store that fails to open keeps every file it had.
-        for (const auto& [file, desc] : before) {
-          EXPECT_TRUE(fs::exists(fs::path(dir) / file) ||
-                      file.rfind("LOG", 0) == 0)
-              << ctx << ": " << file << " was deleted; the open failed with "
-              << opened.error;
-        }
-      }
+      if (opened.open_failed) ExpectFilesKept(dir, before, opened.error, ctx);
       const Outcome after = Examine(dir, /*read_only=*/true, /*verify=*/true,
                                     saved, ctx + ", after the read-write open");
-      // What the damage may cost: nothing in a file without tensor bytes;
-      // the tensors whose bytes it hit (a flip) or held (cut, removed).
-      std::set<Pair> allowed;
-      for (const auto& [pair, range] : in_file) {
-        if (damage.how != "flip" || (range.first <= at && at < range.second))
-          allowed.insert(pair);
-      }
-      std::set<Pair> excess;
-      std::set_difference(after.lost.begin(), after.lost.end(), allowed.begin(),
-                          allowed.end(), std::inserter(excess, excess.begin()));
+      const std::set<Pair> excess = LostBeyond(after.lost, in_file, damage, at);
       EXPECT_TRUE(excess.empty())
           << ctx << ": lost " << excess.size() << " (checkpoint, tensor) "
           << "pairs beyond the tensor bytes it hit, e.g. checkpoint "
