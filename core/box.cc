@@ -26,7 +26,7 @@ TensorIndex IndexOfBox(const Box& box) {
   TensorIndex index;
   index.reserve(box.ndim());
   for (size_t d = 0; d < box.ndim(); ++d) {
-    index.push_back(IndexEntry::Range(box.origin[d], box.exclusive_max(d)));
+    index.push_back(IndexEntry::Exact(box.origin[d], box.exclusive_max(d)));
   }
   return index;
 }

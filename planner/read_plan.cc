@@ -1,5 +1,7 @@
 #include "planner/read_plan.h"
 
+#include <algorithm>
+
 #include "planner/box_index.h"
 
 namespace ckptdb::planner {
@@ -35,8 +37,13 @@ Result<std::pair<int64_t, int64_t>> ResolveEntry(const IndexEntry& e, size_t d,
     return Status::InvalidArgument("has step " + std::to_string(e.step) + dim +
                                    ": only step 1 is supported");
   }
-  const int64_t begin = e.start ? FromEnd(*e.start, extent) : 0;
-  const int64_t end = e.stop ? FromEnd(*e.stop, extent) : extent;
+  int64_t begin = e.start ? FromEnd(*e.start, extent) : 0;
+  int64_t end = e.stop ? FromEnd(*e.stop, extent) : extent;
+  if (!e.exact) {  // numpy's slice: clamped to the dimension, maybe empty
+    begin = std::clamp<int64_t>(begin, 0, extent);
+    end = std::clamp<int64_t>(end, begin, extent);
+    return std::pair<int64_t, int64_t>{begin, end};
+  }
   if (begin < 0 || begin > extent || end < 0 || end > extent) {
     return Status::InvalidArgument(
         "is out of range: " + std::to_string(e.start.value_or(0)) + ":" +

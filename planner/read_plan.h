@@ -33,9 +33,11 @@ struct BoxReadPlan {
 
 // The box `index` selects in a tensor of `shape`, numpy's way: negative
 // positions count from the end, missing trailing entries take whole
-// dimensions. InvalidArgument naming `key`, the shape and the index when the
-// index has more entries than the tensor has dimensions, a step other than 1,
-// a position outside the tensor, or a range whose start lies after its stop.
+// dimensions, a range's bounds are clamped to its dimension (one whose start
+// lies at or after its stop selects nothing). InvalidArgument naming `key`,
+// the shape and the index when the index has more entries than the tensor
+// has dimensions, a step other than 1, a single position outside the tensor,
+// or an exact range (IndexEntry::Exact) that does not lie inside it.
 Result<BoxReadPlan> ResolveIndex(const std::string& key, const Shape& shape,
                                  const TensorIndex& index);
 

@@ -41,19 +41,47 @@ TEST(ResolveIndexTest, SlicesIntsAndMissingDimensions) {
   EXPECT_EQ(scalar->result_shape, Shape{});
 }
 
+// As numpy's a[start:stop]: bounds beyond the dimension are clamped to it, and
+// a start at or after the stop selects nothing.
+TEST(ResolveIndexTest, SliceBoundsAreClampedAsNumpyClampsThem) {
+  struct Case {
+    IndexEntry entry;
+    int64_t begin, end;
+  };
+  const std::vector<Case> cases = {
+      {E::Range(0, 9), 0, 8},     {E::Range(-9, 2), 0, 2},
+      {E::Range(5, 3), 5, 5},     {E::Range(9, 12), 8, 8},
+      {E::Range(-20, -10), 0, 0}, {E::Range(std::nullopt, 100), 0, 8},
+      {E::Range(-3, 100), 5, 8},  {E::Range(INT64_MIN, INT64_MAX), 0, 8},
+  };
+  for (const Case& c : cases) {
+    auto plan = ResolveIndex("w", {8, 4}, {c.entry});
+    ASSERT_TRUE(plan.ok()) << IndexToString({c.entry});
+    EXPECT_EQ(plan->box, (Box{{c.begin, 0}, {c.end - c.begin, 4}}))
+        << IndexToString({c.entry});
+    EXPECT_EQ(plan->result_shape, (Shape{c.end - c.begin, 4}));
+  }
+  // A Box's range is exact: the same bounds inside the tensor give the same.
+  auto exact = ResolveIndex("w", {8, 4}, {E::Exact(2, 8)});
+  ASSERT_TRUE(exact.ok());
+  EXPECT_EQ(exact->box, (Box{{2, 0}, {6, 4}}));
+  EXPECT_EQ(IndexOfBox(Box{{1, 2}, {3, 4}}),
+            (TensorIndex{E::Exact(1, 4), E::Exact(2, 6)}));
+}
+
 TEST(ResolveIndexTest, BadIndexesNameKeyShapeAndIndex) {
   struct Case {
     TensorIndex index;
     std::string why;
   };
   const std::vector<Case> cases = {
-      {{E::Range(0, 9), E::Range()}, "out of range"},
+      {{E::Exact(0, 9), E::Range()}, "out of range"},
       {{E::At(8)}, "out of range"},
       {{E::At(-9)}, "out of range"},
-      {{E::Range(-9, 2)}, "out of range"},
+      {{E::Exact(-9, 2)}, "out of range"},
       {{E::Range(0, 4, 2)}, "step 2"},
       {{E::Range(), E::Range(), E::At(0)}, "more than the tensor's 2"},
-      {{E::Range(5, 3)}, "after stop"},
+      {{E::Exact(5, 3)}, "after stop"},
   };
   for (const Case& c : cases) {
     auto plan = ResolveIndex("model.w", {8, 4}, c.index);

@@ -117,9 +117,27 @@ TEST_F(PartialReadTest, IntsDropDimensionsLikeNumpy) {
   EXPECT_EQ(Values(*scalar), std::vector<int32_t>{42});
 }
 
+TEST_F(PartialReadTest, SliceBoundsBeyondTheTensorAreClampedLikeNumpy) {
+  ReadStats stats;
+  auto tail = Read("emb", {E::Range(60, 100), E::Range(-100, 2)}, &stats);
+  ASSERT_TRUE(tail.ok()) << tail.status().ToString();
+  ASSERT_EQ(tail->shape, (Shape{4, 2}));
+  EXPECT_EQ(Values(*tail)[0], 60000);
+  EXPECT_EQ(Values(*tail)[7], 63001);
+  ReadStats none;
+  auto past = Read("emb", {E::Range(70, 80)}, &none);
+  ASSERT_TRUE(past.ok());
+  EXPECT_EQ(past->shape, (Shape{0, 32}));
+  EXPECT_EQ(none.bytes_read, 0u);
+  auto backwards = Read("emb", {E::Range(9, 3)});
+  ASSERT_TRUE(backwards.ok());
+  EXPECT_EQ(backwards->shape, (Shape{0, 32}));
+}
+
 TEST_F(PartialReadTest, BadIndexesAndKeysAreNamed) {
   for (const TensorIndex& bad :
-       {TensorIndex{E::Range(0, 65)}, TensorIndex{E::Range(0, 8, 2)},
+       {TensorIndex{E::At(64)}, TensorIndex{E::Range(), E::At(-33)},
+        TensorIndex{E::Range(0, 8, 2)},
         TensorIndex{E::At(0), E::At(0), E::At(0)}}) {
     auto read = Read("emb", bad);
     ASSERT_TRUE(read.status().IsInvalidArgument()) << IndexToString(bad);

@@ -39,7 +39,9 @@ struct IndexEntry {
     return e;
   }
   // The positions [start, stop); nullopt: the start or the end of the
-  // dimension. `step` is kept to be refused by name: only 1 is supported.
+  // dimension. As numpy slices, bounds beyond the dimension are clamped to
+  // it, and a start at or after the stop selects nothing. `step` is kept to
+  // be refused by name: only 1 is supported.
   static IndexEntry Range(std::optional<int64_t> start = std::nullopt,
                           std::optional<int64_t> stop = std::nullopt,
                           int64_t step = 1) {
@@ -49,12 +51,21 @@ struct IndexEntry {
     e.step = step;
     return e;
   }
+  // The positions [start, stop) exactly (a Box's extent in one dimension):
+  // both must lie in the dimension, start <= stop; nothing is clamped.
+  static IndexEntry Exact(int64_t start, int64_t stop) {
+    IndexEntry e = Range(start, stop);
+    e.exact = true;
+    return e;
+  }
 
   // True for At: the dimension is dropped from the result.
   bool single = false;
   std::optional<int64_t> start;
   std::optional<int64_t> stop;
   int64_t step = 1;
+  // Exact: out-of-range bounds are an error instead of clamped.
+  bool exact = false;
 
   friend bool operator==(const IndexEntry&, const IndexEntry&) = default;
 };

@@ -96,10 +96,12 @@ class DB {
 
   // The part `index` selects (numpy's way, ckptdb/box.h) of the tensor
   // stored under `flat_key`, read from only the chunks that hold part of it,
-  // each checksum-verified. `stats`, when given, receives what was read.
+  // each checksum-verified; slice bounds beyond the tensor are clamped to
+  // it, as numpy clamps them. `stats`, when given, receives what was read.
   // NotFound naming the key when the checkpoint has no such tensor;
   // InvalidArgument naming the key, the tensor's shape and the index for a
-  // bad index (out of range, step other than 1, too many entries).
+  // bad index (a single position out of range, a step other than 1, too many
+  // entries).
   virtual Result<Tensor> Read(const std::string& flat_key,
                               const CheckpointSelector& which,
                               const TensorIndex& index, ReadStats* stats) = 0;
