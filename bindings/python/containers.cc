@@ -7,6 +7,22 @@ namespace py = pybind11;
 
 namespace ckptdb::python {
 
+#if PY_VERSION_HEX >= 0x030A0000
+GcPaused::GcPaused() : was_enabled_(PyGC_Disable() != 0) {}
+GcPaused::~GcPaused() {
+  if (was_enabled_) PyGC_Enable();
+}
+#else
+GcPaused::GcPaused() {
+  py::module_ gc = py::module_::import("gc");
+  was_enabled_ = gc.attr("isenabled")().cast<bool>();
+  gc.attr("disable")();
+}
+GcPaused::~GcPaused() {
+  if (was_enabled_) py::module_::import("gc").attr("enable")();
+}
+#endif
+
 py::object ToPython(const Value& v) {
   return std::visit(
       [](const auto& x) -> py::object {

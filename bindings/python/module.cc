@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <optional>
 
 #include "bindings/python/arguments.h"
@@ -284,28 +285,37 @@ class PyDB {
                     const py::object& id) {
     const CheckpointSelector which = Unwrap(Selector(step, tag, id));
     CheckpointMetadata m = Unwrap(db()->GetMetadata(which));
+    const GcPaused paused;  // thousands of dicts and lists, no cycle
     py::dict out;
     out["id"] = m.info.id;
     out["step"] = py::cast(m.info.step);
     out["tag"] = py::cast(m.info.tag);
     out["created"] = m.info.created;
     out["world_size"] = m.info.world_size;
+    // The keys of every tensor's and chunk's dict, made once.
+    const py::str global_offset("global_offset"), local_shape("local_shape"),
+        rank("rank"), nbytes("nbytes"), dtype("dtype"),
+        global_shape("global_shape"), chunks_key("chunks");
+    std::array<py::object, 256> dtype_names;  // by DType code, as met
     py::dict tensors;
     for (const auto& [key, t] : m.tensors) {
-      py::list chunks;
-      for (const ChunkMetadata& c : t.chunks) {
+      py::list chunks(t.chunks.size());
+      for (size_t i = 0; i < t.chunks.size(); ++i) {
+        const ChunkMetadata& c = t.chunks[i];
         py::dict chunk;
-        chunk["global_offset"] = ShapeList(c.box.origin);
-        chunk["local_shape"] = ShapeList(c.box.shape);
-        chunk["rank"] = c.writer_rank;
-        chunk["nbytes"] = c.nbytes;
-        chunks.append(chunk);
+        chunk[global_offset] = ShapeList(c.box.origin);
+        chunk[local_shape] = ShapeList(c.box.shape);
+        chunk[rank] = py::int_(c.writer_rank);
+        chunk[nbytes] = py::int_(c.nbytes);
+        chunks[i] = std::move(chunk);
       }
       py::dict tensor;
-      tensor["dtype"] = std::string(DTypeName(t.dtype));
-      tensor["global_shape"] = ShapeList(t.global_shape);
-      tensor["chunks"] = chunks;
-      tensors[py::str(key)] = tensor;
+      py::object& name = dtype_names[static_cast<uint8_t>(t.dtype)];
+      if (!name) name = py::str(DTypeName(t.dtype));
+      tensor[dtype] = name;
+      tensor[global_shape] = ShapeList(t.global_shape);
+      tensor[chunks_key] = std::move(chunks);
+      tensors[py::str(key)] = std::move(tensor);
     }
     out["tensors"] = tensors;
     py::dict mapping;

@@ -600,8 +600,8 @@ void Convert(const py::dict& dict, bool writable, StateDict& out,
 }
 
 py::list ShapeList(const Shape& s) {
-  py::list out;
-  for (int64_t d : s) out.append(d);
+  py::list out(s.size());
+  for (size_t d = 0; d < s.size(); ++d) out[d] = py::int_(s[d]);
   return out;
 }
 

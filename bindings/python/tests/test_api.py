@@ -397,6 +397,25 @@ def test_metadata_has_documented_fields(store):
         assert db.metadata(step=7)["id"] == db.metadata(id=info.id)["id"] == info.id
 
 
+def test_metadata_leaves_the_garbage_collector_as_it_found_it(store):
+    # The binding pauses Python's cyclic collector while it builds the dicts and lists.
+    import gc
+    with ckptdb.open(store) as db:
+        db.save({f"w{i}": rand((2,)) for i in range(50)}, step=1)
+        assert gc.isenabled()
+        assert len(db.metadata()["tensors"]) == 50
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            db.metadata()
+            assert not gc.isenabled()
+            with pytest.raises(ckptdb.NotFoundError):
+                db.metadata(step=99)
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+
+
 def test_read_by_flat_key_or_tuple_path(store):
     w = rand((3, 3))
     with ckptdb.open(store) as db:
