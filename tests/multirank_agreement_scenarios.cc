@@ -1,8 +1,10 @@
 // Arguments of collective calls that every rank must pass alike: a rank that
 // passes another step, tag, user metadata, selector, strict or cast makes every
 // rank fail with InvalidArgument naming the argument and the ranks, before
-// anything is written. Built twice (tests/testing/group.h): ranks as threads
-// (multirank_test) and ranks as mpirun processes (mpi_multirank_test).
+// anything is written; so do a save against a save_async, and an open's
+// options that every rank acts on alike. Built twice (tests/testing/group.h):
+// ranks as threads (multirank_test) and ranks as mpirun processes
+// (mpi_multirank_test).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -153,6 +155,86 @@ TEST(MultiRankAgreementTest, LoadAndDeleteArgumentsMustAgree) {
     EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
     EXPECT_EQ(target.bytes, w.Slice({b, 0}, {e - b, 4}));
     EXPECT_TRUE(db->Delete(CheckpointSelector::Tag("one")).ok());
+    ExpectStore(*db, *comm, dir.path(), {});
+  });
+}
+
+TEST(MultiRankAgreementTest, SaveAgainstSaveAsyncFailsEveryRankNamingBoth) {
+  if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
+  SharedTempDir dir;
+  const GlobalTensor w(DType::kFloat32, {6, 4}, 53);
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm);
+    auto [b, e] = Part(6, rank, 3);
+    OwnedShard shard = ShardOf(w, {b, 0}, {e - b, 4});
+    StateDict sd;
+    sd.Set("w", shard.View(w));
+    Status status;
+    if (rank == 0) {
+      status = db->Save(sd, {.step = 1}).status();
+    } else {
+      auto pending = db->SaveAsync(sd, {.step = 1});
+      status = pending.ok() ? (*pending)->Wait().status() : pending.status();
+    }
+    ExpectDisagreement(*comm, status,
+                       "ranks called different collective operations: rank 0 "
+                       "called save, ranks 1-2 called save_async");
+    ExpectStore(*db, *comm, dir.path(), {});
+    // The handle's next calls meet the others' again.
+    auto pending = db->SaveAsync(sd, {.step = 2});
+    ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+    EXPECT_TRUE((*pending)->Wait().ok());
+    EXPECT_TRUE(db->Save(sd, {.step = 3}).ok());
+    ExpectStore(*db, *comm, dir.path(), {2, 3});
+    EXPECT_TRUE(db->Close().ok());
+  });
+}
+
+// Options every rank acts on alike: a rank opened read-only among read-write
+// ones (it would write its chunks through a read-only handle), or keeping
+// other checkpoints, fails the open on every rank naming the option and ranks.
+TEST(MultiRankAgreementTest, OpenOptionsThatRanksActOnAlikeMustAgree) {
+  if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
+  SharedTempDir dir;
+  struct Case {
+    std::function<Options(int rank)> options;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {[](int rank) { return Options{.read_only = rank == 1}; },
+       "ranks disagree on the open's read_only: ranks 0 and 2 passed false, "
+       "rank 1 passed true"},
+      {[](int rank) {
+         Options o;
+         o.keep_last = rank == 0 ? 1 : 3;
+         return o;
+       },
+       "the open's keep_last: rank 0 passed 1, ranks 1-2 passed 3"},
+      {[](int rank) {
+         Options o;
+         o.max_chunk_bytes = rank == 2 ? 4096 : o.max_chunk_bytes;
+         o.incremental = rank != 2;
+         return o;
+       },
+       "max_chunk_bytes: ranks 0-1 passed 524288, rank 2 passed 4096; and on "
+       "its incremental: ranks 0-1 passed true, rank 2 passed false"},
+  };
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    {
+      auto first = OpenRank(dir.path(), comm);  // creates the store
+      ASSERT_NE(first, nullptr);
+      EXPECT_TRUE(first->Close().ok());
+    }
+    for (const Case& c : cases) {
+      auto db = DB::Open(c.options(rank), dir.path(), comm);
+      ExpectDisagreement(*comm, db.status(), c.needle);
+    }
+    // Options each rank uses for itself alone may differ.
+    Options own;
+    own.io_threads = rank + 1;
+    own.snapshot_bytes = rank == 1 ? 1 << 20 : 0;
+    auto db = OpenRank(dir.path(), comm, own);
+    ASSERT_NE(db, nullptr);
     ExpectStore(*db, *comm, dir.path(), {});
   });
 }

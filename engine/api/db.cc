@@ -60,6 +60,10 @@ Result<std::unique_ptr<DB>> OpenDB(const Options& options,
   // First, the options of every rank: a rank whose own are bad still meets
   // the others here, and every rank fails naming it.
   CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm, CheckOptions(options)));
+  // Then those every rank acts on alike: a rank opened read-only among
+  // read-write ones, or keeping other checkpoints, fails every rank naming it.
+  CKPTDB_RETURN_IF_ERROR(
+      AllGatherAgreed(*comm, OpenArguments(options), "").status());
   storage::StoreOptions store_options;
   store_options.create_if_missing = options.create_if_missing;
   store_options.sync = options.sync;

@@ -78,9 +78,12 @@ class DBImpl : public DB {
   // commit, from the caller's tensors or from `snapshot`. With
   // `whole_plan_on_root`, rank 0 plans every rank's chunks at once
   // (PreparedSave::whole_plan); FinishSave's commit then takes that plan.
+  // `call` names the call in the ranks' agreement ("save", "save_async"),
+  // and `local` is this rank's own reason to fail it, agreed with the rest.
   Result<PreparedSave> PrepareSave(const StateDict& state,
                                    const SaveOptions& options,
-                                   bool whole_plan_on_root);
+                                   bool whole_plan_on_root,
+                                   std::string_view call, Status local);
   Result<CheckpointInfo> FinishSave(PreparedSave& p, SnapshotRing* snapshot);
   // FinishSave's steps: this rank's chunks into staged files (their
   // checksums and the files), then every rank's report to rank 0, which

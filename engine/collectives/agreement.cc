@@ -157,8 +157,21 @@ Result<CallArguments> CallArguments::Decode(std::string_view bytes) {
   return out;
 }
 
-CallArguments SaveArguments(const SaveOptions& options) {
-  CallArguments args("save");
+CallArguments OpenArguments(const Options& options) {
+  auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+  CallArguments args("open");
+  args.Add("read_only", flag(options.read_only))
+      .Add("max_chunk_bytes", std::to_string(options.max_chunk_bytes))
+      .Add("keep_last", Optional(options.keep_last))
+      .Add("keep_every_steps", Optional(options.keep_every_steps))
+      .Add("incremental", flag(options.incremental))
+      .Add("incremental_depth", std::to_string(options.incremental_depth))
+      .Add("sync", flag(options.sync));
+  return args;
+}
+
+CallArguments SaveArguments(const SaveOptions& options, std::string_view call) {
+  CallArguments args{std::string(call)};
   args.Add("step", Optional(options.step)).Add("tag", Optional(options.tag));
   for (const auto& [key, value] : options.user_metadata)
     args.Add("user metadata " + Quoted(key), Quoted(value));

@@ -47,8 +47,12 @@ class CallArguments {
   std::vector<Item> items_;
 };
 
-// The arguments of DB::Save, DB::Load and DB::Delete that must agree.
-CallArguments SaveArguments(const SaveOptions& options);
+// The arguments of DB::Open, DB::Save (or SaveAsync: `call`), DB::Load and
+// DB::Delete that must agree. An open's are the Options every rank acts on
+// alike (read_only, max_chunk_bytes, retention, incremental saves, sync).
+CallArguments OpenArguments(const Options& options);
+CallArguments SaveArguments(const SaveOptions& options,
+                            std::string_view call = "save");
 CallArguments LoadArguments(const CheckpointSelector& which,
                             const LoadOptions& options);
 CallArguments DeleteArguments(const CheckpointSelector& which);

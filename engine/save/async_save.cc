@@ -89,9 +89,13 @@ Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
 Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsyncNow(
     const StateDict& state, const SaveOptions& options) {
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
-  CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm_, comm_->CheckBackgroundUse()));
+  // The first exchange is the one a blocking save begins with, so that a rank
+  // calling save while the others call save_async fails on every rank naming
+  // both (and the handle's next call meets the others' again).
   auto prepared = std::make_shared<PreparedSave>();
-  CKPTDB_ASSIGN_OR_RETURN(*prepared, PrepareSave(state, options, false));
+  CKPTDB_ASSIGN_OR_RETURN(*prepared,
+                          PrepareSave(state, options, false, "save_async",
+                                      comm_->CheckBackgroundUse()));
   const PreparedSave& p = *prepared;
   uint64_t total = 0, largest = 0;
   for (const MyChunk& m : p.mine) {

@@ -39,7 +39,8 @@ Result<std::vector<int64_t>> DBImpl::IncrementalBases() {
 
 Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
                                          const SaveOptions& options,
-                                         bool whole_plan_on_root) {
+                                         bool whole_plan_on_root,
+                                         std::string_view call, Status local) {
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   const int rank = comm_->rank();
   PreparedSave p;
@@ -51,10 +52,11 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
   // ranks with identical layouts, once the ranks agree on step, tag and user
   // metadata; 3. this rank's part of the same validated plan on every rank.
   planner::RankSaveLayout layout;
-  Status local = BuildLayout(state, devices_.copier, &layout, &p.views);
+  const Status built = BuildLayout(state, devices_.copier, &layout, &p.views);
+  if (local.ok()) local = built;
   CKPTDB_ASSIGN_OR_RETURN(
       p.classes,
-      GatherSaveClasses(*comm_, SaveArguments(options), &layout, local));
+      GatherSaveClasses(*comm_, SaveArguments(options, call), &layout, local));
   CKPTDB_ASSIGN_OR_RETURN(
       p.plan, planner::BuildClassSavePlan(p.classes, options_.max_chunk_bytes,
                                           p.whole_plan ? -1 : rank));
@@ -164,7 +166,8 @@ Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
 
 Result<CheckpointInfo> DBImpl::SaveNow(const StateDict& state,
                                        const SaveOptions& options) {
-  CKPTDB_ASSIGN_OR_RETURN(PreparedSave p, PrepareSave(state, options, true));
+  CKPTDB_ASSIGN_OR_RETURN(PreparedSave p,
+                          PrepareSave(state, options, true, "save", {}));
   return FinishSave(p, nullptr);
 }
 
