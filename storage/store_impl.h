@@ -384,12 +384,12 @@ class StoreImpl : public Store {
   // had table files.
   Result<std::string> ChunkTableLoss(int64_t held, int64_t checkpoint_id,
                                      const std::set<int64_t>& live);
-  // Reads the chunk through RocksDB into `buffer` and verifies it (and, with
-  // `verify_blocks`, RocksDB's block checksums too). A chunk in a value file
-  // has its pointer read through RocksDB, and its bytes from the value file.
+  // Reads the chunk through RocksDB into `buffer` and verifies it, and
+  // RocksDB the blocks it reads. A chunk in a value file has its pointer read
+  // through RocksDB, and its bytes from the value file.
   Status ReadThroughRocks(int64_t checkpoint_id, std::string_view tensor_key,
                           const ChunkMetadata& chunk, const std::string& key,
-                          ChunkBuffer* buffer, bool verify_blocks = false);
+                          ChunkBuffer* buffer);
   // ReadThroughRocks (then, for a damaged location, through the copy of the
   // chunk's location) into `read`'s pieces; `key` is the chunk's storage key.
   Status ReadThroughRocksInto(int64_t checkpoint_id, const ChunkToRead& read,
