@@ -7,7 +7,9 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <chrono>
 #include <optional>
+#include <thread>
 
 #include "bindings/python/arguments.h"
 #include "bindings/python/containers.h"
@@ -54,10 +56,22 @@ class PendingSaveHandle {
 };
 
 // torch.distributed's store (or any object with set(key, bytes) and
-// get(key) -> bytes that waits for the key), called with the GIL.
+// get(key) -> bytes that waits for the key), called with the GIL. Each key set
+// also counts up a key of its own (`<key>/set`, through the store's add), and
+// a key not there yet is awaited by polling that count (add of 0, which never
+// blocks) until `timeout` from the store's making (one bound for the whole
+// set-up), never by a get that times out: torch's store client is left broken
+// by a timed-out get (every later call of the job's own rendezvous then failed
+// with "Broken pipe", torch's new_group included), and each such wait took a
+// full timeout of its own. (torch 1.13's stores have no check(keys).)
 class PythonRendezvousStore : public RendezvousStore {
  public:
-  explicit PythonRendezvousStore(py::object store) : store_(std::move(store)) {}
+  PythonRendezvousStore(py::object store, std::chrono::milliseconds timeout)
+      : store_(std::move(store)),
+        timeout_(timeout),
+        deadline_(std::chrono::steady_clock::now() + timeout) {
+    counts_ = py::hasattr(store_, "add");
+  }
   ~PythonRendezvousStore() override {
     py::gil_scoped_acquire gil;
     store_ = py::object();
@@ -66,6 +80,7 @@ class PythonRendezvousStore : public RendezvousStore {
     py::gil_scoped_acquire gil;
     try {
       store_.attr("set")(key, py::bytes(value));
+      if (counts_) store_.attr("add")(SetKey(key), 1);
       return Status::OK();
     } catch (py::error_already_set& e) {
       return Status::IOError("rendezvous: setting key '" + key +
@@ -73,6 +88,7 @@ class PythonRendezvousStore : public RendezvousStore {
     }
   }
   Result<std::string> Get(const std::string& key) override {
+    if (counts_) CKPTDB_RETURN_IF_ERROR(AwaitKey(key));
     py::gil_scoped_acquire gil;
     try {
       return std::string(py::bytes(store_.attr("get")(key)));
@@ -83,7 +99,39 @@ class PythonRendezvousStore : public RendezvousStore {
   }
 
  private:
+  static std::string SetKey(const std::string& key) { return key + "/set"; }
+
+  Status AwaitKey(const std::string& key) {
+    auto pause = std::chrono::milliseconds(1);
+    for (;;) {
+      {
+        py::gil_scoped_acquire gil;
+        try {
+          if (store_.attr("add")(SetKey(key), 0).cast<int64_t>() > 0)
+            return Status::OK();
+        } catch (py::error_already_set& e) {
+          return Status::IOError("rendezvous: awaiting key '" + key +
+                                 "' in the store failed: " + e.what());
+        }
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline_) {
+        return Status::IOError(
+            "rendezvous: no rank set key '" + key +
+            "' within the group's timeout of " +
+            std::to_string(std::chrono::duration<double>(timeout_).count()) +
+            " s (a rank that has not called open, or has failed)");
+      }
+      std::this_thread::sleep_for(
+          std::min<std::chrono::nanoseconds>(pause, deadline_ - now));
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    }
+  }
+
   py::object store_;
+  std::chrono::milliseconds timeout_;
+  std::chrono::steady_clock::time_point deadline_;
+  bool counts_ = false;  // the store has add(key, n)
 };
 
 // A communicator made in Python (ckptdb._comm): the gloo communicator of a
@@ -96,13 +144,14 @@ PyCommunicator MakeGlooCommunicator(py::object store, int rank, int size,
                                     const std::string& prefix,
                                     const std::string& interface,
                                     double timeout_seconds) {
-  auto adapter = std::make_shared<PythonRendezvousStore>(std::move(store));
   GlooOptions options{
       .rank = rank, .size = size, .prefix = prefix, .interface = interface};
   if (timeout_seconds > 0) {
     options.timeout =
         std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
   }
+  auto adapter = std::make_shared<PythonRendezvousStore>(std::move(store),
+                                                         options.timeout);
   Result<std::shared_ptr<Communicator>> comm =
       WithoutGil([&] { return GlooCommunicator(adapter, options); });
   return PyCommunicator{Unwrap(std::move(comm))};

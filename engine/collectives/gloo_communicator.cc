@@ -107,6 +107,7 @@ class Gloo : public Communicator {
   int size() const override { return up_->size; }
 
   Status Barrier() override {
+    CKPTDB_RETURN_IF_ERROR(CheckUsable("barrier"));
     if (size() <= kDirectRanks) {
       // An empty block to and from every other rank: the size of an
       // all-gather's first messages, so that a barrier met by another rank's
@@ -128,6 +129,7 @@ class Gloo : public Communicator {
   // holding its part's size and first bytes), a second for the rest of
   // longer parts.
   Result<std::vector<std::string>> AllGather(std::string_view bytes) override {
+    CKPTDB_RETURN_IF_ERROR(CheckUsable("all-gather"));
     const int n = size();
     const size_t block = BlockBytes();
     std::vector<char> blocks(block * n);
@@ -152,6 +154,7 @@ class Gloo : public Communicator {
       return Status::Internal("broadcast from rank " + std::to_string(root) +
                               " of a group of " + std::to_string(size()));
     if (size() == 1) return Status::OK();
+    CKPTDB_RETURN_IF_ERROR(CheckUsable("broadcast"));
     const size_t block = BlockBytes();
     std::vector<char> head(block);
     if (rank() == root) WriteBlock(*bytes, block, head.data());
@@ -184,6 +187,7 @@ class Gloo : public Communicator {
   Status Exchange(std::span<const SendBuffer> sends,
                   std::span<const RecvBuffer> recvs) override {
     CKPTDB_RETURN_IF_ERROR(CheckPeers(sends, recvs));
+    CKPTDB_RETURN_IF_ERROR(CheckUsable("exchange"));
     CKPTDB_RETURN_IF_ERROR(CopyToSelf(sends, recvs));
     return PointToPoint(sends, recvs, "exchange");
   }
@@ -195,6 +199,7 @@ class Gloo : public Communicator {
   Result<std::unique_ptr<PostedRecvs>> PostRecvs(
       std::span<const RecvBuffer> recvs) override {
     CKPTDB_RETURN_IF_ERROR(CheckPeers({}, recvs));
+    CKPTDB_RETURN_IF_ERROR(CheckUsable("exchange"));
     auto posted = std::make_unique<Posted>();
     // A failure part-way has counted some receives already: the handle
     // carries it to the exchange, which reports it without posting again.
@@ -214,6 +219,8 @@ class Gloo : public Communicator {
       }
     }
     CKPTDB_RETURN_IF_ERROR(CheckPeers(sends, {}));
+    // (A failure: `handle` waits for its receives as it goes.)
+    CKPTDB_RETURN_IF_ERROR(CheckUsable("exchange"));
     const Status to_self = CopyToSelf(sends, posted->self);
     const Status done = SendAndWait(sends, *posted, posted->failed, "exchange");
     return to_self.ok() ? done : to_self;
@@ -479,13 +486,33 @@ class Gloo : public Communicator {
       fn();
       return Status::OK();
     } catch (const std::exception& e) {
-      return Status::IOError("gloo " + what + " on rank " +
-                             std::to_string(rank()) + " of " +
-                             std::to_string(size()) + " failed: " + e.what());
+      Status failed = Status::IOError(
+          "gloo " + what + " on rank " + std::to_string(rank()) + " of " +
+          std::to_string(size()) + " failed: " + e.what());
+      std::lock_guard lock(failure_mu_);
+      if (failure_.ok()) failure_ = failed;
+      return failed;
     }
   }
 
+  // A group whose connections failed (a peer gone, or silent past the
+  // timeout) is not used again: its pairs' state is unknown, and each later
+  // call would wait another full timeout for the same peer (a save whose
+  // peer stopped failed after twice the group's timeout, the second wait
+  // being the agreement on the first failure). Every later call fails at once
+  // naming the first failure.
+  Status CheckUsable(const std::string& what) {
+    std::lock_guard lock(failure_mu_);
+    if (failure_.ok()) return Status::OK();
+    return Status::IOError(
+        "gloo " + what + " on rank " + std::to_string(rank()) +
+        ": the group's connections failed earlier (" + failure_.message() +
+        "); open the store again to go on");
+  }
+
   std::shared_ptr<gloo::Context> up_, down_;
+  std::mutex failure_mu_;
+  Status failure_;  // the first failure of a gloo call; OK while none
   uint32_t tags_ = 0;
   // Messages sent to and received from each rank so far.
   std::vector<uint64_t> sent_, received_;

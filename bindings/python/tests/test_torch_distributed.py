@@ -54,6 +54,10 @@ def test_a_rank_that_closes_while_the_other_saves_is_an_error_not_an_abort(tmp_p
     torchrun(2, "close_while_saving", str(tmp_path / "store"))
 
 
+def test_an_open_that_times_out_leaves_the_jobs_rendezvous_working(tmp_path):
+    torchrun(2, "late_open", str(tmp_path / "store"))
+
+
 def test_a_replicated_model_with_adamw_resumes_bit_exactly(tmp_path):
     store = str(tmp_path / "store")
     torchrun(2, "ddp_save", store)

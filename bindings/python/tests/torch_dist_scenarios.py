@@ -5,9 +5,11 @@ torch.distributed's gloo process groups; no MPI. Each rank checks what it holds 
 
     torch_dist_scenarios.py SCENARIO STORE
 """
+import datetime
 import gc
 import os
 import sys
+import time
 import weakref
 
 import numpy as np
@@ -300,14 +302,51 @@ def close_while_saving(store):
         pass  # rank 1 is gone
 
 
+def late_open(store):
+    """A rank that comes to open after the group's timeout (LATE_OPEN_TIMEOUT): every rank's
+    open raises, the job's own rendezvous (torch's store, new_group) still works, and the
+    ranks' next open meets."""
+    rank = dist.get_rank()
+    if rank == 1:
+        time.sleep(1.5 * LATE_OPEN_TIMEOUT.total_seconds())
+    try:
+        ckptdb.open(store, comm=dist.group.WORLD)
+        raise AssertionError(f"rank {rank} opened without the others")
+    except ckptdb.Error as e:
+        expect("timeout" in str(e) or "failed" in str(e), str(e))
+    # Both past their opens (the late one comes after torch's own timeout), through the store.
+    kv = dist.distributed_c10d._get_default_store()
+    kv.add("after-late-open", 1)
+    for _ in range(600):
+        if kv.add("after-late-open", 0) == 2:
+            break
+        time.sleep(0.05)
+    kv.set(f"after-late-open/{rank}", str(rank))
+    expect(kv.get(f"after-late-open/{1 - rank}") == str(1 - rank).encode(), "store broken")
+    dist.barrier()
+    group = dist.new_group([0, 1])
+    with ckptdb.open(store, comm=group) as db:
+        db.save({"w": shard(torch.arange(4.0)[rank * 2:rank * 2 + 2], (rank * 2,), (4,))},
+                step=1)
+        got = torch.zeros(4)
+        db.load({"w": got})
+        expect(torch.equal(got, torch.arange(4.0)), str(got))
+
+
+LATE_OPEN_TIMEOUT = datetime.timedelta(seconds=4)
+
 SCENARIOS = {f.__name__: f for f in (save_rows, load_cols, subgroup, save_async, errors, ddp_save,
-                                     ddp_resume, nccl_group, group_freed, close_while_saving)}
+                                     ddp_resume, nccl_group, group_freed, close_while_saving,
+                                     late_open)}
 
 
 def main():
     scenario, store = sys.argv[1], sys.argv[2]
     backend = "nccl" if scenario == "nccl_group" else "gloo"
-    dist.init_process_group(backend)
+    if scenario == "late_open":
+        dist.init_process_group(backend, timeout=LATE_OPEN_TIMEOUT)
+    else:
+        dist.init_process_group(backend)
     try:
         SCENARIOS[scenario](store)
         if dist.is_initialized():
