@@ -125,8 +125,12 @@ Status WriteJournal(StoreFileSystem& fs, const std::string& store_path,
   for (const std::string& path : JournalPaths(store_path)) {
     // Renamed into place, so that a reader never sees a copy half written.
     const std::string tmp = path + ".tmp";
-    CKPTDB_RETURN_IF_ERROR(fs.WriteFileSynced(tmp, bytes)
-                               .WithContext("writing the commit journal"));
+    const Status written = fs.WriteFileSynced(tmp, bytes)
+                               .WithContext("writing the commit journal");
+    if (!written.ok()) {
+      (void)fs.Remove(tmp);  // not left behind (a full disk's, say)
+      return written;
+    }
     CKPTDB_RETURN_IF_ERROR(
         FromRocks(fs.RenameFile(tmp, path, rocksdb::IOOptions(), nullptr),
                   "writing the commit journal: renaming " + tmp));

@@ -116,9 +116,12 @@ Status StoreImpl::Delete(int64_t checkpoint_id, FileRemoval removal) {
   FileRemover::Batch* later =
       removal == FileRemoval::kInBackground ? &remove_later : nullptr;
   Status s = DeleteOnce(checkpoint_id, later);
-  // On a full disk, the reserve makes room for the few writes a delete needs.
+  // On a full disk, the reserve makes room for the few writes a delete needs:
+  // released here, or already by the reopen that followed the failed write
+  // (then ReleaseReserve finds none, and the retry is the room's only use).
   bool released = false;
-  if (IsNoSpace(s) && ReleaseReserve()) {
+  if (IsNoSpace(s)) {
+    (void)ReleaseReserve();
     released = true;
     s = DeleteOnce(checkpoint_id, later);
   }

@@ -1,0 +1,74 @@
+"""A store on a file system that is really full (a small tmpfs, mounted where the tests may
+mount one; skipped elsewhere): opens and deletes work, one after another, through the store's
+reserve."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import ckptdb
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
+    try:
+        yield str(mnt)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(directory, name):
+    """Writes a file until the file system has no byte left."""
+    fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            os.write(fd, b"\1" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def free_bytes(directory):
+    s = os.statvfs(directory)
+    return s.f_bavail * s.f_frsize
+
+
+def state(step):
+    """About 3 MiB: most of it changed at each step, some of it never (shared)."""
+    rng = np.random.default_rng(step)
+    return {"w1": rng.standard_normal((256, 512), dtype=np.float32),
+            "exp_avg": rng.standard_normal((128, 1024), dtype=np.float32),
+            "b": rng.standard_normal(300, dtype=np.float32),
+            "frozen": np.arange(200000, dtype=np.float32),
+            "ab": np.full((200, 200), step % 2, dtype=np.float64),
+            "step": step}
+
+
+def test_deletes_one_after_another_on_a_full_disk(small_fs):
+    store = os.path.join(small_fs, "store")
+    with ckptdb.open(store, keep_last=None, max_chunk_bytes=128 << 10) as db:
+        for step in range(4):
+            db.save(state(step), step=step)
+    fill(small_fs, "f1")
+    db = ckptdb.open(store, keep_last=None, max_chunk_bytes=128 << 10)  # uses the reserve
+    fill(small_fs, "f2")
+    assert free_bytes(small_fs) == 0
+    for step in (1, 2, 0):
+        db.delete(step=step)  # each delete's journal writes fit in the reserve
+    assert [c.step for c in db.checkpoints()] == [3]
+    got = {k: np.zeros_like(v) if isinstance(v, np.ndarray) else v for k, v in state(3).items()}
+    db.load(got)
+    for k, v in state(3).items():
+        np.testing.assert_array_equal(got[k], v)
+    db.close()
+    assert not [n for n in os.listdir(store) if n.endswith(".tmp")]
