@@ -579,29 +579,44 @@ void StoreImpl::ReportCopies(const CopyFindings& found, StoreReport* report) {
   }
 }
 
-void StoreImpl::ReportOptionsFiles(StoreReport* report) {
+StoreImpl::OptionsFiles StoreImpl::CheckOptionsFiles() {
+  OptionsFiles out;
   Result<std::vector<std::string>> names = fs_->ListDir(path_);
-  if (!names.ok()) return;  // the checks above name an unreadable directory
+  if (!names.ok()) {  // the checks beside this one name an unreadable directory
+    out.any = true;
+    return out;
+  }
   std::sort(names->begin(), names->end());
   rocksdb::ConfigOptions config;
   config.env = env_.get();
-  bool any = false;
   for (const std::string& name : *names) {
     if (!name.starts_with("OPTIONS-") || name.ends_with(".dbtmp")) continue;
     rocksdb::DBOptions db_options;
     std::vector<rocksdb::ColumnFamilyDescriptor> families;
-    const rocksdb::Status s = rocksdb::LoadOptionsFromFile(
-        config, path_ + "/" + name, &db_options, &families);
+    const std::string path = path_ + "/" + name;
+    const rocksdb::Status s =
+        rocksdb::LoadOptionsFromFile(config, path, &db_options, &families);
     if (s.IsNotFound() || s.IsPathNotFound()) continue;  // a writer's rotation
-    any = true;
-    if (s.ok()) continue;
-    report->repairable_metadata.push_back(
-        "the database's options file " + path_ + "/" + name + " is damaged (" +
-        s.ToString() +
-        "); the database does not read it, and a read-write open writes a "
-        "new one");
+    out.any = true;
+    if (!s.ok()) out.damaged.emplace_back(path, s.ToString());
   }
-  if (!any) {
+  return out;
+}
+
+void StoreImpl::RemoveDamagedOptionsFiles() {
+  for (const auto& [path, why] : CheckOptionsFiles().damaged)
+    (void)fs_->Remove(path);
+}
+
+void StoreImpl::ReportOptionsFiles(StoreReport* report) {
+  const OptionsFiles files = CheckOptionsFiles();
+  for (const auto& [path, why] : files.damaged) {
+    report->repairable_metadata.push_back(
+        "the database's options file " + path + " is damaged (" + why +
+        "); the database does not read it, and a read-write open removes it "
+        "and writes a new one");
+  }
+  if (!files.any) {
     report->repairable_metadata.push_back(
         "the database's options file (" + path_ +
         "/OPTIONS-*) is missing; the database does not read it, and a "

@@ -509,6 +509,18 @@ class StoreImpl : public Store {
   // RocksDB's OPTIONS files that do not parse, as repairable metadata (a
   // read-write open writes a new one; the database does not read them).
   void ReportOptionsFiles(StoreReport* report);
+  // The database's options files that do not parse, each with why, and
+  // whether any options file is there (RocksDB writes one at each open and
+  // keeps the newest two; the database reads none of them).
+  struct OptionsFiles {
+    std::vector<std::pair<std::string, std::string>> damaged;  // path, why
+    bool any = false;
+  };
+  OptionsFiles CheckOptionsFiles();
+  // Removes the damaged options files (a read-write open, once RocksDB wrote
+  // a new one): one left would be reported again until two more opens
+  // rotated it out.
+  void RemoveDamagedOptionsFiles();
   Status RewriteMetaFamily();
   // Read-write open of a store whose database RocksDB cannot open (damaged
   // CURRENT, MANIFEST or write-ahead log): when every checkpoint the journal
