@@ -500,7 +500,14 @@ void DefineResultTypes(py::module_& m) {
       .def_readonly("device_bytes_sent", &LoadStats::device_bytes_sent,
                     "of bytes_sent, those sent device to device (NCCL)")
       .def_readonly("chunks_read", &LoadStats::chunks_read,
-                    "chunks this rank read");
+                    "chunks this rank read")
+      .def("__repr__", [](const LoadStats& s) {
+        return "LoadStats(bytes_read=" + std::to_string(s.bytes_read) +
+               ", bytes_needed=" + std::to_string(s.bytes_needed) +
+               ", bytes_sent=" + std::to_string(s.bytes_sent) +
+               ", device_bytes_sent=" + std::to_string(s.device_bytes_sent) +
+               ", chunks_read=" + std::to_string(s.chunks_read) + ")";
+      });
 
   py::class_<LoadResult>(m, "LoadResult", "The outcome of DB.load.")
       .def_readonly("missing_keys", &LoadResult::missing_keys,

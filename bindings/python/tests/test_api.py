@@ -397,6 +397,14 @@ def test_metadata_has_documented_fields(store):
         assert db.metadata(step=7)["id"] == db.metadata(id=info.id)["id"] == info.id
 
 
+def test_load_stats_print_their_fields(store):
+    with ckptdb.open(store) as db:
+        db.save({"w": np.arange(4, dtype=np.float32)}, step=1)
+        stats = db.load({"w": np.zeros(4, np.float32)}).stats
+        assert repr(stats) == ("LoadStats(bytes_read=16, bytes_needed=16, bytes_sent=0, "
+                               "device_bytes_sent=0, chunks_read=1)")
+
+
 def test_metadata_leaves_the_garbage_collector_as_it_found_it(store):
     # The binding pauses Python's cyclic collector while it builds the dicts and lists.
     import gc
