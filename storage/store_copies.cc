@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <new>
 #include <set>
 
@@ -579,6 +580,30 @@ void StoreImpl::ReportCopies(const CopyFindings& found, StoreReport* report) {
   }
 }
 
+namespace {
+
+// `text` with each byte outside printable ASCII as \xNN: RocksDB's messages
+// about a damaged file quote its bytes, which a report must not pass on raw
+// (a reader of verify's output decoding it as UTF-8 failed).
+std::string PrintableText(const std::string& text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b >= 0x20 && b < 0x7f) {
+      out += c;
+    } else {
+      out += "\\x";
+      out += kHex[b >> 4];
+      out += kHex[b & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 StoreImpl::OptionsFiles StoreImpl::CheckOptionsFiles() {
   OptionsFiles out;
   Result<std::vector<std::string>> names = fs_->ListDir(path_);
@@ -590,15 +615,28 @@ StoreImpl::OptionsFiles StoreImpl::CheckOptionsFiles() {
   rocksdb::ConfigOptions config;
   config.env = env_.get();
   for (const std::string& name : *names) {
-    if (!name.starts_with("OPTIONS-") || name.ends_with(".dbtmp")) continue;
+    // RocksDB's names only (OPTIONS-<number>), not a user's OPTIONS-notes.
+    const std::string_view number = std::string_view(name).substr(
+        std::min(name.size(), std::string_view("OPTIONS-").size()));
+    if (!name.starts_with("OPTIONS-") || number.empty() ||
+        !std::all_of(number.begin(), number.end(),
+                     [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    const std::string path = path_ + "/" + name;
+    std::error_code ec;
+    const auto type = std::filesystem::symlink_status(path, ec).type();
+    if (ec) continue;  // a writer's rotation
+    if (type != std::filesystem::file_type::regular) {
+      out.not_files.push_back(path);
+      continue;
+    }
     rocksdb::DBOptions db_options;
     std::vector<rocksdb::ColumnFamilyDescriptor> families;
-    const std::string path = path_ + "/" + name;
     const rocksdb::Status s =
         rocksdb::LoadOptionsFromFile(config, path, &db_options, &families);
     if (s.IsNotFound() || s.IsPathNotFound()) continue;  // a writer's rotation
     out.any = true;
-    if (!s.ok()) out.damaged.emplace_back(path, s.ToString());
+    if (!s.ok()) out.damaged.emplace_back(path, PrintableText(s.ToString()));
   }
   return out;
 }
@@ -615,6 +653,12 @@ void StoreImpl::ReportOptionsFiles(StoreReport* report) {
         "the database's options file " + path + " is damaged (" + why +
         "); the database does not read it, and a read-write open removes it "
         "and writes a new one");
+  }
+  for (const std::string& path : files.not_files) {
+    report->repairable_metadata.push_back(
+        path +
+        " is not a regular file where RocksDB keeps an options file; "
+        "the database does not read it: remove it");
   }
   if (!files.any) {
     report->repairable_metadata.push_back(

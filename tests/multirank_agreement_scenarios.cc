@@ -39,6 +39,12 @@ void ExpectDisagreement(Communicator& comm, const Status& status,
       << "every rank must see the error";
 }
 
+// Rank `rank`'s block of the 6 rows of `w` (6 x 4), of 3 ranks.
+OwnedShard RowsOf(const GlobalTensor& w, int rank) {
+  auto [b, e] = Part(6, rank, 3);
+  return ShardOf(w, {b, 0}, {e - b, 4});
+}
+
 // Expects the store to hold the checkpoints of `steps` and no staged file.
 void ExpectStore(DB& db, Communicator& comm, const std::string& dir,
                  const std::vector<std::optional<int64_t>>& steps) {
@@ -90,8 +96,7 @@ TEST(MultiRankAgreementTest, SaveArgumentsMustAgree) {
   };
   RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
     auto db = OpenRank(dir.path(), comm);
-    auto [b, e] = Part(6, rank, 3);
-    OwnedShard shard = ShardOf(w, {b, 0}, {e - b, 4});
+    OwnedShard shard = RowsOf(w, rank);
     StateDict sd;
     sd.Set("w", shard.View(w));
     for (const Case& c : cases) {
@@ -111,11 +116,11 @@ TEST(MultiRankAgreementTest, LoadAndDeleteArgumentsMustAgree) {
   const GlobalTensor w(DType::kFloat32, {6, 4}, 52);
   RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
     auto db = OpenRank(dir.path(), comm);
-    auto [b, e] = Part(6, rank, 3);
-    OwnedShard shard = ShardOf(w, {b, 0}, {e - b, 4});
+    OwnedShard shard = RowsOf(w, rank);
     StateDict sd;
     sd.Set("w", shard.View(w));
     EXPECT_TRUE(db->Save(sd, {.step = 1, .tag = "one"}).ok());
+    auto [b, e] = Part(6, rank, 3);
     OwnedShard target = TargetOf(w, {b, 0}, {e - b, 4});
     StateDict want;
     want.Set("w", target.View(w));
@@ -165,8 +170,7 @@ TEST(MultiRankAgreementTest, SaveAgainstSaveAsyncFailsEveryRankNamingBoth) {
   const GlobalTensor w(DType::kFloat32, {6, 4}, 53);
   RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
     auto db = OpenRank(dir.path(), comm);
-    auto [b, e] = Part(6, rank, 3);
-    OwnedShard shard = ShardOf(w, {b, 0}, {e - b, 4});
+    OwnedShard shard = RowsOf(w, rank);
     StateDict sd;
     sd.Set("w", shard.View(w));
     Status status;

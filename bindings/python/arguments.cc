@@ -1,6 +1,7 @@
 #include "bindings/python/arguments.h"
 
 #include <climits>
+#include <cstdint>
 #include <cstring>
 
 namespace py = pybind11;
@@ -217,13 +218,39 @@ Result<Options> OpenOptions(py::handle create, py::handle read_only,
 
 namespace {
 
+// A slice's bound: an int, or None; one beyond 64 bits is taken as the
+// nearest 64-bit one (the bound is clamped to the dimension, as numpy does).
+Result<std::optional<int64_t>> SliceBound(py::handle obj,
+                                          const std::string& what) {
+  if (obj.is_none()) return std::optional<int64_t>();
+  if (PyBool_Check(obj.ptr()) || IsNumpyBool(obj) ||
+      !PyIndex_Check(obj.ptr())) {
+    return WrongType(what, "an int", obj);
+  }
+  PyObject* index = PyNumber_Index(obj.ptr());
+  if (index == nullptr) {
+    PyErr_Clear();
+    return WrongType(what, "an int", obj);
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
+  Py_DECREF(index);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return WrongType(what, "an int", obj);
+  }
+  if (overflow != 0)
+    return std::optional<int64_t>(overflow > 0 ? INT64_MAX : INT64_MIN);
+  return std::optional<int64_t>(v);
+}
+
 // One entry of a DB.read index: an int or a slice.
 Result<IndexEntry> IndexEntryOf(py::handle entry, const std::string& what) {
   if (PySlice_Check(entry.ptr())) {
     CKPTDB_ASSIGN_OR_RETURN(std::optional<int64_t> start,
-                            OptionalInt(entry.attr("start"), what + " start"));
+                            SliceBound(entry.attr("start"), what + " start"));
     CKPTDB_ASSIGN_OR_RETURN(std::optional<int64_t> stop,
-                            OptionalInt(entry.attr("stop"), what + " stop"));
+                            SliceBound(entry.attr("stop"), what + " stop"));
     CKPTDB_ASSIGN_OR_RETURN(std::optional<int64_t> step,
                             OptionalInt(entry.attr("step"), what + " step"));
     return IndexEntry::Range(start, stop, step.value_or(1));

@@ -496,9 +496,19 @@ def test_verify_store_names_a_damaged_or_missing_options_file(tmp_path):
     assert "options file" in p.stdout and os.path.basename(options[-1]) in p.stdout, p.stdout
     # One read-write open repairs it (it writes a new options file and removes the damaged one,
     # which RocksDB would keep as the second newest).
+    assert p.stdout.isprintable() or all(line.isprintable() for line in p.stdout.splitlines())
+    notes = os.path.join(path, "OPTIONS-notes.txt")  # not RocksDB's: left alone
+    with open(notes, "w") as f:
+        f.write("mine")
     ckptdb.open(path).close()
     dump("verify", path, check=0)
-    assert not os.path.exists(options[-1])
+    assert not os.path.exists(options[-1]) and os.path.exists(notes)
+    # An entry under RocksDB's name that is not a file: reported, not removed.
+    os.mkdir(os.path.join(path, "OPTIONS-000999"))
+    ckptdb.open(path).close()
+    p = dump("verify", path, check=1)
+    assert "OPTIONS-000999 is not a regular file" in p.stdout and "remove it" in p.stdout, p.stdout
+    os.rmdir(os.path.join(path, "OPTIONS-000999"))
     options = sorted(glob.glob(os.path.join(path, "OPTIONS-*")))
     for name in options:
         os.remove(name)

@@ -43,7 +43,7 @@ INDEXES = [
     np.s_[:7, 63], np.s_[0:4096:1, ::1], slice(None, None, None),
     # Slice bounds beyond the tensor are clamped, as numpy clamps them.
     np.s_[0:5000], np.s_[4000:9000, 60:100], np.s_[-5000:3], np.s_[9:3], np.s_[5000:],
-    np.s_[-1:-3, :],
+    np.s_[-1:-3, :], np.s_[2**63:], np.s_[:2**64], np.s_[-2**70:5],
 ]
 
 
