@@ -196,6 +196,9 @@ Result<TensorIndex> ParseSlice(std::string_view text) {
   }
   TensorIndex index;
   if (body.empty()) return index;
+  // One trailing comma after an entry, as numpy's a[1:2,] takes it.
+  if (body.size() >= 2 && body.back() == ',')
+    body = Trim(body.substr(0, body.size() - 1));
   for (size_t at = 0;;) {
     const size_t comma = body.find(',', at);
     CKPTDB_ASSIGN_OR_RETURN(IndexEntry entry,

@@ -21,10 +21,14 @@ TEST(ParseSliceTest, NumpySyntax) {
   ASSERT_TRUE(index.ok());
   EXPECT_TRUE(index->empty());
   EXPECT_EQ(IndexToString(*ParseSlice("1024:2048, :")), "[1024:2048, :]");
+  // A trailing comma after an entry, as in numpy's a[0:4,].
+  index = ParseSlice("0:4,");
+  ASSERT_TRUE(index.ok()) << index.status().message();
+  EXPECT_EQ(*index, (TensorIndex{E::Range(0, 4)}));
 }
 
 TEST(ParseSliceTest, BadEntriesAreNamed) {
-  for (const char* bad : {"0:4,", "a", "1:2:3:4", "0.5", ",", "1:x"}) {
+  for (const char* bad : {"0:4,,", "a", "1:2:3:4", "0.5", ",", "1:x", "1,,2"}) {
     auto index = ParseSlice(bad);
     ASSERT_FALSE(index.ok()) << bad;
     EXPECT_TRUE(index.status().IsInvalidArgument());
