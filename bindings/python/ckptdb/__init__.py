@@ -316,8 +316,16 @@ class DB:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+            return False
+        # The body's exception says what went wrong; a close that fails after it (its group's
+        # connections failed in that very call, say) would only hide it.
+        try:
+            self.close()
+        except Error:
+            pass
         return False
 
     def __repr__(self):

@@ -397,6 +397,21 @@ def test_metadata_has_documented_fields(store):
         assert db.metadata(step=7)["id"] == db.metadata(id=info.id)["id"] == info.id
 
 
+def test_a_with_block_raises_its_bodys_error_over_a_failing_close(store):
+    def failing_close():
+        raise ckptdb.Error("close failed")
+    db = ckptdb.open(store)
+    real_close = db.close
+    db.close = failing_close
+    with pytest.raises(ValueError, match="the body's"):
+        with db:
+            raise ValueError("the body's")
+    with pytest.raises(ckptdb.Error, match="close failed"):
+        with db:
+            pass
+    real_close()
+
+
 def test_load_stats_print_their_fields(store):
     with ckptdb.open(store) as db:
         db.save({"w": np.arange(4, dtype=np.float32)}, step=1)
