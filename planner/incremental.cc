@@ -52,25 +52,21 @@ ContentHashSet::ContentHashSet(
         zero_ = true;
         continue;
       }
-      for (size_t i = hash.low & (size - 1);; i = (i + 1) & (size - 1)) {
-        if (slots_[i] == hash) break;
-        if (slots_[i] == ContentHash{}) {
-          slots_[i] = hash;
-          break;
-        }
-      }
+      slots_[Slot(hash)] = hash;
     }
   }
 }
 
+size_t ContentHashSet::Slot(const ContentHash& hash) const {
+  const size_t mask = slots_.size() - 1;
+  size_t i = hash.low & mask;
+  while (slots_[i] != hash && slots_[i] != ContentHash{}) i = (i + 1) & mask;
+  return i;
+}
+
 bool ContentHashSet::Contains(const ContentHash& hash) const {
   if (hash == ContentHash{}) return zero_;
-  if (slots_.empty()) return false;
-  const size_t mask = slots_.size() - 1;
-  for (size_t i = hash.low & mask;; i = (i + 1) & mask) {
-    if (slots_[i] == hash) return true;
-    if (slots_[i] == ContentHash{}) return false;
-  }
+  return !slots_.empty() && slots_[Slot(hash)] == hash;
 }
 
 void IndexHashes(PreviousCheckpoint* previous) {

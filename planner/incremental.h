@@ -38,6 +38,9 @@ class ContentHashSet {
   bool Contains(const ContentHash& hash) const;
 
  private:
+  // `hash`'s slot, or the empty one where it would go. REQUIRES: a table.
+  size_t Slot(const ContentHash& hash) const;
+
   // Open addressing on the hash's low bits (content hashes are uniform);
   // {0, 0} marks an empty slot, and a chunk hashing to it sets `zero_`.
   std::vector<ContentHash> slots_;

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <new>
 #include <set>
 
@@ -623,11 +622,9 @@ StoreImpl::OptionsFiles StoreImpl::CheckOptionsFiles() {
                      [](char c) { return c >= '0' && c <= '9'; }))
       continue;
     const std::string path = path_ + "/" + name;
-    std::error_code ec;
-    const auto type = std::filesystem::symlink_status(path, ec).type();
-    if (ec) continue;  // a writer's rotation
-    if (type != std::filesystem::file_type::regular) {
-      out.not_files.push_back(path);
+    if (std::optional<std::string> kind =
+            NotARegularFile(path, /*follow=*/false)) {
+      out.not_files.emplace_back(path, *kind);
       continue;
     }
     rocksdb::DBOptions db_options;
@@ -654,11 +651,11 @@ void StoreImpl::ReportOptionsFiles(StoreReport* report) {
         "); the database does not read it, and a read-write open removes it "
         "and writes a new one");
   }
-  for (const std::string& path : files.not_files) {
+  for (const auto& [path, kind] : files.not_files) {
     report->repairable_metadata.push_back(
-        path +
-        " is not a regular file where RocksDB keeps an options file; "
-        "the database does not read it: remove it");
+        path + " is not a regular file (" + kind +
+        ") where RocksDB keeps an options file; the database does not read "
+        "it: remove it");
   }
   if (!files.any) {
     report->repairable_metadata.push_back(

@@ -514,9 +514,9 @@ class StoreImpl : public Store {
   // keeps the newest two; the database reads none of them).
   struct OptionsFiles {
     std::vector<std::pair<std::string, std::string>> damaged;  // path, why
-    // Entries under RocksDB's name that are not regular files (a directory,
-    // a link): not removed, only reported.
-    std::vector<std::string> not_files;
+    // Entries under RocksDB's name that are not regular files, each with
+    // its kind (NotARegularFile): not removed, only reported.
+    std::vector<std::pair<std::string, std::string>> not_files;
     bool any = false;
   };
   OptionsFiles CheckOptionsFiles();

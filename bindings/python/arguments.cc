@@ -76,21 +76,35 @@ Result<std::optional<std::string>> OptionalText(py::handle obj,
   return std::optional<std::string>(std::move(text));
 }
 
-Result<int64_t> Int(py::handle obj, const std::string& what) {
-  if (PyBool_Check(obj.ptr()) || IsNumpyBool(obj) ||
-      !PyIndex_Check(obj.ptr())) {
-    return WrongType(what, "an int", obj);
-  }
+namespace {
+
+// An int (a Python int or anything with __index__, not a bool) as a 64-bit
+// value; `*overflow` is +1 or -1 (and the value its sign's bound) for one
+// beyond 64 bits, else 0. nullopt for anything else.
+std::optional<int64_t> IndexValue(py::handle obj, int* overflow) {
+  *overflow = 0;
+  if (PyBool_Check(obj.ptr()) || IsNumpyBool(obj) || !PyIndex_Check(obj.ptr()))
+    return std::nullopt;
   PyObject* index = PyNumber_Index(obj.ptr());
-  int overflow = 0;
   const long long v =
-      index != nullptr ? PyLong_AsLongLongAndOverflow(index, &overflow) : -1;
+      index != nullptr ? PyLong_AsLongLongAndOverflow(index, overflow) : -1;
   Py_XDECREF(index);
-  if (index == nullptr || overflow != 0 || (v == -1 && PyErr_Occurred())) {
+  if (index == nullptr || (v == -1 && PyErr_Occurred())) {
     PyErr_Clear();
-    return WrongType(what, "an int of at most 64 bits", obj);
+    return std::nullopt;
   }
+  if (*overflow != 0) return *overflow > 0 ? INT64_MAX : INT64_MIN;
   return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
+Result<int64_t> Int(py::handle obj, const std::string& what) {
+  int overflow = 0;
+  const std::optional<int64_t> v = IndexValue(obj, &overflow);
+  if (!v) return WrongType(what, "an int", obj);
+  if (overflow != 0) return WrongType(what, "an int of at most 64 bits", obj);
+  return *v;
 }
 
 Result<std::optional<int64_t>> OptionalInt(py::handle obj,
@@ -223,25 +237,10 @@ namespace {
 Result<std::optional<int64_t>> SliceBound(py::handle obj,
                                           const std::string& what) {
   if (obj.is_none()) return std::optional<int64_t>();
-  if (PyBool_Check(obj.ptr()) || IsNumpyBool(obj) ||
-      !PyIndex_Check(obj.ptr())) {
-    return WrongType(what, "an int", obj);
-  }
-  PyObject* index = PyNumber_Index(obj.ptr());
-  if (index == nullptr) {
-    PyErr_Clear();
-    return WrongType(what, "an int", obj);
-  }
   int overflow = 0;
-  const long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
-  Py_DECREF(index);
-  if (v == -1 && PyErr_Occurred()) {
-    PyErr_Clear();
-    return WrongType(what, "an int", obj);
-  }
-  if (overflow != 0)
-    return std::optional<int64_t>(overflow > 0 ? INT64_MAX : INT64_MIN);
-  return std::optional<int64_t>(v);
+  const std::optional<int64_t> v = IndexValue(obj, &overflow);
+  if (!v) return WrongType(what, "an int", obj);
+  return v;
 }
 
 // One entry of a DB.read index: an int or a slice.
