@@ -33,7 +33,7 @@ int List(const std::string& path, bool as_json) {
   if (as_json) {
     json out = json::array();
     for (const CheckpointInfo& info : *all) out.push_back(InfoJson(info));
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", JsonText(out, 2).c_str());
     return 0;
   }
   std::printf("%-6s %-10s %-16s %-19s %6s %8s %12s\n", "id", "step", "tag",
@@ -114,7 +114,7 @@ int Show(const std::string& path, const Selection& sel, bool as_json,
   if (!opened.ok()) return Fail(opened.status());
   const CheckpointMetadata& m = opened->meta;
   if (as_json) {
-    std::printf("%s\n", MetadataJson(m).dump(2).c_str());
+    std::printf("%s\n", JsonText(MetadataJson(m), 2).c_str());
     return 0;
   }
   size_t nchunks = 0;
@@ -178,11 +178,11 @@ int ShowValue(const CheckpointMetadata& m, const std::string& key,
               bool as_json) {
   const Value& v = m.values.at(key);
   if (as_json) {
-    std::printf("%s\n", json({{"id", m.info.id},
-                              {"key", key},
-                              {"type", std::string(ValueTypeName(v))},
-                              {"value", ValueJson(v)}})
-                            .dump(2)
+    std::printf("%s\n", JsonText(json({{"id", m.info.id},
+                                       {"key", key},
+                                       {"type", std::string(ValueTypeName(v))},
+                                       {"value", ValueJson(v)}}),
+                                 2)
                             .c_str());
   } else {
     std::printf("%s = %s (%s)\n", key.c_str(), ValueText(v).c_str(),
@@ -215,17 +215,18 @@ int ShowValues(const std::string& path, const Selection& sel,
   uint64_t stored = 0;
   for (const ChunkMetadata& c : t.chunks) stored += c.nbytes;
   if (as_json) {
-    std::printf("%s\n", json({{"id", m.info.id},
-                              {"key", key},
-                              {"dtype", std::string(DTypeName(t.dtype))},
-                              {"global_shape", t.global_shape},
-                              {"index", IndexToString(*index)},
-                              {"shape", read->shape},
-                              {"bytes_read", stats.bytes_read},
-                              {"chunks_read", stats.chunks_read},
-                              {"values", ValuesJson(*read)}})
-                            .dump(2)
-                            .c_str());
+    std::printf("%s\n",
+                JsonText(json({{"id", m.info.id},
+                               {"key", key},
+                               {"dtype", std::string(DTypeName(t.dtype))},
+                               {"global_shape", t.global_shape},
+                               {"index", IndexToString(*index)},
+                               {"shape", read->shape},
+                               {"bytes_read", stats.bytes_read},
+                               {"chunks_read", stats.chunks_read},
+                               {"values", ValuesJson(*read)}}),
+                         2)
+                    .c_str());
     return 0;
   }
   std::printf(

@@ -1,6 +1,7 @@
 #include "dump_common.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <type_traits>
@@ -121,11 +122,57 @@ json ValueJson(const Value& v) {
       v);
 }
 
+namespace {
+
+void AppendJson(const json& j, int indent, int depth, std::string* out) {
+  const auto newline = [&](int level) {
+    if (indent < 0) return;
+    *out += '\n';
+    out->append(static_cast<size_t>(indent * level), ' ');
+  };
+  if (j.is_object() || j.is_array()) {
+    const bool object = j.is_object();
+    if (j.empty()) {
+      *out += object ? "{}" : "[]";
+      return;
+    }
+    *out += object ? '{' : '[';
+    bool first = true;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (!first) *out += ",";
+      first = false;
+      newline(depth + 1);
+      if (object) {
+        *out += json(it.key()).dump();
+        *out += indent < 0 ? ":" : ": ";
+      }
+      AppendJson(*it, indent, depth + 1, out);
+    }
+    newline(depth);
+    *out += object ? '}' : ']';
+    return;
+  }
+  if (j.is_number_float() && !std::isfinite(j.get<double>())) {
+    const double v = j.get<double>();
+    *out += std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity";
+    return;
+  }
+  *out += j.dump();
+}
+
+}  // namespace
+
+std::string JsonText(const json& j, int indent) {
+  std::string out;
+  AppendJson(j, indent, 0, &out);
+  return out;
+}
+
 std::string ValueText(const Value& v) {
   if (const auto* s = std::get_if<std::string>(&v)) return json(*s).dump();
   if (const auto* b = std::get_if<Bytes>(&v))
     return "bytes[" + std::to_string(b->data.size()) + "]";
-  return ValueJson(v).dump();
+  return JsonText(ValueJson(v));
 }
 
 json InfoJson(const CheckpointInfo& info) {

@@ -88,6 +88,12 @@ class Progress {
   std::chrono::steady_clock::time_point last_;
 };
 
+// `j` as text, as json::dump(indent) writes it, except that a number that is
+// not finite is NaN, Infinity or -Infinity, as Python's json module writes and
+// reads them (dump writes null, which reads back as None: a small value of
+// inf would not match DB.metadata()).
+std::string JsonText(const json& j, int indent = -1);
+
 // A small value as JSON (bytes as an array of byte values), and as one line
 // of text.
 json ValueJson(const Value& v);

@@ -416,7 +416,16 @@ std::optional<Value> SmallValue(const py::handle& obj, const LeafPath& path) {
   // numpy scalars (numpy.int64(3), numpy.float32(0.5), numpy.bool_): their
   // Python value.
   if (py::isinstance(obj, classes().numpy_scalar)) {
-    return SmallValue(obj.attr("item")(), path);
+    const py::object item = obj.attr("item")();
+    // numpy.longdouble's item is itself (no Python type holds it).
+    if (py::isinstance(item, classes().numpy_scalar)) {
+      Invalid("value " + Where(path) + ": a numpy." +
+              py::str(py::type::handle_of(obj).attr("__name__"))
+                  .cast<std::string>() +
+              " scalar has no Python value (convert it, e.g. with "
+              "float())");
+    }
+    return SmallValue(item, path);
   }
   return std::nullopt;
 }

@@ -97,6 +97,22 @@ def test_show_json_of_int_keys_tuples_and_none_matches_metadata(tmp_path):
     assert shown == as_json_values(md)
 
 
+def test_show_json_writes_values_that_are_not_finite_as_python_json_reads_them(tmp_path):
+    path = str(tmp_path / "store")
+    with ckptdb.open(path) as db:
+        db.save({"inf": float("inf"), "ninf": float("-inf"), "nan": float("nan"), "none": None,
+                 "text": "NaN"})
+        md = db.metadata()
+    shown = json.loads(dump("show", path, "--json", check=0).stdout)
+    values = shown["values"]
+    assert values["inf"] == float("inf") and values["ninf"] == float("-inf")
+    assert values["nan"] != values["nan"] and values["none"] is None and values["text"] == "NaN"
+    assert set(values) == set(md["values"])
+    one = json.loads(dump("show", path, "--key", "ninf", "--json", check=0).stdout)
+    assert one["value"] == float("-inf")
+    assert "inf = Infinity" in dump("show", path, "--key", "inf", check=0).stdout
+
+
 def test_show_text_and_chunks(store):
     out = dump("show", store, "--step", "1", check=0).stdout
     assert "checkpoint 1" in out and "tag first" in out

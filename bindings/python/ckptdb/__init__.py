@@ -339,6 +339,7 @@ class SaveHandle:
     def __init__(self, handle):
         self._handle = handle
 
+    @_api
     def done(self):
         """True once the save has finished (committed or failed). Local; never blocks."""
         return self._handle.done()

@@ -227,6 +227,12 @@ BAD_CALLS = [
     ("delete tag bytes", lambda db, d: db.delete(tag=b"x"), "tag"),
     ("delete positional", lambda db, d: db.delete(1), "delete"),
     ("verify id str", lambda db, d: db.verify(id="x"), "id"),
+    # numpy scalars whose item() is a numpy scalar again (no Python type holds them)
+    ("save longdouble value", lambda db, d: db.save({"w": W, "x": np.longdouble(1.5)}),
+     "'x'.*no Python value"),
+    ("load clongdouble value",
+     lambda db, d: db.load({"w": np.zeros(2, np.float32), "x": np.clongdouble(1)}),
+     "'x'.*no Python value"),
     # Shard
     ("Shard list data", lambda db, d: ckptdb.Shard([[1.0, 2.0]], (1, 2), (0, 0)), "data"),
     ("Shard None data", lambda db, d: ckptdb.Shard(None, (1, 2), (0, 0)), "data"),
@@ -271,3 +277,13 @@ def test_numpy_integers_and_bools_are_accepted_where_ints_and_bools_are(store):
         assert db.metadata(id=np.uint8(info.id))["step"] == 7
         db.delete(step=np.int64(7))
         assert db.checkpoints() == []
+
+
+def test_a_save_handle_refuses_arguments_with_a_ckptdb_error(store):
+    with ckptdb.open(store) as db:
+        handle = db.save_async({"w": rand((2,))})
+        handle.wait()
+        for call in (lambda: handle.done(1), lambda: handle.wait(timeout=1)):
+            with pytest.raises(ckptdb.InvalidArgumentError):
+                call()
+        assert handle.done()
