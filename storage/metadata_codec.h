@@ -21,10 +21,14 @@ namespace ckptdb::storage {
 // record each: a model of many small tensors writes, reads back, walks and
 // deletes two records instead of one per tensor, and the main record, which
 // listings read, does not grow. Builds that read only up to 3 refuse format 4
-// by its version. Formats 1 (one record per checkpoint, every chunk inline),
-// 2 and 3 are still read. The layouts: storage/checkpoint.capnp; the keys:
+// by its version. Format 5 has the records of format 4; it says that chunks
+// from kExternalValueBytes (1 KiB) are in value files, where format 4 kept
+// those under 64 KiB in table files: a build that reads up to 4 would take
+// such a chunk's pointer for damaged bytes, so it refuses format 5 by its
+// version instead. Formats 1 (one record per checkpoint, every chunk inline)
+// to 4 are still read. The layouts: storage/checkpoint.capnp; the keys:
 // storage/keys.h.
-inline constexpr uint32_t kFormatVersion = 4;
+inline constexpr uint32_t kFormatVersion = 5;
 
 // The most chunks a tensor may have for its chunks to be in the small
 // tensors' record (format 4). Few enough that that record stays proportional

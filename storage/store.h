@@ -170,10 +170,10 @@ enum class FileRemoval {
 };
 
 // One RocksDB database with column families `chunks` (tensor bytes, or for
-// chunks of 64 KiB or more pointers into value files: value_files.h) and
-// `meta` (per checkpoint a main Cap'n Proto record, the commit point, and one
-// record per tensor holding its chunks; storage/keys.h). Thread-safe for
-// concurrent reads.
+// chunks of kExternalValueBytes or more pointers into value files:
+// value_files.h) and `meta` (per checkpoint a main Cap'n Proto record, the
+// commit point, and one record per tensor holding its chunks; storage/keys.h).
+// Thread-safe for concurrent reads.
 class Store {
  public:
   // Opens the store at `path`. A read-write open takes RocksDB's lock, removes

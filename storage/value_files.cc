@@ -111,17 +111,10 @@ Status ValueFileWriter::Create() {
 
 Result<ValuePointer> ValueFileWriter::Append(std::string_view bytes) {
   if (!file_) CKPTDB_RETURN_IF_ERROR(Create());
-  CKPTDB_RETURN_IF_ERROR(FromRocks(
-      file_->PositionedAppend(rocksdb::Slice(bytes.data(), bytes.size()), size_,
-                              rocksdb::IOOptions(), nullptr),
-      "writing " + std::to_string(bytes.size()) + " bytes to value file " +
-          path_));
   ValuePointer pointer = id_;
   pointer.offset = size_;
   pointer.nbytes = bytes.size();
-  size_ += bytes.size();
-  unsynced_ += bytes.size();
-  CKPTDB_RETURN_IF_ERROR(StartWriteBack());
+  CKPTDB_RETURN_IF_ERROR(Write(bytes.data(), bytes.size(), bytes.size()));
   return pointer;
 }
 
@@ -134,15 +127,7 @@ Result<ValuePointer> ValueFileWriter::AppendHashing(std::string_view bytes,
   pointer.nbytes = bytes.size();
   Status written;
   auto write = [&](const char* block, size_t size) {
-    written =
-        FromRocks(file_->PositionedAppend(rocksdb::Slice(block, size), size_,
-                                          rocksdb::IOOptions(), nullptr),
-                  "writing " + std::to_string(bytes.size()) +
-                      " bytes to value file " + path_);
-    if (!written.ok()) return false;
-    size_ += size;
-    unsynced_ += size;
-    written = StartWriteBack();
+    written = Write(block, size, bytes.size());
     return written.ok();
   };
   const std::optional<ChunkDigest> hashed =
@@ -152,9 +137,50 @@ Result<ValuePointer> ValueFileWriter::AppendHashing(std::string_view bytes,
   return pointer;
 }
 
+Status ValueFileWriter::Write(const char* block, size_t size,
+                              size_t chunk_bytes) {
+  if (chunk_bytes < kGatheredBelowBytes) {
+    if (gathered_.size() + size > kGatherBytes)
+      CKPTDB_RETURN_IF_ERROR(WriteGathered());
+    if (gathered_.capacity() < kGatherBytes) gathered_.reserve(kGatherBytes);
+    gathered_.insert(gathered_.end(), block, block + size);
+    size_ += size;
+    return Status::OK();
+  }
+  CKPTDB_RETURN_IF_ERROR(WriteGathered());
+  CKPTDB_RETURN_IF_ERROR(WriteAt(block, size, size_, chunk_bytes));
+  size_ += size;
+  return StartWriteBack();
+}
+
+Status ValueFileWriter::WriteGathered() {
+  if (gathered_.empty()) return Status::OK();
+  CKPTDB_RETURN_IF_ERROR(WriteAt(gathered_.data(), gathered_.size(),
+                                 size_ - gathered_.size(), gathered_.size()));
+  gathered_.clear();
+  return StartWriteBack();
+}
+
+Status ValueFileWriter::WriteAt(const char* block, size_t size, uint64_t at,
+                                size_t what_bytes) {
+  CKPTDB_RETURN_IF_ERROR(
+      FromRocks(file_->PositionedAppend(rocksdb::Slice(block, size), at,
+                                        rocksdb::IOOptions(), nullptr),
+                "writing " + std::to_string(what_bytes) +
+                    " bytes to value file " + path_));
+  unsynced_ += size;
+  return Status::OK();
+}
+
 Status ValueFileWriter::DropLast(const ValuePointer& last) {
   CKPTDB_REQUIRE(file_ != nullptr && last.offset + last.nbytes == size_,
                  "dropping bytes that are not the last of value file " + path_);
+  if (last.nbytes <= gathered_.size()) {  // not written yet
+    gathered_.resize(gathered_.size() - last.nbytes);
+    size_ = last.offset;
+    return Status::OK();
+  }
+  CKPTDB_RETURN_IF_ERROR(WriteGathered());
   CKPTDB_RETURN_IF_ERROR(
       FromRocks(file_->Truncate(last.offset, rocksdb::IOOptions(), nullptr),
                 "truncating value file " + path_ + " to " +
@@ -167,17 +193,23 @@ Status ValueFileWriter::DropLast(const ValuePointer& last) {
 
 Status ValueFileWriter::StartWriteBack() {
   if (unsynced_ < kWriteBackBytes) return Status::OK();
+  const uint64_t written = size_ - gathered_.size();
   CKPTDB_RETURN_IF_ERROR(
-      FromRocks(file_->RangeSync(synced_to_, size_ - synced_to_,
+      FromRocks(file_->RangeSync(synced_to_, written - synced_to_,
                                  rocksdb::IOOptions(), nullptr),
                 "starting write-back of value file " + path_));
-  synced_to_ = size_;
+  synced_to_ = written;
   unsynced_ = 0;
   return Status::OK();
 }
 
 Status ValueFileWriter::Finish() {
   if (!file_) return Status::OK();
+  Status gathered = WriteGathered();
+  if (!gathered.ok()) {
+    Abandon();
+    return gathered;
+  }
   if (size_ == 0) {  // every chunk appended was dropped again
     const rocksdb::IOStatus closed =
         file_->Close(rocksdb::IOOptions(), nullptr);
@@ -205,6 +237,7 @@ Status ValueFileWriter::Finish() {
 }
 
 void ValueFileWriter::Abandon() {
+  gathered_.clear();
   if (file_) {
     (void)file_->Close(rocksdb::IOOptions(), nullptr);
     file_.reset();

@@ -40,8 +40,11 @@
 
 namespace ckptdb::storage {
 
-// Chunks at least this large go to value files.
-inline constexpr size_t kExternalValueBytes = size_t{64} << 10;
+// Chunks at least this large go to value files (format 5; 64 KiB before):
+// a chunk's pointer and key in the table file then cost a few percent of its
+// bytes, and its bytes skip RocksDB's block builder and block checksum.
+inline constexpr size_t kExternalValueBytes = size_t{1} << 10;
+static_assert(kExternalValueBytes > 32, "a pointer must not read as a chunk");
 
 // Where one chunk's bytes lie in a value file. Encoded as 32 bytes (a chunk
 // stored in a value file is at least kExternalValueBytes long, so a pointer
@@ -160,12 +163,19 @@ class FileRemover {
 
 // Appends chunk values to one value file through the store's file system
 // (every call can be failed by a test). The file is created on the first
-// Append. Not thread-safe.
+// Append. Chunks of kGatheredBelowBytes or more are written at once, straight
+// from the caller's memory; smaller ones are gathered into a buffer of
+// kGatherBytes and written together (a state of many small tensors made one
+// write call a chunk), so a failure to write one may be reported by a later
+// call. Not thread-safe.
 class ValueFileWriter {
  public:
   ValueFileWriter(std::shared_ptr<StoreFileSystem> fs, std::string store_path,
                   int64_t checkpoint_id, int32_t rank, uint32_t part);
   ~ValueFileWriter();
+
+  static constexpr size_t kGatheredBelowBytes = size_t{64} << 10;
+  static constexpr size_t kGatherBytes = size_t{1} << 20;
 
   // Appends `bytes`; returns the pointer to them.
   Result<ValuePointer> Append(std::string_view bytes);
@@ -175,10 +185,11 @@ class ValueFileWriter {
   Result<ValuePointer> AppendHashing(std::string_view bytes, bool content,
                                      ChunkDigest* digest);
   // Removes the bytes of `last`, the pointer the latest append returned, from
-  // the end of the file.
+  // the end of the file (from the buffer when they are still there).
   Status DropLast(const ValuePointer& last);
-  // Syncs and closes the file, then syncs the directories that name it, up to
-  // the store directory. A no-op when nothing was appended.
+  // Writes what is gathered, syncs and closes the file, then syncs the
+  // directories that name it, up to the store directory. A no-op when nothing
+  // was appended.
   Status Finish();
   // Closes and removes the file (best effort).
   void Abandon();
@@ -189,6 +200,14 @@ class ValueFileWriter {
 
  private:
   Status Create();
+  // Appends `size` bytes of a chunk of `chunk_bytes` (all of it, or one block
+  // of it): into the buffer, or (after what is gathered) to the file.
+  Status Write(const char* block, size_t size, size_t chunk_bytes);
+  // Writes the buffer's bytes to the file and empties it.
+  Status WriteGathered();
+  // Writes `size` bytes at `at`; errors name `what_bytes`.
+  Status WriteAt(const char* block, size_t size, uint64_t at,
+                 size_t what_bytes);
   // Starts write-back of what was appended since it last started, once that
   // is kWriteBackBytes or more.
   Status StartWriteBack();
@@ -200,7 +219,9 @@ class ValueFileWriter {
   const ValuePointer id_;
   const std::string path_;
   std::unique_ptr<rocksdb::FSWritableFile> file_;
+  // The file's length with the gathered bytes, which are its last.
   uint64_t size_ = 0;
+  std::vector<char> gathered_;
   // Bytes appended since write-back was last started (RangeSync).
   uint64_t unsynced_ = 0;
   uint64_t synced_to_ = 0;
