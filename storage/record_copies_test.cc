@@ -186,9 +186,10 @@ TEST(RecordCopies, ChunkLocationsFindEveryValueInItsFile) {
       "a", "ab", "abc", "b", "layer.0.w", "layer.0.wb", "layer.1.w"};
   for (const std::string& name : names) {
     for (int64_t i = 0; i < 40; ++i) {
-      // Mostly small (sharing blocks), some at or past the value file limit.
-      const size_t n = rng() % 7 == 0 ? kExternalValueBytes + rng() % 1000
-                                      : 1 + rng() % 9000;
+      // Mostly small (sharing blocks), some at or past the value file limit
+      // (gathered into the writer's buffer, or from 64 KiB written at once).
+      const size_t n = rng() % 7 == 0 ? kExternalValueBytes + rng() % (80 << 10)
+                                      : 1 + rng() % (kExternalValueBytes - 1);
       std::string bytes(n, '\0');
       for (char& c : bytes) c = static_cast<char>(rng());
       chunks.push_back(

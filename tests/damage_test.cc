@@ -43,10 +43,14 @@ struct TensorSpec {
   Shape shape;
   bool changes;
 };
+// Tensors of 512 bytes (in their chunk table file, under 1 KiB) and larger
+// ones (in value files).
 const std::vector<TensorSpec> kTensors = {{"w", {64, 64}, true},
                                           {"big", {128, 256}, true},
+                                          {"bias", {128}, true},
                                           {"frozen", {64, 64}, false},
-                                          {"frozen_big", {128, 256}, false}};
+                                          {"frozen_big", {128, 256}, false},
+                                          {"frozen_bias", {128}, false}};
 
 size_t Elements(const Shape& shape) {
   size_t n = 1;
@@ -63,9 +67,14 @@ std::string FileKind(const fs::path& relative, const fs::path& file) {
   if (relative.begin()->string() == "copies")
     return name.ends_with(".rec") ? "records copy" : "locations copy";
   if (name.ends_with(".sst")) {
-    // A chunk table file holds a checkpoint's 16 KiB tensors; a metadata
-    // table file, records of a few hundred bytes each.
-    return fs::file_size(file) > (12 << 10) ? "chunk table" : "metadata table";
+    // A chunk table file names the collector of its value offsets among its
+    // properties; a metadata table file holds records.
+    std::ifstream in(file, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)),
+                            std::istreambuf_iterator<char>());
+    return bytes.find("ckptdb.ValueOffsetCollector") != std::string::npos
+               ? "chunk table"
+               : "metadata table";
   }
   if (name.ends_with(".val")) return "value file";
   if (name.rfind("MANIFEST-", 0) == 0) return "MANIFEST";

@@ -505,5 +505,38 @@ TEST(IncrementalTest, ADamagedSharedChunkIsReportedForEveryCheckpointUsingIt) {
   }
 }
 
+// A shared chunk whose stored bytes were damaged after they were written: the
+// next save of the same state (same handle, as a training loop would) writes
+// that chunk again from memory instead of sharing it, so the new checkpoint
+// loads whole; the saves after it share the new copy, and the checkpoints
+// that hold the damaged one still report it.
+TEST(IncrementalTest, AChunkWhoseStoredBytesWereDamagedIsWrittenAgain) {
+  TempDir dir;
+  State s = State::Make(5);
+  auto db = DB::Open(SmallChunks(), dir.path());
+  ASSERT_TRUE(db.ok());
+  StateDict sd = s.Dict();
+  ASSERT_TRUE((*db)->Save(sd, {}).ok());
+  auto shared = (*db)->Save(sd, {});
+  ASSERT_TRUE(shared.ok());
+  ASSERT_EQ(shared->nbytes_written, 0);
+  // Tensor 2's first chunk of 64 KiB, written by checkpoint 1.
+  const std::string probe(
+      reinterpret_cast<const char*>(s.tensors[2].data()) + 1000, 64);
+  ASSERT_TRUE(Damage(dir.path(), probe));
+  auto healed = (*db)->Save(sd, {});
+  ASSERT_TRUE(healed.ok()) << healed.status().ToString();
+  EXPECT_EQ(healed->nbytes_written, 64 << 10);
+  ExpectLoads(**db, healed->id, s, "after the damage");
+  auto next = (*db)->Save(sd, {});
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->nbytes_written, 0);
+  ExpectLoads(**db, next->id, s, "sharing the rewritten chunk");
+  for (const int64_t id : {shared->id - 1, shared->id}) {
+    const Status verified = (*db)->Verify(CheckpointSelector::Id(id));
+    EXPECT_TRUE(verified.IsCorruption()) << id << ": " << verified.ToString();
+  }
+}
+
 }  // namespace
 }  // namespace ckptdb

@@ -13,16 +13,50 @@
 namespace ckptdb::engine {
 namespace {
 
+// Whether the stored bytes an unchanged chunk would refer to still pass their
+// checksum. A chunk whose stored copy was damaged after it was written (a
+// flipped byte in a value file) is written again from the caller's bytes:
+// sharing it would commit, save after save, checkpoints that cannot load that
+// tensor while the good bytes are in memory. Costs a read of the bytes
+// shared, nothing when every chunk changed. A handle that does not see the
+// holder (NotFound: the read-only handle of a rank other than 0, opened
+// before the holder was committed, which compares with its own last chunks
+// kept in memory) cannot check, and shares the chunk unchecked; any other
+// failure (damage, I/O) writes the chunk, which is always safe.
+class StoredChunkCheck {
+ public:
+  explicit StoredChunkCheck(storage::Store& store) : store_(store) {}
+
+  bool Intact(const planner::PlannedTensor& tensor,
+              const planner::PlannedChunk& chunk, uint64_t nbytes,
+              const planner::ChunkSource& source) {
+    ChunkMetadata stored;
+    stored.box = chunk.box;
+    stored.writer_rank = source.writer_rank;
+    stored.nbytes = nbytes;
+    stored.checksum = source.checksum;
+    if (scratch_.size() < nbytes) scratch_.resize(nbytes);
+    const Status read = store_.ReadChunkInto(source.holder_id, tensor.flat_key,
+                                             stored, scratch_.data());
+    return read.ok() || read.IsNotFound();
+  }
+
+ private:
+  storage::Store& store_;
+  std::vector<char> scratch_;
+};
+
 // One chunk: refers to stored bytes when its content hash equals that of the
-// same chunk in a compared checkpoint (planner::DecideChunkSource), else
-// added to `writer`; hashed before or as it is written
-// (planner::HashBeforeWriting). `finder`: the candidates of the part's
-// chunks, taken in key order (null when nothing is compared with).
+// same chunk in a compared checkpoint (planner::DecideChunkSource) and those
+// bytes are intact (`check`), else added to `writer`; hashed before or as it
+// is written (planner::HashBeforeWriting). `finder`: the candidates of the
+// part's chunks, taken in key order (null when nothing is compared with).
 Result<WrittenChunk> WriteChunk(const WriteContext& context,
                                 const planner::PlannedTensor& tensor,
                                 const planner::PlannedChunk& chunk,
                                 const char* data, uint64_t nbytes,
                                 planner::CandidateFinder* finder,
+                                StoredChunkCheck& check,
                                 storage::StagedFileWriter& writer) {
   WrittenChunk out;
   out.writer_rank = context.rank;
@@ -39,8 +73,10 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
                                         tensor.global_shape, chunk.box)
                         : nullptr;
   auto reuse = [&](const ContentHash& content) {
-    const planner::ChunkSource source =
+    planner::ChunkSource source =
         finder != nullptr ? finder->Decide(content) : planner::ChunkSource{};
+    if (source.reuse && !check.Intact(tensor, chunk, nbytes, source))
+      source = planner::ChunkSource{};
     out.content_hash = content;
     if (source.reuse) {
       out.checksum = source.checksum;
@@ -111,6 +147,7 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
     std::optional<planner::CandidateFinder> finder;
     if (context.compared != nullptr && !context.compared->empty())
       finder.emplace(*context.compared, context.world);
+    StoredChunkCheck check(store);
     for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
       const MyChunk& m = mine[order[i]];
       const auto& tensor = plan.tensors[m.tensor];
@@ -129,7 +166,7 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
       }
       Result<WrittenChunk> chunk =
           WriteChunk(context, tensor, tensor.chunks[m.chunk], data, m.nbytes,
-                     finder ? &*finder : nullptr, *writer);
+                     finder ? &*finder : nullptr, check, *writer);
       if (context.snapshot != nullptr) {
         if (source.direct) {
           context.snapshot->DirectDone(i);

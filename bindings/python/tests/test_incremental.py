@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import ckptdb
+from conftest import damage
 
 
 def _state(seed):
@@ -86,3 +87,24 @@ def test_incremental_depth_bounds_the_checkpoints_compared_with(store):
     for bad in (0, -1, "4"):
         with pytest.raises(ckptdb.InvalidArgumentError, match="incremental_depth"):
             ckptdb.open(store, incremental_depth=bad)
+
+
+@pytest.mark.parametrize("shape,damaged_chunk_bytes", [((300, 100), 80000), ((16, 10), 640)],
+                         ids=["value file", "table file"])
+def test_a_damaged_stored_chunk_is_written_again_by_the_next_save_of_the_same_state(
+        store, shape, damaged_chunk_bytes):
+    # Bit rot in a kept chunk, then a training loop saves the same values with keep_last=1:
+    # every save must commit a checkpoint that reads back, not refer to the damaged bytes.
+    big = np.random.default_rng(0).random(shape).astype(np.float32)
+    with ckptdb.open(store, max_chunk_bytes=80000, keep_last=1) as db:
+        db.save({"big": big}, step=1)
+        assert damage(store, big.tobytes()[64:128])
+        for step in (2, 3, 4):
+            info = db.save({"big": big}, step=step)
+            assert info.nbytes_written == (damaged_chunk_bytes if step == 2 else 0), step
+            np.testing.assert_array_equal(db.read("big"), big)
+            target = {"big": np.zeros_like(big)}
+            db.load(target)
+            np.testing.assert_array_equal(target["big"], big)
+        assert [c.step for c in db.checkpoints()] == [4]
+        db.verify()

@@ -123,7 +123,7 @@ store = sys.argv[1]
 with ckptdb.open(store, read_only=True) as db:
     for c in db.checkpoints():
         for key, want in (("w", np.full((64, 32), c.step, np.float32)),
-                          ("b", np.arange(300, dtype=np.float32) + c.step)):
+                          ("b", np.arange(200, dtype=np.float32) + c.step)):
             for index in (None, np.s_[0:3]):
                 try:
                     got = db.read(key, id=c.id, index=index)
@@ -145,13 +145,14 @@ def test_a_flipped_byte_in_a_chunk_table_never_aborts_a_read(tmp_path):
     with ckptdb.open(store) as db:
         for step in range(2):
             db.save({"w": np.full((64, 32), step, np.float32),
-                     "b": np.arange(300, dtype=np.float32) + step}, step=step)
+                     "b": np.arange(200, dtype=np.float32) + step}, step=step)
     tables = sorted(f for f in os.listdir(store) if f.endswith(".sst"))
     data = {}
     for name in tables:
         with open(os.path.join(store, name), "rb") as f:
             data[name] = f.read()
-    b0 = np.arange(300, dtype=np.float32).tobytes()[:64]
+    # "b" (800 bytes) is in its chunk table file, "w" (8 KiB) in a value file.
+    b0 = np.arange(200, dtype=np.float32).tobytes()[:64]
     chunk_tables = [n for n in tables if b0 in data[n]]  # the first checkpoint's
     assert chunk_tables, tables
     name = chunk_tables[0]
