@@ -15,6 +15,7 @@
 #include "engine/save/save_incremental.h"
 #include "engine/save/save_record.h"
 #include "engine/save/snapshot_memory.h"
+#include "engine/save/staged_writes.h"
 #include "planner/incremental.h"
 #include "planner/load_plan.h"
 #include "storage/store.h"
@@ -166,6 +167,9 @@ class DBImpl : public DB {
   // whole records; the other ranks their own chunks (OwnChunks in
   // save_incremental.h).
   KeptCommits kept_commits_;
+  // The stored chunks this handle read and found intact before it shared
+  // them lately, of the holders its last save shared chunks of.
+  CheckedChunks checked_chunks_;
   // Held through each collective call (Save, SaveAsync, Load, Delete,
   // Close): calls from several threads of the process run one after
   // another. Two saves at once took the same checkpoint id, and both

@@ -99,9 +99,16 @@ Status DBImpl::WriteMyChunks(const PreparedSave& p, SnapshotRing* snapshot,
                              !p.base_ids.empty() || options_.incremental,
                              &compared,
                              snapshot,
-                             devices_.copier};
-  return WriteStaged(*store_, p.plan, p.mine, p.order, context, checksums,
-                     files);
+                             devices_.copier,
+                             &checked_chunks_};
+  CKPTDB_RETURN_IF_ERROR(
+      WriteStaged(*store_, p.plan, p.mine, p.order, context, checksums, files));
+  std::set<int64_t> holders;
+  for (const WrittenChunk& chunk : *checksums) {
+    if (chunk.holder_id != 0) holders.insert(chunk.holder_id);
+  }
+  checked_chunks_.EndSave(holders);
+  return Status::OK();
 }
 
 Result<SaveOutcome> DBImpl::CommitOnEveryRank(

@@ -9,6 +9,7 @@
 #include "engine/parallel.h"
 #include "engine/save/device_staging.h"
 #include "planner/write_parts.h"
+#include "storage/keys.h"
 
 namespace ckptdb::engine {
 namespace {
@@ -22,14 +23,21 @@ namespace {
 // holder (NotFound: the read-only handle of a rank other than 0, opened
 // before the holder was committed, which compares with its own last chunks
 // kept in memory) cannot check, and shares the chunk unchecked; any other
-// failure (damage, I/O) writes the chunk, which is always safe.
+// failure (damage, I/O) writes the chunk, which is always safe. A chunk the
+// handle checked lately (CheckedChunks) is not read again.
 class StoredChunkCheck {
  public:
-  explicit StoredChunkCheck(storage::Store& store) : store_(store) {}
+  StoredChunkCheck(storage::Store& store, CheckedChunks* checked)
+      : store_(store), checked_(checked) {}
 
   bool Intact(const planner::PlannedTensor& tensor,
               const planner::PlannedChunk& chunk, uint64_t nbytes,
               const planner::ChunkSource& source) {
+    key_.clear();
+    storage::AppendChunkKey(source.holder_id, source.writer_rank,
+                            tensor.flat_key, chunk.box.origin, &key_);
+    if (checked_ != nullptr && checked_->Fresh(source.holder_id, key_))
+      return true;
     ChunkMetadata stored;
     stored.box = chunk.box;
     stored.writer_rank = source.writer_rank;
@@ -38,11 +46,16 @@ class StoredChunkCheck {
     if (scratch_.size() < nbytes) scratch_.resize(nbytes);
     const Status read = store_.ReadChunkInto(source.holder_id, tensor.flat_key,
                                              stored, scratch_.data());
-    return read.ok() || read.IsNotFound();
+    const bool intact = read.ok() || read.IsNotFound();
+    if (intact && checked_ != nullptr)
+      checked_->Checked(source.holder_id, key_);
+    return intact;
   }
 
  private:
   storage::Store& store_;
+  CheckedChunks* checked_;
+  std::string key_;
   std::vector<char> scratch_;
 };
 
@@ -111,6 +124,28 @@ Result<WrittenChunk> WriteChunk(const WriteContext& context,
 
 }  // namespace
 
+bool CheckedChunks::Fresh(int64_t holder_id, const std::string& key) const {
+  std::lock_guard lock(mu_);
+  auto holder = by_holder_.find(holder_id);
+  if (holder == by_holder_.end()) return false;
+  auto chunk = holder->second.find(key);
+  return chunk != holder->second.end() && saves_ < chunk->second;
+}
+
+void CheckedChunks::Checked(int64_t holder_id, std::string key) {
+  const uint64_t spread = std::hash<std::string>()(key) % kRecheckSaves;
+  std::lock_guard lock(mu_);
+  by_holder_[holder_id][std::move(key)] = saves_ + kRecheckSaves + spread;
+}
+
+void CheckedChunks::EndSave(const std::set<int64_t>& holder_ids) {
+  std::lock_guard lock(mu_);
+  ++saves_;
+  std::erase_if(by_holder_, [&](const auto& entry) {
+    return !holder_ids.contains(entry.first);
+  });
+}
+
 std::vector<uint64_t> BytesInWriteOrder(const std::vector<MyChunk>& mine,
                                         const std::vector<size_t>& order) {
   std::vector<uint64_t> bytes(order.size());
@@ -147,7 +182,7 @@ Status WriteStaged(storage::Store& store, const planner::SavePlan& plan,
     std::optional<planner::CandidateFinder> finder;
     if (context.compared != nullptr && !context.compared->empty())
       finder.emplace(*context.compared, context.world);
-    StoredChunkCheck check(store);
+    StoredChunkCheck check(store, context.checked);
     for (size_t i = part_begin[p]; i < part_begin[p + 1]; ++i) {
       const MyChunk& m = mine[order[i]];
       const auto& tensor = plan.tensors[m.tensor];
