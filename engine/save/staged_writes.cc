@@ -19,12 +19,13 @@ namespace {
 // flipped byte in a value file) is written again from the caller's bytes:
 // sharing it would commit, save after save, checkpoints that cannot load that
 // tensor while the good bytes are in memory. Costs a read of the bytes
-// shared, nothing when every chunk changed. A handle that does not see the
-// holder (NotFound: the read-only handle of a rank other than 0, opened
-// before the holder was committed, which compares with its own last chunks
-// kept in memory) cannot check, and shares the chunk unchecked; any other
-// failure (damage, I/O) writes the chunk, which is always safe. A chunk the
-// handle checked lately (CheckedChunks) is not read again.
+// shared, nothing when every chunk changed. Only the read-write handle (rank
+// 0's) checks: the read-only handles of the other ranks compare with their
+// own last chunks kept in memory and do not open the store on a save's path
+// (their view may be closed, or older than the holder), so they share
+// unchecked. A failure other than NotFound (a checkpoint deleted meanwhile)
+// writes the chunk, which is always safe. A chunk the handle checked lately
+// (CheckedChunks) is not read again.
 class StoredChunkCheck {
  public:
   StoredChunkCheck(storage::Store& store, CheckedChunks* checked)
@@ -33,6 +34,7 @@ class StoredChunkCheck {
   bool Intact(const planner::PlannedTensor& tensor,
               const planner::PlannedChunk& chunk, uint64_t nbytes,
               const planner::ChunkSource& source) {
+    if (store_.read_only()) return true;
     key_.clear();
     storage::AppendChunkKey(source.holder_id, source.writer_rank,
                             tensor.flat_key, chunk.box.origin, &key_);
