@@ -1,6 +1,8 @@
 #include "storage/store.h"
 
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_checksum.h>
 #include <rocksdb/sst_file_reader.h>
 #include <rocksdb/table.h>
 #include <rocksdb/transaction_log.h>
@@ -137,6 +139,30 @@ Status StoreImpl::CompactMetaIfDeep() {
       "compacting the metadata table files of store '" + path_ + "'");
 }
 
+namespace {
+
+// Whether `path` still has the whole-file checksum the MANIFEST records for
+// it (`file`); OK for a file written without one (by a build before them).
+rocksdb::Status CheckWholeFile(rocksdb::Env* env,
+                               const rocksdb::LiveFileMetaData& file,
+                               const std::string& path) {
+  if (file.file_checksum_func_name != rocksdb::kStandardDbFileChecksumFuncName)
+    return rocksdb::Status::OK();
+  std::string bytes;
+  rocksdb::Status s = rocksdb::ReadFileToString(env, path, &bytes);
+  if (!s.ok()) return s;
+  std::unique_ptr<rocksdb::FileChecksumGenerator> sum =
+      rocksdb::GetFileChecksumGenCrc32cFactory()->CreateFileChecksumGenerator(
+          {path, file.file_checksum_func_name});
+  sum->Update(bytes.data(), bytes.size());
+  sum->Finalize();
+  if (sum->GetChecksum() != file.file_checksum)
+    return rocksdb::Status::Corruption("whole-file checksum mismatch");
+  return rocksdb::Status::OK();
+}
+
+}  // namespace
+
 Status StoreImpl::VerifyMetaTables() {
   std::vector<rocksdb::LiveFileMetaData> files;
   db_->GetLiveFilesMetaData(&files);
@@ -149,6 +175,7 @@ Status StoreImpl::VerifyMetaTables() {
     rocksdb::SstFileReader reader(options);
     rocksdb::Status s = reader.Open(table);
     if (s.ok()) s = reader.VerifyChecksum();
+    if (s.ok()) s = CheckWholeFile(env_.get(), file, table);
     if (s.IsCorruption()) {
       return Status::Corruption("store '" + path_ + "': metadata table file " +
                                 table + " is damaged: " + s.ToString());
@@ -156,6 +183,29 @@ Status StoreImpl::VerifyMetaTables() {
     CKPTDB_RETURN_IF_ERROR(FromRocks(s, "verifying " + table));
   }
   return Status::OK();
+}
+
+void StoreImpl::ReportMetaTablesOutsideBlocks(StoreReport* report) {
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db_->GetLiveFilesMetaData(&files);
+  rocksdb::Options options;
+  static_cast<rocksdb::ColumnFamilyOptions&>(options) = MetaCfOptions();
+  options.env = env_.get();
+  for (const rocksdb::LiveFileMetaData& file : files) {
+    if (file.column_family_name != kMetaCf) continue;
+    const std::string table = file.db_path + file.name;
+    rocksdb::SstFileReader reader(options);
+    rocksdb::Status s = reader.Open(table);
+    if (s.ok()) s = reader.VerifyChecksum();
+    if (!s.ok()) continue;  // the records' reads report it
+    if (CheckWholeFile(env_.get(), file, table).IsCorruption()) {
+      report->repairable_metadata.push_back(
+          "metadata table file " + table +
+          " is damaged outside its blocks (whole-file checksum mismatch; "
+          "every record reads whole): a read-write open rebuilds the "
+          "database from the copies of its records");
+    }
+  }
 }
 
 Result<std::vector<CheckpointInfo>> StoreImpl::List() {
@@ -638,6 +688,7 @@ Result<StoreReport> StoreImpl::Check() {
   ReportCopies(copies, &report);
   ReportOptionsFiles(&report);
   ReportMarkerFiles(&report);
+  ReportMetaTablesOutsideBlocks(&report);
   report.writer_active = claim_ != nullptr || WriterClaim::WriterHolds(path_);
   return report;
 }

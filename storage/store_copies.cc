@@ -4,6 +4,7 @@
 // database RocksDB cannot open is in store_rebuild.cc.
 #include <fcntl.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/sst_file_reader.h>
 #include <rocksdb/utilities/options_util.h>
 #include <sys/uio.h>
@@ -633,7 +634,16 @@ StoreImpl::OptionsFiles StoreImpl::CheckOptionsFiles() {
         rocksdb::LoadOptionsFromFile(config, path, &db_options, &families);
     if (s.IsNotFound() || s.IsPathNotFound()) continue;  // a writer's rotation
     out.any = true;
-    if (!s.ok()) out.damaged.emplace_back(path, PrintableText(s.ToString()));
+    if (!s.ok()) {
+      out.damaged.emplace_back(path, PrintableText(s.ToString()));
+      continue;
+    }
+    // RocksDB ends every line with a newline; a flipped last byte parses
+    // the same.
+    std::string text;
+    if (rocksdb::ReadFileToString(env_.get(), path, &text).ok() &&
+        !text.empty() && text.back() != '\n')
+      out.damaged.emplace_back(path, "it does not end with a newline");
   }
   return out;
 }
