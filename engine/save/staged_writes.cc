@@ -45,9 +45,11 @@ class StoredChunkCheck {
     stored.writer_rank = source.writer_rank;
     stored.nbytes = nbytes;
     stored.checksum = source.checksum;
-    if (scratch_.size() < nbytes) scratch_.resize(nbytes);
-    const Status read = store_.ReadChunkInto(source.holder_id, tensor.flat_key,
-                                             stored, scratch_.data());
+    // As DB::Verify reads it: a chunk that reads back only through the copy
+    // of its location (its table file damaged around it) is not shared
+    // either, or every later checkpoint would depend on that copy alone.
+    const Status read =
+        store_.VerifyChunk(source.holder_id, tensor.flat_key, stored);
     const bool intact = read.ok() || read.IsNotFound();
     if (intact && checked_ != nullptr)
       checked_->Checked(source.holder_id, key_);
@@ -58,7 +60,6 @@ class StoredChunkCheck {
   storage::Store& store_;
   CheckedChunks* checked_;
   std::string key_;
-  std::vector<char> scratch_;
 };
 
 // One chunk: refers to stored bytes when its content hash equals that of the
