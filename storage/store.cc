@@ -163,48 +163,48 @@ rocksdb::Status CheckWholeFile(rocksdb::Env* env,
 
 }  // namespace
 
-Status StoreImpl::VerifyMetaTables() {
+std::vector<StoreImpl::MetaTableCheck> StoreImpl::CheckMetaTables() {
   std::vector<rocksdb::LiveFileMetaData> files;
   db_->GetLiveFilesMetaData(&files);
   rocksdb::Options options;
   static_cast<rocksdb::ColumnFamilyOptions&>(options) = MetaCfOptions();
   options.env = env_.get();
+  std::vector<MetaTableCheck> out;
   for (const rocksdb::LiveFileMetaData& file : files) {
     if (file.column_family_name != kMetaCf) continue;
-    const std::string table = file.db_path + file.name;
+    MetaTableCheck& check = out.emplace_back();
+    check.path = file.db_path + file.name;
     rocksdb::SstFileReader reader(options);
-    rocksdb::Status s = reader.Open(table);
-    if (s.ok()) s = reader.VerifyChecksum();
-    if (s.ok()) s = CheckWholeFile(env_.get(), file, table);
+    check.blocks = reader.Open(check.path);
+    if (check.blocks.ok()) check.blocks = reader.VerifyChecksum();
+    if (check.blocks.ok())
+      check.whole_file = CheckWholeFile(env_.get(), file, check.path);
+  }
+  return out;
+}
+
+Status StoreImpl::VerifyMetaTables() {
+  for (const MetaTableCheck& check : CheckMetaTables()) {
+    const rocksdb::Status s =
+        check.blocks.ok() ? check.whole_file : check.blocks;
     if (s.IsCorruption()) {
       return Status::Corruption("store '" + path_ + "': metadata table file " +
-                                table + " is damaged: " + s.ToString());
+                                check.path + " is damaged: " + s.ToString());
     }
-    CKPTDB_RETURN_IF_ERROR(FromRocks(s, "verifying " + table));
+    CKPTDB_RETURN_IF_ERROR(FromRocks(s, "verifying " + check.path));
   }
   return Status::OK();
 }
 
 void StoreImpl::ReportMetaTablesOutsideBlocks(StoreReport* report) {
-  std::vector<rocksdb::LiveFileMetaData> files;
-  db_->GetLiveFilesMetaData(&files);
-  rocksdb::Options options;
-  static_cast<rocksdb::ColumnFamilyOptions&>(options) = MetaCfOptions();
-  options.env = env_.get();
-  for (const rocksdb::LiveFileMetaData& file : files) {
-    if (file.column_family_name != kMetaCf) continue;
-    const std::string table = file.db_path + file.name;
-    rocksdb::SstFileReader reader(options);
-    rocksdb::Status s = reader.Open(table);
-    if (s.ok()) s = reader.VerifyChecksum();
-    if (!s.ok()) continue;  // the records' reads report it
-    if (CheckWholeFile(env_.get(), file, table).IsCorruption()) {
-      report->repairable_metadata.push_back(
-          "metadata table file " + table +
-          " is damaged outside its blocks (whole-file checksum mismatch; "
-          "every record reads whole): a read-write open rebuilds the "
-          "database from the copies of its records");
-    }
+  for (const MetaTableCheck& check : CheckMetaTables()) {
+    // Damage inside the blocks: the records' reads report it.
+    if (!check.blocks.ok() || !check.whole_file.IsCorruption()) continue;
+    report->repairable_metadata.push_back(
+        "metadata table file " + check.path +
+        " is damaged outside its blocks (whole-file checksum mismatch; "
+        "every record reads whole): a read-write open rebuilds the "
+        "database from the copies of its records");
   }
 }
 

@@ -249,11 +249,20 @@ class StoreImpl : public Store {
   // records and their tombstones go, so that walks of the records (listings,
   // which start from the lowest key) do not step over them one by one.
   Status CompactDeletedRecords(int64_t checkpoint_id);
-  // Reads every block of every metadata table file and checks its checksum:
-  // Corruption naming the file when one is damaged. A read-write open runs it
+  // Reads every block of every metadata table file and checks its checksum,
+  // then the file's whole-file checksum: Corruption naming the file when one
+  // is damaged. A read-write open runs it
   // before anything may compact those files, since reads alone skip the
   // blocks that newer records shadow.
   Status VerifyMetaTables();
+  // Each metadata table file's block checksums and, where they pass, its
+  // whole-file checksum (OK for a file written without one).
+  struct MetaTableCheck {
+    std::string path;
+    rocksdb::Status blocks;
+    rocksdb::Status whole_file;
+  };
+  std::vector<MetaTableCheck> CheckMetaTables();
   // In a read-only open: true when the `kind` copy of `checkpoint_id`, not
   // found now, is missing only because the store changed since this view was
   // taken: a delete since may have removed it (the journal on disk no longer
