@@ -255,8 +255,9 @@ class StoreImpl : public Store {
   // before anything may compact those files, since reads alone skip the
   // blocks that newer records shadow.
   Status VerifyMetaTables();
-  // Each metadata table file's block checksums and, where they pass, its
-  // whole-file checksum (OK for a file written without one).
+  // Each metadata table file's whole-file checksum and, unless it matches,
+  // its block checksums (both OK for an intact file; whole_file OK for a file
+  // written without one).
   struct MetaTableCheck {
     std::string path;
     rocksdb::Status blocks;
