@@ -164,16 +164,18 @@ std::optional<rocksdb::Status> CheckWholeFile(
 
 }  // namespace
 
-std::vector<StoreImpl::MetaTableCheck> StoreImpl::CheckMetaTables() {
+std::vector<StoreImpl::TableCheck> StoreImpl::CheckTables(
+    const std::string& family) {
   std::vector<rocksdb::LiveFileMetaData> files;
   db_->GetLiveFilesMetaData(&files);
   rocksdb::Options options;
-  static_cast<rocksdb::ColumnFamilyOptions&>(options) = MetaCfOptions();
+  static_cast<rocksdb::ColumnFamilyOptions&>(options) =
+      family == kMetaCf ? MetaCfOptions() : ChunkCfOptions();
   options.env = env_.get();
-  std::vector<MetaTableCheck> out;
+  std::vector<TableCheck> out;
   for (const rocksdb::LiveFileMetaData& file : files) {
-    if (file.column_family_name != kMetaCf) continue;
-    MetaTableCheck& check = out.emplace_back();
+    if (file.column_family_name != family) continue;
+    TableCheck& check = out.emplace_back();
     check.path = file.db_path + file.name;
     // A file whose bytes are those it was written with has intact blocks:
     // they are read again only to tell where a mismatch lies, or for a file
@@ -190,7 +192,7 @@ std::vector<StoreImpl::MetaTableCheck> StoreImpl::CheckMetaTables() {
 }
 
 Status StoreImpl::VerifyMetaTables() {
-  for (const MetaTableCheck& check : CheckMetaTables()) {
+  for (const TableCheck& check : CheckTables(kMetaCf)) {
     const rocksdb::Status s =
         check.blocks.ok() ? check.whole_file : check.blocks;
     if (s.IsCorruption()) {
@@ -203,7 +205,7 @@ Status StoreImpl::VerifyMetaTables() {
 }
 
 void StoreImpl::ReportMetaTablesOutsideBlocks(StoreReport* report) {
-  for (const MetaTableCheck& check : CheckMetaTables()) {
+  for (const TableCheck& check : CheckTables(kMetaCf)) {
     // Damage inside the blocks: the records' reads report it.
     if (!check.blocks.ok() || !check.whole_file.IsCorruption()) continue;
     report->repairable_metadata.push_back(
@@ -211,6 +213,18 @@ void StoreImpl::ReportMetaTablesOutsideBlocks(StoreReport* report) {
         " is damaged outside its blocks (whole-file checksum mismatch; "
         "every record reads whole): a read-write open rebuilds the "
         "database from the copies of its records");
+  }
+}
+
+void StoreImpl::ReportChunkTablesOutsideBlocks(StoreReport* report) {
+  for (const TableCheck& check : CheckTables(kChunksCf)) {
+    if (!check.blocks.ok() || !check.whole_file.IsCorruption()) continue;
+    report->damaged_chunk_tables.push_back(
+        "chunk table file " + check.path +
+        " is damaged outside its blocks (whole-file checksum mismatch; every "
+        "chunk it holds or points to reads whole and checks its own "
+        "checksum): nothing is lost; no open rewrites it, and verify names "
+        "it until the checkpoints whose chunks it holds are deleted");
   }
 }
 
@@ -695,6 +709,7 @@ Result<StoreReport> StoreImpl::Check() {
   ReportOptionsFiles(&report);
   ReportMarkerFiles(&report);
   ReportMetaTablesOutsideBlocks(&report);
+  ReportChunkTablesOutsideBlocks(&report);
   report.writer_active = claim_ != nullptr || WriterClaim::WriterHolds(path_);
   return report;
 }

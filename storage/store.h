@@ -148,6 +148,10 @@ struct StoreReport {
   std::vector<std::string> repairable_metadata;
   // Metadata damaged in both copies: the checkpoint's records are lost.
   std::vector<std::string> lost_metadata;
+  // Chunk table files whose bytes differ from those they were written with
+  // outside their blocks (a footer's padding), one line each naming the
+  // file: no chunk is affected.
+  std::vector<std::string> damaged_chunk_tables;
   // Entries where the store keeps its directories (staging, values,
   // values/<id>) that are not directories (symbolic links, FIFOs...): not
   // ckptdb's, so no open removes them. "PATH is a symbolic link".

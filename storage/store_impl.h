@@ -255,15 +255,15 @@ class StoreImpl : public Store {
   // before anything may compact those files, since reads alone skip the
   // blocks that newer records shadow.
   Status VerifyMetaTables();
-  // Each metadata table file's whole-file checksum and, unless it matches,
-  // its block checksums (both OK for an intact file; whole_file OK for a file
-  // written without one).
-  struct MetaTableCheck {
+  // Each table file of column family `family` (kMetaCf or kChunksCf): its
+  // whole-file checksum and, unless it matches, its block checksums (both OK
+  // for an intact file; whole_file OK for a file written without one).
+  struct TableCheck {
     std::string path;
     rocksdb::Status blocks;
     rocksdb::Status whole_file;
   };
-  std::vector<MetaTableCheck> CheckMetaTables();
+  std::vector<TableCheck> CheckTables(const std::string& family);
   // In a read-only open: true when the `kind` copy of `checkpoint_id`, not
   // found now, is missing only because the store changed since this view was
   // taken: a delete since may have removed it (the journal on disk no longer
@@ -317,6 +317,10 @@ class StoreImpl : public Store {
   // blocks pass their checksums but whose whole-file checksum does not (a
   // flipped byte in a footer's padding, which no read sees).
   void ReportMetaTablesOutsideBlocks(StoreReport* report);
+  // Adds to the report each chunk table file whose blocks pass their
+  // checksums but whose whole-file checksum does not. Damage inside the
+  // blocks is the checkpoints' to report: their chunks' reads see it.
+  void ReportChunkTablesOutsideBlocks(StoreReport* report);
   // Opens the database if a failed reopen left it closed.
   Status EnsureOpen();
   // EnsureOpen from under a shared lock (taken exclusively meanwhile).

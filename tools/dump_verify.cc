@@ -54,6 +54,8 @@ size_t VerifyStore(DB& db) {
     std::printf("store: DAMAGED metadata, nothing lost: %s\n", line.c_str());
   for (const std::string& line : report->lost_metadata)
     std::printf("store: DAMAGED metadata, LOST: %s\n", line.c_str());
+  for (const std::string& line : report->damaged_chunk_tables)
+    std::printf("store: DAMAGED, nothing lost: %s\n", line.c_str());
   for (const std::string& entry : report->foreign_entries) {
     std::printf(
         "store: NOT CKPTDB'S: %s, where the store keeps a directory; no "
@@ -72,7 +74,7 @@ size_t VerifyStore(DB& db) {
   return leftovers + report->unaccounted_chunk_ids.size() +
          report->damaged_journal_copies.size() +
          report->repairable_metadata.size() + report->lost_metadata.size() +
-         report->foreign_entries.size();
+         report->damaged_chunk_tables.size() + report->foreign_entries.size();
 }
 
 // Tensors lost (a chunk's bytes damaged), by key: the checkpoints they are

@@ -198,6 +198,7 @@ Result<StoreCheckReport> DBImpl::CheckStore() {
   report.damaged_journal_copies = std::move(found.damaged_journal_copies);
   report.repairable_metadata = std::move(found.repairable_metadata);
   report.lost_metadata = std::move(found.lost_metadata);
+  report.damaged_chunk_tables = std::move(found.damaged_chunk_tables);
   report.foreign_entries = std::move(found.foreign_entries);
   report.writer_active = found.writer_active;
   return report;

@@ -103,6 +103,12 @@ struct StoreCheckReport {
   std::vector<std::string> repairable_metadata;
   // Metadata damaged in both copies, one line each naming the checkpoint.
   std::vector<std::string> lost_metadata;
+  // Chunk table files damaged outside their blocks (their whole-file
+  // checksum differs, their blocks check), one line each naming the file:
+  // every chunk in or behind them reads whole, and no open rewrites them.
+  // Damage inside a chunk table's blocks is reported by Verify of the
+  // checkpoints whose chunks it holds.
+  std::vector<std::string> damaged_chunk_tables;
   // Entries that are not ckptdb's where it keeps its directories (a symbolic
   // link or a FIFO at staging, values or values/<id>): left alone by every
   // call, so they are for the user to remove. "PATH is a symbolic link".
@@ -115,7 +121,7 @@ struct StoreCheckReport {
   bool ok() const {
     return unaccounted_chunk_ids.empty() && damaged_journal_copies.empty() &&
            repairable_metadata.empty() && lost_metadata.empty() &&
-           foreign_entries.empty();
+           damaged_chunk_tables.empty() && foreign_entries.empty();
   }
 };
 

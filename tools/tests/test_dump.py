@@ -574,6 +574,42 @@ def test_verify_sees_flips_no_read_sees_and_a_read_write_open_repairs_them(tmp_p
             np.testing.assert_array_equal(db.read("w", step=1), w)
 
 
+def test_verify_names_a_chunk_table_damaged_outside_its_blocks(tmp_path):
+    # A byte in a chunk table file's footer padding: no chunk is affected and no read sees it;
+    # verify names the file (its whole-file checksum differs) and says nothing is lost, every
+    # tensor reads back, and an incremental save that shares its chunks commits a whole
+    # checkpoint. No open rewrites the file, so verify keeps naming it.
+    import glob
+    path = str(tmp_path / "s")
+    small = np.arange(100, dtype=np.float32)  # under 1 KiB: its bytes in the table file
+    w = np.arange(600, dtype=np.float32)  # in a value file, the table file points to it
+    with ckptdb.open(path) as db:
+        db.save({"w": w, "small": small}, step=1)
+    dump("verify", path, check=0)
+    chunk_tables = []
+    for name in sorted(glob.glob(os.path.join(path, "*.sst"))):
+        with open(name, "rb") as f:
+            if b"ckptdb.ValueOffsetCollector" in f.read():
+                chunk_tables.append(name)
+    assert len(chunk_tables) == 1, chunk_tables
+    with open(chunk_tables[0], "r+b") as f:
+        f.seek(-30, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-30, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0x40]))
+    p = dump("verify", path, check=1)
+    name = os.path.basename(chunk_tables[0])
+    assert "chunk table file" in p.stdout and name in p.stdout, p.stdout
+    assert "nothing is lost" in p.stdout and "no checkpoint lost data" in p.stdout, p.stdout
+    with ckptdb.open(path) as db:
+        np.testing.assert_array_equal(db.read("w"), w)
+        np.testing.assert_array_equal(db.read("small"), small)
+        db.save({"w": w, "small": small}, step=2)
+        db.verify(step=2)  # raises CorruptionError on damage
+    p = dump("verify", path, check=1)
+    assert name in p.stdout and "checkpoint 2: ok" in p.stdout, p.stdout
+
+
 def test_a_damaged_table_file_costs_a_read_only_listing_nothing(tmp_path):
     # "A listing never fails as a whole because of one checkpoint's damage": a read-only
     # open (the dump tool, an evaluator) cannot rebuild, so it opens beside a table file
