@@ -16,8 +16,8 @@
 namespace ckptdb::storage {
 
 // Dimensions and extents a record may hold.
-inline constexpr size_t kMaxDims = 32;
-inline constexpr int64_t kMaxExtent = int64_t{1} << 48;
+inline constexpr size_t kMaxDims = kMaxTensorDims;
+inline constexpr int64_t kMaxExtent = kMaxTensorExtent;
 
 // The global offsets, local shapes and writer ranks of `chunks`, in this
 // order (sorted by global offset, the predictions hit on regular grids), of a

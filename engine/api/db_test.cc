@@ -676,5 +676,42 @@ TEST(DBTest, RejectsUnknownDtypeAndOverflowingShapes) {
       << info.status().ToString();
 }
 
+TEST(DBTest, RefusesShapesThatNoRecordHoldsAndCommitsNothing) {
+  // Beyond kMaxTensorDims dimensions, or an extent beyond kMaxTensorExtent
+  // (a tensor with a 0 extent holds no bytes however large the others are):
+  // a checkpoint's readers refuse such a record, so a save must not commit it.
+  testing::TempDir dir;
+  auto db = DB::Open(Options(), dir.path());
+  ASSERT_TRUE(db.ok());
+  float x[4] = {1, 2, 3, 4};
+  StateDict good;
+  good.Set("w", TensorView::Whole(x, DType::kFloat32, {4}));
+  ASSERT_TRUE((*db)->Save(good, {.step = 1}).ok());
+  const Shape deep(kMaxTensorDims + 1, 1);
+  const Shape wide{0, kMaxTensorExtent + 1};
+  for (const Shape& shape : {deep, wide}) {
+    StateDict sd;
+    sd.Set("w", TensorView::Whole(x, DType::kFloat32, {4}));
+    sd.Set("odd", TensorView::Whole(x, DType::kFloat32, shape));
+    auto info = (*db)->Save(sd, {.step = 2});
+    ASSERT_TRUE(info.status().IsInvalidArgument()) << info.status().ToString();
+    EXPECT_NE(info.status().message().find("tensor 'odd'"), std::string::npos)
+        << info.status().ToString();
+  }
+  const Shape most(kMaxTensorDims, 1);
+  StateDict deepest;
+  deepest.Set("odd", TensorView::Whole(x, DType::kFloat32, most));
+  ASSERT_TRUE((*db)->Save(deepest, {.step = 3}).ok());
+  auto listed = (*db)->ListCheckpoints();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ(listed->front().step, 1);
+  float back = 0;
+  StateDict target;
+  target.Set("odd", TensorView::Whole(&back, DType::kFloat32, most));
+  ASSERT_TRUE((*db)->Load(target, CheckpointSelector::Latest(), {}).ok());
+  EXPECT_EQ(back, 1);
+}
+
 }  // namespace
 }  // namespace ckptdb

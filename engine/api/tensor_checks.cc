@@ -118,6 +118,28 @@ Status CheckBox(const ErrorName& what, const TensorView& view) {
   return Status::OK();
 }
 
+// A global shape that a checkpoint's records can hold: at most
+// kMaxTensorDims dimensions of at most kMaxTensorExtent each (a tensor of
+// extent 0 in one dimension holds no bytes however large the others are).
+Status CheckRecordable(const ErrorName& what, const TensorView& view) {
+  const Shape& shape = view.global_shape;
+  if (shape.size() > kMaxTensorDims) {
+    return Status::InvalidArgument(
+        what + ": global shape " + ShapeToString(shape) + " has " +
+        std::to_string(shape.size()) + " dimensions; a checkpoint holds " +
+        "tensors of at most " + std::to_string(kMaxTensorDims) +
+        " (reshape it, e.g. flatten the leading dimensions)");
+  }
+  for (int64_t d : shape) {
+    if (d > kMaxTensorExtent) {
+      return Status::InvalidArgument(
+          what + ": global shape " + ShapeToString(shape) +
+          " has an extent above 2^48, the most a checkpoint holds");
+    }
+  }
+  return Status::OK();
+}
+
 // A device view's device is known and usable through `copier`, and the work
 // queued on it has finished.
 Status CheckDevice(const ErrorName& what, const TensorView& view,
@@ -154,6 +176,7 @@ Status CheckView(const std::string& flat_key, const TensorView& view,
         what + ": unknown dtype code " +
         std::to_string(static_cast<int>(view.dtype)));
   }
+  CKPTDB_RETURN_IF_ERROR(CheckRecordable(what, view));
   CKPTDB_RETURN_IF_ERROR(CheckBox(what, view));
   CKPTDB_RETURN_IF_ERROR(CheckStrides(what, view));
   // At most kMaxTensorBytes: a larger tensor is no model's (a broadcast view

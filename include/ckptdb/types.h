@@ -57,6 +57,13 @@ struct Device {
   friend bool operator==(const Device&, const Device&) = default;
 };
 
+// The most dimensions a tensor of a checkpoint has, and the largest extent of
+// one dimension: what its records hold. Save and Load refuse views beyond
+// them (InvalidArgument), so that no checkpoint is committed that its readers
+// would refuse.
+inline constexpr size_t kMaxTensorDims = 32;
+inline constexpr int64_t kMaxTensorExtent = int64_t{1} << 48;
+
 // A rank's piece of a global tensor, borrowed from the caller: `data` points at
 // the first of `local_shape` elements of `dtype`, laid out by `strides`. The
 // caller keeps the memory alive and unchanged (Save) or untouched by others

@@ -233,6 +233,12 @@ BAD_CALLS = [
     ("load clongdouble value",
      lambda db, d: db.load({"w": np.zeros(2, np.float32), "x": np.clongdouble(1)}),
      "'x'.*no Python value"),
+    # shapes no checkpoint record holds (a save would commit what no load reads)
+    ("save extent above 2^48", lambda db, d: db.save({"w": W, "e": np.zeros((0, 2**49))}),
+     r"tensor 'e'.*extent above 2\^48"),
+    ("save 33 dimensions",
+     lambda db, d: db.save({"w": W, "e": ckptdb.Shard(np.zeros(1), (1,) * 33, (0,) * 33)}),
+     "tensor 'e'.*33 dimensions"),
     # Shard
     ("Shard list data", lambda db, d: ckptdb.Shard([[1.0, 2.0]], (1, 2), (0, 0)), "data"),
     ("Shard None data", lambda db, d: ckptdb.Shard(None, (1, 2), (0, 0)), "data"),
