@@ -388,7 +388,35 @@ def _group_index(optimizer, names, saved, i):
         "no param group of the optimizer has")
 
 
+def _check_optimizer_state(state):
+    """InvalidArgumentError unless `state` (state['optim']) has the structure
+    get_state_dict gives: {"state": {fqn: dict}, "param_groups": [dict with a
+    list "params"]}, either part optional."""
+    def refuse(where, what, value):
+        raise InvalidArgumentError(
+            f"state['optim']{where} must be {what}, got {type(value).__name__}")
+
+    if not isinstance(state, dict):
+        refuse("", "a dict", state)
+    per_param = state.get("state", {})
+    if not isinstance(per_param, dict):
+        refuse("['state']", "a dict of parameter names to dicts", per_param)
+    for fqn, values in per_param.items():
+        if not isinstance(values, dict):
+            refuse(f"['state'][{fqn!r}]", "a dict", values)
+    groups = state.get("param_groups", [])
+    if not isinstance(groups, (list, tuple)):
+        refuse("['param_groups']", "a list of dicts", groups)
+    for i, group in enumerate(groups):
+        if not isinstance(group, dict):
+            refuse(f"['param_groups'][{i}]", "a dict", group)
+        if not isinstance(group.get("params", []), (list, tuple)):
+            refuse(f"['param_groups'][{i}]['params']", "a list of parameter names",
+                   group["params"])
+
+
 def _set_optimizer(model, optimizer, state):
+    _check_optimizer_state(state)
     entries = _optimizer_parameters(model, optimizer)
     by_name = {fqn: p for _, fqn, p in entries}
     unknown = sorted(set(state.get("state", {})) - set(by_name))
@@ -420,6 +448,9 @@ def set_state_dict(model, optimizer, state):
     if not isinstance(state, dict):
         raise InvalidArgumentError(f"state must be a dict, got {type(state).__name__}")
     if "model" in state:
+        if not isinstance(state["model"], dict):
+            raise InvalidArgumentError(
+                f"state['model'] must be a dict, got {type(state['model']).__name__}")
         _set_model(model, state["model"])
     if optimizer is not None and "optim" in state:
         _set_optimizer(model, optimizer, state["optim"])

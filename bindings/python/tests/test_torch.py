@@ -346,3 +346,19 @@ def test_arguments_that_are_not_a_model_or_an_optimizer_are_invalid():
                  lambda: ckptdb.torch.set_state_dict(model, None, [])):
         with pytest.raises(ckptdb.InvalidArgumentError, match="must be"):
             call()
+
+
+@pytest.mark.parametrize("state,where", [
+    ({"model": [1, 2]}, r"state\['model'\]"),
+    ({"optim": 5}, r"state\['optim'\] must be a dict"),
+    ({"optim": {"state": [1, 2]}}, r"\['state'\] must be a dict"),
+    ({"optim": {"state": {"weight": 5}}}, r"\['state'\]\['weight'\] must be a dict"),
+    ({"optim": {"param_groups": {"lr": 1}}}, r"\['param_groups'\] must be a list"),
+    ({"optim": {"param_groups": [5]}}, r"\['param_groups'\]\[0\] must be a dict"),
+    ({"optim": {"param_groups": [{"params": "weight"}]}}, r"\['params'\] must be a list"),
+])
+def test_set_state_dict_refuses_a_malformed_state_naming_where(state, where):
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.Adam(model.parameters())
+    with pytest.raises(ckptdb.InvalidArgumentError, match=where):
+        ckptdb.torch.set_state_dict(model, opt, state)
