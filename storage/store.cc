@@ -228,6 +228,16 @@ void StoreImpl::ReportChunkTablesOutsideBlocks(StoreReport* report) {
   }
 }
 
+Result<std::string> StoreImpl::Identity() {
+  std::shared_lock lock(mu_);
+  CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
+  std::string identity;
+  CKPTDB_RETURN_IF_ERROR(
+      FromRocks(db_->GetDbIdentity(identity),
+                "reading the identity of store '" + path_ + "'"));
+  return identity;
+}
+
 Result<std::vector<CheckpointInfo>> StoreImpl::List() {
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));

@@ -190,6 +190,11 @@ class Store {
 
   virtual const std::string& path() const = 0;
   virtual bool read_only() const = 0;
+  // What tells this store from every other: the database's identity, made
+  // when the store was created (a copy of the store's directory has its
+  // original's). Ranks that open one store through other paths (links,
+  // mounts) find the same identity.
+  virtual Result<std::string> Identity() = 0;
 
   // Committed checkpoints, oldest first.
   virtual Result<std::vector<CheckpointInfo>> List() = 0;

@@ -102,6 +102,7 @@ class StoreImpl : public Store {
 
   const std::string& path() const override { return path_; }
   bool read_only() const override { return options_.read_only; }
+  Result<std::string> Identity() override;
 
   Result<std::vector<CheckpointInfo>> List() override;
   Result<int64_t> Resolve(const CheckpointSelector& which) override;

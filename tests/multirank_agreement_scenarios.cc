@@ -243,5 +243,43 @@ TEST(MultiRankAgreementTest, OpenOptionsThatRanksActOnAlikeMustAgree) {
   });
 }
 
+TEST(MultiRankAgreementTest, RanksThatOpenDifferentStoresAllFailNamingThem) {
+  // Ranks given different directories (a relative path under different
+  // working directories, a path local to each node) would each read their
+  // own store's bytes: every rank fails the open, naming the ranks and paths.
+  // One store reached through another path (a link) opens.
+  if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
+  SharedTempDir first, second;
+  const GlobalTensor w(DType::kFloat32, {6, 4}, 52);
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    OwnedShard shard = RowsOf(w, rank);
+    StateDict sd;
+    sd.Set("w", shard.View(w));
+    for (const std::string& path : {first.path(), second.path()}) {
+      auto db = OpenRank(path, comm);  // creates the store
+      ASSERT_NE(db, nullptr);
+      EXPECT_TRUE(db->Save(sd, {}).ok());
+      EXPECT_TRUE(db->Close().ok());
+    }
+    const std::string& mine = rank == 1 ? second.path() : first.path();
+    auto db = DB::Open(Options(), mine, comm);
+    ExpectDisagreement(*comm, db.status(),
+                       "the ranks opened 2 different stores: ranks 0 and 2 '" +
+                           first.path() + "' (database ");
+    ExpectDisagreement(*comm, db.status(),
+                       "rank 1 '" + second.path() + "' (database ");
+    const std::string link =
+        second.path() + "/../" +
+        std::filesystem::path(first.path()).filename().string() + "-link" +
+        std::to_string(rank);
+    std::filesystem::create_directory_symlink(first.path(), link);
+    auto linked = OpenRank(rank == 1 ? link : first.path(), comm);
+    ASSERT_NE(linked, nullptr);
+    ExpectStore(*linked, *comm, first.path(), {std::nullopt});
+    EXPECT_TRUE(linked->Close().ok());
+    std::filesystem::remove(link);
+  });
+}
+
 }  // namespace
 }  // namespace ckptdb

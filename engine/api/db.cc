@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <string_view>
 #include <thread>
 
 #include "engine/api/db_impl.h"
@@ -48,6 +50,53 @@ Status CheckOptions(const Options& options) {
   return Status::OK();
 }
 
+// InvalidArgument on every rank unless every rank opened the same store: ranks
+// given different directories (a relative path under different working
+// directories, a path local to each node) would load one store's bytes on
+// some ranks and another's on the rest, and write a save's chunks where its
+// commit never looks. Told by the stores' identity, not their paths, so that
+// one store reached through different paths (links, mounts) opens. After
+// every rank has opened its store. Collective.
+Status AgreeOnStore(Communicator& comm, storage::Store& store,
+                    const std::string& path) {
+  if (comm.size() == 1) return Status::OK();
+  Result<std::string> identity = store.Identity();
+  CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(comm, identity.status()));
+  CKPTDB_ASSIGN_OR_RETURN(
+      const std::vector<std::string> all,
+      AllGatherAgreed(comm, CallArguments("open"),
+                      *identity + std::string(1, '\0') + path));
+  // Each identity with the ranks that opened it and the first one's path.
+  std::vector<std::pair<std::string_view, std::vector<int>>> stores;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    const std::string_view id =
+        std::string_view(all[r]).substr(0, all[r].find('\0'));
+    auto it = std::find_if(stores.begin(), stores.end(),
+                           [&](const auto& s) { return s.first == id; });
+    if (it == stores.end()) it = stores.insert(stores.end(), {id, {}});
+    it->second.push_back(r);
+  }
+  if (stores.size() == 1) return Status::OK();
+  std::string message = "the ranks opened " + std::to_string(stores.size()) +
+                        " different stores: ";
+  constexpr size_t kMaxListed = 4;
+  for (size_t i = 0; i < stores.size(); ++i) {
+    if (i == kMaxListed) {
+      message += "; and " + std::to_string(stores.size() - i) + " more";
+      break;
+    }
+    const auto& [id, ranks] = stores[i];
+    const std::string& first = all[ranks.front()];
+    message += (i > 0 ? "; " : "") + RankList(ranks) + " '" +
+               first.substr(first.find('\0') + 1) + "' (database " +
+               std::string(id) + ")";
+  }
+  return Status::InvalidArgument(
+      message +
+      ". Every rank must open the same store (one directory that every rank "
+      "reaches, e.g. on a shared file system, by an absolute path)");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<DB>> OpenDB(const Options& options,
@@ -84,6 +133,7 @@ Result<std::unique_ptr<DB>> OpenDB(const Options& options,
     local = store.status();
   }
   CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm, local));
+  CKPTDB_RETURN_IF_ERROR(AgreeOnStore(*comm, **store, path));
   return BindToProcess(std::unique_ptr<DB>(new DBImpl(
                            options, path, std::move(comm),
                            std::move(store).value(), std::move(devices))),

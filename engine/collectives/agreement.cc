@@ -34,28 +34,6 @@ std::string Selector(const CheckpointSelector& which) {
                                                          : which.ToString();
 }
 
-// "rank 3", "ranks 0-2, 5 and 7".
-std::string RankList(const std::vector<int>& ranks) {
-  if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]);
-  std::vector<std::string> runs;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    std::string run = std::to_string(ranks[i]);
-    if (j > i) run.append("-").append(std::to_string(ranks[j]));
-    runs.push_back(std::move(run));
-    i = j + 1;
-  }
-  std::string out = "ranks ";
-  const size_t shown = std::min(runs.size(), kMaxRuns);
-  for (size_t i = 0; i < shown; ++i) {
-    if (i > 0) out += i + 1 == runs.size() ? " and " : ", ";
-    out += runs[i];
-  }
-  if (shown < runs.size()) out += " and others";
-  return out;
-}
-
 // "ranks 0 and 2 passed 'a', rank 1 passed 'b'": the ranks behind each
 // distinct value of `values` (indexed by rank), in order of first rank.
 std::string Groups(const std::vector<std::string>& values, const char* verb) {
@@ -124,6 +102,27 @@ Status Disagreement(Communicator& comm, const std::string& encoded) {
 }
 
 }  // namespace
+
+std::string RankList(const std::vector<int>& ranks) {
+  if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]);
+  std::vector<std::string> runs;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    std::string run = std::to_string(ranks[i]);
+    if (j > i) run.append("-").append(std::to_string(ranks[j]));
+    runs.push_back(std::move(run));
+    i = j + 1;
+  }
+  std::string out = "ranks ";
+  const size_t shown = std::min(runs.size(), kMaxRuns);
+  for (size_t i = 0; i < shown; ++i) {
+    if (i > 0) out += i + 1 == runs.size() ? " and " : ", ";
+    out += runs[i];
+  }
+  if (shown < runs.size()) out += " and others";
+  return out;
+}
 
 CallArguments& CallArguments::Add(std::string name, std::string printed) {
   items_.emplace_back(std::move(name), std::move(printed));

@@ -57,6 +57,10 @@ CallArguments LoadArguments(const CheckpointSelector& which,
                             const LoadOptions& options);
 CallArguments DeleteArguments(const CheckpointSelector& which);
 
+// `ranks` (ascending) as messages name them: "rank 3", "ranks 0-2, 5 and 7"
+// (runs past the first few are "and others").
+std::string RankList(const std::vector<int>& ranks);
+
 // OK when every rank passed the same arguments (`by_rank[r]` is rank r's);
 // otherwise InvalidArgument naming each argument that differs and, for each
 // of its values, the ranks that passed it: "ranks disagree on the save's tag:
