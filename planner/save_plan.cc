@@ -73,6 +73,131 @@ std::string OtherContainer(const Path& path, const PathKinds& a,
   return "";
 }
 
+// Which container a part of `kind` addresses: a dict takes str and int keys.
+enum class Container { kDict, kList, kTuple };
+Container ContainerOf(PathPartKind kind) {
+  switch (kind) {
+    case PathPartKind::kListIndex:
+      return Container::kList;
+    case PathPartKind::kTupleIndex:
+      return Container::kTuple;
+    case PathPartKind::kStrKey:
+    case PathPartKind::kIntKey:
+      break;
+  }
+  return Container::kDict;
+}
+
+const char* ContainerName(Container c) {
+  switch (c) {
+    case Container::kList:
+      return "a list";
+    case Container::kTuple:
+      return "a tuple";
+    case Container::kDict:
+      break;
+  }
+  return "a dict";
+}
+
+// The lowest rank whose state dict holds `key` (for a message).
+int RankOfKey(const Owners& owners, const std::string& key) {
+  int lowest = owners.world;
+  for (int o = 0; o < static_cast<int>(owners.layouts.size()); ++o) {
+    if (owners.ranks[o].empty() || owners.Named(o) >= lowest) continue;
+    const RankSaveLayout& layout = owners.layouts[o];
+    const bool holds =
+        std::any_of(layout.shards.begin(), layout.shards.end(),
+                    [&](const SaveShard& s) { return s.flat_key == key; }) ||
+        std::any_of(layout.values.begin(), layout.values.end(),
+                    [&](const SaveValue& v) { return v.flat_key == key; });
+    if (holds) lowest = owners.Named(o);
+  }
+  return lowest;
+}
+
+// InvalidArgument unless the paths of all owners' keys form one tree: no key
+// is a leaf on one rank and a container holding other keys on another, and
+// each container is one kind (dict, list or tuple) on every rank. Ranks whose
+// state dicts disagree so would commit a structure no state dict has. One
+// owner's keys come from one state dict, a tree already.
+Status CheckOneTree(const SavePlan& plan, const Owners& owners) {
+  struct Entry {
+    const std::string* key;
+    const Path* path;
+    const PathKinds* kinds;
+  };
+  static const PathKinds kAllStr;
+  std::vector<Entry> entries;
+  entries.reserve(plan.flat_mapping.size());
+  auto kinds = plan.path_kinds.begin();  // its keys are some of the mapping's
+  for (const auto& [key, path] : plan.flat_mapping) {
+    const bool has_kinds =
+        kinds != plan.path_kinds.end() && kinds->first == key;
+    entries.push_back({&key, &path, has_kinds ? &kinds->second : &kAllStr});
+    if (has_kinds) ++kinds;
+  }
+  // Ordered part by part, each part by its text, then its kind: a node's
+  // descendants (the paths through its parts and kinds) come together, right
+  // after the node itself, so a leaf that is also a container, and children
+  // of one node that address different containers, meet as neighbours.
+  const auto kind = [](const Entry& e, size_t i) {
+    return e.kinds->empty() ? PathPartKind::kStrKey : (*e.kinds)[i];
+  };
+  // The first part where `a` and `b` differ, in text or kind.
+  const auto first_difference = [&](const Entry& a, const Entry& b) {
+    const size_t n = std::min(a.path->size(), b.path->size());
+    size_t d = 0;
+    while (d < n && (*a.path)[d] == (*b.path)[d] && kind(a, d) == kind(b, d))
+      ++d;
+    return d;
+  };
+  const auto before = [&](const Entry& a, const Entry& b) {
+    const size_t d = first_difference(a, b);
+    if (d == b.path->size()) return false;  // b is a or a prefix of it
+    if (d == a.path->size()) return true;
+    const int c = (*a.path)[d].compare((*b.path)[d]);
+    return c < 0 || (c == 0 && kind(a, d) < kind(b, d));
+  };
+  // Usually in order already: the flat keys' order is the paths' unless a
+  // part holds a character that sorts before '.'.
+  if (!std::is_sorted(entries.begin(), entries.end(), before))
+    std::sort(entries.begin(), entries.end(), before);
+  for (size_t i = 1; i < entries.size(); ++i) {
+    const Entry& a = entries[i - 1];
+    const Entry& b = entries[i];
+    const size_t d = first_difference(a, b);
+    if (d == a.path->size()) {
+      return Status::InvalidArgument(
+          "key '" + *a.key + "' is " +
+          (plan.values.contains(*a.key) ? "a small value" : "a tensor") +
+          " on rank " + std::to_string(RankOfKey(owners, *a.key)) +
+          " but a container on rank " +
+          std::to_string(RankOfKey(owners, *b.key)) + ", which holds '" +
+          *b.key +
+          "' under it: the ranks' state dicts disagree on their "
+          "structure");
+    }
+    if (d == b.path->size()) continue;  // not in this order
+    const Container ca = ContainerOf(kind(a, d)), cb = ContainerOf(kind(b, d));
+    if (ca != cb) {
+      const Path prefix(a.path->begin(), a.path->begin() + d);
+      PathKinds prefix_kinds;
+      if (!a.kinds->empty())
+        prefix_kinds.assign(a.kinds->begin(), a.kinds->begin() + d);
+      return Status::InvalidArgument(
+          "the container at " +
+          (d == 0 ? std::string("the root") : QuotePath(prefix, prefix_kinds)) +
+          " is " + ContainerName(ca) + " on rank " +
+          std::to_string(RankOfKey(owners, *a.key)) + " (which holds '" +
+          *a.key + "') but " + ContainerName(cb) + " on rank " +
+          std::to_string(RankOfKey(owners, *b.key)) + " (which holds '" +
+          *b.key + "'): the ranks' state dicts disagree on their structure");
+    }
+  }
+  return Status::OK();
+}
+
 // Every owner's shards by key (`by_key`); values and the flat mapping go
 // straight into `plan`.
 Status GroupByKey(const Owners& owners, SavePlan* plan, KeyedShards* by_key) {
@@ -140,7 +265,7 @@ Status GroupByKey(const Owners& owners, SavePlan* plan, KeyedShards* by_key) {
           std::to_string(owners.Named(tensor->second.holder.owner)));
     }
   }
-  return Status::OK();
+  return order.size() > 1 ? CheckOneTree(*plan, owners) : Status::OK();
 }
 
 // Checks that every rank gives `key` the same dtype and global shape.

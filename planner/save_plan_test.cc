@@ -221,6 +221,45 @@ TEST(SavePlanTest, PathKindsAreKeptAndMustAgreeAcrossRanks) {
               "and a dict's int key on the other");
 }
 
+TEST(SavePlanTest, RanksWhoseStateDictsDisagreeOnTheirStructureAreRefused) {
+  using K = PathPartKind;
+  // Rank 0 has a dict at 'a' holding 'x'; rank 1 a value (or tensor) at 'a'.
+  std::vector<RankSaveLayout> ranks(2);
+  ranks[0].values.push_back({"a.x", {"a", "x"}, Value(int64_t{1})});
+  ranks[1].values.push_back({"a", {"a"}, Value(int64_t{3})});
+  ExpectError(ranks,
+              "key 'a' is a small value on rank 1 but a container on rank 0, "
+              "which holds 'a.x' under it");
+  ranks[1].values.clear();
+  ranks[1].shards.push_back(Shard("a", {4}, {0}, {4}));
+  ExpectError(ranks,
+              "key 'a' is a tensor on rank 1 but a container on rank 0, which "
+              "holds 'a.x' under it");
+  // A dict at ['m', 'l'] on rank 0, a list there on rank 1: different keys.
+  ranks[0].values = {{"m.l.x", {"m", "l", "x"}, Value(int64_t{1})}};
+  ranks[1].shards.clear();
+  ranks[1].values = {{"m.l.0",
+                      {"m", "l", "0"},
+                      Value(int64_t{2}),
+                      {K::kStrKey, K::kStrKey, K::kListIndex}}};
+  ExpectError(ranks,
+              "the container at ['m', 'l'] is a list on rank 1 (which holds "
+              "'m.l.0') but a dict on rank 0 (which holds 'm.l.x')");
+  // A dict with an int key on one rank and a str key on another is one dict;
+  // so are different keys of one list, and disjoint subtrees (pipeline
+  // stages).
+  ranks[0].values = {
+      {"d.0", {"d", "0"}, Value(int64_t{1}), {K::kStrKey, K::kIntKey}},
+      {"l.1", {"l", "1"}, Value(int64_t{1}), {K::kStrKey, K::kListIndex}},
+      {"stage0.w", {"stage0", "w"}, Value(int64_t{1})}};
+  ranks[1].values = {
+      {"d.k", {"d", "k"}, Value(int64_t{1})},
+      {"l.0", {"l", "0"}, Value(int64_t{1}), {K::kStrKey, K::kListIndex}},
+      {"stage1.w", {"stage1", "w"}, Value(int64_t{1})}};
+  auto plan = BuildSavePlan(ranks, 1 << 20);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+}
+
 }  // namespace
 }  // namespace ckptdb::planner
 

@@ -134,7 +134,8 @@ Status CheckRecordable(const ErrorName& what, const TensorView& view) {
     if (d > kMaxTensorExtent) {
       return Status::InvalidArgument(
           what + ": global shape " + ShapeToString(shape) +
-          " has an extent above 2^48, the most a checkpoint holds");
+          " is too large: an extent above 2^48, the most a checkpoint "
+          "holds");
     }
   }
   return Status::OK();
