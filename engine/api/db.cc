@@ -193,12 +193,13 @@ Result<CheckpointMetadata> DBImpl::ResolveLocal(
 
 Result<CheckpointMetadata> DBImpl::ResolveCollective(
     const CheckpointSelector& which, const CallArguments& args,
-    const std::vector<std::string_view>* tensor_keys) {
+    const std::vector<std::string_view>* tensor_keys, int64_t* resolved) {
   CKPTDB_ASSIGN_OR_RETURN(
       int64_t id, IdFromRootAgreed(*comm_, args, [&]() -> Result<int64_t> {
         CKPTDB_RETURN_IF_ERROR(store_->Refresh());
         return store_->Resolve(which);
       }));
+  if (resolved != nullptr) *resolved = id;
   Status refreshed = store_->Refresh();
   Result<CheckpointMetadata> meta =
       !refreshed.ok() ? Result<CheckpointMetadata>(refreshed)

@@ -106,8 +106,10 @@ class DBImpl : public DB {
                                  const SaveOptions& options);
   Result<std::shared_ptr<PendingSave>> SaveAsyncNow(const StateDict& state,
                                                     const SaveOptions& options);
+  // `resolved`: set to the checkpoint id the load reads once the ranks agree
+  // on it.
   Result<LoadResult> LoadNow(StateDict& state, const CheckpointSelector& which,
-                             const LoadOptions& options);
+                             const LoadOptions& options, int64_t* resolved);
   Status DeleteNow(const CheckpointSelector& which);
   // `outcome`, noting in peer_closing_ when it says another rank was closing
   // the store (IsPeerClosing).
@@ -129,9 +131,11 @@ class DBImpl : public DB {
   // newer than it. Fails alike on every rank when the ranks' `args` differ.
   // With `tensor_keys`, only those tensors come with their chunks
   // (Store::GetMetadata(id, keys)).
+  // `resolved`, when given, is set to the id once the ranks agree on it.
   Result<CheckpointMetadata> ResolveCollective(
       const CheckpointSelector& which, const CallArguments& args,
-      const std::vector<std::string_view>* tensor_keys = nullptr);
+      const std::vector<std::string_view>* tensor_keys = nullptr,
+      int64_t* resolved = nullptr);
   // Local: resolves against this rank's handle, refreshing it once when nothing
   // matches.
   Result<CheckpointMetadata> ResolveLocal(const CheckpointSelector& which);

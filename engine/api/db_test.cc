@@ -408,6 +408,75 @@ void CheckStoreWhileAWriterWrites(bool commit) {
                                     : report->repairable_metadata.front());
 }
 
+// Runs `action` once, the first time the store opens a file whose path holds
+// `part`.
+class OnFirstOpen : public FileSystemHooks {
+ public:
+  OnFirstOpen(std::string part, std::function<void()> action)
+      : part_(std::move(part)), action_(std::move(action)) {}
+  int BeforeOperation(FileOp op, std::string_view path, uint64_t) override {
+    if (op == FileOp::kOpen && path.find(part_) != path.npos && action_) {
+      std::function<void()> action = std::move(action_);
+      action_ = nullptr;
+      action();
+    }
+    return 0;
+  }
+  void Freeing(std::string_view, uint64_t) override {}
+  bool ran() const { return !action_; }
+
+ private:
+  std::string part_;
+  std::function<void()> action_;
+};
+
+// A reader that loads "the latest" beside a writer whose retention deletes
+// the checkpoint the load is reading loads the newer one; a load of that
+// checkpoint by id says it is gone.
+TEST(DBTest, ALoadOfTheLatestStartsAgainWhenTheWriterDeletesItMeanwhile) {
+  TempDir dir;
+  Buf w(DType::kFloat32, {1 << 14});  // 64 KiB: its own value file
+  StateDict sd;
+  sd.Set("w", w.Whole());
+  Options keep_one;
+  keep_one.keep_last = 1;
+  auto writer = OpenOrDie(dir.path(), keep_one);
+  ASSERT_TRUE(writer->Save(sd, {.step = 1}).ok());
+  for (const bool latest : {true, false}) {
+    SCOPED_TRACE(latest ? "the latest" : "by id");
+    ++w.bytes[0];
+    const std::vector<uint8_t> newer = w.bytes;
+    Status saved;
+    // As the reader opens the value file of the checkpoint it reads, the
+    // writer commits another and deletes it, files and all.
+    auto hooks = std::make_shared<OnFirstOpen>("/values/", [&] {
+      saved = writer->Save(sd, {}).status();
+      if (saved.ok()) saved = writer->CheckStore().status();  // files gone
+    });
+    Options ro;
+    ro.read_only = true;
+    ro.file_system_hooks = hooks;
+    auto reader = OpenOrDie(dir.path(), ro);
+    auto listed = reader->ListCheckpoints();
+    ASSERT_TRUE(listed.ok());
+    const int64_t id = listed->back().id;
+    Buf target(DType::kFloat32, {1 << 14}, 7);
+    StateDict into;
+    into.Set("w", target.Whole());
+    auto loaded = reader->Load(
+        into,
+        latest ? CheckpointSelector::Latest() : CheckpointSelector::Id(id), {});
+    ASSERT_TRUE(hooks->ran());
+    ASSERT_TRUE(saved.ok()) << saved.ToString();
+    if (latest) {
+      ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+      EXPECT_EQ(target.bytes, newer);
+    } else {
+      EXPECT_TRUE(loaded.status().IsNotFound()) << loaded.status().ToString();
+    }
+  }
+}
+
 TEST(DBTest, OpenRejectsNonStoreAndBadOptions) {
   TempDir dir;
   std::ofstream(dir.Sub("file.bin")) << "data";

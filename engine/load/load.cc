@@ -191,12 +191,43 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
                                 const LoadOptions& options) {
   std::lock_guard one_at_a_time(collective_mu_);
   WaitPending();
-  return NotingPeerClosing(LoadNow(state, which, options));
+  // "The latest" is whichever checkpoint is newest while the load runs: when
+  // the store's writer deletes the one a load reads (retention, beside a
+  // reader that follows a training run), the load starts again from the
+  // newer one, a few times at most. The ranks agree on every outcome, so
+  // they start again together.
+  constexpr int kLatestAttempts = 4;
+  for (int attempt = 1;; ++attempt) {
+    int64_t resolved = 0;
+    Result<LoadResult> loaded = LoadNow(state, which, options, &resolved);
+    if (loaded.ok() || which.kind != CheckpointSelector::Kind::kLatest ||
+        !loaded.status().IsNotFound() || resolved == 0)
+      return NotingPeerClosing(std::move(loaded));
+    // Rank 0 tells whether the latest is another checkpoint now (a missing
+    // key is NotFound too, and loads the same checkpoint again).
+    Result<int64_t> latest = IdFromRoot(*comm_, [&]() -> Result<int64_t> {
+      CKPTDB_RETURN_IF_ERROR(store_->Refresh());
+      return store_->Resolve(which);
+    });
+    if (!latest.ok()) (void)NotingPeerClosing(latest.status());
+    if (!latest.ok() || *latest == resolved)
+      return NotingPeerClosing(std::move(loaded));
+    if (attempt == kLatestAttempts) {
+      return loaded.status().WithContext(
+          "load of the latest checkpoint: the store's writer deleted it while "
+          "it was read, " +
+          std::to_string(attempt) + " times (ids up to " +
+          std::to_string(resolved) +
+          "; its retention deletes them faster than "
+          "this load reads them)");
+    }
+  }
 }
 
 Result<LoadResult> DBImpl::LoadNow(StateDict& state,
                                    const CheckpointSelector& which,
-                                   const LoadOptions& options) {
+                                   const LoadOptions& options,
+                                   int64_t* resolved) {
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   const int world = comm_->size();
   // Every tensor's dtype and shape (the main record), with the chunks of the
@@ -208,7 +239,7 @@ Result<LoadResult> DBImpl::LoadNow(StateDict& state,
       leaves.ok() ? TensorKeysOf(*leaves) : std::vector<std::string_view>{};
   CKPTDB_ASSIGN_OR_RETURN(
       CheckpointMetadata meta,
-      ResolveCollective(which, LoadArguments(which, options), &keys));
+      ResolveCollective(which, LoadArguments(which, options), &keys, resolved));
 
   LoadResult result;
   LocalTargets local;
