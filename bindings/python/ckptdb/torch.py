@@ -11,7 +11,9 @@ optimizer as a state dict for :meth:`ckptdb.DB.save` and :meth:`ckptdb.DB.load`.
 The optimizer's per-parameter state is keyed by the parameter's fully qualified
 name (as ``torch.distributed.checkpoint.state_dict`` does), so a checkpoint
 loads into a model whose parameters are created in another order, and
-``param_groups`` keep their hyper-parameters with lists of names. Tensors are
+``param_groups`` keep each parameter's hyper-parameters under its name (as
+``torch.distributed.checkpoint`` does when it flattens an optimizer's state),
+so that pipeline stages, each with an optimizer of its own, keep theirs. Tensors are
 shared with the model and the optimizer, never copied. ``ShardedTensor``
 leaves (and ``DTensor`` where the installed torch has one) become
 :class:`ckptdb.Shard` objects of their local shard and its global offset.
@@ -308,11 +310,12 @@ def _optimizer_state(model, optimizer):
     # The optimizer's own per-parameter dicts: a load fills their tensors and
     # replaces their small values in place.
     state = {fqn: optimizer.state[p] for _, fqn, p in entries if optimizer.state.get(p)}
-    groups = []
-    for g, group in enumerate(optimizer.param_groups):
-        saved = {k: v for k, v in group.items() if k != "params"}
-        saved["params"] = [fqn for gi, fqn, _ in entries if gi == g]
-        groups.append(saved)
+    # Each parameter with its group's hyper-parameters (a dict of its own): ranks
+    # whose optimizers hold different parameters (pipeline stages) store theirs
+    # under their own keys, and replicas store equal values under the same ones.
+    hyper = [{k: v for k, v in group.items() if k != "params"}
+             for group in optimizer.param_groups]
+    groups = {fqn: dict(hyper[g]) for g, fqn, _ in entries}
     return {"state": state, "param_groups": groups}
 
 
@@ -321,8 +324,9 @@ def get_state_dict(model, optimizer=None):
 
     "model" is ``model.state_dict()`` with ``ShardedTensor`` / ``DTensor`` leaves
     as :class:`ckptdb.Shard` objects of their local shards. "optim" is
-    ``{"state": {fqn: {name: tensor or value}}, "param_groups": [{hyper-parameters...,
-    "params": [fqn, ...]}]}``. An optimizer that has not stepped yet gets its
+    ``{"state": {fqn: {name: tensor or value}}, "param_groups": {fqn: {hyper-parameters of
+    its group}}}``: each parameter with its group's hyper-parameters, so that ranks
+    whose optimizers hold different parameters (pipeline stages) keep theirs. An optimizer that has not stepped yet gets its
     state created first, with the values a fresh optimizer starts from (step 0,
     zero moments), so that the dict can be a load target and training on without
     a load is training the fresh optimizer (torch's own optimizers run their first
@@ -404,9 +408,15 @@ def _check_optimizer_state(state):
     for fqn, values in per_param.items():
         if not isinstance(values, dict):
             refuse(f"['state'][{fqn!r}]", "a dict", values)
-    groups = state.get("param_groups", [])
+    groups = state.get("param_groups", {})
+    if isinstance(groups, dict):  # by parameter name
+        for fqn, group in groups.items():
+            if not isinstance(group, dict):
+                refuse(f"['param_groups'][{fqn!r}]", "a dict", group)
+        return
     if not isinstance(groups, (list, tuple)):
-        refuse("['param_groups']", "a list of dicts", groups)
+        refuse("['param_groups']", "a dict of parameter names to dicts (or a list of dicts)",
+               groups)
     for i, group in enumerate(groups):
         if not isinstance(group, dict):
             refuse(f"['param_groups'][{i}]", "a dict", group)
@@ -429,19 +439,65 @@ def _set_optimizer(model, optimizer, state):
             # Tensors shared, not copied; a Shard's data is the tensor it filled.
             optimizer.state[p] = {k: v.data if isinstance(v, Shard) else v
                                   for k, v in values.items()}
+    groups = state.get("param_groups", {})
+    if isinstance(groups, dict):
+        _set_groups_by_parameter(optimizer, entries, groups)
+        return
     names = _names_of_parameters(model)
-    for i, saved in enumerate(state.get("param_groups", [])):
+    for i, saved in enumerate(groups):
         group = optimizer.param_groups[_group_index(optimizer, names, saved, i)]
         for k, v in saved.items():
             if k != "params":
                 group[k] = v
 
 
+def _same_hyper_parameters(a, b):
+    """Whether two parameters' saved hyper-parameters are equal (tensors, such as
+    a capturable optimizer's lr, by value)."""
+    if set(a) != set(b):
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if torch.is_tensor(x) or torch.is_tensor(y):
+            if not (torch.is_tensor(x) and torch.is_tensor(y) and torch.equal(x, y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _set_groups_by_parameter(optimizer, entries, groups):
+    """Sets each param group's hyper-parameters from `groups` ({fqn: hyper-parameters},
+    get_state_dict's layout): those of its parameters, which must agree (a group
+    whose parameters had different hyper-parameters when saved cannot take them)."""
+    unknown = sorted(set(groups) - {fqn for _, fqn, _ in entries})
+    if unknown:
+        raise InvalidArgumentError(
+            f"state['optim']['param_groups'] has parameters the optimizer lacks: {unknown[:5]}")
+    for g, group in enumerate(optimizer.param_groups):
+        saved = [(fqn, groups[fqn]) for gi, fqn, _ in entries if gi == g and fqn in groups]
+        if not saved:
+            continue
+        first_fqn, first = saved[0]
+        for fqn, other in saved[1:]:
+            if not _same_hyper_parameters(first, other):
+                differ = sorted(k for k in set(first) | set(other)
+                                if not _same_hyper_parameters({k: first.get(k)},
+                                                              {k: other.get(k)}))
+                raise InvalidArgumentError(
+                    f"the optimizer's param_groups[{g}] holds '{first_fqn}' and '{fqn}', "
+                    f"whose saved hyper-parameters differ in {differ[:5]}: group the "
+                    "parameters as they were grouped when saved")
+        for k, v in first.items():
+            group[k] = v
+
+
 def set_state_dict(model, optimizer, state):
     """Puts ``state`` (from :func:`get_state_dict`, after ``db.load(state)``) into the
     model and the optimizer (``None``: the model only). Tensors that the load filled
     in place are not copied again; the optimizer's hyper-parameters are set from
-    ``param_groups``, matched to its groups by their parameters' names. Raises
+    ``param_groups``, each group's from its parameters' (or, in a list of groups,
+    matched to its groups by their parameters' names). Raises
     :class:`ckptdb.InvalidArgumentError` naming keys the model or optimizer lacks."""
     _check_arguments(model, optimizer)
     model = _unwrapped(model)

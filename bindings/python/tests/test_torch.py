@@ -105,15 +105,17 @@ def test_optimizer_state_keyed_by_fqn_loads_into_parameters_created_in_another_o
         step(model, opt, s)
     state = ckptdb.torch.get_state_dict(model, opt)
     assert set(state["optim"]["state"]) == {"a.weight", "a.bias", "b.weight", "b.bias"}
-    assert state["optim"]["param_groups"][1]["params"] == ["b.weight", "b.bias"]
-    assert state["optim"]["param_groups"][1]["lr"] == 0.05
+    groups = state["optim"]["param_groups"]
+    assert set(groups) == {"a.weight", "a.bias", "b.weight", "b.bias"}
+    assert groups["b.weight"]["lr"] == groups["b.bias"]["lr"] == 0.05
+    assert groups["a.weight"]["lr"] == 0.01 and "params" not in groups["a.weight"]
     # Shared, not copied.
     assert state["model"]["a.weight"].data_ptr() == model.a.weight.data_ptr()
     assert state["optim"]["state"]["b.bias"]["exp_avg"] is opt.state[model.b.bias]["exp_avg"]
     with ckptdb.open(str(tmp_path / "store")) as db:
         db.save(state, step=3)
-        assert db.metadata()["flat_mapping"]["optim.param_groups.1.params.0"] == [
-            "optim", "param_groups", 1, "params", 0]
+        assert db.metadata()["flat_mapping"]["optim.param_groups.b.bias.lr"] == [
+            "optim", "param_groups", "b.bias", "lr"]
 
         torch.manual_seed(1)
         other = TwoLayers(reverse=True)
@@ -353,7 +355,8 @@ def test_arguments_that_are_not_a_model_or_an_optimizer_are_invalid():
     ({"optim": 5}, r"state\['optim'\] must be a dict"),
     ({"optim": {"state": [1, 2]}}, r"\['state'\] must be a dict"),
     ({"optim": {"state": {"weight": 5}}}, r"\['state'\]\['weight'\] must be a dict"),
-    ({"optim": {"param_groups": {"lr": 1}}}, r"\['param_groups'\] must be a list"),
+    ({"optim": {"param_groups": {"weight": 1}}}, r"\['param_groups'\]\['weight'\] must be a dict"),
+    ({"optim": {"param_groups": 5}}, r"\['param_groups'\] must be a dict of parameter names"),
     ({"optim": {"param_groups": [5]}}, r"\['param_groups'\]\[0\] must be a dict"),
     ({"optim": {"param_groups": [{"params": "weight"}]}}, r"\['params'\] must be a list"),
 ])

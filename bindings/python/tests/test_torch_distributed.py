@@ -64,6 +64,12 @@ def test_a_replicated_model_with_adamw_resumes_bit_exactly(tmp_path):
     torchrun(2, "ddp_resume", store)
 
 
+def test_pipeline_stages_with_optimizers_of_their_own_resume_bit_exactly(tmp_path):
+    store = str(tmp_path / "store")
+    torchrun(2, "pipeline_save", store)
+    torchrun(2, "pipeline_resume", store)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available() or
                     not torch.distributed.is_nccl_available(),
                     reason="needs a CUDA device and NCCL")

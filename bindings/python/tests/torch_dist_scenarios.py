@@ -266,6 +266,66 @@ def ddp_resume(store):
         expect(torch.equal(v, expected[k]), f"{k} differs from the uninterrupted run")
 
 
+def _stage(rank, seed):
+    """Pipeline stage `rank`: its own layers and an AdamW of its own with a learning
+    rate of its own, in two param groups (weights, and biases without decay)."""
+    torch.manual_seed(seed + rank)
+    model = torch.nn.ModuleDict({f"stage{rank}": torch.nn.Linear(8, 8)})
+    layer = model[f"stage{rank}"]
+    opt = torch.optim.AdamW([{"params": [layer.weight]},
+                             {"params": [layer.bias], "weight_decay": 0.0}],
+                            lr=0.01 * (rank + 1), weight_decay=0.1 * (rank + 1))
+    return model, opt
+
+
+def _train_stage(model, opt, steps, seed):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        for layer in model.values():
+            loss = layer(torch.randn(4, 8, generator=g)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def pipeline_save(store):
+    """Pipeline stages, each with its own optimizer and hyper-parameters: every stage's
+    param groups are stored."""
+    rank = dist.get_rank()
+    model, opt = _stage(rank, 0)
+    _train_stage(model, opt, 2, seed=rank)
+    with ckptdb.open(store, comm=dist.group.WORLD) as db:
+        db.save(ckptdb.torch.get_state_dict(model, opt), step=2)
+        values = db.metadata()["values"]
+    for r in range(dist.get_world_size()):
+        lr = values.get(f"optim.param_groups.stage{r}.weight.lr")
+        expect(lr == 0.01 * (r + 1), f"stage {r}'s lr stored as {lr}")
+    _train_stage(model, opt, 2, seed=10 + rank)
+    torch.save(model.state_dict(), store + f"-expected-{rank}.pt")
+
+
+def pipeline_resume(store):
+    """Each stage resumes its own layers, moments and hyper-parameters from a fresh
+    optimizer whose learning rates differ, then trains on bit for bit as the
+    uninterrupted run."""
+    rank = dist.get_rank()
+    model, opt = _stage(rank, 100)
+    for group in opt.param_groups:
+        group["lr"], group["weight_decay"] = 0.5, 0.5
+    state = ckptdb.torch.get_state_dict(model, opt)
+    with ckptdb.open(store, comm=dist.group.WORLD) as db:
+        db.load(state)
+    ckptdb.torch.set_state_dict(model, opt, state)
+    expect([g["lr"] for g in opt.param_groups] == [0.01 * (rank + 1)] * 2,
+           f"stage {rank}'s lr {[g['lr'] for g in opt.param_groups]}")
+    expect([g["weight_decay"] for g in opt.param_groups] == [0.1 * (rank + 1), 0.0],
+           f"stage {rank}'s weight decay {[g['weight_decay'] for g in opt.param_groups]}")
+    _train_stage(model, opt, 2, seed=10 + rank)
+    expected = torch.load(store + f"-expected-{rank}.pt")
+    for k, v in model.state_dict().items():
+        expect(torch.equal(v, expected[k]), f"{k} differs from the uninterrupted run")
+
+
 def nccl_group(store):
     """A group of the NCCL backend: ckptdb connects its members for host bytes itself."""
     rank = dist.get_rank()
@@ -337,7 +397,7 @@ LATE_OPEN_TIMEOUT = datetime.timedelta(seconds=4)
 
 SCENARIOS = {f.__name__: f for f in (save_rows, load_cols, subgroup, save_async, errors, ddp_save,
                                      ddp_resume, nccl_group, group_freed, close_while_saving,
-                                     late_open)}
+                                     late_open, pipeline_save, pipeline_resume)}
 
 
 def main():
