@@ -203,8 +203,8 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
     if (loaded.ok() || which.kind != CheckpointSelector::Kind::kLatest ||
         !loaded.status().IsNotFound() || resolved == 0)
       return NotingPeerClosing(std::move(loaded));
-    // Rank 0 tells whether the latest is another checkpoint now (a missing
-    // key is NotFound too, and loads the same checkpoint again).
+    // Rank 0 tells whether the latest is another checkpoint now; when it is
+    // the same one, the NotFound was the load's own (a missing key).
     Result<int64_t> latest = IdFromRoot(*comm_, [&]() -> Result<int64_t> {
       CKPTDB_RETURN_IF_ERROR(store_->Refresh());
       return store_->Resolve(which);
