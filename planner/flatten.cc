@@ -19,31 +19,6 @@ PathPartKind KindOf(ContainerKind container, const Key& key) {
                                               : PathPartKind::kStrKey;
 }
 
-ContainerKind ContainerOf(PathPartKind kind) {
-  switch (kind) {
-    case PathPartKind::kListIndex:
-      return ContainerKind::kList;
-    case PathPartKind::kTupleIndex:
-      return ContainerKind::kTuple;
-    case PathPartKind::kStrKey:
-    case PathPartKind::kIntKey:
-      break;
-  }
-  return ContainerKind::kDict;
-}
-
-const char* ContainerName(ContainerKind kind) {
-  switch (kind) {
-    case ContainerKind::kList:
-      return "list";
-    case ContainerKind::kTuple:
-      return "tuple";
-    case ContainerKind::kDict:
-      break;
-  }
-  return "dict";
-}
-
 // OK when a list's or tuple's keys are its indexes 0..n-1 (Map order).
 Status CheckSequence(const StateDict& dict, const Path& path,
                      const PathKinds& kinds) {
@@ -180,6 +155,31 @@ StateDict* Descend(StateDict& root, const std::vector<Key>& keys,
 }
 
 }  // namespace
+
+ContainerKind ContainerOf(PathPartKind kind) {
+  switch (kind) {
+    case PathPartKind::kListIndex:
+      return ContainerKind::kList;
+    case PathPartKind::kTupleIndex:
+      return ContainerKind::kTuple;
+    case PathPartKind::kStrKey:
+    case PathPartKind::kIntKey:
+      break;
+  }
+  return ContainerKind::kDict;
+}
+
+const char* ContainerName(ContainerKind kind) {
+  switch (kind) {
+    case ContainerKind::kList:
+      return "list";
+    case ContainerKind::kTuple:
+      return "tuple";
+    case ContainerKind::kDict:
+      break;
+  }
+  return "dict";
+}
 
 std::string JoinPath(const Path& path) {
   std::string out;

@@ -21,6 +21,11 @@ std::string JoinPath(const Path& path);
 // may be empty (every part a str key).
 std::string QuotePath(const Path& path, const PathKinds& kinds);
 
+// The container a part of `kind` addresses (a dict takes str and int keys),
+// and its name: "dict", "list" or "tuple".
+ContainerKind ContainerOf(PathPartKind kind);
+const char* ContainerName(ContainerKind kind);
+
 // True when every part is a dict's str key (the only kind older stores have).
 bool AllStrKeys(const PathKinds& kinds);
 

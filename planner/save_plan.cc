@@ -73,33 +73,6 @@ std::string OtherContainer(const Path& path, const PathKinds& a,
   return "";
 }
 
-// Which container a part of `kind` addresses: a dict takes str and int keys.
-enum class Container { kDict, kList, kTuple };
-Container ContainerOf(PathPartKind kind) {
-  switch (kind) {
-    case PathPartKind::kListIndex:
-      return Container::kList;
-    case PathPartKind::kTupleIndex:
-      return Container::kTuple;
-    case PathPartKind::kStrKey:
-    case PathPartKind::kIntKey:
-      break;
-  }
-  return Container::kDict;
-}
-
-const char* ContainerName(Container c) {
-  switch (c) {
-    case Container::kList:
-      return "a list";
-    case Container::kTuple:
-      return "a tuple";
-    case Container::kDict:
-      break;
-  }
-  return "a dict";
-}
-
 // The lowest rank whose state dict holds `key` (for a message).
 int RankOfKey(const Owners& owners, const std::string& key) {
   int lowest = owners.world;
@@ -179,7 +152,8 @@ Status CheckOneTree(const SavePlan& plan, const Owners& owners) {
           "structure");
     }
     if (d == b.path->size()) continue;  // not in this order
-    const Container ca = ContainerOf(kind(a, d)), cb = ContainerOf(kind(b, d));
+    const ContainerKind ca = ContainerOf(kind(a, d));
+    const ContainerKind cb = ContainerOf(kind(b, d));
     if (ca != cb) {
       const Path prefix(a.path->begin(), a.path->begin() + d);
       PathKinds prefix_kinds;
@@ -188,9 +162,9 @@ Status CheckOneTree(const SavePlan& plan, const Owners& owners) {
       return Status::InvalidArgument(
           "the container at " +
           (d == 0 ? std::string("the root") : QuotePath(prefix, prefix_kinds)) +
-          " is " + ContainerName(ca) + " on rank " +
+          " is a " + ContainerName(ca) + " on rank " +
           std::to_string(RankOfKey(owners, *a.key)) + " (which holds '" +
-          *a.key + "') but " + ContainerName(cb) + " on rank " +
+          *a.key + "') but a " + ContainerName(cb) + " on rank " +
           std::to_string(RankOfKey(owners, *b.key)) + " (which holds '" +
           *b.key + "'): the ranks' state dicts disagree on their structure");
     }

@@ -345,13 +345,15 @@ TEST(DBTest, ReadOnlyHandleRefusesWritesAndNeverModifiesTheDirectory) {
   EXPECT_EQ(SnapshotDir(dir.path()), before);
 }
 
-// Runs `action` once, the first time the store lists its copies directory.
-class OnListingCopies : public FileSystemHooks {
+// Runs `action` once, before the store's first file operation that `when`
+// picks.
+class OnceBefore : public FileSystemHooks {
  public:
-  explicit OnListingCopies(std::function<void()> action)
-      : action_(std::move(action)) {}
+  OnceBefore(std::function<bool(FileOp, std::string_view)> when,
+             std::function<void()> action)
+      : when_(std::move(when)), action_(std::move(action)) {}
   int BeforeOperation(FileOp op, std::string_view path, uint64_t) override {
-    if (op == FileOp::kStat && path.ends_with("/copies") && action_) {
+    if (action_ && when_(op, path)) {
       std::function<void()> action = std::move(action_);
       action_ = nullptr;
       action();
@@ -362,6 +364,7 @@ class OnListingCopies : public FileSystemHooks {
   bool ran() const { return !action_; }
 
  private:
+  std::function<bool(FileOp, std::string_view)> when_;
   std::function<void()> action_;
 };
 
@@ -390,7 +393,10 @@ void CheckStoreWhileAWriterWrites(bool commit) {
   ASSERT_TRUE(writer->Save(sd, {.step = 2}).ok());
   ++w.bytes[0];
   Status later;
-  auto hooks = std::make_shared<OnListingCopies>([&] {
+  const auto listing_copies = [](FileOp op, std::string_view path) {
+    return op == FileOp::kStat && path.ends_with("/copies");
+  };
+  auto hooks = std::make_shared<OnceBefore>(listing_copies, [&] {
     later = commit ? writer->Save(sd, {.step = 3}).status()
                    : writer->Delete(CheckpointSelector::Step(1));
   });
@@ -407,28 +413,6 @@ void CheckStoreWhileAWriterWrites(bool commit) {
                                     ? std::string("damage")
                                     : report->repairable_metadata.front());
 }
-
-// Runs `action` once, the first time the store opens a file whose path holds
-// `part`.
-class OnFirstOpen : public FileSystemHooks {
- public:
-  OnFirstOpen(std::string part, std::function<void()> action)
-      : part_(std::move(part)), action_(std::move(action)) {}
-  int BeforeOperation(FileOp op, std::string_view path, uint64_t) override {
-    if (op == FileOp::kOpen && path.find(part_) != path.npos && action_) {
-      std::function<void()> action = std::move(action_);
-      action_ = nullptr;
-      action();
-    }
-    return 0;
-  }
-  void Freeing(std::string_view, uint64_t) override {}
-  bool ran() const { return !action_; }
-
- private:
-  std::string part_;
-  std::function<void()> action_;
-};
 
 // A reader that loads "the latest" beside a writer whose retention deletes
 // the checkpoint the load is reading loads the newer one; a load of that
@@ -449,7 +433,10 @@ TEST(DBTest, ALoadOfTheLatestStartsAgainWhenTheWriterDeletesItMeanwhile) {
     Status saved;
     // As the reader opens the value file of the checkpoint it reads, the
     // writer commits another and deletes it, files and all.
-    auto hooks = std::make_shared<OnFirstOpen>("/values/", [&] {
+    const auto opening_a_value_file = [](FileOp op, std::string_view path) {
+      return op == FileOp::kOpen && path.find("/values/") != path.npos;
+    };
+    auto hooks = std::make_shared<OnceBefore>(opening_a_value_file, [&] {
       saved = writer->Save(sd, {}).status();
       if (saved.ok()) saved = writer->CheckStore().status();  // files gone
     });
