@@ -246,10 +246,12 @@ TEST(MultiRankAgreementTest, OpenOptionsThatRanksActOnAlikeMustAgree) {
 TEST(MultiRankAgreementTest, RanksThatOpenDifferentStoresAllFailNamingThem) {
   // Ranks given different directories (a relative path under different
   // working directories, a path local to each node) would each read their
-  // own store's bytes: every rank fails the open, naming the ranks and paths.
-  // One store reached through another path (a link) opens.
+  // own store's bytes: every rank fails the open, naming the ranks and paths;
+  // so does a copy of the store that went its own way (the same database
+  // identity, other checkpoints). One store reached through another path (a
+  // link) opens, and so does a copy in the same state.
   if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
-  SharedTempDir first, second;
+  SharedTempDir first, second, copies;
   const GlobalTensor w(DType::kFloat32, {6, 4}, 52);
   RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
     OwnedShard shard = RowsOf(w, rank);
@@ -278,6 +280,26 @@ TEST(MultiRankAgreementTest, RanksThatOpenDifferentStoresAllFailNamingThem) {
     ExpectStore(*linked, *comm, first.path(), {std::nullopt});
     EXPECT_TRUE(linked->Close().ok());
     std::filesystem::remove(link);
+    // A copy of the first store, in its state and after the first moves on.
+    const std::string copy = copies.path() + "/copy";
+    if (rank == 0) {
+      std::filesystem::copy(first.path(), copy,
+                            std::filesystem::copy_options::recursive);
+    }
+    EXPECT_TRUE(comm->Barrier().ok());
+    {
+      auto same = OpenRank(rank == 2 ? copy : first.path(), comm);
+      ASSERT_NE(same, nullptr);
+      EXPECT_TRUE(same->Save(sd, {.step = 7}).ok());  // the copy is behind now
+      EXPECT_TRUE(same->Close().ok());
+    }
+    auto behind = DB::Open(Options(), rank == 2 ? copy : first.path(), comm);
+    ExpectDisagreement(*comm, behind.status(),
+                       "the ranks opened one store (or copies of it) in 2 "
+                       "different states: ranks 0-1 '" +
+                           first.path() + "' (2 checkpoints, digest ");
+    ExpectDisagreement(*comm, behind.status(),
+                       "rank 2 '" + copy + "' (1 checkpoints, digest ");
   });
 }
 

@@ -1,7 +1,9 @@
 #include <algorithm>
+#include <bit>
 #include <string_view>
 #include <thread>
 
+#include "core/checksum.h"
 #include "engine/api/db_impl.h"
 #include "engine/api/process_bound.h"
 #include "engine/collectives/wire.h"
@@ -50,51 +52,112 @@ Status CheckOptions(const Options& options) {
   return Status::OK();
 }
 
-// InvalidArgument on every rank unless every rank opened the same store: ranks
-// given different directories (a relative path under different working
-// directories, a path local to each node) would load one store's bytes on
-// some ranks and another's on the rest, and write a save's chunks where its
-// commit never looks. Told by the stores' identity, not their paths, so that
-// one store reached through different paths (links, mounts) opens. After
-// every rank has opened its store. Collective.
-Status AgreeOnStore(Communicator& comm, storage::Store& store,
-                    const std::string& path) {
-  if (comm.size() == 1) return Status::OK();
+// What a rank's open shows of its store: the checkpoints it lists (id, step,
+// tag, creation time and bytes), as a digest. Ranks that opened one store
+// see the same ones (the others open after rank 0, which alone writes).
+Result<std::string> ListingDigest(storage::Store& store) {
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<CheckpointInfo> infos,
+                          store.List());
+  std::string listed;
+  for (const CheckpointInfo& info : infos) {
+    listed += std::to_string(info.id) + ' ' +
+              (info.step ? std::to_string(*info.step) : "-") + ' ' +
+              (info.tag ? "'" + *info.tag + "'" : "-") + ' ' +
+              std::to_string(std::bit_cast<uint64_t>(info.created)) + ' ' +
+              std::to_string(info.nbytes) + '\n';
+  }
+  return std::to_string(infos.size()) + " checkpoints, digest " +
+         std::to_string(storage::ChunkChecksum(listed.data(), listed.size()));
+}
+
+// True when every rank opened one store and lists the same checkpoints; false
+// when they list different ones of one store, unless `last` (then the
+// error); InvalidArgument naming ranks, paths and identities when they opened
+// different stores. Collective.
+Result<bool> SameStoreOnEveryRank(Communicator& comm, storage::Store& store,
+                                  const std::string& path, bool last) {
   Result<std::string> identity = store.Identity();
-  CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(comm, identity.status()));
+  Result<std::string> listing =
+      identity.ok() ? ListingDigest(store) : identity.status();
+  CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(comm, listing.status()));
+  const char kSep = '\0';
   CKPTDB_ASSIGN_OR_RETURN(
       const std::vector<std::string> all,
       AllGatherAgreed(comm, CallArguments("open"),
-                      *identity + std::string(1, '\0') + path));
-  // Each identity with the ranks that opened it and the first one's path.
-  std::vector<std::pair<std::string_view, std::vector<int>>> stores;
-  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
-    const std::string_view id =
-        std::string_view(all[r]).substr(0, all[r].find('\0'));
-    auto it = std::find_if(stores.begin(), stores.end(),
-                           [&](const auto& s) { return s.first == id; });
-    if (it == stores.end()) it = stores.insert(stores.end(), {id, {}});
+                      *identity + kSep + *listing + kSep + path));
+  // Each rank's (identity, listing) with the ranks that have it.
+  struct Seen {
+    std::string_view identity, listing, path;
+  };
+  std::vector<Seen> by_rank;
+  for (const std::string& one : all) {
+    const size_t a = one.find(kSep), b = one.find(kSep, a + 1);
+    const std::string_view view(one);
+    by_rank.push_back(
+        {view.substr(0, a), view.substr(a + 1, b - a - 1), view.substr(b + 1)});
+  }
+  const bool one_identity = std::all_of(
+      by_rank.begin(), by_rank.end(),
+      [&](const Seen& s) { return s.identity == by_rank[0].identity; });
+  std::vector<std::pair<std::string_view, std::vector<int>>> groups;
+  for (int r = 0; r < static_cast<int>(by_rank.size()); ++r) {
+    const std::string_view key =
+        one_identity ? by_rank[r].listing : by_rank[r].identity;
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == key; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {key, {}});
     it->second.push_back(r);
   }
-  if (stores.size() == 1) return Status::OK();
-  std::string message = "the ranks opened " + std::to_string(stores.size()) +
-                        " different stores: ";
+  if (groups.size() == 1) return true;
+  if (one_identity && !last) return false;
+  std::string message =
+      one_identity ? "the ranks opened one store (or copies of it) in " +
+                         std::to_string(groups.size()) + " different states: "
+                   : "the ranks opened " + std::to_string(groups.size()) +
+                         " different stores: ";
   constexpr size_t kMaxListed = 4;
-  for (size_t i = 0; i < stores.size(); ++i) {
+  for (size_t i = 0; i < groups.size(); ++i) {
     if (i == kMaxListed) {
-      message += "; and " + std::to_string(stores.size() - i) + " more";
+      message += "; and " + std::to_string(groups.size() - i) + " more";
       break;
     }
-    const auto& [id, ranks] = stores[i];
-    const std::string& first = all[ranks.front()];
-    message += (i > 0 ? "; " : "") + RankList(ranks) + " '" +
-               first.substr(first.find('\0') + 1) + "' (database " +
-               std::string(id) + ")";
+    const auto& [key, ranks] = groups[i];
+    const Seen& first = by_rank[ranks.front()];
+    message +=
+        (i > 0 ? "; " : "") + RankList(ranks) + " '" + std::string(first.path) +
+        "' (" +
+        (one_identity ? std::string(key) : "database " + std::string(key)) +
+        ")";
   }
   return Status::InvalidArgument(
       message +
       ". Every rank must open the same store (one directory that every rank "
-      "reaches, e.g. on a shared file system, by an absolute path)");
+      "reaches, e.g. on a shared file system, by an absolute path), not "
+      "copies of it");
+}
+
+// InvalidArgument on every rank unless every rank opened the same store, in
+// the same state: ranks given different directories (a relative path under
+// different working directories, a path local to each node) would load one
+// store's bytes on some ranks and another's on the rest, and write a save's
+// chunks where its commit never looks. Told by the stores' identity (a copy
+// of a store has its original's) and the checkpoints each rank lists (a copy
+// that went its own way lists others), not by paths, so that one store
+// reached through different paths (links, mounts) opens. After every rank
+// has opened its store. Collective.
+Status AgreeOnStore(Communicator& comm, storage::Store& store,
+                    const std::string& path) {
+  if (comm.size() == 1) return Status::OK();
+  // A writer of another job may commit between two ranks' read-only opens:
+  // their listings then differ until both look again.
+  constexpr int kAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    CKPTDB_ASSIGN_OR_RETURN(
+        const bool agreed,
+        SameStoreOnEveryRank(comm, store, path, attempt == kAttempts));
+    if (agreed) return Status::OK();
+    CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(comm, store.Refresh()));
+  }
 }
 
 }  // namespace
