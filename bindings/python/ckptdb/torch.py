@@ -316,7 +316,17 @@ def _optimizer_state(model, optimizer):
     hyper = [{k: v for k, v in group.items() if k != "params"}
              for group in optimizer.param_groups]
     groups = {fqn: dict(hyper[g]) for g, fqn, _ in entries}
+    # A group without parameters (yet) keeps its hyper-parameters by its index.
+    for g, group in enumerate(optimizer.param_groups):
+        if not group["params"]:
+            groups[_empty_group_key(g)] = dict(hyper[g])
     return {"state": state, "param_groups": groups}
+
+
+def _empty_group_key(g):
+    """The key of param group `g`'s hyper-parameters when it holds no parameters:
+    no parameter's name (names are dotted identifiers)."""
+    return f"(group {g}, no parameters)"
 
 
 def get_state_dict(model, optimizer=None):
@@ -361,7 +371,7 @@ def _set_model(model, state):
     """Copies into the model the entries of `state` that are not already its own
     memory (what db.load filled in place needs nothing more)."""
     current = model.state_dict()
-    unknown = sorted(set(state) - set(current))
+    unknown = sorted(set(state) - set(current), key=str)
     if unknown:
         raise InvalidArgumentError(f"state['model'] has keys the model lacks: {unknown[:5]}")
     copies = {}
@@ -420,16 +430,16 @@ def _check_optimizer_state(state):
     for i, group in enumerate(groups):
         if not isinstance(group, dict):
             refuse(f"['param_groups'][{i}]", "a dict", group)
-        if not isinstance(group.get("params", []), (list, tuple)):
-            refuse(f"['param_groups'][{i}]['params']", "a list of parameter names",
-                   group["params"])
+        params = group.get("params", [])
+        if not isinstance(params, (list, tuple)) or not all(isinstance(n, str) for n in params):
+            refuse(f"['param_groups'][{i}]['params']", "a list of parameter names", params)
 
 
 def _set_optimizer(model, optimizer, state):
     _check_optimizer_state(state)
     entries = _optimizer_parameters(model, optimizer)
     by_name = {fqn: p for _, fqn, p in entries}
-    unknown = sorted(set(state.get("state", {})) - set(by_name))
+    unknown = sorted(set(state.get("state", {})) - set(by_name), key=str)
     if unknown:
         raise InvalidArgumentError(
             f"state['optim']['state'] has parameters the optimizer lacks: {unknown[:5]}")
@@ -451,39 +461,48 @@ def _set_optimizer(model, optimizer, state):
                 group[k] = v
 
 
+def _equal_values(x, y):
+    """Whether two hyper-parameter values are equal: tensors (a capturable
+    optimizer's lr) and arrays by value, anything else by ==."""
+    if torch.is_tensor(x) or torch.is_tensor(y):
+        return torch.is_tensor(x) and torch.is_tensor(y) and torch.equal(x, y)
+    try:
+        equal = x == y
+        return bool(equal.all()) if hasattr(equal, "all") else bool(equal)
+    except Exception:  # values that do not compare
+        return x is y
+
+
 def _same_hyper_parameters(a, b):
-    """Whether two parameters' saved hyper-parameters are equal (tensors, such as
-    a capturable optimizer's lr, by value)."""
-    if set(a) != set(b):
-        return False
-    for k in a:
-        x, y = a[k], b[k]
-        if torch.is_tensor(x) or torch.is_tensor(y):
-            if not (torch.is_tensor(x) and torch.is_tensor(y) and torch.equal(x, y)):
-                return False
-        elif x != y:
-            return False
-    return True
+    """Whether two parameters' saved hyper-parameters are equal."""
+    return set(a) == set(b) and all(_equal_values(a[k], b[k]) for k in a)
 
 
 def _set_groups_by_parameter(optimizer, entries, groups):
     """Sets each param group's hyper-parameters from `groups` ({fqn: hyper-parameters},
     get_state_dict's layout): those of its parameters, which must agree (a group
     whose parameters had different hyper-parameters when saved cannot take them)."""
-    unknown = sorted(set(groups) - {fqn for _, fqn, _ in entries})
+    known = {fqn for _, fqn, _ in entries}
+    known.update(_empty_group_key(g) for g, group in enumerate(optimizer.param_groups)
+                 if not group["params"])
+    unknown = sorted(set(groups) - known, key=str)
     if unknown:
         raise InvalidArgumentError(
             f"state['optim']['param_groups'] has parameters the optimizer lacks: {unknown[:5]}")
     for g, group in enumerate(optimizer.param_groups):
         saved = [(fqn, groups[fqn]) for gi, fqn, _ in entries if gi == g and fqn in groups]
+        if not group["params"] and _empty_group_key(g) in groups:
+            saved = [(_empty_group_key(g), groups[_empty_group_key(g)])]
+        # The optimizer's own parameters stay whatever a saved dict lists.
+        saved = [(fqn, {k: v for k, v in hyper.items() if k != "params"})
+                 for fqn, hyper in saved]
         if not saved:
             continue
         first_fqn, first = saved[0]
         for fqn, other in saved[1:]:
             if not _same_hyper_parameters(first, other):
-                differ = sorted(k for k in set(first) | set(other)
-                                if not _same_hyper_parameters({k: first.get(k)},
-                                                              {k: other.get(k)}))
+                differ = sorted((k for k in set(first) | set(other)
+                                 if not _equal_values(first.get(k), other.get(k))), key=str)
                 raise InvalidArgumentError(
                     f"the optimizer's param_groups[{g}] holds '{first_fqn}' and '{fqn}', "
                     f"whose saved hyper-parameters differ in {differ[:5]}: group the "

@@ -359,9 +359,33 @@ def test_arguments_that_are_not_a_model_or_an_optimizer_are_invalid():
     ({"optim": {"param_groups": 5}}, r"\['param_groups'\] must be a dict of parameter names"),
     ({"optim": {"param_groups": [5]}}, r"\['param_groups'\]\[0\] must be a dict"),
     ({"optim": {"param_groups": [{"params": "weight"}]}}, r"\['params'\] must be a list"),
+    ({"optim": {"param_groups": [{"params": [[0], {}]}]}}, r"\['params'\] must be a list"),
+    ({"optim": {"param_groups": {0: {"lr": 1}, "zz": {"lr": 1}}}}, "lacks: \\[0, 'zz'\\]"),
+    ({"optim": {"state": {0: {}, "zz": {}}}}, "lacks: \\[0, 'zz'\\]"),
 ])
 def test_set_state_dict_refuses_a_malformed_state_naming_where(state, where):
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.Adam(model.parameters())
     with pytest.raises(ckptdb.InvalidArgumentError, match=where):
         ckptdb.torch.set_state_dict(model, opt, state)
+
+
+def test_a_param_group_without_parameters_keeps_its_hyper_parameters(tmp_path):
+    # A group whose parameters come later (unfrozen after a warm-up) has hyper-parameters
+    # of its own; a "params" entry in the saved state never replaces the optimizer's own.
+    def make():
+        model = torch.nn.Linear(2, 2)
+        return model, torch.optim.SGD([{"params": [model.weight, model.bias]},
+                                       {"params": [], "lr": 0.3}], lr=0.1)
+    model, opt = make()
+    opt.param_groups[0]["lr"], opt.param_groups[1]["lr"] = 0.05, 0.777
+    state = ckptdb.torch.get_state_dict(model, opt)
+    with ckptdb.open(str(tmp_path / "store")) as db:
+        db.save(state, step=1)
+        other, other_opt = make()
+        target = ckptdb.torch.get_state_dict(other, other_opt)
+        db.load(target)
+    target["optim"]["param_groups"]["weight"]["params"] = ["nothing"]
+    ckptdb.torch.set_state_dict(other, other_opt, target)
+    assert [g["lr"] for g in other_opt.param_groups] == [0.05, 0.777]
+    assert other_opt.param_groups[0]["params"] == [other.weight, other.bias]
