@@ -193,33 +193,45 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
   WaitPending();
   // "The latest" is whichever checkpoint is newest while the load runs: when
   // the store's writer deletes the one a load reads (retention, beside a
-  // reader that follows a training run), the load starts again from the
-  // newer one, a few times at most. The ranks agree on every outcome, so
-  // they start again together.
+  // reader that follows a training run), a strict load starts again from the
+  // newer one, a few times at most; it fills every target again. Not a
+  // non-strict one: the newer checkpoint may lack keys whose targets the
+  // first attempt had begun to fill. The ranks agree on every outcome, so they
+  // start again together.
   constexpr int kLatestAttempts = 4;
+  const bool latest = which.kind == CheckpointSelector::Kind::kLatest;
   for (int attempt = 1;; ++attempt) {
     int64_t resolved = 0;
     Result<LoadResult> loaded = LoadNow(state, which, options, &resolved);
-    if (loaded.ok() || which.kind != CheckpointSelector::Kind::kLatest ||
-        !loaded.status().IsNotFound() || resolved == 0)
+    if (loaded.ok() || !loaded.status().IsNotFound() || resolved == 0)
       return NotingPeerClosing(std::move(loaded));
-    // Rank 0 tells whether the latest is another checkpoint now; when it is
-    // the same one, the NotFound was the load's own (a missing key).
-    Result<int64_t> latest = IdFromRoot(*comm_, [&]() -> Result<int64_t> {
+    // Rank 0 tells what the selector names now; when it is the same
+    // checkpoint, the NotFound was the load's own (a missing key).
+    Result<int64_t> now = IdFromRoot(*comm_, [&]() -> Result<int64_t> {
       CKPTDB_RETURN_IF_ERROR(store_->Refresh());
       return store_->Resolve(which);
     });
-    if (!latest.ok()) (void)NotingPeerClosing(latest.status());
-    if (!latest.ok() || *latest == resolved)
+    if (now.ok() && *now == resolved)
       return NotingPeerClosing(std::move(loaded));
+    if (!now.ok() && !now.status().IsNotFound())
+      return NotingPeerClosing(Result<LoadResult>(now.status()));
+    const std::string deleted =
+        "load of " +
+        (latest ? std::string("the latest checkpoint") : which.ToString()) +
+        ": checkpoint id " + std::to_string(resolved) +
+        " was deleted by the store's writer while it was read";
+    if (!latest || !now.ok()) return loaded.status().WithContext(deleted);
+    if (!options.strict) {
+      return loaded.status().WithContext(
+          deleted +
+          " (a load with strict=false does not start again from the newer "
+          "one, which may lack keys it had begun to fill: load again)");
+    }
     if (attempt == kLatestAttempts) {
       return loaded.status().WithContext(
-          "load of the latest checkpoint: the store's writer deleted it while "
-          "it was read, " +
-          std::to_string(attempt) + " times (ids up to " +
-          std::to_string(resolved) +
-          "; its retention deletes them faster than "
-          "this load reads them)");
+          deleted + ", " + std::to_string(attempt) +
+          " times in a row (its retention deletes them faster than this load "
+          "reads them)");
     }
   }
 }
