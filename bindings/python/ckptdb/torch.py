@@ -13,8 +13,8 @@ name (as ``torch.distributed.checkpoint.state_dict`` does), so a checkpoint
 loads into a model whose parameters are created in another order, and
 ``param_groups`` keep each parameter's hyper-parameters under its name (as
 ``torch.distributed.checkpoint`` does when it flattens an optimizer's state),
-so that pipeline stages, each with an optimizer of its own, keep theirs. Tensors are
-shared with the model and the optimizer, never copied. ``ShardedTensor``
+so that pipeline stages, each with an optimizer of its own, keep theirs.
+Tensors are shared with the model and the optimizer, never copied. ``ShardedTensor``
 leaves (and ``DTensor`` where the installed torch has one) become
 :class:`ckptdb.Shard` objects of their local shard and its global offset.
 
@@ -334,10 +334,11 @@ def get_state_dict(model, optimizer=None):
 
     "model" is ``model.state_dict()`` with ``ShardedTensor`` / ``DTensor`` leaves
     as :class:`ckptdb.Shard` objects of their local shards. "optim" is
-    ``{"state": {fqn: {name: tensor or value}}, "param_groups": {fqn: {hyper-parameters of
-    its group}}}``: each parameter with its group's hyper-parameters, so that ranks
-    whose optimizers hold different parameters (pipeline stages) keep theirs. An optimizer that has not stepped yet gets its
-    state created first, with the values a fresh optimizer starts from (step 0,
+    ``{"state": {fqn: {name: tensor or value}}, "param_groups": {fqn: {hyper-parameters
+    of its group}}}``: each parameter with its group's hyper-parameters, so that ranks
+    whose optimizers hold different parameters (pipeline stages) keep theirs (a group
+    without parameters under ``"(group i, no parameters)"``). An optimizer that has not
+    stepped yet gets its state created first, with the values a fresh optimizer starts from (step 0,
     zero moments), so that the dict can be a load target and training on without
     a load is training the fresh optimizer (torch's own optimizers run their first
     step on stand-in copies of the parameters; others one step with zero
@@ -404,8 +405,9 @@ def _group_index(optimizer, names, saved, i):
 
 def _check_optimizer_state(state):
     """InvalidArgumentError unless `state` (state['optim']) has the structure
-    get_state_dict gives: {"state": {fqn: dict}, "param_groups": [dict with a
-    list "params"]}, either part optional."""
+    get_state_dict gives, {"state": {fqn: dict}, "param_groups": {fqn: dict}}, or
+    param_groups as a list of dicts with lists of names under "params" (the
+    layout before per-parameter hyper-parameters); either part optional."""
     def refuse(where, what, value):
         raise InvalidArgumentError(
             f"state['optim']{where} must be {what}, got {type(value).__name__}")
