@@ -204,27 +204,31 @@ Status StoreImpl::VerifyMetaTables() {
   return Status::OK();
 }
 
-void StoreImpl::ReportMetaTablesOutsideBlocks(StoreReport* report) {
-  for (const TableCheck& check : CheckTables(kMetaCf)) {
-    // Damage inside the blocks: the records' reads report it.
-    if (!check.blocks.ok() || !check.whole_file.IsCorruption()) continue;
-    report->repairable_metadata.push_back(
-        "metadata table file " + check.path +
-        " is damaged outside its blocks (whole-file checksum mismatch; "
-        "every record reads whole): a read-write open rebuilds the "
-        "database from the copies of its records");
-  }
-}
-
-void StoreImpl::ReportChunkTablesOutsideBlocks(StoreReport* report) {
-  for (const TableCheck& check : CheckTables(kChunksCf)) {
-    if (!check.blocks.ok() || !check.whole_file.IsCorruption()) continue;
-    report->damaged_chunk_tables.push_back(
-        "chunk table file " + check.path +
-        " is damaged outside its blocks (whole-file checksum mismatch; every "
-        "chunk it holds or points to reads whole and checks its own "
-        "checksum): nothing is lost; no open rewrites it, and verify names "
-        "it until the checkpoints whose chunks it holds are deleted");
+void StoreImpl::ReportTablesOutsideBlocks(StoreReport* report) {
+  // Damage inside the blocks is the reads' to report: the records' reads, and
+  // the checkpoints' chunk reads.
+  const struct {
+    const char* family;
+    std::vector<std::string>* lines;
+    const char* what;
+    const char* outcome;
+  } kinds[] = {
+      {kMetaCf, &report->repairable_metadata, "metadata table file ",
+       "every record reads whole): a read-write open rebuilds the database "
+       "from the copies of its records"},
+      {kChunksCf, &report->damaged_chunk_tables, "chunk table file ",
+       "every chunk it holds or points to reads whole and checks its own "
+       "checksum): nothing is lost; no open rewrites it, and verify names it "
+       "until the checkpoints whose chunks it holds are deleted"},
+  };
+  for (const auto& kind : kinds) {
+    for (const TableCheck& check : CheckTables(kind.family)) {
+      if (!check.blocks.ok() || !check.whole_file.IsCorruption()) continue;
+      kind.lines->push_back(std::string(kind.what) + check.path +
+                            " is damaged outside its blocks (whole-file "
+                            "checksum mismatch; " +
+                            kind.outcome);
+    }
   }
 }
 
@@ -718,8 +722,7 @@ Result<StoreReport> StoreImpl::Check() {
   ReportCopies(copies, &report);
   ReportOptionsFiles(&report);
   ReportMarkerFiles(&report);
-  ReportMetaTablesOutsideBlocks(&report);
-  ReportChunkTablesOutsideBlocks(&report);
+  ReportTablesOutsideBlocks(&report);
   report.writer_active = claim_ != nullptr || WriterClaim::WriterHolds(path_);
   return report;
 }

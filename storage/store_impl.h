@@ -314,14 +314,11 @@ class StoreImpl : public Store {
   void PutIdentity(rocksdb::WriteBatch* batch);
   // Check's lines for a damaged or missing IDENTITY file, or reserve.
   void ReportMarkerFiles(StoreReport* report);
-  // Adds to the report's repairable metadata each metadata table file whose
-  // blocks pass their checksums but whose whole-file checksum does not (a
-  // flipped byte in a footer's padding, which no read sees).
-  void ReportMetaTablesOutsideBlocks(StoreReport* report);
-  // Adds to the report each chunk table file whose blocks pass their
-  // checksums but whose whole-file checksum does not. Damage inside the
-  // blocks is the checkpoints' to report: their chunks' reads see it.
-  void ReportChunkTablesOutsideBlocks(StoreReport* report);
+  // Adds to the report each table file whose blocks pass their checksums but
+  // whose whole-file checksum does not (a flipped byte in a footer's padding,
+  // which no read sees): a metadata table to the repairable metadata (a
+  // read-write open rebuilds it), a chunk table to damaged_chunk_tables.
+  void ReportTablesOutsideBlocks(StoreReport* report);
   // Opens the database if a failed reopen left it closed.
   Status EnsureOpen();
   // EnsureOpen from under a shared lock (taken exclusively meanwhile).
