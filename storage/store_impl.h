@@ -250,11 +250,10 @@ class StoreImpl : public Store {
   // records and their tombstones go, so that walks of the records (listings,
   // which start from the lowest key) do not step over them one by one.
   Status CompactDeletedRecords(int64_t checkpoint_id);
-  // Reads every block of every metadata table file and checks its checksum,
-  // then the file's whole-file checksum: Corruption naming the file when one
-  // is damaged. A read-write open runs it
-  // before anything may compact those files, since reads alone skip the
-  // blocks that newer records shadow.
+  // Checks every metadata table file's whole-file checksum and, where it
+  // differs (or the file has none), every block's: Corruption naming the file
+  // when one is damaged. A read-write open runs it before anything may compact
+  // those files, since reads alone skip the blocks that newer records shadow.
   Status VerifyMetaTables();
   // Each table file of column family `family` (kMetaCf or kChunksCf): its
   // whole-file checksum and, unless it matches, its block checksums (both OK

@@ -356,7 +356,7 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only, bool lenient) {
   // the room an open needs on a nearly full disk.
   db_options.manifest_preallocation_size = 256 << 10;
   // Every table file's whole-file checksum in the MANIFEST (VerifyMetaTables
-  // checks the metadata tables' against it): block checksums leave a table
+  // and Check compare the files with it): block checksums leave a table
   // footer's padding uncovered, where a flipped byte costs nothing but
   // `verify` must still see it.
   db_options.file_checksum_gen_factory =

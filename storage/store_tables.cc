@@ -1,0 +1,119 @@
+// The table files' own checks: each file's whole-file checksum (recorded in
+// the MANIFEST) and, where it differs, its block checksums; the open's check of
+// the metadata tables and verify's report of damage no read sees.
+#include <rocksdb/env.h>
+#include <rocksdb/file_checksum.h>
+#include <rocksdb/sst_file_reader.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "storage/column_families.h"
+#include "storage/store_impl.h"
+
+namespace ckptdb::storage {
+
+namespace {
+
+// Whether `path` still has the whole-file checksum the MANIFEST records for
+// it (`file`); nullopt for a file written without one (by a build before
+// them).
+std::optional<rocksdb::Status> CheckWholeFile(
+    rocksdb::Env* env, const rocksdb::LiveFileMetaData& file,
+    const std::string& path) {
+  if (file.file_checksum_func_name != rocksdb::kStandardDbFileChecksumFuncName)
+    return std::nullopt;
+  std::unique_ptr<rocksdb::SequentialFile> in;
+  rocksdb::Status s = env->NewSequentialFile(path, &in, rocksdb::EnvOptions());
+  if (!s.ok()) return s;
+  std::unique_ptr<rocksdb::FileChecksumGenerator> sum =
+      rocksdb::GetFileChecksumGenCrc32cFactory()->CreateFileChecksumGenerator(
+          {path, file.file_checksum_func_name});
+  // A MiB at a time: a chunk table file may be large, and only its checksum
+  // is wanted.
+  std::vector<char> buffer(size_t{1} << 20);
+  while (true) {
+    rocksdb::Slice piece;
+    s = in->Read(buffer.size(), &piece, buffer.data());
+    if (!s.ok()) return s;
+    if (piece.empty()) break;
+    sum->Update(piece.data(), piece.size());
+  }
+  sum->Finalize();
+  if (sum->GetChecksum() != file.file_checksum)
+    return rocksdb::Status::Corruption("whole-file checksum mismatch");
+  return rocksdb::Status::OK();
+}
+
+}  // namespace
+
+std::vector<StoreImpl::TableCheck> StoreImpl::CheckTables(
+    const std::string& family) {
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db_->GetLiveFilesMetaData(&files);
+  rocksdb::Options options;
+  static_cast<rocksdb::ColumnFamilyOptions&>(options) =
+      family == kMetaCf ? MetaCfOptions() : ChunkCfOptions();
+  options.env = env_.get();
+  std::vector<TableCheck> out;
+  for (const rocksdb::LiveFileMetaData& file : files) {
+    if (file.column_family_name != family) continue;
+    TableCheck& check = out.emplace_back();
+    check.path = file.db_path + file.name;
+    // A file whose bytes are those it was written with has intact blocks:
+    // they are read again only to tell where a mismatch lies, or for a file
+    // without a whole-file checksum.
+    const std::optional<rocksdb::Status> whole =
+        CheckWholeFile(env_.get(), file, check.path);
+    if (whole && whole->ok()) continue;
+    rocksdb::SstFileReader reader(options);
+    check.blocks = reader.Open(check.path);
+    if (check.blocks.ok()) check.blocks = reader.VerifyChecksum();
+    if (check.blocks.ok() && whole) check.whole_file = *whole;
+  }
+  return out;
+}
+
+Status StoreImpl::VerifyMetaTables() {
+  for (const TableCheck& check : CheckTables(kMetaCf)) {
+    const rocksdb::Status s =
+        check.blocks.ok() ? check.whole_file : check.blocks;
+    if (s.IsCorruption()) {
+      return Status::Corruption("store '" + path_ + "': metadata table file " +
+                                check.path + " is damaged: " + s.ToString());
+    }
+    CKPTDB_RETURN_IF_ERROR(FromRocks(s, "verifying " + check.path));
+  }
+  return Status::OK();
+}
+
+void StoreImpl::ReportTablesOutsideBlocks(StoreReport* report) {
+  // Damage inside the blocks is the reads' to report: the records' reads, and
+  // the checkpoints' chunk reads.
+  const struct {
+    const char* family;
+    std::vector<std::string>* lines;
+    const char* what;
+    const char* outcome;
+  } kinds[] = {
+      {kMetaCf, &report->repairable_metadata, "metadata table file ",
+       "every record reads whole): a read-write open rebuilds the database "
+       "from the copies of its records"},
+      {kChunksCf, &report->damaged_chunk_tables, "chunk table file ",
+       "every chunk it holds or points to reads whole and checks its own "
+       "checksum): nothing is lost; no open rewrites it, and verify names it "
+       "until the checkpoints whose chunks it holds are deleted"},
+  };
+  for (const auto& kind : kinds) {
+    for (const TableCheck& check : CheckTables(kind.family)) {
+      if (!check.blocks.ok() || !check.whole_file.IsCorruption()) continue;
+      kind.lines->push_back(std::string(kind.what) + check.path +
+                            " is damaged outside its blocks (whole-file "
+                            "checksum mismatch; " +
+                            kind.outcome);
+    }
+  }
+}
+
+}  // namespace ckptdb::storage
