@@ -134,7 +134,7 @@ std::string_view ValueTypeName(const Value& value) {
 }
 
 StateDict StateDict::Invalid(Status error) {
-  CKPTDB_ASSERT(!error.ok(), "StateDict::Invalid needs an error");
+  CKPTDB_REQUIRE(!error.ok(), "StateDict::Invalid needs an error");
   StateDict out;
   out.error_ = std::make_shared<const Status>(std::move(error));
   return out;

@@ -59,6 +59,9 @@ Status Collect(Dict& dict, Path& path, PathKinds& kinds, std::string& flat,
                                    std::to_string(kMaxNesting) +
                                    " levels at '" + JoinPath(path) + "'");
   }
+  // A nested state dict its builder could not build fails the call as the
+  // root's would.
+  CKPTDB_RETURN_IF_ERROR(dict.error());
   CKPTDB_RETURN_IF_ERROR(CheckSequence(dict, path, kinds));
   for (auto& [key, entry] : dict.items()) {
     const size_t parent = flat.size();

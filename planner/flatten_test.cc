@@ -218,6 +218,28 @@ TEST(FlattenTest, AnInvalidStateDictFlattensToItsError) {
   EXPECT_TRUE(StateDict().error().ok());
 }
 
+// A nested state dict its builder could not build (a binding's converter of
+// one sub-container) fails the whole state dict with the builder's error, in
+// a dict and in a list, for a save's and a load's flattening alike.
+TEST(FlattenTest, AnInvalidNestedStateDictFlattensToItsError) {
+  float w = 0;
+  const TensorView view = TensorView::Whole(&w, DType::kFloat32, {1});
+  StateDict state;
+  state.Set("w", view);
+  state.Set("optim",
+            StateDict::Invalid(Status::InvalidArgument("leaf 'x' is a set")));
+  EXPECT_EQ(Flatten(state).status().message(), "leaf 'x' is a set");
+  EXPECT_EQ(FlattenMutable(state).status().message(), "leaf 'x' is a set");
+
+  StateDict in_list;
+  StateDict& groups = in_list.Child("groups", ContainerKind::kList);
+  groups.Append(view);
+  groups.Append(StateDict::Invalid(Status::FailedPrecondition("a generator")));
+  EXPECT_EQ(Flatten(in_list).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(FlattenMutable(in_list).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
 // A load's flattening (no paths) gives the same flat keys, leaves and errors
 // as a save's, for nestings of every container kind and for each way a
 // state dict is refused.
