@@ -298,13 +298,29 @@ Status DBImpl::DeleteNow(const CheckpointSelector& which) {
   // (a listing, a read) races with it.
   CKPTDB_RETURN_IF_ERROR(
       AllGatherAgreed(*comm_, DeleteArguments(which), "").status());
-  const Status deleted = StatusFromRoot(*comm_, [&]() -> Status {
-    CKPTDB_ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
-    return store_->Delete(id);
-  });
+  const bool root = comm_->rank() == 0;
+  int64_t id = 0;
+  Status own;  // rank 0's outcome
+  std::string outcome;
+  if (root) {
+    Result<int64_t> resolved = store_->Resolve(which);
+    if (resolved.ok()) id = *resolved;
+    own = resolved.ok() ? store_->Delete(id) : resolved.status();
+    outcome = EncodeStatus(own);
+  }
+  Status shared = comm_->Broadcast(&outcome, 0);
+  Status deleted;
+  if (shared.ok()) shared = DecodeStatus(outcome, &deleted);
   // Also after a failure: the delete may have taken effect.
   LetGoOfDeletedFiles();
-  return deleted;
+  if (shared.ok()) return deleted;
+  if (!root) {
+    return OutcomeNotLearned(
+        shared, "the checkpoint with " + which.ToString() + " may be deleted");
+  }
+  if (!own.ok()) return own;
+  return OutcomeNotShared(
+      shared, "checkpoint id " + std::to_string(id) + " is deleted");
 }
 
 void DBImpl::LetGoOfDeletedFiles() {

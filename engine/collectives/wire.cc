@@ -308,10 +308,15 @@ std::string EncodeStatus(const ckptdb::Status& status) {
 }
 
 ckptdb::Status DecodeStatus(std::string_view bytes) {
-  WireReader r(bytes);
   ckptdb::Status status;
-  if (!r.Status(&status)) return Malformed("status");
-  return status;
+  const ckptdb::Status decoded = DecodeStatus(bytes, &status);
+  return decoded.ok() ? status : decoded;
+}
+
+ckptdb::Status DecodeStatus(std::string_view bytes, ckptdb::Status* status) {
+  WireReader r(bytes);
+  if (!r.Status(status) || !r.done()) return Malformed("status");
+  return ckptdb::Status::OK();
 }
 
 ckptdb::Status FirstError(const std::vector<ckptdb::Status>& statuses) {
@@ -351,6 +356,23 @@ ckptdb::Status AgreeOnStatus(Communicator& comm, const ckptdb::Status& local) {
     statuses.push_back(DecodeStatus(all[r]));
   }
   return FirstError(statuses);
+}
+
+ckptdb::Status OutcomeNotLearned(const ckptdb::Status& failed,
+                                 std::string_view unknown) {
+  return ckptdb::Status(
+      failed.code(), std::string(unknown) +
+                         ": this rank could not learn the outcome from "
+                         "rank 0 (" +
+                         failed.ToString() + "); list the checkpoints to see");
+}
+
+ckptdb::Status OutcomeNotShared(const ckptdb::Status& failed,
+                                std::string_view known) {
+  return ckptdb::Status(failed.code(),
+                        std::string(known) +
+                            ", but the other ranks could not learn it (" +
+                            failed.ToString() + ")");
 }
 
 ckptdb::Status StatusFromRoot(Communicator& comm,

@@ -145,6 +145,9 @@ Status DecodeSaveOutcome(std::string_view bytes, SaveOutcome* outcome);
 
 std::string EncodeStatus(const Status& status);
 Status DecodeStatus(std::string_view bytes);
+// The same, telling a well-formed error (in `*status`, OK returned) from
+// malformed bytes (the error returned).
+Status DecodeStatus(std::string_view bytes, Status* status);
 
 // Runs `at_root` on rank 0 and gives its outcome to every rank. Collective.
 Status StatusFromRoot(Communicator& comm,
@@ -155,6 +158,14 @@ Result<int64_t> IdFromRoot(Communicator& comm,
 Result<std::vector<int64_t>> IdsFromRoot(
     Communicator& comm,
     const std::function<Result<std::vector<int64_t>>()>& at_root);
+
+// The errors of a change of the store that rank 0 makes (a commit, a delete)
+// when its outcome does not reach every rank (`failed`, the communicator's or
+// the decoding's error, whose code they keep): a rank other than 0 says
+// `unknown` ("checkpoint id 3 may be committed"), rank 0 what it knows
+// happened (`known`: "checkpoint id 3 is committed").
+Status OutcomeNotLearned(const Status& failed, std::string_view unknown);
+Status OutcomeNotShared(const Status& failed, std::string_view known);
 
 // Every rank contributes `local`; all get FirstError of them (PeerClosing
 // for a rank that sent no part). Collective.

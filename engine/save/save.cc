@@ -115,24 +115,41 @@ Result<SaveOutcome> DBImpl::CommitOnEveryRank(
     PreparedSave& p, const Status& written,
     const std::vector<std::string>& files,
     const std::vector<WrittenChunk>& checksums) {
-  CKPTDB_ASSIGN_OR_RETURN(
-      auto results,
-      GatherToRoot(*comm_, EncodeWritten(written, files, checksums)));
+  const bool root = comm_->rank() == 0;
+  const std::string change = "checkpoint id " + std::to_string(p.id);
+  Result<std::vector<std::string>> results =
+      GatherToRoot(*comm_, EncodeWritten(written, files, checksums));
+  // Rank 0 commits only with every report; another rank's failed send may
+  // have reached it.
+  if (!results.ok()) {
+    return root ? results.status()
+                : OutcomeNotLearned(results.status(),
+                                    change + " may be committed");
+  }
   std::string outcome;
-  if (comm_->rank() == 0) {
+  if (root) {
     outcome =
         CommitOnRoot(*store_,
                      {p.classes, options_.max_chunk_bytes,
                       p.whole_plan ? &p.plan : nullptr, p.id, p.base_ids,
                       p.options, comm_->size(), options_.incremental_depth},
-                     results, &kept_commits_,
+                     *results, &kept_commits_,
                      {options_.keep_last, options_.keep_every_steps});
     if (!options_.incremental) kept_commits_.clear();
   }
-  CKPTDB_RETURN_IF_ERROR(comm_->Broadcast(&outcome, 0));
+  const std::string committed = outcome;
+  Status shared = comm_->Broadcast(&outcome, 0);
   SaveOutcome decoded;
-  CKPTDB_RETURN_IF_ERROR(DecodeSaveOutcome(outcome, &decoded));
-  return decoded;
+  if (shared.ok()) shared = DecodeSaveOutcome(outcome, &decoded);
+  if (shared.ok()) return decoded;
+  // The commit may have happened while some rank cannot learn of it: no rank
+  // says that nothing was committed unless it knows.
+  kept_commits_.clear();
+  if (!root) return OutcomeNotLearned(shared, change + " may be committed");
+  SaveOutcome own;
+  CKPTDB_ASSERT(DecodeSaveOutcome(committed, &own).ok());
+  if (!own.status.ok()) return own.status;
+  return OutcomeNotShared(shared, change + " is committed");
 }
 
 Result<CheckpointInfo> DBImpl::FinishSave(PreparedSave& p,
