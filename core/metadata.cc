@@ -15,7 +15,7 @@ std::string CheckpointSelector::ToString() const {
     case Kind::kInvalid:
       return "an invalid selector (" + tag + ")";
   }
-  return "?";
+  return "a selector of unknown kind " + std::to_string(static_cast<int>(kind));
 }
 
 }  // namespace ckptdb

@@ -58,6 +58,12 @@ Result<int64_t> CheckpointCatalogue::Resolve(
     const CheckpointSelector& which) const {
   using Kind = CheckpointSelector::Kind;
   if (which.kind == Kind::kInvalid) return Status::InvalidArgument(which.tag);
+  if (which.kind < Kind::kLatest || which.kind > Kind::kId) {
+    return Status::InvalidArgument(
+        "a checkpoint selector of unknown kind " +
+        std::to_string(static_cast<int>(which.kind)) +
+        " (latest, step, tag or id)");
+  }
   std::optional<int64_t> found;
   for (const CheckpointInfo& info : listing) {
     const bool match =
