@@ -17,6 +17,7 @@
 #include <set>
 
 #include "core/checksum.h"
+#include "core/text.h"
 #include "storage/chunk_files.h"
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
@@ -579,30 +580,6 @@ void StoreImpl::ReportCopies(const CopyFindings& found, StoreReport* report) {
         " are damaged: " + why);
   }
 }
-
-namespace {
-
-// `text` with each byte outside printable ASCII as \xNN: RocksDB's messages
-// about a damaged file quote its bytes, which a report must not pass on raw
-// (a reader of verify's output decoding it as UTF-8 failed).
-std::string PrintableText(const std::string& text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    const auto b = static_cast<unsigned char>(c);
-    if (b >= 0x20 && b < 0x7f) {
-      out += c;
-    } else {
-      out += "\\x";
-      out += kHex[b >> 4];
-      out += kHex[b & 15];
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 StoreImpl::OptionsFiles StoreImpl::CheckOptionsFiles() {
   OptionsFiles out;

@@ -47,7 +47,7 @@ int List(const std::string& path, bool as_json) {
     std::printf("%-6lld %-10s %-16s %-19s %6d %8lld %12s\n",
                 static_cast<long long>(info.id),
                 info.step ? std::to_string(*info.step).c_str() : "-",
-                info.tag ? info.tag->c_str() : "-",
+                info.tag ? ControlEscaped(*info.tag).c_str() : "-",
                 LocalTime(info.created).c_str(), info.world_size,
                 static_cast<long long>(info.num_tensors),
                 HumanBytes(info.nbytes).c_str());
@@ -122,7 +122,7 @@ int Show(const std::string& path, const Selection& sel, bool as_json,
   std::printf("checkpoint %lld", static_cast<long long>(m.info.id));
   if (m.info.step)
     std::printf("  step %lld", static_cast<long long>(*m.info.step));
-  if (m.info.tag) std::printf("  tag %s", m.info.tag->c_str());
+  if (m.info.tag) std::printf("  tag %s", ControlEscaped(*m.info.tag).c_str());
   std::printf("  created %s  saved by %d rank%s\n",
               LocalTime(m.info.created).c_str(), m.info.world_size,
               m.info.world_size == 1 ? "" : "s");

@@ -124,6 +124,12 @@ json ValueJson(const Value& v) {
 
 namespace {
 
+// A string, number or literal as JSON; bytes that are not UTF-8 (text a
+// store written before saves checked it may hold) become U+FFFD.
+std::string Dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 void AppendJson(const json& j, int indent, int depth, std::string* out) {
   const auto newline = [&](int level) {
     if (indent < 0) return;
@@ -143,7 +149,7 @@ void AppendJson(const json& j, int indent, int depth, std::string* out) {
       first = false;
       newline(depth + 1);
       if (object) {
-        *out += json(it.key()).dump();
+        *out += Dump(json(it.key()));
         *out += indent < 0 ? ":" : ": ";
       }
       AppendJson(*it, indent, depth + 1, out);
@@ -157,7 +163,7 @@ void AppendJson(const json& j, int indent, int depth, std::string* out) {
     *out += std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity";
     return;
   }
-  *out += j.dump();
+  *out += Dump(j);
 }
 
 }  // namespace
@@ -168,8 +174,24 @@ std::string JsonText(const json& j, int indent) {
   return out;
 }
 
+std::string ControlEscaped(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b >= 0x20 && b != 0x7f) {
+      out += c;
+      continue;
+    }
+    static constexpr char kHex[] = "0123456789abcdef";
+    out += "\\x";
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
 std::string ValueText(const Value& v) {
-  if (const auto* s = std::get_if<std::string>(&v)) return json(*s).dump();
+  if (const auto* s = std::get_if<std::string>(&v)) return Dump(json(*s));
   if (const auto* b = std::get_if<Bytes>(&v))
     return "bytes[" + std::to_string(b->data.size()) + "]";
   return JsonText(ValueJson(v));

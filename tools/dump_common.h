@@ -94,6 +94,10 @@ class Progress {
 // inf would not match DB.metadata()).
 std::string JsonText(const json& j, int indent = -1);
 
+// `text` with each control character (a NUL, a newline) written as \xNN, for
+// a tag in a line of text output.
+std::string ControlEscaped(const std::string& text);
+
 // A small value as JSON (bytes as an array of byte values), and as one line
 // of text.
 json ValueJson(const Value& v);

@@ -92,7 +92,10 @@ Status WriteSafetensors(const std::string& path,
                       {"data_offsets", {at, at + t.nbytes}}};
     at += t.nbytes;
   }
-  std::string text = header.dump();
+  // Names that are not UTF-8 (a store written before saves checked them)
+  // have U+FFFD in their place.
+  std::string text = header.dump(
+      -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   text.append((8 - text.size() % 8) % 8,
               ' ');  // the data starts 8-byte aligned
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(

@@ -69,6 +69,13 @@ Result<std::string> Text(py::handle obj, const std::string& what) {
   return std::string(data, static_cast<size_t>(size));
 }
 
+py::str StoredText(const std::string& text) {
+  PyObject* decoded = PyUnicode_DecodeUTF8(
+      text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace");
+  if (decoded == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(decoded);
+}
+
 Result<std::optional<std::string>> OptionalText(py::handle obj,
                                                 const std::string& what) {
   if (obj.is_none()) return std::optional<std::string>();

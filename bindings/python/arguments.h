@@ -28,6 +28,10 @@ std::string Str(pybind11::handle obj);
 
 // A str as UTF-8. `what` names the argument ("tag", "a key of 'a.b'").
 Result<std::string> Text(pybind11::handle obj, const std::string& what);
+// Text read from a store as a str; bytes that are not UTF-8 (which a store
+// written before saves checked its text may hold) as \xNN escapes, so that a
+// listing never fails on one checkpoint's tag.
+pybind11::str StoredText(const std::string& text);
 // None or a str.
 Result<std::optional<std::string>> OptionalText(pybind11::handle obj,
                                                 const std::string& what);

@@ -338,7 +338,7 @@ class PyDB {
     py::dict out;
     out["id"] = m.info.id;
     out["step"] = py::cast(m.info.step);
-    out["tag"] = py::cast(m.info.tag);
+    out["tag"] = m.info.tag ? py::object(StoredText(*m.info.tag)) : py::none();
     out["created"] = m.info.created;
     out["world_size"] = m.info.world_size;
     // The keys of every tensor's and chunk's dict, made once.
@@ -377,7 +377,10 @@ class PyDB {
     py::dict values;
     for (const auto& [key, v] : m.values) values[py::str(key)] = ToPython(v);
     out["values"] = values;
-    out["user_metadata"] = py::cast(m.user_metadata);
+    py::dict user;
+    for (const auto& [key, value] : m.user_metadata)
+      user[StoredText(key)] = StoredText(value);
+    out["user_metadata"] = user;
     return out;
   }
 
@@ -447,10 +450,11 @@ std::string CheckpointInfoRepr(const CheckpointInfo& i) {
     return "CheckpointInfo(id=" + std::to_string(i.id) + ", damage='" +
            i.damage + "')";
   }
+  const std::string tag =
+      i.tag ? py::repr(StoredText(*i.tag)).cast<std::string>() : "None";
   return "CheckpointInfo(id=" + std::to_string(i.id) +
          ", step=" + (i.step ? std::to_string(*i.step) : "None") +
-         ", tag=" + (i.tag ? "'" + *i.tag + "'" : "None") +
-         ", world_size=" + std::to_string(i.world_size) +
+         ", tag=" + tag + ", world_size=" + std::to_string(i.world_size) +
          ", num_tensors=" + std::to_string(i.num_tensors) +
          ", nbytes=" + std::to_string(i.nbytes) +
          ", nbytes_written=" + std::to_string(i.nbytes_written) + ")";
@@ -462,8 +466,12 @@ void DefineCheckpointInfo(py::module_& m) {
       .def_readonly("id", &CheckpointInfo::id, "int, increasing within a store")
       .def_readonly("step", &CheckpointInfo::step,
                     "training step given at save, or None")
-      .def_readonly("tag", &CheckpointInfo::tag,
-                    "unique name given at save, or None")
+      .def_property_readonly(
+          "tag",
+          [](const CheckpointInfo& i) -> py::object {
+            return i.tag ? py::object(StoredText(*i.tag)) : py::none();
+          },
+          "unique name given at save, or None")
       .def_readonly("created", &CheckpointInfo::created,
                     "unix seconds of the commit")
       .def_readonly("world_size", &CheckpointInfo::world_size,

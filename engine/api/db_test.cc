@@ -785,5 +785,60 @@ TEST(DBTest, RefusesShapesThatNoRecordHoldsAndCommitsNothing) {
   EXPECT_EQ(back, 1);
 }
 
+// Keys, tags, user metadata and str values are text every reader decodes as
+// UTF-8 (Python's str, the CLI's JSON): a save refuses any that is not,
+// naming it, and commits nothing; UTF-8 beyond ASCII and a NUL are text.
+TEST(DBTest, RefusesTextThatIsNotUtf8AndCommitsNothing) {
+  testing::TempDir dir;
+  auto db = DB::Open(Options(), dir.path());
+  ASSERT_TRUE(db.ok());
+  float x[4] = {1, 2, 3, 4};
+  const std::string bad = "best\xff\xfe";
+  struct Case {
+    std::string what;
+    StateDict state;
+    SaveOptions options;
+  };
+  std::vector<Case> cases(5);
+  for (Case& c : cases)
+    c.state.Set("w", TensorView::Whole(x, DType::kFloat32, {4}));
+  cases[0].what = "tag";
+  cases[0].options.tag = bad;
+  cases[1].what = "user metadata key";
+  cases[1].options.user_metadata[bad] = "v";
+  cases[2].what = "the user metadata value of 'note'";
+  cases[2].options.user_metadata["note"] = bad;
+  cases[3].what = "key";
+  cases[3].state.Child("optim").Set(bad, Value(int64_t{1}));
+  cases[4].what = "the str value of key 'name'";
+  cases[4].state.Set("name", Value(bad));
+  for (Case& c : cases) {
+    c.options.step = 1;
+    auto info = (*db)->Save(c.state, c.options);
+    ASSERT_TRUE(info.status().IsInvalidArgument())
+        << c.what << ": " << info.status().ToString();
+    const std::string quoted =
+        c.what == "key" ? "'optim.best\\xff\\xfe'" : "'best\\xff\\xfe'";
+    EXPECT_EQ(info.status().message().rfind(
+                  c.what + " is not UTF-8 text: " + quoted, 0),
+              0u)
+        << info.status().ToString();
+  }
+  auto listed = (*db)->ListCheckpoints();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE(listed->empty());
+  StateDict text;
+  text.Set("caf\xc3\xa9", Value(std::string("a\0b", 3)));
+  ASSERT_TRUE((*db)
+                  ->Save(text, {.step = 2,
+                                .tag = "\xf0\x9f\x98\x80",
+                                .user_metadata = {{"k", "\xc3\xa9"}}})
+                  .ok());
+  auto meta = (*db)->GetMetadata(CheckpointSelector::Tag("\xf0\x9f\x98\x80"));
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  EXPECT_EQ(std::get<std::string>(meta->values.at("caf\xc3\xa9")),
+            std::string("a\0b", 3));
+}
+
 }  // namespace
 }  // namespace ckptdb

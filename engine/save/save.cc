@@ -2,6 +2,7 @@
 // planning only the chunks it writes (rank 0 of a blocking save: every rank's,
 // for its record), chunks staged per writer rank, ingested and committed by
 // rank 0.
+#include "core/text.h"
 #include "engine/api/db_impl.h"
 #include "engine/collectives/agreement.h"
 #include "engine/collectives/classes.h"
@@ -37,6 +38,21 @@ Result<std::vector<int64_t>> DBImpl::IncrementalBases() {
   return shareable;
 }
 
+namespace {
+
+// The save options' text (the tag, user metadata) is UTF-8.
+Status CheckRecordedText(const SaveOptions& options) {
+  if (options.tag) CKPTDB_RETURN_IF_ERROR(CheckUtf8("tag", *options.tag));
+  for (const auto& [key, value] : options.user_metadata) {
+    CKPTDB_RETURN_IF_ERROR(CheckUtf8("user metadata key", key));
+    CKPTDB_RETURN_IF_ERROR(
+        CheckUtf8("the user metadata value of '" + key + "'", value));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
                                          const SaveOptions& options,
                                          bool whole_plan_on_root,
@@ -54,6 +70,7 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
   planner::RankSaveLayout layout;
   const Status built = BuildLayout(state, devices_.copier, &layout, &p.views);
   if (local.ok()) local = built;
+  if (local.ok()) local = CheckRecordedText(options);
   CKPTDB_ASSIGN_OR_RETURN(
       p.classes,
       GatherSaveClasses(*comm_, SaveArguments(options, call), &layout, local));

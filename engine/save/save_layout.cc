@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/text.h"
 #include "engine/api/tensor_checks.h"
 #include "engine/copy/box_views.h"
 #include "planner/flatten.h"
@@ -18,9 +19,15 @@ Status BuildLayout(const StateDict& state, DeviceCopier* copier,
   layout->shards.reserve(leaves.size());
   views->reserve(leaves.size());
   for (auto& leaf : leaves) {
+    // A key that is not UTF-8 has a part that is not.
+    CKPTDB_RETURN_IF_ERROR(CheckUtf8("key", leaf.flat_key));
     // Kinds travel only when some part is not a str key.
     if (planner::AllStrKeys(leaf.kinds)) leaf.kinds.clear();
     if (leaf.value) {
+      if (const auto* text = std::get_if<std::string>(leaf.value)) {
+        CKPTDB_RETURN_IF_ERROR(
+            CheckUtf8("the str value of key '" + leaf.flat_key + "'", *text));
+      }
       layout->values.push_back({std::move(leaf.flat_key), std::move(leaf.path),
                                 *leaf.value, std::move(leaf.kinds)});
       continue;

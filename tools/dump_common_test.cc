@@ -1,0 +1,28 @@
+#include "dump_common.h"
+
+#include <gtest/gtest.h>
+
+namespace ckptdb::tools {
+namespace {
+
+// A store written before saves checked their text may hold a tag, a key or
+// user metadata that is not UTF-8: JSON output writes those bytes as U+FFFD
+// instead of failing, and text output escapes control characters (a NUL
+// would cut a tag short, a newline split a line).
+TEST(DumpCommonTest, TextThatIsNotUtf8OrHoldsControlsStaysPrintable) {
+  CheckpointInfo info;
+  info.id = 2;
+  info.tag = std::string("best\xff");
+  const std::string text = JsonText(InfoJson(info));
+  EXPECT_NE(text.find("\"tag\":\"best\xef\xbf\xbd\""), std::string::npos)
+      << text;
+  json keyed = json::object();
+  keyed[std::string("k\xfe")] = "v";
+  EXPECT_EQ(JsonText(keyed), "{\"k\xef\xbf\xbd\":\"v\"}");
+  EXPECT_EQ(ValueText(Value(std::string("\xc0"))), "\"\xef\xbf\xbd\"");
+  EXPECT_EQ(ControlEscaped(std::string("a\0b\nc\x7f\xc3\xa9", 8)),
+            "a\\x00b\\x0ac\\x7f\xc3\xa9");
+}
+
+}  // namespace
+}  // namespace ckptdb::tools
