@@ -51,6 +51,22 @@ TEST(CheckpointCatalogueTest,
   EXPECT_EQ(empty.message(), "store '/s' has no checkpoint yet");
 }
 
+// A selector whose kind is none of the enum's (a cast from a bad number) is
+// InvalidArgument naming the kind, on every listing.
+TEST(CheckpointCatalogueTest, ASelectorOfAnUnknownKindIsInvalidArgument) {
+  CheckpointCatalogue catalogue("/s");
+  CheckpointSelector odd;
+  odd.kind = static_cast<CheckpointSelector::Kind>(9);
+  for (const auto& listing : {kListing, std::vector<CheckpointInfo>{}}) {
+    const Status s = catalogue.Resolve(listing, odd).status();
+    EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+    EXPECT_EQ(s.message().rfind("a checkpoint selector of unknown kind 9", 0),
+              0u)
+        << s.ToString();
+  }
+  EXPECT_EQ(odd.ToString(), "a selector of unknown kind 9");
+}
+
 TEST(CheckpointCatalogueTest, ATagNamesOneCheckpoint) {
   CheckpointCatalogue catalogue("/s");
   EXPECT_TRUE(catalogue.CheckTagFree(kListing, "other").ok());
