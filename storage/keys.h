@@ -78,6 +78,14 @@ inline constexpr std::string_view kIdentityKey =
     "\xff"
     "store_identity";
 
+// The checksums (ChunkChecksum) of RocksDB's OPTIONS files as a read-write
+// open found them once RocksDB had written its own: the database never reads
+// those files, so damage that still parses would otherwise go unseen. One
+// "name=<16 hex digits>\n" line a file.
+inline constexpr std::string_view kOptionsFilesKey =
+    "\xff"
+    "options_files";
+
 void PutBigEndian64(std::string* out, uint64_t v);
 uint64_t GetBigEndian64(const char* p);
 

@@ -12,7 +12,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <new>
 #include <set>
 
@@ -581,6 +584,39 @@ void StoreImpl::ReportCopies(const CopyFindings& found, StoreReport* report) {
   }
 }
 
+namespace {
+
+std::string EncodeOptionsSums(const std::map<std::string, uint64_t>& sums) {
+  std::string out;
+  for (const auto& [name, sum] : sums) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx",
+                  static_cast<unsigned long long>(sum));
+    out += name + "=" + hex + "\n";
+  }
+  return out;
+}
+
+// The sums kOptionsFilesKey records; none when it is absent or malformed
+// (the metadata's own checks name a damaged record).
+std::map<std::string, uint64_t> DecodeOptionsSums(std::string_view text) {
+  std::map<std::string, uint64_t> out;
+  while (!text.empty()) {
+    const size_t end = text.find('\n');
+    const size_t eq = text.find('=');
+    if (end == std::string_view::npos || eq > end || end - eq != 17) return {};
+    uint64_t sum = 0;
+    const char* first = text.data() + eq + 1;
+    auto [ptr, ec] = std::from_chars(first, first + 16, sum, 16);
+    if (ec != std::errc() || ptr != first + 16) return {};
+    out.emplace(std::string(text.substr(0, eq)), sum);
+    text.remove_prefix(end + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
 StoreImpl::OptionsFiles StoreImpl::CheckOptionsFiles() {
   OptionsFiles out;
   Result<std::vector<std::string>> names = fs_->ListDir(path_);
@@ -589,6 +625,11 @@ StoreImpl::OptionsFiles StoreImpl::CheckOptionsFiles() {
     return out;
   }
   std::sort(names->begin(), names->end());
+  std::string recorded;
+  if (!db_->Get(rocksdb::ReadOptions(), meta_, kOptionsFilesKey, &recorded)
+           .ok())
+    recorded.clear();
+  const std::map<std::string, uint64_t> sums = DecodeOptionsSums(recorded);
   rocksdb::ConfigOptions config;
   config.env = env_.get();
   for (const std::string& name : *names) {
@@ -615,19 +656,45 @@ StoreImpl::OptionsFiles StoreImpl::CheckOptionsFiles() {
       out.damaged.emplace_back(path, PrintableText(s.ToString()));
       continue;
     }
+    std::string text;
+    if (!rocksdb::ReadFileToString(env_.get(), path, &text).ok()) continue;
     // RocksDB ends every line with a newline; a flipped last byte parses
     // the same.
-    std::string text;
-    if (rocksdb::ReadFileToString(env_.get(), path, &text).ok() &&
-        !text.empty() && text.back() != '\n')
+    if (!text.empty() && text.back() != '\n') {
       out.damaged.emplace_back(path, "it does not end with a newline");
+      continue;
+    }
+    // Most flips (in a comment, a digit of a number) parse too.
+    const uint64_t sum = ChunkChecksum(text.data(), text.size());
+    const auto known = sums.find(name);
+    if (known != sums.end() && known->second != sum) {
+      out.damaged.emplace_back(
+          path,
+          "its bytes differ from those a read-write open found once "
+          "RocksDB had written it");
+      continue;
+    }
+    out.intact.emplace(name, sum);
   }
   return out;
 }
 
-void StoreImpl::RemoveDamagedOptionsFiles() {
-  for (const auto& [path, why] : CheckOptionsFiles().damaged)
-    (void)fs_->Remove(path);
+void StoreImpl::KeepOptionsFiles() {
+  const OptionsFiles files = CheckOptionsFiles();
+  for (const auto& [path, why] : files.damaged) (void)fs_->Remove(path);
+  const std::string sums = EncodeOptionsSums(files.intact);
+  std::string recorded;
+  if (db_->Get(rocksdb::ReadOptions(), meta_, kOptionsFilesKey, &recorded)
+          .ok() &&
+      recorded == sums)
+    return;
+  // In a table file of its own, as every metadata write (a commit's records
+  // share theirs with no other key). Best effort: without the record, the
+  // files are checked only for whether they parse.
+  rocksdb::WriteBatch batch;
+  batch.Put(meta_, kOptionsFilesKey, sums);
+  if (WriteMeta(&batch, "recording the checksums of the options files").ok())
+    (void)CompactMetaIfDeep();
 }
 
 void StoreImpl::ReportOptionsFiles(StoreReport* report) {

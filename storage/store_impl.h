@@ -524,7 +524,8 @@ class StoreImpl : public Store {
   // RocksDB's OPTIONS files that do not parse, as repairable metadata (a
   // read-write open writes a new one; the database does not read them).
   void ReportOptionsFiles(StoreReport* report);
-  // The database's options files that do not parse, each with why, and
+  // The database's options files that do not parse or whose bytes differ
+  // from their recorded checksum (kOptionsFilesKey), each with why, and
   // whether any options file is there (RocksDB writes one at each open and
   // keeps the newest two; the database reads none of them).
   struct OptionsFiles {
@@ -532,13 +533,16 @@ class StoreImpl : public Store {
     // Entries under RocksDB's name that are not regular files, each with
     // its kind (NotARegularFile): not removed, only reported.
     std::vector<std::pair<std::string, std::string>> not_files;
+    // The files that parse and match any checksum recorded, by name, with
+    // the checksum of their bytes.
+    std::map<std::string, uint64_t> intact;
     bool any = false;
   };
   OptionsFiles CheckOptionsFiles();
-  // Removes the damaged options files (a read-write open, once RocksDB wrote
-  // a new one): one left would be reported again until two more opens
-  // rotated it out.
-  void RemoveDamagedOptionsFiles();
+  // A read-write open, once RocksDB wrote a new options file: removes the
+  // damaged ones (one left would be reported again until two more opens
+  // rotated it out) and records the checksums of the others.
+  void KeepOptionsFiles();
   Status RewriteMetaFamily();
   // Read-write open of a store whose database RocksDB cannot open (damaged
   // CURRENT, MANIFEST or write-ahead log): when every checkpoint the journal

@@ -418,8 +418,8 @@ TEST(StoreMetadataTest, StoresOfFormat1StillOpenAndRead) {
   TempDir dir;
   const std::vector<CheckpointMetadata> saved = TwoCheckpoints(dir.path());
   ASSERT_TRUE(ckptdb::testing::RewriteAsFormat1(dir.path()).ok());
-  // + the store marker and the recorded IDENTITY
-  EXPECT_EQ(MetaKeys(dir.path()).size(), 2u + 2u);
+  // + the store marker, the recorded IDENTITY and the options files' sums
+  EXPECT_EQ(MetaKeys(dir.path()).size(), 2u + 3u);
   ExpectAnOlderStoreWorks(dir.path(), saved);
 }
 

@@ -583,7 +583,7 @@ Status StoreImpl::RecoverCommits() {
     CKPTDB_RETURN_IF_ERROR(SaveJournal(recovery.journal));
     catalogue_.ClearDamagedCopies();
   }
-  RemoveDamagedOptionsFiles();
+  KeepOptionsFiles();
   return RemoveLeftovers();
 }
 
