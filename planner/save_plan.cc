@@ -174,8 +174,18 @@ Status CheckOneTree(const SavePlan& plan, const Owners& owners) {
 
 // Every owner's shards by key (`by_key`); values and the flat mapping go
 // straight into `plan`.
+// The lowest rank whose layout has the small value `key`.
+int ValueRank(const Owners& owners, const std::vector<int>& order,
+              std::string_view key) {
+  for (const int o : order) {
+    for (const SaveValue& v : owners.layouts[o].values) {
+      if (v.flat_key == key) return owners.Named(o);
+    }
+  }
+  return -1;
+}
+
 Status GroupByKey(const Owners& owners, SavePlan* plan, KeyedShards* by_key) {
-  std::map<std::string, int> value_rank;
   auto add_path = [&](const std::string& key, const Path& path,
                       const PathKinds& kinds, int rank) -> Status {
     if (InsertNew(plan->flat_mapping, key, path)) {
@@ -217,8 +227,7 @@ Status GroupByKey(const Owners& owners, SavePlan* plan, KeyedShards* by_key) {
     for (const SaveValue& v : layout.values) {
       CKPTDB_RETURN_IF_ERROR(
           add_path(v.flat_key, v.path, v.kinds, owners.Named(o)));
-      if (InsertNew(plan->values, v.flat_key, v.value))
-        InsertNew(value_rank, v.flat_key, owners.Named(o));
+      InsertNew(plan->values, v.flat_key, v.value);
     }
   }
   // Stable: each key's shards keep their owners' order. One owner's come
@@ -228,16 +237,17 @@ Status GroupByKey(const Owners& owners, SavePlan* plan, KeyedShards* by_key) {
   };
   if (!std::is_sorted(by_key->begin(), by_key->end(), by_name))
     std::stable_sort(by_key->begin(), by_key->end(), by_name);
-  for (const auto& [key, rank] : value_rank) {
-    auto tensor = std::lower_bound(
-        by_key->begin(), by_key->end(), std::string_view(key),
-        [](const auto& entry, std::string_view k) { return entry.first < k; });
-    if (tensor != by_key->end() && tensor->first == key) {
-      return Status::InvalidArgument(
-          "key '" + key + "' is a small value on rank " + std::to_string(rank) +
-          " and a tensor on rank " +
-          std::to_string(owners.Named(tensor->second.holder.owner)));
-    }
+  // A key both a small value and a tensor: one walk of both sorted lists.
+  auto tensor = by_key->begin();
+  for (const auto& [key, value] : plan->values) {
+    while (tensor != by_key->end() && tensor->first < key) ++tensor;
+    if (tensor == by_key->end()) break;
+    if (tensor->first != key) continue;
+    return Status::InvalidArgument(
+        "key '" + key + "' is a small value on rank " +
+        std::to_string(ValueRank(owners, order, key)) +
+        " and a tensor on rank " +
+        std::to_string(owners.Named(tensor->second.holder.owner)));
   }
   return order.size() > 1 ? CheckOneTree(*plan, owners) : Status::OK();
 }

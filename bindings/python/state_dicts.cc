@@ -430,7 +430,16 @@ std::optional<Value> SmallValue(const py::handle& obj, const LeafPath& path) {
   return std::nullopt;
 }
 
+// Whether `obj` is a tensor leaf. The built-in scalars (exactly those
+// types, the values of a param group) are not, which is known without looking
+// up __dlpack__: a failed attribute lookup raises and clears an exception,
+// several times the cost of the rest of a value's save.
 bool IsTensorLeaf(const py::handle& obj) {
+  PyObject* o = obj.ptr();
+  if (o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) ||
+      PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
+      PyBytes_CheckExact(o) || py::isinstance(obj, classes().numpy_scalar))
+    return false;
   return py::isinstance<py::array>(obj) ||
          (classes().shard && py::isinstance(obj, classes().shard)) ||
          (classes().flat_shard && py::isinstance(obj, classes().flat_shard)) ||
@@ -532,8 +541,7 @@ class Converter {
       TensorView view =
           FromArray(value.cast<py::array>(), leaf, writable_, borrowed_);
       EntryOf(out, std::move(k), last).node = std::move(view);
-    } else if (IsTensorLeaf(value) &&
-               !py::isinstance(value, classes().numpy_scalar)) {
+    } else if (IsTensorLeaf(value)) {
       TensorView view = TensorLeaf(value, leaf, writable_, borrowed_);
       EntryOf(out, std::move(k), last).node = std::move(view);
     } else if (std::optional<Value> v = SmallValue(value, leaf)) {
