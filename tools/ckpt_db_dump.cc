@@ -132,15 +132,19 @@ int Show(const std::string& path, const Selection& sel, bool as_json,
   auto sharing = SharedBytes(*opened->db, m);
   if (!sharing.ok()) return Fail(sharing.status());
   PrintSharing(*sharing, m.info);
+  // Keys and metadata as printable lines: a NUL cut them short, a newline
+  // split a line.
   size_t width = 3;
-  for (const auto& [key, t] : m.tensors) width = std::max(width, key.size());
+  for (const auto& [key, t] : m.tensors)
+    width = std::max(width, ControlEscaped(key).size());
   std::printf("%-*s  %-13s %-18s %6s %10s\n", static_cast<int>(width), "key",
               "dtype", "shape", "chunks", "size");
   for (const auto& [key, t] : m.tensors) {
     uint64_t bytes = 0;
     for (const ChunkMetadata& c : t.chunks) bytes += c.nbytes;
     std::printf("%-*s  %-13s %-18s %6zu %10s\n", static_cast<int>(width),
-                key.c_str(), std::string(DTypeName(t.dtype)).c_str(),
+                ControlEscaped(key).c_str(),
+                std::string(DTypeName(t.dtype)).c_str(),
                 ShapeToString(t.global_shape).c_str(), t.chunks.size(),
                 HumanBytes(bytes).c_str());
     if (!chunks) continue;
@@ -159,14 +163,15 @@ int Show(const std::string& path, const Selection& sel, bool as_json,
   if (!m.values.empty()) {
     std::printf("\nvalues\n");
     for (const auto& [key, v] : m.values) {
-      std::printf("  %s = %s (%s)\n", key.c_str(), ValueText(v).c_str(),
-                  std::string(ValueTypeName(v)).c_str());
+      std::printf("  %s = %s (%s)\n", ControlEscaped(key).c_str(),
+                  ValueText(v).c_str(), std::string(ValueTypeName(v)).c_str());
     }
   }
   if (!m.user_metadata.empty()) {
     std::printf("\nuser metadata\n");
     for (const auto& [k, v] : m.user_metadata)
-      std::printf("  %s = %s\n", k.c_str(), v.c_str());
+      std::printf("  %s = %s\n", ControlEscaped(k).c_str(),
+                  ControlEscaped(v).c_str());
   }
   return 0;
 }

@@ -8,6 +8,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "dump_common.h"
+
 namespace ckptdb::tools {
 namespace {
 
@@ -220,6 +222,14 @@ zip_int64_t NpyCallback(void* user, void* data, zip_uint64_t len,
 Status WriteNpz(const std::string& path,
                 const std::vector<ExportTensor>& tensors,
                 const TensorFiller& fill) {
+  // A zip entry's name ends at its first NUL (libzip takes C strings).
+  for (const ExportTensor& t : tensors) {
+    if (t.name.find('\0') == std::string::npos) continue;
+    return Status::InvalidArgument(
+        "tensor '" + ControlEscaped(t.name) +
+        "': its key holds a NUL byte, which no .npz entry name can; export "
+        "to safetensors (--format safetensors) instead");
+  }
   int error = 0;
   zip_t* archive = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
   if (!archive) {

@@ -6,6 +6,7 @@
 #include "core/checksum.h"
 #include "engine/api/db_impl.h"
 #include "engine/api/process_bound.h"
+#include "engine/collectives/sealed_communicator.h"
 #include "engine/collectives/wire.h"
 
 namespace ckptdb {
@@ -167,6 +168,9 @@ Result<std::unique_ptr<DB>> OpenDB(const Options& options,
                                    std::shared_ptr<Communicator> comm,
                                    DeviceSeams devices) {
   if (!comm) comm = SingleProcessCommunicator();
+  // Every collective message checked on arrival: a damaged one fails the call
+  // naming its rank rather than decoding into another id or outcome.
+  comm = SealedCommunicator(std::move(comm));
   // RocksDB's background threads start with the first store.
   ExitForkedChildrenAtOnce();
   // First, the options of every rank: a rank whose own are bad still meets

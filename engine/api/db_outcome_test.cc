@@ -19,17 +19,21 @@ namespace {
 using testing::Buf;
 using testing::TempDir;
 
+// How FailingAfter fails a call: an error after the call ran, or its
+// received bytes cut short or with one bit flipped (the call "succeeds").
+enum class Fault { kError, kCut, kFlip };
+
 // Passes every call to `inner`; once armed, its `fail_at`-th call (counted
-// from 1) still runs on `inner` and then fails, or, with `damage`, returns
-// its received bytes cut short: the other ranks saw the call succeed.
+// from 1) still runs on `inner` and then fails as `fault` says: the other
+// ranks saw the call succeed.
 class FailingAfter : public Communicator {
  public:
   explicit FailingAfter(std::shared_ptr<Communicator> inner)
       : inner_(std::move(inner)) {}
-  void Arm(int fail_at, bool damage) {
+  void Arm(int fail_at, Fault fault) {
     calls_ = 0;
     fail_at_ = fail_at;
-    damage_ = damage;
+    fault_ = fault;
   }
   int calls() const { return calls_; }
   bool failed() const { return failed_; }
@@ -40,15 +44,17 @@ class FailingAfter : public Communicator {
   Result<std::vector<std::string>> AllGather(std::string_view bytes) override {
     auto all = inner_->AllGather(bytes);
     if (!Fails()) return all;
-    if (!damage_) return Status::IOError("injected failure of an all-gather");
-    for (std::string& part : *all) part.resize(part.size() / 2);
+    if (fault_ == Fault::kError)
+      return Status::IOError("injected failure of an all-gather");
+    for (std::string& part : *all) Damage(&part);
     return all;
   }
   Status Broadcast(std::string* bytes, int root) override {
     Status s = inner_->Broadcast(bytes, root);
     if (!Fails()) return s;
-    if (!damage_) return Status::IOError("injected failure of a broadcast");
-    bytes->resize(bytes->size() / 2);
+    if (fault_ == Fault::kError)
+      return Status::IOError("injected failure of a broadcast");
+    Damage(bytes);
     return s;
   }
   Status Exchange(std::span<const SendBuffer> sends,
@@ -66,11 +72,18 @@ class FailingAfter : public Communicator {
     if (Fails()) return Status::IOError("injected failure of an exchange");
     return s;
   }
+  void Damage(std::string* bytes) const {
+    if (fault_ == Fault::kCut) {
+      bytes->resize(bytes->size() / 2);
+    } else if (!bytes->empty()) {
+      (*bytes)[bytes->size() / 3] ^= 0x04;
+    }
+  }
 
   std::shared_ptr<Communicator> inner_;
   int calls_ = 0;
   int fail_at_ = 0;
-  bool damage_ = false;
+  Fault fault_ = Fault::kError;
   bool failed_ = false;
 };
 
@@ -103,18 +116,22 @@ TEST(DBOutcomeTest, ASaveOrDeleteWhoseOutcomeCannotBeSharedSaysWhatHappened) {
   state.Set("w", w.Whole());
   int saying_committed = 0;
   int saying_deleted = 0;
-  for (const bool damage : {false, true}) {
+  for (const Fault fault : {Fault::kError, Fault::kCut, Fault::kFlip}) {
     for (int fail_at = 1;; ++fail_at) {
       TempDir dir;
       auto comm = std::make_shared<FailingAfter>(SingleProcessCommunicator());
       auto db = DB::Open({}, dir.path(), comm);
       ASSERT_TRUE(db.ok()) << db.status().ToString();
       ASSERT_TRUE((*db)->Save(state, {.step = 1}).ok());
-      comm->Arm(fail_at, damage);
+      comm->Arm(fail_at, fault);
       auto saved = (*db)->Save(state, {.step = 2});
       const bool save_failed = comm->failed();
-      comm->Arm(0, false);
+      comm->Arm(0, Fault::kError);
       if (saved.ok()) {
+        // What a rank returns is what rank 0 committed, never bytes altered
+        // on the way.
+        EXPECT_EQ(saved->id, 2) << fail_at;
+        EXPECT_EQ(saved->nbytes, 256) << fail_at;
         EXPECT_TRUE(Listed(dir.path(), 2)) << fail_at;
       } else if (Listed(dir.path(), 2)) {
         EXPECT_TRUE(Mentions(saved.status(), "checkpoint id 2 is committed"))
@@ -122,10 +139,10 @@ TEST(DBOutcomeTest, ASaveOrDeleteWhoseOutcomeCannotBeSharedSaysWhatHappened) {
         ++saying_committed;
       }
       // The delete of step 1, failing at the same call.
-      comm->Arm(fail_at, damage);
+      comm->Arm(fail_at, fault);
       const Status deleted = (*db)->Delete(CheckpointSelector::Step(1));
       const bool delete_failed = comm->failed();
-      comm->Arm(0, false);
+      comm->Arm(0, Fault::kError);
       if (!deleted.ok() && !Listed(dir.path(), 1)) {
         EXPECT_TRUE(Mentions(deleted, "checkpoint id 1 is deleted"))
             << "call " << fail_at << ": " << deleted.ToString();
@@ -135,16 +152,16 @@ TEST(DBOutcomeTest, ASaveOrDeleteWhoseOutcomeCannotBeSharedSaysWhatHappened) {
       if (!save_failed && !delete_failed) break;  // past both calls' last
     }
   }
-  // The broadcast of the outcome, failed and damaged.
-  EXPECT_EQ(saying_committed, 2);
-  EXPECT_EQ(saying_deleted, 2);
+  // The broadcast of the outcome, failed, cut short and with a bit flipped.
+  EXPECT_EQ(saying_committed, 3);
+  EXPECT_EQ(saying_deleted, 3);
 }
 
 // Two ranks: rank 1 cannot learn the outcome rank 0 broadcasts; it says the
 // checkpoint may be committed (or deleted), and rank 0 returns it.
 TEST(DBOutcomeTest, ARankThatCannotLearnTheOutcomeSaysItMayHaveHappened) {
   Buf w(DType::kFloat32, {64});
-  for (const bool damage : {false, true}) {
+  for (const Fault fault : {Fault::kError, Fault::kCut, Fault::kFlip}) {
     TempDir dir;
     auto comms = InProcessCommunicators(2);
     auto failing = std::make_shared<FailingAfter>(comms[1]);
@@ -164,15 +181,15 @@ TEST(DBOutcomeTest, ARankThatCannotLearnTheOutcomeSaysItMayHaveHappened) {
         ASSERT_TRUE((*db)->Save(state, {.step = 1}).ok());
         // Rank 1 counts the calls of a save and of a delete, then fails the
         // last one of the next (the broadcast of rank 0's outcome).
-        if (rank == 1) failing->Arm(1 << 20, damage);
+        if (rank == 1) failing->Arm(1 << 20, fault);
         ASSERT_TRUE((*db)->Save(state, {.step = 9}).ok());
-        if (rank == 1) failing->Arm(failing->calls(), damage);
+        if (rank == 1) failing->Arm(failing->calls(), fault);
         saved[rank] = (*db)->Save(state, {.step = 2});
-        if (rank == 1) failing->Arm(1 << 20, damage);
+        if (rank == 1) failing->Arm(1 << 20, fault);
         ASSERT_TRUE((*db)->Delete(CheckpointSelector::Step(9)).ok());
-        if (rank == 1) failing->Arm(failing->calls(), damage);
+        if (rank == 1) failing->Arm(failing->calls(), fault);
         deleted[rank] = (*db)->Delete(CheckpointSelector::Step(1));
-        if (rank == 1) failing->Arm(0, false);
+        if (rank == 1) failing->Arm(0, Fault::kError);
         ASSERT_TRUE((*db)->Close().ok());
       });
     }

@@ -3,7 +3,9 @@
 #include <xxhash.h>
 
 #include <map>
+#include <new>
 
+#include "engine/collectives/sealed_communicator.h"
 #include "engine/collectives/wire.h"
 
 namespace ckptdb::engine {
@@ -90,8 +92,13 @@ Result<RankClasses> AllGatherClasses(Communicator& comm,
 Result<std::vector<std::string>> GatherToRoot(Communicator& comm,
                                               std::string_view bytes) {
   if (comm.size() == 1) return std::vector<std::string>{std::string(bytes)};
+  std::string sealed;
+  if (comm.rank() != 0) {
+    sealed = bytes;
+    Seal(&sealed);
+  }
   WireWriter w;
-  w.U64(bytes.size());
+  w.U64(sealed.size());
   CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> sizes,
                           comm.AllGather(w.Take()));
   std::vector<std::string> out;
@@ -106,13 +113,21 @@ Result<std::vector<std::string>> GatherToRoot(Communicator& comm,
       if (!reader.U64(&n) || n > (uint64_t{1} << 40))
         return Status::Internal("malformed size from rank " +
                                 std::to_string(r));
-      out[r].resize(n);
+      try {
+        out[r].resize(n);
+      } catch (const std::bad_alloc&) {
+        return Status::IOError("rank " + std::to_string(r) + " sends " +
+                               std::to_string(n) +
+                               " bytes, more than this rank can hold");
+      }
       recvs.push_back({static_cast<int>(r), out[r].data(), out[r].size()});
     }
   } else {
-    sends.push_back({0, bytes.data(), bytes.size()});
+    sends.push_back({0, sealed.data(), sealed.size()});
   }
   CKPTDB_RETURN_IF_ERROR(comm.Exchange(sends, recvs));
+  for (size_t r = 1; r < out.size(); ++r)
+    CKPTDB_RETURN_IF_ERROR(Unseal(&out[r], static_cast<int>(r)));
   return out;
 }
 

@@ -758,3 +758,26 @@ def test_a_missing_copy_beside_another_checkpoints_damaged_records_costs_nothing
             np.testing.assert_array_equal(db.read("w", step=2), np.full(64, 2, np.float32))
         p = dump("verify", path)
         assert "LOST checkpoint" not in p.stdout, (name, p.stdout)
+
+
+def test_text_output_escapes_control_characters_and_npz_refuses_a_nul_in_a_key(tmp_path):
+    # NUL and newline are UTF-8 text a save keeps; text output must not cut
+    # a key or metadata short at a NUL or split a line at a newline, and an
+    # .npz entry name cannot hold a NUL (libzip cuts it there).
+    path = str(tmp_path / "s")
+    w = np.arange(4, dtype=np.float32)
+    with ckptdb.open(path) as db:
+        db.save({"a\x00b": w, "k\nfake": 1}, step=1, tag="t\x00ag",
+                metadata={"m\x00k": "mv\x00tail"})
+    out = dump("show", path, check=0).stdout
+    assert "a\\x00b" in out and "k\\x0afake = 1 (int)" in out, out
+    assert "m\\x00k = mv\\x00tail" in out and "tag t\\x00ag" in out, out
+    assert "\x00" not in out
+    listed = dump("list", path, check=0).stdout
+    assert "t\\x00ag" in listed and "\x00" not in listed, listed
+    npz = str(tmp_path / "out.npz")
+    p = dump("export", path, "--format", "npz", "-o", npz, check=2)
+    assert "a\\x00b" in p.stderr and "NUL" in p.stderr and "safetensors" in p.stderr, p.stderr
+    assert not os.path.exists(npz)
+    st = str(tmp_path / "out.safetensors")
+    dump("export", path, "--format", "safetensors", "-o", st, check=0)
