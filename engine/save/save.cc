@@ -154,7 +154,7 @@ Result<SaveOutcome> DBImpl::CommitOnEveryRank(
                      {options_.keep_last, options_.keep_every_steps});
     if (!options_.incremental) kept_commits_.clear();
   }
-  const std::string committed = outcome;
+  const std::string own_outcome = outcome;  // rank 0's: what it did
   Status shared = comm_->Broadcast(&outcome, 0);
   SaveOutcome decoded;
   if (shared.ok()) shared = DecodeSaveOutcome(outcome, &decoded);
@@ -164,7 +164,7 @@ Result<SaveOutcome> DBImpl::CommitOnEveryRank(
   kept_commits_.clear();
   if (!root) return OutcomeNotLearned(shared, change + " may be committed");
   SaveOutcome own;
-  CKPTDB_ASSERT(DecodeSaveOutcome(committed, &own).ok());
+  CKPTDB_ASSERT(DecodeSaveOutcome(own_outcome, &own).ok());
   if (!own.status.ok()) return own.status;
   return OutcomeNotShared(shared, change + " is committed");
 }
