@@ -1,6 +1,7 @@
 #include "engine/collectives/agreement.h"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <set>
 
@@ -87,6 +88,9 @@ std::string Digest(const std::string& encoded) {
 }
 
 // The CompareArguments error of every rank's `encoded` arguments. Collective.
+// The argument SaveArguments adds for a rank whose input could not be used.
+constexpr std::string_view kInputError = "(this rank's input error)";
+
 Status Disagreement(Communicator& comm, const std::string& encoded) {
   CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> all,
                           comm.AllGather(encoded));
@@ -169,8 +173,14 @@ CallArguments OpenArguments(const Options& options) {
   return args;
 }
 
-CallArguments SaveArguments(const SaveOptions& options, std::string_view call) {
+CallArguments SaveArguments(const SaveOptions& options, std::string_view call,
+                            const Status& input) {
   CallArguments args{std::string(call)};
+  if (!input.ok()) {
+    args.Add(
+        std::string(kInputError),
+        std::to_string(static_cast<int>(input.code())) + ":" + input.message());
+  }
   args.Add("step", Optional(options.step)).Add("tag", Optional(options.tag));
   for (const auto& [key, value] : options.user_metadata)
     args.Add("user metadata " + Quoted(key), Quoted(value));
@@ -199,6 +209,21 @@ Status CompareArguments(const std::vector<CallArguments>& by_rank) {
     return Status::InvalidArgument(
         "ranks called different collective operations: " +
         Groups(calls, "called"));
+  }
+  // A rank whose input could not be used differs in stand-ins: its own
+  // error says why (the lowest such rank's, as FirstError would).
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    for (const auto& [name, printed] : by_rank[r].items()) {
+      if (name != kInputError) continue;
+      const size_t colon = printed.find(':');
+      int code = static_cast<int>(StatusCode::kInvalidArgument);
+      if (colon != std::string::npos)
+        (void)std::from_chars(printed.data(), printed.data() + colon, code);
+      return Status(
+          static_cast<StatusCode>(code),
+          "rank " + std::to_string(r) + ": " +
+              printed.substr(colon == std::string::npos ? 0 : colon + 1));
+    }
   }
   std::string message;
   for (const auto& [name, values] : ByName(by_rank)) {

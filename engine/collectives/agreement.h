@@ -51,8 +51,13 @@ class CallArguments {
 // DB::Delete that must agree. An open's are the Options every rank acts on
 // alike (read_only, max_chunk_bytes, retention, incremental saves, sync).
 CallArguments OpenArguments(const Options& options);
+// `input`: this rank's own error when its input could not be used (a state
+// dict or options its binding could not convert, whose stand-ins then differ
+// from the other ranks' arguments); CompareArguments reports that error
+// rather than the differences it causes.
 CallArguments SaveArguments(const SaveOptions& options,
-                            std::string_view call = "save");
+                            std::string_view call = "save",
+                            const Status& input = Status::OK());
 CallArguments LoadArguments(const CheckpointSelector& which,
                             const LoadOptions& options);
 CallArguments DeleteArguments(const CheckpointSelector& which);

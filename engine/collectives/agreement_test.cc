@@ -38,6 +38,23 @@ TEST(AgreementTest, NamesTheArgumentAndTheRanksBehindEachValue) {
             "passed none");
 }
 
+// A rank whose input could not be used (its binding could not convert the
+// tag, so it passes a stand-in) is named with its own error, code and all,
+// not as a rank that passed no tag.
+TEST(AgreementTest, ARanksOwnInputErrorIsReportedInsteadOfItsStandIns) {
+  const Status bad = Status::FailedPrecondition("tag is not valid text");
+  Status s = CompareArguments({SaveArguments(Tagged("a")),
+                               SaveArguments({}, "save", bad),
+                               SaveArguments(Tagged("a"), "save", bad)});
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "rank 1: tag is not valid text");
+  // Without the error, the stand-in is a disagreement.
+  s = CompareArguments({SaveArguments(Tagged("a")), SaveArguments({})});
+  EXPECT_EQ(s.message(),
+            "ranks disagree on the save's tag: rank 0 passed 'a', rank 1 "
+            "passed none");
+}
+
 TEST(AgreementTest, ListsEveryArgumentThatDiffers) {
   std::vector<CallArguments> by_rank;
   for (int r = 0; r < 4; ++r) {

@@ -72,8 +72,8 @@ Result<PreparedSave> DBImpl::PrepareSave(const StateDict& state,
   if (local.ok()) local = built;
   if (local.ok()) local = CheckRecordedText(options);
   CKPTDB_ASSIGN_OR_RETURN(
-      p.classes,
-      GatherSaveClasses(*comm_, SaveArguments(options, call), &layout, local));
+      p.classes, GatherSaveClasses(*comm_, SaveArguments(options, call, local),
+                                   &layout, local));
   CKPTDB_ASSIGN_OR_RETURN(
       p.plan, planner::BuildClassSavePlan(p.classes, options_.max_chunk_bytes,
                                           p.whole_plan ? -1 : rank));
