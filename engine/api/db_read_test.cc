@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -146,11 +147,16 @@ TEST_F(PartialReadTest, BadIndexesAndKeysAreNamed) {
     EXPECT_NE(m.find("[64, 32]"), std::string::npos) << m;
     EXPECT_NE(m.find(IndexToString(bad)), std::string::npos) << m;
   }
-  for (const Box& bad : {Box{{-2, 0}, {1, 32}}, Box{{0, 0}, {1, -1}},
-                         Box{{0, 30}, {1, 4}}, Box{{0}, {1, 1}}}) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (const Box& bad :
+       {Box{{-2, 0}, {1, 32}}, Box{{0, 0}, {1, -1}}, Box{{0, 30}, {1, 4}},
+        Box{{0}, {1, 1}}, Box{{kMax - 1, 0}, {3, 1}}}) {
     auto read = db_->Read("emb", CheckpointSelector::Latest(), bad);
     ASSERT_TRUE(read.status().IsInvalidArgument()) << BoxToString(bad);
-    EXPECT_NE(read.status().message().find("'emb'"), std::string::npos);
+    const std::string& m = read.status().message();
+    EXPECT_NE(m.find("'emb'"), std::string::npos);
+    // Bounds are the caller's numbers, never a wrapped sum.
+    EXPECT_EQ(m.find("-9223372036854775"), std::string::npos) << m;
   }
   EXPECT_TRUE(Read("nope", {}).status().IsNotFound());
   EXPECT_NE(Read("nope", {}).status().message().find("'nope'"),

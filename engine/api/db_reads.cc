@@ -29,16 +29,20 @@ Status DB::Verify(const CheckpointSelector& which) {
 Result<Tensor> DB::Read(const std::string& flat_key,
                         const CheckpointSelector& which, const Box& box,
                         ReadStats* stats) {
-  // An index counts negative positions from the end; a box has none.
-  bool negative = box.origin.size() != box.shape.size();
-  for (size_t d = 0; d < box.origin.size() && !negative; ++d) {
-    negative = box.origin[d] < 0 || box.shape[d] < 0;
+  // An index counts negative positions from the end; a box has none. Its
+  // ends must be numbers too (an offset plus an extent beyond 2^63 wrapped).
+  bool bad = box.origin.size() != box.shape.size();
+  for (size_t d = 0; d < box.origin.size() && !bad; ++d) {
+    int64_t end = 0;
+    bad = box.origin[d] < 0 || box.shape[d] < 0 ||
+          __builtin_add_overflow(box.origin[d], box.shape[d], &end);
   }
-  if (negative) {
+  if (bad) {
     return Status::InvalidArgument(
         "box offset " + ShapeToString(box.origin) + " shape " +
         ShapeToString(box.shape) + " of tensor '" + flat_key +
-        "': offsets and extents must be >= 0, one of each per dimension");
+        "': offsets and extents must be >= 0, one of each per dimension, "
+        "and their sums below 2^63");
   }
   return Read(flat_key, which, IndexOfBox(box), stats);
 }
