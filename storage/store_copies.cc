@@ -626,10 +626,9 @@ StoreImpl::OptionsFiles StoreImpl::CheckOptionsFiles() {
   }
   std::sort(names->begin(), names->end());
   std::string recorded;
-  if (!db_->Get(rocksdb::ReadOptions(), meta_, kOptionsFilesKey, &recorded)
-           .ok())
-    recorded.clear();
-  const std::map<std::string, uint64_t> sums = DecodeOptionsSums(recorded);
+  if (db_->Get(rocksdb::ReadOptions(), meta_, kOptionsFilesKey, &recorded).ok())
+    out.recorded = DecodeOptionsSums(recorded);
+  const std::map<std::string, uint64_t>& sums = out.recorded;
   rocksdb::ConfigOptions config;
   config.env = env_.get();
   for (const std::string& name : *names) {
@@ -682,17 +681,12 @@ StoreImpl::OptionsFiles StoreImpl::CheckOptionsFiles() {
 void StoreImpl::KeepOptionsFiles() {
   const OptionsFiles files = CheckOptionsFiles();
   for (const auto& [path, why] : files.damaged) (void)fs_->Remove(path);
-  const std::string sums = EncodeOptionsSums(files.intact);
-  std::string recorded;
-  if (db_->Get(rocksdb::ReadOptions(), meta_, kOptionsFilesKey, &recorded)
-          .ok() &&
-      recorded == sums)
-    return;
+  if (files.intact == files.recorded) return;
   // In a table file of its own, as every metadata write (a commit's records
   // share theirs with no other key). Best effort: without the record, the
   // files are checked only for whether they parse.
   rocksdb::WriteBatch batch;
-  batch.Put(meta_, kOptionsFilesKey, sums);
+  batch.Put(meta_, kOptionsFilesKey, EncodeOptionsSums(files.intact));
   if (WriteMeta(&batch, "recording the checksums of the options files").ok())
     (void)CompactMetaIfDeep();
 }

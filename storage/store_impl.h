@@ -534,8 +534,8 @@ class StoreImpl : public Store {
     // its kind (NotARegularFile): not removed, only reported.
     std::vector<std::pair<std::string, std::string>> not_files;
     // The files that parse and match any checksum recorded, by name, with
-    // the checksum of their bytes.
-    std::map<std::string, uint64_t> intact;
+    // the checksum of their bytes; and the checksums recorded.
+    std::map<std::string, uint64_t> intact, recorded;
     bool any = false;
   };
   OptionsFiles CheckOptionsFiles();
