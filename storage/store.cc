@@ -289,11 +289,14 @@ Result<int64_t> StoreImpl::NextCheckpointId() {
   // save writes any (every rank's writes start after the root's id), and with
   // it the reserve, if a full disk's delete used it.
   remover_.Wait();
-  if (reserve_released_.exchange(false)) EnsureReserve(/*repair=*/true);
+  const bool repair_reserve = reserve_released_.exchange(false);
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   // Before the save stages files, which a reopen would remove.
   CKPTDB_RETURN_IF_ERROR(ReopenAfterFailedWrites(lock));
+  // After the reopen, which may have used the reserve: a save never writes
+  // into the room that keeps a delete and an open working on a full disk.
+  CKPTDB_RETURN_IF_ERROR(ReserveForSave(repair_reserve));
   const std::set<int64_t> live = LiveChunkIds();
   CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> records, RecordIds());
   const int64_t next = catalogue_.NextId(live, records);

@@ -296,8 +296,16 @@ class StoreImpl : public Store {
   // EnsureReserve writes it when absent and, with `repair` (a read-write
   // open, a save after a full disk's delete), when short (a write on a full
   // disk left it so) or damaged (ReserveDamage) (best effort);
-  // ReleaseReserve removes it and says whether there was one.
+  // EnsureReserveLocked does the same under the caller's lock of mu_ and
+  // returns the write's failure. ReleaseReserve removes it and says whether
+  // there was one.
   void EnsureReserve(bool repair = false);
+  Status EnsureReserveLocked(bool repair);
+  // As a save starts, under the caller's lock of mu_: writes the reserve
+  // when absent, and refuses the save when the disk has no room for it (the
+  // save would use the room a delete needs to free space). Other failures
+  // to write it leave the save to go on (best effort).
+  Status ReserveForSave(bool repair);
   bool ReleaseReserve();
   // What is wrong with the reserve file at `path` (bytes other than zeros),
   // or nullopt (also when there is none, or it cannot be read). Reads it

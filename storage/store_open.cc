@@ -96,20 +96,40 @@ std::optional<std::string> StoreImpl::ReserveDamage(StoreFileSystem& fs,
 
 void StoreImpl::EnsureReserve(bool repair) {
   std::shared_lock lock(mu_);
-  if (options_.read_only || !db_) return;
+  (void)EnsureReserveLocked(repair);
+}
+
+Status StoreImpl::EnsureReserveLocked(bool repair) {
+  if (options_.read_only || !db_) return Status::OK();
   const std::string path = path_ + "/" + kReserveFile;
   // Its own file system: a failure here (a disk still full) must not hold
   // back the database's deletions.
   StoreFileSystem fs(options_.file_system_hooks, /*sync=*/true, path_);
   // Best effort: a reserve that cannot be looked for is not written.
   const Result<std::optional<uint64_t>> size = fs.SizeIfPresent(path);
-  if (!size.ok()) return;
-  const bool write =
-      !size->has_value() || (repair && (**size < kReserveBytes ||
-                                        ReserveDamage(fs, path).has_value()));
-  if (!write) return;
-  if (!fs.WriteFileSynced(path, std::string(kReserveBytes, '\0')).ok())
-    (void)fs.Remove(path);
+  if (!size.ok()) return Status::OK();
+  // A short one is what a write on a full disk left.
+  const bool write = !size->has_value() || **size < kReserveBytes ||
+                     (repair && ReserveDamage(fs, path).has_value());
+  if (!write) return Status::OK();
+  Status written = fs.WriteFileSynced(path, std::string(kReserveBytes, '\0'));
+  if (!written.ok()) {
+    // Through another file system: one whose write failed refuses deletions.
+    StoreFileSystem remover(options_.file_system_hooks, /*sync=*/true, path_);
+    (void)remover.Remove(path);
+  }
+  return written;
+}
+
+Status StoreImpl::ReserveForSave(bool repair) {
+  const Status written = EnsureReserveLocked(repair);
+  if (!IsNoSpace(written)) return Status::OK();
+  return Status::IOError(
+      "store '" + path_ + "' has no room for its reserve (" +
+      std::to_string(kReserveBytes >> 20) + " MiB, " + kReserveFile +
+      "), which keeps a delete and an open working on a full disk; the save "
+      "wrote nothing: delete a checkpoint or free space on the disk (" +
+      written.message() + ")");
 }
 
 Status StoreImpl::KeepIdentity() {

@@ -11,12 +11,13 @@ import ckptdb
 
 
 @pytest.fixture
-def small_fs(tmp_path):
+def small_fs(tmp_path, request):
+    """A tmpfs of 20 MiB, or of the size a test's `indirect` parameter names."""
     mnt = tmp_path / "small"
     mnt.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mnt)],
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={getattr(request, 'param', '20m')}", "tmpfs", str(mnt)],
                        capture_output=True, text=True)
     if p.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
@@ -72,3 +73,52 @@ def test_deletes_one_after_another_on_a_full_disk(small_fs):
         np.testing.assert_array_equal(got[k], v)
     db.close()
     assert not [n for n in os.listdir(store) if n.endswith(".tmp")]
+
+
+
+def reserve_bytes(store):
+    path = os.path.join(store, "CKPTDB_RESERVE")
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+@pytest.mark.parametrize("small_fs", ["8m"], indirect=True)
+def test_saves_until_the_disk_is_full_never_take_the_reserves_room(small_fs):
+    # Saves of about 1.3 MB each until the disk refuses several in a row: whether a failed write
+    # or a reopen on the full disk used the reserve, a save never writes into its room, so the
+    # handle still lists, deletes, saves into the room a delete freed, and reopens.
+    store = os.path.join(small_fs, "store")
+    rng = np.random.default_rng(0)
+
+    def state(step):
+        return {"a": rng.standard_normal(300_000).astype(np.float32),
+                "b": rng.integers(0, 255, 100_000, dtype=np.uint8), "step": step}
+
+    db = ckptdb.open(store, keep_last=None, max_chunk_bytes=1 << 18)
+    saved, failures, step = {}, [], 0
+    while len(failures) < 6:
+        step += 1
+        sd = state(step)
+        try:
+            saved[db.save(sd, step=step).id] = sd
+        except ckptdb.Error as e:
+            failures.append(str(e))
+        assert reserve_bytes(store) + free_bytes(small_fs) >= (4 << 20) - (256 << 10), (step, failures)
+    assert any("no room for its reserve" in f for f in failures), failures
+    assert len(saved) >= 2
+    assert sorted(c.id for c in db.checkpoints()) == sorted(saved)
+    for oldest in sorted(saved)[:2]:
+        db.delete(id=oldest)
+        del saved[oldest]
+    assert reserve_bytes(store) == 4 << 20
+    step += 1
+    sd = state(step)
+    saved[db.save(sd, step=step).id] = sd
+    db.close()
+    with ckptdb.open(store, keep_last=None) as db:
+        assert sorted(c.id for c in db.checkpoints()) == sorted(saved)
+        for i, sd in saved.items():
+            got = {"a": np.zeros_like(sd["a"]), "b": np.zeros_like(sd["b"]), "step": 0}
+            db.load(got, id=i)
+            np.testing.assert_array_equal(got["a"], sd["a"])
+            np.testing.assert_array_equal(got["b"], sd["b"])
+            assert got["step"] == sd["step"]
