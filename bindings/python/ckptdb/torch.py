@@ -298,7 +298,14 @@ def _init_optimizer_state(optimizer, params):
         return
     made = _meta_step_state(optimizer, missing)
     if made is None:
-        _zero_step(optimizer, missing)
+        try:
+            _zero_step(optimizer, missing)
+        except InvalidArgumentError:
+            # A stepped optimizer that keeps no state for some parameters
+            # (LBFGS keeps all of it under its first one) and cannot step
+            # without a closure: those have none, as in its own state_dict.
+            if not any(optimizer.state.get(p) for p in params):
+                raise
         return
     for p, state in made.items():
         optimizer.state[p] = state

@@ -220,6 +220,61 @@ def test_an_optimizer_whose_state_cannot_be_created_raises_invalid_argument(make
     assert all(p.grad is None for p in model.parameters())
 
 
+def lbfgs_steps(model, opt, steps, seed):
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(seed))
+
+    def closure():
+        opt.zero_grad()
+        loss = model(x).pow(2).sum()
+        loss.backward()
+        return loss
+
+    for _ in range(steps):
+        opt.step(closure)
+
+
+def test_a_stepped_lbfgs_saves_and_resumes_with_the_state_it_keeps(tmp_path):
+    # LBFGS keeps all of its state under its first parameter and cannot step without a
+    # closure: once stepped, the other parameters have no state, as in its own state_dict.
+    torch.manual_seed(5)
+    model = TwoLayers(reverse=False)
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.1)
+    lbfgs_steps(model, opt, 3, seed=1)
+    state = ckptdb.torch.get_state_dict(model, opt)
+    assert list(state["optim"]["state"]) == ["a.weight"]
+    assert "old_dirs" in state["optim"]["state"]["a.weight"]
+    with ckptdb.open(str(tmp_path / "store")) as db:
+        db.save(state, step=3)
+        # A target of the same structure (its history lists grow with the steps taken), with
+        # every tensor and number changed.
+        torch.manual_seed(5)
+        other = TwoLayers(reverse=False)
+        other_opt = torch.optim.LBFGS(other.parameters(), lr=0.1)
+        lbfgs_steps(other, other_opt, 3, seed=1)
+        with torch.no_grad():
+            for p in other.parameters():
+                p.add_(1.0)
+        target = ckptdb.torch.get_state_dict(other, other_opt)
+        kept = target["optim"]["state"]["a.weight"]
+        for k, v in kept.items():
+            if torch.is_tensor(v):
+                v.zero_()
+            elif isinstance(v, list):
+                kept[k] = [x.zero_() if torch.is_tensor(x) else x for x in v]
+            elif isinstance(v, int):
+                kept[k] = -1
+        db.load(target)
+        ckptdb.torch.set_state_dict(other, other_opt, target)
+    saved = state["optim"]["state"]["a.weight"]
+    loaded = other_opt.state[other.a.weight]
+    assert loaded["n_iter"] == saved["n_iter"] > 0
+    assert all(torch.equal(x, y) for x, y in zip(loaded["old_dirs"], saved["old_dirs"]))
+    lbfgs_steps(model, opt, 2, seed=3)
+    lbfgs_steps(other, other_opt, 2, seed=3)
+    for (name, p), q in zip(model.named_parameters(), other.parameters()):
+        assert torch.equal(p, q), name
+
+
 def test_a_data_parallel_model_has_the_wrapped_modules_keys(tmp_path):
     torch.manual_seed(8)
     bare = TwoLayers(reverse=False)
