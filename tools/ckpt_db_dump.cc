@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <ctime>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -190,32 +191,34 @@ int ShowValue(const CheckpointMetadata& m, const std::string& key,
                                  2)
                             .c_str());
   } else {
-    std::printf("%s = %s (%s)\n", key.c_str(), ValueText(v).c_str(),
-                std::string(ValueTypeName(v)).c_str());
+    std::printf("%s = %s (%s)\n", ControlEscaped(key).c_str(),
+                ValueText(v).c_str(), std::string(ValueTypeName(v)).c_str());
   }
   return 0;
 }
 
 // The values of `index` of tensor `key` (read from only the chunks holding
-// them), after a line saying what was read.
-int ShowValues(const std::string& path, const Selection& sel,
-               const std::string& key, const std::string& slice, bool as_json) {
-  auto index = ParseSlice(slice);
-  if (!index.ok()) return Fail(index.status());
-  auto opened = OpenCheckpoint(path, sel);
-  if (!opened.ok()) return Fail(opened.status());
-  const CheckpointMetadata& m = opened->meta;
+// them), after a line saying what was read; `*read_id` is the checkpoint
+// read.
+Status ShowValuesOnce(const std::string& path, const Selection& sel,
+                      const std::string& key, const std::string& slice,
+                      bool as_json, int64_t* read_id) {
+  CKPTDB_ASSIGN_OR_RETURN(const TensorIndex index, ParseSlice(slice));
+  CKPTDB_ASSIGN_OR_RETURN(Opened opened, OpenCheckpoint(path, sel));
+  const CheckpointMetadata& m = opened.meta;
+  *read_id = m.info.id;
   if (m.values.count(key) && !m.tensors.count(key)) {
-    if (!index->empty()) {
-      return Fail(Status::InvalidArgument("--slice: '" + key +
-                                          "' is a small value, not a tensor"));
+    if (!index.empty()) {
+      return Status::InvalidArgument("--slice: '" + key +
+                                     "' is a small value, not a tensor");
     }
-    return ShowValue(m, key, as_json);
+    ShowValue(m, key, as_json);
+    return Status::OK();
   }
   ReadStats stats;
-  auto read =
-      opened->db->Read(key, CheckpointSelector::Id(m.info.id), *index, &stats);
-  if (!read.ok()) return Fail(read.status());
+  CKPTDB_ASSIGN_OR_RETURN(
+      const Tensor read,
+      opened.db->Read(key, CheckpointSelector::Id(m.info.id), index, &stats));
   const TensorMetadata& t = m.tensors.at(key);
   uint64_t stored = 0;
   for (const ChunkMetadata& c : t.chunks) stored += c.nbytes;
@@ -225,38 +228,45 @@ int ShowValues(const std::string& path, const Selection& sel,
                                {"key", key},
                                {"dtype", std::string(DTypeName(t.dtype))},
                                {"global_shape", t.global_shape},
-                               {"index", IndexToString(*index)},
-                               {"shape", read->shape},
+                               {"index", IndexToString(index)},
+                               {"shape", read.shape},
                                {"bytes_read", stats.bytes_read},
                                {"chunks_read", stats.chunks_read},
-                               {"values", ValuesJson(*read)}}),
+                               {"values", ValuesJson(read)}}),
                          2)
                     .c_str());
-    return 0;
+    return Status::OK();
   }
   std::printf(
       "checkpoint %lld  tensor '%s' %s %s  index %s -> shape %s\n"
       "read %llu of %zu chunks (%llu of %llu bytes)\n%s\n",
-      static_cast<long long>(m.info.id), key.c_str(),
+      static_cast<long long>(m.info.id), ControlEscaped(key).c_str(),
       std::string(DTypeName(t.dtype)).c_str(),
-      ShapeToString(t.global_shape).c_str(), IndexToString(*index).c_str(),
-      ShapeToString(read->shape).c_str(),
+      ShapeToString(t.global_shape).c_str(), IndexToString(index).c_str(),
+      ShapeToString(read.shape).c_str(),
       static_cast<unsigned long long>(stats.chunks_read), t.chunks.size(),
       static_cast<unsigned long long>(stats.bytes_read),
-      static_cast<unsigned long long>(stored), FormatValues(*read).c_str());
-  return 0;
+      static_cast<unsigned long long>(stored), FormatValues(read).c_str());
+  return Status::OK();
 }
 
 // ---- export -----------------------------------------------------------------
 
-int Export(const std::string& path, const Selection& sel,
-           const std::string& format, const std::string& output,
-           const std::vector<std::string>& keys) {
-  auto opened = OpenCheckpoint(path, sel);
-  if (!opened.ok()) return Fail(opened.status());
-  DB& db = *opened->db;
-  const CheckpointMetadata* meta = &opened->meta;
+// Writes whole tensors of the selected checkpoint to `output`; `*read_id` is
+// the checkpoint read.
+Status ExportOnce(const std::string& path, const Selection& sel,
+                  const std::string& format, const std::string& output,
+                  const std::vector<std::string>& keys, int64_t* read_id) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(output, ec)) {
+    return Status::InvalidArgument("--output: '" + output +
+                                   "' is a directory; name the file to write");
+  }
+  CKPTDB_ASSIGN_OR_RETURN(Opened opened, OpenCheckpoint(path, sel));
+  DB& db = *opened.db;
+  const CheckpointMetadata* meta = &opened.meta;
   const int64_t id = meta->info.id;
+  *read_id = id;
   std::vector<const std::pair<const std::string, TensorMetadata>*> chosen;
   if (keys.empty()) {
     for (const auto& entry : meta->tensors) chosen.push_back(&entry);
@@ -265,9 +275,9 @@ int Export(const std::string& path, const Selection& sel,
     for (const std::string& k : keys) {
       auto it = meta->tensors.find(k);
       if (it == meta->tensors.end()) {
-        return Fail(Status::NotFound(
+        return Status::NotFound(
             "no tensor '" + k + "' in checkpoint id " + std::to_string(id) +
-            (meta->values.count(k) ? " (it is a small value)" : "")));
+            (meta->values.count(k) ? " (it is a small value)" : ""));
       }
       if (seen.insert(k).second) chosen.push_back(&*it);
     }
@@ -302,18 +312,53 @@ int Export(const std::string& path, const Selection& sel,
   }
   if (!written.ok()) {
     std::remove(output.c_str());
-    return Fail(written);
+    return written;
   }
   std::printf("exported %zu tensors (%s) of checkpoint %lld to %s\n",
               tensors.size(), HumanBytes(total).c_str(),
               static_cast<long long>(id), output.c_str());
-  return 0;
+  return Status::OK();
 }
+
+// Runs `once` (a command that reads the selected checkpoint and says which
+// it read) and prints its error. "The latest" is whichever checkpoint is
+// newest while the command runs, as for DB.load: when the store's writer
+// deletes the one it reads (retention, beside a training run), the command
+// starts again from the newer one, a few times at most.
+template <typename Once>
+int ReadingLatest(const std::string& path, const Selection& sel, Once once) {
+  constexpr int kLatestAttempts = 4;
+  for (int attempt = 1;; ++attempt) {
+    int64_t read_id = 0;
+    const Status s = once(&read_id);
+    if (s.ok()) return 0;
+    if (!s.IsNotFound() || read_id == 0) return Fail(s);
+    auto store = OpenStore(path);
+    auto listed = store.ok() ? (*store)->ListCheckpoints()
+                             : Result<std::vector<CheckpointInfo>>(store.status());
+    const bool deleted =
+        listed.ok() &&
+        std::none_of(listed->begin(), listed->end(),
+                     [&](const CheckpointInfo& c) { return c.id == read_id; });
+    if (!deleted) return Fail(s);
+    const std::string context =
+        "checkpoint id " + std::to_string(read_id) +
+        " was deleted by the store's writer while it was read";
+    if (sel.given() || listed->empty()) return Fail(s.WithContext(context));
+    if (attempt == kLatestAttempts) {
+      return Fail(s.WithContext(context + ", " + std::to_string(attempt) +
+                                " times in a row"));
+    }
+  }
+}
+
+
 
 // What the command line asks for; each subcommand fills the fields it takes.
 struct Arguments {
   std::string store, format, output, key, slice;
   bool as_json = false, chunks = false;
+  bool key_given = false;  // show --key, also of the empty key
   Selection sel;
   std::vector<std::string> keys;
 };
@@ -348,6 +393,7 @@ CLI::App* AddShow(CLI::App& app, Arguments& a) {
                    "holding them")
       ->needs(key_option);
   key_option->excludes(chunks_flag);
+  key_option->each([&a](const std::string&) { a.key_given = true; });
   return show;
 }
 
@@ -384,10 +430,9 @@ namespace {
 
 // A bad command line: one line on stderr, exit 2 (the "any other error" of
 // the tool's --help).
-int UsageError(std::string what) {
-  std::replace(what.begin(), what.end(), '\n', ' ');
+int UsageError(const std::string& what) {
   std::fprintf(stderr, "ckpt-db-dump: %s (run with --help for usage)\n",
-               what.c_str());
+               ckptdb::tools::ControlEscaped(what).c_str());
   return 2;
 }
 
@@ -428,9 +473,15 @@ int main(int argc, char** argv) {
     return UsageError(e.what());
   }
   if (*list) return List(a.store, a.as_json);
-  if (*show && !a.key.empty())
-    return ShowValues(a.store, a.sel, a.key, a.slice, a.as_json);
+  if (*show && a.key_given) {
+    return ReadingLatest(a.store, a.sel, [&](int64_t* read_id) {
+      return ShowValuesOnce(a.store, a.sel, a.key, a.slice, a.as_json,
+                            read_id);
+    });
+  }
   if (*show) return Show(a.store, a.sel, a.as_json, a.chunks);
   if (*verify) return Verify(a.store, a.sel);
-  return Export(a.store, a.sel, a.format, a.output, a.keys);
+  return ReadingLatest(a.store, a.sel, [&](int64_t* read_id) {
+    return ExportOnce(a.store, a.sel, a.format, a.output, a.keys, read_id);
+  });
 }

@@ -31,7 +31,9 @@ json FlatMappingJson(const CheckpointMetadata& m) {
 }  // namespace
 
 int Fail(const Status& s) {
-  std::fprintf(stderr, "ckpt-db-dump: %s\n", s.message().c_str());
+  // One line, whatever the message quotes (a key or tag given on the command
+  // line, a path).
+  std::fprintf(stderr, "ckpt-db-dump: %s\n", ControlEscaped(s.message()).c_str());
   return kError;
 }
 
@@ -178,6 +180,10 @@ std::string ControlEscaped(const std::string& text) {
   std::string out;
   for (const char c : text) {
     const auto b = static_cast<unsigned char>(c);
+    if (c == '\\') {
+      out += "\\\\";  // so that a written \x0a is not a newline
+      continue;
+    }
     if (b >= 0x20 && b != 0x7f) {
       out += c;
       continue;

@@ -94,8 +94,9 @@ class Progress {
 // inf would not match DB.metadata()).
 std::string JsonText(const json& j, int indent = -1);
 
-// `text` with each control character (a NUL, a newline) written as \xNN, for
-// a tag in a line of text output.
+// `text` with each control character (a NUL, a newline) written as \xNN and
+// each backslash as \\, for text output (a key, a tag, an error message on
+// one line).
 std::string ControlEscaped(const std::string& text);
 
 // A small value as JSON (bytes as an array of byte values), and as one line

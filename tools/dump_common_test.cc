@@ -22,6 +22,9 @@ TEST(DumpCommonTest, TextThatIsNotUtf8OrHoldsControlsStaysPrintable) {
   EXPECT_EQ(ValueText(Value(std::string("\xc0"))), "\"\xef\xbf\xbd\"");
   EXPECT_EQ(ControlEscaped(std::string("a\0b\nc\x7f\xc3\xa9", 8)),
             "a\\x00b\\x0ac\\x7f\xc3\xa9");
+  // A key holding the four characters \x0a is told apart from a newline.
+  EXPECT_EQ(ControlEscaped("\\x0a"), "\\\\x0a");
+  EXPECT_NE(ControlEscaped("\\x0a"), ControlEscaped("\n"));
 }
 
 }  // namespace

@@ -226,7 +226,7 @@ Status WriteNpz(const std::string& path,
   for (const ExportTensor& t : tensors) {
     if (t.name.find('\0') == std::string::npos) continue;
     return Status::InvalidArgument(
-        "tensor '" + ControlEscaped(t.name) +
+        "tensor '" + t.name +
         "': its key holds a NUL byte, which no .npz entry name can; export "
         "to safetensors (--format safetensors) instead");
   }

@@ -781,3 +781,74 @@ def test_text_output_escapes_control_characters_and_npz_refuses_a_nul_in_a_key(t
     assert not os.path.exists(npz)
     st = str(tmp_path / "out.safetensors")
     dump("export", path, "--format", "safetensors", "-o", st, check=0)
+
+
+def test_show_key_escapes_the_key_and_errors_quoting_an_argument_stay_one_line(tmp_path):
+    path = str(tmp_path / "s")
+    with ckptdb.open(path) as db:
+        db.save({"nl\nkey": np.arange(3, dtype=np.int32), "": np.ones(2, np.float32),
+                 "back\\x0a": 7, "v\tal": 2}, step=1)
+    out = dump("show", path, "--key", "nl\nkey", check=0).stdout
+    assert "tensor 'nl\\x0akey'" in out and "\n" not in out.split("\n", 1)[0][:-1], out
+    assert len(out.splitlines()) == 3, out  # the header, what was read, the values
+    assert dump("show", path, "--key", "v\tal", check=0).stdout == "v\\x09al = 2 (int)\n"
+    # A key holding a backslash is told apart from one holding a control character.
+    assert dump("show", path, "--key", "back\\x0a", check=0).stdout == "back\\\\x0a = 7 (int)\n"
+    # The empty key is a key: its tensor, not the whole checkpoint.
+    empty = dump("show", path, "--key", "", check=0).stdout
+    assert empty.startswith("checkpoint 1  tensor '' float32 [2]"), empty
+    for args in (["show", path, "--key", "nope\nx\x1b[31mRED"], ["show", path, "--tag", "no\npe"],
+                 ["export", path, "--format", "npz", "-o", str(tmp_path / "o.npz"), "--key", "a\nb"]):
+        p = dump(*args, check=2)
+        assert len(p.stderr.splitlines()) == 1 and "\x1b" not in p.stderr, (args, p.stderr)
+        assert "\\x0a" in p.stderr, p.stderr
+
+
+def test_export_to_a_directory_is_refused_and_leaves_it(tmp_path, store):
+    out = tmp_path / "out"
+    out.mkdir()
+    p = dump("export", store, "--format", "npz", "-o", str(out), check=2)
+    assert "is a directory" in p.stderr and str(out) in p.stderr, p.stderr
+    assert out.is_dir() and not list(out.iterdir())
+
+
+CHANGING_WRITER = r"""
+import sys, time, numpy as np, ckptdb
+db = ckptdb.open(sys.argv[1], keep_last=1, sync=False)
+print("ready", flush=True)
+for step in range(int(sys.argv[2])):
+    db.save({f"w{i}": np.full((1 << 18,), step, np.float32) for i in range(8)}, step=step)
+    time.sleep(0.03)  # a training step
+db.close()
+"""
+
+
+def test_export_of_the_latest_beside_a_writer_that_deletes_reads_one_whole_checkpoint(tmp_path):
+    # The writer keeps one checkpoint: the one an export reads is often deleted meanwhile,
+    # and the export starts again from the newer one, as a load of the latest does
+    # (a few times: a retention that deletes faster than an export reads fails it).
+    path = str(tmp_path / "live")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    writer = subprocess.Popen([sys.executable, "-c", CHANGING_WRITER, path, "100000"],
+                              stdout=subprocess.PIPE, env=env, text=True)
+    assert writer.stdout.readline().strip() == "ready"
+    out = str(tmp_path / "latest.npz")
+    exports = whole = 0
+    try:
+        while dump("list", path).stdout.count("\n") < 2:  # the heading and a checkpoint
+            assert writer.poll() is None
+        while writer.poll() is None and exports < 30:
+            p = dump("export", path, "--format", "npz", "-o", out)
+            exports += 1
+            if p.returncode != 0:
+                # On a loaded machine an export can lose every one of its tries.
+                assert "deleted by the store's writer" in p.stderr and "in a row" in p.stderr, p.stderr
+                continue
+            with np.load(out) as z:
+                steps = {float(z[k][0]) for k in z.files} | {float(z[k][-1]) for k in z.files}
+                assert len(z.files) == 8 and len(steps) == 1, (z.files, steps)
+            whole += 1
+    finally:
+        writer.kill()
+        writer.wait(timeout=60)
+    assert exports == 30 and whole >= 20, whole
