@@ -56,21 +56,32 @@ const char* ContainerOfPart(PathPartKind kind) {
   return "?";
 }
 
-// For two paths that read the same: the first part that addresses another
-// kind of container on `rank` than on the other rank. `a` and `b` are
-// parallel to `path`, or empty (every part a dict's str key).
-std::string OtherContainer(const Path& path, const PathKinds& a,
-                           const PathKinds& b, int rank) {
+// For one flat key whose paths read the same on `rank` and another rank
+// (`a` and `b` are their kinds, parallel to `path`, or empty: every part a
+// dict's str key): the message naming the first part that addresses another
+// kind of container.
+std::string OtherContainer(const std::string& key, const Path& path,
+                           const PathKinds& a, const PathKinds& b, int rank) {
   auto kind = [](const PathKinds& kinds, size_t i) {
     return kinds.empty() ? PathPartKind::kStrKey : kinds[i];
   };
   for (size_t i = 0; i < path.size(); ++i) {
     if (kind(a, i) == kind(b, i)) continue;
-    return ": its part " + path[i] + " is " + ContainerOfPart(kind(a, i)) +
-           " on rank " + std::to_string(rank) + " and " +
-           ContainerOfPart(kind(b, i)) + " on the other";
+    PathKinds prefix_kinds;
+    if (!a.empty()) prefix_kinds.assign(a.begin(), a.begin() + i);
+    const std::string under =
+        i == 0 ? std::string("the root")
+               : QuotePath(Path(path.begin(), path.begin() + i), prefix_kinds);
+    return "flat key '" + key + "' is the path " + QuotePath(path, a) +
+           " on rank " + std::to_string(rank) +
+           " and on another rank, but its " + path[i] + " under " + under +
+           " is " + ContainerOfPart(kind(a, i)) + " on rank " +
+           std::to_string(rank) + " and " + ContainerOfPart(kind(b, i)) +
+           " on the other: the ranks' state dicts disagree on their "
+           "structure";
   }
-  return "";
+  return "flat key '" + key + "' names different paths on rank " +
+         std::to_string(rank) + " and another rank";
 }
 
 // The lowest rank whose state dict holds `key` (for a message).
@@ -199,12 +210,14 @@ Status GroupByKey(const Owners& owners, SavePlan* plan, KeyedShards* by_key) {
     if (it->second != path || known_kinds != kinds) {
       const std::string here = QuotePath(path, kinds);
       const std::string there = QuotePath(it->second, known_kinds);
+      if (here == there) {
+        return Status::InvalidArgument(
+            OtherContainer(key, path, kinds, known_kinds, rank));
+      }
       return Status::InvalidArgument(
           "flat key '" + key + "' names different paths on rank " +
           std::to_string(rank) + " (" + here + ") and another rank (" + there +
-          ")" +
-          (here == there ? OtherContainer(path, kinds, known_kinds, rank)
-                         : ""));
+          ")");
     }
     return Status::OK();
   };

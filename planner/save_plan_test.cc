@@ -216,9 +216,16 @@ TEST(SavePlanTest, PathKindsAreKeptAndMustAgreeAcrossRanks) {
   // read the same, and the message says which container differs.
   ranks[1].values[0].kinds = {K::kStrKey, K::kListIndex};
   ExpectError(ranks,
-              "flat key 's.0' names different paths on rank 1 (['s', 0]) and "
-              "another rank (['s', 0]): its part 0 is a list index on rank 1 "
-              "and a dict's int key on the other");
+              "flat key 's.0' is the path ['s', 0] on rank 1 and on another "
+              "rank, but its 0 under ['s'] is a list index on rank 1 and a "
+              "dict's int key on the other");
+  // At the root: a list on rank 1, a dict with the int key 0 on rank 0.
+  ranks[0].values[0] = {"0", {"0"}, Value(int64_t{1}), {K::kIntKey}};
+  ranks[1].values[0] = {"0", {"0"}, Value(int64_t{1}), {K::kListIndex}};
+  ExpectError(ranks,
+              "flat key '0' is the path [0] on rank 1 and on another rank, "
+              "but its 0 under the root is a list index on rank 1 and a "
+              "dict's int key on the other");
 }
 
 TEST(SavePlanTest, RanksWhoseStateDictsDisagreeOnTheirStructureAreRefused) {
