@@ -659,7 +659,8 @@ std::vector<std::string> StoreImpl::ForeignEntries() {
   }
   for (const std::string& dir : dirs) {
     if (std::optional<std::string> kind = NotADirectory(dir))
-      foreign.push_back(dir + " is " + *kind);
+      foreign.push_back(dir + " is " + *kind +
+                        ", where the store keeps a directory");
   }
   return foreign;
 }

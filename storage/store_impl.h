@@ -302,10 +302,15 @@ class StoreImpl : public Store {
   void EnsureReserve(bool repair = false);
   Status EnsureReserveLocked(bool repair);
   // As a save starts, under the caller's lock of mu_: writes the reserve
-  // when absent, and refuses the save when the disk has no room for it (the
-  // save would use the room a delete needs to free space). Other failures
-  // to write it leave the save to go on (best effort).
+  // when absent or short, and refuses the save when it cannot (no room on
+  // the disk, which the save would take from a delete that frees space; an
+  // entry there that is not ckptdb's; a failed write). A reserve that cannot
+  // be looked at leaves the save to go on.
   Status ReserveForSave(bool repair);
+  // "PATH is a symbolic link, where the store keeps its reserve file ..."
+  // when something other than a regular file is there (not ckptdb's: its
+  // file system neither writes nor removes it), or nullopt.
+  std::optional<std::string> ForeignReserve() const;
   bool ReleaseReserve();
   // What is wrong with the reserve file at `path` (bytes other than zeros),
   // or nullopt (also when there is none, or it cannot be read). Reads it

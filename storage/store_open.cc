@@ -99,9 +99,21 @@ void StoreImpl::EnsureReserve(bool repair) {
   (void)EnsureReserveLocked(repair);
 }
 
+std::optional<std::string> StoreImpl::ForeignReserve() const {
+  const std::string path = path_ + "/" + kReserveFile;
+  const std::optional<std::string> kind = NotARegularFile(path, false);
+  if (!kind) return std::nullopt;
+  return path + " is " + *kind + ", where the store keeps its reserve file "
+         "(saves are refused until it is removed)";
+}
+
 Status StoreImpl::EnsureReserveLocked(bool repair) {
   if (options_.read_only || !db_) return Status::OK();
   const std::string path = path_ + "/" + kReserveFile;
+  // Not ckptdb's (its file system neither writes nor removes it), and no
+  // room at all: a save would fill the disk.
+  if (std::optional<std::string> foreign = ForeignReserve())
+    return Status::Corruption(*foreign + "; remove it");
   // Its own file system: a failure here (a disk still full) must not hold
   // back the database's deletions.
   StoreFileSystem fs(options_.file_system_hooks, /*sync=*/true, path_);
@@ -123,13 +135,19 @@ Status StoreImpl::EnsureReserveLocked(bool repair) {
 
 Status StoreImpl::ReserveForSave(bool repair) {
   const Status written = EnsureReserveLocked(repair);
-  if (!IsNoSpace(written)) return Status::OK();
-  return Status::IOError(
-      "store '" + path_ + "' has no room for its reserve (" +
-      std::to_string(kReserveBytes >> 20) + " MiB, " + kReserveFile +
-      "), which keeps a delete and an open working on a full disk; the save "
-      "wrote nothing: delete a checkpoint or free space on the disk (" +
-      written.message() + ")");
+  if (written.ok()) return Status::OK();
+  const std::string reserve = "its reserve (" +
+                              std::to_string(kReserveBytes >> 20) + " MiB, " +
+                              kReserveFile +
+                              "), which keeps a delete and an open working on "
+                              "a full disk; the save wrote nothing: ";
+  if (IsNoSpace(written)) {
+    return Status::IOError("store '" + path_ + "' has no room for " + reserve +
+                           "delete a checkpoint or free space on the disk (" +
+                           written.message() + ")");
+  }
+  return Status(written.code(), "store '" + path_ + "' cannot keep " +
+                                    reserve + written.message());
 }
 
 Status StoreImpl::KeepIdentity() {
@@ -154,7 +172,10 @@ Status StoreImpl::KeepIdentity() {
 
 void StoreImpl::ReportMarkerFiles(StoreReport* report) {
   const std::string reserve = path_ + "/" + kReserveFile;
-  if (std::optional<std::string> damage = ReserveDamage(*fs_, reserve)) {
+  if (std::optional<std::string> foreign = ForeignReserve()) {
+    report->foreign_entries.push_back(*foreign);
+  } else if (std::optional<std::string> damage =
+                 ReserveDamage(*fs_, reserve)) {
     report->repairable_metadata.push_back(
         "the reserve file " + reserve + " " + *damage +
         "; no checkpoint uses it, and a read-write open writes it again");

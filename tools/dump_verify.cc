@@ -58,8 +58,8 @@ size_t VerifyStore(DB& db) {
     std::printf("store: DAMAGED, nothing lost: %s\n", line.c_str());
   for (const std::string& entry : report->foreign_entries) {
     std::printf(
-        "store: NOT CKPTDB'S: %s, where the store keeps a directory; no "
-        "open removes it, so remove it yourself\n",
+        "store: NOT CKPTDB'S: %s; no open removes it, so remove it "
+        "yourself\n",
         entry.c_str());
   }
   if (report->ok() && report->unfinished_save_ids.empty() &&

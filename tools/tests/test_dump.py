@@ -852,3 +852,21 @@ def test_export_of_the_latest_beside_a_writer_that_deletes_reads_one_whole_check
         writer.kill()
         writer.wait(timeout=60)
     assert exports == 30 and whole >= 20, whole
+
+
+def test_verify_names_a_reserve_that_is_not_a_regular_file(tmp_path):
+    path = str(tmp_path / "s")
+    with ckptdb.open(path) as db:
+        db.save({"w": np.arange(4, dtype=np.float32)}, step=1)
+    reserve = os.path.join(path, "CKPTDB_RESERVE")
+    os.remove(reserve)
+    (tmp_path / "small").write_bytes(b"\0\0\0\0")
+    os.symlink(tmp_path / "small", reserve)
+    p = dump("verify", path, check=1)
+    assert (f"NOT CKPTDB'S: {reserve} is a symbolic link, where the store keeps its reserve file"
+            in p.stdout), p.stdout
+    assert "a read-write open writes it again" not in p.stdout, p.stdout
+    os.remove(reserve)
+    os.mkdir(reserve)
+    p = dump("verify", path, check=1)
+    assert f"{reserve} is a directory, where the store keeps its reserve file" in p.stdout, p.stdout

@@ -122,3 +122,38 @@ def test_saves_until_the_disk_is_full_never_take_the_reserves_room(small_fs):
             np.testing.assert_array_equal(got["a"], sd["a"])
             np.testing.assert_array_equal(got["b"], sd["b"])
             assert got["step"] == sd["step"]
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink", "fifo", "dangling"])
+def test_a_reserve_that_is_not_a_regular_file_refuses_saves_until_removed(tmp_path, kind):
+    # Something other than ckptdb's file where the store keeps its reserve gives the store no room
+    # on a full disk, and its file system neither writes nor removes such an entry: a save is
+    # refused before it writes, naming it, and goes through once it is removed.
+    store = str(tmp_path / "store")
+    w = np.arange(1000, dtype=np.float32)
+    with ckptdb.open(store) as db:
+        db.save({"w": w}, step=1)
+    reserve = os.path.join(store, "CKPTDB_RESERVE")
+    os.remove(reserve)
+    if kind == "directory":
+        os.mkdir(reserve)
+    elif kind == "symlink":
+        (tmp_path / "elsewhere").write_bytes(b"\0" * (4 << 20))
+        os.symlink(tmp_path / "elsewhere", reserve)
+    elif kind == "fifo":
+        os.mkfifo(reserve)
+    else:
+        os.symlink(tmp_path / "nothing", reserve)
+    with ckptdb.open(store) as db:
+        with pytest.raises(ckptdb.Error, match=f"{reserve} is a .*where the store keeps its reserve"):
+            db.save({"w": w + 1}, step=2)
+        assert [c.step for c in db.checkpoints()] == [1]
+    assert os.path.lexists(reserve) and os.path.islink(reserve) == (kind in ("symlink", "dangling"))
+    if kind == "directory":
+        os.rmdir(reserve)
+    else:
+        os.remove(reserve)
+    with ckptdb.open(store) as db:
+        db.save({"w": w + 1}, step=2)
+        assert [c.step for c in db.checkpoints()] == [1, 2]
+    assert os.path.getsize(reserve) == 4 << 20 and not os.path.islink(reserve)
