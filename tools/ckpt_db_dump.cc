@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <ctime>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -19,6 +18,7 @@
 #include "ckptdb/db.h"
 #include "dump_common.h"
 #include "dump_formats.h"
+#include "dump_output.h"
 #include "dump_slice.h"
 
 namespace ckptdb::tools {
@@ -257,11 +257,7 @@ Status ShowValuesOnce(const std::string& path, const Selection& sel,
 Status ExportOnce(const std::string& path, const Selection& sel,
                   const std::string& format, const std::string& output,
                   const std::vector<std::string>& keys, int64_t* read_id) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(output, ec)) {
-    return Status::InvalidArgument("--output: '" + output +
-                                   "' is a directory; name the file to write");
-  }
+  CKPTDB_ASSIGN_OR_RETURN(ExportOutput out, ExportOutput::For(output));
   CKPTDB_ASSIGN_OR_RETURN(Opened opened, OpenCheckpoint(path, sel));
   DB& db = *opened.db;
   const CheckpointMetadata* meta = &opened.meta;
@@ -306,17 +302,16 @@ Status ExportOnce(const std::string& path, const Selection& sel,
     if (meta->info.step)
       metadata["ckptdb.step"] = std::to_string(*meta->info.step);
     if (meta->info.tag) metadata["ckptdb.tag"] = *meta->info.tag;
-    written = WriteSafetensors(output, tensors, metadata, fill);
+    written = WriteSafetensors(out.path(), tensors, metadata, fill);
   } else {
-    written = WriteNpz(output, tensors, fill);
+    written = WriteNpz(out.path(), tensors, fill);
   }
-  if (!written.ok()) {
-    std::remove(output.c_str());
-    return written;
-  }
-  std::printf("exported %zu tensors (%s) of checkpoint %lld to %s\n",
-              tensors.size(), HumanBytes(total).c_str(),
-              static_cast<long long>(id), output.c_str());
+  CKPTDB_RETURN_IF_ERROR(written);
+  CKPTDB_RETURN_IF_ERROR(out.Finish());
+  std::fprintf(out.to_stdout() ? stderr : stdout,
+               "exported %zu tensors (%s) of checkpoint %lld to %s\n",
+               tensors.size(), HumanBytes(total).c_str(),
+               static_cast<long long>(id), ControlEscaped(output).c_str());
   return Status::OK();
 }
 

@@ -245,7 +245,6 @@ Status WriteNpz(const std::string& path,
     Status s =
         Status::IOError(what + " " + path + ": " + zip_strerror(archive));
     zip_discard(archive);
-    std::remove(path.c_str());
     return s;
   };
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -268,7 +267,6 @@ Status WriteNpz(const std::string& path,
     for (const auto& s : sources) {
       if (!s->status.ok()) {
         zip_discard(archive);
-        std::remove(path.c_str());
         return s->status;
       }
     }

@@ -870,3 +870,36 @@ def test_verify_names_a_reserve_that_is_not_a_regular_file(tmp_path):
     os.mkdir(reserve)
     p = dump("verify", path, check=1)
     assert f"{reserve} is a directory, where the store keeps its reserve file" in p.stdout, p.stdout
+
+
+def test_export_never_clobbers_what_the_output_holds_and_writes_through_links_and_pipes(store, tmp_path):
+    # A failed export leaves the file that was there; a link stays a link (its file gets the
+    # export); a FIFO and the standard output get the bytes; no leftover beside the output.
+    out = tmp_path / "kept.npz"
+    out.write_bytes(b"precious")
+    os.chmod(out, 0o640)
+    dump("export", store, "--format", "npz", "-o", str(out), "--key", "nope", check=2)
+    with ckptdb.open(str(tmp_path / "nul")) as db:
+        db.save({"a\x00b": np.zeros(2, np.float32)}, step=1)
+    dump("export", str(tmp_path / "nul"), "--format", "npz", "-o", str(out), check=2)
+    assert out.read_bytes() == b"precious"
+    dump("export", store, "--format", "npz", "-o", str(out), check=0)
+    assert (os.stat(out).st_mode & 0o777) == 0o640
+    with np.load(out) as z:
+        assert "model.w" in z.files
+    link = tmp_path / "link.safetensors"
+    os.symlink("target.safetensors", link)
+    dump("export", store, "--format", "safetensors", "-o", str(link), check=0)
+    assert os.path.islink(link) and (tmp_path / "target.safetensors").stat().st_size > 0
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    dump("export", store, "--format", "npz", "-o", str(fifo), check=0)
+    got = reader.communicate(timeout=60)[0]
+    assert got == out.read_bytes() and os.path.exists(fifo) and not os.path.isfile(fifo)
+    p = subprocess.run([DUMP, "export", store, "--format", "npz", "-o", "/dev/stdout"],
+                       capture_output=True, timeout=120)
+    assert p.returncode == 0 and p.stdout == out.read_bytes(), p.stderr
+    assert b"exported" in p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "kept.npz", "link.safetensors", "nul",
+                                            "target.safetensors"]
