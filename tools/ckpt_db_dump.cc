@@ -191,8 +191,11 @@ int ShowValue(const CheckpointMetadata& m, const std::string& key,
                                  2)
                             .c_str());
   } else {
+    // Every byte of a bytes value (the table of `show` gives its size).
+    const auto* bytes = std::get_if<Bytes>(&v);
     std::printf("%s = %s (%s)\n", ControlEscaped(key).c_str(),
-                ValueText(v).c_str(), std::string(ValueTypeName(v)).c_str());
+                (bytes ? BytesText(*bytes) : ValueText(v)).c_str(),
+                std::string(ValueTypeName(v)).c_str());
   }
   return 0;
 }

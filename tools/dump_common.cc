@@ -176,24 +176,84 @@ std::string JsonText(const json& j, int indent) {
   return out;
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at the start of `s` (1 to 4),
+// or 0 when its first byte starts none.
+size_t Utf8Length(std::string_view s) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char b = byte(0);
+  if (b < 0x80) return 1;
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
+  if (b >= 0xc2 && b <= 0xdf) {
+    n = 2;
+  } else if (b >= 0xe0 && b <= 0xef) {
+    n = 3;
+    if (b == 0xe0) lo = 0xa0;
+    if (b == 0xed) hi = 0x9f;  // no surrogates
+  } else if (b >= 0xf0 && b <= 0xf4) {
+    n = 4;
+    if (b == 0xf0) lo = 0x90;
+    if (b == 0xf4) hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if (s.size() < n || byte(1) < lo || byte(1) > hi) return 0;
+  for (size_t i = 2; i < n; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xbf) return 0;
+  }
+  return n;
+}
+
+void AppendHexEscape(unsigned char b, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  *out += "\\x";
+  *out += kHex[b >> 4];
+  *out += kHex[b & 15];
+}
+
+}  // namespace
+
 std::string ControlEscaped(const std::string& text) {
   std::string out;
-  for (const char c : text) {
-    const auto b = static_cast<unsigned char>(c);
-    if (c == '\\') {
+  std::string_view rest(text);
+  while (!rest.empty()) {
+    const auto b = static_cast<unsigned char>(rest[0]);
+    const size_t n = Utf8Length(rest);
+    // C1 controls (U+0080 to U+009F: 0xc2 0x80 to 0xc2 0x9f) act on some
+    // terminals as ESC does.
+    const bool c1 =
+        n == 2 && b == 0xc2 && static_cast<unsigned char>(rest[1]) < 0xa0;
+    if (b == '\\') {
       out += "\\\\";  // so that a written \x0a is not a newline
-      continue;
+    } else if (n == 0 || b < 0x20 || b == 0x7f) {
+      AppendHexEscape(b, &out);  // a control, or a byte of no character
+    } else if (c1) {
+      AppendHexEscape(b, &out);
+      AppendHexEscape(static_cast<unsigned char>(rest[1]), &out);
+    } else {
+      out.append(rest.substr(0, n));
     }
-    if (b >= 0x20 && b != 0x7f) {
-      out += c;
-      continue;
-    }
-    static constexpr char kHex[] = "0123456789abcdef";
-    out += "\\x";
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
+    rest.remove_prefix(n == 0 ? 1 : n);
   }
   return out;
+}
+
+std::string BytesText(const Bytes& bytes) {
+  std::string out = "b'";
+  for (const char x : bytes.data) {
+    const auto b = static_cast<unsigned char>(x);
+    if (b == '\\' || b == '\'') {
+      out += '\\';
+      out += static_cast<char>(b);
+    } else if (b >= 0x20 && b < 0x7f) {
+      out += static_cast<char>(b);
+    } else {
+      AppendHexEscape(b, &out);
+    }
+  }
+  return out + "'";
 }
 
 std::string ValueText(const Value& v) {

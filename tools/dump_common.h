@@ -97,7 +97,11 @@ std::string JsonText(const json& j, int indent = -1);
 // `text` with each control character (a NUL, a newline) written as \xNN and
 // each backslash as \\, for text output (a key, a tag, an error message on
 // one line).
+// Bytes that are not UTF-8, and C1 controls (U+0080 to U+009F), are written
+// as \xNN too.
 std::string ControlEscaped(const std::string& text);
+// A bytes value as Python writes one: b'ab\x00\''.
+std::string BytesText(const Bytes& bytes);
 
 // A small value as JSON (bytes as an array of byte values), and as one line
 // of text.

@@ -787,13 +787,16 @@ def test_show_key_escapes_the_key_and_errors_quoting_an_argument_stay_one_line(t
     path = str(tmp_path / "s")
     with ckptdb.open(path) as db:
         db.save({"nl\nkey": np.arange(3, dtype=np.int32), "": np.ones(2, np.float32),
-                 "back\\x0a": 7, "v\tal": 2}, step=1)
+                 "back\\x0a": 7, "v\tal": 2, "c1\x9b": 1, "raw": b"\x00a'"}, step=1)
     out = dump("show", path, "--key", "nl\nkey", check=0).stdout
     assert "tensor 'nl\\x0akey'" in out and "\n" not in out.split("\n", 1)[0][:-1], out
     assert len(out.splitlines()) == 3, out  # the header, what was read, the values
     assert dump("show", path, "--key", "v\tal", check=0).stdout == "v\\x09al = 2 (int)\n"
     # A key holding a backslash is told apart from one holding a control character.
     assert dump("show", path, "--key", "back\\x0a", check=0).stdout == "back\\\\x0a = 7 (int)\n"
+    # A C1 control (the one-character CSI) is escaped too; a bytes value shows its bytes.
+    assert dump("show", path, "--key", "c1\x9b", check=0).stdout == "c1\\xc2\\x9b = 1 (int)\n"
+    assert dump("show", path, "--key", "raw", check=0).stdout == "raw = b'\\x00a\\'' (bytes)\n"
     # The empty key is a key: its tensor, not the whole checkpoint.
     empty = dump("show", path, "--key", "", check=0).stdout
     assert empty.startswith("checkpoint 1  tensor '' float32 [2]"), empty
