@@ -214,10 +214,10 @@ Status GroupByKey(const Owners& owners, SavePlan* plan, KeyedShards* by_key) {
         return Status::InvalidArgument(
             OtherContainer(key, path, kinds, known_kinds, rank));
       }
-      return Status::InvalidArgument(
-          "flat key '" + key + "' names different paths on rank " +
-          std::to_string(rank) + " (" + here + ") and another rank (" + there +
-          ")");
+      return Status::InvalidArgument("flat key '" + key +
+                                     "' names different paths on rank " +
+                                     std::to_string(rank) + " (" + here +
+                                     ") and another rank (" + there + ")");
     }
     return Status::OK();
   };

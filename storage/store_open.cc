@@ -103,7 +103,8 @@ std::optional<std::string> StoreImpl::ForeignReserve() const {
   const std::string path = path_ + "/" + kReserveFile;
   const std::optional<std::string> kind = NotARegularFile(path, false);
   if (!kind) return std::nullopt;
-  return path + " is " + *kind + ", where the store keeps its reserve file "
+  return path + " is " + *kind +
+         ", where the store keeps its reserve file "
          "(saves are refused until it is removed)";
 }
 
@@ -146,8 +147,8 @@ Status StoreImpl::ReserveForSave(bool repair) {
                            "delete a checkpoint or free space on the disk (" +
                            written.message() + ")");
   }
-  return Status(written.code(), "store '" + path_ + "' cannot keep " +
-                                    reserve + written.message());
+  return Status(written.code(), "store '" + path_ + "' cannot keep " + reserve +
+                                    written.message());
 }
 
 Status StoreImpl::KeepIdentity() {
@@ -174,8 +175,7 @@ void StoreImpl::ReportMarkerFiles(StoreReport* report) {
   const std::string reserve = path_ + "/" + kReserveFile;
   if (std::optional<std::string> foreign = ForeignReserve()) {
     report->foreign_entries.push_back(*foreign);
-  } else if (std::optional<std::string> damage =
-                 ReserveDamage(*fs_, reserve)) {
+  } else if (std::optional<std::string> damage = ReserveDamage(*fs_, reserve)) {
     report->repairable_metadata.push_back(
         "the reserve file " + reserve + " " + *damage +
         "; no checkpoint uses it, and a read-write open writes it again");

@@ -332,8 +332,9 @@ int ReadingLatest(const std::string& path, const Selection& sel, Once once) {
     if (s.ok()) return 0;
     if (!s.IsNotFound() || read_id == 0) return Fail(s);
     auto store = OpenStore(path);
-    auto listed = store.ok() ? (*store)->ListCheckpoints()
-                             : Result<std::vector<CheckpointInfo>>(store.status());
+    auto listed = store.ok()
+                      ? (*store)->ListCheckpoints()
+                      : Result<std::vector<CheckpointInfo>>(store.status());
     const bool deleted =
         listed.ok() &&
         std::none_of(listed->begin(), listed->end(),
@@ -349,8 +350,6 @@ int ReadingLatest(const std::string& path, const Selection& sel, Once once) {
     }
   }
 }
-
-
 
 // What the command line asks for; each subcommand fills the fields it takes.
 struct Arguments {
@@ -473,8 +472,7 @@ int main(int argc, char** argv) {
   if (*list) return List(a.store, a.as_json);
   if (*show && a.key_given) {
     return ReadingLatest(a.store, a.sel, [&](int64_t* read_id) {
-      return ShowValuesOnce(a.store, a.sel, a.key, a.slice, a.as_json,
-                            read_id);
+      return ShowValuesOnce(a.store, a.sel, a.key, a.slice, a.as_json, read_id);
     });
   }
   if (*show) return Show(a.store, a.sel, a.as_json, a.chunks);

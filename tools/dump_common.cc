@@ -33,7 +33,8 @@ json FlatMappingJson(const CheckpointMetadata& m) {
 int Fail(const Status& s) {
   // One line, whatever the message quotes (a key or tag given on the command
   // line, a path).
-  std::fprintf(stderr, "ckpt-db-dump: %s\n", ControlEscaped(s.message()).c_str());
+  std::fprintf(stderr, "ckpt-db-dump: %s\n",
+               ControlEscaped(s.message()).c_str());
   return kError;
 }
 

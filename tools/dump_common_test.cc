@@ -27,8 +27,11 @@ TEST(DumpCommonTest, TextThatIsNotUtf8OrHoldsControlsStaysPrintable) {
   EXPECT_NE(ControlEscaped("\\x0a"), ControlEscaped("\n"));
   // C1 controls (the one-byte CSI) and bytes of no character are escaped;
   // characters of 2, 3 and 4 bytes are kept.
-  EXPECT_EQ(ControlEscaped("a\xc2\x9b" "31m\xc2\x85"), "a\\xc2\\x9b31m\\xc2\\x85");
-  EXPECT_EQ(ControlEscaped("\xff\xe2\x82" "x\xed\xa0\x80"),
+  EXPECT_EQ(ControlEscaped("a\xc2\x9b"
+                           "31m\xc2\x85"),
+            "a\\xc2\\x9b31m\\xc2\\x85");
+  EXPECT_EQ(ControlEscaped("\xff\xe2\x82"
+                           "x\xed\xa0\x80"),
             "\\xff\\xe2\\x82x\\xed\\xa0\\x80");
   EXPECT_EQ(ControlEscaped("\xc2\xa0\xe2\x82\xac\xf0\x9f\x98\x80"),
             "\xc2\xa0\xe2\x82\xac\xf0\x9f\x98\x80");

@@ -132,8 +132,7 @@ ExportOutput::ExportOutput(ExportOutput&& other) noexcept
 }
 
 ExportOutput::~ExportOutput() {
-  if (!written_.empty() && (stream_ || !finished_))
-    ::unlink(written_.c_str());
+  if (!written_.empty() && (stream_ || !finished_)) ::unlink(written_.c_str());
 }
 
 Status ExportOutput::Finish() {

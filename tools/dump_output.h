@@ -38,8 +38,8 @@ class ExportOutput {
   Status Finish();
 
  private:
-  ExportOutput(std::string output, std::string final_path,
-               std::string written, bool stream, bool to_stdout)
+  ExportOutput(std::string output, std::string final_path, std::string written,
+               bool stream, bool to_stdout)
       : output_(std::move(output)),
         final_(std::move(final_path)),
         written_(std::move(written)),
