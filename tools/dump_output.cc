@@ -34,10 +34,11 @@ Result<std::string> LinkTarget(const std::string& output) {
                                  "' is a chain of more than 40 links");
 }
 
-// A new file in directory `dir` named after `name`, from mkstemp.
+// A new file in directory `dir` named after `name` (its first 64 bytes, so
+// that a name near the longest a directory takes has room), from mkstemp.
 Result<std::string> NewFileIn(const std::string& dir, const std::string& name) {
-  std::string pattern =
-      (dir.empty() ? std::string(".") : dir) + "/." + name + ".XXXXXX";
+  std::string pattern = (dir.empty() ? std::string(".") : dir) + "/." +
+                        name.substr(0, 64) + ".XXXXXX";
   std::vector<char> buffer(pattern.begin(), pattern.end());
   buffer.push_back('\0');
   const int fd = ::mkstemp(buffer.data());
@@ -62,8 +63,9 @@ Status CopyInto(const std::string& from, const std::string& to,
   const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) return Errno("reading", from);
   std::fflush(stdout);
-  const int out =
-      to_stdout ? STDOUT_FILENO : ::open(to.c_str(), O_WRONLY | O_CLOEXEC);
+  const int out = to_stdout
+                      ? STDOUT_FILENO
+                      : ::open(to.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   if (out < 0) {
     const Status s = Errno("opening", to);
     ::close(in);
@@ -114,10 +116,19 @@ Result<ExportOutput> ExportOutput::For(const std::string& output) {
   }
   CKPTDB_ASSIGN_OR_RETURN(const std::string final_path, LinkTarget(output));
   const fs::path p(final_path);
-  CKPTDB_ASSIGN_OR_RETURN(
-      std::string written,
-      NewFileIn(p.parent_path().string(), p.filename().string()));
-  return ExportOutput(output, final_path, std::move(written),
+  Result<std::string> beside =
+      NewFileIn(p.parent_path().string(), p.filename().string());
+  if (!beside.ok() && fs::is_regular_file(status)) {
+    // A file that may be written in a directory that may not (no new file
+    // beside it): its bytes are replaced once the export is whole.
+    CKPTDB_ASSIGN_OR_RETURN(
+        std::string temporary,
+        NewFileIn(fs::temp_directory_path(ec).string(), "ckpt-db-dump"));
+    return ExportOutput(output, "", std::move(temporary), /*stream=*/true,
+                        /*to_stdout=*/false);
+  }
+  CKPTDB_RETURN_IF_ERROR(beside.status());
+  return ExportOutput(output, final_path, std::move(beside).value(),
                       /*stream=*/false, /*to_stdout=*/false);
 }
 

@@ -19,6 +19,8 @@ namespace ckptdb::tools {
 //   standard output (`-o /dev/stdout`, whatever it is redirected to): a
 //   temporary file whose bytes are then copied into it (a .npz is written by
 //   seeking), into the standard output's own descriptor for the latter;
+// - a regular file in a directory where no new file can be made: a
+//   temporary file whose bytes then replace the file's;
 // - a directory: refused (InvalidArgument), before anything is read.
 // The new or temporary file is removed unless Finish succeeded.
 class ExportOutput {

@@ -906,3 +906,38 @@ def test_export_never_clobbers_what_the_output_holds_and_writes_through_links_an
     assert b"exported" in p.stderr
     assert sorted(os.listdir(tmp_path)) == ["fifo", "kept.npz", "link.safetensors", "nul",
                                             "target.safetensors"]
+
+
+def test_export_replaces_a_writable_file_in_a_directory_where_no_file_can_be_made(store):
+    # As another user, whose file the output is, in a directory that is not theirs: no new file
+    # can be made beside it, so the export's bytes replace the file's once whole.
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run the tool as another user")
+    import tempfile
+    shared = tempfile.mkdtemp(prefix="ckpt-dump-user-", dir="/tmp")
+    try:
+        os.chmod(shared, 0o755)
+        copy = os.path.join(shared, "store")
+        shutil.copytree(store, copy)
+        for root, dirs, files in os.walk(copy):
+            for name in dirs + files:
+                os.chmod(os.path.join(root, name), 0o755 if name in dirs else 0o644)
+        os.chmod(copy, 0o755)
+        out_dir = os.path.join(shared, "out")
+        os.mkdir(out_dir, 0o755)
+        out = os.path.join(out_dir, "x.npz")
+        with open(out, "wb") as f:
+            f.write(b"old")
+        os.chown(out, 65534, 65534)
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", DUMP]
+        p = subprocess.run(as_nobody + ["export", copy, "--format", "npz", "-o", out, "--key", "nope"],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and open(out, "rb").read() == b"old", p.stderr
+        p = subprocess.run(as_nobody + ["export", copy, "--format", "npz", "-o", out],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert os.listdir(out_dir) == ["x.npz"] and os.stat(out).st_uid == 65534
+        with np.load(out) as z:
+            np.testing.assert_array_equal(z["model.w"], STATE["model"]["w"])
+    finally:
+        shutil.rmtree(shared)
