@@ -5,6 +5,7 @@
 #include <rocksdb/env.h>
 #include <rocksdb/file_checksum.h>
 #include <rocksdb/transaction_log.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -84,8 +85,43 @@ bool IsNoSpace(const Status& s) {
                            s.message().find("no space") != std::string::npos);
 }
 
+namespace {
+
+// The names (hard links) of the regular file `path`, its bytes without
+// blocks on the disk (holes), or nothing when it is absent or not one.
+struct RegularFile {
+  uint64_t names = 0;
+  bool sparse = false;
+};
+std::optional<RegularFile> RegularFileAt(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    return std::nullopt;
+  return RegularFile{static_cast<uint64_t>(st.st_nlink),
+                     static_cast<uint64_t>(st.st_blocks) * 512 <
+                         static_cast<uint64_t>(st.st_size)};
+}
+
+// Why the reserve file at `path` keeps no room of the store's own on the
+// disk: other names (its blocks are not freed when the store removes its
+// name, and a write of it would change the other files), or holes.
+std::optional<std::string> ReserveWithoutRoom(const std::string& path) {
+  const std::optional<RegularFile> file = RegularFileAt(path);
+  if (file && file->names > 1) {
+    return "has " + std::to_string(file->names) +
+           " names (hard links), so its room is not the store's own";
+  }
+  if (file && file->sparse)
+    return "is sparse (its bytes have no blocks on the disk), so it keeps no "
+           "room";
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<std::string> StoreImpl::ReserveDamage(StoreFileSystem& fs,
                                                     const std::string& path) {
+  if (std::optional<std::string> why = ReserveWithoutRoom(path)) return why;
   // A short one is no damage: a write on a full disk leaves one.
   Result<std::string> bytes = fs.ReadWholeFile(path);
   if (bytes.ok() &&
@@ -121,10 +157,14 @@ Status StoreImpl::EnsureReserveLocked(bool repair) {
   // Best effort: a reserve that cannot be looked for is not written.
   const Result<std::optional<uint64_t>> size = fs.SizeIfPresent(path);
   if (!size.ok()) return Status::OK();
-  // A short one is what a write on a full disk left.
-  const bool write = !size->has_value() || **size < kReserveBytes ||
+  // A short one is what a write on a full disk left. One with other names
+  // is replaced, never written through (the other files would change).
+  const std::optional<RegularFile> file = RegularFileAt(path);
+  const bool linked = file && file->names > 1;
+  const bool write = !size->has_value() || **size < kReserveBytes || linked ||
                      (repair && ReserveDamage(fs, path).has_value());
   if (!write) return Status::OK();
+  if (linked) CKPTDB_RETURN_IF_ERROR(fs.Remove(path));
   Status written = fs.WriteFileSynced(path, std::string(kReserveBytes, '\0'));
   if (!written.ok()) {
     // Through another file system: one whose write failed refuses deletions.

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -293,6 +294,11 @@ Status ExportOnce(const std::string& path, const Selection& sel,
   Progress progress("export", total);
   // One whole tensor, each chunk read once, checksum verified.
   TensorFiller fill = [&](size_t i) -> Result<std::vector<std::byte>> {
+    if (const int signal = Interrupted()) {
+      return Status::IOError("export to " + output +
+                             ": interrupted by signal " +
+                             std::to_string(signal));
+    }
     CKPTDB_ASSIGN_OR_RETURN(
         Tensor t, db.Read(chosen[i]->first, CheckpointSelector::Id(id)));
     progress.Add(t.data.size());
@@ -477,7 +483,14 @@ int main(int argc, char** argv) {
   }
   if (*show) return Show(a.store, a.sel, a.as_json, a.chunks);
   if (*verify) return Verify(a.store, a.sel);
-  return ReadingLatest(a.store, a.sel, [&](int64_t* read_id) {
+  CatchInterrupts();
+  const int exported = ReadingLatest(a.store, a.sel, [&](int64_t* read_id) {
     return ExportOnce(a.store, a.sel, a.format, a.output, a.keys, read_id);
   });
+  // Its files removed: ends by the signal, as it would have.
+  if (const int signal = Interrupted()) {
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+  }
+  return exported;
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -47,6 +48,10 @@ Result<std::string> NewFileIn(const std::string& dir, const std::string& name) {
   return std::string(buffer.data());
 }
 
+volatile std::sig_atomic_t interrupted = 0;
+
+extern "C" void OnInterrupt(int signal) { interrupted = signal; }
+
 // Whether `path` (links followed) is the file this process's standard
 // output writes to.
 bool IsStandardOutput(const std::string& path) {
@@ -56,48 +61,97 @@ bool IsStandardOutput(const std::string& path) {
          named.st_ino == out.st_ino;
 }
 
-// Copies file `from` into `to`, or into the standard output (at its offset)
-// when `to_stdout`.
+Status Interruption(const std::string& what) {
+  return Status::IOError(what + ": interrupted by signal " +
+                         std::to_string(interrupted));
+}
+
+// Writes all of `from` into `out` from its start. A regular file gets the
+// room first (so that a full disk fails before a byte of it changes) and is
+// cut to the new size last.
+Status CopyAll(int in, const std::string& from, int out,
+               const std::string& to) {
+  struct stat st_in, st_out;
+  if (::fstat(in, &st_in) != 0) return Errno("reading", from);
+  const bool regular = ::fstat(out, &st_out) == 0 && S_ISREG(st_out.st_mode);
+  if (regular) {
+    const int e = ::posix_fallocate(out, 0, st_in.st_size);
+    if (e != 0 && e != EOPNOTSUPP && e != EINVAL) {
+      errno = e;
+      return Errno("making room in", to);
+    }
+    if (::lseek(out, 0, SEEK_SET) < 0) return Errno("writing", to);
+  }
+  std::vector<char> buffer(1 << 20);
+  for (;;) {
+    if (interrupted) return Interruption("writing " + to);
+    const ssize_t n = ::read(in, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("reading", from);
+    if (n == 0) break;
+    for (ssize_t done = 0; done < n;) {
+      const ssize_t w = ::write(out, buffer.data() + done, n - done);
+      if (w < 0 && errno == EINTR && !interrupted) continue;
+      if (w < 0 && interrupted) return Interruption("writing " + to);
+      if (w < 0) return Errno("writing", to);
+      done += w;
+    }
+  }
+  if (regular && ::ftruncate(out, st_in.st_size) != 0)
+    return Errno("writing", to);
+  return Status::OK();
+}
+
+// Copies file `from` into `to` (opened without truncation), or into the
+// standard output (at its offset) when `to_stdout`.
 Status CopyInto(const std::string& from, const std::string& to,
                 bool to_stdout) {
   const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) return Errno("reading", from);
   std::fflush(stdout);
-  const int out = to_stdout
-                      ? STDOUT_FILENO
-                      : ::open(to.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  int out = STDOUT_FILENO;
+  if (!to_stdout) {
+    // A FIFO without a reader blocks here until one opens it, or a signal.
+    while ((out = ::open(to.c_str(), O_WRONLY | O_CLOEXEC)) < 0 &&
+           errno == EINTR && !interrupted) {
+    }
+  }
   if (out < 0) {
-    const Status s = Errno("opening", to);
+    const Status s =
+        interrupted ? Interruption("opening " + to) : Errno("opening", to);
     ::close(in);
     return s;
   }
-  std::vector<char> buffer(1 << 20);
-  Status s;
-  for (;;) {
-    const ssize_t n = ::read(in, buffer.data(), buffer.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      s = Errno("reading", from);
-      break;
-    }
-    if (n == 0) break;
-    for (ssize_t done = 0; done < n;) {
-      const ssize_t w = ::write(out, buffer.data() + done, n - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        s = Errno("writing", to);
-        break;
-      }
-      done += w;
-    }
-    if (!s.ok()) break;
-  }
+  Status s = CopyAll(in, from, out, to);
   ::close(in);
   if (!to_stdout && ::close(out) != 0 && s.ok()) s = Errno("writing", to);
   return s;
 }
 
+// A new file for the export: beside `final_path` when a file can be made
+// there, else in the temporary directory.
+Result<std::string> NewFileNear(const std::string& final_path) {
+  const fs::path p(final_path);
+  Result<std::string> beside =
+      NewFileIn(p.parent_path().string(), p.filename().string());
+  if (beside.ok()) return beside;
+  std::error_code ec;
+  return NewFileIn(fs::temp_directory_path(ec).string(), "ckpt-db-dump");
+}
+
 }  // namespace
+
+void CatchInterrupts() {
+  struct sigaction action {};
+  action.sa_handler = OnInterrupt;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;  // no SA_RESTART: a blocked open or write returns
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+  ::sigaction(SIGHUP, &action, nullptr);
+}
+
+int Interrupted() { return interrupted; }
 
 Result<ExportOutput> ExportOutput::For(const std::string& output) {
   std::error_code ec;
@@ -111,62 +165,75 @@ Result<ExportOutput> ExportOutput::For(const std::string& output) {
     CKPTDB_ASSIGN_OR_RETURN(
         std::string temporary,
         NewFileIn(fs::temp_directory_path(ec).string(), "ckpt-db-dump"));
-    return ExportOutput(output, "", std::move(temporary), /*stream=*/true,
+    return ExportOutput(output, output, std::move(temporary), Mode::kCopy,
                         to_stdout);
   }
   CKPTDB_ASSIGN_OR_RETURN(const std::string final_path, LinkTarget(output));
+  // A file with other names (hard links) keeps them: its bytes are
+  // replaced in place.
+  struct stat st;
+  const bool linked = ::stat(final_path.c_str(), &st) == 0 &&
+                      S_ISREG(st.st_mode) && st.st_nlink > 1;
   const fs::path p(final_path);
   Result<std::string> beside =
       NewFileIn(p.parent_path().string(), p.filename().string());
-  if (!beside.ok() && fs::is_regular_file(status)) {
-    // A file that may be written in a directory that may not (no new file
-    // beside it): its bytes are replaced once the export is whole.
-    CKPTDB_ASSIGN_OR_RETURN(
-        std::string temporary,
-        NewFileIn(fs::temp_directory_path(ec).string(), "ckpt-db-dump"));
-    return ExportOutput(output, "", std::move(temporary), /*stream=*/true,
-                        /*to_stdout=*/false);
+  if (beside.ok() && !linked) {
+    return ExportOutput(output, final_path, std::move(beside).value(),
+                        Mode::kRename, false);
   }
-  CKPTDB_RETURN_IF_ERROR(beside.status());
-  return ExportOutput(output, final_path, std::move(beside).value(),
-                      /*stream=*/false, /*to_stdout=*/false);
+  if (!fs::is_regular_file(status)) return beside.status();
+  if (beside.ok()) {
+    return ExportOutput(output, final_path, std::move(beside).value(),
+                        Mode::kCopy, false);
+  }
+  CKPTDB_ASSIGN_OR_RETURN(std::string temporary, NewFileNear(final_path));
+  return ExportOutput(output, final_path, std::move(temporary), Mode::kCopy,
+                      false);
 }
 
 ExportOutput::ExportOutput(ExportOutput&& other) noexcept
     : output_(std::move(other.output_)),
       final_(std::move(other.final_)),
       written_(std::move(other.written_)),
-      stream_(other.stream_),
+      mode_(other.mode_),
       to_stdout_(other.to_stdout_),
-      finished_(other.finished_) {
+      renamed_(other.renamed_) {
   other.written_.clear();
 }
 
 ExportOutput::~ExportOutput() {
-  if (!written_.empty() && (stream_ || !finished_)) ::unlink(written_.c_str());
+  if (!written_.empty() && !renamed_) ::unlink(written_.c_str());
 }
 
 Status ExportOutput::Finish() {
-  if (stream_) {
-    CKPTDB_RETURN_IF_ERROR(CopyInto(written_, output_, to_stdout_));
+  if (interrupted) return Interruption("exporting to " + output_);
+  if (mode_ == Mode::kCopy) return CopyInto(written_, final_, to_stdout_);
+  // The replaced file's permissions, owner and group, or a new file's
+  // permissions (mkstemp's are 0600). Where the owner cannot be kept (only
+  // root may give a file away), the bytes are replaced in place instead.
+  struct stat st;
+  if (::stat(final_.c_str(), &st) == 0) {
+    struct stat mine;
+    const bool owned = ::stat(written_.c_str(), &mine) == 0 &&
+                       mine.st_uid == st.st_uid && mine.st_gid == st.st_gid;
+    if (!owned && ::chown(written_.c_str(), st.st_uid, st.st_gid) != 0)
+      return CopyInto(written_, final_, false);
+    (void)::chmod(written_.c_str(), st.st_mode & 07777);
   } else {
-    // The permissions of the file replaced, or of a new one (mkstemp's are
-    // 0600).
-    struct stat st;
-    mode_t mode = 0;
-    if (::stat(final_.c_str(), &st) == 0) {
-      mode = st.st_mode & 07777;
-    } else {
-      const mode_t mask = ::umask(0);
-      ::umask(mask);
-      mode = 0666 & ~mask;
-    }
-    (void)::chmod(written_.c_str(), mode);
-    if (::rename(written_.c_str(), final_.c_str()) != 0)
-      return Errno("renaming " + written_ + " to", final_);
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    (void)::chmod(written_.c_str(), 0666 & ~mask);
   }
-  finished_ = true;
-  return Status::OK();
+  if (::rename(written_.c_str(), final_.c_str()) == 0) {
+    renamed_ = true;
+    return Status::OK();
+  }
+  // A sticky directory lets only a file's owner replace it by name.
+  if ((errno == EPERM || errno == EACCES) && ::stat(final_.c_str(), &st) == 0 &&
+      S_ISREG(st.st_mode)) {
+    return CopyInto(written_, final_, false);
+  }
+  return Errno("renaming " + written_ + " to", final_);
 }
 
 }  // namespace ckptdb::tools

@@ -9,20 +9,30 @@
 
 namespace ckptdb::tools {
 
+// Sets SIGINT, SIGTERM and SIGHUP to be noted (Interrupted) rather than
+// end the process at once: an export then stops at the next tensor or
+// write, removes its files and exits by the signal.
+void CatchInterrupts();
+// The signal noted, or 0.
+int Interrupted();
+
 // The file an export writes (`path()`), and how it reaches the output once
 // whole (`Finish`):
-// - an output that is a regular file, or absent, through any symbolic links:
-//   a new file beside the file they name, renamed over it (taking its
-//   permissions), so that a failed export leaves what was there, and the
-//   links stay links;
+// - an output that is a regular file with one name, or absent, through any
+//   symbolic links: a new file beside the file they name, given its
+//   permissions, owner and group and renamed over it, so that a failed or
+//   interrupted export leaves what was there, and links stay links;
+// - a regular file with other names (hard links), one whose owner cannot be
+//   kept, one in a directory where no file can be made or where it cannot
+//   be replaced by name (sticky): the bytes are replaced in place once the
+//   export is whole, after the room for them is taken (so a full disk fails
+//   before a byte changes); a process killed meanwhile leaves it partial;
 // - an output that is a FIFO, a device or a socket, or this process's
 //   standard output (`-o /dev/stdout`, whatever it is redirected to): a
 //   temporary file whose bytes are then copied into it (a .npz is written by
 //   seeking), into the standard output's own descriptor for the latter;
-// - a regular file in a directory where no new file can be made: a
-//   temporary file whose bytes then replace the file's;
 // - a directory: refused (InvalidArgument), before anything is read.
-// The new or temporary file is removed unless Finish succeeded.
+// The new or temporary file is removed unless it was renamed.
 class ExportOutput {
  public:
   static Result<ExportOutput> For(const std::string& output);
@@ -32,28 +42,27 @@ class ExportOutput {
   ~ExportOutput();
 
   const std::string& path() const { return written_; }
-  // The output path as given, for messages.
-  const std::string& output() const { return output_; }
   // Whether the export goes to the standard output (say what was done on
   // the standard error instead).
   bool to_stdout() const { return to_stdout_; }
   Status Finish();
 
  private:
+  enum class Mode { kRename, kCopy };
   ExportOutput(std::string output, std::string final_path, std::string written,
-               bool stream, bool to_stdout)
+               Mode mode, bool to_stdout)
       : output_(std::move(output)),
         final_(std::move(final_path)),
         written_(std::move(written)),
-        stream_(stream),
+        mode_(mode),
         to_stdout_(to_stdout) {}
 
-  std::string output_;
-  std::string final_;    // the regular file renamed over (not stream_)
-  std::string written_;  // the file written, removed unless finished
-  bool stream_ = false;
+  std::string output_;   // as given, for messages
+  std::string final_;    // the file replaced or copied into
+  std::string written_;  // the file written, removed unless renamed
+  Mode mode_;
   bool to_stdout_ = false;
-  bool finished_ = false;
+  bool renamed_ = false;
 };
 
 }  // namespace ckptdb::tools

@@ -941,3 +941,82 @@ def test_export_replaces_a_writable_file_in_a_directory_where_no_file_can_be_mad
             np.testing.assert_array_equal(z["model.w"], STATE["model"]["w"])
     finally:
         shutil.rmtree(shared)
+
+
+def test_export_keeps_a_replaced_files_other_names_and_owner(store, tmp_path):
+    out = tmp_path / "h1.npz"
+    out.write_bytes(b"old")
+    os.link(out, tmp_path / "h2.npz")
+    dump("export", store, "--format", "npz", "-o", str(out), check=0)
+    assert (tmp_path / "h2.npz").read_bytes() == out.read_bytes() != b"old"
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs.npz"
+        theirs.write_bytes(b"old")
+        os.chown(theirs, 65534, 65534)
+        os.chmod(theirs, 0o600)
+        dump("export", store, "--format", "npz", "-o", str(theirs), check=0)
+        st = os.stat(theirs)
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (65534, 65534, 0o600)
+    assert sorted(os.listdir(tmp_path)) == sorted(["h1.npz", "h2.npz"] +
+                                                  (["theirs.npz"] if os.geteuid() == 0 else []))
+
+
+def test_an_interrupted_export_removes_its_files_and_ends_by_the_signal(store, tmp_path):
+    # Blocked on a FIFO that no one reads: SIGTERM ends it, and its temporary file is gone.
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    p = subprocess.Popen([DUMP, "export", store, "--format", "npz", "-o", str(fifo)],
+                         env=dict(os.environ, TMPDIR=str(private_tmp)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    import time
+    deadline = time.time() + 60
+    while not os.listdir(private_tmp) and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the export written, the copy waiting for a reader
+    p.send_signal(15)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == -15, (p.returncode, err)
+    assert "interrupted by signal 15" in err, err
+    assert os.listdir(private_tmp) == [] and os.path.exists(fifo)
+
+
+def test_a_full_disk_while_replacing_a_file_in_place_leaves_its_bytes():
+    # As another user, whose file the output is, in a directory on a small tmpfs where no file
+    # can be made beside it: the export is written elsewhere, and the room it needs is taken
+    # before a byte of the file changes, so a full disk leaves the file as it was.
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run the tool as another user")
+    import pathlib
+    import tempfile
+    shared = tempfile.mkdtemp(prefix="ckpt-dump-full-", dir="/tmp")
+    mnt = pathlib.Path(shared) / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)]).returncode:
+        shutil.rmtree(shared)
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        os.chmod(shared, 0o1777)
+        big = os.path.join(shared, "store")
+        with ckptdb.open(big) as db:
+            db.save({"w": np.arange(1 << 19, dtype=np.float32)}, step=1)  # 2 MiB
+        for root, dirs, files in os.walk(big):
+            for name in dirs + files:
+                os.chmod(os.path.join(root, name), 0o755 if name in dirs else 0o644)
+        os.chmod(big, 0o755)
+        os.chmod(mnt, 0o755)
+        out = mnt / "x.npz"
+        out.write_bytes(b"kept" * 1000)
+        os.chown(out, 65534, 65534)
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", DUMP,
+                            "export", big, "--format", "npz", "-o", str(out)],
+                           env=dict(os.environ, TMPDIR=shared), capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 2 and "No space left" in p.stderr, p.stderr
+        assert out.read_bytes() == b"kept" * 1000
+        assert os.listdir(mnt) == ["x.npz"]
+        assert sorted(os.listdir(shared)) == ["small", "store"]
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        shutil.rmtree(shared)

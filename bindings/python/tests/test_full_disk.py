@@ -157,3 +157,31 @@ def test_a_reserve_that_is_not_a_regular_file_refuses_saves_until_removed(tmp_pa
         db.save({"w": w + 1}, step=2)
         assert [c.step for c in db.checkpoints()] == [1, 2]
     assert os.path.getsize(reserve) == 4 << 20 and not os.path.islink(reserve)
+
+
+def test_a_reserve_with_other_names_is_replaced_not_written_through_and_a_sparse_one_is_filled(tmp_path):
+    store = str(tmp_path / "store")
+    w = np.arange(1000, dtype=np.float32)
+    with ckptdb.open(store) as db:
+        db.save({"w": w}, step=1)
+    reserve = os.path.join(store, "CKPTDB_RESERVE")
+    # Linked to a file of the user's: a save replaces the store's name of it, and the user's
+    # file keeps its bytes.
+    mine = tmp_path / "mine"
+    mine.write_bytes(b"USERDATA" * 1000)
+    os.remove(reserve)
+    os.link(mine, reserve)
+    with ckptdb.open(store) as db:
+        db.save({"w": w + 1}, step=2)
+    assert mine.read_bytes() == b"USERDATA" * 1000 and os.stat(mine).st_nlink == 1
+    st = os.stat(reserve)
+    assert st.st_size == 4 << 20 and st.st_nlink == 1 and st.st_blocks * 512 >= st.st_size
+    # Sparse (a copy made with --sparse=always): a read-write open writes its blocks.
+    os.remove(reserve)
+    with open(reserve, "wb") as f:
+        f.truncate(4 << 20)
+    assert os.stat(reserve).st_blocks == 0
+    with ckptdb.open(store) as db:
+        assert [c.step for c in db.checkpoints()] == [1, 2]
+    st = os.stat(reserve)
+    assert st.st_size == 4 << 20 and st.st_blocks * 512 >= st.st_size
