@@ -293,12 +293,13 @@ class StoreImpl : public Store {
   Status ReopenAfterFailedWrites(std::shared_lock<std::shared_mutex>& lock);
   // The reserve: a file of kReserveBytes kept in the store so that on a full
   // disk an open and a delete still find room for their few writes.
-  // EnsureReserve writes it when absent and, with `repair` (a read-write
-  // open, a save after a full disk's delete), when short (a write on a full
-  // disk left it so) or damaged (ReserveDamage) (best effort);
+  // EnsureReserve writes it when absent, short (a write on a full disk left
+  // it so) or with other names (hard links: replaced, never written
+  // through), and, with `repair` (a read-write open, a save after a full
+  // disk's delete), when damaged or sparse (ReserveDamage) (best effort);
   // EnsureReserveLocked does the same under the caller's lock of mu_ and
-  // returns the write's failure. ReleaseReserve removes it and says whether
-  // there was one.
+  // returns the failure. ReleaseReserve removes it and says whether there
+  // was one.
   void EnsureReserve(bool repair = false);
   Status EnsureReserveLocked(bool repair);
   // As a save starts, under the caller's lock of mu_: writes the reserve
@@ -312,9 +313,9 @@ class StoreImpl : public Store {
   // file system neither writes nor removes it), or nullopt.
   std::optional<std::string> ForeignReserve() const;
   bool ReleaseReserve();
-  // What is wrong with the reserve file at `path` (bytes other than zeros),
-  // or nullopt (also when there is none, or it cannot be read). Reads it
-  // whole.
+  // What is wrong with the reserve file at `path` (other names, holes, bytes
+  // other than zeros), or nullopt (also when there is none, or it cannot be
+  // read). Reads it whole.
   static std::optional<std::string> ReserveDamage(StoreFileSystem& fs,
                                                   const std::string& path);
   // Read-write: records RocksDB's IDENTITY file under kIdentityKey the first
