@@ -169,6 +169,19 @@ Result<ExportOutput> ExportOutput::For(const std::string& output) {
                         to_stdout);
   }
   CKPTDB_ASSIGN_OR_RETURN(const std::string final_path, LinkTarget(output));
+  // Refused now rather than at the rename, after the export was written.
+  const fs::path named(final_path);
+  const std::string dir =
+      named.has_parent_path() ? named.parent_path().string() : std::string(".");
+  const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  if (name_max > 0 &&
+      named.filename().string().size() > static_cast<size_t>(name_max)) {
+    return Status::InvalidArgument(
+        "--output: the file name of '" + final_path + "' is " +
+        std::to_string(named.filename().string().size()) +
+        " bytes, more than the " + std::to_string(name_max) +
+        " its directory takes");
+  }
   // A file with other names (hard links) keeps them: its bytes are
   // replaced in place.
   struct stat st;

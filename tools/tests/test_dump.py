@@ -1020,3 +1020,11 @@ def test_a_full_disk_while_replacing_a_file_in_place_leaves_its_bytes():
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
         shutil.rmtree(shared)
+
+
+def test_export_to_a_name_longer_than_the_directory_takes_is_refused_before_reading(store, tmp_path):
+    p = dump("export", store, "--format", "npz", "-o", str(tmp_path / ("n" * 256)), check=2)
+    assert "256 bytes, more than the 255" in p.stderr, p.stderr
+    assert os.listdir(tmp_path) == []
+    dump("export", store, "--format", "npz", "-o", str(tmp_path / ("n" * 255)), check=0)
+    assert os.listdir(tmp_path) == ["n" * 255]
