@@ -112,8 +112,8 @@ std::optional<std::string> ReserveWithoutRoom(const std::string& path) {
            " names (hard links), so its room is not the store's own";
   }
   if (file && file->sparse)
-    return "is sparse (its bytes have no blocks on the disk), so it keeps no "
-           "room";
+    return "is sparse (some of its bytes have no blocks on the disk), so it "
+           "keeps less room than its size";
   return std::nullopt;
 }
 

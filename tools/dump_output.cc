@@ -1,7 +1,9 @@
 #include "dump_output.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 namespace ckptdb::tools {
@@ -66,14 +69,35 @@ Status Interruption(const std::string& what) {
                          std::to_string(interrupted));
 }
 
-// Writes all of `from` into `out` from its start. A regular file gets the
-// room first (so that a full disk fails before a byte of it changes) and is
-// cut to the new size last.
-Status CopyAll(int in, const std::string& from, int out,
-               const std::string& to) {
+// The signals CatchInterrupts notes, blocked while a file's bytes are
+// replaced in place (a short copy), so that they never leave it partial.
+class InterruptsHeld {
+ public:
+  InterruptsHeld() {
+    sigset_t held;
+    sigemptyset(&held);
+    for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGPIPE})
+      sigaddset(&held, signal);
+    ::pthread_sigmask(SIG_BLOCK, &held, &before_);
+  }
+  ~InterruptsHeld() { ::pthread_sigmask(SIG_SETMASK, &before_, nullptr); }
+
+ private:
+  sigset_t before_;
+};
+
+// Writes all of `from` into `out`: from its start when `replace` (a regular
+// file gets the room first, so that a full disk fails before a byte of it
+// changes, and is cut to the new size last), else where `out` stands (the
+// standard output: after what was written there, or appended).
+Status CopyAll(int in, const std::string& from, int out, const std::string& to,
+               bool replace) {
   struct stat st_in, st_out;
   if (::fstat(in, &st_in) != 0) return Errno("reading", from);
-  const bool regular = ::fstat(out, &st_out) == 0 && S_ISREG(st_out.st_mode);
+  const bool regular =
+      replace && ::fstat(out, &st_out) == 0 && S_ISREG(st_out.st_mode);
+  std::optional<InterruptsHeld> held;
+  if (regular) held.emplace();
   if (regular) {
     const int e = ::posix_fallocate(out, 0, st_in.st_size);
     if (e != 0 && e != EOPNOTSUPP && e != EINVAL) {
@@ -84,15 +108,18 @@ Status CopyAll(int in, const std::string& from, int out,
   }
   std::vector<char> buffer(1 << 20);
   for (;;) {
-    if (interrupted) return Interruption("writing " + to);
+    // A signal noted meanwhile (on another thread) waits for an in-place
+    // copy to finish.
+    if (interrupted && !regular) return Interruption("writing " + to);
     const ssize_t n = ::read(in, buffer.data(), buffer.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Errno("reading", from);
     if (n == 0) break;
     for (ssize_t done = 0; done < n;) {
       const ssize_t w = ::write(out, buffer.data() + done, n - done);
-      if (w < 0 && errno == EINTR && !interrupted) continue;
-      if (w < 0 && interrupted) return Interruption("writing " + to);
+      if (w < 0 && errno == EINTR && (regular || !interrupted)) continue;
+      if (w < 0 && interrupted && !regular)
+        return Interruption("writing " + to);
       if (w < 0) return Errno("writing", to);
       done += w;
     }
@@ -122,7 +149,7 @@ Status CopyInto(const std::string& from, const std::string& to,
     ::close(in);
     return s;
   }
-  Status s = CopyAll(in, from, out, to);
+  Status s = CopyAll(in, from, out, to, /*replace=*/!to_stdout);
   ::close(in);
   if (!to_stdout && ::close(out) != 0 && s.ok()) s = Errno("writing", to);
   return s;
@@ -149,6 +176,9 @@ void CatchInterrupts() {
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
   ::sigaction(SIGHUP, &action, nullptr);
+  // A reader that went away (`| head`): the write fails, and the export's
+  // files are removed before it ends by the signal.
+  ::sigaction(SIGPIPE, &action, nullptr);
 }
 
 int Interrupted() { return interrupted; }
@@ -182,11 +212,15 @@ Result<ExportOutput> ExportOutput::For(const std::string& output) {
         " bytes, more than the " + std::to_string(name_max) +
         " its directory takes");
   }
-  // A file with other names (hard links) keeps them: its bytes are
-  // replaced in place.
+  // A file with other names (hard links) keeps them, and one with extended
+  // attributes (ACLs among them) keeps those: its bytes are replaced in
+  // place.
   struct stat st;
-  const bool linked = ::stat(final_path.c_str(), &st) == 0 &&
-                      S_ISREG(st.st_mode) && st.st_nlink > 1;
+  const bool regular =
+      ::stat(final_path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  const bool linked =
+      regular &&
+      (st.st_nlink > 1 || ::listxattr(final_path.c_str(), nullptr, 0) > 0);
   const fs::path p(final_path);
   Result<std::string> beside =
       NewFileIn(p.parent_path().string(), p.filename().string());

@@ -9,9 +9,9 @@
 
 namespace ckptdb::tools {
 
-// Sets SIGINT, SIGTERM and SIGHUP to be noted (Interrupted) rather than
-// end the process at once: an export then stops at the next tensor or
-// write, removes its files and exits by the signal.
+// Sets SIGINT, SIGTERM, SIGHUP and SIGPIPE to be noted (Interrupted)
+// rather than end the process at once: an export then stops at the next
+// tensor or write, removes its files and exits by the signal.
 void CatchInterrupts();
 // The signal noted, or 0.
 int Interrupted();
@@ -22,15 +22,17 @@ int Interrupted();
 //   symbolic links: a new file beside the file they name, given its
 //   permissions, owner and group and renamed over it, so that a failed or
 //   interrupted export leaves what was there, and links stay links;
-// - a regular file with other names (hard links), one whose owner cannot be
-//   kept, one in a directory where no file can be made or where it cannot
-//   be replaced by name (sticky): the bytes are replaced in place once the
-//   export is whole, after the room for them is taken (so a full disk fails
-//   before a byte changes); a process killed meanwhile leaves it partial;
+// - a regular file with other names (hard links) or extended attributes
+//   (ACLs), one whose owner cannot be kept, one in a directory where no file
+//   can be made or where it cannot be replaced by name (sticky): the bytes
+//   are replaced in place once the export is whole, after the room for them
+//   is taken (so a full disk fails before a byte changes), with the noted
+//   signals held; a process killed by SIGKILL meanwhile leaves it partial;
 // - an output that is a FIFO, a device or a socket, or this process's
 //   standard output (`-o /dev/stdout`, whatever it is redirected to): a
 //   temporary file whose bytes are then copied into it (a .npz is written by
-//   seeking), into the standard output's own descriptor for the latter;
+//   seeking), into the standard output's own descriptor, where it stands,
+//   for the latter;
 // - a directory: refused (InvalidArgument), before anything is read.
 // The new or temporary file is removed unless it was renamed.
 class ExportOutput {

@@ -1028,3 +1028,53 @@ def test_export_to_a_name_longer_than_the_directory_takes_is_refused_before_read
     assert os.listdir(tmp_path) == []
     dump("export", store, "--format", "npz", "-o", str(tmp_path / ("n" * 255)), check=0)
     assert os.listdir(tmp_path) == ["n" * 255]
+
+
+def test_export_to_standard_output_writes_where_it_stands(store, tmp_path):
+    # Appended after what the file held, and after what was written before it: never from the
+    # file's start, never cut.
+    whole = tmp_path / "whole.npz"
+    dump("export", store, "--format", "npz", "-o", str(whole), check=0)
+    appended = tmp_path / "appended"
+    appended.write_bytes(b"OLD\n")
+    with open(appended, "ab") as f:
+        p = subprocess.run([DUMP, "export", store, "--format", "npz", "-o", "/dev/stdout"],
+                           stdout=f, stderr=subprocess.PIPE, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert appended.read_bytes() == b"OLD\n" + whole.read_bytes()
+    after = tmp_path / "after"
+    with open(after, "wb") as f:
+        f.write(b"HEADER\n")
+        f.flush()
+        p = subprocess.run([DUMP, "export", store, "--format", "npz", "-o", "/dev/stdout"],
+                           stdout=f, stderr=subprocess.PIPE, timeout=120)
+    assert p.returncode == 0 and after.read_bytes() == b"HEADER\n" + whole.read_bytes()
+
+
+def test_a_reader_that_goes_away_ends_the_export_by_sigpipe_with_its_files_removed(tmp_path):
+    path = str(tmp_path / "s")
+    with ckptdb.open(path) as db:
+        db.save({"w": np.arange(1 << 20, dtype=np.float32)}, step=1)  # 4 MiB, beyond a pipe's buffer
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    p = subprocess.Popen([DUMP, "export", path, "--format", "safetensors", "-o", "/dev/stdout"],
+                         env=dict(os.environ, TMPDIR=str(private_tmp)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert len(p.stdout.read(100)) == 100
+    p.stdout.close()
+    p.wait(timeout=60)
+    assert p.returncode == -13, (p.returncode, p.stderr.read())
+    assert os.listdir(private_tmp) == []
+
+
+def test_export_keeps_a_replaced_files_extended_attributes(store, tmp_path):
+    out = tmp_path / "x.npz"
+    out.write_bytes(b"old")
+    try:
+        os.setxattr(out, "user.note", b"mine")
+    except OSError as e:
+        pytest.skip(f"no user extended attributes here: {e}")
+    dump("export", store, "--format", "npz", "-o", str(out), check=0)
+    assert os.getxattr(out, "user.note") == b"mine"
+    with np.load(out) as z:
+        assert "model.w" in z.files
