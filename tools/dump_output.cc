@@ -218,13 +218,13 @@ Result<ExportOutput> ExportOutput::For(const std::string& output) {
   struct stat st;
   const bool regular =
       ::stat(final_path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  const bool linked =
+  const bool in_place =
       regular &&
       (st.st_nlink > 1 || ::listxattr(final_path.c_str(), nullptr, 0) > 0);
   const fs::path p(final_path);
   Result<std::string> beside =
       NewFileIn(p.parent_path().string(), p.filename().string());
-  if (beside.ok() && !linked) {
+  if (beside.ok() && !in_place) {
     return ExportOutput(output, final_path, std::move(beside).value(),
                         Mode::kRename, false);
   }
