@@ -180,9 +180,9 @@ int Show(const std::string& path, const Selection& sel, bool as_json,
 
 // ---- show --key -------------------------------------------------------------
 
-// The small value `key` of `m`, printed; NotFound when there is none.
-int ShowValue(const CheckpointMetadata& m, const std::string& key,
-              bool as_json) {
+// Prints the small value `key` of `m` (which holds it).
+void ShowValue(const CheckpointMetadata& m, const std::string& key,
+               bool as_json) {
   const Value& v = m.values.at(key);
   if (as_json) {
     std::printf("%s\n", JsonText(json({{"id", m.info.id},
@@ -198,7 +198,6 @@ int ShowValue(const CheckpointMetadata& m, const std::string& key,
                 (bytes ? BytesText(*bytes) : ValueText(v)).c_str(),
                 std::string(ValueTypeName(v)).c_str());
   }
-  return 0;
 }
 
 // The values of `index` of tensor `key` (read from only the chunks holding

@@ -38,11 +38,15 @@ Result<std::string> LinkTarget(const std::string& output) {
                                  "' is a chain of more than 40 links");
 }
 
-// A new file in directory `dir` named after `name` (its first 64 bytes, so
-// that a name near the longest a directory takes has room), from mkstemp.
+// How much of the output's name a new file beside it carries: enough to
+// tell whose it is, short enough that "." + it + ".XXXXXX" fits wherever the
+// output's own name does (255 bytes on Linux's file systems).
+constexpr size_t kNameBytesKept = 64;
+
+// A new file in directory `dir` named after `name`, from mkstemp.
 Result<std::string> NewFileIn(const std::string& dir, const std::string& name) {
   std::string pattern = (dir.empty() ? std::string(".") : dir) + "/." +
-                        name.substr(0, 64) + ".XXXXXX";
+                        name.substr(0, kNameBytesKept) + ".XXXXXX";
   std::vector<char> buffer(pattern.begin(), pattern.end());
   buffer.push_back('\0');
   const int fd = ::mkstemp(buffer.data());
@@ -215,12 +219,11 @@ Result<ExportOutput> ExportOutput::For(const std::string& output) {
   // A file with other names (hard links) keeps them, and one with extended
   // attributes (ACLs among them) keeps those: its bytes are replaced in
   // place.
-  struct stat st;
-  const bool regular =
-      ::stat(final_path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  const bool in_place =
-      regular &&
-      (st.st_nlink > 1 || ::listxattr(final_path.c_str(), nullptr, 0) > 0);
+  std::error_code links_unknown;
+  const uintmax_t links = fs::hard_link_count(final_path, links_unknown);
+  const bool in_place = fs::is_regular_file(status) &&
+                        ((!links_unknown && links > 1) ||
+                         ::listxattr(final_path.c_str(), nullptr, 0) > 0);
   const fs::path p(final_path);
   Result<std::string> beside =
       NewFileIn(p.parent_path().string(), p.filename().string());
