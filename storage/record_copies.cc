@@ -2,6 +2,7 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <charconv>
 
 #include "core/checksum.h"
@@ -158,6 +159,27 @@ std::string CopyPath(const std::string& store_path, CopyKind kind,
 
 std::string DamagedDir(const std::string& store_path) {
   return store_path + "/damaged";
+}
+
+Result<std::string> NewDamagedDir(StoreFileSystem& fs,
+                                  const std::string& store_path) {
+  const std::string root = DamagedDir(store_path);
+  CKPTDB_RETURN_IF_ERROR(fs.CreateDirIfMissing(root));
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> earlier,
+                          fs.ListDir(root));
+  // One past the highest number given out (a directory a user removed is
+  // never reused with what is left beside it).
+  uint64_t next = earlier.size() + 1;
+  for (const std::string& name : earlier) {
+    uint64_t n = 0;
+    const auto [end, ec] =
+        std::from_chars(name.data(), name.data() + name.size(), n);
+    if (ec == std::errc() && end == name.data() + name.size() && n < UINT32_MAX)
+      next = std::max(next, n + 1);
+  }
+  const std::string aside = root + "/" + std::to_string(next);
+  CKPTDB_RETURN_IF_ERROR(fs.CreateDirIfMissing(aside));
+  return aside;
 }
 
 bool ParseCopyName(std::string_view name, int64_t* checkpoint_id,

@@ -70,6 +70,10 @@ std::string CopyPath(const std::string& store_path, CopyKind kind,
 // <store>/damaged: where a rebuild of the database keeps the files it
 // replaces (one numbered directory per rebuild).
 std::string DamagedDir(const std::string& store_path);
+// A new, empty numbered directory under DamagedDir, for the files one repair
+// replaces.
+Result<std::string> NewDamagedDir(StoreFileSystem& fs,
+                                  const std::string& store_path);
 // The checkpoint id and kind a name in CopiesDir stands for; false for any
 // other name (temporary files included).
 bool ParseCopyName(std::string_view name, int64_t* checkpoint_id,

@@ -475,6 +475,7 @@ Status StoreImpl::RepairCopies() {
     CKPTDB_RETURN_IF_ERROR(RewriteMetaFamily());
   for (const auto& [id, why] : found.locators_damaged)
     CKPTDB_RETURN_IF_ERROR(WriteLocatorCopy(id));
+  CKPTDB_RETURN_IF_ERROR(RestoreChunkTables());
   for (const std::string& stale : found.stale)
     CKPTDB_RETURN_IF_ERROR(fs_->Remove(stale));
   return Status::OK();

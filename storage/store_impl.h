@@ -264,6 +264,10 @@ class StoreImpl : public Store {
     rocksdb::Status whole_file;
   };
   std::vector<TableCheck> CheckTables(const std::string& family);
+  // The live chunk table files whose blocks fail their checksums (each read
+  // whole: block checksums are XXH3, about three times as fast to check as
+  // the whole-file CRC32C; damage outside the blocks is verify's to report).
+  std::set<std::string> ChunkTablesWithDamagedBlocks();
   // In a read-only open: true when the `kind` copy of `checkpoint_id`, not
   // found now, is missing only because the store changed since this view was
   // taken: a delete since may have removed it (the journal on disk no longer
@@ -533,6 +537,41 @@ class StoreImpl : public Store {
   // one (the whole `meta` column family when any of it is damaged) and
   // removes stale copies.
   Status RepairCopies();
+
+  // ---- Chunk tables written again from their copies (store_table_restore.cc)
+  // A read-write open's repair of the chunk table files: one RocksDB no
+  // longer holds (a rebuild set it aside as unreadable, or it is gone) and a
+  // live one whose blocks or whole-file checksum fail are written again from
+  // the copy of their chunk locations and the records (a small chunk's bytes
+  // read at its copied place and checked; a pointer rebuilt from the value
+  // file's name and the chunk's place and size), ingested in their place (a
+  // live damaged file kept under damaged/<n>/), and the copy written again
+  // from the new files. A copy that places chunks where the live table of its
+  // key range does not is written again too. A table that cannot be written
+  // again (its chunks lost, no room) is left as it was and named in the LOG:
+  // reads keep using the copy.
+  Status RestoreChunkTables();
+  // Writes the copy of checkpoint `id`'s chunk locations from its live table
+  // files, keeping those of `earlier` (the copy as it was) whose key range
+  // holds no live table.
+  Status RewriteLocatorCopy(int64_t id, const CopyEntries& earlier);
+  // A chunk whose bytes a checkpoint's key range holds: its tensor and record.
+  struct StoredChunk {
+    std::string tensor_key;
+    ChunkMetadata chunk;
+  };
+  // Those of one checkpoint's key range, by storage key.
+  using StoredChunks = std::map<std::string, StoredChunk>;
+  // Every committed checkpoint's chunks, by the checkpoint whose key range
+  // holds their bytes.
+  Result<std::map<int64_t, StoredChunks>> ChunksByHolder();
+  // Writes the table of checkpoint `id` that `locations` describes (the
+  // copy's `table`-th) from `chunks` (its key range's), replacing the live
+  // table file `replaced` (empty when RocksDB holds none of that range).
+  Status RestoreChunkTable(int64_t id, size_t table,
+                           const ChunkLocations& locations,
+                           const StoredChunks& chunks,
+                           const std::string& replaced);
   // Check's lines for what CompareCopies found.
   void ReportCopies(const CopyFindings& found, StoreReport* report);
   // RocksDB's OPTIONS files that do not parse, as repairable metadata (a

@@ -260,7 +260,8 @@ Status StoreImpl::VerifyChunk(int64_t checkpoint_id,
       "; the chunk's bytes are intact and read back through the copy of its "
       "location (" +
       CopyPath(path_, CopyKind::kLocators, StoredIn(checkpoint_id, chunk)) +
-      "): no data lost, reads use the copy";
+      "): no data lost, reads use the copy, and a read-write open writes the "
+      "chunk's table file again from it";
   if (through_copy == nullptr) return Status::Corruption(why);
   *through_copy = why;
   return Status::OK();

@@ -28,18 +28,6 @@ bool IsDescriptionFile(const std::string& name) {
          name.ends_with(".dbtmp");
 }
 
-// A new, empty damaged/<n>/ for the files one rebuild replaces.
-Result<std::string> NewAsideDir(StoreFileSystem& fs,
-                                const std::string& store_path) {
-  const std::string root = DamagedDir(store_path);
-  CKPTDB_RETURN_IF_ERROR(fs.CreateDirIfMissing(root));
-  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> earlier,
-                          fs.ListDir(root));
-  const std::string aside = root + "/" + std::to_string(earlier.size() + 1);
-  CKPTDB_RETURN_IF_ERROR(fs.CreateDirIfMissing(aside));
-  return aside;
-}
-
 // Where a rebuild moves the file `name` of the store's directory: a chunk
 // table file to staging, to be ingested again; the description files and the
 // metadata's table files (replaced by the copies) to `aside`, as is a table
@@ -306,7 +294,7 @@ Status StoreImpl::RebuildFromCopies() {
   rocksdb::FileLock* lock = nullptr;
   CKPTDB_RETURN_IF_ERROR(
       FromRocks(env_->LockFile(path_ + "/LOCK", &lock), what));
-  Result<std::string> aside = NewAsideDir(*fs_, path_);
+  Result<std::string> aside = NewDamagedDir(*fs_, path_);
   Status moved = aside.status();
   if (moved.ok())
     moved = MoveAsideForRebuild(*fs_, env_.get(), path_, *aside, what);

@@ -6,6 +6,7 @@
 #include <rocksdb/sst_file_reader.h>
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,24 @@ std::vector<StoreImpl::TableCheck> StoreImpl::CheckTables(
     check.blocks = reader.Open(check.path);
     if (check.blocks.ok()) check.blocks = reader.VerifyChecksum();
     if (check.blocks.ok() && whole) check.whole_file = *whole;
+  }
+  return out;
+}
+
+std::set<std::string> StoreImpl::ChunkTablesWithDamagedBlocks() {
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db_->GetLiveFilesMetaData(&files);
+  rocksdb::Options options;
+  static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
+  options.env = env_.get();
+  std::set<std::string> out;
+  for (const rocksdb::LiveFileMetaData& file : files) {
+    if (file.column_family_name != kChunksCf) continue;
+    const std::string path = file.db_path + file.name;
+    rocksdb::SstFileReader reader(options);
+    rocksdb::Status s = reader.Open(path);
+    if (s.ok()) s = reader.VerifyChecksum();
+    if (s.IsCorruption()) out.insert(path);
   }
   return out;
 }

@@ -85,6 +85,35 @@ bool ParseValueDirName(std::string_view name, int64_t* checkpoint_id) {
          *checkpoint_id > 0;
 }
 
+std::optional<ValuePointer> ParseValueFileName(std::string_view name,
+                                               int64_t* checkpoint_id) {
+  const size_t slash = name.find('/');
+  if (slash == std::string_view::npos ||
+      !ParseValueDirName(name.substr(0, slash), checkpoint_id) ||
+      !name.ends_with(".val"))
+    return std::nullopt;
+  std::string_view rest = name.substr(slash + 1, name.size() - slash - 5);
+  // <rank>-<part>-<nonce, 8 hex digits>, each number in its shortest form.
+  auto number = [&rest](auto* out, int base, bool last) {
+    const size_t end = last ? rest.size() : rest.find('-');
+    if (end == 0 || end == std::string_view::npos) return false;
+    const std::string_view digits = rest.substr(0, end);
+    const auto [stop, ec] = std::from_chars(
+        digits.data(), digits.data() + digits.size(), *out, base);
+    rest.remove_prefix(last ? end : end + 1);
+    return ec == std::errc() && stop == digits.data() + digits.size();
+  };
+  ValuePointer pointer;
+  uint32_t rank = 0;
+  if (!number(&rank, 10, false) || !number(&pointer.part, 10, false) ||
+      rest.size() != 8 || !number(&pointer.nonce, 16, true) ||
+      rank > uint32_t{INT32_MAX})
+    return std::nullopt;
+  pointer.rank = static_cast<int32_t>(rank);
+  if (ValueFileName(*checkpoint_id, pointer) != name) return std::nullopt;
+  return pointer;
+}
+
 ValueFileWriter::ValueFileWriter(std::shared_ptr<StoreFileSystem> fs,
                                  std::string store_path, int64_t checkpoint_id,
                                  int32_t rank, uint32_t part)

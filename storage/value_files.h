@@ -73,6 +73,11 @@ std::string ValueFileName(int64_t checkpoint_id, const ValuePointer& pointer);
 // The checkpoint id a directory under ValuesDir is named for; false for any
 // other name.
 bool ParseValueDirName(std::string_view name, int64_t* checkpoint_id);
+// ValueFileName's inverse: the checkpoint id and the pointer's rank, part and
+// nonce (offset and length 0) of a value file's name under ValuesDir; nullopt
+// for any other name.
+std::optional<ValuePointer> ParseValueFileName(std::string_view name,
+                                               int64_t* checkpoint_id);
 
 // A value file a table file's chunks point into (its name under ValuesDir)
 // and how long it must be to hold them.

@@ -68,6 +68,30 @@ TEST(ValueFileNamesTest, DirectoriesAreCheckpointIds) {
             "/s/values/7/3-1-0000beef.val");
 }
 
+TEST(ValueFileNamesTest, AFileNameGivesBackItsCheckpointRankPartAndNonce) {
+  for (const ValuePointer& named :
+       {ValuePointer{3, 1, 0xbeef}, ValuePointer{0, 0, 0},
+        ValuePointer{INT32_MAX, UINT32_MAX, UINT32_MAX}}) {
+    const std::string name = ValueFileName(12, named);
+    int64_t id = 0;
+    const std::optional<ValuePointer> parsed = ParseValueFileName(name, &id);
+    ASSERT_TRUE(parsed) << name;
+    EXPECT_EQ(id, 12);
+    EXPECT_EQ(parsed->rank, named.rank) << name;
+    EXPECT_EQ(parsed->part, named.part) << name;
+    EXPECT_EQ(parsed->nonce, named.nonce) << name;
+  }
+  int64_t id = 0;
+  for (const char* bad :
+       {"", "7", "7/", "7/3-1-0000beef", "7/3-1-beef.val",
+        "7/03-1-0000beef.val", "7/3-1-0000BEEF.val", "7/-3-1-0000beef.val",
+        "0/3-1-0000beef.val", "7/3-1-2-0000beef.val", "7/3--0000beef.val",
+        "7/3-1-0000beef.val/x", "x/3-1-0000beef.val",
+        "7/2147483648-1-0000beef.val", "7/3-1-00000beef.val"}) {
+    EXPECT_FALSE(ParseValueFileName(bad, &id)) << bad;
+  }
+}
+
 // Writes `bytes` bytes to `path`, creating its directories.
 void WriteFile(const std::string& path, size_t bytes) {
   fs::create_directories(fs::path(path).parent_path());

@@ -9,9 +9,11 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -288,6 +290,119 @@ TEST_F(Durability, AFailedReopenAfterADeleteDoesNotFailLaterSaves) {
   ASSERT_TRUE((*db)->Load(sd, CheckpointSelector::Step(5), {}).ok());
   EXPECT_EQ(got[0], 1.0f);
   EXPECT_EQ(got.back(), 2.0f);
+}
+
+// The bytes of the file at `path`.
+std::string FileBytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+// Two ranks' chunk tables of one checkpoint, both damaged (a rebuild sets them
+// aside); a read-write open writes the tables again from the copy of their
+// chunk locations. When one of them cannot be written (no room for it), the
+// other is, the copy keeps the locations of the one left aside, every tensor
+// reads back through them, and the next open writes it.
+TEST_F(Durability, AChunkTableThatCannotBeWrittenAgainKeepsItsLocations) {
+  const std::string dir = tmp_.Sub("s");
+  // Per rank: small tensors (their bytes inside the table) and a large one
+  // (in a value file, the table holding a pointer).
+  auto values = [](int rank, int i) {
+    std::vector<float> v(i < 6 ? 100 : 5000);
+    std::iota(v.begin(), v.end(), 1000.0f * rank + 10.0f * i);
+    return v;
+  };
+  auto key = [](int rank, int i) {
+    return "r" + std::to_string(rank) + ".t" + std::to_string(i);
+  };
+  {
+    auto comms = InProcessCommunicators(2);
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      ranks.emplace_back([&, rank] {
+        auto db = DB::Open({}, dir, comms[rank]);
+        ASSERT_TRUE(db.ok()) << db.status().ToString();
+        std::vector<std::vector<float>> held;
+        StateDict sd;
+        for (int i = 0; i < 7; ++i) {
+          held.push_back(values(rank, i));
+          sd.Set(key(rank, i),
+                 TensorView::Whole(held.back().data(), DType::kFloat32,
+                                   {static_cast<int64_t>(held.back().size())}));
+        }
+        ASSERT_TRUE((*db)->Save(sd, {.step = 1}).ok());
+      });
+    }
+    for (auto& t : ranks) t.join();
+  }
+  // Each rank's table: the one holding its first tensor's bytes; a flipped
+  // last byte (the footer's magic number) makes it unreadable.
+  std::vector<fs::path> tables;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::vector<float> first = values(rank, 0);
+    const std::string needle(reinterpret_cast<const char*>(first.data()),
+                             first.size() * sizeof(float));
+    for (const auto& file : testing::FilesUnder(dir, {".sst"})) {
+      if (FileBytes(file.path).find(needle) != std::string::npos)
+        tables.push_back(file.path);
+    }
+    ASSERT_EQ(tables.size(), static_cast<size_t>(rank + 1));
+    std::string bytes = FileBytes(tables.back());
+    bytes.back() ^= 0x10;
+    std::ofstream(tables.back(), std::ios::binary) << bytes;
+  }
+  auto expect_reads = [&](const std::string& ctx,
+                          std::vector<std::string>* problems) {
+    Options read_only;
+    read_only.read_only = true;
+    auto db = DB::Open(read_only, dir);
+    ASSERT_TRUE(db.ok()) << ctx << ": " << db.status().ToString();
+    for (int rank = 0; rank < 2; ++rank) {
+      for (int i = 0; i < 7; ++i) {
+        auto read = (*db)->Read(key(rank, i), CheckpointSelector::Latest());
+        ASSERT_TRUE(read.ok()) << ctx << ": " << read.status().ToString();
+        const std::vector<float> want = values(rank, i);
+        EXPECT_EQ(read->data.size(), want.size() * sizeof(float)) << ctx;
+        EXPECT_EQ(std::memcmp(
+                      read->data.data(), want.data(),
+                      std::min(read->data.size(), want.size() * sizeof(float))),
+                  0)
+            << ctx << ": " << key(rank, i);
+      }
+    }
+    auto report = (*db)->Verify(CheckpointSelector::Latest(), {});
+    ASSERT_TRUE(report.ok()) << ctx;
+    *problems = report->problems;
+  };
+  // The second table's new file cannot be made: a full disk.
+  faults_->Arm({.nth = 1,
+                .from_nth_on = true,
+                .ops = FileOpMask(FileOp::kOpen),
+                .path_contains = "restored-1-1",
+                .error = ENOSPC});
+  {
+    auto db = DB::Open(options_, dir);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+  }
+  faults_->Disarm();
+  EXPECT_NE(FileBytes(fs::path(dir) / "LOG").find("rewriting a chunk table"),
+            std::string::npos);
+  std::vector<std::string> problems;
+  ASSERT_NO_FATAL_FAILURE(expect_reads("one table written again", &problems));
+  // Rank 1's chunks read through the copy, rank 0's through the database.
+  ASSERT_FALSE(problems.empty());
+  for (const std::string& problem : problems) {
+    EXPECT_NE(problem.find("'r1."), std::string::npos) << problem;
+    EXPECT_NE(problem.find("read back through the copy"), std::string::npos)
+        << problem;
+  }
+  {
+    auto db = DB::Open(options_, dir);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+  }
+  ASSERT_NO_FATAL_FAILURE(expect_reads("both written again", &problems));
+  EXPECT_TRUE(problems.empty()) << problems.front();
 }
 
 // A rebuild of the database (CURRENT lost) cut short by a full disk, at any

@@ -110,6 +110,10 @@ TEST(DBTest, SaveAsyncWithOtherCallsAndFailures) {
   ASSERT_TRUE(db->Close().ok());
   EXPECT_TRUE((*next)->Done());
   EXPECT_TRUE((*next)->Wait().ok());
+  // Closing again does nothing; every other call fails.
+  EXPECT_TRUE(db->Close().ok());
+  EXPECT_EQ(db->ListCheckpoints().status().code(),
+            StatusCode::kFailedPrecondition);
 }
 
 // Collective calls of one handle from several threads run one after

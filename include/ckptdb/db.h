@@ -133,7 +133,8 @@ class DB {
   // damaged copies of the commit journal.
   virtual Result<StoreCheckReport> CheckStore() = 0;
 
-  // Releases the store. Further calls fail with FailedPrecondition.
+  // Releases the store. Further calls fail with FailedPrecondition; Close
+  // itself may be called again and returns OK.
   virtual Status Close() = 0;
 
   virtual const Communicator& communicator() const = 0;

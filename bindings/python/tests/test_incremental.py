@@ -110,10 +110,13 @@ def test_a_damaged_stored_chunk_is_written_again_by_the_next_save_of_the_same_st
         db.verify()
 
 
-def test_chunks_of_a_table_file_damaged_around_them_stop_being_shared(store):
-    # A flipped byte in a chunk table's index: its chunks still read back through the copy of
-    # their locations, but the next handle's saves of the same state write them again rather
-    # than make every new checkpoint depend on that copy alone.
+@pytest.mark.parametrize("where", ["restart points", "footer", "chunk bytes"])
+def test_a_damaged_chunk_table_is_written_again_by_the_next_read_write_open(store, where):
+    # A flipped byte in a chunk table (small chunks and their keys): the chunks read back
+    # through the copy of their locations, and the next read-write open writes the table
+    # again from that copy (a damaged footer makes the open rebuild the database first). Then
+    # verify passes and saves of the same state share the chunks again; a chunk whose own
+    # bytes were hit stays lost, and the next save of the same state writes it alone again.
     import glob
     import os
     rng = np.random.default_rng(7)
@@ -126,16 +129,66 @@ def test_chunks_of_a_table_file_damaged_around_them_stop_being_shared(store):
         db.save(state, step=2)
     with open(table, "r+b") as f:
         data = bytearray(f.read())
-        data[len(data) * 9 // 10] ^= 0x40
+        last = data.find(state["s039"].tobytes()) + state["s039"].nbytes  # then the block's end
+        hit = data.find(state["s020"].tobytes())
+        at = {"restart points": last + 1, "footer": len(data) - 1, "chunk bytes": hit + 5}[where]
+        data[at] ^= 0x40
         f.seek(0)
         f.write(data)
-    with ckptdb.open(store) as db:
+    with ckptdb.open(store, read_only=True) as db:
         with pytest.raises(ckptdb.CorruptionError):
             db.verify(step=1)
-        written = sum(db.save(state, step=step).nbytes_written for step in range(3, 12))
-        assert written == db.checkpoints()[-1].nbytes
-        for step in (3, 11):
-            db.verify(step=step)
+    with ckptdb.open(store) as db:
+        for step in (1, 2):
+            if where == "chunk bytes":
+                with pytest.raises(ckptdb.CorruptionError, match="'s020'"):
+                    db.verify(step=step)
+            else:
+                db.verify(step=step)
+        written = db.save(state, step=3).nbytes_written
+        assert written == (state["s020"].nbytes if where == "chunk bytes" else 0)
+        db.verify(step=3)
+        for step in (3,) if where == "chunk bytes" else (1, 3):
             target = {k: np.zeros_like(v) for k, v in state.items()}
             db.load(target, step=step)
             assert all(np.array_equal(target[k], v) for k, v in state.items())
+    # The damaged file is kept aside, not in the database.
+    kept = glob.glob(os.path.join(store, "damaged", "*", os.path.basename(table)))
+    assert kept and open(kept[0], "rb").read() == bytes(data)
+
+def test_a_copy_of_chunk_locations_older_than_its_table_is_written_again_by_the_next_open(store):
+    # An open that wrote a damaged chunk table again without a chunk whose bytes were hit, and
+    # stopped before writing the copy of its locations, leaves a copy that places the chunks
+    # after that one where the new table does not: the next read-write open writes the copy
+    # again from the table.
+    import glob
+    import os
+    rng = np.random.default_rng(8)
+    state = {f"s{i:03d}": rng.integers(0, 255, 600, dtype=np.uint8) for i in range(30)}
+    with ckptdb.open(store) as db:
+        before = set(glob.glob(os.path.join(store, "*.sst")))
+        db.save(state, step=1)
+        table = max(set(glob.glob(os.path.join(store, "*.sst"))) - before, key=os.path.getsize)
+    copy = os.path.join(store, "copies", "1.loc")
+    old_copy = open(copy, "rb").read()
+    with open(table, "r+b") as f:
+        data = bytearray(f.read())
+        data[data.find(state["s010"].tobytes()) + 5] ^= 0x40
+        f.seek(0)
+        f.write(data)
+
+    def check(db):
+        with pytest.raises(ckptdb.CorruptionError, match="'s010'"):
+            db.verify(step=1)
+        for key in ("s000", "s011", "s029"):
+            np.testing.assert_array_equal(db.read(key, step=1), state[key])
+
+    with ckptdb.open(store) as db:
+        check(db)
+    new_copy = open(copy, "rb").read()
+    assert new_copy != old_copy
+    with open(copy, "wb") as f:
+        f.write(old_copy)
+    with ckptdb.open(store) as db:
+        check(db)
+    assert open(copy, "rb").read() == new_copy

@@ -1,0 +1,259 @@
+// A read-write open's repair of chunk table files from the copies of their
+// chunk locations (copies/<id>.loc): a table RocksDB no longer holds (a
+// rebuild set it aside as unreadable) and a live one whose blocks or whole-file
+// checksum fail are written again and ingested in their place, so that every
+// chunk has both of its locators again and incremental saves share it.
+#include <rocksdb/db.h>
+#include <rocksdb/sst_file_writer.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "storage/chunk_files.h"
+#include "storage/column_families.h"
+#include "storage/ingester.h"
+#include "storage/keys.h"
+#include "storage/record_copies.h"
+#include "storage/staged_file_writer.h"
+#include "storage/store_impl.h"
+#include "storage/value_files.h"
+
+namespace ckptdb::storage {
+namespace {
+
+constexpr const char* kRestoredPrefix = "restored-";
+
+}  // namespace
+
+Status StoreImpl::RestoreChunkTables() {
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db_->GetLiveFilesMetaData(&files);
+  // The live chunk tables by key range, and those whose blocks fail.
+  std::map<std::pair<std::string, std::string>, std::string> live;
+  for (const auto& f : files) {
+    if (f.column_family_name == kChunksCf)
+      live[{f.smallestkey, f.largestkey}] = f.db_path + f.name;
+  }
+  const std::set<std::string> damaged = ChunkTablesWithDamagedBlocks();
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> located,
+                          CopyIds(CopyKind::kLocators));
+  // The checkpoints whose chunks a committed checkpoint still reads: the
+  // copy of one whose deletion began (its tables dropped first) is stale,
+  // not damage.
+  CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> needed, ReferencedIds());
+  {
+    const std::optional<CommitJournal> journal = catalogue_.journal();
+    CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> records, RecordIds());
+    for (int64_t id : records) {
+      if (!journal || journal->committed.contains(id)) needed.insert(id);
+    }
+  }
+  std::optional<std::map<int64_t, StoredChunks>> stored;
+  for (int64_t id : located) {
+    if (!needed.contains(id)) continue;
+    Result<CopyEntries> copy = ReadCopy(*fs_, path_, CopyKind::kLocators, id);
+    if (!copy.ok()) continue;  // RepairCopies rewrote what it could
+    bool rewrite_copy = false;
+    std::optional<rocksdb::TablePropertiesCollection> props;
+    for (size_t k = 0; k < copy->size(); ++k) {
+      const std::string& blob = (*copy)[k].second;
+      const std::optional<ChunkLocations> locations = ParseLocatorBlob(blob);
+      if (!locations) continue;
+      const auto table = live.find({locations->first, locations->last});
+      std::string replaced;
+      if (table != live.end()) {
+        if (!damaged.contains(table->second)) {
+          // A copy written before its table was replaced (an open cut short
+          // between the two) places the chunks where the table no longer
+          // does.
+          if (!props) {
+            CKPTDB_ASSIGN_OR_RETURN(props,
+                                    ChunkTablesOf(id, "the chunk locations"));
+          }
+          const auto now = props->find(table->second);
+          if (now != props->end() && LocatorBlob(*now->second) != blob)
+            rewrite_copy = true;
+          continue;
+        }
+        replaced = table->second;
+      }
+      if (!stored) {
+        CKPTDB_ASSIGN_OR_RETURN(stored, ChunksByHolder());
+      }
+      const Status restored =
+          RestoreChunkTable(id, k, *locations, (*stored)[id], replaced);
+      if (restored.ok()) {
+        rewrite_copy = true;
+        continue;
+      }
+      // Reads keep using the copy: the store works as it did, and the next
+      // read-write open tries again.
+      rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL,
+                   db_->GetDBOptions().info_log,
+                   "[ckptdb] rewriting a chunk table file of checkpoint %lld "
+                   "from the copy of its chunk locations failed: %s",
+                   static_cast<long long>(id), restored.ToString().c_str());
+    }
+    if (!rewrite_copy) continue;
+    CKPTDB_RETURN_IF_ERROR(RewriteLocatorCopy(id, *copy));
+    files_->Forget(id);
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::RewriteLocatorCopy(int64_t id, const CopyEntries& earlier) {
+  CKPTDB_ASSIGN_OR_RETURN(const rocksdb::TablePropertiesCollection tables,
+                          ChunkTablesOf(id, "the chunk locations"));
+  CopyEntries entries;
+  std::vector<std::pair<std::string, std::string>> ranges;
+  for (const auto& [table, props] : tables) {
+    std::optional<std::string> blob = LocatorBlob(*props);
+    if (!blob) continue;  // a file written before chunk locations were kept
+    std::optional<ChunkLocations> located = ParseLocatorBlob(*blob);
+    if (!located) continue;
+    ranges.emplace_back(located->first, located->last);
+    entries.emplace_back(located->first, std::move(*blob));
+  }
+  // The locations of a table still outside the database (its rewrite failed)
+  // are the only ones its chunks have.
+  for (const auto& [first, blob] : earlier) {
+    const std::optional<ChunkLocations> located = ParseLocatorBlob(blob);
+    if (!located) continue;
+    const bool held =
+        std::any_of(ranges.begin(), ranges.end(), [&](const auto& range) {
+          return located->first <= range.first && range.second <= located->last;
+        });
+    if (!held) entries.emplace_back(first, blob);
+  }
+  std::sort(entries.begin(), entries.end());
+  return WriteEncodedCopy(*fs_, path_, CopyKind::kLocators, id,
+                          copy_encoder_.Encode(CopyKind::kLocators, entries));
+}
+
+Result<std::map<int64_t, StoreImpl::StoredChunks>> StoreImpl::ChunksByHolder() {
+  std::map<int64_t, StoredChunks> out;
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> ids, RecordIds());
+  for (int64_t id : ids) {
+    // As ReadMetadata reads (without its lock: the open or reopen holds it).
+    Result<CheckpointMetadata> meta = ReadRocksMetadata(id, nullptr);
+    if (meta.status().IsCorruption()) meta = MetadataFromCopy(id, nullptr);
+    if (!meta.ok()) continue;  // the open reports a record lost in both copies
+    for (const auto& [key, tensor] : meta->tensors) {
+      for (const ChunkMetadata& chunk : tensor.chunks) {
+        const int64_t holder = chunk.holder_id != 0 ? chunk.holder_id : id;
+        out[holder].try_emplace(
+            EncodeChunkKey(holder, chunk.writer_rank, key, chunk.box.origin),
+            StoredChunk{key, chunk});
+      }
+    }
+  }
+  return out;
+}
+
+Status StoreImpl::RestoreChunkTable(int64_t id, size_t table,
+                                    const ChunkLocations& locations,
+                                    const StoredChunks& chunks,
+                                    const std::string& replaced) {
+  const std::string what = "rewriting the chunk table file of checkpoint " +
+                           std::to_string(id) + " from " +
+                           CopyPath(path_, CopyKind::kLocators, id);
+  // Where a small chunk's bytes are: the damaged table itself, or the tables
+  // a rebuild set aside.
+  std::vector<std::string> sources =
+      replaced.empty() ? TablesWithRange(locations.first, locations.last)
+                       : std::vector<std::string>{replaced};
+  std::optional<ValuePointer> value_file;
+  if (!locations.value_file.empty()) {
+    int64_t named = 0;
+    value_file = ParseValueFileName(locations.value_file, &named);
+    if (!value_file || named != id) {
+      return Status::Corruption(what + ": it names the value file '" +
+                                locations.value_file + "'");
+    }
+  }
+  rocksdb::Options options;
+  static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
+  options.env = env_.get();
+  auto log = std::make_shared<ValueFileLog>();
+  log->name = locations.value_file;
+  options.table_properties_collector_factories = {
+      NewValueOffsetCollectorFactory(log)};
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), options,
+                                /*column_family=*/nullptr,
+                                /*invalidate_page_cache=*/false);
+  CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(StagingDir(path_)));
+  const std::string staged = StagingDir(path_) + "/" + kRestoredPrefix +
+                             std::to_string(id) + "-" + std::to_string(table) +
+                             ".sst";
+  CKPTDB_RETURN_IF_ERROR(fs_->Remove(staged));
+  CKPTDB_RETURN_IF_ERROR(FromRocks(writer.Open(staged), what));
+  size_t entries = 0;
+  Status s;
+  for (auto it = chunks.lower_bound(locations.first);
+       s.ok() && it != chunks.end() && it->first <= locations.last; ++it) {
+    const auto& [key, stored] = *it;
+    const std::optional<std::pair<bool, uint64_t>> at = locations.Find(key);
+    if (!at) continue;
+    std::string value;
+    ChunkBuffer bytes;
+    if (at->first) {
+      if (!value_file) continue;
+      ValuePointer pointer = *value_file;
+      pointer.offset = at->second;
+      pointer.nbytes = stored.chunk.nbytes;
+      log->end = std::max(log->end, pointer.offset + pointer.nbytes);
+      log->next_offset = pointer.offset;
+      log->next_is_pointer = true;
+      value = EncodeValuePointer(pointer);
+    } else {
+      const std::string chunk_what =
+          "chunk of tensor '" + stored.tensor_key + "' at offset " +
+          ShapeToString(stored.chunk.box.origin) + " (checkpoint id " +
+          std::to_string(id) + ")";
+      bool read = false;
+      for (size_t i = 0; i < sources.size() && !read; ++i) {
+        read = ReadAtCopiedPlace(sources[i], chunk_what, at->second,
+                                 stored.chunk, &bytes)
+                   .ok();
+        // The file that held this chunk likely holds the next ones.
+        if (read)
+          std::rotate(sources.begin(), sources.begin() + i,
+                      sources.begin() + i + 1);
+      }
+      // Bytes that read wrong everywhere stay lost: reads report the chunk.
+      if (!read) continue;
+      value = std::string(bytes.bytes());
+    }
+    s = FromRocks(writer.Put(key, value), what);
+    log->next_is_pointer = false;
+    ++entries;
+  }
+  if (s.ok() && entries == 0) s = Status::NotFound(what + ": no chunk to put");
+  if (s.ok()) s = FromRocks(writer.Finish(), what);
+  if (!s.ok()) {
+    (void)fs_->Remove(staged);
+    return s;
+  }
+  if (!replaced.empty()) {
+    // Kept beside the other damaged files, where reads through the copy find
+    // its chunks if the open stops before the new table is ingested.
+    CKPTDB_ASSIGN_OR_RETURN(const std::string aside,
+                            NewDamagedDir(*fs_, path_));
+    const std::string name = std::filesystem::path(replaced).filename();
+    CKPTDB_RETURN_IF_ERROR(
+        FromRocks(fs_->LinkFile(replaced, aside + "/" + name,
+                                rocksdb::IOOptions(), nullptr),
+                  what));
+    CKPTDB_RETURN_IF_ERROR(fs_->SyncDir(aside));
+    CKPTDB_RETURN_IF_ERROR(FromRocks(db_->DeleteFile("/" + name), what));
+  }
+  return Ingester().IngestUnscanned(staged).WithContext(what);
+}
+
+}  // namespace ckptdb::storage
