@@ -11,7 +11,8 @@ the median of the per-round ratios (B / A: below 1 means B is faster).
 build). The state is a model of many small tensors by default (`--tensors 10000 --kib 4`), every
 tensor changed before each save, `keep_last=2`, as a training loop saves it. `--warmup` rounds
 are run and left out: a handle's first saves fill its caches, so a comparison of the steady state
-wants some thirty (the first saves, which a short job sees, want none).
+wants some thirty (the first saves, which a short job sees, want none). `--ops save,open` times a
+read-write open of the store as the saves leave it (two checkpoints).
 
 `--preload-a` and `--preload-b` put a shared library into that side's `LD_PRELOAD`: with the same
 build on both sides and another `malloc` on one (`libmimalloc.so.2`, `libjemalloc.so.2`,
@@ -32,7 +33,7 @@ def child(args):
     import ckptdb
 
     shutil.rmtree(args.dir, ignore_errors=True)
-    n = args.kib << 10 >> 2
+    n = int(args.kib * 1024) >> 2
     rng = np.random.default_rng(0)
     state = {f"layer{i}.weight": rng.standard_normal(n, dtype=np.float32)
              for i in range(args.tensors)}
@@ -53,6 +54,11 @@ def child(args):
             db.save(state, step=step)
         elif op == "load":
             db.load(target)
+        elif op == "open":
+            # A read-write open of the store as it stands (what a job's restart pays): it
+            # compares the metadata with its copies and checks the chunk tables' blocks.
+            db.close()
+            db = ckptdb.open(args.dir, keep_last=2)
         else:
             raise SystemExit(f"unknown operation {op!r}")
         print(f"time {time.perf_counter() - start:.6f}", flush=True)
@@ -71,7 +77,9 @@ def main():
     p.add_argument("--warmup", type=int, default=3, help="rounds run first, not measured")
     p.add_argument("--pause", type=float, default=0.1, help="seconds before each operation")
     p.add_argument("--tensors", type=int, default=10000)
-    p.add_argument("--kib", type=int, default=4, help="bytes of each tensor, in KiB")
+    p.add_argument("--kib", type=float, default=4,
+                   help="bytes of each tensor, in KiB (0.5: 512 bytes, a chunk inside its table "
+                        "file)")
     p.add_argument("--preload-a", default="", help="a library in build A's LD_PRELOAD")
     p.add_argument("--preload-b", default="", help="a library in build B's LD_PRELOAD")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
