@@ -32,13 +32,23 @@ constexpr const char* kRestoredPrefix = "restored-";
 }  // namespace
 
 Status StoreImpl::RestoreChunkTables() {
-  std::vector<rocksdb::LiveFileMetaData> files;
-  db_->GetLiveFilesMetaData(&files);
-  // The live chunk tables by key range, and those whose blocks fail.
-  std::map<std::pair<std::string, std::string>, std::string> live;
-  for (const auto& f : files) {
-    if (f.column_family_name == kChunksCf)
-      live[{f.smallestkey, f.largestkey}] = f.db_path + f.name;
+  // The live chunk tables by the key range and locations their own
+  // properties record (a table RocksDB ingested without its key range, as
+  // it may ingest one whose first block is damaged, is found by them too).
+  rocksdb::TablePropertiesCollection tables;
+  CKPTDB_RETURN_IF_ERROR(FromRocks(
+      db_->GetPropertiesOfAllTables(chunks_, &tables),
+      "reading the chunk table files' properties of '" + path_ + "'"));
+  struct LiveTable {
+    std::string path, blob;
+  };
+  std::map<std::pair<std::string, std::string>, LiveTable> live;
+  for (const auto& [path, props] : tables) {
+    std::optional<std::string> blob = LocatorBlob(*props);
+    if (!blob) continue;  // written before chunk locations were kept
+    const std::optional<ChunkLocations> located = ParseLocatorBlob(*blob);
+    if (located)
+      live[{located->first, located->last}] = {path, std::move(*blob)};
   }
   const std::set<std::string> damaged = ChunkTablesWithDamagedBlocks();
   CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> located,
@@ -60,7 +70,6 @@ Status StoreImpl::RestoreChunkTables() {
     Result<CopyEntries> copy = ReadCopy(*fs_, path_, CopyKind::kLocators, id);
     if (!copy.ok()) continue;  // RepairCopies rewrote what it could
     bool rewrite_copy = false;
-    std::optional<rocksdb::TablePropertiesCollection> props;
     for (size_t k = 0; k < copy->size(); ++k) {
       const std::string& blob = (*copy)[k].second;
       const std::optional<ChunkLocations> locations = ParseLocatorBlob(blob);
@@ -68,20 +77,14 @@ Status StoreImpl::RestoreChunkTables() {
       const auto table = live.find({locations->first, locations->last});
       std::string replaced;
       if (table != live.end()) {
-        if (!damaged.contains(table->second)) {
+        if (!damaged.contains(table->second.path)) {
           // A copy written before its table was replaced (an open cut short
           // between the two) places the chunks where the table no longer
           // does.
-          if (!props) {
-            CKPTDB_ASSIGN_OR_RETURN(props,
-                                    ChunkTablesOf(id, "the chunk locations"));
-          }
-          const auto now = props->find(table->second);
-          if (now != props->end() && LocatorBlob(*now->second) != blob)
-            rewrite_copy = true;
+          rewrite_copy |= table->second.blob != blob;
           continue;
         }
-        replaced = table->second;
+        replaced = table->second.path;
       }
       if (!stored) {
         CKPTDB_ASSIGN_OR_RETURN(stored, ChunksByHolder());

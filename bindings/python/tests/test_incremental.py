@@ -110,13 +110,16 @@ def test_a_damaged_stored_chunk_is_written_again_by_the_next_save_of_the_same_st
         db.verify()
 
 
-@pytest.mark.parametrize("where", ["restart points", "footer", "chunk bytes"])
+@pytest.mark.parametrize("where", ["restart points", "footer", "chunk bytes",
+                                   "restart points and MANIFEST"])
 def test_a_damaged_chunk_table_is_written_again_by_the_next_read_write_open(store, where):
     # A flipped byte in a chunk table (small chunks and their keys): the chunks read back
     # through the copy of their locations, and the next read-write open writes the table
     # again from that copy (a damaged footer makes the open rebuild the database first). Then
     # verify passes and saves of the same state share the chunks again; a chunk whose own
     # bytes were hit stays lost, and the next save of the same state writes it alone again.
+    # With the MANIFEST damaged too, the open rebuilds the database, which ingests the damaged
+    # table again without its key range (its only block unreadable): it is written again too.
     import glob
     import os
     rng = np.random.default_rng(7)
@@ -131,12 +134,18 @@ def test_a_damaged_chunk_table_is_written_again_by_the_next_read_write_open(stor
         data = bytearray(f.read())
         last = data.find(state["s039"].tobytes()) + state["s039"].nbytes  # then the block's end
         hit = data.find(state["s020"].tobytes())
-        at = {"restart points": last + 1, "footer": len(data) - 1, "chunk bytes": hit + 5}[where]
+        at = {"footer": len(data) - 1, "chunk bytes": hit + 5}.get(where, last + 1)
         data[at] ^= 0x40
         f.seek(0)
         f.write(data)
-    with ckptdb.open(store, read_only=True) as db:
-        with pytest.raises(ckptdb.CorruptionError):
+    if where.endswith("MANIFEST"):
+        with open(glob.glob(os.path.join(store, "MANIFEST-*"))[0], "r+b") as f:
+            f.seek(40)
+            byte = f.read(1)[0]
+            f.seek(40)
+            f.write(bytes([byte ^ 0x5a]))
+    with pytest.raises(ckptdb.CorruptionError):  # at the open, with the MANIFEST damaged
+        with ckptdb.open(store, read_only=True) as db:
             db.verify(step=1)
     with ckptdb.open(store) as db:
         for step in (1, 2):
@@ -152,9 +161,11 @@ def test_a_damaged_chunk_table_is_written_again_by_the_next_read_write_open(stor
             target = {k: np.zeros_like(v) for k, v in state.items()}
             db.load(target, step=step)
             assert all(np.array_equal(target[k], v) for k, v in state.items())
-    # The damaged file is kept aside, not in the database.
-    kept = glob.glob(os.path.join(store, "damaged", "*", os.path.basename(table)))
-    assert kept and open(kept[0], "rb").read() == bytes(data)
+    # The damaged file is kept aside (under the name it had in the database), not in it.
+    kept = glob.glob(os.path.join(store, "damaged", "*", "*.sst"))
+    assert any(open(k, "rb").read() == bytes(data) for k in kept)
+    assert not any(open(t, "rb").read() == bytes(data)
+                   for t in glob.glob(os.path.join(store, "*.sst")))
 
 def test_a_copy_of_chunk_locations_older_than_its_table_is_written_again_by_the_next_open(store):
     # An open that wrote a damaged chunk table again without a chunk whose bytes were hit, and
