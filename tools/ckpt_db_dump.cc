@@ -316,6 +316,7 @@ Status ExportOnce(const std::string& path, const Selection& sel,
   }
   CKPTDB_RETURN_IF_ERROR(written);
   CKPTDB_RETURN_IF_ERROR(out.Finish());
+  progress.Clear();
   std::fprintf(out.to_stdout() ? stderr : stdout,
                "exported %zu tensors (%s) of checkpoint %lld to %s\n",
                tensors.size(), HumanBytes(total).c_str(),

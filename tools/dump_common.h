@@ -62,8 +62,11 @@ class Progress {
  public:
   Progress(const char* verb, uint64_t total_bytes)
       : verb_(verb), total_(total_bytes), on_(isatty(STDERR_FILENO) == 1) {}
-  ~Progress() {
+  ~Progress() { Clear(); }
+  // Removes the line, so that what is printed next starts a line of its own.
+  void Clear() {
     if (on_ && shown_) std::fprintf(stderr, "\r\033[K");
+    shown_ = false;
   }
   void Add(uint64_t bytes) { Set(done_ + bytes, total_); }
   void Set(uint64_t done, uint64_t total) {

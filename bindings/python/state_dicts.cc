@@ -550,10 +550,11 @@ class Converter {
       borrowed_.values.AddValue(py::reinterpret_borrow<py::object>(container),
                                 key, tuple, &std::get<Value>(entry.node));
     } else {
-      Invalid("leaf " + Where(leaf) + " has unsupported type " +
-              TypeName(value) +
-              " (arrays, DLPack tensors, Shard, int, float, bool, str, bytes, "
-              "None, numpy scalars, or dict, list and tuple of them)");
+      Invalid(
+          "leaf " + Where(leaf) + " has unsupported type " + TypeName(value) +
+          " (arrays, DLPack tensors, Shard, FlatShard, int, float, bool, str, "
+          "bytes, "
+          "None, numpy scalars, or dict, list and tuple of them)");
     }
   }
 

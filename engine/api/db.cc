@@ -307,7 +307,10 @@ Status DBImpl::DeleteNow(const CheckpointSelector& which) {
   Status own;  // rank 0's outcome
   std::string outcome;
   if (root) {
-    Result<int64_t> resolved = store_->Resolve(which);
+    // A read-only handle says so, whatever its view of the selector (one
+    // taken before the checkpoint was saved would not find it).
+    Result<int64_t> resolved =
+        store_->read_only() ? Result<int64_t>(0) : store_->Resolve(which);
     if (resolved.ok()) id = *resolved;
     own = resolved.ok() ? store_->Delete(id) : resolved.status();
     outcome = EncodeStatus(own);

@@ -240,10 +240,13 @@ def test_damaged_byte_found_by_verify_and_load(tmp_path):
     assert not os.path.exists(tmp_path / "d.npz")
 
 
-def test_progress_only_on_a_terminal(store, tmp_path):
+def _on_a_terminal(*args, stdout_too=False):
+    """The tool's return code and what it showed on a terminal (its stderr, and with
+    `stdout_too` its stdout)."""
     import pty
     master, slave = pty.openpty()
-    p = subprocess.run([DUMP, "verify", store], stdout=subprocess.PIPE, stderr=slave, timeout=60)
+    p = subprocess.run([DUMP, *args], stdout=slave if stdout_too else subprocess.PIPE,
+                       stderr=slave, timeout=60)
     os.close(slave)
     shown = b""
     try:
@@ -255,8 +258,22 @@ def test_progress_only_on_a_terminal(store, tmp_path):
     except OSError:
         pass
     os.close(master)
-    assert p.returncode == 0
+    return p.returncode, shown
+
+
+def test_progress_only_on_a_terminal(store, tmp_path):
+    code, shown = _on_a_terminal("verify", store)
+    assert code == 0
     assert b"verify: " in shown and b"(100%)" in shown
+
+
+def test_the_export_summary_starts_a_line_of_its_own_after_the_progress(store, tmp_path):
+    code, shown = _on_a_terminal("export", store, "--format", "npz", "-o",
+                                 str(tmp_path / "t.npz"), stdout_too=True)
+    assert code == 0
+    assert b"export: " in shown and b"(100%)" in shown
+    # The progress line is cleared before the summary is printed over it.
+    assert b"\r\x1b[Kexported " in shown, shown[-200:]
 
 
 LIVE_WRITER = r"""

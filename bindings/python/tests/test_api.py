@@ -77,6 +77,18 @@ def test_read_only_open_never_modifies_and_refuses_save(store):
     assert snapshot(store) == before
 
 
+def test_a_read_only_handle_refuses_a_delete_of_a_checkpoint_saved_since_it_opened(store):
+    # Its view predates the checkpoint: the refusal still says the handle is read-only, not
+    # that no such checkpoint exists.
+    with ckptdb.open(store) as rw, ckptdb.open(store, read_only=True) as ro:
+        first = rw.save({"w": rand((4,))}, step=1)
+        for selector in ({"id": first.id}, {"step": 1}, {}):
+            with pytest.raises(ckptdb.Error, match="read-only") as raised:
+                ro.delete(**selector)
+            assert not isinstance(raised.value, ckptdb.NotFoundError), selector
+        assert [c.id for c in rw.checkpoints()] == [first.id]
+
+
 def test_comm_must_be_mpi4py_communicator(store):
     with pytest.raises(ckptdb.InvalidArgumentError, match="mpi4py"):
         ckptdb.open(store, comm=object())
