@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake pkg-config
-  librocksdb-dev capnproto libcapnp-dev libxxhash-dev libzstd-dev
+  librocksdb-dev capnproto libcapnp-dev libxxhash-dev libzstd-dev libisal-dev
   libopenmpi-dev openmpi-bin libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-numpy python3-mpi4py python3-pytest python3-torch

@@ -264,10 +264,10 @@ class StoreImpl : public Store {
     rocksdb::Status whole_file;
   };
   std::vector<TableCheck> CheckTables(const std::string& family);
-  // The live chunk table files whose blocks fail their checksums (each read
-  // whole: block checksums are XXH3, about three times as fast to check as
-  // the whole-file CRC32C; damage outside the blocks is verify's to report).
-  std::set<std::string> ChunkTablesWithDamagedBlocks();
+  // The live chunk table files whose bytes differ from those they were
+  // written with: their whole-file checksum (or, for a file written without
+  // one, a block's checksum) fails. Each is read whole, on a few threads.
+  std::set<std::string> DamagedChunkTables();
   // In a read-only open: true when the `kind` copy of `checkpoint_id`, not
   // found now, is missing only because the store changed since this view was
   // taken: a delete since may have removed it (the journal on disk no longer
@@ -541,7 +541,7 @@ class StoreImpl : public Store {
   // ---- Chunk tables written again from their copies (store_table_restore.cc)
   // A read-write open's repair of the chunk table files: one RocksDB no
   // longer holds (a rebuild set it aside as unreadable, or it is gone) and a
-  // live one whose blocks or whole-file checksum fail are written again from
+  // live one whose whole-file checksum fails are written again from
   // the copy of their chunk locations and the records (a small chunk's bytes
   // read at its copied place and checked; a pointer rebuilt from the value
   // file's name and the chunk's place and size), ingested in their place (a
@@ -607,9 +607,12 @@ class StoreImpl : public Store {
   // CURRENT file is gone but the copies can rebuild it.
   Result<bool> PrepareOrRebuild();
   // Ingests the chunk table files a rebuild set aside for it (staging/
-  // rebuild-*: also those of a rebuild cut short); one that cannot be
-  // ingested goes to `aside`.
+  // rebuild-*: also those of a rebuild cut short); one whose blocks fail or
+  // that cannot be ingested goes to `aside`.
   Status IngestRebuildTables(const std::string& aside);
+  // Whether every block of the table file at `table` checks (Corruption
+  // naming it otherwise).
+  Status BlocksIntact(const std::string& table);
   // Whether the copies can rebuild the database: a valid journal, and an
   // intact record copy of every checkpoint it names committed.
   bool CanRebuild();

@@ -130,6 +130,16 @@ Status MoveAsideForRebuild(StoreFileSystem& fs, rocksdb::Env* env,
 
 }  // namespace
 
+Status StoreImpl::BlocksIntact(const std::string& table) {
+  rocksdb::Options options;
+  static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
+  options.env = env_.get();
+  rocksdb::SstFileReader reader(options);
+  rocksdb::Status s = reader.Open(table);
+  if (s.ok()) s = reader.VerifyChecksum();
+  return FromRocks(s, "checking the blocks of " + table);
+}
+
 Status StoreImpl::IngestRebuildTables(const std::string& aside) {
   const std::string staging = StagingDir(path_);
   CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> names,
@@ -138,7 +148,15 @@ Status StoreImpl::IngestRebuildTables(const std::string& aside) {
   for (const std::string& name : names) {
     if (name.rfind(kRebuildPrefix, 0) != 0) continue;
     const std::string table = staging + "/" + name;
-    const Status ingested = Ingester().IngestUnscanned(table);
+    // A table whose blocks fail is set aside, not ingested: RocksDB would
+    // take it (without its key range, when its first block is damaged), and
+    // the checksum the ingestion records would then be that of the damaged
+    // bytes. The open writes it again from the copy of its chunk locations
+    // (RestoreChunkTables), reading its chunks where it is set aside.
+    Status ingested = BlocksIntact(table);
+    // An error reading it is not the table's fault either (see below).
+    if (!ingested.ok() && !ingested.IsCorruption()) return ingested;
+    if (ingested.ok()) ingested = Ingester().IngestUnscanned(table);
     if (ingested.ok()) continue;
     // A full disk is not the table's fault: the rebuild fails, the tables
     // not ingested yet stay staged, and the next read-write open finishes it

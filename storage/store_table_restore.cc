@@ -1,7 +1,7 @@
 // A read-write open's repair of chunk table files from the copies of their
 // chunk locations (copies/<id>.loc): a table RocksDB no longer holds (a
-// rebuild set it aside as unreadable) and a live one whose blocks or whole-file
-// checksum fail are written again and ingested in their place, so that every
+// rebuild set it aside as unreadable) and a live one whose bytes fail their
+// checksums are written again and ingested in their place, so that every
 // chunk has both of its locators again and incremental saves share it.
 #include <rocksdb/db.h>
 #include <rocksdb/sst_file_writer.h>
@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -50,7 +51,7 @@ Status StoreImpl::RestoreChunkTables() {
     if (located)
       live[{located->first, located->last}] = {path, std::move(*blob)};
   }
-  const std::set<std::string> damaged = ChunkTablesWithDamagedBlocks();
+  const std::set<std::string> damaged = DamagedChunkTables();
   CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> located,
                           CopyIds(CopyKind::kLocators));
   // The checkpoints whose chunks a committed checkpoint still reads: the

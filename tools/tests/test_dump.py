@@ -593,9 +593,9 @@ def test_verify_sees_flips_no_read_sees_and_a_read_write_open_repairs_them(tmp_p
 
 def test_verify_names_a_chunk_table_damaged_outside_its_blocks(tmp_path):
     # A byte in a chunk table file's footer padding: no chunk is affected and no read sees it;
-    # verify names the file (its whole-file checksum differs) and says nothing is lost, every
-    # tensor reads back, and an incremental save that shares its chunks commits a whole
-    # checkpoint. No open rewrites the file, so verify keeps naming it.
+    # verify names the file (its whole-file checksum differs) and says nothing is lost and that
+    # a read-write open writes it again; the open does, every tensor reads back, an incremental
+    # save shares its chunks, and verify passes.
     import glob
     path = str(tmp_path / "s")
     small = np.arange(100, dtype=np.float32)  # under 1 KiB: its bytes in the table file
@@ -618,13 +618,20 @@ def test_verify_names_a_chunk_table_damaged_outside_its_blocks(tmp_path):
     name = os.path.basename(chunk_tables[0])
     assert "chunk table file" in p.stdout and name in p.stdout, p.stdout
     assert "nothing is lost" in p.stdout and "no checkpoint lost data" in p.stdout, p.stdout
+    assert "a read-write open writes it again" in p.stdout, p.stdout
+    with open(chunk_tables[0], "rb") as f:
+        damaged = f.read()
     with ckptdb.open(path) as db:
         np.testing.assert_array_equal(db.read("w"), w)
         np.testing.assert_array_equal(db.read("small"), small)
-        db.save({"w": w, "small": small}, step=2)
+        assert db.save({"w": w, "small": small}, step=2).nbytes_written == 0
         db.verify(step=2)  # raises CorruptionError on damage
-    p = dump("verify", path, check=1)
-    assert name in p.stdout and "checkpoint 2: ok" in p.stdout, p.stdout
+    p = dump("verify", path, check=0)
+    assert "checkpoint 2: ok" in p.stdout, p.stdout
+    # The damaged file is kept under damaged/, not in the database.
+    assert not any(open(t, "rb").read() == damaged for t in glob.glob(os.path.join(path, "*.sst")))
+    assert any(open(t, "rb").read() == damaged
+               for t in glob.glob(os.path.join(path, "damaged", "*", "*.sst")))
 
 
 def test_a_damaged_table_file_costs_a_read_only_listing_nothing(tmp_path):
@@ -1095,3 +1102,4 @@ def test_export_keeps_a_replaced_files_extended_attributes(store, tmp_path):
     assert os.getxattr(out, "user.note") == b"mine"
     with np.load(out) as z:
         assert "model.w" in z.files
+
