@@ -551,6 +551,9 @@ class StoreImpl : public Store {
   // again (its chunks lost, no room) is left as it was and named in the LOG:
   // reads keep using the copy.
   Status RestoreChunkTables();
+  // The chunk locations the tables set aside under damaged/ record in their
+  // own properties, by checkpoint id (those whose properties read).
+  std::map<int64_t, CopyEntries> SetAsideLocations();
   // Writes the copy of checkpoint `id`'s chunk locations from its live table
   // files, keeping those of `earlier` (the copy as it was) whose key range
   // holds no live table.

@@ -4,6 +4,7 @@
 // checksums are written again and ingested in their place, so that every
 // chunk has both of its locators again and incremental saves share it.
 #include <rocksdb/db.h>
+#include <rocksdb/sst_file_reader.h>
 #include <rocksdb/sst_file_writer.h>
 
 #include <algorithm>
@@ -65,11 +66,37 @@ Status StoreImpl::RestoreChunkTables() {
       if (!journal || journal->committed.contains(id)) needed.insert(id);
     }
   }
+  // The locations a table set aside records in its own properties: the copy
+  // may lack them (damaged too, or written again from the live tables alone
+  // by RepairCopies).
+  std::map<int64_t, CopyEntries> aside = SetAsideLocations();
+  std::set<int64_t> ids = located;
+  for (const auto& [id, entries] : aside) ids.insert(id);
   std::optional<std::map<int64_t, StoredChunks>> stored;
-  for (int64_t id : located) {
+  for (int64_t id : ids) {
     if (!needed.contains(id)) continue;
-    Result<CopyEntries> copy = ReadCopy(*fs_, path_, CopyKind::kLocators, id);
-    if (!copy.ok()) continue;  // RepairCopies rewrote what it could
+    Result<CopyEntries> copy =
+        located.contains(id) ? ReadCopy(*fs_, path_, CopyKind::kLocators, id)
+                             : Result<CopyEntries>(CopyEntries());
+    if (!copy.ok()) copy = CopyEntries();  // RepairCopies rewrote what it could
+    for (auto& entry : aside[id]) {
+      const std::optional<ChunkLocations> set_aside =
+          ParseLocatorBlob(entry.second);
+      // Not where a live table or the copy already places chunks (a table
+      // written again without its lost chunks has a narrower range).
+      auto overlaps = [&](const std::string& first, const std::string& last) {
+        return first <= set_aside->last && set_aside->first <= last;
+      };
+      bool placed = false;
+      for (const auto& [range, table] : live)
+        placed |= overlaps(range.first, range.second);
+      for (const auto& [first, blob] : *copy) {
+        const std::optional<ChunkLocations> in_copy = ParseLocatorBlob(blob);
+        placed |= in_copy && overlaps(in_copy->first, in_copy->last);
+      }
+      if (!placed) copy->push_back(std::move(entry));
+    }
+    if (copy->empty()) continue;
     bool rewrite_copy = false;
     for (size_t k = 0; k < copy->size(); ++k) {
       const std::string& blob = (*copy)[k].second;
@@ -109,6 +136,29 @@ Status StoreImpl::RestoreChunkTables() {
     files_->Forget(id);
   }
   return Status::OK();
+}
+
+std::map<int64_t, CopyEntries> StoreImpl::SetAsideLocations() {
+  rocksdb::Options options;
+  static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
+  options.env = env_.get();
+  std::map<int64_t, CopyEntries> out;
+  for (const std::string& path : SetAsideTables()) {
+    rocksdb::SstFileReader reader(options);
+    if (!reader.Open(path).ok()) continue;  // its properties unreadable
+    std::optional<std::string> blob = LocatorBlob(*reader.GetTableProperties());
+    if (!blob) continue;
+    const std::optional<ChunkLocations> located = ParseLocatorBlob(*blob);
+    int64_t id = 0;
+    if (!located || !DecodeCheckpointId(located->first, &id)) continue;
+    CopyEntries& entries = out[id];
+    // A file set aside twice (an earlier repair's and a rebuild's) counts once.
+    const bool seen =
+        std::any_of(entries.begin(), entries.end(),
+                    [&](const auto& entry) { return entry.second == *blob; });
+    if (!seen) entries.emplace_back(located->first, std::move(*blob));
+  }
+  return out;
 }
 
 Status StoreImpl::RewriteLocatorCopy(int64_t id, const CopyEntries& earlier) {

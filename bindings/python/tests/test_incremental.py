@@ -111,15 +111,17 @@ def test_a_damaged_stored_chunk_is_written_again_by_the_next_save_of_the_same_st
 
 
 @pytest.mark.parametrize("where", ["restart points", "footer", "chunk bytes",
-                                   "restart points and MANIFEST"])
+                                   "restart points and MANIFEST",
+                                   "restart points, MANIFEST and locations copy"])
 def test_a_damaged_chunk_table_is_written_again_by_the_next_read_write_open(store, where):
     # A flipped byte in a chunk table (small chunks and their keys): the chunks read back
     # through the copy of their locations, and the next read-write open writes the table
     # again from that copy (a damaged footer makes the open rebuild the database first). Then
     # verify passes and saves of the same state share the chunks again; a chunk whose own
     # bytes were hit stays lost, and the next save of the same state writes it alone again.
-    # With the MANIFEST damaged too, the open rebuilds the database, which ingests the damaged
-    # table again without its key range (its only block unreadable): it is written again too.
+    # With the MANIFEST damaged too, the open rebuilds the database, which sets the damaged
+    # table aside: it is written again too, from the locations its own properties record when
+    # the copy of them is damaged as well.
     import glob
     import os
     rng = np.random.default_rng(7)
@@ -138,8 +140,8 @@ def test_a_damaged_chunk_table_is_written_again_by_the_next_read_write_open(stor
         data[at] ^= 0x40
         f.seek(0)
         f.write(data)
-    if where.endswith("MANIFEST"):
-        with open(glob.glob(os.path.join(store, "MANIFEST-*"))[0], "r+b") as f:
+    for name in ["MANIFEST-*"] * ("MANIFEST" in where) + ["copies/1.loc"] * ("copy" in where):
+        with open(glob.glob(os.path.join(store, name))[0], "r+b") as f:
             f.seek(40)
             byte = f.read(1)[0]
             f.seek(40)
