@@ -169,6 +169,7 @@ def test_a_damaged_chunk_table_is_written_again_by_the_next_read_write_open(stor
     assert not any(open(t, "rb").read() == bytes(data)
                    for t in glob.glob(os.path.join(store, "*.sst")))
 
+
 def test_a_copy_of_chunk_locations_older_than_its_table_is_written_again_by_the_next_open(store):
     # An open that wrote a damaged chunk table again without a chunk whose bytes were hit, and
     # stopped before writing the copy of its locations, leaves a copy that places the chunks
