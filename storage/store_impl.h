@@ -263,10 +263,17 @@ class StoreImpl : public Store {
     rocksdb::Status blocks;
     rocksdb::Status whole_file;
   };
+  // (The files are read on up to 8 threads.)
   std::vector<TableCheck> CheckTables(const std::string& family);
+  // The options a table file of column family `family` is read and written
+  // with, over this store's file system.
+  rocksdb::Options TableFileOptions(const std::string& family) const;
+  // Whether every block of the table file at `table` (of column family
+  // `family`) checks (Corruption naming it otherwise).
+  Status BlocksIntact(const std::string& table, const std::string& family);
   // The live chunk table files whose bytes differ from those they were
-  // written with: their whole-file checksum (or, for a file written without
-  // one, a block's checksum) fails. Each is read whole, on a few threads.
+  // written with: CheckTables finds a block or the whole-file checksum
+  // failing.
   std::set<std::string> DamagedChunkTables();
   // In a read-only open: true when the `kind` copy of `checkpoint_id`, not
   // found now, is missing only because the store changed since this view was
@@ -551,6 +558,20 @@ class StoreImpl : public Store {
   // again (its chunks lost, no room) is left as it was and named in the LOG:
   // reads keep using the copy.
   Status RestoreChunkTables();
+  // RestoreChunkTables' steps. The live chunk tables by the key range their
+  // own properties record: path and locations blob.
+  struct LiveTable {
+    std::string path, blob;
+  };
+  using LiveTables = std::map<std::pair<std::string, std::string>, LiveTable>;
+  Result<LiveTables> LiveTablesByRange();
+  // The checkpoints whose chunks a committed checkpoint reads.
+  Result<std::set<int64_t>> NeededChunkIds();
+  // The locations of checkpoint `id`'s tables to check and restore: its copy
+  // (when `copied` and it reads) and those of `aside` (SetAsideLocations)
+  // where neither a live table nor the copy places chunks.
+  CopyEntries LocationsToRestore(int64_t id, bool copied, CopyEntries aside,
+                                 const LiveTables& live);
   // The chunk locations the tables set aside under damaged/ record in their
   // own properties, by checkpoint id (those whose properties read).
   std::map<int64_t, CopyEntries> SetAsideLocations();
@@ -575,6 +596,16 @@ class StoreImpl : public Store {
                            const ChunkLocations& locations,
                            const StoredChunks& chunks,
                            const std::string& replaced);
+  // RestoreChunkTable's table file, at `staged`: its chunks, small ones read
+  // from the first of `sources` that holds them whole.
+  Status WriteRestoredTable(int64_t id, const ChunkLocations& locations,
+                            const StoredChunks& chunks,
+                            std::vector<std::string> sources,
+                            const std::string& staged);
+  // Reads the small chunk `stored` of checkpoint `id` at `offset` of the
+  // first of `*sources` where it checks (moved to the front), into `bytes`.
+  bool ReadSmallChunk(int64_t id, const StoredChunk& stored, uint64_t offset,
+                      std::vector<std::string>* sources, ChunkBuffer* bytes);
   // Check's lines for what CompareCopies found.
   void ReportCopies(const CopyFindings& found, StoreReport* report);
   // RocksDB's OPTIONS files that do not parse, as repairable metadata (a
@@ -613,9 +644,7 @@ class StoreImpl : public Store {
   // rebuild-*: also those of a rebuild cut short); one whose blocks fail or
   // that cannot be ingested goes to `aside`.
   Status IngestRebuildTables(const std::string& aside);
-  // Whether every block of the table file at `table` checks (Corruption
-  // naming it otherwise).
-  Status BlocksIntact(const std::string& table);
+
   // Whether the copies can rebuild the database: a valid journal, and an
   // intact record copy of every checkpoint it names committed.
   bool CanRebuild();

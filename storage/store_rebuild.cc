@@ -130,16 +130,6 @@ Status MoveAsideForRebuild(StoreFileSystem& fs, rocksdb::Env* env,
 
 }  // namespace
 
-Status StoreImpl::BlocksIntact(const std::string& table) {
-  rocksdb::Options options;
-  static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
-  options.env = env_.get();
-  rocksdb::SstFileReader reader(options);
-  rocksdb::Status s = reader.Open(table);
-  if (s.ok()) s = reader.VerifyChecksum();
-  return FromRocks(s, "checking the blocks of " + table);
-}
-
 Status StoreImpl::IngestRebuildTables(const std::string& aside) {
   const std::string staging = StagingDir(path_);
   CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> names,
@@ -153,7 +143,7 @@ Status StoreImpl::IngestRebuildTables(const std::string& aside) {
     // the checksum the ingestion records would then be that of the damaged
     // bytes. The open writes it again from the copy of its chunk locations
     // (RestoreChunkTables), reading its chunks where it is set aside.
-    Status ingested = BlocksIntact(table);
+    Status ingested = BlocksIntact(table, kChunksCf);
     // An error reading it is not the table's fault either (see below).
     if (!ingested.ok() && !ingested.IsCorruption()) return ingested;
     if (ingested.ok()) ingested = Ingester().IngestUnscanned(table);

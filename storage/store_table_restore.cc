@@ -31,41 +31,29 @@ namespace {
 
 constexpr const char* kRestoredPrefix = "restored-";
 
+// The chunk locations a table file's properties record: parsed, and as the
+// blob a copy holds.
+struct RecordedLocations {
+  ChunkLocations at;
+  std::string blob;
+};
+std::optional<RecordedLocations> RecordedIn(
+    const rocksdb::TableProperties& props) {
+  std::optional<std::string> blob = LocatorBlob(props);
+  if (!blob) return std::nullopt;  // written before chunk locations were kept
+  std::optional<ChunkLocations> at = ParseLocatorBlob(*blob);
+  if (!at) return std::nullopt;
+  return RecordedLocations{std::move(*at), std::move(*blob)};
+}
+
 }  // namespace
 
 Status StoreImpl::RestoreChunkTables() {
-  // The live chunk tables by the key range and locations their own
-  // properties record (a table RocksDB ingested without its key range, as
-  // it may ingest one whose first block is damaged, is found by them too).
-  rocksdb::TablePropertiesCollection tables;
-  CKPTDB_RETURN_IF_ERROR(FromRocks(
-      db_->GetPropertiesOfAllTables(chunks_, &tables),
-      "reading the chunk table files' properties of '" + path_ + "'"));
-  struct LiveTable {
-    std::string path, blob;
-  };
-  std::map<std::pair<std::string, std::string>, LiveTable> live;
-  for (const auto& [path, props] : tables) {
-    std::optional<std::string> blob = LocatorBlob(*props);
-    if (!blob) continue;  // written before chunk locations were kept
-    const std::optional<ChunkLocations> located = ParseLocatorBlob(*blob);
-    if (located)
-      live[{located->first, located->last}] = {path, std::move(*blob)};
-  }
+  CKPTDB_ASSIGN_OR_RETURN(const LiveTables live, LiveTablesByRange());
   const std::set<std::string> damaged = DamagedChunkTables();
   CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> located,
                           CopyIds(CopyKind::kLocators));
-  // The checkpoints whose chunks a committed checkpoint still reads: the
-  // copy of one whose deletion began (its tables dropped first) is stale,
-  // not damage.
-  CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> needed, ReferencedIds());
-  {
-    const std::optional<CommitJournal> journal = catalogue_.journal();
-    CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> records, RecordIds());
-    for (int64_t id : records) {
-      if (!journal || journal->committed.contains(id)) needed.insert(id);
-    }
-  }
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> needed, NeededChunkIds());
   // The locations a table set aside records in its own properties: the copy
   // may lack them (damaged too, or written again from the live tables alone
   // by RepairCopies).
@@ -75,31 +63,11 @@ Status StoreImpl::RestoreChunkTables() {
   std::optional<std::map<int64_t, StoredChunks>> stored;
   for (int64_t id : ids) {
     if (!needed.contains(id)) continue;
-    Result<CopyEntries> copy =
-        located.contains(id) ? ReadCopy(*fs_, path_, CopyKind::kLocators, id)
-                             : Result<CopyEntries>(CopyEntries());
-    if (!copy.ok()) copy = CopyEntries();  // RepairCopies rewrote what it could
-    for (auto& entry : aside[id]) {
-      const std::optional<ChunkLocations> set_aside =
-          ParseLocatorBlob(entry.second);
-      // Not where a live table or the copy already places chunks (a table
-      // written again without its lost chunks has a narrower range).
-      auto overlaps = [&](const std::string& first, const std::string& last) {
-        return first <= set_aside->last && set_aside->first <= last;
-      };
-      bool placed = false;
-      for (const auto& [range, table] : live)
-        placed |= overlaps(range.first, range.second);
-      for (const auto& [first, blob] : *copy) {
-        const std::optional<ChunkLocations> in_copy = ParseLocatorBlob(blob);
-        placed |= in_copy && overlaps(in_copy->first, in_copy->last);
-      }
-      if (!placed) copy->push_back(std::move(entry));
-    }
-    if (copy->empty()) continue;
+    const CopyEntries copy =
+        LocationsToRestore(id, located.contains(id), aside[id], live);
     bool rewrite_copy = false;
-    for (size_t k = 0; k < copy->size(); ++k) {
-      const std::string& blob = (*copy)[k].second;
+    for (size_t k = 0; k < copy.size(); ++k) {
+      const std::string& blob = copy[k].second;
       const std::optional<ChunkLocations> locations = ParseLocatorBlob(blob);
       if (!locations) continue;
       const auto table = live.find({locations->first, locations->last});
@@ -132,31 +100,85 @@ Status StoreImpl::RestoreChunkTables() {
                    static_cast<long long>(id), restored.ToString().c_str());
     }
     if (!rewrite_copy) continue;
-    CKPTDB_RETURN_IF_ERROR(RewriteLocatorCopy(id, *copy));
+    CKPTDB_RETURN_IF_ERROR(RewriteLocatorCopy(id, copy));
     files_->Forget(id);
   }
   return Status::OK();
 }
 
+Result<StoreImpl::LiveTables> StoreImpl::LiveTablesByRange() {
+  // By the key range their own properties record: RocksDB lists none for a
+  // table whose first block could not be read when it was ingested.
+  rocksdb::TablePropertiesCollection tables;
+  CKPTDB_RETURN_IF_ERROR(FromRocks(
+      db_->GetPropertiesOfAllTables(chunks_, &tables),
+      "reading the chunk table files' properties of '" + path_ + "'"));
+  LiveTables live;
+  for (const auto& [path, props] : tables) {
+    if (std::optional<RecordedLocations> recorded = RecordedIn(*props)) {
+      live[{recorded->at.first, recorded->at.last}] = {
+          path, std::move(recorded->blob)};
+    }
+  }
+  return live;
+}
+
+Result<std::set<int64_t>> StoreImpl::NeededChunkIds() {
+  // The copy of a checkpoint whose deletion began (its tables dropped first)
+  // is stale, not damage.
+  CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> needed, ReferencedIds());
+  const std::optional<CommitJournal> journal = catalogue_.journal();
+  CKPTDB_ASSIGN_OR_RETURN(const std::set<int64_t> records, RecordIds());
+  for (int64_t id : records) {
+    if (!journal || journal->committed.contains(id)) needed.insert(id);
+  }
+  return needed;
+}
+
+CopyEntries StoreImpl::LocationsToRestore(int64_t id, bool copied,
+                                          CopyEntries aside,
+                                          const LiveTables& live) {
+  Result<CopyEntries> read =
+      copied ? ReadCopy(*fs_, path_, CopyKind::kLocators, id)
+             : Result<CopyEntries>(CopyEntries());
+  // A damaged copy: RepairCopies wrote again what the live tables hold.
+  CopyEntries copy = read.ok() ? std::move(read).value() : CopyEntries();
+  std::vector<std::pair<std::string, std::string>> placed;
+  for (const auto& [range, table] : live) placed.push_back(range);
+  for (const auto& [first, blob] : copy) {
+    if (std::optional<ChunkLocations> at = ParseLocatorBlob(blob))
+      placed.emplace_back(at->first, at->last);
+  }
+  for (auto& entry : aside) {
+    const std::optional<ChunkLocations> at = ParseLocatorBlob(entry.second);
+    if (!at) continue;
+    // Not where a live table or the copy already places chunks (a table
+    // written again without its lost chunks has a narrower range).
+    const bool overlaps =
+        std::any_of(placed.begin(), placed.end(), [&](const auto& range) {
+          return range.first <= at->last && at->first <= range.second;
+        });
+    if (!overlaps) copy.push_back(std::move(entry));
+  }
+  return copy;
+}
+
 std::map<int64_t, CopyEntries> StoreImpl::SetAsideLocations() {
-  rocksdb::Options options;
-  static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
-  options.env = env_.get();
   std::map<int64_t, CopyEntries> out;
   for (const std::string& path : SetAsideTables()) {
-    rocksdb::SstFileReader reader(options);
+    rocksdb::SstFileReader reader(TableFileOptions(kChunksCf));
     if (!reader.Open(path).ok()) continue;  // its properties unreadable
-    std::optional<std::string> blob = LocatorBlob(*reader.GetTableProperties());
-    if (!blob) continue;
-    const std::optional<ChunkLocations> located = ParseLocatorBlob(*blob);
+    std::optional<RecordedLocations> recorded =
+        RecordedIn(*reader.GetTableProperties());
     int64_t id = 0;
-    if (!located || !DecodeCheckpointId(located->first, &id)) continue;
+    if (!recorded || !DecodeCheckpointId(recorded->at.first, &id)) continue;
     CopyEntries& entries = out[id];
     // A file set aside twice (an earlier repair's and a rebuild's) counts once.
-    const bool seen =
-        std::any_of(entries.begin(), entries.end(),
-                    [&](const auto& entry) { return entry.second == *blob; });
-    if (!seen) entries.emplace_back(located->first, std::move(*blob));
+    const bool seen = std::any_of(
+        entries.begin(), entries.end(),
+        [&](const auto& entry) { return entry.second == recorded->blob; });
+    if (!seen)
+      entries.emplace_back(recorded->at.first, std::move(recorded->blob));
   }
   return out;
 }
@@ -167,12 +189,10 @@ Status StoreImpl::RewriteLocatorCopy(int64_t id, const CopyEntries& earlier) {
   CopyEntries entries;
   std::vector<std::pair<std::string, std::string>> ranges;
   for (const auto& [table, props] : tables) {
-    std::optional<std::string> blob = LocatorBlob(*props);
-    if (!blob) continue;  // a file written before chunk locations were kept
-    std::optional<ChunkLocations> located = ParseLocatorBlob(*blob);
-    if (!located) continue;
-    ranges.emplace_back(located->first, located->last);
-    entries.emplace_back(located->first, std::move(*blob));
+    if (std::optional<RecordedLocations> recorded = RecordedIn(*props)) {
+      ranges.emplace_back(recorded->at.first, recorded->at.last);
+      entries.emplace_back(recorded->at.first, std::move(recorded->blob));
+    }
   }
   // The locations of a table still outside the database (its rewrite failed)
   // are the only ones its chunks have.
@@ -217,82 +237,20 @@ Status StoreImpl::RestoreChunkTable(int64_t id, size_t table,
   const std::string what = "rewriting the chunk table file of checkpoint " +
                            std::to_string(id) + " from " +
                            CopyPath(path_, CopyKind::kLocators, id);
-  // Where a small chunk's bytes are: the damaged table itself, or the tables
-  // a rebuild set aside.
-  std::vector<std::string> sources =
-      replaced.empty() ? TablesWithRange(locations.first, locations.last)
-                       : std::vector<std::string>{replaced};
-  std::optional<ValuePointer> value_file;
-  if (!locations.value_file.empty()) {
-    int64_t named = 0;
-    value_file = ParseValueFileName(locations.value_file, &named);
-    if (!value_file || named != id) {
-      return Status::Corruption(what + ": it names the value file '" +
-                                locations.value_file + "'");
-    }
-  }
-  rocksdb::Options options;
-  static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
-  options.env = env_.get();
-  auto log = std::make_shared<ValueFileLog>();
-  log->name = locations.value_file;
-  options.table_properties_collector_factories = {
-      NewValueOffsetCollectorFactory(log)};
-  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), options,
-                                /*column_family=*/nullptr,
-                                /*invalidate_page_cache=*/false);
   CKPTDB_RETURN_IF_ERROR(fs_->CreateDirIfMissing(StagingDir(path_)));
   const std::string staged = StagingDir(path_) + "/" + kRestoredPrefix +
                              std::to_string(id) + "-" + std::to_string(table) +
                              ".sst";
-  CKPTDB_RETURN_IF_ERROR(fs_->Remove(staged));
-  CKPTDB_RETURN_IF_ERROR(FromRocks(writer.Open(staged), what));
-  size_t entries = 0;
-  Status s;
-  for (auto it = chunks.lower_bound(locations.first);
-       s.ok() && it != chunks.end() && it->first <= locations.last; ++it) {
-    const auto& [key, stored] = *it;
-    const std::optional<std::pair<bool, uint64_t>> at = locations.Find(key);
-    if (!at) continue;
-    std::string value;
-    ChunkBuffer bytes;
-    if (at->first) {
-      if (!value_file) continue;
-      ValuePointer pointer = *value_file;
-      pointer.offset = at->second;
-      pointer.nbytes = stored.chunk.nbytes;
-      log->end = std::max(log->end, pointer.offset + pointer.nbytes);
-      log->next_offset = pointer.offset;
-      log->next_is_pointer = true;
-      value = EncodeValuePointer(pointer);
-    } else {
-      const std::string chunk_what =
-          "chunk of tensor '" + stored.tensor_key + "' at offset " +
-          ShapeToString(stored.chunk.box.origin) + " (checkpoint id " +
-          std::to_string(id) + ")";
-      bool read = false;
-      for (size_t i = 0; i < sources.size() && !read; ++i) {
-        read = ReadAtCopiedPlace(sources[i], chunk_what, at->second,
-                                 stored.chunk, &bytes)
-                   .ok();
-        // The file that held this chunk likely holds the next ones.
-        if (read)
-          std::rotate(sources.begin(), sources.begin() + i,
-                      sources.begin() + i + 1);
-      }
-      // Bytes that read wrong everywhere stay lost: reads report the chunk.
-      if (!read) continue;
-      value = std::string(bytes.bytes());
-    }
-    s = FromRocks(writer.Put(key, value), what);
-    log->next_is_pointer = false;
-    ++entries;
-  }
-  if (s.ok() && entries == 0) s = Status::NotFound(what + ": no chunk to put");
-  if (s.ok()) s = FromRocks(writer.Finish(), what);
-  if (!s.ok()) {
+  // Where a small chunk's bytes are: the damaged table itself, or the tables
+  // a rebuild set aside.
+  const Status written = WriteRestoredTable(
+      id, locations, chunks,
+      replaced.empty() ? TablesWithRange(locations.first, locations.last)
+                       : std::vector<std::string>{replaced},
+      staged);
+  if (!written.ok()) {
     (void)fs_->Remove(staged);
-    return s;
+    return written.WithContext(what);
   }
   if (!replaced.empty()) {
     // Kept beside the other damaged files, where reads through the copy find
@@ -308,6 +266,84 @@ Status StoreImpl::RestoreChunkTable(int64_t id, size_t table,
     CKPTDB_RETURN_IF_ERROR(FromRocks(db_->DeleteFile("/" + name), what));
   }
   return Ingester().IngestUnscanned(staged).WithContext(what);
+}
+
+Status StoreImpl::WriteRestoredTable(int64_t id,
+                                     const ChunkLocations& locations,
+                                     const StoredChunks& chunks,
+                                     std::vector<std::string> sources,
+                                     const std::string& staged) {
+  std::optional<ValuePointer> value_file;
+  if (!locations.value_file.empty()) {
+    int64_t named = 0;
+    value_file = ParseValueFileName(locations.value_file, &named);
+    if (!value_file || named != id) {
+      return Status::Corruption("the copy names the value file '" +
+                                locations.value_file + "'");
+    }
+  }
+  rocksdb::Options options = TableFileOptions(kChunksCf);
+  auto log = std::make_shared<ValueFileLog>();
+  log->name = locations.value_file;
+  options.table_properties_collector_factories = {
+      NewValueOffsetCollectorFactory(log)};
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), options,
+                                /*column_family=*/nullptr,
+                                /*invalidate_page_cache=*/false);
+  CKPTDB_RETURN_IF_ERROR(fs_->Remove(staged));
+  CKPTDB_RETURN_IF_ERROR(FromRocks(writer.Open(staged), "staging " + staged));
+  size_t entries = 0;
+  for (auto it = chunks.lower_bound(locations.first);
+       it != chunks.end() && it->first <= locations.last; ++it) {
+    const auto& [key, stored] = *it;
+    const std::optional<std::pair<bool, uint64_t>> at = locations.Find(key);
+    if (!at) continue;
+    std::string pointer_bytes;
+    ChunkBuffer bytes;
+    std::string_view value;
+    if (at->first) {
+      if (!value_file) continue;
+      ValuePointer pointer = *value_file;
+      pointer.offset = at->second;
+      pointer.nbytes = stored.chunk.nbytes;
+      log->end = std::max(log->end, pointer.offset + pointer.nbytes);
+      log->next_offset = pointer.offset;
+      log->next_is_pointer = true;
+      pointer_bytes = EncodeValuePointer(pointer);
+      value = pointer_bytes;
+    } else {
+      // Bytes that read wrong everywhere stay lost: reads report the chunk.
+      if (!ReadSmallChunk(id, stored, at->second, &sources, &bytes)) continue;
+      value = bytes.bytes();
+    }
+    const rocksdb::Status put =
+        writer.Put(key, rocksdb::Slice(value.data(), value.size()));
+    log->next_is_pointer = false;
+    CKPTDB_RETURN_IF_ERROR(FromRocks(put, "staging " + staged));
+    ++entries;
+  }
+  if (entries == 0) return Status::NotFound("no chunk to put");
+  return FromRocks(writer.Finish(), "staging " + staged);
+}
+
+bool StoreImpl::ReadSmallChunk(int64_t id, const StoredChunk& stored,
+                               uint64_t offset,
+                               std::vector<std::string>* sources,
+                               ChunkBuffer* bytes) {
+  const std::string what = "chunk of tensor '" + stored.tensor_key +
+                           "' at offset " +
+                           ShapeToString(stored.chunk.box.origin) +
+                           " (checkpoint id " + std::to_string(id) + ")";
+  for (size_t i = 0; i < sources->size(); ++i) {
+    if (!ReadAtCopiedPlace((*sources)[i], what, offset, stored.chunk, bytes)
+             .ok())
+      continue;
+    // The file that held this chunk likely holds the next ones.
+    std::rotate(sources->begin(), sources->begin() + i,
+                sources->begin() + i + 1);
+    return true;
+  }
+  return false;
 }
 
 }  // namespace ckptdb::storage

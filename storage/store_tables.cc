@@ -58,69 +58,57 @@ std::optional<rocksdb::Status> CheckWholeFile(
   return rocksdb::Status::OK();
 }
 
+// Whether every block of the table file at `path` checks.
+rocksdb::Status CheckBlocks(const rocksdb::Options& options,
+                            const std::string& path) {
+  rocksdb::SstFileReader reader(options);
+  rocksdb::Status s = reader.Open(path);
+  if (s.ok()) s = reader.VerifyChecksum();
+  return s;
+}
+
 }  // namespace
+
+rocksdb::Options StoreImpl::TableFileOptions(const std::string& family) const {
+  rocksdb::Options options;
+  static_cast<rocksdb::ColumnFamilyOptions&>(options) =
+      family == kMetaCf ? MetaCfOptions() : ChunkCfOptions();
+  options.env = env_.get();
+  return options;
+}
+
+Status StoreImpl::BlocksIntact(const std::string& table,
+                               const std::string& family) {
+  return FromRocks(CheckBlocks(TableFileOptions(family), table),
+                   "checking the blocks of " + table);
+}
 
 std::vector<StoreImpl::TableCheck> StoreImpl::CheckTables(
     const std::string& family) {
   std::vector<rocksdb::LiveFileMetaData> files;
   db_->GetLiveFilesMetaData(&files);
-  rocksdb::Options options;
-  static_cast<rocksdb::ColumnFamilyOptions&>(options) =
-      family == kMetaCf ? MetaCfOptions() : ChunkCfOptions();
-  options.env = env_.get();
-  std::vector<TableCheck> out;
-  for (const rocksdb::LiveFileMetaData& file : files) {
-    if (file.column_family_name != family) continue;
-    TableCheck& check = out.emplace_back();
-    check.path = file.db_path + file.name;
+  std::erase_if(files, [&](const rocksdb::LiveFileMetaData& file) {
+    return file.column_family_name != family;
+  });
+  std::vector<TableCheck> out(files.size());
+  auto check_one = [&](size_t i) {
+    TableCheck& check = out[i];
+    check.path = files[i].db_path + files[i].name;
     // A file whose bytes are those it was written with has intact blocks:
     // they are read again only to tell where a mismatch lies, or for a file
     // without a whole-file checksum.
     const std::optional<rocksdb::Status> whole =
-        CheckWholeFile(env_.get(), file, check.path);
-    if (whole && whole->ok()) continue;
-    rocksdb::SstFileReader reader(options);
-    check.blocks = reader.Open(check.path);
-    if (check.blocks.ok()) check.blocks = reader.VerifyChecksum();
+        CheckWholeFile(env_.get(), files[i], check.path);
+    if (whole && whole->ok()) return;
+    check.blocks = CheckBlocks(TableFileOptions(family), check.path);
     if (check.blocks.ok() && whole) check.whole_file = *whole;
-  }
-  return out;
-}
-
-std::set<std::string> StoreImpl::DamagedChunkTables() {
-  std::vector<rocksdb::LiveFileMetaData> files;
-  db_->GetLiveFilesMetaData(&files);
-  std::vector<const rocksdb::LiveFileMetaData*> chunk_tables;
-  std::vector<std::string> paths;
-  for (const rocksdb::LiveFileMetaData& file : files) {
-    if (file.column_family_name != kChunksCf) continue;
-    chunk_tables.push_back(&file);
-    paths.push_back(file.db_path + file.name);
-  }
-  rocksdb::Options options;
-  static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
-  options.env = env_.get();
-  std::vector<char> damaged(paths.size(), 0);
-  // The files are read on a few threads at once: an open of a store of many
+  };
+  // The files are read on a few threads at once: a store of many
   // checkpoints waits for the slowest share, not for the sum.
   const size_t threads = std::min<size_t>(
-      paths.size(), std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+      files.size(), std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   auto check_share = [&](size_t t) {
-    for (size_t i = t; i < paths.size(); i += threads) {
-      // A file whose bytes are those it was written with needs no other
-      // check; one written without a whole-file checksum has its blocks
-      // checked.
-      const std::optional<rocksdb::Status> whole =
-          CheckWholeFile(env_.get(), *chunk_tables[i], paths[i]);
-      if (whole) {
-        damaged[i] = whole->IsCorruption() ? 1 : 0;
-        continue;
-      }
-      rocksdb::SstFileReader reader(options);
-      rocksdb::Status s = reader.Open(paths[i]);
-      if (s.ok()) s = reader.VerifyChecksum();
-      damaged[i] = s.IsCorruption() ? 1 : 0;
-    }
+    for (size_t i = t; i < files.size(); i += threads) check_one(i);
   };
   std::vector<std::future<void>> running;
   for (size_t t = 1; t < threads; ++t) {
@@ -132,9 +120,14 @@ std::set<std::string> StoreImpl::DamagedChunkTables() {
   }
   if (threads > 0) check_share(0);
   for (auto& r : running) r.get();
+  return out;
+}
+
+std::set<std::string> StoreImpl::DamagedChunkTables() {
   std::set<std::string> out;
-  for (size_t i = 0; i < paths.size(); ++i) {
-    if (damaged[i]) out.insert(paths[i]);
+  for (const TableCheck& check : CheckTables(kChunksCf)) {
+    if (check.blocks.IsCorruption() || check.whole_file.IsCorruption())
+      out.insert(check.path);
   }
   return out;
 }

@@ -299,6 +299,42 @@ std::string FileBytes(const fs::path& path) {
                      std::istreambuf_iterator<char>());
 }
 
+// Tensor `i` of rank `rank` and its key: small ones (their bytes inside the
+// rank's chunk table) and a large one (in a value file, the table holding a
+// pointer).
+std::vector<float> RankTensor(int rank, int i) {
+  std::vector<float> v(i < 6 ? 100 : 5000);
+  std::iota(v.begin(), v.end(), 1000.0f * rank + 10.0f * i);
+  return v;
+}
+std::string RankKey(int rank, int i) {
+  return "r" + std::to_string(rank) + ".t" + std::to_string(i);
+}
+constexpr int kRankTensors = 7;
+
+// Saves step 1 of the store at `dir` from two in-process ranks, each its own
+// RankTensor tensors.
+void SaveTwoRanksOfSmallAndLargeTensors(const std::string& dir) {
+  auto comms = InProcessCommunicators(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      auto db = DB::Open({}, dir, comms[rank]);
+      ASSERT_TRUE(db.ok()) << db.status().ToString();
+      std::vector<std::vector<float>> held;
+      StateDict sd;
+      for (int i = 0; i < kRankTensors; ++i) {
+        held.push_back(RankTensor(rank, i));
+        sd.Set(RankKey(rank, i),
+               TensorView::Whole(held.back().data(), DType::kFloat32,
+                                 {static_cast<int64_t>(held.back().size())}));
+      }
+      ASSERT_TRUE((*db)->Save(sd, {.step = 1}).ok());
+    });
+  }
+  for (auto& t : ranks) t.join();
+}
+
 // Two ranks' chunk tables of one checkpoint, both damaged (a rebuild sets them
 // aside); a read-write open writes the tables again from the copy of their
 // chunk locations. When one of them cannot be written (no room for it), the
@@ -306,41 +342,12 @@ std::string FileBytes(const fs::path& path) {
 // reads back through them, and the next open writes it.
 TEST_F(Durability, AChunkTableThatCannotBeWrittenAgainKeepsItsLocations) {
   const std::string dir = tmp_.Sub("s");
-  // Per rank: small tensors (their bytes inside the table) and a large one
-  // (in a value file, the table holding a pointer).
-  auto values = [](int rank, int i) {
-    std::vector<float> v(i < 6 ? 100 : 5000);
-    std::iota(v.begin(), v.end(), 1000.0f * rank + 10.0f * i);
-    return v;
-  };
-  auto key = [](int rank, int i) {
-    return "r" + std::to_string(rank) + ".t" + std::to_string(i);
-  };
-  {
-    auto comms = InProcessCommunicators(2);
-    std::vector<std::thread> ranks;
-    for (int rank = 0; rank < 2; ++rank) {
-      ranks.emplace_back([&, rank] {
-        auto db = DB::Open({}, dir, comms[rank]);
-        ASSERT_TRUE(db.ok()) << db.status().ToString();
-        std::vector<std::vector<float>> held;
-        StateDict sd;
-        for (int i = 0; i < 7; ++i) {
-          held.push_back(values(rank, i));
-          sd.Set(key(rank, i),
-                 TensorView::Whole(held.back().data(), DType::kFloat32,
-                                   {static_cast<int64_t>(held.back().size())}));
-        }
-        ASSERT_TRUE((*db)->Save(sd, {.step = 1}).ok());
-      });
-    }
-    for (auto& t : ranks) t.join();
-  }
+  ASSERT_NO_FATAL_FAILURE(SaveTwoRanksOfSmallAndLargeTensors(dir));
   // Each rank's table: the one holding its first tensor's bytes; a flipped
   // last byte (the footer's magic number) makes it unreadable.
   std::vector<fs::path> tables;
   for (int rank = 0; rank < 2; ++rank) {
-    const std::vector<float> first = values(rank, 0);
+    const std::vector<float> first = RankTensor(rank, 0);
     const std::string needle(reinterpret_cast<const char*>(first.data()),
                              first.size() * sizeof(float));
     for (const auto& file : testing::FilesUnder(dir, {".sst"})) {
@@ -359,16 +366,16 @@ TEST_F(Durability, AChunkTableThatCannotBeWrittenAgainKeepsItsLocations) {
     auto db = DB::Open(read_only, dir);
     ASSERT_TRUE(db.ok()) << ctx << ": " << db.status().ToString();
     for (int rank = 0; rank < 2; ++rank) {
-      for (int i = 0; i < 7; ++i) {
-        auto read = (*db)->Read(key(rank, i), CheckpointSelector::Latest());
+      for (int i = 0; i < kRankTensors; ++i) {
+        auto read = (*db)->Read(RankKey(rank, i), CheckpointSelector::Latest());
         ASSERT_TRUE(read.ok()) << ctx << ": " << read.status().ToString();
-        const std::vector<float> want = values(rank, i);
+        const std::vector<float> want = RankTensor(rank, i);
         EXPECT_EQ(read->data.size(), want.size() * sizeof(float)) << ctx;
         EXPECT_EQ(std::memcmp(
                       read->data.data(), want.data(),
                       std::min(read->data.size(), want.size() * sizeof(float))),
                   0)
-            << ctx << ": " << key(rank, i);
+            << ctx << ": " << RankKey(rank, i);
       }
     }
     auto report = (*db)->Verify(CheckpointSelector::Latest(), {});
