@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "storage/commit_journal.h"
+#include "storage/file_checksums.h"
 #include "storage/fork_aware_env.h"
 #include "storage/info_log.h"
 #include "storage/keys.h"
@@ -440,8 +441,7 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only, bool lenient) {
   // and Check compare the files with it): block checksums leave a table
   // footer's padding uncovered, where a flipped byte costs nothing but
   // `verify` must still see it.
-  db_options.file_checksum_gen_factory =
-      rocksdb::GetFileChecksumGenCrc32cFactory();
+  db_options.file_checksum_gen_factory = NewWholeFileChecksumFactory();
   db_options.info_log = read_only ? NewNullInfoLog() : NewInfoLog(fs_, path_);
   if (has_db) CKPTDB_RETURN_IF_ERROR(CheckColumnFamilies(db_options));
   if (has_db && options_.read_only)

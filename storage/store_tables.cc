@@ -1,7 +1,6 @@
 // The table files' own checks: each file's whole-file checksum (recorded in
 // the MANIFEST) and, where it differs, its block checksums; the open's check of
 // the metadata tables and verify's report of damage no read sees.
-#include <isa-l/crc.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_checksum.h>
 #include <rocksdb/sst_file_reader.h>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "storage/column_families.h"
+#include "storage/file_checksums.h"
 #include "storage/store_impl.h"
 
 namespace ckptdb::storage {
@@ -33,10 +33,7 @@ std::optional<rocksdb::Status> CheckWholeFile(
   std::unique_ptr<rocksdb::SequentialFile> in;
   rocksdb::Status s = env->NewSequentialFile(path, &in, rocksdb::EnvOptions());
   if (!s.ok()) return s;
-  // RocksDB's standard file checksum: CRC32C of the bytes, big-endian (ISA-L
-  // computes it at memory speed; Debian's RocksDB, built portable, at about
-  // 1 GB/s).
-  uint32_t crc = 0xFFFFFFFFu;
+  uint32_t crc = 0;
   // A MiB at a time: a chunk table file may be large, and only its checksum
   // is wanted.
   std::vector<char> buffer(size_t{1} << 20);
@@ -45,15 +42,9 @@ std::optional<rocksdb::Status> CheckWholeFile(
     s = in->Read(buffer.size(), &piece, buffer.data());
     if (!s.ok()) return s;
     if (piece.empty()) break;
-    crc = crc32_iscsi(
-        reinterpret_cast<unsigned char*>(const_cast<char*>(piece.data())),
-        static_cast<int>(piece.size()), crc);
+    crc = Crc32c(crc, piece.data(), piece.size());
   }
-  crc ^= 0xFFFFFFFFu;
-  std::string sum;
-  for (int shift = 24; shift >= 0; shift -= 8)
-    sum.push_back(static_cast<char>((crc >> shift) & 0xFF));
-  if (sum != file.file_checksum)
+  if (WholeFileChecksum(crc) != file.file_checksum)
     return rocksdb::Status::Corruption("whole-file checksum mismatch");
   return rocksdb::Status::OK();
 }
