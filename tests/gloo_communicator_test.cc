@@ -369,5 +369,46 @@ TEST(GlooCommunicatorSetupTest, APeerThatLeftFailsTheOthersCollectives) {
   }
 }
 
+// A peer that stays connected but never calls (a stopped process) fails the
+// others' collective after the group's timeout once, not once per transfer
+// with it (the receive from it, then the send to it).
+TEST(GlooCommunicatorSetupTest, ASilentPeerFailsTheOthersAfterOneTimeout) {
+  auto store = InMemoryRendezvousStore();
+  constexpr auto kTimeout = std::chrono::milliseconds(3000);
+  std::vector<Status> gathered(3);
+  std::vector<std::chrono::steady_clock::duration> took(3);
+  std::atomic<int> finished{0};
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      auto comm = GlooCommunicator(store, {.rank = r,
+                                           .size = 3,
+                                           .prefix = "silent",
+                                           .hostname = "127.0.0.1",
+                                           .timeout = kTimeout});
+      ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+      ASSERT_TRUE((*comm)->Barrier().ok());
+      if (r == 2) {  // connected, silent until the others have given up
+        while (finished < 2) std::this_thread::sleep_for(kTimeout / 30);
+        return;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      gathered[r] = (*comm)->AllGather(Payload(r, 100)).status();
+      took[r] = std::chrono::steady_clock::now() - start;
+      ++finished;
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(gathered[r].IsIOError()) << gathered[r].ToString();
+    EXPECT_NE(gathered[r].message().find("rank 2"), std::string::npos)
+        << gathered[r].ToString();
+    // One timeout and its margin; twice the timeout is the failure this
+    // checks for.
+    EXPECT_GE(took[r], kTimeout) << "rank " << r;
+    EXPECT_LT(took[r], kTimeout * 3 / 2) << "rank " << r;
+  }
+}
+
 }  // namespace
 }  // namespace ckptdb

@@ -15,11 +15,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -232,6 +234,9 @@ class Gloo : public Communicator {
   // gloo's ring, whose steps send and receive on different pairs.
   static constexpr int kDirectRanks = 8;
   static constexpr size_t kSizeBytes = sizeof(uint64_t);
+  // How long a transfer with a peer that failed another transfer of the same
+  // call is waited for.
+  static constexpr std::chrono::milliseconds kAfterPeerFailed{100};
 
   // The block each rank contributes to a gather: 4 KiB, less in large groups
   // (all blocks together stay within 4 MiB), at least 64 bytes.
@@ -439,18 +444,30 @@ class Gloo : public Communicator {
       }
     });
     if (done.ok()) done = sending;
-    for (Posted::Receive& r : posted.receives) {
-      const Status s =
-          Run(what + ": receiving from rank " + std::to_string(r.peer),
-              [&] { r.buffer->waitRecv(); });
+    // A peer that failed one wait (gone, or silent past the group's timeout)
+    // is not waited for a full timeout again: its other transfers of this
+    // call get kAfterPeerFailed, so that the call fails after one timeout,
+    // not one per transfer with that peer. Nothing moves to or from it then.
+    std::set<int> failed_peers;
+    auto wait = [&](int peer, const std::string& step, auto&& wait_for) {
+      const std::chrono::milliseconds timeout =
+          failed_peers.contains(peer) ? kAfterPeerFailed
+                                      : gloo::transport::kUnsetTimeout;
+      const Status s = Run(what + ": " + step + " rank " + std::to_string(peer),
+                           [&] { wait_for(timeout); });
+      if (!s.ok()) failed_peers.insert(peer);
       if (done.ok()) done = s;
+    };
+    for (Posted::Receive& r : posted.receives) {
+      wait(r.peer, "receiving from", [&](std::chrono::milliseconds timeout) {
+        r.buffer->waitRecv(nullptr, timeout);
+      });
     }
     posted.receives.clear();
     for (Started& sent : started) {
-      const Status s =
-          Run(what + ": sending to rank " + std::to_string(sent.peer),
-              [&] { sent.buffer->waitSend(); });
-      if (done.ok()) done = s;
+      wait(sent.peer, "sending to", [&](std::chrono::milliseconds timeout) {
+        sent.buffer->waitSend(nullptr, timeout);
+      });
     }
     return done;
   }
