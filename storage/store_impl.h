@@ -165,6 +165,12 @@ class StoreImpl : public Store {
   // ckptdb and RocksDB's new files would go to the path, and a checkpoint
   // committed so lies half in each.
   Status AtItsPath(const char* what) const;
+  // `read` (a chunk read's failure), or FailedPrecondition when it failed
+  // while the directory this read-write handle opened is no longer at its
+  // path: its chunks are wherever the directory went (or gone with it), not
+  // missing from or damaged in the store.
+  Status ReadAtItsPath(Status read) const;
+  std::string NotAtItsPath() const;  // the words of both
   void CloseDb();
   // Forgets what the handle knows of checkpoint `checkpoint_id`'s files.
   void ForgetIndex(int64_t checkpoint_id);

@@ -678,13 +678,34 @@ Status StoreImpl::EnsureOpen() {
       .WithContext("reopening store '" + path_ + "'");
 }
 
+namespace {
+
+constexpr std::string_view kOpenItWhereItIs =
+    "Close the handle and open the store where it is now";
+
+}  // namespace
+
+std::string StoreImpl::NotAtItsPath() const {
+  return "the directory of store '" + path_ +
+         "' that this handle opened is no longer there (moved, removed or "
+         "replaced while open)";
+}
+
 Status StoreImpl::AtItsPath(const char* what) const {
   if (!claim_ || claim_->StillAtItsPath()) return Status::OK();
+  return Status::FailedPrecondition(std::string(what) + ": " + NotAtItsPath() +
+                                    "; nothing was written. " +
+                                    std::string(kOpenItWhereItIs));
+}
+
+Status StoreImpl::ReadAtItsPath(Status read) const {
+  if (read.ok() || !(read.IsCorruption() || read.IsNotFound()) || !claim_ ||
+      claim_->StillAtItsPath())
+    return read;
   return Status::FailedPrecondition(
-      std::string(what) + ": the directory of store '" + path_ +
-      "' that this handle opened is no longer there (moved, removed or "
-      "replaced while open); nothing was written. Close the handle and open "
-      "the store where it is now");
+      "reading: " + NotAtItsPath() +
+      ", so its chunks are not found through the path (" + read.message() +
+      "). " + std::string(kOpenItWhereItIs));
 }
 
 }  // namespace ckptdb::storage

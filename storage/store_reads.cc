@@ -236,7 +236,7 @@ Result<ChunkBuffer> StoreImpl::ReadChunk(int64_t checkpoint_id,
     if (ReadThroughCopy(checkpoint_id, tensor_key, chunk, key, &copy).ok())
       return copy;
   }
-  CKPTDB_RETURN_IF_ERROR(read);
+  CKPTDB_RETURN_IF_ERROR(ReadAtItsPath(read));
   return buffer;
 }
 
@@ -251,10 +251,10 @@ Status StoreImpl::VerifyChunk(int64_t checkpoint_id,
   ChunkBuffer buffer;
   Status read =
       ReadThroughRocks(checkpoint_id, tensor_key, chunk, key, &buffer);
-  if (!read.IsCorruption()) return read;
+  if (!read.IsCorruption()) return ReadAtItsPath(read);
   ChunkBuffer copy;
   if (!ReadThroughCopy(checkpoint_id, tensor_key, chunk, key, &copy).ok())
-    return read;
+    return ReadAtItsPath(read);
   const std::string why =
       read.message() +
       "; the chunk's bytes are intact and read back through the copy of its "
@@ -310,8 +310,8 @@ Status StoreImpl::ReadChunksScattered(int64_t checkpoint_id,
   // The others one by one, through RocksDB (which names what is wrong).
   for (size_t i = 0; i < reads.size(); ++i) {
     if (done[i]) continue;
-    CKPTDB_RETURN_IF_ERROR(
-        ReadThroughRocksInto(checkpoint_id, reads[i], std::string(key(i))));
+    CKPTDB_RETURN_IF_ERROR(ReadAtItsPath(
+        ReadThroughRocksInto(checkpoint_id, reads[i], std::string(key(i)))));
   }
   return Status::OK();
 }

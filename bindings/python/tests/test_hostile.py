@@ -1,6 +1,7 @@
 """Hostile use from Python: arrays in the other byte order, handles used in a
 forked child."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -221,6 +222,30 @@ def test_a_handle_whose_store_was_moved_saves_nothing_and_the_moved_store_stays_
         target = {"w": np.zeros(4)}
         db.load(target)
         assert np.array_equal(target["w"], np.full(4, 1.0))
+
+
+def test_a_handle_whose_store_was_moved_or_removed_says_so_when_its_chunks_are_not_found(tmp_path):
+    """Chunks in value files are read through the store's path: once the directory is
+    moved or removed, a load or read names that, not damage (CorruptionError)."""
+    for remove in (False, True):
+        store, moved = str(tmp_path / f"store{remove}"), str(tmp_path / f"moved{remove}")
+        db = ckptdb.open(store)
+        db.save({"big": np.full(100_000, 1.0)}, step=1)
+        os.rename(store, moved)
+        if remove:
+            shutil.rmtree(moved)
+        with pytest.raises(ckptdb.Error, match="no longer there") as raised:
+            db.load({"big": np.zeros(100_000)})
+        assert not isinstance(raised.value, ckptdb.CorruptionError)
+        with pytest.raises(ckptdb.Error, match="no longer there") as raised:
+            db.read("big")
+        assert not isinstance(raised.value, ckptdb.CorruptionError)
+        db.close()
+        if not remove:
+            with ckptdb.open(moved) as db:
+                target = {"big": np.zeros(100_000)}
+                db.load(target)
+                assert np.array_equal(target["big"], np.full(100_000, 1.0))
 
 
 def test_saves_from_two_threads_of_one_handle_each_commit_a_checkpoint_that_loads(store):
