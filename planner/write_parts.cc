@@ -5,14 +5,16 @@
 namespace ckptdb::planner {
 
 std::vector<size_t> SplitIntoParts(std::span<const uint64_t> bytes, int threads,
-                                   uint64_t part_bytes) {
+                                   uint64_t part_bytes, size_t part_chunks) {
   uint64_t total = 0;
   for (uint64_t b : bytes) total += b;
   const size_t most = std::max<size_t>(
       1, std::min<size_t>(static_cast<size_t>(std::max(threads, 1)),
                           bytes.size()));
-  const size_t parts =
-      std::clamp<size_t>(total / std::max<uint64_t>(part_bytes, 1), 1, most);
+  const size_t parts = std::clamp<size_t>(
+      std::max<uint64_t>(total / std::max<uint64_t>(part_bytes, 1),
+                         bytes.size() / std::max<size_t>(part_chunks, 1)),
+      1, most);
   std::vector<size_t> begins(parts + 1, bytes.size());
   begins[0] = 0;
   uint64_t seen = 0;

@@ -22,6 +22,16 @@ TEST(WritePartsTest, APartPerShareOfTheTotalAtMostThreads) {
   EXPECT_EQ(SplitIntoParts(bytes, 8, 400), (std::vector<size_t>{0, 4, 8}));
 }
 
+TEST(WritePartsTest, ManySmallChunksMakeAPartPerShareOfTheirCount) {
+  // 40 MB in 10,000 chunks: under a part's bytes, over a part's chunks.
+  const std::vector<uint64_t> bytes(10000, 4096);
+  EXPECT_EQ(SplitIntoParts(bytes, 2), (std::vector<size_t>{0, 5000, 10000}));
+  EXPECT_EQ(SplitIntoParts(bytes, 8).size(), 10000 / kWritePartChunks + 1);
+  // The same bytes in a few chunks stay one part.
+  EXPECT_EQ(SplitIntoParts(std::vector<uint64_t>(3, 40000000 / 3), 8),
+            (std::vector<size_t>{0, 3}));
+}
+
 TEST(WritePartsTest, AChunkLargerThanAShareLeavesPartsEmpty) {
   // 1000 of 1100 bytes in the first chunk: the next chunk begins past the
   // shares of parts 1 and 2, so both begin there and part 1 is empty.
@@ -40,8 +50,9 @@ TEST(WritePartsTest, EveryChunkIsInThePartItsBytesFallIn) {
       b = rng() % 4 == 0 ? 0 : rng() % (rng() % 2 ? 50 : 2000);
     const int threads = 1 + static_cast<int>(rng() % 6);
     const uint64_t part_bytes = 1 + rng() % 400;
+    const size_t part_chunks = 1 + rng() % (rng() % 2 ? 4 : 40);
     const std::vector<size_t> begins =
-        SplitIntoParts(bytes, threads, part_bytes);
+        SplitIntoParts(bytes, threads, part_bytes, part_chunks);
     uint64_t total = 0;
     for (uint64_t b : bytes) total += b;
     const size_t parts = begins.size() - 1;
@@ -49,8 +60,8 @@ TEST(WritePartsTest, EveryChunkIsInThePartItsBytesFallIn) {
     ASSERT_GE(parts, 1u);
     EXPECT_LE(parts, std::max<size_t>(1, std::min<size_t>(threads, n)));
     EXPECT_EQ(parts, std::clamp<size_t>(
-                         total / part_bytes, 1,
-                         std::max<size_t>(1, std::min<size_t>(threads, n))));
+                         std::max<size_t>(total / part_bytes, n / part_chunks),
+                         1, std::max<size_t>(1, std::min<size_t>(threads, n))));
     EXPECT_EQ(begins.front(), 0u);
     EXPECT_EQ(begins.back(), n);
     EXPECT_TRUE(std::is_sorted(begins.begin(), begins.end()));
