@@ -90,6 +90,25 @@ void ValueSlots::AddValue(py::object container, py::object key, int tuple,
       {std::move(container), std::move(key), tuple, value, *value});
 }
 
+namespace {
+
+// A new tuple of `items` of `old`'s type: a tuple, or an instance of its
+// subclass: a namedtuple (the states of JAX's optax are) through its _make,
+// another subclass through its constructor from an iterable, a plain tuple
+// when that constructor refuses.
+py::object TupleLike(const py::object& old, const py::object& items) {
+  if (PyTuple_CheckExact(old.ptr())) return py::tuple(items);
+  const py::handle type = py::type::handle_of(old);
+  try {
+    if (py::hasattr(type, "_make")) return type.attr("_make")(items);
+    return type(items);
+  } catch (py::error_already_set&) {
+    return py::tuple(items);
+  }
+}
+
+}  // namespace
+
 void ValueSlots::WriteBack() const {
   // The new items of each recorded tuple that changed (empty: unchanged).
   std::vector<py::object> items(tuples_.size());
@@ -110,7 +129,8 @@ void ValueSlots::WriteBack() const {
   for (size_t t = tuples_.size(); t-- > 0;) {
     if (!items[t]) continue;
     const TupleSlot& slot = tuples_[t];
-    set(slot.parent, slot.key, slot.parent_tuple, py::tuple(items[t]));
+    set(slot.parent, slot.key, slot.parent_tuple,
+        TupleLike(slot.tuple, items[t]));
   }
 }
 

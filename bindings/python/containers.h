@@ -47,8 +47,8 @@ pybind11::list PathParts(const std::vector<std::string>& path,
 // Where the small values of a converted state dict sit. After a load,
 // WriteBack puts each loaded value that differs from the converted one into its
 // container: dicts and lists in place; a tuple (immutable) is replaced in its
-// parent by a new tuple of its items, which replaces its own parent when that
-// is a tuple, and so on up.
+// parent by a new tuple of its items and its type (a namedtuple stays one),
+// which replaces its own parent when that is a tuple, and so on up.
 class ValueSlots {
  public:
   // No tuple: a container that is not inside a recorded tuple's items.

@@ -215,3 +215,19 @@ def test_a_list_target_where_a_tuple_was_saved_loads_by_flat_key(store):
         target = {"b": [0.0, 0.0]}
         db.load(target)
         assert target["b"] == [0.9, 0.99]
+
+
+def test_a_named_tuple_comes_back_as_the_same_named_tuple(store):
+    """JAX's optax keeps optimizer states in namedtuples: a load replaces a tuple whose small
+    values changed by one of the same type, fields and attribute access included."""
+    import collections
+    State = collections.namedtuple("State", ["mu", "count"])
+    Outer = collections.namedtuple("Outer", ["inner", "step"])
+    with ckptdb.open(store) as db:
+        db.save({"opt": Outer(State(mu=np.arange(4.0), count=3), step=7)}, step=1)
+        target = {"opt": Outer(State(mu=np.zeros(4), count=0), step=0)}
+        mu = target["opt"].inner.mu
+        db.load(target)
+    assert type(target["opt"]) is Outer and type(target["opt"].inner) is State
+    assert target["opt"].step == 7 and target["opt"].inner.count == 3
+    assert target["opt"].inner.mu is mu and np.array_equal(mu, np.arange(4.0))
