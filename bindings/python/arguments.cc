@@ -200,7 +200,10 @@ Result<Options> OpenOptions(py::handle create, py::handle read_only,
                               IntIn(value, what, 0, INT64_MAX, kSize));
       o.max_chunk_bytes = static_cast<size_t>(v);
     } else if (name == "io_threads") {
-      CKPTDB_ASSIGN_OR_RETURN(int64_t v, IntIn(value, what, 0, INT_MAX, kSize));
+      const std::string range = "an int from 0 (the hardware threads) to " +
+                                std::to_string(kMaxIoThreads);
+      CKPTDB_ASSIGN_OR_RETURN(
+          int64_t v, IntIn(value, what, 0, kMaxIoThreads, range.c_str()));
       o.io_threads = static_cast<int>(v);
     } else if (name == "load_buffer_bytes") {
       CKPTDB_ASSIGN_OR_RETURN(int64_t v,

@@ -46,9 +46,11 @@ Status CheckOptions(const Options& options) {
         "Options::incremental_depth must be >= 1, got " +
         std::to_string(options.incremental_depth));
   }
-  if (options.io_threads < 0) {
-    return Status::InvalidArgument("Options::io_threads must be >= 0, got " +
-                                   std::to_string(options.io_threads));
+  if (options.io_threads < 0 || options.io_threads > kMaxIoThreads) {
+    return Status::InvalidArgument(
+        "Options::io_threads must be 0 (the hardware threads) to " +
+        std::to_string(kMaxIoThreads) + ", got " +
+        std::to_string(options.io_threads));
   }
   return Status::OK();
 }

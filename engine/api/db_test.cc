@@ -434,6 +434,13 @@ TEST(DBTest, OpenRejectsNonStoreAndBadOptions) {
   EXPECT_TRUE(DB::Open(bad, dir.Sub("new")).status().IsInvalidArgument());
   bad.max_chunk_bytes = kMaxChunkBytes + 1;
   EXPECT_TRUE(DB::Open(bad, dir.Sub("new")).status().IsInvalidArgument());
+  bad = Options();
+  bad.io_threads = kMaxIoThreads + 1;
+  const Status too_many = DB::Open(bad, dir.Sub("new")).status();
+  EXPECT_TRUE(too_many.IsInvalidArgument()) << too_many.ToString();
+  EXPECT_NE(too_many.message().find("io_threads"), std::string::npos);
+  bad.io_threads = kMaxIoThreads;
+  EXPECT_TRUE(DB::Open(bad, dir.Sub("new")).ok());
   // One writer at a time: a second read-write handle is refused, a read-only
   // one is fine.
   auto first = DB::Open(Options(), dir.Sub("store"));

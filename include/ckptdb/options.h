@@ -13,6 +13,8 @@ class FileSystemHooks;
 
 // Largest chunk a store holds: one RocksDB value.
 inline constexpr size_t kMaxChunkBytes = size_t{1} << 30;
+// The most threads a rank reads or writes chunks with (Options::io_threads).
+inline constexpr int kMaxIoThreads = 256;
 
 // How a store is opened. Every field has a default that suits a training job.
 struct Options {
@@ -31,6 +33,7 @@ struct Options {
   size_t max_chunk_bytes = size_t{512} << 10;
   // Threads each rank uses to read or write chunks. 0 picks the hardware
   // threads, at least 2 and at most 8.
+  // REQUIRES: 0 <= io_threads <= kMaxIoThreads.
   int io_threads = 0;
   // The round of a multi-rank load: each round covers this many bytes of the
   // checkpoint (in its canonical order), and in each a rank holds at most this
