@@ -447,7 +447,8 @@ class Gloo : public Communicator {
     // A peer that failed one wait (gone, or silent past the group's timeout)
     // is not waited for a full timeout again: its other transfers of this
     // call get kAfterPeerFailed, so that the call fails after one timeout,
-    // not one per transfer with that peer. Nothing moves to or from it then.
+    // not one per transfer with that peer (a peer gone or stopped has none of
+    // them under way).
     std::set<int> failed_peers;
     auto wait = [&](int peer, const std::string& step, auto&& wait_for) {
       const std::chrono::milliseconds timeout =
