@@ -42,8 +42,8 @@ TEST(FileChecksumsTest, TheSameChecksumsAsRocksDBsStandardFactory) {
   const auto standard = rocksdb::GetFileChecksumGenCrc32cFactory();
   EXPECT_STREQ(ours->Name(), standard->Name());
   std::mt19937_64 rng(7);
-  for (size_t size : {size_t{0}, size_t{1}, size_t{7}, size_t{63},
-                      size_t{1000}, size_t{4096}, size_t{1} << 20}) {
+  for (size_t size : {size_t{0}, size_t{1}, size_t{7}, size_t{63}, size_t{1000},
+                      size_t{4096}, size_t{1} << 20}) {
     std::string bytes(size, '\0');
     for (char& c : bytes) c = static_cast<char>(rng());
     // At once, and in uneven pieces, as a table writer hands them over.

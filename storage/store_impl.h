@@ -575,9 +575,11 @@ class StoreImpl : public Store {
   Result<std::set<int64_t>> NeededChunkIds();
   // The locations of checkpoint `id`'s tables to check and restore: its copy
   // (when `copied` and it reads) and those of `aside` (SetAsideLocations)
-  // where neither a live table nor the copy places chunks.
+  // where neither a live table (their key ranges: `live`) nor the copy
+  // places chunks.
+  using KeyRanges = std::vector<std::pair<std::string, std::string>>;
   CopyEntries LocationsToRestore(int64_t id, bool copied, CopyEntries aside,
-                                 const LiveTables& live);
+                                 const KeyRanges& live);
   // The chunk locations the tables set aside under damaged/ record in their
   // own properties, by checkpoint id (those whose properties read).
   std::map<int64_t, CopyEntries> SetAsideLocations();
@@ -650,7 +652,6 @@ class StoreImpl : public Store {
   // rebuild-*: also those of a rebuild cut short); one whose blocks fail or
   // that cannot be ingested goes to `aside`.
   Status IngestRebuildTables(const std::string& aside);
-
   // Whether the copies can rebuild the database: a valid journal, and an
   // intact record copy of every checkpoint it names committed.
   bool CanRebuild();

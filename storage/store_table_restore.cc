@@ -58,13 +58,15 @@ Status StoreImpl::RestoreChunkTables() {
   // may lack them (damaged too, or written again from the live tables alone
   // by RepairCopies).
   std::map<int64_t, CopyEntries> aside = SetAsideLocations();
+  KeyRanges live_ranges;
+  for (const auto& [range, table] : live) live_ranges.push_back(range);
   std::set<int64_t> ids = located;
   for (const auto& [id, entries] : aside) ids.insert(id);
   std::optional<std::map<int64_t, StoredChunks>> stored;
   for (int64_t id : ids) {
     if (!needed.contains(id)) continue;
     const CopyEntries copy =
-        LocationsToRestore(id, located.contains(id), aside[id], live);
+        LocationsToRestore(id, located.contains(id), aside[id], live_ranges);
     bool rewrite_copy = false;
     for (size_t k = 0; k < copy.size(); ++k) {
       const std::string& blob = copy[k].second;
@@ -137,14 +139,13 @@ Result<std::set<int64_t>> StoreImpl::NeededChunkIds() {
 
 CopyEntries StoreImpl::LocationsToRestore(int64_t id, bool copied,
                                           CopyEntries aside,
-                                          const LiveTables& live) {
+                                          const KeyRanges& live) {
   Result<CopyEntries> read =
       copied ? ReadCopy(*fs_, path_, CopyKind::kLocators, id)
              : Result<CopyEntries>(CopyEntries());
   // A damaged copy: RepairCopies wrote again what the live tables hold.
   CopyEntries copy = read.ok() ? std::move(read).value() : CopyEntries();
-  std::vector<std::pair<std::string, std::string>> placed;
-  for (const auto& [range, table] : live) placed.push_back(range);
+  KeyRanges placed = live;
   for (const auto& [first, blob] : copy) {
     if (std::optional<ChunkLocations> at = ParseLocatorBlob(blob))
       placed.emplace_back(at->first, at->last);

@@ -82,6 +82,7 @@ std::vector<StoreImpl::TableCheck> StoreImpl::CheckTables(
     return file.column_family_name != family;
   });
   std::vector<TableCheck> out(files.size());
+  const rocksdb::Options options = TableFileOptions(family);
   auto check_one = [&](size_t i) {
     TableCheck& check = out[i];
     check.path = files[i].db_path + files[i].name;
@@ -91,7 +92,7 @@ std::vector<StoreImpl::TableCheck> StoreImpl::CheckTables(
     const std::optional<rocksdb::Status> whole =
         CheckWholeFile(env_.get(), files[i], check.path);
     if (whole && whole->ok()) return;
-    check.blocks = CheckBlocks(TableFileOptions(family), check.path);
+    check.blocks = CheckBlocks(options, check.path);
     if (check.blocks.ok() && whole) check.whole_file = *whole;
   };
   // The files are read on a few threads at once: a store of many

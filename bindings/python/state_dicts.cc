@@ -553,8 +553,7 @@ class Converter {
       Invalid(
           "leaf " + Where(leaf) + " has unsupported type " + TypeName(value) +
           " (arrays, DLPack tensors, Shard, FlatShard, int, float, bool, str, "
-          "bytes, "
-          "None, numpy scalars, or dict, list and tuple of them)");
+          "bytes, None, numpy scalars, or dict, list and tuple of them)");
     }
   }
 
