@@ -1,5 +1,6 @@
 #include "storage/column_families.h"
 
+#include <rocksdb/sst_file_reader.h>
 #include <rocksdb/table.h>
 
 #include <algorithm>
@@ -71,6 +72,16 @@ rocksdb::ColumnFamilyOptions MetaCfOptions(
       block_cache ? std::move(block_cache) : NewMetaBlockCache();
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   return options;
+}
+
+std::optional<std::string> TableFileFamily(rocksdb::Env* env,
+                                           const std::string& path) {
+  rocksdb::Options options;
+  static_cast<rocksdb::ColumnFamilyOptions&>(options) = ChunkCfOptions();
+  options.env = env;
+  rocksdb::SstFileReader reader(options);
+  if (!reader.Open(path).ok()) return std::nullopt;
+  return reader.GetTableProperties()->column_family_name;
 }
 
 std::set<int64_t> LiveChunkIds(rocksdb::DB& db) {

@@ -18,7 +18,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
+#include <string>
 
 namespace ckptdb::storage {
 
@@ -64,6 +66,18 @@ std::shared_ptr<rocksdb::Cache> NewMetaBlockCache();
 // null).
 rocksdb::ColumnFamilyOptions MetaCfOptions(
     std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
+
+// The column family the properties of the table file at `path` name; nullopt
+// for a file whose properties cannot be read.
+std::optional<std::string> TableFileFamily(rocksdb::Env* env,
+                                           const std::string& path);
+
+// Whether a table file whose properties name `family` holds chunks: those of
+// the `meta` and default families hold metadata; a staged file, written
+// outside the database, names none.
+inline bool IsChunkTableFamily(const std::string& family) {
+  return family != kMetaCf && family != rocksdb::kDefaultColumnFamilyName;
+}
 
 // Checkpoint ids that some live table file of the `chunks` column family
 // holds keys of (its first or last key).

@@ -34,12 +34,14 @@ void StoreImpl::CloseDb() {
     held_values_checked_.clear();
   }
   ForgetInfos();
-  if (!db_) return;
-  for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
-  handles_.clear();
-  chunks_ = meta_ = nullptr;
-  db_->Close().PermitUncheckedError();
-  db_.reset();
+  if (db_) {
+    for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
+    handles_.clear();
+    chunks_ = meta_ = nullptr;
+    db_->Close().PermitUncheckedError();
+    db_.reset();
+  }
+  RemoveView();
 }
 
 Result<rocksdb::TablePropertiesCollection> StoreImpl::ChunkTablesOf(
@@ -635,6 +637,7 @@ Result<StoreReport> StoreImpl::Check() {
   ReportCopies(copies, &report);
   ReportOptionsFiles(&report);
   ReportMarkerFiles(&report);
+  ReportView(&report);
   ReportTablesOutsideBlocks(&report);
   report.writer_active = claim_ != nullptr || WriterClaim::WriterHolds(path_);
   return report;

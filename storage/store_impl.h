@@ -11,6 +11,7 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -678,6 +679,32 @@ class StoreImpl : public Store {
   // A read-only open's error `s`, saying when a read-write open can rebuild
   // the database.
   Status WithRebuildHint(Status s);
+  // CanRebuild, and nothing in the directory that a rebuild would refuse.
+  bool CanRebuildInPlace();
+  // OpenDb's steps on the store's own database (closed again on failure).
+  Status OpenStoreDb();
+
+  // A read-only handle whose store's database description cannot be read
+  // reads through a view (store_view.cc): a database of its own in a private
+  // temporary directory, rebuilt from the chunk table files and the copies
+  // of the records as a read-write open rebuilds the store's.
+  //
+  // A read-only open's fallback on the error `why` of opening the store's
+  // database: a view when `why` is Corruption and CanRebuildInPlace; else
+  // `why`, saying what a read-write open can rebuild.
+  Status OpenView(const Status& why);
+  // Ingests every chunk table file of the store into the view through a
+  // symbolic link (nothing of the store is copied or written); one whose
+  // blocks fail or that cannot be ingested is left out and listed in
+  // view_unread_tables_.
+  Status LinkChunkTablesIntoView();
+  // Removes the view's directory (its database closed), where this process
+  // made it; forgets the view.
+  void RemoveView();
+  // The view's damage, for CheckStore.
+  void ReportView(StoreReport* report) const;
+  // Where RocksDB's database is: the store's directory, or the view's.
+  const std::string& DbDir() const;
   // ReadMetadata from the `meta` column family alone.
   Result<CheckpointMetadata> ReadRocksMetadata(
       int64_t checkpoint_id, const std::vector<std::string_view>* tensor_keys);
@@ -698,6 +725,13 @@ class StoreImpl : public Store {
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::string stamp_;  // VersionStamp() when a read-only handle was opened
+  // The view's directory (empty when the handle reads the store's own
+  // database), the process that made it, why the store's database did not
+  // open, and the chunk table files the view does not read.
+  std::string view_dir_;
+  pid_t view_owner_ = 0;
+  std::string view_damage_;
+  std::vector<std::string> view_unread_tables_;
   // Buffers of chunk reads, RocksDB's and direct ones.
   const std::shared_ptr<BufferPool> pool_ =
       std::make_shared<BufferPool>(size_t{256} << 20);

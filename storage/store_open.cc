@@ -442,7 +442,10 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only, bool lenient) {
   // footer's padding uncovered, where a flipped byte costs nothing but
   // `verify` must still see it.
   db_options.file_checksum_gen_factory = NewWholeFileChecksumFactory();
-  db_options.info_log = read_only ? NewNullInfoLog() : NewInfoLog(fs_, path_);
+  // A view's database (store_view.cc) writes nothing into the store.
+  db_options.info_log = read_only || !view_dir_.empty()
+                            ? NewNullInfoLog()
+                            : NewInfoLog(fs_, path_);
   if (has_db) CKPTDB_RETURN_IF_ERROR(CheckColumnFamilies(db_options));
   if (has_db && options_.read_only)
     CKPTDB_RETURN_IF_ERROR(CheckWriteAheadLogsEmpty(*fs_, path_));
@@ -453,10 +456,10 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only, bool lenient) {
   };
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s =
-      read_only
-          ? rocksdb::DB::OpenForReadOnly(db_options, path_, descriptors,
-                                         &handles_, &raw)
-          : rocksdb::DB::Open(db_options, path_, descriptors, &handles_, &raw);
+      read_only ? rocksdb::DB::OpenForReadOnly(db_options, DbDir(), descriptors,
+                                               &handles_, &raw)
+                : rocksdb::DB::Open(db_options, DbDir(), descriptors, &handles_,
+                                    &raw);
   if (!s.ok()) {
     // RocksDB's messages for a lock another process (or handle) holds.
     const std::string why = s.ToString();
@@ -551,11 +554,21 @@ Status StoreImpl::OpenDb() {
   fs_ = std::make_shared<StoreFileSystem>(options_.file_system_hooks,
                                           options_.sync, path_);
   env_ = ForkAwareEnv(rocksdb::NewCompositeEnv(fs_));
-  Result<bool> prepared = PrepareOrRebuild();
-  if (!prepared.ok())
-    return options_.read_only ? WithRebuildHint(prepared.status())
-                              : prepared.status();
-  const bool has_db = *prepared;
+  Status s = OpenStoreDb();
+  // A read-only handle cannot rebuild a database whose description is
+  // damaged, but it can read through a rebuild of its own.
+  if (!s.ok() && options_.read_only) s = OpenView(s);
+  if (!s.ok()) return s;
+  stamp_ = stamp;
+  // Every open sizes the metadata cache, as every commit and delete does: a
+  // read-only handle would otherwise keep the blocks of record files deleted
+  // since it last read them, up to the cache's 64 MiB.
+  (void)FitMetaCache(0);
+  return Status::OK();
+}
+
+Status StoreImpl::OpenStoreDb() {
+  CKPTDB_ASSIGN_OR_RETURN(const bool has_db, PrepareOrRebuild());
   if (!options_.read_only && has_db)
     CKPTDB_RETURN_IF_ERROR(PreCheckOrRebuild(has_db));
   Status s = OpenRocks(has_db, options_.read_only);
@@ -565,16 +578,8 @@ Status StoreImpl::OpenDb() {
   if (s.ok()) (void)FitMetaCache(0);
   if (s.ok()) s = CheckStoreMarker(has_db);
   if (s.ok()) s = RecoverCommits();
-  if (!s.ok()) {
-    CloseDb();
-    return options_.read_only ? WithRebuildHint(s) : s;
-  }
-  stamp_ = stamp;
-  // Every open sizes the metadata cache, as every commit and delete does: a
-  // read-only handle would otherwise keep the blocks of record files deleted
-  // since it last read them, up to the cache's 64 MiB.
-  (void)FitMetaCache(0);
-  return Status::OK();
+  if (!s.ok()) CloseDb();
+  return s;
 }
 
 Status StoreImpl::PreCheckReadOnly(bool has_db) {

@@ -3,7 +3,6 @@
 // of the records (record_copies.h). The files it replaces are kept under
 // damaged/<n>/.
 #include <rocksdb/db.h>
-#include <rocksdb/sst_file_reader.h>
 
 #include <algorithm>
 #include <cstring>
@@ -36,14 +35,9 @@ std::string RebuildPlace(rocksdb::Env* env, const std::string& store_path,
                          const std::string& name, const std::string& aside) {
   if (IsDescriptionFile(name)) return aside + "/" + name;
   if (!name.ends_with(".sst")) return "";
-  rocksdb::Options reader_options;
-  static_cast<rocksdb::ColumnFamilyOptions&>(reader_options) = ChunkCfOptions();
-  reader_options.env = env;
-  rocksdb::SstFileReader reader(reader_options);
-  if (!reader.Open(store_path + "/" + name).ok()) return aside + "/" + name;
-  const std::string& family = reader.GetTableProperties()->column_family_name;
-  if (family == kMetaCf || family == rocksdb::kDefaultColumnFamilyName)
-    return aside + "/" + name;
+  const std::optional<std::string> family =
+      TableFileFamily(env, store_path + "/" + name);
+  if (!family || !IsChunkTableFamily(*family)) return aside + "/" + name;
   return StagingDir(store_path) + "/" + kRebuildPrefix + name;
 }
 
@@ -280,10 +274,12 @@ Status StoreImpl::PreCheckOrRebuild(bool has_db) {
   return PreCheckReadOnly(has_db);
 }
 
+bool StoreImpl::CanRebuildInPlace() {
+  return CanRebuild() && CheckRebuildable(*fs_, path_, "").ok();
+}
+
 Status StoreImpl::WithRebuildHint(Status s) {
-  if (!s.IsCorruption() || !CanRebuild() ||
-      !CheckRebuildable(*fs_, path_, "").ok())
-    return s;
+  if (!s.IsCorruption() || !CanRebuildInPlace()) return s;
   return Status(s.code(),
                 s.message() +
                     "; every committed checkpoint has an intact copy of its "

@@ -387,6 +387,40 @@ def test_a_store_whose_manifest_lost_a_checkpoint_reads_it_from_the_copies(tmp_p
     assert any(n.startswith("MANIFEST-") for n in os.listdir(os.path.join(path, "damaged", "1")))
 
 
+@pytest.mark.parametrize("damage", ["CURRENT flipped", "CURRENT removed", "MANIFEST flipped"])
+def test_list_and_verify_read_a_store_whose_database_description_is_damaged(tmp_path, damage):
+    # With CURRENT or the MANIFEST damaged, list and verify read every checkpoint through a
+    # rebuild of their own (the store stays as it is): verify checks each checkpoint's chunks
+    # (ok) and exits 1 naming the description, which a read-write open rebuilds.
+    path = str(tmp_path / "s")
+    with ckptdb.open(path) as db:
+        for step in (1, 2):
+            db.save({"w": np.arange(4096, dtype=np.float32) + step,
+                     "b": np.arange(8, dtype=np.int64) * step}, step=step)
+    manifest = [n for n in os.listdir(path) if n.startswith("MANIFEST-")][0]
+    target = os.path.join(path, "CURRENT" if "CURRENT" in damage else manifest)
+    if "removed" in damage:
+        os.remove(target)
+    else:
+        with open(target, "r+b") as f:
+            f.seek(10)
+            byte = f.read(1)
+            f.seek(10)
+            f.write(bytes([byte[0] ^ 0x5a]))
+    before = {n: os.stat(os.path.join(path, n)).st_mtime_ns for n in os.listdir(path)}
+    p = dump("list", path, check=0)
+    assert len(p.stdout.splitlines()) == 3, p.stdout
+    p = dump("verify", path, check=1)
+    assert "checkpoint 1: ok" in p.stdout and "checkpoint 2: ok" in p.stdout, p.stdout
+    assert "database description" in p.stdout and "a read-write open rebuilds" in p.stdout, p.stdout
+    assert {n: os.stat(os.path.join(path, n)).st_mtime_ns for n in os.listdir(path)} == before
+    with ckptdb.open(path, read_only=True) as db:
+        np.testing.assert_array_equal(db.read("w", step=2), np.arange(4096, dtype=np.float32) + 2)
+    with ckptdb.open(path) as db:
+        assert [c.step for c in db.checkpoints()] == [1, 2]
+    dump("verify", path, check=0)
+
+
 def test_show_key_slice_prints_just_those_values(store):
     # "ckpt-db-dump show --key K --slice 0:4,:" prints those values, read from only their chunks.
     w = STATE["model"]["w"]
