@@ -111,24 +111,41 @@ void RemoveAbandonedViews(const fs::path& tmp) {
   }
 }
 
-// A new private directory for a view of `store`, under the temporary
-// directory (TMPDIR, else /tmp).
+// Whether `dir` is `store` or lies under it (both canonical).
+bool Within(const fs::path& dir, const fs::path& store) {
+  const auto [end, unused] =
+      std::mismatch(store.begin(), store.end(), dir.begin(), dir.end());
+  return end == store.end();
+}
+
+// A new private directory for a view of `store`: under $TMPDIR, else /tmp
+// (and under /tmp when $TMPDIR is not a directory, or lies in the store,
+// which a read-only open never writes).
 Result<std::string> MakeViewDir(const std::string& store) {
   std::error_code ec;
-  const fs::path tmp = fs::temp_directory_path(ec);
-  if (ec) {
-    return Status::IOError("no temporary directory for a view of store '" +
-                           store + "': " + ec.message());
+  const fs::path canonical_store = fs::weakly_canonical(store, ec);
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string tried;
+  for (const std::string& candidate :
+       {std::string(tmpdir ? tmpdir : ""), std::string("/tmp")}) {
+    if (candidate.empty()) continue;
+    const fs::path dir = fs::weakly_canonical(candidate, ec);
+    std::string refused;
+    if (ec || !fs::is_directory(dir, ec)) {
+      refused = "not a directory";
+    } else if (Within(dir, canonical_store)) {
+      refused = "in the store, which a read-only open never writes";
+    } else {
+      RemoveAbandonedViews(dir);
+      std::string view = (dir / (OwnPrefix() + "XXXXXX")).string();
+      if (::mkdtemp(view.data()) != nullptr) return view;
+      refused = std::strerror(errno);
+    }
+    tried += (tried.empty() ? "" : ", ") + candidate + " (" + refused + ")";
   }
-  RemoveAbandonedViews(tmp);
-  std::string dir = (tmp / (OwnPrefix() + "XXXXXX")).string();
-  if (::mkdtemp(dir.data()) == nullptr) {
-    const int err = errno;
-    return Status::IOError("making a temporary directory " + dir +
-                           " for a view of store '" + store +
-                           "': " + std::strerror(err));
-  }
-  return dir;
+  return Status::IOError(
+      "no directory for a read-only view of store '" + store + "': tried " +
+      tried + "; set TMPDIR to a writable directory outside the store");
 }
 
 }  // namespace
@@ -234,10 +251,9 @@ void StoreImpl::ReportView(StoreReport* report) const {
       "the database description of store '" + path_ +
       "' (CURRENT, MANIFEST, write-ahead log) cannot be read: " + view_damage_ +
       "; this read-only handle reads through a private rebuild from the table "
-      "files and the copies of the records (" +
-      view_dir_ +
-      "), and a read-write open rebuilds the store's, keeping the damaged "
-      "files under " +
+      "files and the copies of the records (in a temporary directory, removed "
+      "when it closes), and a read-write open rebuilds the store's, keeping "
+      "the damaged files under " +
       DamagedDir(path_));
   for (const std::string& table : view_unread_tables_) {
     report->repairable_metadata.push_back(

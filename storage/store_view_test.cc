@@ -321,6 +321,48 @@ TEST_F(ViewTest, AChunkWhoseBytesAreDamagedFailsAloneThroughAView) {
   EXPECT_TRUE(damaged.status().IsCorruption()) << damaged.status().ToString();
 }
 
+// This process's views under /tmp.
+std::vector<std::string> OwnViewsInTmp() {
+  const std::string prefix = "ckptdb-view-" + std::to_string(::getpid()) + "-";
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator("/tmp")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) out.push_back(name);
+  }
+  return out;
+}
+
+TEST_F(ViewTest, AViewIsMadeInTmpWhereTmpdirIsInTheStoreOrNoDirectory) {
+  SaveThree();
+  fs::remove(store() + "/CURRENT");
+  for (const auto& copy : FilesUnder(store() + "/copies", {".loc"}))
+    fs::remove(copy.path);
+  fs::create_directory_symlink(store(), dir_.path() + "/link");
+  std::ofstream(dir_.path() + "/file");
+  const auto before = SnapshotDir(store());
+  for (const std::string& tmpdir :
+       {store(), store() + "/values", dir_.path() + "/link/copies",
+        dir_.path() + "/none", dir_.path() + "/file", std::string()}) {
+    ::setenv("TMPDIR", tmpdir.c_str(), 1);
+    {
+      auto db = OpenReadOnly();
+      ASSERT_TRUE(db.ok()) << tmpdir << ": " << db.status().ToString();
+      EXPECT_EQ(OwnViewsInTmp().size(), 1u) << tmpdir;
+      ExpectAllReadBack(**db);
+      auto report = (*db)->Check();
+      ASSERT_TRUE(report.ok());
+      EXPECT_TRUE(report->foreign_entries.empty()) << tmpdir;
+      for (const std::string& line : report->repairable_metadata) {
+        EXPECT_TRUE(line.find(".loc") != std::string::npos ||
+                    line.find("database description") != std::string::npos)
+            << tmpdir << ": " << line;
+      }
+    }
+    EXPECT_TRUE(OwnViewsInTmp().empty()) << tmpdir;
+    EXPECT_EQ(SnapshotDir(store()), before) << tmpdir;
+  }
+}
+
 TEST_F(ViewTest, WithoutACopyOfEveryRecordTheOpenFailsSayingWhy) {
   SaveThree();
   fs::remove(store() + "/CURRENT");
