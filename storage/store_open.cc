@@ -441,7 +441,11 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only, bool lenient) {
   // and Check compare the files with it): block checksums leave a table
   // footer's padding uncovered, where a flipped byte costs nothing but
   // `verify` must still see it.
-  db_options.file_checksum_gen_factory = NewWholeFileChecksumFactory();
+  // (Not a view's: it checks the blocks of each table file before ingesting
+  // it, and would read each whole once more for a checksum it keeps only
+  // while it is open.)
+  if (view_dir_.empty())
+    db_options.file_checksum_gen_factory = NewWholeFileChecksumFactory();
   // A view's database (store_view.cc) writes nothing into the store.
   db_options.info_log = read_only || !view_dir_.empty()
                             ? NewNullInfoLog()
