@@ -165,18 +165,19 @@ def _step_capturing_first_values(optimizer, params):
 def _zero_step(optimizer, params):
     """The state a fresh `optimizer` starts from, for `params`: one real step with
     zero gradients for them (and none for the others, so that the step leaves
-    their state alone) and a learning rate of 0, so that no parameter changes;
-    then every entry set back to its first value (_FirstValues). Gradients and
-    learning rates are restored after it."""
+    their state alone), with the optimizer's own hyper-parameters (a first
+    state may start from them: Rprop's step sizes of lr, ASGD's eta); then every
+    entry set back to its first value (_FirstValues), and the parameters back to
+    their values (a step with zero gradients still moves them by weight decay):
+    they are copied aside for the step, which costs one copy of them for the
+    call (less than the state the optimizer's first step will make). Gradients
+    are restored after it."""
     stepped = set(params)
     every = [p for group in optimizer.param_groups for p in group["params"]]
     grads = [(p, p.grad) for p in every]
     for p in every:
         p.grad = torch.zeros_like(p) if p in stepped else None
-    lrs = [group.get("lr") for group in optimizer.param_groups]
-    for group in optimizer.param_groups:
-        if "lr" in group:
-            group["lr"] = torch.zeros_like(group["lr"]) if torch.is_tensor(group["lr"]) else 0.0
+    kept = [(p, p.detach().clone(memory_format=torch.preserve_format)) for p in params]
     try:
         states = _step_capturing_first_values(optimizer, params)
     except Exception as e:
@@ -187,9 +188,9 @@ def _zero_step(optimizer, params):
             f"dict (one step with zero gradients failed: {type(e).__name__}: {e}); step the "
             "optimizer once before get_state_dict") from e
     finally:
-        for group, lr in zip(optimizer.param_groups, lrs):
-            if lr is not None:
-                group["lr"] = lr
+        with torch.no_grad():
+            for p, value in kept:
+                p.copy_(value)
         for p, grad in grads:
             p.grad = grad
     for p, state in states.items():
@@ -257,8 +258,12 @@ def _meta_step_state(optimizer, params):
     if not type(optimizer).__module__.startswith("torch.optim."):
         return None  # a constructor of its own: only a real step is safe
     wanted = set(params)
+    # A 0-d parameter's stand-in is a real one-element tensor (its state is as
+    # small): optimizers index 0-d tensors with masks (Rprop), which needs a
+    # value the meta device does not have.
     shapes = _shadow_first_values(
-        optimizer, wanted, lambda p: torch.empty_like(p, device="meta"))
+        optimizer, wanted,
+        lambda p: torch.empty_like(p, device="meta") if p.dim() else torch.zeros_like(p))
     fills = _shadow_first_values(
         optimizer, wanted,
         lambda p: torch.zeros((1,) * p.dim(), dtype=p.dtype, device=p.device))
@@ -375,26 +380,43 @@ def _check_arguments(model, optimizer):
             f"optimizer must be a torch optimizer or None, got {type(optimizer).__name__}")
 
 
-def _set_model(model, state):
-    """Copies into the model the entries of `state` that are not already its own
-    memory (what db.load filled in place needs nothing more)."""
+def _model_copies(model, state, strict):
+    """The entries of `state` to copy into the model: those that are not already
+    its own memory (what db.load filled in place needs nothing more). Raises
+    InvalidArgumentError, before anything is set, for keys the model lacks,
+    (`strict`) keys of the model that `state` lacks, and tensors whose shape is
+    not the model's."""
     current = model.state_dict()
     unknown = sorted(set(state) - set(current), key=str)
     if unknown:
         raise InvalidArgumentError(f"state['model'] has keys the model lacks: {unknown[:5]}")
+    missing = sorted(set(current) - set(state), key=str)
+    if strict and missing:
+        raise InvalidArgumentError(
+            f"state['model'] lacks {len(missing)} key(s) of the model: {missing[:5]}; nothing "
+            "was set (strict=False leaves them as they are)")
     copies = {}
     for key, value in state.items():
         if isinstance(value, Shard):
             continue  # the local shard of a distributed tensor, filled in place
         mine = current[key]
-        if torch.is_tensor(value) and value.data_ptr() == mine.data_ptr() and \
-                value.shape == mine.shape and value.stride() == mine.stride():
-            continue
+        if torch.is_tensor(value) and torch.is_tensor(mine):
+            if value.data_ptr() == mine.data_ptr() and value.shape == mine.shape and \
+                    value.stride() == mine.stride():
+                continue
+            if value.shape != mine.shape:
+                raise InvalidArgumentError(
+                    f"state['model'][{key!r}] has shape {list(value.shape)} where the model's "
+                    f"is {list(mine.shape)}; nothing was set")
         copies[key] = value
+    return copies
+
+
+def _set_model(model, copies):
     if copies:
         try:
             model.load_state_dict(copies, strict=False)
-        except RuntimeError as e:  # shapes that differ, named by torch
+        except RuntimeError as e:  # what the checks before cannot see, named by torch
             raise InvalidArgumentError(f"state['model']: {e}") from e
 
 
@@ -444,7 +466,13 @@ def _check_optimizer_state(state):
             refuse(f"['param_groups'][{i}]['params']", "a list of parameter names", params)
 
 
-def _set_optimizer(model, optimizer, state):
+def _optimizer_plan(model, optimizer, state):
+    """What setting `state` (state['optim']) into `optimizer` changes, checked
+    before anything is set: ({param: its new state dict}, [(param group, its
+    hyper-parameters)]). Raises InvalidArgumentError for parameters the
+    optimizer lacks, a state tensor whose shape is not that of the tensor the
+    optimizer holds under its name, and hyper-parameters that do not fit the
+    optimizer's groups."""
     _check_optimizer_state(state)
     entries = _optimizer_parameters(model, optimizer)
     by_name = {fqn: p for _, fqn, p in entries}
@@ -452,22 +480,38 @@ def _set_optimizer(model, optimizer, state):
     if unknown:
         raise InvalidArgumentError(
             f"state['optim']['state'] has parameters the optimizer lacks: {unknown[:5]}")
+    per_param = {}
     for fqn, values in state.get("state", {}).items():
         p = by_name[fqn]
-        if optimizer.state.get(p) is not values:
-            # Tensors shared, not copied; a Shard's data is the tensor it filled.
-            optimizer.state[p] = {k: v.data if isinstance(v, Shard) else v
-                                  for k, v in values.items()}
+        held = optimizer.state.get(p) or {}
+        if held is values:
+            continue
+        # Tensors shared, not copied; a Shard's data is the tensor it filled.
+        new = {k: v.data if isinstance(v, Shard) else v for k, v in values.items()}
+        for k, v in new.items():
+            mine = held.get(k)
+            if torch.is_tensor(v) and torch.is_tensor(mine) and v.shape != mine.shape:
+                raise InvalidArgumentError(
+                    f"state['optim']['state'][{fqn!r}][{k!r}] has shape {list(v.shape)} where "
+                    f"the optimizer's is {list(mine.shape)} (parameter of shape "
+                    f"{list(p.shape)}); nothing was set")
+        per_param[p] = new
     groups = state.get("param_groups", {})
     if isinstance(groups, dict):
-        _set_groups_by_parameter(optimizer, entries, groups)
-        return
+        return per_param, _groups_by_parameter(optimizer, entries, groups)
     names = _names_of_parameters(model)
-    for i, saved in enumerate(groups):
-        group = optimizer.param_groups[_group_index(optimizer, names, saved, i)]
-        for k, v in saved.items():
-            if k != "params":
-                group[k] = v
+    hyper = [(optimizer.param_groups[_group_index(optimizer, names, saved, i)],
+              {k: v for k, v in saved.items() if k != "params"})
+             for i, saved in enumerate(groups)]
+    return per_param, hyper
+
+
+def _set_optimizer(optimizer, plan):
+    per_param, hyper = plan
+    for p, values in per_param.items():
+        optimizer.state[p] = values
+    for group, values in hyper:
+        group.update(values)
 
 
 def _equal_values(x, y):
@@ -487,10 +531,11 @@ def _same_hyper_parameters(a, b):
     return set(a) == set(b) and all(_equal_values(a[k], b[k]) for k in a)
 
 
-def _set_groups_by_parameter(optimizer, entries, groups):
-    """Sets each param group's hyper-parameters from `groups` ({fqn: hyper-parameters},
-    get_state_dict's layout): those of its parameters, which must agree (a group
-    whose parameters had different hyper-parameters when saved cannot take them)."""
+def _groups_by_parameter(optimizer, entries, groups):
+    """Each param group's hyper-parameters from `groups` ({fqn: hyper-parameters},
+    get_state_dict's layout), as [(group, hyper-parameters)]: those of its
+    parameters, which must agree (a group whose parameters had different
+    hyper-parameters when saved cannot take them)."""
     known = {fqn for _, fqn, _ in entries}
     known.update(_empty_group_key(g) for g, group in enumerate(optimizer.param_groups)
                  if not group["params"])
@@ -498,6 +543,7 @@ def _set_groups_by_parameter(optimizer, entries, groups):
     if unknown:
         raise InvalidArgumentError(
             f"state['optim']['param_groups'] has parameters the optimizer lacks: {unknown[:5]}")
+    out = []
     for g, group in enumerate(optimizer.param_groups):
         saved = [(fqn, groups[fqn]) for gi, fqn, _ in entries if gi == g and fqn in groups]
         if not group["params"] and _empty_group_key(g) in groups:
@@ -516,25 +562,36 @@ def _set_groups_by_parameter(optimizer, entries, groups):
                     f"the optimizer's param_groups[{g}] holds '{first_fqn}' and '{fqn}', "
                     f"whose saved hyper-parameters differ in {differ[:5]}: group the "
                     "parameters as they were grouped when saved")
-        for k, v in first.items():
-            group[k] = v
+        out.append((group, first))
+    return out
 
 
-def set_state_dict(model, optimizer, state):
+def set_state_dict(model, optimizer, state, *, strict=True):
     """Puts ``state`` (from :func:`get_state_dict`, after ``db.load(state)``) into the
     model and the optimizer (``None``: the model only). Tensors that the load filled
     in place are not copied again; the optimizer's hyper-parameters are set from
     ``param_groups``, each group's from its parameters' (or, in a list of groups,
     matched to its groups by their parameters' names). Raises
-    :class:`ckptdb.InvalidArgumentError` naming keys the model or optimizer lacks."""
+    :class:`ckptdb.InvalidArgumentError`, having set nothing, naming keys the model
+    or optimizer lacks, keys of the model that ``state['model']`` lacks (unless
+    ``strict=False``, which leaves those as they are), and tensors whose shapes
+    differ from the model's or the optimizer's."""
     _check_arguments(model, optimizer)
     model = _unwrapped(model)
     if not isinstance(state, dict):
         raise InvalidArgumentError(f"state must be a dict, got {type(state).__name__}")
+    if not isinstance(strict, bool):
+        raise InvalidArgumentError(f"strict must be a bool, got {type(strict).__name__}")
+    copies = None
     if "model" in state:
         if not isinstance(state["model"], dict):
             raise InvalidArgumentError(
                 f"state['model'] must be a dict, got {type(state['model']).__name__}")
-        _set_model(model, state["model"])
+        copies = _model_copies(model, state["model"], strict)
+    plan = None
     if optimizer is not None and "optim" in state:
-        _set_optimizer(model, optimizer, state["optim"])
+        plan = _optimizer_plan(model, optimizer, state["optim"])
+    if copies is not None:
+        _set_model(model, copies)
+    if plan is not None:
+        _set_optimizer(optimizer, plan)

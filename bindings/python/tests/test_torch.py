@@ -146,6 +146,13 @@ class OwnAdam(torch.optim.Adam):
         super().__init__(params, lr=0.01 * scale)
 
 
+class OwnRprop(torch.optim.Rprop):
+    """An optimizer outside torch.optim whose first state starts from its lr."""
+
+    def __init__(self, params, lr):
+        super().__init__(params, lr=lr, etas=(0.4, 1.3))
+
+
 OPTIMIZERS = {
     "adamw-amsgrad": lambda ps: torch.optim.AdamW(ps, lr=0.1, amsgrad=True),
     "adam": lambda ps: torch.optim.Adam(ps, lr=0.1),
@@ -160,14 +167,26 @@ OPTIMIZERS = {
     "rmsprop": lambda ps: torch.optim.RMSprop(ps, lr=0.1, momentum=0.5, centered=True),
     "adagrad": lambda ps: torch.optim.Adagrad(ps, lr=0.1, initial_accumulator_value=0.5),
     "own-class": lambda ps: OwnAdam(ps, 3),
+    "own-rprop": lambda ps: OwnRprop(ps, lr=0.05),
 }
+
+
+class ScaledConvnet(nn.Module):
+    """A small convnet and a 0-d parameter that scales its output."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 4 * 4, 2))
+        self.net[0].to(memory_format=torch.channels_last)
+        self.scale = nn.Parameter(torch.tensor(1.5))
+
+    def forward(self, x):
+        return self.net(x) * self.scale
 
 
 def small_convnet(seed):
     torch.manual_seed(seed)
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 4 * 4, 2))
-    model[0].to(memory_format=torch.channels_last)
-    return model
+    return ScaledConvnet()
 
 
 def convnet_steps(model, opt, steps):
@@ -351,6 +370,70 @@ def test_set_state_dict_copies_what_is_not_shared_and_names_unknown_keys():
         ckptdb.torch.set_state_dict(model, opt, {"model": {"c.weight": torch.zeros(1)}})
     with pytest.raises(ckptdb.InvalidArgumentError, match="z.bias"):
         ckptdb.torch.set_state_dict(model, opt, {"optim": {"state": {"z.bias": {}}}})
+
+
+def snapshot(model, opt):
+    """Copies of every tensor of the model's and the optimizer's state, and the groups."""
+    params = {n: p.detach().clone() for n, p in model.state_dict().items()}
+    state = {id(p): {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
+             for p, s in opt.state.items()}
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    return params, state, groups
+
+
+def assert_unchanged(model, opt, before):
+    params, state, groups = before
+    for n, p in model.state_dict().items():
+        assert torch.equal(p, params[n]), n
+    assert {id(p) for p in opt.state} == set(state)
+    for p, s in opt.state.items():
+        assert set(s) == set(state[id(p)])
+        for k, v in s.items():
+            assert torch.equal(v, state[id(p)][k]) if torch.is_tensor(v) else v == state[id(p)][k]
+    assert [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups] == groups
+
+
+def test_set_state_dict_refuses_a_state_that_does_not_fit_and_sets_nothing():
+    # Like torch's strict load_state_dict, a model key the state lacks is an error (unless
+    # strict=False); so is a tensor of another shape, in the model's state or the
+    # optimizer's. Each is found before anything is set: the model and the optimizer are
+    # left as they were, even where the other entries would fit.
+    model = TwoLayers(reverse=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    step(model, opt, 2)
+    good = ckptdb.torch.get_state_dict(model, opt)
+    good = {"model": {k: v.clone() + 1 for k, v in good["model"].items()},
+            "optim": {"state": {n: {k: v.clone() + 1 if torch.is_tensor(v) else v
+                                    for k, v in s.items()}
+                                for n, s in good["optim"]["state"].items()},
+                      "param_groups": {n: dict(g, lr=0.5)
+                                       for n, g in good["optim"]["param_groups"].items()}}}
+    before = snapshot(model, opt)
+
+    def refused(state, match, **kw):
+        with pytest.raises(ckptdb.InvalidArgumentError, match=match):
+            ckptdb.torch.set_state_dict(model, opt, state, **kw)
+        assert_unchanged(model, opt, before)
+
+    missing = {"model": {k: v for k, v in good["model"].items() if k != "b.bias"},
+               "optim": good["optim"]}
+    refused(missing, r"lacks 1 key\(s\) of the model: \['b.bias'\]")
+    shapes = {"model": dict(good["model"], **{"b.weight": torch.zeros(3, 6)}),
+              "optim": good["optim"]}
+    refused(shapes, r"'b.weight'\] has shape \[3, 6\] where the model's is \[2, 6\]")
+    moments = {"model": good["model"],
+               "optim": dict(good["optim"], state=dict(
+                   good["optim"]["state"],
+                   **{"a.weight": dict(good["optim"]["state"]["a.weight"],
+                                       exp_avg=torch.zeros(3))}))}
+    refused(moments, r"\['a.weight'\]\['exp_avg'\] has shape \[3\] where the optimizer's "
+                     r"is \[6, 4\]")
+    ckptdb.torch.set_state_dict(model, opt, missing, strict=False)
+    assert torch.equal(model.b.bias, before[0]["b.bias"])
+    assert torch.equal(model.a.bias, good["model"]["a.bias"])
+    assert opt.param_groups[0]["lr"] == 0.5
+    with pytest.raises(ckptdb.InvalidArgumentError, match="strict must be a bool"):
+        ckptdb.torch.set_state_dict(model, opt, good, strict=None)
 
 
 def test_distributed_tensor_types_this_torch_lacks_say_why():
