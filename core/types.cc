@@ -128,9 +128,25 @@ Shape RowMajorStrides(const Shape& shape) {
 }
 
 std::string_view ValueTypeName(const Value& value) {
-  static constexpr std::array<std::string_view, 6> kNames = {
-      "int", "float", "bool", "str", "bytes", "None"};
+  static constexpr std::array<std::string_view, 7> kNames = {
+      "int", "float", "bool", "str", "bytes", "None", "int"};
   return kNames[value.index()];
+}
+
+bool IsValidBigInt(const BigInt& value) {
+  std::string_view digits = value.digits;
+  const bool negative = !digits.empty() && digits[0] == '-';
+  if (negative) digits.remove_prefix(1);
+  if (digits.empty() || digits[0] == '0') return false;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return false;
+  }
+  // Outside [-2^63, 2^63 - 1]: more digits than they have, or as many and
+  // greater.
+  const std::string_view bound =
+      negative ? "9223372036854775808" : "9223372036854775807";
+  if (digits.size() != bound.size()) return digits.size() > bound.size();
+  return digits > bound;
 }
 
 StateDict StateDict::Invalid(Status error) {

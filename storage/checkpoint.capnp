@@ -94,6 +94,7 @@ struct SmallValue {
     text @5 :Text;
     bytes @6 :Data;
     none @8 :Void;
+    bigInt @9 :Text;           # ckptdb::BigInt: decimal digits, outside int64
   }
   pathKinds @7 :Data;          # as Tensor.pathKinds
 }

@@ -272,6 +272,14 @@ Result<Value> ReadValue(SmallValue::Reader v, const std::string& key) {
     }
     case SmallValue::NONE:
       return Value(None{});
+    case SmallValue::BIG_INT: {
+      BigInt big{std::string(v.getBigInt().cStr(), v.getBigInt().size())};
+      if (!IsValidBigInt(big))
+        return Bad("value '" + key + "' is an integer written as '" +
+                   big.digits.substr(0, 64) +
+                   "', not the decimal digits of one outside 64 bits");
+      return Value(std::move(big));
+    }
     default:
       return Bad("value '" + key + "' has an unknown type");
   }

@@ -41,12 +41,15 @@ CheckpointMetadata Sample() {
                        {"name", {"name"}},
                        {"blob", {"blob"}},
                        {"on", {"on"}},
-                       {"n", {"n"}}};
-  meta.values = {{"lr", Value(0.125)},
-                 {"name", Value(std::string("gpt"))},
-                 {"blob", Value(Bytes{std::string("\0\1\2", 3)})},
-                 {"on", Value(true)},
-                 {"n", Value(int64_t{-5})}};
+                       {"n", {"n"}},
+                       {"rng", {"rng"}}};
+  meta.values = {
+      {"lr", Value(0.125)},
+      {"name", Value(std::string("gpt"))},
+      {"blob", Value(Bytes{std::string("\0\1\2", 3)})},
+      {"on", Value(true)},
+      {"n", Value(int64_t{-5})},
+      {"rng", Value(BigInt{"-340282366920938463463374607431768211456"})}};
   meta.user_metadata = {{"git", "abc123"}};
   return meta;
 }
@@ -413,6 +416,23 @@ TEST(MetadataCodecTest, RejectsInconsistentRecords) {
   meta.tensors["model.w"].chunks[0].box.shape = {2, 3};
   meta.tensors["model.w"].chunks[0].nbytes = 12;
   ExpectCorruption(meta, "outside its shape");
+  // An integer beyond 64 bits in any form but its one decimal spelling.
+  for (const char* digits :
+       {"12", "-9223372036854775808", "9223372036854775807", "0",
+        "09223372036854775808", "-0", "", "-", "1e40", "+9223372036854775808",
+        "92233720368547758080x"}) {
+    meta = Sample();
+    meta.values["rng"] = Value(BigInt{digits});
+    ExpectCorruption(meta, "not the decimal digits of one outside 64 bits");
+  }
+}
+
+TEST(MetadataCodecTest, IntegersJustOutside64BitsAreBigInts) {
+  for (const char* digits :
+       {"9223372036854775808", "-9223372036854775809", "18446744073709551616",
+        "-340282366920938463463374607431768211456"}) {
+    EXPECT_TRUE(IsValidBigInt(BigInt{digits})) << digits;
+  }
 }
 
 TEST(MetadataCodecTest, RejectsOverlapThatHidesAGapOfTheSameVolume) {

@@ -127,6 +127,8 @@ void SetValuesAndUserMetadata(Checkpoint::Builder root,
             v.setText(TextOf(x));
           else if constexpr (std::is_same_v<T, None>)
             v.setNone();
+          else if constexpr (std::is_same_v<T, BigInt>)
+            v.setBigInt(TextOf(x.digits));
           else
             v.setBytes(capnp::Data::Reader(
                 reinterpret_cast<const uint8_t*>(x.data.data()),
@@ -301,6 +303,8 @@ size_t MainRecordWords(const CheckpointMetadata& meta) {
       words += TextWords(text->size());
     else if (const auto* bytes = std::get_if<Bytes>(&value))
       words += TextWords(bytes->data.size());
+    else if (const auto* big = std::get_if<BigInt>(&value))
+      words += TextWords(big->digits.size());
   }
   for (const auto& [key, value] : meta.user_metadata)
     words += kEntry + TextWords(key.size()) + TextWords(value.size());

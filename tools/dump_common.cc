@@ -118,6 +118,9 @@ json ValueJson(const Value& v) {
           return json(std::vector<uint8_t>(x.data.begin(), x.data.end()));
         } else if constexpr (std::is_same_v<T, None>) {
           return json(nullptr);
+        } else if constexpr (std::is_same_v<T, BigInt>) {
+          // Beyond what JSON readers hold exactly as a number: its digits.
+          return json(x.digits);
         } else {
           return json(x);
         }
@@ -261,6 +264,7 @@ std::string ValueText(const Value& v) {
   if (const auto* s = std::get_if<std::string>(&v)) return Dump(json(*s));
   if (const auto* b = std::get_if<Bytes>(&v))
     return "bytes[" + std::to_string(b->data.size()) + "]";
+  if (const auto* big = std::get_if<BigInt>(&v)) return big->digits;
   return JsonText(ValueJson(v));
 }
 

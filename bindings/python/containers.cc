@@ -31,6 +31,9 @@ py::object ToPython(const Value& v) {
           return py::bytes(x.data);
         } else if constexpr (std::is_same_v<T, None>) {
           return py::none();
+        } else if constexpr (std::is_same_v<T, BigInt>) {
+          return py::reinterpret_steal<py::object>(
+              PyLong_FromString(x.digits.c_str(), nullptr, 10));
         } else {
           return py::cast(x);
         }

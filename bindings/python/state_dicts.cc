@@ -405,7 +405,8 @@ std::optional<Value> SmallValue(const py::handle& obj, const LeafPath& path) {
     try {
       return Value(obj.cast<int64_t>());
     } catch (const py::cast_error&) {
-      Invalid("value " + Where(path) + ": int does not fit in 64 bits");
+      // Beyond 64 bits: its decimal digits.
+      return Value(BigInt{py::str(obj).cast<std::string>()});
     }
   }
   if (py::isinstance<py::float_>(obj)) return Value(obj.cast<double>());

@@ -133,6 +133,33 @@ TEST(DBTest, RefusesShapesThatNoRecordHoldsAndCommitsNothing) {
   EXPECT_EQ(back, 1);
 }
 
+// An integer beyond 64 bits is a BigInt of its decimal digits: one that
+// int64_t holds, or digits in another form, is refused naming the key, and
+// nothing is committed; a valid one reads back.
+TEST(DBTest, ABigIntIsAnIntegerBeyond64BitsInDecimalDigits) {
+  testing::TempDir dir;
+  auto db = DB::Open(Options(), dir.path());
+  ASSERT_TRUE(db.ok());
+  for (const char* digits : {"42", "007", "1e40", "", "-9223372036854775808"}) {
+    StateDict sd;
+    sd.Child("rng").Set("state", Value(BigInt{digits}));
+    auto info = (*db)->Save(sd, {.step = 1});
+    ASSERT_TRUE(info.status().IsInvalidArgument())
+        << digits << ": " << info.status().ToString();
+    EXPECT_NE(info.status().message().find("the int value of key 'rng.state'"),
+              std::string::npos)
+        << info.status().ToString();
+  }
+  EXPECT_TRUE((*db)->ListCheckpoints()->empty());
+  StateDict sd;
+  sd.Set("big", Value(BigInt{"-170141183460469231731687303715884105728"}));
+  ASSERT_TRUE((*db)->Save(sd, {.step = 2}).ok());
+  auto meta = (*db)->GetMetadata(CheckpointSelector::Latest());
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->values.at("big"),
+            Value(BigInt{"-170141183460469231731687303715884105728"}));
+}
+
 // Keys, tags, user metadata and str values are text every reader decodes as
 // UTF-8 (Python's str, the CLI's JSON): a save refuses any that is not,
 // naming it, and commits nothing; UTF-8 beyond ASCII and a NUL are text.

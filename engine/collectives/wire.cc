@@ -41,6 +41,10 @@ void WireWriter::Value(const ckptdb::Value& value) {
           Str(x);
         else if constexpr (std::is_same_v<T, Bytes>)
           Str(x.data);
+        else if constexpr (std::is_same_v<T, BigInt>)
+          Str(x.digits);
+        else
+          static_assert(std::is_same_v<T, None>, "every Value is written");
       },
       value);
 }
@@ -145,6 +149,10 @@ bool WireReader::Value(ckptdb::Value* value) {
       return true;
     case 5:
       *value = None{};
+      return true;
+    case 6:
+      if (!Str(&s)) return false;
+      *value = BigInt{std::move(s)};
       return true;
     default:
       return false;

@@ -11,6 +11,8 @@ TEST(WireTest, SaveLayoutRoundTrip) {
       {"a.b", {"a", "b"}, DType::kBFloat16, {4, 2}, {{2, 0}, {2, 2}}});
   layout.values.push_back({"lr", {"lr"}, Value(0.5)});
   layout.values.push_back({"blob", {"blob"}, Value(Bytes{"\x01\x02"})});
+  layout.values.push_back(
+      {"rng", {"rng"}, Value(BigInt{"-18446744073709551617"})});
   Status local;
   planner::RankSaveLayout decoded;
   ASSERT_TRUE(DecodeSaveLayout(EncodeSaveLayout(Status::NotFound("x"), layout),
@@ -21,6 +23,7 @@ TEST(WireTest, SaveLayoutRoundTrip) {
   EXPECT_EQ(decoded.shards[0].path, (planner::Path{"a", "b"}));
   EXPECT_EQ(decoded.shards[0].box, (planner::Box{{2, 0}, {2, 2}}));
   EXPECT_EQ(decoded.values[1].value, Value(Bytes{"\x01\x02"}));
+  EXPECT_EQ(decoded.values[2].value, Value(BigInt{"-18446744073709551617"}));
 }
 
 // A rank's own class takes its layout as it is; the other classes are

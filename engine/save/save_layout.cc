@@ -28,6 +28,14 @@ Status BuildLayout(const StateDict& state, DeviceCopier* copier,
         CKPTDB_RETURN_IF_ERROR(
             CheckUtf8("the str value of key '" + leaf.flat_key + "'", *text));
       }
+      if (const auto* big = std::get_if<BigInt>(leaf.value);
+          big != nullptr && !IsValidBigInt(*big)) {
+        return Status::InvalidArgument(
+            "the int value of key '" + leaf.flat_key + "' is written as '" +
+            PrintableText(big->digits.substr(0, 64)) +
+            "': a BigInt holds the decimal digits of an integer outside 64 "
+            "bits, with no leading zeros (an int64_t holds the others)");
+      }
       layout->values.push_back({std::move(leaf.flat_key), std::move(leaf.path),
                                 *leaf.value, std::move(leaf.kinds)});
       continue;

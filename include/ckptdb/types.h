@@ -134,11 +134,24 @@ struct None {
   friend bool operator==(const None&, const None&) = default;
 };
 
-// A small non-tensor leaf: int, float, bool, text, bytes or none. Stored in
-// the checkpoint metadata.
-using Value = std::variant<int64_t, double, bool, std::string, Bytes, None>;
+// An integer outside int64_t's range (Python's int has no bound: a
+// generator's 128-bit state), as its decimal digits with a leading '-' when
+// negative, no leading zeros ("340282366920938463463374607431768211455").
+struct BigInt {
+  std::string digits;
+  friend bool operator==(const BigInt&, const BigInt&) = default;
+};
 
-// "int", "float", "bool", "str", "bytes", "None".
+// Whether `value.digits` is an integer in that form that int64_t cannot hold
+// (each integer has one representation as a Value).
+bool IsValidBigInt(const BigInt& value);
+
+// A small non-tensor leaf: int (int64_t, else BigInt), float, bool, text,
+// bytes or none. Stored in the checkpoint metadata.
+using Value =
+    std::variant<int64_t, double, bool, std::string, Bytes, None, BigInt>;
+
+// "int", "float", "bool", "str", "bytes", "None" ("int" for a BigInt).
 std::string_view ValueTypeName(const Value& value);
 
 // What a StateDict is: a dict (str and int keys), or a list or tuple (int keys
