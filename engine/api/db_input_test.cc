@@ -2,6 +2,7 @@
 // layouts, dtypes and shapes no record holds, text that is not UTF-8.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,47 @@ TEST(DBTest, RefusesShapesThatNoRecordHoldsAndCommitsNothing) {
   target.Set("odd", TensorView::Whole(&back, DType::kFloat32, most));
   ASSERT_TRUE((*db)->Load(target, CheckpointSelector::Latest(), {}).ok());
   EXPECT_EQ(back, 1);
+}
+
+// Strides whose byte offsets pass what 64 bits hold would wrap around to
+// memory outside the view: a save refuses them before reading anything, a
+// load before writing anything, naming the key and the strides.
+TEST(DBTest, StridesBeyond64BitOffsetsAreRefusedNamingThem) {
+  testing::TempDir dir;
+  auto db = DB::Open(Options(), dir.path());
+  ASSERT_TRUE(db.ok());
+  float memory[8] = {103, 0, 1, 2, 3, 9, 9, 9};
+  float* x = memory + 1;
+  StateDict good;
+  good.Set("w", TensorView::Whole(x, DType::kFloat32, {2, 2}));
+  ASSERT_TRUE((*db)->Save(good, {.step = 1}).ok());
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  for (const Shape& strides : std::vector<Shape>{{max / 2, 1},
+                                                 {max, 1},
+                                                 {max / 4 + 1, 1},
+                                                 {1, max / 4 + 1},
+                                                 {max / 8 + 1, max / 8 + 1}}) {
+    StateDict sd;
+    sd.Set("w",
+           TensorView::Whole(x, DType::kFloat32, {2, 2}).WithStrides(strides));
+    auto saved = (*db)->Save(sd, {.step = 2});
+    ASSERT_TRUE(saved.status().IsInvalidArgument())
+        << ShapeToString(strides) << ": " << saved.status().ToString();
+    EXPECT_NE(saved.status().message().find("tensor 'w'"), std::string::npos);
+    EXPECT_NE(saved.status().message().find(ShapeToString(strides)),
+              std::string::npos)
+        << saved.status().ToString();
+    auto loaded = (*db)->Load(sd, CheckpointSelector::Latest(), {});
+    ASSERT_TRUE(loaded.status().IsInvalidArgument())
+        << ShapeToString(strides) << ": " << loaded.status().ToString();
+  }
+  EXPECT_EQ((*db)->ListCheckpoints()->size(), 1u);
+  EXPECT_EQ(std::vector<float>(memory, memory + 8),
+            (std::vector<float>{103, 0, 1, 2, 3, 9, 9, 9}));
+  // Strides that fit are taken (a column of the 2 x 2 array).
+  StateDict column;
+  column.Set("c", TensorView::Whole(x, DType::kFloat32, {2}).WithStrides({2}));
+  ASSERT_TRUE((*db)->Save(column, {.step = 3}).ok());
 }
 
 // An integer beyond 64 bits is a BigInt of its decimal digits: one that

@@ -1,6 +1,7 @@
 #include "engine/api/tensor_checks.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error_name.h"
 #include "core/memory_overlap.h"
@@ -94,6 +95,25 @@ Status CheckStrides(const ErrorName& what, const TensorView& view) {
                                      ShapeToString(view.strides) +
                                      " of a device tensor must not be 0");
     }
+  }
+  // Each stride in bytes, and the end of the view's last element, within
+  // what a 64-bit offset holds: past it, the offsets the copies compute wrap
+  // around to memory outside the view. (An empty view addresses nothing.)
+  for (int64_t extent : view.local_shape) {
+    if (extent <= 0) return Status::OK();
+  }
+  constexpr __int128 kMaxOffset = std::numeric_limits<int64_t>::max();
+  const __int128 element = static_cast<__int128>(DTypeSize(view.dtype));
+  __int128 end = element;
+  for (size_t d = 0; d < view.strides.size() && end <= kMaxOffset; ++d) {
+    const __int128 step = view.strides[d] * element;
+    end = step > kMaxOffset ? step : end + (view.local_shape[d] - 1) * step;
+  }
+  if (end > kMaxOffset) {
+    return Status::InvalidArgument(
+        what + ": strides " + ShapeToString(view.strides) + " of local shape " +
+        ShapeToString(view.local_shape) +
+        " place elements beyond the byte offsets a 64-bit integer holds");
   }
   return Status::OK();
 }
