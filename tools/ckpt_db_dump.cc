@@ -260,7 +260,7 @@ Status ShowValuesOnce(const std::string& path, const Selection& sel,
 Status ExportOnce(const std::string& path, const Selection& sel,
                   const std::string& format, const std::string& output,
                   const std::vector<std::string>& keys, int64_t* read_id) {
-  CKPTDB_ASSIGN_OR_RETURN(ExportOutput out, ExportOutput::For(output));
+  CKPTDB_ASSIGN_OR_RETURN(ExportOutput out, ExportOutput::For(output, path));
   CKPTDB_ASSIGN_OR_RETURN(Opened opened, OpenCheckpoint(path, sel));
   DB& db = *opened.db;
   const CheckpointMetadata* meta = &opened.meta;

@@ -5,8 +5,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string_view>
 
 #include "dump_common.h"
 
@@ -85,6 +88,15 @@ Status WriteSafetensors(const std::string& path,
                         const std::vector<ExportTensor>& tensors,
                         const std::map<std::string, std::string>& metadata,
                         const TensorFiller& fill) {
+  // The header's one reserved name: a tensor under it would take the
+  // metadata's place, which readers require to map text to text.
+  for (const ExportTensor& t : tensors) {
+    if (t.name != "__metadata__") continue;
+    return Status::InvalidArgument(
+        "tensor '__metadata__': a safetensors file keeps its metadata under "
+        "that name, so no tensor can have it; export to .npz (--format npz) "
+        "instead");
+  }
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t at = 0;
@@ -217,19 +229,52 @@ zip_int64_t NpyCallback(void* user, void* data, zip_uint64_t len,
   }
 }
 
+// Each tensor is the entry "<key>.npy", which numpy's np.load(f)[key] finds.
+// Refused, naming the keys: a NUL (a zip entry's name ends at its first NUL,
+// libzip takes C strings); a key that is another's with ".npy" added (numpy
+// would give the other's entry under it); a name that leaves the directory an
+// archive is extracted into ("..", a leading "/").
+Status CheckNpzNames(const std::vector<ExportTensor>& tensors) {
+  const std::string kInstead =
+      "; export to safetensors (--format safetensors) instead";
+  std::set<std::string_view> names;
+  for (const ExportTensor& t : tensors) names.insert(t.name);
+  for (const ExportTensor& t : tensors) {
+    // (Error messages are escaped where they are printed.)
+    const std::string key = "tensor '" + t.name + "'";
+    if (t.name.find('\0') != std::string::npos) {
+      return Status::InvalidArgument(
+          key + ": its key holds a NUL byte, which no .npz entry name can" +
+          kInstead);
+    }
+    const std::string_view name = t.name;
+    if (name.ends_with(".npy") &&
+        names.contains(name.substr(0, name.size() - 4))) {
+      return Status::InvalidArgument(
+          key + " and tensor '" + std::string(name.substr(0, name.size() - 4)) +
+          "': numpy would read the second's entry under the first's key" +
+          kInstead);
+    }
+    const std::string entry = t.name + ".npy";
+    bool leaves = entry.starts_with("/");
+    for (const auto& part : std::filesystem::path(entry))
+      leaves |= part == "..";
+    if (leaves) {
+      return Status::InvalidArgument(
+          key + ": its entry name " + entry +
+          " would leave the directory the archive is extracted into" +
+          kInstead);
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status WriteNpz(const std::string& path,
                 const std::vector<ExportTensor>& tensors,
                 const TensorFiller& fill) {
-  // A zip entry's name ends at its first NUL (libzip takes C strings).
-  for (const ExportTensor& t : tensors) {
-    if (t.name.find('\0') == std::string::npos) continue;
-    return Status::InvalidArgument(
-        "tensor '" + t.name +
-        "': its key holds a NUL byte, which no .npz entry name can; export "
-        "to safetensors (--format safetensors) instead");
-  }
+  CKPTDB_RETURN_IF_ERROR(CheckNpzNames(tensors));
   int error = 0;
   zip_t* archive = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
   if (!archive) {

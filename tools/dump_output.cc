@@ -6,6 +6,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -187,8 +188,28 @@ void CatchInterrupts() {
 
 int Interrupted() { return interrupted; }
 
-Result<ExportOutput> ExportOutput::For(const std::string& output) {
+Result<ExportOutput> ExportOutput::For(const std::string& output,
+                                       const std::string& store) {
+  if (output.empty()) {
+    return Status::InvalidArgument(
+        "--output is empty: name the file to write (- for standard output)");
+  }
   std::error_code ec;
+  // The tool never writes the store it reads: not into its directory (a
+  // file there is the database's own), whatever links lead there.
+  const fs::path canonical_store = fs::weakly_canonical(store, ec);
+  const fs::path canonical_output = fs::weakly_canonical(output, ec);
+  if (!ec && !IsStandardOutput(output)) {
+    const auto [end, unused] =
+        std::mismatch(canonical_store.begin(), canonical_store.end(),
+                      canonical_output.begin(), canonical_output.end());
+    if (end == canonical_store.end()) {
+      return Status::InvalidArgument(
+          "--output: '" + output + "' is in the store '" + store +
+          "' being exported, which ckpt-db-dump never writes; name a file "
+          "outside it");
+    }
+  }
   const fs::file_status status = fs::status(output, ec);  // links followed
   if (fs::is_directory(status)) {
     return Status::InvalidArgument("--output: '" + output +

@@ -33,11 +33,13 @@ int Interrupted();
 //   temporary file whose bytes are then copied into it (a .npz is written by
 //   seeking), into the standard output's own descriptor, where it stands,
 //   for the latter;
-// - a directory: refused (InvalidArgument), before anything is read.
+// - a directory, an empty name, or a path in the store being exported:
+//   refused (InvalidArgument), before anything is read.
 // The new or temporary file is removed unless it was renamed.
 class ExportOutput {
  public:
-  static Result<ExportOutput> For(const std::string& output);
+  static Result<ExportOutput> For(const std::string& output,
+                                  const std::string& store);
   ExportOutput(ExportOutput&& other) noexcept;
   ExportOutput& operator=(ExportOutput&&) = delete;
   ExportOutput(const ExportOutput&) = delete;

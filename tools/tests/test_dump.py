@@ -2,6 +2,7 @@
 JSON against DB.metadata(), exports read back, damage found by verify and load."""
 import json
 import os
+from pathlib import Path
 import shutil
 import subprocess
 import sys
@@ -871,6 +872,42 @@ def test_export_to_a_directory_is_refused_and_leaves_it(tmp_path, store):
     p = dump("export", store, "--format", "npz", "-o", str(out), check=2)
     assert "is a directory" in p.stderr and str(out) in p.stderr, p.stderr
     assert out.is_dir() and not list(out.iterdir())
+
+
+def test_export_into_the_store_it_reads_or_to_an_empty_name_is_refused_before_reading(tmp_path, store):
+    # The store is never written: an output inside it (directly, through a link to it, or in
+    # one of its directories) is refused, as is an empty name; the store stays byte for byte.
+    def snapshot():
+        return {str(f): (f.stat().st_mtime_ns, f.read_bytes()) for f in Path(store).rglob("*")
+                if f.is_file()}
+
+    before = snapshot()
+    os.symlink(store, tmp_path / "link")
+    for out in [os.path.join(store, "CURRENT"), os.path.join(store, "copies", "1.rec"),
+                os.path.join(store, "new.npz"), str(tmp_path / "link" / "x.npz")]:
+        p = dump("export", store, "--format", "npz", "-o", out, "--key", "model.w", check=2)
+        assert "in the store" in p.stderr and "never writes" in p.stderr, p.stderr
+    p = dump("export", store, "--format", "npz", "-o", "", check=2)
+    assert "--output is empty" in p.stderr, p.stderr
+    assert snapshot() == before
+    dump("list", store, check=0)
+
+
+@pytest.mark.parametrize("keys,fmt,words", [
+    (["__metadata__"], "safetensors", "keeps its metadata under that name"),
+    (["x", "x.npy"], "npz", "numpy would read the second's entry under the first's key"),
+    (["../evil"], "npz", "would leave the directory the archive is extracted into"),
+    (["/abs"], "npz", "would leave the directory the archive is extracted into"),
+])
+def test_export_refuses_names_its_format_cannot_hold_apart(tmp_path, keys, fmt, words):
+    path = str(tmp_path / "s")
+    state = {key: np.full(3, i, np.float32) for i, key in enumerate(keys)}
+    with ckptdb.open(path) as db:
+        db.save(state, step=1)
+    out = tmp_path / ("out." + fmt)
+    p = dump("export", path, "--format", fmt, "-o", str(out), check=2)
+    assert words in p.stderr, p.stderr
+    assert not out.exists()
 
 
 CHANGING_WRITER = r"""
