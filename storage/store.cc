@@ -34,6 +34,10 @@ void StoreImpl::CloseDb() {
     held_values_checked_.clear();
   }
   ForgetInfos();
+  {
+    std::lock_guard lock(live_ids_mu_);
+    live_ids_.reset();  // numbered by the database being closed
+  }
   if (db_) {
     for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
     handles_.clear();
@@ -68,7 +72,19 @@ Result<std::vector<ValueFileExtent>> StoreImpl::NamedValueFiles(
 }
 
 std::set<int64_t> StoreImpl::LiveChunkIds() {
-  return storage::LiveChunkIds(*db_);
+  // RocksDB numbers each version of the `chunks` family's files (every
+  // ingestion and file deletion makes a new one): a walk of the live files,
+  // which formats every file's name, is made once per version, where a save
+  // asked several times and a store of many checkpoints has many files.
+  uint64_t version = 0;
+  const bool numbered = db_->GetIntProperty(
+      chunks_, rocksdb::DB::Properties::kCurrentSuperVersionNumber, &version);
+  std::lock_guard lock(live_ids_mu_);
+  if (numbered && live_ids_ && live_ids_->first == version)
+    return live_ids_->second;
+  std::set<int64_t> ids = storage::LiveChunkIds(*db_);
+  if (numbered) live_ids_.emplace(version, ids);
+  return ids;
 }
 
 ChunkIngester StoreImpl::Ingester() {
@@ -128,11 +144,20 @@ Status StoreImpl::WriteMeta(rocksdb::WriteBatch* batch,
 }
 
 Status StoreImpl::CompactMetaIfDeep() {
-  rocksdb::ColumnFamilyMetaData family;
-  db_->GetColumnFamilyMetaData(meta_, &family);
-  if (family.levels.empty() ||
-      family.levels[0].files.size() < kMetaCompactionTrigger)
-    return Status::OK();
+  // From RocksDB's count (its metadata of the family's files would list every
+  // file by name, each commit).
+  uint64_t level0 = 0;
+  if (!db_->GetIntProperty(
+          meta_, rocksdb::DB::Properties::kNumFilesAtLevelPrefix + "0",
+          &level0)) {
+    std::string text;
+    if (!db_->GetProperty(meta_,
+                          rocksdb::DB::Properties::kNumFilesAtLevelPrefix + "0",
+                          &text))
+      return Status::OK();
+    level0 = std::strtoull(text.c_str(), nullptr, 10);
+  }
+  if (level0 < kMetaCompactionTrigger) return Status::OK();
   return FromRocks(
       db_->CompactRange(rocksdb::CompactRangeOptions(), meta_, nullptr,
                         nullptr),
@@ -410,9 +435,12 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
 size_t StoreImpl::FitMetaCache(size_t record_bytes) {
   std::lock_guard lock(meta_cache_mu_);
   largest_records_ = std::max(largest_records_, record_bytes);
-  rocksdb::ColumnFamilyMetaData family;
-  db_->GetColumnFamilyMetaData(meta_, &family);
-  meta_cache_->SetCapacity(MetaCacheBytesFor(family.size, largest_records_));
+  // RocksDB's sum of the family's live table files (its metadata of them
+  // would list every file by name).
+  uint64_t live = 0;
+  (void)db_->GetIntProperty(meta_, rocksdb::DB::Properties::kLiveSstFilesSize,
+                            &live);
+  meta_cache_->SetCapacity(MetaCacheBytesFor(live, largest_records_));
   return ReportedMetaCacheCapacity();
 }
 

@@ -455,6 +455,10 @@ class StoreImpl : public Store {
   bool DeletedSinceOpen(int64_t checkpoint_id);
   // Checkpoint ids that some live chunk file holds keys of.
   std::set<int64_t> LiveChunkIds();
+  // LiveChunkIds as of a version of the `chunks` family's files (RocksDB's
+  // super version number, which a reopen starts again: CloseDb forgets it).
+  std::mutex live_ids_mu_;
+  std::optional<std::pair<uint64_t, std::set<int64_t>>> live_ids_;
   // Calls fn(id, main record bytes) for every committed checkpoint: in id
   // order from the `meta` column family, then those only their copies hold
   // (record_copies.h); fn returns false to stop. Tensor records are skipped
