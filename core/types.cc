@@ -15,7 +15,7 @@ struct DTypeInfo {
   bool numeric;
 };
 
-constexpr std::array<DTypeInfo, 12> kDTypes = {{
+constexpr std::array<DTypeInfo, 14> kDTypes = {{
     {DType::kFloat64, "float64", 8, true},
     {DType::kFloat32, "float32", 4, true},
     {DType::kFloat16, "float16", 2, true},
@@ -28,10 +28,12 @@ constexpr std::array<DTypeInfo, 12> kDTypes = {{
     {DType::kBool, "bool", 1, false},
     {DType::kFloat8E4M3FN, "float8_e4m3fn", 1, true},
     {DType::kFloat8E5M2, "float8_e5m2", 1, true},
+    {DType::kUInt32, "uint32", 4, true},
+    {DType::kUInt64, "uint64", 8, true},
 }};
 
 const DTypeInfo& Info(DType dtype) {
-  // The enum values are 1..12 in the order of kDTypes.
+  // The enum values are 1..14 in the order of kDTypes.
   return kDTypes[static_cast<size_t>(dtype) - 1];
 }
 

@@ -16,6 +16,7 @@
 #include <shared_mutex>
 #include <utility>
 
+#include "core/text.h"
 #include "storage/buffer_pool.h"
 #include "storage/chunk_files.h"
 #include "storage/keys.h"
@@ -749,6 +750,13 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path,
   if (path.empty()) {
     return Status::InvalidArgument(
         "path is empty: name the directory of the store to open");
+  }
+  // The system's calls end a path at its first NUL: the store would be made
+  // at the part before it.
+  if (const size_t nul = path.find('\0'); nul != std::string::npos) {
+    return Status::InvalidArgument(
+        "path '" + PrintableText(path) + "' holds a NUL byte (at byte " +
+        std::to_string(nul) + "), which no file name can; nothing was made");
   }
   // Fixed now: a relative path would follow the process's working directory,
   // and a symlink on the way its retargeting, to another directory, where

@@ -255,6 +255,59 @@ Status ShowValuesOnce(const std::string& path, const Selection& sel,
 
 // ---- export -----------------------------------------------------------------
 
+// The tensors an export writes, read by batches: the tensors from the one
+// asked for on, up to kBytes in all (or the one, when larger) and kTensors,
+// by one load each. A load decodes the checkpoint's records once, where
+// reading tensor by tensor decoded them again for every tensor (an export of
+// 20,000 small tensors took minutes). Memory: a batch, or the largest tensor.
+class ExportBatch {
+ public:
+  static constexpr uint64_t kBytes = uint64_t{64} << 20;
+  static constexpr size_t kTensors = 4096;
+
+  ExportBatch(DB& db, int64_t id, const std::vector<ExportTensor>& tensors)
+      : db_(db), id_(id), tensors_(tensors) {}
+
+  // Tensor `i`'s bytes, each handed out once (a second call reads again).
+  Result<std::vector<std::byte>> Take(size_t i) {
+    if (i < begin_ || i >= begin_ + data_.size() || taken_[i - begin_]) {
+      CKPTDB_RETURN_IF_ERROR(LoadFrom(i));
+    }
+    taken_[i - begin_] = true;
+    return std::move(data_[i - begin_]);
+  }
+
+ private:
+  Status LoadFrom(size_t first) {
+    size_t end = first;
+    uint64_t bytes = 0;
+    while (end < tensors_.size() && end - first < kTensors &&
+           (end == first || bytes + tensors_[end].nbytes <= kBytes)) {
+      bytes += tensors_[end++].nbytes;
+    }
+    begin_ = first;
+    data_.assign(end - first, {});
+    taken_.assign(end - first, false);
+    // A load matches its targets by flat key: each tensor under its own.
+    StateDict target;
+    for (size_t i = first; i < end; ++i) {
+      const ExportTensor& t = tensors_[i];
+      std::vector<std::byte>& data = data_[i - first];
+      data.resize(t.nbytes);
+      target.Set(t.name, TensorView::Whole(data.data(), t.dtype, t.shape));
+    }
+    return db_.Load(target, CheckpointSelector::Id(id_), LoadOptions())
+        .status();
+  }
+
+  DB& db_;
+  const int64_t id_;
+  const std::vector<ExportTensor>& tensors_;
+  size_t begin_ = 0;
+  std::vector<std::vector<std::byte>> data_;
+  std::vector<bool> taken_;
+};
+
 // Writes whole tensors of the selected checkpoint to `output`; `*read_id` is
 // the checkpoint read.
 Status ExportOnce(const std::string& path, const Selection& sel,
@@ -291,17 +344,18 @@ Status ExportOnce(const std::string& path, const Selection& sel,
     total += nbytes;
   }
   Progress progress("export", total);
-  // One whole tensor, each chunk read once, checksum verified.
+  // Whole tensors, each chunk read once, checksums verified, read by batches
+  // of consecutive ones (ExportBatch).
+  ExportBatch batch(db, id, tensors);
   TensorFiller fill = [&](size_t i) -> Result<std::vector<std::byte>> {
     if (const int signal = Interrupted()) {
       return Status::IOError("export to " + output +
                              ": interrupted by signal " +
                              std::to_string(signal));
     }
-    CKPTDB_ASSIGN_OR_RETURN(
-        Tensor t, db.Read(chosen[i]->first, CheckpointSelector::Id(id)));
-    progress.Add(t.data.size());
-    return std::move(t.data);
+    CKPTDB_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, batch.Take(i));
+    progress.Add(bytes.size());
+    return bytes;
   };
   Status written;
   if (format == "safetensors") {

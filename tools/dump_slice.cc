@@ -64,7 +64,8 @@ Result<IndexEntry> ParseEntry(std::string_view entry, std::string_view text) {
 
 // The elements of `t` converted for printing: bool, int64 or double.
 struct Elements {
-  enum class Kind { kBool, kInt, kFloat } kind;
+  // kUInt: uint64 values, whose bits `ints` holds.
+  enum class Kind { kBool, kInt, kUInt, kFloat } kind;
   std::vector<int64_t> ints;
   std::vector<double> floats;
   // The tensor, whose bytes the shortest text of a float must give back.
@@ -87,7 +88,8 @@ Elements Convert(const Tensor& t) {
     ConvertElements(t.data.data(), t.dtype, e.floats.data(), DType::kFloat64,
                     n);
   } else {
-    e.kind = Elements::Kind::kInt;
+    e.kind = t.dtype == DType::kUInt64 ? Elements::Kind::kUInt
+                                       : Elements::Kind::kInt;
     e.ints.resize(n);
     ConvertElements(t.data.data(), t.dtype, e.ints.data(), DType::kInt64, n);
   }
@@ -135,6 +137,8 @@ std::string ShortestText(double v, DType dtype, const std::byte* stored) {
 std::string ElementText(const Elements& e, size_t i) {
   if (e.kind == Elements::Kind::kBool) return e.ints[i] ? "True" : "False";
   if (e.kind == Elements::Kind::kInt) return std::to_string(e.ints[i]);
+  if (e.kind == Elements::Kind::kUInt)
+    return std::to_string(static_cast<uint64_t>(e.ints[i]));
   const double v = e.floats[i];
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
@@ -170,6 +174,7 @@ void FormatDim(const Elements& e, const Shape& shape, size_t dim, int64_t base,
 nlohmann::ordered_json ElementJson(const Elements& e, size_t i) {
   if (e.kind == Elements::Kind::kBool) return e.ints[i] != 0;
   if (e.kind == Elements::Kind::kInt) return e.ints[i];
+  if (e.kind == Elements::Kind::kUInt) return static_cast<uint64_t>(e.ints[i]);
   const double v = e.floats[i];
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";

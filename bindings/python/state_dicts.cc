@@ -59,6 +59,8 @@ std::optional<DType> FromNumpy(const py::dtype& dt) {
   } else if (kind == 'u') {
     if (size == 1) return DType::kUInt8;
     if (size == 2) return DType::kBFloat16;  // raw bits
+    if (size == 4) return DType::kUInt32;
+    if (size == 8) return DType::kUInt64;
   } else if (kind == 'b') {
     return DType::kBool;
   }
@@ -84,6 +86,8 @@ std::optional<DType> FromDLPack(DLDataType t) {
       break;
     case kDLUInt:
       if (t.bits == 8) return DType::kUInt8;
+      if (t.bits == 32) return DType::kUInt32;
+      if (t.bits == 64) return DType::kUInt64;
       break;
     case kDLBoolCode:
       if (t.bits == 8) return DType::kBool;
@@ -210,8 +214,7 @@ TensorView FromArray(const py::array& array, const LeafPath& path,
     Invalid("tensor " + Where(path) + ": numpy dtype " +
             py::str(array.dtype()).cast<std::string>() +
             " is not supported (float64 float32 float16 int64 int32 int16 int8 "
-            "uint8 bool, "
-            "uint16 for bfloat16 bits)");
+            "uint64 uint32 uint8 bool, uint16 for bfloat16 bits)");
   }
   Shape shape(array.shape(), array.shape() + array.ndim());
   static_assert(sizeof(py::ssize_t) == sizeof(int64_t));
@@ -605,6 +608,10 @@ py::dtype ToNumpy(DType dtype) {
     case DType::kFloat8E4M3FN:
     case DType::kFloat8E5M2:
       return py::dtype("uint8");
+    case DType::kUInt32:
+      return py::dtype("uint32");
+    case DType::kUInt64:
+      return py::dtype("uint64");
     case DType::kBool:
       return py::dtype("bool");
   }

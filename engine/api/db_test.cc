@@ -441,6 +441,13 @@ TEST(DBTest, OpenRejectsNonStoreAndBadOptions) {
   EXPECT_NE(too_many.message().find("io_threads"), std::string::npos);
   bad.io_threads = kMaxIoThreads;
   EXPECT_TRUE(DB::Open(bad, dir.Sub("new")).ok());
+  // A path the system would cut at a NUL: refused, and nothing made at the
+  // part before it.
+  const Status nul =
+      DB::Open(Options(), dir.Sub("cut") + std::string("\0rest", 5)).status();
+  EXPECT_TRUE(nul.IsInvalidArgument()) << nul.ToString();
+  EXPECT_NE(nul.message().find("NUL"), std::string::npos) << nul.ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("cut")));
   // One writer at a time: a second read-write handle is refused, a read-only
   // one is fine.
   auto first = DB::Open(Options(), dir.Sub("store"));

@@ -1,6 +1,7 @@
 #include "engine/api/tensor_checks.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 
 #include "core/error_name.h"
@@ -45,6 +46,21 @@ bool SameArray(const TensorView& a, const TensorView& b) {
 constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 50;
 
 // A flat range: 1-D, inside the flattened tensor.
+// "[begin, end)", or, where the end does not fit in 64 bits, "of n elements
+// from element begin".
+std::string FlatRangeText(int64_t begin, int64_t n) {
+  int64_t end = 0;
+  char text[96];
+  if (__builtin_add_overflow(begin, n, &end)) {
+    std::snprintf(text, sizeof(text), "of %lld elements from element %lld",
+                  static_cast<long long>(n), static_cast<long long>(begin));
+  } else {
+    std::snprintf(text, sizeof(text), "[%lld, %lld)",
+                  static_cast<long long>(begin), static_cast<long long>(end));
+  }
+  return text;
+}
+
 Status CheckFlatRange(const ErrorName& what, const TensorView& view) {
   if (view.local_shape.size() != 1 || !view.global_offset.empty()) {
     return Status::InvalidArgument(
@@ -65,10 +81,9 @@ Status CheckFlatRange(const ErrorName& what, const TensorView& view) {
   }
   if (begin < 0 || n < 0 || begin > total || n > total - begin) {
     return Status::InvalidArgument(
-        what + ": flat range [" + std::to_string(begin) + ", " +
-        std::to_string(begin + n) + ") lies outside the " +
-        std::to_string(total) + " elements of global shape " +
-        ShapeToString(view.global_shape));
+        what + ": flat range " + FlatRangeText(begin, n) +
+        " lies outside the " + std::to_string(total) +
+        " elements of global shape " + ShapeToString(view.global_shape));
   }
   return Status::OK();
 }

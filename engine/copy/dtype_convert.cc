@@ -142,6 +142,16 @@ int64_t LoadInt(const uint8_t* p, DType t) {
       return static_cast<int8_t>(*p);
     case DType::kUInt8:
       return *p;
+    case DType::kUInt32: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::kUInt64: {  // its bits: to another integer type, a C cast
+      uint64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<int64_t>(v);
+    }
     case DType::kBool:
       return *p != 0;
     default:
@@ -201,6 +211,12 @@ void StoreFloat(uint8_t* p, DType t, double v) {
     case DType::kUInt8:
       StoreAs(p, Saturate<uint8_t>(v));
       break;
+    case DType::kUInt32:
+      StoreAs(p, Saturate<uint32_t>(v));
+      break;
+    case DType::kUInt64:
+      StoreAs(p, Saturate<uint64_t>(v));
+      break;
     case DType::kBool:
       *p = v != 0;
       break;
@@ -224,6 +240,12 @@ void StoreInt(uint8_t* p, DType t, int64_t v) {
       break;
     case DType::kUInt8:
       StoreAs(p, static_cast<uint8_t>(v));
+      break;
+    case DType::kUInt32:
+      StoreAs(p, static_cast<uint32_t>(v));
+      break;
+    case DType::kUInt64:
+      StoreAs(p, static_cast<uint64_t>(v));
       break;
     case DType::kBool:
       *p = v != 0;
@@ -261,10 +283,16 @@ void ConvertElements(const void* src, DType from, void* dst, DType to,
     return;
   }
   for (size_t i = 0; i < n; ++i) {
-    if (IsFloat(from))
+    if (IsFloat(from)) {
       StoreFloat(d + i * out, to, LoadFloat(s + i * in, from));
-    else
+    } else if (from == DType::kUInt64 && IsFloat(to)) {
+      // Its value, not its bits read as int64_t (above 2^63 - 1).
+      uint64_t v;
+      std::memcpy(&v, s + i * in, 8);
+      StoreFloat(d + i * out, to, static_cast<double>(v));
+    } else {
       StoreInt(d + i * out, to, LoadInt(s + i * in, from));
+    }
   }
 }
 

@@ -79,6 +79,35 @@ TEST(ConvertElementsTest, IntegerToIntegerWraps) {
   EXPECT_EQ(flags, (std::vector<uint8_t>{1, 1, 0, 1}));
 }
 
+// Unsigned 32- and 64-bit integers: by value to floats (uint64 above 2^63
+// too), saturated from floats, wrapped like a C cast between integers.
+TEST(ConvertElementsTest, UnsignedIntegersConvertByValue) {
+  const std::vector<uint64_t> big = {UINT64_MAX, uint64_t{1} << 63, 5};
+  std::vector<double> as_double(big.size());
+  ConvertElements(big.data(), DType::kUInt64, as_double.data(), DType::kFloat64,
+                  big.size());
+  EXPECT_EQ(as_double, (std::vector<double>{18446744073709551616.0,
+                                            9223372036854775808.0, 5.0}));
+  std::vector<int64_t> as_int(big.size());
+  ConvertElements(big.data(), DType::kUInt64, as_int.data(), DType::kInt64,
+                  big.size());
+  EXPECT_EQ(as_int, (std::vector<int64_t>{-1, INT64_MIN, 5}));
+  const std::vector<double> floats = {-1.0, 5e9, 3.7, 2e19};
+  std::vector<uint32_t> u32(floats.size());
+  ConvertElements(floats.data(), DType::kFloat64, u32.data(), DType::kUInt32,
+                  floats.size());
+  EXPECT_EQ(u32, (std::vector<uint32_t>{0, UINT32_MAX, 3, UINT32_MAX}));
+  std::vector<uint64_t> u64(floats.size());
+  ConvertElements(floats.data(), DType::kFloat64, u64.data(), DType::kUInt64,
+                  floats.size());
+  EXPECT_EQ(u64, (std::vector<uint64_t>{0, 5000000000, 3, UINT64_MAX}));
+  const std::vector<int32_t> negative = {-1, 7};
+  std::vector<uint32_t> wrapped(negative.size());
+  ConvertElements(negative.data(), DType::kInt32, wrapped.data(),
+                  DType::kUInt32, negative.size());
+  EXPECT_EQ(wrapped, (std::vector<uint32_t>{UINT32_MAX, 7}));
+}
+
 // The same dtype copies the bytes; integers to floats round to the nearest.
 TEST(ConvertElementsTest, SameDTypeCopiesAndIntegersRoundToFloats) {
   const std::vector<uint16_t> halves = {0x3C00, 0x7E00,

@@ -45,8 +45,9 @@ const char* Version();
 // strict or cast (Load) or selector (Delete) all get InvalidArgument naming the
 // argument and the ranks, before anything is written.
 // ListCheckpoints, GetMetadata, Read, Verify and CheckStore are local.
-// Thread-safety: collective calls must not overlap one another; local calls may
-// run on other threads at any time.
+// Thread-safety: calls on one handle from several threads run one after
+// another (each collective call waits for the one before, as in api.md);
+// local calls may run on other threads at any time.
 // A handle (and a PendingSave from it) belongs to the process that opened it:
 // in a child of fork() every call fails with FailedPrecondition naming the
 // fork and touches nothing, and destroying it there leaves the parent's

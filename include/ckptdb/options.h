@@ -27,8 +27,9 @@ struct Options {
   // so that a load needing part of a shard reads only the chunks it needs.
   // The default keeps a chunk within a core's L2 cache while it is read,
   // checksummed and copied: larger chunks cost each pass a trip to memory
-  // (bench/README.md has the measurements). A chunk is never smaller than one
-  // slice along its outermost dimension.
+  // (bench/README.md has the measurements). A slice along the outermost
+  // dimension larger than this is cut along the next dimension, and so on: a
+  // [50, 100] float32 shard at 256 bytes is chunks of [1, 64] and [1, 36].
   // REQUIRES: 0 < max_chunk_bytes <= kMaxChunkBytes.
   size_t max_chunk_bytes = size_t{512} << 10;
   // Threads each rank uses to read or write chunks. 0 picks the hardware

@@ -30,6 +30,8 @@ enum class DType : uint8_t {
   kBool = 10,
   kFloat8E4M3FN = 11,
   kFloat8E5M2 = 12,
+  kUInt32 = 13,
+  kUInt64 = 14,
 };
 
 // "float32", "bfloat16", ... (the names of docs/api.md).

@@ -910,6 +910,35 @@ def test_export_refuses_names_its_format_cannot_hold_apart(tmp_path, keys, fmt, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("fmt", ["npz", "safetensors"])
+def test_export_of_many_tensors_and_large_ones_writes_each_whole(tmp_path, fmt):
+    # Tensors are read by batches (by count and by bytes): every one comes out whole, in
+    # order, whatever batch it fell in.
+    path = str(tmp_path / "s")
+    state = {f"t{i:05d}": np.full(3, i, np.int32) for i in range(4200)}
+    state["u_big0"] = np.arange(10 << 20, dtype=np.float32)  # 40 MiB each: a batch alone
+    state["u_big1"] = np.arange(10 << 20, dtype=np.float32)[::-1].copy()
+    state["v_after"] = np.array([7, 8], np.int64)
+    with ckptdb.open(path) as db:
+        db.save(state, step=1)
+    out = tmp_path / ("out." + fmt)
+    dump("export", path, "--format", fmt, "-o", str(out), check=0)
+    if fmt == "npz":
+        with np.load(out) as z:
+            got = {k: z[k] for k in z.files}
+    else:
+        raw = out.read_bytes()
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + n])
+        header.pop("__metadata__", None)
+        kinds = {"I32": np.int32, "F32": np.float32, "I64": np.int64}
+        got = {k: np.frombuffer(raw[8 + n + h["data_offsets"][0]:8 + n + h["data_offsets"][1]],
+                                kinds[h["dtype"]]) for k, h in header.items()}
+    assert set(got) == set(state)
+    for k, v in state.items():
+        assert np.array_equal(got[k], v), k
+
+
 CHANGING_WRITER = r"""
 import sys, time, numpy as np, ckptdb
 db = ckptdb.open(sys.argv[1], keep_last=1, sync=False)

@@ -210,8 +210,8 @@ def test_unsupported_leaves_and_keys(store):
             db.save({1.5: rand((2,))})
         with pytest.raises(ckptdb.InvalidArgumentError, match="complex"):
             db.save({"c": np.zeros(3, np.complex64)})
-        with pytest.raises(ckptdb.InvalidArgumentError, match="64 bits"):
-            db.save({"big": 2 ** 70})
+        with pytest.raises(ckptdb.InvalidArgumentError, match="longdouble|float128"):
+            db.save({"c": np.zeros(3, np.longdouble)})
         with pytest.raises(ckptdb.InvalidArgumentError, match="dict"):
             db.save([("w", rand((2,)))])
         assert db.checkpoints() == []

@@ -249,3 +249,31 @@ def test_ints_beyond_64_bits_round_trip_as_ints(store):
         assert target["edges"] == edges and all(type(v) is int for v in target["edges"])
         fresh.bit_generator.state = target["rng"]
         assert np.array_equal(fresh.standard_normal(5), rng.standard_normal(5))
+
+
+def test_unsigned_32_and_64_bit_arrays_round_trip_and_cast_by_value(store):
+    """numpy's legacy RNG state is a uint32 array (np.random.get_state()), JAX's PRNG keys are
+    uint32 arrays: they save and load as they are."""
+    np.random.seed(3)
+    np.random.standard_normal(2)
+    legacy = np.random.get_state()
+    u64 = np.array([0, 1, 2**63, 2**64 - 1], np.uint64)
+    with ckptdb.open(store) as db:
+        db.save({"rng": legacy, "u64": u64, "u32": np.arange(5, dtype=np.uint32) * 1000003},
+                step=1)
+        md = db.metadata()
+        assert md["tensors"]["u64"]["dtype"] == "uint64"
+        assert md["tensors"]["rng.1"]["dtype"] == "uint32"
+        np.random.seed(0)
+        target = {"rng": np.random.get_state(), "u64": np.zeros(4, np.uint64),
+                  "u32": np.zeros(5, np.uint32)}
+        db.load(target)
+        np.random.set_state(target["rng"])
+        after = np.random.standard_normal(3)
+        np.random.set_state(legacy)
+        assert np.array_equal(after, np.random.standard_normal(3))
+        assert np.array_equal(target["u64"], u64)
+        as_float = {"u64": np.zeros(4, np.float64)}
+        db.load(as_float, cast=True, strict=False)
+        assert as_float["u64"].tolist() == [0.0, 1.0, 2.0**63, 2.0**64]
+        assert np.array_equal(db.read("u32"), np.arange(5, dtype=np.uint32) * 1000003)
