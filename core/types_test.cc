@@ -16,7 +16,10 @@ TEST(DTypeTest, NamesRoundTrip) {
     EXPECT_EQ(*parsed, dtype);
   }
   EXPECT_FALSE(IsValidDType(0));
-  EXPECT_FALSE(IsValidDType(13));
+  EXPECT_TRUE(IsValidDType(14));
+  EXPECT_FALSE(IsValidDType(15));
+  EXPECT_EQ(DTypeSize(DType::kUInt32), 4u);
+  EXPECT_EQ(DTypeName(DType::kUInt64), "uint64");
   EXPECT_EQ(DTypeSize(DType::kBFloat16), 2u);
   EXPECT_FALSE(IsNumeric(DType::kBool));
   auto bad = DTypeFromName("complex64");
