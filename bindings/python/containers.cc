@@ -23,6 +23,49 @@ GcPaused::~GcPaused() {
 }
 #endif
 
+namespace {
+
+// Runs `convert` with Python's limit on int <-> str digits lifted (where the
+// interpreter has one), and the limit as it was afterwards. The GIL is held
+// throughout, so no other Python code sees it lifted.
+template <typename F>
+auto WithoutDigitLimit(F convert) {
+  const py::module_ sys = py::module_::import("sys");
+  if (!py::hasattr(sys, "set_int_max_str_digits")) return convert();
+  const py::object limit = sys.attr("get_int_max_str_digits")();
+  sys.attr("set_int_max_str_digits")(0);
+  struct Restore {
+    const py::module_& sys;
+    const py::object& limit;
+    ~Restore() {
+      PyObject *type, *value, *trace;
+      PyErr_Fetch(&type, &value, &trace);  // an error of `convert` stands
+      try {
+        sys.attr("set_int_max_str_digits")(limit);
+      } catch (const py::error_already_set&) {
+        PyErr_Clear();  // the limit as it was is a valid one: never here
+      }
+      PyErr_Restore(type, value, trace);
+    }
+  } restore{sys, limit};
+  return convert();
+}
+
+}  // namespace
+
+std::string DecimalDigits(const py::handle& integer) {
+  return WithoutDigitLimit(
+      [&] { return py::str(integer).cast<std::string>(); });
+}
+
+py::object IntOfDigits(const std::string& digits) {
+  return WithoutDigitLimit([&] {
+    PyObject* out = PyLong_FromString(digits.c_str(), nullptr, 10);
+    if (out == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(out);
+  });
+}
+
 py::object ToPython(const Value& v) {
   return std::visit(
       [](const auto& x) -> py::object {
@@ -32,8 +75,7 @@ py::object ToPython(const Value& v) {
         } else if constexpr (std::is_same_v<T, None>) {
           return py::none();
         } else if constexpr (std::is_same_v<T, BigInt>) {
-          return py::reinterpret_steal<py::object>(
-              PyLong_FromString(x.digits.c_str(), nullptr, 10));
+          return IntOfDigits(x.digits);
         } else {
           return py::cast(x);
         }

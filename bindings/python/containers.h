@@ -31,6 +31,12 @@ class GcPaused {
   bool was_enabled_ = false;
 };
 
+// An int beyond 64 bits and its decimal digits, both ways, past the limit
+// Python 3.11 puts on int <-> str conversions (4,300 digits), which would
+// make an int a save took unreadable in a process with the default limit.
+std::string DecimalDigits(const pybind11::handle& integer);
+pybind11::object IntOfDigits(const std::string& digits);
+
 // The Python object of a small value (None for None, bytes for Bytes).
 pybind11::object ToPython(const Value& value);
 

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "bindings/python/arguments.h"
+#include "bindings/python/containers.h"
 #include "bindings/python/errors.h"
 
 namespace ckptdb::python {
@@ -409,7 +410,7 @@ std::optional<Value> SmallValue(const py::handle& obj, const LeafPath& path) {
       return Value(obj.cast<int64_t>());
     } catch (const py::cast_error&) {
       // Beyond 64 bits: its decimal digits.
-      return Value(BigInt{py::str(obj).cast<std::string>()});
+      return Value(BigInt{DecimalDigits(obj)});
     }
   }
   if (py::isinstance<py::float_>(obj)) return Value(obj.cast<double>());

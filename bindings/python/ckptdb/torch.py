@@ -228,10 +228,20 @@ def _shadow_groups(optimizer, stand_in):
     return groups, pairs
 
 
+def _torch_step_class(optimizer):
+    """The class of torch's own optimizers (torch.optim.*) whose step `optimizer`
+    takes: its own, or the one it inherits its step from (a subclass with a
+    constructor of its own, say); None for an optimizer with a step of its own."""
+    for cls in type(optimizer).__mro__:
+        if cls.__module__.startswith("torch.optim.") and cls is not torch.optim.Optimizer:
+            return cls if getattr(type(optimizer), "step") is getattr(cls, "step") else None
+    return None
+
+
 def _shadow_first_values(optimizer, wanted, stand_in):
-    """{param: _FirstValues} of a copy of `optimizer` stepped over stand-ins of
-    the `wanted` parameters (each with a gradient like itself), or None where the
-    copy cannot be made or stepped."""
+    """{param: _FirstValues} of a copy of `optimizer` (as the torch optimizer whose
+    step it takes) stepped over stand-ins of the `wanted` parameters (each with a
+    gradient like itself), or None where the copy cannot be made or stepped."""
     def with_grad(p):
         copy = stand_in(p)
         copy.grad = torch.empty_like(copy).zero_() if p in wanted else None
@@ -239,7 +249,7 @@ def _shadow_first_values(optimizer, wanted, stand_in):
 
     groups, pairs = _shadow_groups(optimizer, with_grad)
     try:
-        shadow = type(optimizer)(groups, **optimizer.defaults)
+        shadow = _torch_step_class(optimizer)(groups, **optimizer.defaults)
         states = _step_capturing_first_values(
             shadow, [copy for p, copy in pairs if p in wanted])
     except Exception:  # an op without a meta kernel, arguments it does not take
@@ -253,10 +263,11 @@ def _meta_step_state(optimizer, params):
     optimizer over meta-device parameters (no memory, no arithmetic) gives each
     entry's first value and each state tensor's shape and dtype; the same step
     over one-element parameters gives the value each state tensor starts filled
-    with (zeros, Rprop's lr). Returns {param: state dict}, or None where this
-    optimizer cannot be copied so."""
-    if not type(optimizer).__module__.startswith("torch.optim."):
-        return None  # a constructor of its own: only a real step is safe
+    with (zeros, Rprop's lr). A subclass that inherits its step (a constructor of
+    its own) is copied as that torch optimizer. Returns {param: state dict}, or
+    None where this optimizer cannot be copied so."""
+    if _torch_step_class(optimizer) is None:
+        return None  # a step of its own: only a real step is safe
     wanted = set(params)
     # A 0-d parameter's stand-in is a real one-element tensor (its state is as
     # small): optimizers index 0-d tensors with masks (Rprop), which needs a
@@ -400,6 +411,15 @@ def _model_copies(model, state, strict):
         if isinstance(value, Shard):
             continue  # the local shard of a distributed tensor, filled in place
         mine = current[key]
+        if torch.is_tensor(mine) and not torch.is_tensor(value):
+            # An array or a nested list becomes a tensor now, so that its shape
+            # is checked with the others before anything is set.
+            try:
+                value = torch.as_tensor(value)
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise InvalidArgumentError(
+                    f"state['model'][{key!r}] is a {type(value).__name__}, not a tensor or an "
+                    f"array ({e}); nothing was set") from e
         if torch.is_tensor(value) and torch.is_tensor(mine):
             if value.data_ptr() == mine.data_ptr() and value.shape == mine.shape and \
                     value.stride() == mine.stride():

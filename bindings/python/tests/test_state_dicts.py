@@ -1,6 +1,8 @@
 """State dicts as training loops have them (docs/api.md "Any Python state dict a training loop
 has"): str and int keys, dict/list/tuple containers, None, numpy scalars and 0-d arrays,
 saved and loaded back as exactly the structure they were."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -277,3 +279,17 @@ def test_unsigned_32_and_64_bit_arrays_round_trip_and_cast_by_value(store):
         db.load(as_float, cast=True, strict=False)
         assert as_float["u64"].tolist() == [0.0, 1.0, 2.0**63, 2.0**64]
         assert np.array_equal(db.read("u32"), np.arange(5, dtype=np.uint32) * 1000003)
+
+
+def test_ints_of_more_digits_than_pythons_str_limit_round_trip(store):
+    """Python 3.11 limits int <-> str conversions to 4,300 digits by default; an int of any size
+    saves, and reads back in a process with that limit."""
+    huge = [10**4300 + 7, -(2**100000), 3**9000]
+    with ckptdb.open(store) as db:
+        db.save({"big": huge}, step=1)
+        target = {"big": [0, 0, 0]}
+        db.load(target)
+        assert target["big"] == huge
+        assert db.metadata()["values"]["big.1"] == -(2**100000)
+    if hasattr(sys, "get_int_max_str_digits"):
+        assert sys.get_int_max_str_digits() == 4300  # left as it was

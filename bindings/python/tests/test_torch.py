@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import ckptdb
@@ -153,6 +154,20 @@ class OwnRprop(torch.optim.Rprop):
         super().__init__(params, lr=lr, etas=(0.4, 1.3))
 
 
+class OwnStepRprop(OwnRprop):
+    """One with a step of its own: its state comes from a real step."""
+
+    def step(self, closure=None):
+        return super().step(closure)
+
+
+class DecayingSGD(torch.optim.SGD):
+    """A subclass with a constructor of its own: momentum and weight decay."""
+
+    def __init__(self, params):
+        super().__init__(params, lr=0.1, momentum=0.9, weight_decay=0.1)
+
+
 OPTIMIZERS = {
     "adamw-amsgrad": lambda ps: torch.optim.AdamW(ps, lr=0.1, amsgrad=True),
     "adam": lambda ps: torch.optim.Adam(ps, lr=0.1),
@@ -168,6 +183,8 @@ OPTIMIZERS = {
     "adagrad": lambda ps: torch.optim.Adagrad(ps, lr=0.1, initial_accumulator_value=0.5),
     "own-class": lambda ps: OwnAdam(ps, 3),
     "own-rprop": lambda ps: OwnRprop(ps, lr=0.05),
+    "own-step-rprop": lambda ps: OwnStepRprop(ps, lr=0.05),
+    "own-class-sgd-weight-decay": DecayingSGD,
 }
 
 
@@ -428,6 +445,14 @@ def test_set_state_dict_refuses_a_state_that_does_not_fit_and_sets_nothing():
                                        exp_avg=torch.zeros(3))}))}
     refused(moments, r"\['a.weight'\]\['exp_avg'\] has shape \[3\] where the optimizer's "
                      r"is \[6, 4\]")
+    for odd in (np.zeros((3, 6), np.float32), [[0.0] * 6] * 3, "text"):
+        refused({"model": dict(good["model"], **{"b.weight": odd})},
+                r"'b.weight'\] (has shape \[3, 6\]|is a str, not a tensor)")
+    arrays = {"model": {k: v.numpy() for k, v in good["model"].items()}}
+    ckptdb.torch.set_state_dict(model, None, arrays)  # arrays of the right shapes are taken
+    assert torch.equal(model.b.weight, good["model"]["b.weight"])
+    ckptdb.torch.set_state_dict(model, None, {"model": {k: v.clone() for k, v in
+                                                        before[0].items()}})
     ckptdb.torch.set_state_dict(model, opt, missing, strict=False)
     assert torch.equal(model.b.bias, before[0]["b.bias"])
     assert torch.equal(model.a.bias, good["model"]["a.bias"])
