@@ -232,9 +232,17 @@ def _torch_step_class(optimizer):
     """The class of torch's own optimizers (torch.optim.*) whose step `optimizer`
     takes: its own, or the one it inherits its step from (a subclass with a
     constructor of its own, say); None for an optimizer with a step of its own."""
+    def unwrapped(step):
+        # torch wraps a class's step for its profiler when the first instance
+        # is made (the subclass's own attribute then), keeping it as __wrapped__.
+        while hasattr(step, "__wrapped__"):
+            step = step.__wrapped__
+        return step
+
     for cls in type(optimizer).__mro__:
         if cls.__module__.startswith("torch.optim.") and cls is not torch.optim.Optimizer:
-            return cls if getattr(type(optimizer), "step") is getattr(cls, "step") else None
+            same = unwrapped(type(optimizer).step) is unwrapped(cls.step)
+            return cls if same else None
     return None
 
 

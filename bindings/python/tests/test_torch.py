@@ -476,6 +476,29 @@ def test_distributed_tensor_types_this_torch_lacks_say_why():
         assert "no DTensor" in ckptdb.torch.unavailable["DTensor"]
 
 
+SUBCLASS_FIRST = '''
+import torch, ckptdb.torch
+class MySGD(torch.optim.SGD):
+    def __init__(self, params):
+        super().__init__(params, lr=0.1, momentum=0.9, weight_decay=0.1)
+model = torch.nn.Linear(3, 2)
+opt = MySGD(model.parameters())  # the first SGD of the process: torch wraps MySGD.step
+state = ckptdb.torch.get_state_dict(model, opt)
+print(max(float(s["momentum_buffer"].abs().max()) for s in state["optim"]["state"].values()))
+'''
+
+
+def test_a_subclass_made_before_any_instance_of_its_torch_class_takes_its_step():
+    # torch wraps an optimizer class's step when its first instance is made, in the subclass's
+    # own attribute when that instance is the subclass's: it still takes torch's step, and its
+    # fresh state is SGD's (a zero momentum buffer, not the fallback step's weight decay).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run([sys.executable, "-c", SUBCLASS_FIRST], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout.split()[-1]) == 0.0
+
+
 def test_import_ckptdb_does_not_import_torch():
     code = "import sys, ckptdb; print('torch' in sys.modules); ckptdb.torch; print('torch' in sys.modules)"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
