@@ -257,9 +257,10 @@ Status ShowValuesOnce(const std::string& path, const Selection& sel,
 
 // The tensors an export writes, read by batches: the tensors from the one
 // asked for on, up to kBytes in all (or the one, when larger) and kTensors,
-// by one load each. A load decodes the checkpoint's records once, where
-// reading tensor by tensor decoded them again for every tensor (an export of
-// 20,000 small tensors took minutes). Memory: a batch, or the largest tensor.
+// by one load each. A load decodes the checkpoint's records once; a read of
+// one tensor decodes its main record (every tensor's entry) as well, so
+// tensor by tensor would be quadratic (minutes for 20,000 small tensors).
+// Memory: a batch, or the largest tensor.
 class ExportBatch {
  public:
   static constexpr uint64_t kBytes = uint64_t{64} << 20;
