@@ -147,18 +147,13 @@ Status StoreImpl::WriteMeta(rocksdb::WriteBatch* batch,
 Status StoreImpl::CompactMetaIfDeep() {
   // From RocksDB's count (its metadata of the family's files would list every
   // file by name, each commit).
-  uint64_t level0 = 0;
-  if (!db_->GetIntProperty(
-          meta_, rocksdb::DB::Properties::kNumFilesAtLevelPrefix + "0",
-          &level0)) {
-    std::string text;
-    if (!db_->GetProperty(meta_,
-                          rocksdb::DB::Properties::kNumFilesAtLevelPrefix + "0",
-                          &text))
-      return Status::OK();
-    level0 = std::strtoull(text.c_str(), nullptr, 10);
-  }
-  if (level0 < kMetaCompactionTrigger) return Status::OK();
+  // (A text property: RocksDB has no number form of it.)
+  std::string level0;
+  if (!db_->GetProperty(meta_,
+                        rocksdb::DB::Properties::kNumFilesAtLevelPrefix + "0",
+                        &level0) ||
+      std::strtoull(level0.c_str(), nullptr, 10) < kMetaCompactionTrigger)
+    return Status::OK();
   return FromRocks(
       db_->CompactRange(rocksdb::CompactRangeOptions(), meta_, nullptr,
                         nullptr),

@@ -186,6 +186,10 @@ class StoreImpl : public Store {
   // RocksDB's paranoid checks, as a read-only handle always opens, for a
   // read-write handle's reads of a database those checks refuse.
   Status OpenRocks(bool has_db, bool read_only, bool lenient = false);
+  // FailedPrecondition naming the holder when `s`, RocksDB's open error, says
+  // a writer (another process, another handle, a forked child's parent)
+  // holds the database's lock; nullopt otherwise.
+  std::optional<Status> WriterHoldsLock(const rocksdb::Status& s);
   // The database at path_ has ckptdb's column families: InvalidArgument for
   // another RocksDB database, Corruption when a store's description is lost.
   Status CheckColumnFamilies(const rocksdb::DBOptions& db_options);

@@ -407,6 +407,27 @@ Status CheckWriteAheadLogsEmpty(StoreFileSystem& fs, const std::string& dir) {
 
 }  // namespace
 
+std::optional<Status> StoreImpl::WriterHoldsLock(const rocksdb::Status& s) {
+  // RocksDB's messages for a lock another process (or handle) holds.
+  const std::string why = s.ToString();
+  if (!s.IsIOError() || why.find("lock") == std::string::npos ||
+      (why.find("Resource temporarily unavailable") == std::string::npos &&
+       why.find("hold by current process") == std::string::npos))
+    return std::nullopt;
+  const bool here = why.find("hold by current process") != std::string::npos;
+  // RocksDB's table of the locks this process holds is inherited by a
+  // forked child, with the paths its parent held when it forked.
+  const char* holder =
+      !here ? "another process"
+      : InForkedChild()
+          ? "the process this one was forked from, as it was at the fork "
+            "(a forked child cannot take a lock its parent held then, "
+            "even once the parent has closed the store)"
+          : "another handle in this process (close it first)";
+  return Status::FailedPrecondition(
+      "store '" + path_ + "' is open for writing by " + holder + ": " + why);
+}
+
 Status StoreImpl::OpenRocks(bool has_db, bool read_only, bool lenient) {
   rocksdb::DBOptions db_options;
   db_options.env = env_.get();
@@ -465,26 +486,7 @@ Status StoreImpl::OpenRocks(bool has_db, bool read_only, bool lenient) {
                 : rocksdb::DB::Open(db_options, DbDir(), descriptors, &handles_,
                                     &raw);
   if (!s.ok()) {
-    // RocksDB's messages for a lock another process (or handle) holds.
-    const std::string why = s.ToString();
-    if (s.IsIOError() && why.find("lock") != std::string::npos &&
-        (why.find("Resource temporarily unavailable") != std::string::npos ||
-         why.find("hold by current process") != std::string::npos)) {
-      const bool here =
-          why.find("hold by current process") != std::string::npos;
-      // RocksDB's table of the locks this process holds is inherited by a
-      // forked child, with the paths its parent held when it forked.
-      const char* holder =
-          !here ? "another process"
-          : InForkedChild()
-              ? "the process this one was forked from, as it was at the fork "
-                "(a forked child cannot take a lock its parent held then, "
-                "even once the parent has closed the store)"
-              : "another handle in this process (close it first)";
-      return Status::FailedPrecondition("store '" + path_ +
-                                        "' is open for writing by " + holder +
-                                        ": " + s.ToString());
-    }
+    if (std::optional<Status> held = WriterHoldsLock(s)) return *held;
     return FromRocks(s, "opening store '" + path_ + "'");
   }
   db_.reset(raw);

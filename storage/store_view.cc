@@ -137,6 +137,7 @@ Result<std::string> MakeViewDir(const std::string& store) {
       refused = "in the store, which a read-only open never writes";
     } else {
       RemoveAbandonedViews(dir);
+      // mkdtemp replaces the trailing six characters with a unique name.
       std::string view = (dir / (OwnPrefix() + "XXXXXX")).string();
       if (::mkdtemp(view.data()) != nullptr) return view;
       refused = std::strerror(errno);
