@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <string_view>
 #include <thread>
 
@@ -222,7 +223,13 @@ DBImpl::DBImpl(Options options, std::string path,
     snapshot_memory_.Prepare(options_.snapshot_bytes);
 }
 
-DBImpl::~DBImpl() { WaitPending(); }
+DBImpl::~DBImpl() {
+  // A destructor cannot return it: the one place left to say it.
+  const Status unreported = WaitPending();
+  if (!unreported.ok())
+    std::fprintf(stderr, "ckptdb: store '%s': %s\n", path_.c_str(),
+                 unreported.ToString().c_str());
+}
 
 int DBImpl::io_threads() const {
   if (options_.io_threads > 0) return options_.io_threads;
@@ -293,7 +300,7 @@ Result<CheckpointMetadata> DBImpl::GetMetadata(
 
 Status DBImpl::Delete(const CheckpointSelector& which) {
   std::lock_guard one_at_a_time(collective_mu_);
-  WaitPending();
+  CKPTDB_RETURN_IF_ERROR(WaitPending());
   return NotingPeerClosing(DeleteNow(which));
 }
 
@@ -343,8 +350,9 @@ void DBImpl::LetGoOfDeletedFiles() {
 
 Status DBImpl::Close() {
   std::lock_guard one_at_a_time(collective_mu_);
-  WaitPending();
-  if (!store_) return Status::OK();
+  // Closed all the same: the save is over, its error is the close's.
+  const Status unreported = WaitPending();
+  if (!store_) return unreported;
   // An empty part of an all-gather rather than a barrier: a rank closing
   // (an exception ended its `with` block) while the others start a save,
   // load or delete meets their first all-gather, which then fails naming it
@@ -357,7 +365,7 @@ Status DBImpl::Close() {
   transport_.reset();
   store_.reset();
   load_scratch_ = LoadScratch();
-  return barrier;
+  return unreported.ok() ? barrier : unreported;
 }
 
 }  // namespace engine

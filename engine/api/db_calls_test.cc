@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -114,6 +115,84 @@ TEST(DBTest, SaveAsyncWithOtherCallsAndFailures) {
   EXPECT_TRUE(db->Close().ok());
   EXPECT_EQ(db->ListCheckpoints().status().code(),
             StatusCode::kFailedPrecondition);
+}
+
+// A background failure no Wait() has returned is returned by the next
+// collective call instead of its own work (Save, SaveAsync, Load, Delete),
+// once, naming the save; Close closes and returns it; a failure that Wait()
+// returned is not returned again.
+TEST(DBTest, AnAsynchronousSavesFailureNoWaitReportedIsTheNextCallsError) {
+  TempDir dir;
+  auto faults = std::make_shared<FaultInjector>();
+  auto db = OpenOrDie(dir.path(), WithHooks(faults));
+  Buf w(DType::kFloat32, {300, 500});
+  StateDict sd;
+  sd.Set("w", w.Whole());
+  ASSERT_TRUE(db->Save(sd, {.step = 1}).ok());
+  auto fail_the_next_save = [&] {
+    faults->Arm({.nth = 1,
+                 .from_nth_on = true,
+                 .ops = FileOpMask(FileOp::kWrite) | FileOpMask(FileOp::kSync),
+                 .error = ENOSPC});
+  };
+  using Call = std::function<Status()>;
+  const std::vector<std::pair<std::string, Call>> calls = {
+      {"Save", [&] { return db->Save(sd, {.step = 9}).status(); }},
+      {"SaveAsync",
+       [&] {
+         auto saving = db->SaveAsync(sd, {.step = 9});
+         return saving.ok() ? (*saving)->Wait().status() : saving.status();
+       }},
+      {"Load",
+       [&] { return db->Load(sd, CheckpointSelector::Latest(), {}).status(); }},
+      {"Delete", [&] { return db->Delete(CheckpointSelector::Step(1)); }},
+  };
+  int64_t step = 10;
+  for (const auto& [name, call] : calls) {
+    // A save that succeeds first: the reserve a failed one used is back.
+    ASSERT_TRUE(db->Save(sd, {.step = 1}).ok()) << name;
+    fail_the_next_save();
+    auto failing = db->SaveAsync(sd, {.step = step});
+    ASSERT_TRUE(failing.ok()) << name << ": " << failing.status().ToString();
+    while (!(*failing)->Done()) std::this_thread::yield();
+    faults->Disarm();
+    const auto before = db->ListCheckpoints();
+    ASSERT_TRUE(before.ok());
+    const Status reported = call();
+    EXPECT_TRUE(reported.IsIOError()) << name << ": " << reported.ToString();
+    EXPECT_NE(reported.message().find("asynchronous save of step " +
+                                      std::to_string(step) + " failed"),
+              std::string::npos)
+        << name << ": " << reported.ToString();
+    // It did nothing else: no checkpoint saved or deleted.
+    const auto after = db->ListCheckpoints();
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(after->size(), before->size()) << name;
+    // Once: the same call now does its work.
+    EXPECT_TRUE(call().ok()) << name;
+    EXPECT_FALSE((*failing)->Wait().ok()) << name;  // the handle still has it
+    ++step;
+  }
+  // Returned by Wait(): not the next call's.
+  fail_the_next_save();
+  auto waited = db->SaveAsync(sd, {.step = 20});
+  ASSERT_TRUE(waited.ok());
+  EXPECT_FALSE((*waited)->Wait().ok());
+  faults->Disarm();
+  EXPECT_TRUE(db->Save(sd, {.step = 21}).ok());
+  // Close closes and returns it; closing again is OK.
+  fail_the_next_save();
+  auto last = db->SaveAsync(sd, {.step = 22, .tag = std::string("last")});
+  ASSERT_TRUE(last.ok());
+  const Status closed = db->Close();
+  faults->Disarm();
+  EXPECT_TRUE(closed.IsIOError()) << closed.ToString();
+  EXPECT_NE(closed.message().find("save of tag 'last' (step 22) failed"),
+            std::string::npos)
+      << closed.ToString();
+  EXPECT_EQ(db->ListCheckpoints().status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(db->Close().ok());
 }
 
 // Collective calls of one handle from several threads run one after

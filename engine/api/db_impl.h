@@ -99,8 +99,11 @@ class DBImpl : public DB {
   void TakeSnapshot(const PreparedSave& p, SnapshotRing& ring);
   void CopyFromTheBack(const PreparedSave& p, SnapshotRing& snapshot);
   // Waits for the pending asynchronous save, if any (its handle keeps the
-  // outcome).
-  void WaitPending();
+  // outcome). Returns its failure when no wait() reported it
+  // (AsyncSave::Unreported): the collective call that waited returns that
+  // instead of doing its own work, on every rank alike (each rank's save
+  // has the same outcome), and only once.
+  Status WaitPending();
   // The collective calls, under collective_mu_ once the pending save is done.
   Result<CheckpointInfo> SaveNow(const StateDict& state,
                                  const SaveOptions& options);

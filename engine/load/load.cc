@@ -190,7 +190,7 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
                                 const CheckpointSelector& which,
                                 const LoadOptions& options) {
   std::lock_guard one_at_a_time(collective_mu_);
-  WaitPending();
+  CKPTDB_RETURN_IF_ERROR(WaitPending());
   // "The latest" is whichever checkpoint is newest while the load runs: when
   // the store's writer deletes the one a load reads (retention, beside a
   // reader that follows a training run), a strict load starts again from the

@@ -79,10 +79,26 @@ int CoresOfThisProcess() {
   return std::max(1, machine / ProcessesOnThisHost());
 }
 
+namespace {
+
+// A save as its errors name it: "step 7", "tag 'best' (step 7)", or "a
+// checkpoint with no step or tag".
+std::string SaveName(const SaveOptions& options) {
+  std::string name;
+  if (options.tag) name = "tag '" + *options.tag + "'";
+  if (options.step) {
+    const std::string step = "step " + std::to_string(*options.step);
+    name = name.empty() ? step : name + " (" + step + ")";
+  }
+  return name.empty() ? "a checkpoint with no step or tag" : name;
+}
+
+}  // namespace
+
 Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsync(
     const StateDict& state, const SaveOptions& options) {
   std::lock_guard one_at_a_time(collective_mu_);
-  WaitPending();
+  CKPTDB_RETURN_IF_ERROR(WaitPending());
   return NotingPeerClosing(SaveAsyncNow(state, options));
 }
 
@@ -109,7 +125,7 @@ Result<std::shared_ptr<PendingSave>> DBImpl::SaveAsyncNow(
   bool fresh = false;
   Result<char*> memory = snapshot_memory_.Get(ring, &fresh);
   CKPTDB_RETURN_IF_ERROR(AgreeOnStatus(*comm_, memory.status()));
-  auto pending = std::make_shared<AsyncSave>();
+  auto pending = std::make_shared<AsyncSave>(SaveName(options));
   auto start = [&](std::shared_ptr<SnapshotRing> snapshot) {
     pending->Start([this, prepared, snapshot] {
       return FinishSave(*prepared, snapshot.get());
@@ -195,10 +211,12 @@ void DBImpl::TakeSnapshot(const PreparedSave& p, SnapshotRing& ring) {
   }
 }
 
-void DBImpl::WaitPending() {
-  if (pending_ == nullptr) return;
-  (void)NotingPeerClosing(pending_->Wait());
+Status DBImpl::WaitPending() {
+  if (pending_ == nullptr) return Status::OK();
+  const std::shared_ptr<AsyncSave> pending = std::move(pending_);
   pending_.reset();
+  (void)NotingPeerClosing(pending->Join());
+  return pending->Unreported();
 }
 
 }  // namespace ckptdb::engine

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "ckptdb/db.h"
@@ -22,14 +23,36 @@ int CoresOfThisProcess();
 // procs_running; elsewhere the first condition alone).
 bool HasASpareCore();
 
-// The shared state of one asynchronous save.
+// The shared state of one asynchronous save. Its outcome is the caller's to
+// see: a failure no Wait() has returned is given to the DB's next collective
+// call (Unreported), so that it is never lost without a word.
 class AsyncSave : public PendingSave {
  public:
+  // `what`: the save as an error names it ("step 7", "tag 'best'").
+  explicit AsyncSave(std::string what) : what_(std::move(what)) {}
+
   bool Done() const override { return done_.load(); }
   Result<CheckpointInfo> Wait() override {
+    Result<CheckpointInfo> result = Join();
+    reported_ = true;
+    return result;
+  }
+
+  // Waits for the save without reporting its outcome to anyone.
+  Result<CheckpointInfo> Join() {
     std::lock_guard lock(mu_);
     if (thread_.joinable()) thread_.join();
     return result_;
+  }
+
+  // Once the save has finished (Join): its failure when no Wait() returned
+  // it and no earlier Unreported() did, naming the save; OK otherwise.
+  Status Unreported() {
+    Result<CheckpointInfo> result = Join();
+    if (result.ok() || reported_.exchange(true)) return Status::OK();
+    return result.status().WithContext(
+        "the asynchronous save of " + what_ +
+        " failed, and no wait() had reported it");
   }
 
   template <typename Fn>
@@ -42,10 +65,12 @@ class AsyncSave : public PendingSave {
   }
 
  private:
+  const std::string what_;
   std::mutex mu_;
   std::thread thread_;
   Result<CheckpointInfo> result_ = Status::Internal("save still running");
   std::atomic<bool> done_{false};
+  std::atomic<bool> reported_{false};
 };
 
 }  // namespace ckptdb::engine

@@ -201,7 +201,7 @@ Result<CheckpointInfo> DBImpl::FinishSave(PreparedSave& p,
 Result<CheckpointInfo> DBImpl::Save(const StateDict& state,
                                     const SaveOptions& options) {
   std::lock_guard one_at_a_time(collective_mu_);
-  WaitPending();
+  CKPTDB_RETURN_IF_ERROR(WaitPending());
   return NotingPeerClosing(SaveNow(state, options));
 }
 

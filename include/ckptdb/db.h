@@ -79,8 +79,12 @@ class DB {
   // in a background thread that uses the DB's own communicator (for MPI,
   // MPI_THREAD_MULTIPLE; FailedPrecondition otherwise). Every other
   // collective call (Save, SaveAsync, Load, Delete, Close) and the DB's
-  // destruction first wait for a pending save. A crash at any moment leaves
-  // earlier checkpoints whole and never a partial one.
+  // destruction first wait for a pending save; when it failed and no Wait()
+  // returned its failure, that call returns it (prefixed "the asynchronous
+  // save of step N failed, and no wait() had reported it") instead of doing
+  // its own work, once (Close closes first; the destructor prints it to
+  // stderr). A crash at any moment leaves earlier checkpoints whole and never
+  // a partial one.
   virtual Result<std::shared_ptr<PendingSave>> SaveAsync(
       const StateDict& state, const SaveOptions& options) = 0;
   // Fills every tensor of `state` in place from the selected checkpoint,

@@ -231,7 +231,9 @@ class DB:
         the caller may change its tensors at once. Invalid input raises here,
         on every rank. Writing, the commit and retention go on in the
         background; every other collective call on the DB (``save``,
-        ``save_async``, ``load``, ``delete``, ``close``) first waits for it.
+        ``save_async``, ``load``, ``delete``, ``close``) first waits for it; when it
+        failed and no :meth:`SaveHandle.wait` raised its error, that call raises
+        the error instead of doing its own work (``close`` closes first), once.
         With ``comm``, MPI must run at ``MPI_THREAD_MULTIPLE`` (mpi4py's
         default)."""
         return SaveHandle(self._db.save_async(state_dict, step=step, tag=tag,

@@ -185,3 +185,31 @@ def test_a_reserve_with_other_names_is_replaced_not_written_through_and_a_sparse
         assert [c.step for c in db.checkpoints()] == [1, 2]
     st = os.stat(reserve)
     assert st.st_size == 4 << 20 and st.st_blocks * 512 >= st.st_size
+
+
+@pytest.mark.parametrize("small_fs", ["8m"], indirect=True)
+def test_a_failed_background_save_no_wait_raised_is_raised_by_the_next_call(small_fs):
+    store = os.path.join(small_fs, "store")
+    small = {"a": np.arange(1000, dtype=np.float32)}
+    too_big = {f"x{i}": np.full((512, 1024), i, dtype=np.float32) for i in range(5)}  # 10 MiB
+    with ckptdb.open(store) as db:
+        db.save(small, step=1)
+        db.save_async(too_big, step=2)
+        with pytest.raises(ckptdb.Error, match=r"asynchronous save of step 2 failed, and no wait\(\)"):
+            db.save(small, step=3)
+        assert [c.step for c in db.checkpoints()] == [1]  # the save raising did not save
+        db.save(small, step=3)  # once
+        handle = db.save_async(too_big, step=4)
+        with pytest.raises(ckptdb.Error):
+            handle.wait()
+        db.save(small, step=5)  # raised by wait(): not again
+    # The end of a `with` block raises it too, with the store closed.
+    with pytest.raises(ckptdb.Error, match=r"asynchronous save of step 6 failed"):
+        with ckptdb.open(store) as db:
+            db.save_async(too_big, step=6)
+    assert db.closed
+    with ckptdb.open(store, read_only=True) as db:
+        assert [c.step for c in db.checkpoints()] == [1, 3, 5]
+        out = {"a": np.zeros(1000, dtype=np.float32)}
+        db.load(out)
+        assert np.array_equal(out["a"], small["a"])
