@@ -196,12 +196,14 @@ void StoreImpl::RememberInfo(const CheckpointInfo& info) {
 void StoreImpl::ForgetInfo(int64_t checkpoint_id) {
   std::lock_guard lock(infos_mu_);
   infos_.erase(checkpoint_id);
+  if (decoded_ && decoded_->meta.info.id == checkpoint_id) decoded_.reset();
 }
 
 void StoreImpl::ForgetInfos() {
   std::lock_guard lock(infos_mu_);
   infos_.clear();
   record_ids_.reset();
+  decoded_.reset();
   ++records_changed_;
 }
 
@@ -225,6 +227,7 @@ void StoreImpl::RecordAdded(int64_t checkpoint_id) {
 void StoreImpl::RecordRemoved(int64_t checkpoint_id) {
   std::lock_guard lock(infos_mu_);
   infos_.erase(checkpoint_id);
+  if (decoded_ && decoded_->meta.info.id == checkpoint_id) decoded_.reset();
   if (record_ids_) record_ids_->erase(checkpoint_id);
   ++records_changed_;
 }

@@ -215,6 +215,14 @@ class Store {
   virtual Result<CheckpointMetadata> GetMetadata(
       int64_t checkpoint_id,
       const std::vector<std::string_view>& tensor_keys) = 0;
+  // What a read of tensor `key` needs: the checkpoint's info, the tensor with
+  // its chunks when `key` names one, the small value when it names one, and
+  // nothing else. The checkpoint's main record (and its small tensors'
+  // record) is decoded once for a series of such reads, which then cost a
+  // lookup each rather than a decode of every tensor's entry. Errors as
+  // GetMetadata's.
+  virtual Result<CheckpointMetadata> GetTensorMetadata(
+      int64_t checkpoint_id, std::string_view key) = 0;
 
   // The id the next commit will get. Read-write only. Called before a save
   // stages anything: it also removes the value files that no table file

@@ -149,6 +149,86 @@ Result<CheckpointMetadata> StoreImpl::GetMetadata(
   return ReadMetadata(checkpoint_id, &tensor_keys);
 }
 
+Result<CheckpointMetadata> StoreImpl::GetTensorMetadata(int64_t checkpoint_id,
+                                                        std::string_view key) {
+  {
+    std::shared_lock lock(mu_);
+    CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
+    Result<CheckpointMetadata> meta =
+        TensorFromDecodedRecord(checkpoint_id, key);
+    if (meta.ok()) return meta;
+  }
+  // A damaged or missing record, a checkpoint deleted meanwhile: the reads
+  // that read through the copies and name what is wrong.
+  const std::vector<std::string_view> keys = {key};
+  return ReadMetadata(checkpoint_id, &keys);
+}
+
+Result<CheckpointMetadata> StoreImpl::TensorFromDecodedRecord(
+    int64_t checkpoint_id, std::string_view key) {
+  CKPTDB_ASSIGN_OR_RETURN(std::shared_ptr<const MainRecord> main,
+                          DecodedRecord(checkpoint_id));
+  CheckpointMetadata out;
+  out.info = main->meta.info;
+  const std::string wanted(key);
+  auto tensor = main->meta.tensors.find(wanted);
+  if (tensor == main->meta.tensors.end()) {
+    auto value = main->meta.values.find(wanted);
+    if (value != main->meta.values.end()) out.values.insert(*value);
+    return out;
+  }
+  TensorMetadata found = tensor->second;
+  // Format 1 and the small tensors have their chunks in the decoded records.
+  if (!main->has_chunks() && main->chunk_counts.contains(wanted)) {
+    rocksdb::PinnableSlice record;
+    const rocksdb::Status s =
+        db_->Get(rocksdb::ReadOptions(), meta_,
+                 TensorRecordKey(checkpoint_id, wanted), &record);
+    CKPTDB_RETURN_IF_ERROR(FromRocks(s, "reading the record of tensor '" +
+                                            wanted + "' of checkpoint " +
+                                            std::to_string(checkpoint_id)));
+    CKPTDB_ASSIGN_OR_RETURN(
+        found.chunks,
+        DecodeTensorRecord(*main, *tensor,
+                           std::string_view(record.data(), record.size())));
+  }
+  out.tensors.emplace(wanted, std::move(found));
+  return out;
+}
+
+Result<std::shared_ptr<const MainRecord>> StoreImpl::DecodedRecord(
+    int64_t checkpoint_id) {
+  uint64_t changes = 0;
+  {
+    std::lock_guard lock(infos_mu_);
+    if (decoded_ && decoded_->meta.info.id == checkpoint_id) return decoded_;
+    changes = records_changed_;
+  }
+  rocksdb::ManagedSnapshot snapshot(db_.get());
+  rocksdb::ReadOptions read;
+  read.snapshot = snapshot.snapshot();
+  rocksdb::PinnableSlice record;
+  CKPTDB_RETURN_IF_ERROR(GetRecord(checkpoint_id, &record, read));
+  const size_t record_bytes = record.size();
+  CKPTDB_ASSIGN_OR_RETURN(
+      MainRecord main,
+      DecodeMainRecord(std::string_view(record.data(), record.size()),
+                       /*paths=*/false));
+  record.Reset();
+  if (main.meta.info.id != checkpoint_id)
+    return Status::Corruption("checkpoint record at id " +
+                              std::to_string(checkpoint_id) + " claims id " +
+                              std::to_string(main.meta.info.id));
+  CKPTDB_RETURN_IF_ERROR(ReadSmallTensors(read, nullptr, &main));
+  auto decoded = std::make_shared<const MainRecord>(std::move(main));
+  if (record_bytes <= kKeptDecodedRecordBytes) {
+    // Not a record a delete or a reopen beside this read has let go of.
+    std::lock_guard lock(infos_mu_);
+    if (changes == records_changed_) decoded_ = decoded;
+  }
+  return decoded;
+}
+
 Result<CheckpointMetadata> StoreImpl::ReadMetadata(
     int64_t checkpoint_id, const std::vector<std::string_view>* tensor_keys) {
   std::shared_lock lock(mu_);

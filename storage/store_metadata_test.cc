@@ -179,6 +179,26 @@ void ExpectMetadata(Store& store,
     ExpectChunksEqual(part->tensors.at("b"), want.tensors.at("b"), "b");
     ExpectChunksEqual(part->tensors.at("s"), want.tensors.at("s"), "s");
     EXPECT_EQ(part->values, want.values);
+    // One tensor at a time, twice (the second from the record decoded by
+    // the first): the tensor alone, a value alone, nothing for no key.
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const auto& [key, t] : want.tensors) {
+        auto one = store.GetTensorMetadata(want.info.id, key);
+        ASSERT_TRUE(one.ok()) << key << ": " << one.status().ToString();
+        EXPECT_EQ(one->info.id, want.info.id);
+        ASSERT_EQ(one->tensors.size(), 1u) << key;
+        EXPECT_EQ(one->tensors.at(key).global_shape, t.global_shape) << key;
+        ExpectChunksEqual(one->tensors.at(key), t, key);
+        EXPECT_TRUE(one->values.empty()) << key;
+      }
+      auto value = store.GetTensorMetadata(want.info.id, "lr");
+      ASSERT_TRUE(value.ok()) << value.status().ToString();
+      EXPECT_TRUE(value->tensors.empty());
+      EXPECT_EQ(value->values, want.values);
+      auto none = store.GetTensorMetadata(want.info.id, "nope");
+      ASSERT_TRUE(none.ok()) << none.status().ToString();
+      EXPECT_TRUE(none->tensors.empty() && none->values.empty());
+    }
     for (const ChunkMetadata& c : whole->tensors.at("a").chunks) {
       auto bytes = store.ReadChunk(want.info.id, "a", c);
       ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
@@ -225,7 +245,10 @@ TEST(StoreMetadataTest, DeleteAndRecoveryRemoveTheTensorRecords) {
     ASSERT_TRUE(CommitSample(*store, 2).ok());
     auto second = CommitSample(*store, 2);
     ASSERT_TRUE(second.ok());
+    // Decoded for a read, then deleted: gone for reads too.
+    ASSERT_TRUE(store->GetTensorMetadata(1, "a").ok());
     ASSERT_TRUE(store->Delete(1).ok());
+    EXPECT_TRUE(store->GetTensorMetadata(1, "a").status().IsNotFound());
     auto list = store->List();
     ASSERT_TRUE(list.ok());
     ASSERT_EQ(list->size(), 1u);
@@ -282,8 +305,8 @@ void ExpectADamagedRecordFailsItsReaders(const std::string& key,
     auto list = store->List();
     ASSERT_TRUE(list.ok());
     EXPECT_EQ(list->size(), 1u);
-    for (auto meta :
-         {store->GetMetadata(1), store->GetMetadata(1, {needing})}) {
+    for (auto meta : {store->GetMetadata(1), store->GetMetadata(1, {needing}),
+                      store->GetTensorMetadata(1, needing)}) {
       ASSERT_FALSE(meta.ok()) << damage;
       EXPECT_TRUE(meta.status().IsCorruption()) << meta.status().ToString();
       EXPECT_NE(meta.status().message().find("checkpoint id 1"),
@@ -295,6 +318,9 @@ void ExpectADamagedRecordFailsItsReaders(const std::string& key,
     auto other = store->GetMetadata(1, {unaffected});
     ASSERT_TRUE(other.ok()) << damage << ": " << other.status().ToString();
     EXPECT_FALSE(other->tensors.at(unaffected).chunks.empty());
+    auto alone = store->GetTensorMetadata(1, unaffected);
+    ASSERT_TRUE(alone.ok()) << damage << ": " << alone.status().ToString();
+    EXPECT_FALSE(alone->tensors.at(unaffected).chunks.empty());
   }
 }
 

@@ -484,7 +484,9 @@ void DefineCheckpointInfo(py::module_& m) {
                     "tensor bytes this checkpoint wrote; the rest of nbytes "
                     "it shares with earlier checkpoints")
       .def_readonly("references", &CheckpointInfo::references,
-                    "ids of earlier checkpoints whose stored chunks it uses")
+                    "ids of earlier checkpoints whose stored chunks it uses "
+                    "(their chunks stay while it does, even once those "
+                    "checkpoints are deleted)")
       .def_property_readonly(
           "damage",
           [](const CheckpointInfo& i) -> std::optional<std::string> {
@@ -493,7 +495,18 @@ void DefineCheckpointInfo(py::module_& m) {
           },
           "None, or (when both copies of its record are damaged: only `id` "
           "is set) what is damaged; calls that need it raise CorruptionError")
-      .def("__repr__", &CheckpointInfoRepr);
+      .def("__repr__", &CheckpointInfoRepr)
+      // Equal when every field is: the same checkpoint listed twice.
+      .def(
+          "__eq__",
+          [](const CheckpointInfo& a, py::object b) -> py::object {
+            if (!py::isinstance<CheckpointInfo>(b))
+              return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+            return py::bool_(a == b.cast<const CheckpointInfo&>());
+          },
+          py::is_operator())
+      .def("__hash__",
+           [](const CheckpointInfo& i) { return py::hash(py::int_(i.id)); });
 }
 
 void DefineResultTypes(py::module_& m) {

@@ -84,9 +84,10 @@ Result<Tensor> DBImpl::Read(const std::string& flat_key,
   CKPTDB_RETURN_IF_ERROR(CheckOpen());
   CKPTDB_RETURN_IF_ERROR(store_->Refresh());
   CKPTDB_ASSIGN_OR_RETURN(int64_t id, store_->Resolve(which));
-  // The main record and this tensor's record of its chunks only.
+  // This tensor alone, from the main record decoded once for reads of its
+  // checkpoint.
   CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata meta,
-                          store_->GetMetadata(id, {flat_key}));
+                          store_->GetTensorMetadata(id, flat_key));
   CKPTDB_ASSIGN_OR_RETURN(const TensorMetadata* tensor,
                           FindTensor(meta, flat_key));
   CKPTDB_ASSIGN_OR_RETURN(planner::BoxReadPlan plan,

@@ -61,6 +61,9 @@ struct CheckpointInfo {
   // only `id` is set, this says what is damaged, and the calls that need the
   // checkpoint fail with Corruption. A listing never leaves a checkpoint out.
   std::string damage;
+
+  friend bool operator==(const CheckpointInfo&,
+                         const CheckpointInfo&) = default;
 };
 
 // A 128-bit content hash of a chunk's bytes (XXH3-128, seed 0): what an

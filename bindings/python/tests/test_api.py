@@ -391,6 +391,16 @@ def test_checkpoints_oldest_first(store):
         assert steps == [3, 1, 2] and ids == sorted(ids)
 
 
+def test_checkpoint_infos_of_one_checkpoint_are_equal(store):
+    with ckptdb.open(store) as db:
+        first = db.save({"w": rand((2,))}, step=1)
+        handle = db.save_async({"w": rand((2,))}, step=2)
+        second = handle.wait()
+        assert db.checkpoints() == [first, second]
+        assert handle.wait() == second and first != second
+        assert first != first.id and len({first, db.checkpoints()[0], second}) == 2
+
+
 def test_metadata_has_documented_fields(store):
     with ckptdb.open(store, max_chunk_bytes=32) as db:
         info = db.save({"m": {"w": rand((4, 4))}, "lr": 0.1}, step=7, tag="x", metadata={"k": "v"})
