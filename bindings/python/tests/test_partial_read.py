@@ -167,3 +167,34 @@ def test_a_flipped_byte_in_a_chunk_table_never_aborts_a_read(tmp_path):
         assert p.returncode == 0 and "read" in p.stdout, (name, at, p.stderr[-500:])
     with open(os.path.join(store, name), "wb") as f:
         f.write(original)
+
+
+def test_reads_one_by_one_follow_deletes_and_new_saves(store):
+    """Reads of one checkpoint's tensors one at a time decode its record once; a checkpoint
+    deleted and saved again under the same step reads back as the new one, in this handle and
+    in a read-only handle of the same store."""
+    def state(seed):
+        rng = np.random.default_rng(seed)
+        return {f"layer{i}": {"w": rng.standard_normal(17 + i, dtype=np.float32)}
+                for i in range(300)} | {"lr": float(seed)}
+
+    with ckptdb.open(store) as db, ckptdb.open(store, read_only=True) as reader:
+        first = state(1)
+        db.save(first, step=1)
+        for handle in (db, reader):
+            for i in range(300):
+                assert np.array_equal(handle.read(f"layer{i}.w", step=1), first[f"layer{i}"]["w"])
+            with pytest.raises(ckptdb.InvalidArgumentError, match="'lr'.* small value"):
+                handle.read("lr", step=1)
+            with pytest.raises(ckptdb.NotFoundError, match="no tensor 'nope'"):
+                handle.read("nope", step=1)
+        db.delete(step=1)
+        for handle in (db, reader):
+            with pytest.raises(ckptdb.NotFoundError):
+                handle.read("layer0.w", step=1)
+        second = state(2)
+        db.save(second, step=1)
+        for handle in (db, reader):
+            for i in range(0, 300, 7):
+                got = handle.read(f"layer{i}.w", step=1, index=np.s_[3:9])
+                assert np.array_equal(got, second[f"layer{i}"]["w"][3:9])
