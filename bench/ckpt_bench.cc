@@ -82,13 +82,13 @@ struct Row {
   // commit for async), and the medians over runs of ckptdb / off seconds.
   double off_seconds = 0, off_commit_seconds = 0;
   double over_off = 0, commit_over_off = 0;
-  std::string baseline;
+  std::string baseline{};
   uint64_t read = 0, needed = 0, sent = 0;
   bool has_read = false;
   // Incremental saves: bytes the save wrote; 0 where not measured.
   uint64_t written = 0;
-  std::vector<double> extra_mib;  // per rank
-  std::vector<double> held_mib;   // per rank: its shards or targets
+  std::vector<double> extra_mib{};  // per rank
+  std::vector<double> held_mib{};   // per rank: its shards or targets
 };
 
 // --- workloads --------------------------------------------------------------

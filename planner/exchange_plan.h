@@ -130,7 +130,7 @@ struct ExchangeRead {
   // stored dtype (targets of this rank, staged sends), in runs of
   // min_scatter_run_bytes on average: the chunk is read straight into them,
   // with no chunk buffer, and `copies` are done by the read.
-  std::vector<ScatterRun> scatter;
+  std::vector<ScatterRun> scatter{};
   friend bool operator==(const ExchangeRead&, const ExchangeRead&) = default;
 };
 

@@ -53,7 +53,7 @@ class ContentHashSet {
 struct PreviousCheckpoint {
   int64_t id = 0;
   std::map<std::string, TensorMetadata> tensors;
-  ContentHashSet hashes;
+  ContentHashSet hashes{};
 };
 
 // Fills previous->hashes from its tensors.

@@ -399,16 +399,16 @@ struct RankReads {
   const std::vector<std::vector<int>>& ranks_of_class;
   int rank;
   int mine;  // the rank's class
-  LoadPlan plan;
-  ReaderTurns<std::vector<int>> turns;
+  LoadPlan plan{};
+  ReaderTurns<std::vector<int>> turns{};
   // Each chunk's, reused from chunk to chunk.
-  std::vector<std::pair<Owner, Box>> hits;
-  std::vector<int> needer_classes, needers;
-  std::vector<Need> needs;
+  std::vector<std::pair<Owner, Box>> hits{};
+  std::vector<int> needer_classes{}, needers{};
+  std::vector<Need> needs{};
   // Each tensor's, reused from tensor to tensor.
-  std::vector<size_t> chunks;
-  std::vector<const Box*> target_boxes;
-  BoxIndex targets;  // of target_boxes
+  std::vector<size_t> chunks{};
+  std::vector<const Box*> target_boxes{};
+  BoxIndex targets{};  // of target_boxes
 
   // The chunks of tensor `name` that this rank needs (through `my_targets`),
   // each with its reader among all its needers (`owners`: every class's

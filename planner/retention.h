@@ -15,10 +15,10 @@ struct RetentionPolicy {
   // The newest this many checkpoints (by id, i.e. commit order) are kept;
   // older ones are deleted unless kept for another reason. nullopt keeps
   // every checkpoint. REQUIRES: >= 1.
-  std::optional<int64_t> keep_last;
+  std::optional<int64_t> keep_last{};
   // Checkpoints whose step is a multiple of this are always kept.
   // REQUIRES: >= 1.
-  std::optional<int64_t> keep_every_steps;
+  std::optional<int64_t> keep_every_steps{};
 };
 
 // The ids to delete from `checkpoints` (any order), oldest first: every

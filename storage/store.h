@@ -35,7 +35,7 @@ struct ChunkToRead {
 struct StoreOptions {
   // Called before every file operation of the store
   // (Options::file_system_hooks); nullptr: none.
-  std::shared_ptr<FileSystemHooks> file_system_hooks;
+  std::shared_ptr<FileSystemHooks> file_system_hooks{};
   bool create_if_missing = true;
   // Never modifies the directory: no lock, no log files, no cleanup.
   bool read_only = false;

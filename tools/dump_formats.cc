@@ -178,10 +178,10 @@ struct NpySource {
   size_t index;
   const TensorFiller* fill;
   std::string header;
-  std::vector<std::byte> data;
+  std::vector<std::byte> data{};
   uint64_t offset = 0;
-  Status status;
-  zip_error_t error;
+  Status status{};
+  zip_error_t error{};
 };
 
 zip_int64_t NpyCallback(void* user, void* data, zip_uint64_t len,

@@ -17,7 +17,7 @@ struct Classes {
   pybind11::object error, not_found, invalid_argument, corruption, shard;
   // numpy.generic
   pybind11::object numpy_scalar;
-  pybind11::object flat_shard;
+  pybind11::object flat_shard{};
 };
 Classes& classes();
 

@@ -32,7 +32,7 @@ struct MyChunk {
   // the chunk's bytes.
   const TensorView* strided = nullptr;
   // Strided source: the chunk's box in the view's local index space.
-  Box in_view;
+  Box in_view{};
 };
 
 // This rank's chunks of `plan`, and their order by storage key.

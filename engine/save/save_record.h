@@ -20,7 +20,7 @@ namespace ckptdb::engine {
 struct WrittenChunk {
   uint64_t checksum = 0;
   // Absent when the rank saves without incremental saves.
-  std::optional<ContentHash> content_hash;
+  std::optional<ContentHash> content_hash{};
   // Non-zero: the chunk was not written but refers to the bytes of this
   // earlier checkpoint, written there by `writer_rank`.
   int64_t holder_id = 0;

@@ -17,8 +17,8 @@ namespace ckptdb {
 // 0-d box (empty origin and shape) holds one element. The one box type of the
 // library: shards, chunks and reads are all described by it.
 struct Box {
-  Shape origin;
-  Shape shape;
+  Shape origin{};
+  Shape shape{};
 
   int64_t volume() const { return NumElements(shape); }
   size_t ndim() const { return shape.size(); }
@@ -61,8 +61,8 @@ struct IndexEntry {
 
   // True for At: the dimension is dropped from the result.
   bool single = false;
-  std::optional<int64_t> start;
-  std::optional<int64_t> stop;
+  std::optional<int64_t> start{};
+  std::optional<int64_t> stop{};
   int64_t step = 1;
   // Exact: out-of-range bounds are an error instead of clamped.
   bool exact = false;

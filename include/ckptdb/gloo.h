@@ -38,8 +38,8 @@ struct GlooOptions {
   // The network interface (GLOO_SOCKET_IFNAME's meaning: "eth0") or host name
   // whose address the other ranks connect to. Both empty: the address the
   // machine's host name resolves to.
-  std::string interface;
-  std::string hostname;
+  std::string interface {};
+  std::string hostname{};
   // How long one collective call waits for its peers before it fails with an
   // IOError naming them (a save's commit waits for the slowest writer).
   std::chrono::milliseconds timeout = std::chrono::minutes(30);

@@ -71,15 +71,15 @@ struct Options {
   // than the machine has, at the time of the call, and wherever the snapshot
   // memory is fresh (see snapshot_bytes: its page faults make the copy far
   // slower than the writers); true or false: always or never.
-  std::optional<bool> writers_beside_snapshot;
+  std::optional<bool> writers_beside_snapshot{};
   // Retention, applied by every save once its checkpoint is committed: the
   // newest keep_last checkpoints are kept, and older ones are deleted, oldest
   // first, except tagged checkpoints and those whose step is a multiple of
   // keep_every_steps. nullopt keeps every checkpoint (keep_every_steps alone
   // deletes nothing). A failed deletion fails the save with a message saying
   // that its checkpoint is committed. REQUIRES: >= 1 each.
-  std::optional<int64_t> keep_last;
-  std::optional<int64_t> keep_every_steps;
+  std::optional<int64_t> keep_last{};
+  std::optional<int64_t> keep_every_steps{};
   // fsync ckptdb's own files (the commit journal, markers) and directories.
   // RocksDB syncs the table files it writes either way. Turning it off loses
   // crash safety.
@@ -104,22 +104,22 @@ struct Options {
   // I/O, enforcing quotas or testing how a job copes with a failing disk. They
   // must be thread-safe. Each rank passes its own (or none). nullptr (the
   // default) calls nothing and costs one pointer test an operation.
-  std::shared_ptr<FileSystemHooks> file_system_hooks;
+  std::shared_ptr<FileSystemHooks> file_system_hooks{};
   // Set when this rank's open arguments could not be built (a binding
   // converting its language's objects found bad input): DB::Open given it
   // still takes part in the open's first exchange and fails on every rank of
   // the communicator with InvalidArgument naming this rank and the reason, so
   // that the other ranks never wait for, or pair their next open with, a rank
   // that left. Empty (the default): the options are what they say.
-  std::optional<std::string> invalid_arguments;
+  std::optional<std::string> invalid_arguments{};
 };
 
 // Per-save parameters.
 struct SaveOptions {
-  std::optional<int64_t> step;  // training step recorded with the checkpoint
+  std::optional<int64_t> step{};  // training step recorded with the checkpoint
   std::optional<std::string>
-      tag;  // unique name; saving an existing tag is InvalidArgument
-  std::map<std::string, std::string> user_metadata;
+      tag{};  // unique name; saving an existing tag is InvalidArgument
+  std::map<std::string, std::string> user_metadata{};
 };
 
 // Per-load parameters.

@@ -26,17 +26,18 @@ struct LoadStats {
 
 struct LoadResult {
   std::vector<std::string>
-      missing_keys;  // requested, not in the checkpoint (strict=false)
-  std::vector<std::string> unexpected_keys;  // in the checkpoint, not requested
-  LoadStats stats;
+      missing_keys{};  // requested, not in the checkpoint (strict=false)
+  std::vector<std::string>
+      unexpected_keys{};  // in the checkpoint, not requested
+  LoadStats stats{};
 };
 
 // An owned tensor (or part of one) returned by DB::Read.
 struct Tensor {
   DType dtype = DType::kFloat32;
-  Shape shape;
+  Shape shape{};
   // C-contiguous.
-  std::vector<std::byte> data;
+  std::vector<std::byte> data{};
 };
 
 // Byte counts of one DB::Read.
@@ -66,14 +67,14 @@ struct VerifyReport {
   // chunk outside its tensor, a recorded size that does not match its box,
   // chunks that overlap or leave a gap, a chunk unreadable or whose checksum
   // differs. Empty when the checkpoint is intact.
-  std::vector<std::string> problems;
+  std::vector<std::string> problems{};
   // Of the damaged chunks, those whose bytes are intact and read back through
   // the copy the store keeps of their location (their table file is damaged
   // around them: a pointer, index or footer). Nothing of them is lost.
   uint64_t chunks_read_through_copies = 0;
   // Tensors with a chunk whose bytes are damaged or missing: lost in this
   // checkpoint and in every checkpoint that shares that chunk. Sorted.
-  std::vector<std::string> lost_tensors;
+  std::vector<std::string> lost_tensors{};
 
   bool ok() const { return problems.empty(); }
 };
@@ -82,37 +83,37 @@ struct VerifyReport {
 struct StoreCheckReport {
   // Checkpoint ids with chunk data but no record that may have been
   // committed: damage (the data is kept, never deleted).
-  std::vector<int64_t> unaccounted_chunk_ids;
+  std::vector<int64_t> unaccounted_chunk_ids{};
   // Checkpoint ids with chunk data but no record that were never committed,
   // or with value files that no chunk reaches: a save under way or cut short
   // (or a delete cut short), whose leftovers the next read-write open
   // removes. Not damage.
-  std::vector<int64_t> unfinished_save_ids;
+  std::vector<int64_t> unfinished_save_ids{};
   // Value files of a checkpoint that none of its chunks is in (left by a
   // writer of an earlier, failed attempt at that checkpoint id), by path:
   // unreachable space, not damage.
-  std::vector<std::string> stray_value_files;
+  std::vector<std::string> stray_value_files{};
   // Damaged or missing copies of the commit journal, by path, with why
   // (missing both: nothing guards the checkpoints against a database that
   // loses records). A read-write open writes them again.
-  std::vector<std::string> damaged_journal_copies;
+  std::vector<std::string> damaged_journal_copies{};
   // Metadata (records, chunk locations, the database's own) damaged in one
   // of the two copies the store keeps, one line each naming the checkpoint
   // and the file: nothing is lost, reads use the intact copy, and the next
   // read-write open rewrites the damaged one.
-  std::vector<std::string> repairable_metadata;
+  std::vector<std::string> repairable_metadata{};
   // Metadata damaged in both copies, one line each naming the checkpoint.
-  std::vector<std::string> lost_metadata;
+  std::vector<std::string> lost_metadata{};
   // Chunk table files damaged outside their blocks (their whole-file
   // checksum differs, their blocks check), one line each naming the file:
   // every chunk in or behind them reads whole, and no open rewrites them.
   // Damage inside a chunk table's blocks is reported by Verify of the
   // checkpoints whose chunks it holds.
-  std::vector<std::string> damaged_chunk_tables;
+  std::vector<std::string> damaged_chunk_tables{};
   // Entries that are not ckptdb's where it keeps its directories (a symbolic
   // link or a FIFO at staging, values or values/<id>): left alone by every
   // call, so they are for the user to remove. "PATH is a symbolic link".
-  std::vector<std::string> foreign_entries;
+  std::vector<std::string> foreign_entries{};
   // Whether a read-write handle (of this process or another) held the store
   // while it was checked: unfinished_save_ids and stray_value_files may then
   // be a save under way. Without one they are left over.

@@ -81,18 +81,18 @@ struct Box;  // ckptdb/box.h
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::kFloat32;
-  Device device;
-  Shape local_shape;
-  Shape global_shape;
-  Shape global_offset;  // same rank as global_shape; local box = [offset,
-                        // offset + local_shape)
+  Device device{};
+  Shape local_shape{};
+  Shape global_shape{};
+  Shape global_offset{};  // same rank as global_shape; local box = [offset,
+                          // offset + local_shape)
   // Element (not byte) strides of `data`, one per dimension of local_shape;
   // empty: dense row-major (C-contiguous). Negative strides are refused; a
   // load target must not have a stride of 0 on a dimension longer than 1.
-  Shape strides;
+  Shape strides{};
   // Set for a flat range: its first element's row-major position in the
   // global tensor. Then local_shape is 1-D and global_offset empty.
-  std::optional<int64_t> flat_offset;
+  std::optional<int64_t> flat_offset{};
 
   // The whole tensor: offset 0, local shape == global shape.
   static TensorView Whole(void* data, DType dtype, Shape shape,
@@ -127,7 +127,7 @@ Shape RowMajorStrides(const Shape& shape);
 
 // Raw bytes, distinct from text.
 struct Bytes {
-  std::string data;
+  std::string data{};
   friend bool operator==(const Bytes&, const Bytes&) = default;
 };
 
@@ -140,7 +140,7 @@ struct None {
 // generator's 128-bit state), as its decimal digits with a leading '-' when
 // negative, no leading zeros ("340282366920938463463374607431768211455").
 struct BigInt {
-  std::string digits;
+  std::string digits{};
   friend bool operator==(const BigInt&, const BigInt&) = default;
 };
 

@@ -36,7 +36,7 @@ struct FaultRule {
   uint32_t ops = kAllFileOps;
   // Only calls on paths containing this are counted ("" counts all), e.g.
   // "MANIFEST" or "/LOG".
-  std::string path_contains;
+  std::string path_contains{};
   // The errno a failed call reports: EIO or ENOSPC.
   int error = EIO;
   // A file system with this many free bytes: writes that do not fit fail with
