@@ -49,6 +49,13 @@ TEST(DBTest, InvalidSavesLeaveTheStoreUnchanged) {
     bad.emplace_back("lies outside the global shape [4]", sd);
   }
   {
+    StateDict sd;  // a negative extent says so
+    sd.Set("w", TensorView::Whole(part.bytes.data(), DType::kFloat32, {-4, 6}));
+    bad.emplace_back(
+        "global shape [-4, 6] and global offset [0, 0] must not be negative",
+        sd);
+  }
+  {
     StateDict sd;  // ranks disagree
     sd.Set("w", TensorView::Shard(part.bytes.data(), DType::kFloat32, {2, 1},
                                   {4}, {0}));

@@ -144,6 +144,17 @@ Status CheckBox(const ErrorName& what, const TensorView& view) {
         " and global offset " + ShapeToString(view.global_offset) +
         " must have the same number of dimensions");
   }
+  auto negative = [](const Shape& s) {
+    return std::any_of(s.begin(), s.end(), [](int64_t x) { return x < 0; });
+  };
+  if (negative(view.local_shape) || negative(view.global_shape) ||
+      negative(view.global_offset)) {
+    return Status::InvalidArgument(
+        what + ": local shape " + ShapeToString(view.local_shape) +
+        ", global shape " + ShapeToString(view.global_shape) +
+        " and global offset " + ShapeToString(view.global_offset) +
+        " must not be negative");
+  }
   if (inside != planner::PartitionError::kNone) {
     return Status::InvalidArgument(
         what + ": shard of shape " + ShapeToString(view.local_shape) +

@@ -33,6 +33,7 @@ import functools as _functools
 import inspect as _inspect
 import operator as _operator
 import os as _os
+import sys as _sys
 
 from . import _ckptdb
 
@@ -323,11 +324,16 @@ class DB:
             self.close()
             return False
         # The body's exception says what went wrong; a close that fails after it (its group's
-        # connections failed in that very call, say) would only hide it.
+        # connections failed in that very call, say) would hide it if raised. It goes into the
+        # body's exception as a note instead: it may be a background save's failure, which no
+        # other call will report.
         try:
             self.close()
-        except Error:
-            pass
+        except Error as e:
+            if exc is not None and hasattr(exc, "add_note"):
+                exc.add_note(f"ckptdb: closing the store raised too: {e}")
+            else:
+                print(f"ckptdb: closing the store raised too: {e}", file=_sys.stderr)
         return False
 
     def __repr__(self):

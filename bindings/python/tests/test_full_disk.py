@@ -208,6 +208,13 @@ def test_a_failed_background_save_no_wait_raised_is_raised_by_the_next_call(smal
         with ckptdb.open(store) as db:
             db.save_async(too_big, step=6)
     assert db.closed
+    # A block that ends on an exception of its own raises that one, the save's error in a note.
+    with pytest.raises(KeyError) as raised:
+        with ckptdb.open(store) as db:
+            db.save_async(too_big, step=7)
+            raise KeyError("the training step failed")
+    notes = getattr(raised.value, "__notes__", [])
+    assert any("asynchronous save of step 7 failed" in note for note in notes), notes
     with ckptdb.open(store, read_only=True) as db:
         assert [c.step for c in db.checkpoints()] == [1, 3, 5]
         out = {"a": np.zeros(1000, dtype=np.float32)}
