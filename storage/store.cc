@@ -34,7 +34,7 @@ void StoreImpl::CloseDb() {
     std::lock_guard lock(held_mu_);
     held_values_checked_.clear();
   }
-  ForgetInfos();
+  memo_.ForgetAll();
   {
     std::lock_guard lock(live_ids_mu_);
     live_ids_.reset();  // numbered by the database being closed
@@ -181,57 +181,6 @@ Result<std::vector<CheckpointInfo>> StoreImpl::List() {
   return VisibleInfos();
 }
 
-std::optional<CheckpointInfo> StoreImpl::KnownInfo(int64_t checkpoint_id) {
-  std::lock_guard lock(infos_mu_);
-  auto it = infos_.find(checkpoint_id);
-  if (it == infos_.end()) return std::nullopt;
-  return it->second;
-}
-
-void StoreImpl::RememberInfo(const CheckpointInfo& info) {
-  std::lock_guard lock(infos_mu_);
-  infos_.insert_or_assign(info.id, info);
-}
-
-void StoreImpl::ForgetInfo(int64_t checkpoint_id) {
-  std::lock_guard lock(infos_mu_);
-  infos_.erase(checkpoint_id);
-  if (decoded_ && decoded_->meta.info.id == checkpoint_id) decoded_.reset();
-}
-
-void StoreImpl::ForgetInfos() {
-  std::lock_guard lock(infos_mu_);
-  infos_.clear();
-  record_ids_.reset();
-  decoded_.reset();
-  ++records_changed_;
-}
-
-std::optional<std::set<int64_t>> StoreImpl::KnownRecordIds(uint64_t* changes) {
-  std::lock_guard lock(infos_mu_);
-  *changes = records_changed_;
-  return record_ids_;
-}
-
-void StoreImpl::RememberRecordIds(std::set<int64_t> ids, uint64_t changes) {
-  std::lock_guard lock(infos_mu_);
-  if (changes == records_changed_) record_ids_ = std::move(ids);
-}
-
-void StoreImpl::RecordAdded(int64_t checkpoint_id) {
-  std::lock_guard lock(infos_mu_);
-  if (record_ids_) record_ids_->insert(checkpoint_id);
-  ++records_changed_;
-}
-
-void StoreImpl::RecordRemoved(int64_t checkpoint_id) {
-  std::lock_guard lock(infos_mu_);
-  infos_.erase(checkpoint_id);
-  if (decoded_ && decoded_->meta.info.id == checkpoint_id) decoded_.reset();
-  if (record_ids_) record_ids_->erase(checkpoint_id);
-  ++records_changed_;
-}
-
 std::optional<CheckpointInfo> StoreImpl::ReadInfo(int64_t checkpoint_id) {
   rocksdb::PinnableSlice record;
   if (!db_->Get(rocksdb::ReadOptions(), meta_, MetaKey(checkpoint_id), &record)
@@ -240,18 +189,18 @@ std::optional<CheckpointInfo> StoreImpl::ReadInfo(int64_t checkpoint_id) {
   Result<CheckpointInfo> info =
       DecodeCheckpointInfo(std::string_view(record.data(), record.size()));
   if (!info.ok() || info->id != checkpoint_id) return std::nullopt;
-  RememberInfo(*info);
+  memo_.RememberInfo(*info);
   return std::move(info).value();
 }
 
 Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
   uint64_t changes = 0;
-  if (std::optional<std::set<int64_t>> ids = KnownRecordIds(&changes)) {
+  if (std::optional<std::set<int64_t>> ids = memo_.RecordIds(&changes)) {
     std::vector<CheckpointInfo> out;
     out.reserve(ids->size());
     for (int64_t id : *ids) {
       if (!catalogue_.Visible(id)) continue;
-      std::optional<CheckpointInfo> info = KnownInfo(id);
+      std::optional<CheckpointInfo> info = memo_.Info(id);
       if (!info) info = ReadInfo(id);
       if (!info) return WalkVisibleInfos();  // damage, which the walk reports
       out.push_back(std::move(*info));
@@ -263,19 +212,19 @@ Result<std::vector<CheckpointInfo>> StoreImpl::VisibleInfos() {
 
 Result<std::vector<CheckpointInfo>> StoreImpl::WalkVisibleInfos() {
   uint64_t changes = 0;
-  KnownRecordIds(&changes);
+  memo_.RecordIds(&changes);
   std::set<int64_t> ids;
   std::vector<CheckpointInfo> out;
   CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id,
                                            std::string_view record) {
     ids.insert(id);
     if (!catalogue_.Visible(id)) return true;
-    if (std::optional<CheckpointInfo> known = KnownInfo(id)) {
+    if (std::optional<CheckpointInfo> known = memo_.Info(id)) {
       out.push_back(std::move(*known));
       return true;
     }
     auto info = DecodeCheckpointInfo(record);
-    if (info.ok() && info->id == id) RememberInfo(*info);
+    if (info.ok() && info->id == id) memo_.RememberInfo(*info);
     if (!info.ok()) {
       // From the copy; when both are damaged the listing still names the
       // checkpoint, and the calls that need its record fail.
@@ -295,7 +244,7 @@ Result<std::vector<CheckpointInfo>> StoreImpl::WalkVisibleInfos() {
     out.push_back(*info);
     return true;
   }));
-  RememberRecordIds(std::move(ids), changes);
+  memo_.RememberRecordIds(std::move(ids), changes);
   // Records only their copies hold come after the others.
   std::sort(out.begin(), out.end(),
             [](const CheckpointInfo& a, const CheckpointInfo& b) {
@@ -371,7 +320,7 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   const std::string what = "checkpoint " + std::to_string(id);
   auto committed = [&] { return catalogue_.Committed(id); };
   ForgetIndex(id);  // an id whose earlier commit failed is used again
-  ForgetInfo(id);
+  memo_.ForgetInfo(id);
   CKPTDB_RETURN_IF_ERROR(CheckReferencesHeld(meta.info));
   CommitSteps steps;
   if (!staged.empty()) {
@@ -402,7 +351,7 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
   for (const auto& [key, value] : records) batch.Put(meta_, key, value);
   Status s = WriteMeta(&batch, "committing " + what);
   // (A commit that fails from here on reopens, which forgets the ids.)
-  if (s.ok()) RecordAdded(id);
+  if (s.ok()) memo_.Added(id);
   // Room for them in the metadata cache before they are read back from their
   // table file (which puts them there).
   const size_t meta_cache_bytes = s.ok() ? FitMetaCache(record_bytes) : 0;

@@ -484,11 +484,11 @@ Status StoreImpl::RepairCopies() {
 Status StoreImpl::RewriteMetaFamily() {
   const std::string what =
       "rewriting the metadata of '" + path_ + "' from its copies";
-  ForgetInfos();
+  memo_.ForgetAll();
   // Whatever part of the rewrite happens, what the walk below found is stale.
   struct ForgetAtEnd {
     StoreImpl* store;
-    ~ForgetAtEnd() { store->ForgetInfos(); }
+    ~ForgetAtEnd() { store->memo_.ForgetAll(); }
   } forget_at_end{this};
   const std::optional<CommitJournal> journal = catalogue_.journal();
   CKPTDB_ASSIGN_OR_RETURN(std::set<int64_t> ids, RecordIds());

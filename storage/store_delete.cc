@@ -171,7 +171,7 @@ Status StoreImpl::DeleteOnce(int64_t checkpoint_id, FileRemover::Batch* later) {
   if (s.ok()) s = DeleteRecord(checkpoint_id);
   // After the records are gone: a listing that read them before the journal
   // changed may have remembered the info meanwhile.
-  ForgetInfo(checkpoint_id);
+  memo_.ForgetInfo(checkpoint_id);
   if (s.ok()) s = DropUnreferenced(freeing, later);
   if (s.ok()) {
     for (int64_t id : freeing) journal.deleting.erase(id);

@@ -39,6 +39,7 @@
 #include "storage/keys.h"
 #include "storage/metadata_codec.h"
 #include "storage/record_copies.h"
+#include "storage/record_memo.h"
 #include "storage/store.h"
 #include "storage/value_files.h"
 #include "storage/writer_claim.h"
@@ -234,7 +235,7 @@ class StoreImpl : public Store {
   Result<CheckpointMetadata> TensorFromDecodedRecord(int64_t checkpoint_id,
                                                      std::string_view key);
   // The main record of `checkpoint_id` decoded without paths, its small
-  // tensors' chunks filled in: kept (decoded_) when its bytes are few enough.
+  // tensors' chunks filled in: kept by memo_ when its bytes are few enough.
   Result<std::shared_ptr<const MainRecord>> DecodedRecord(
       int64_t checkpoint_id);
   // GetMetadata's work: every tensor's chunks, or those of `tensor_keys` only.
@@ -756,47 +757,11 @@ class StoreImpl : public Store {
       std::make_shared<BufferPool>(size_t{256} << 20);
   // Made by each OpenRocks, over its database.
   std::unique_ptr<ChunkFileReader> files_;
-  // The infos VisibleInfos decoded from committed main records, by id. A
-  // committed record never changes (an id is never given to another
-  // checkpoint once committed), so a handle decodes each once; CloseDb (every
-  // reopen) and the rewrite from the copies forget them all, a delete its own.
-  std::mutex infos_mu_;
-  std::map<int64_t, CheckpointInfo> infos_;
-  std::optional<CheckpointInfo> KnownInfo(int64_t checkpoint_id);
-  void RememberInfo(const CheckpointInfo& info);
-  void ForgetInfo(int64_t checkpoint_id);
-  // Forgets the infos, the record ids and the decoded record.
-  void ForgetInfos();
-  // The main record GetTensorMetadata decoded last (DecodedRecord), kept as
-  // the infos are (guarded by infos_mu_; a delete forgets it): reading a
-  // checkpoint's tensors one by one decodes its record once, not once a
-  // tensor (10,000 tensors: 5 ms a read). Records of up to
-  // kKeptDecodedRecordBytes (about 100,000 tensors) only, so that what a
-  // handle keeps stays small beside the tensors it reads.
-  static constexpr size_t kKeptDecodedRecordBytes = size_t{16} << 20;
-  std::shared_ptr<const MainRecord> decoded_;
-  // The ids of the records, as a walk found them (RecordIds), kept as the
-  // infos are (guarded by infos_mu_): the records change only through this
-  // handle's commits and deletes (one writer; a read-only handle sees a fixed
-  // view until its Refresh reopens), which keep the set current, and every
-  // reopen and every rewrite from the copies forgets it. Every save and every
-  // listing needs them; a walk reads every main record of the store, which
-  // for a store of many checkpoints of many tensors is megabytes from files
-  // each time (the metadata cache holds at most 64 MiB).
-  std::optional<std::set<int64_t>> record_ids_;
+  // The infos, record ids and decoded record this handle has read; CloseDb
+  // (every reopen) and the rewrite from the copies forget them all, a delete
+  // its own checkpoint's.
+  RecordMemo memo_;
   std::atomic<uint64_t> record_walks_{0};
-  // Counts the changes to the records, so that a walk that ran beside one
-  // does not leave its older view behind (guarded by infos_mu_).
-  uint64_t records_changed_ = 0;
-  // The known record ids, if any, and the count of changes to pass to
-  // RememberRecordIds after a walk.
-  std::optional<std::set<int64_t>> KnownRecordIds(uint64_t* changes);
-  // Keeps `ids` unless the records changed since KnownRecordIds gave
-  // `changes`.
-  void RememberRecordIds(std::set<int64_t> ids, uint64_t changes);
-  // This handle wrote the record of `checkpoint_id`, or deleted it.
-  void RecordAdded(int64_t checkpoint_id);
-  void RecordRemoved(int64_t checkpoint_id);
   // Held checkpoints whose value files CheckHeldValueFiles found whole.
   std::mutex held_mu_;
   std::set<int64_t> held_values_checked_;

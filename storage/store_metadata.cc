@@ -116,9 +116,9 @@ Status StoreImpl::DeleteRecord(int64_t checkpoint_id) {
   CKPTDB_RETURN_IF_ERROR(RemoveCopy(CopyKind::kRecords, checkpoint_id));
   const Status s = WriteMeta(&batch, what);
   if (s.ok()) {
-    RecordRemoved(checkpoint_id);
+    memo_.Removed(checkpoint_id);
   } else {
-    ForgetInfos();  // the tombstones may have been written
+    memo_.ForgetAll();  // the tombstones may have been written
   }
   return s;
 }
@@ -199,11 +199,7 @@ Result<CheckpointMetadata> StoreImpl::TensorFromDecodedRecord(
 Result<std::shared_ptr<const MainRecord>> StoreImpl::DecodedRecord(
     int64_t checkpoint_id) {
   uint64_t changes = 0;
-  {
-    std::lock_guard lock(infos_mu_);
-    if (decoded_ && decoded_->meta.info.id == checkpoint_id) return decoded_;
-    changes = records_changed_;
-  }
+  if (auto kept = memo_.Decoded(checkpoint_id, &changes)) return kept;
   rocksdb::ManagedSnapshot snapshot(db_.get());
   rocksdb::ReadOptions read;
   read.snapshot = snapshot.snapshot();
@@ -221,11 +217,7 @@ Result<std::shared_ptr<const MainRecord>> StoreImpl::DecodedRecord(
                               std::to_string(main.meta.info.id));
   CKPTDB_RETURN_IF_ERROR(ReadSmallTensors(read, nullptr, &main));
   auto decoded = std::make_shared<const MainRecord>(std::move(main));
-  if (record_bytes <= kKeptDecodedRecordBytes) {
-    // Not a record a delete or a reopen beside this read has let go of.
-    std::lock_guard lock(infos_mu_);
-    if (changes == records_changed_) decoded_ = decoded;
-  }
+  memo_.RememberDecoded(decoded, record_bytes, changes);
   return decoded;
 }
 

@@ -607,14 +607,14 @@ Status StoreImpl::PreCheckReadOnly(bool has_db) {
 
 Result<std::set<int64_t>> StoreImpl::RecordIds() {
   uint64_t changes = 0;
-  if (std::optional<std::set<int64_t>> known = KnownRecordIds(&changes))
+  if (std::optional<std::set<int64_t>> known = memo_.RecordIds(&changes))
     return std::move(known).value();
   std::set<int64_t> ids;
   CKPTDB_RETURN_IF_ERROR(ForEachRecord([&](int64_t id, std::string_view) {
     ids.insert(id);
     return true;
   }));
-  RememberRecordIds(ids, changes);
+  memo_.RememberRecordIds(ids, changes);
   return ids;
 }
 
