@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -117,6 +118,40 @@ TEST_F(ChunkReaderTest, ReadsLargeChunksStraightFromValueAndTableFiles) {
       EXPECT_EQ(head + tail, std::string(chunk.nbytes, 'L'));
     }
   }
+}
+
+// Large pieces whose place in memory lies a few bytes past their place in
+// the file, modulo a page, go through a buffer (the kernel's copy is slow
+// there): every place a piece can lie at reads back the same bytes, as do
+// pieces around it and a failing disk's read.
+TEST_F(ChunkReaderTest, LargePiecesReadTheSameBytesAtEveryPlaceInMemory) {
+  patterned_ = true;
+  const int64_t size = (int64_t{2} << 20) + 4093;  // over two buffers' worth
+  const CheckpointMetadata meta = Saved(5, {size}, 0);
+  const ChunkMetadata& chunk = meta.tensors.at("w").chunks[0];
+  const std::string want = ChunkBytes(0, size, 0);
+  ChunkFileReader reader = Reader();
+  std::vector<char> memory(size + 8192);
+  char* page = memory.data() +
+               (4096 - reinterpret_cast<uintptr_t>(memory.data()) % 4096);
+  for (int64_t shift = 0; shift < 4096; shift += 7) {
+    // A small piece first, then the large one at `shift` into a page.
+    std::string head(33, '\0');
+    char* rest = page + shift;
+    std::fill(rest, rest + size - head.size(), '\0');
+    ASSERT_TRUE(
+        reader.ReadDirect(5, KeyOf(5, chunk), chunk.checksum,
+                          {{head.data(), head.size()},
+                           {rest, static_cast<size_t>(size) - head.size()}}))
+        << "shift " << shift;
+    ASSERT_EQ(head + std::string(rest, size - head.size()), want)
+        << "shift " << shift;
+  }
+  hooks_->suffix = ".val";
+  hooks_->reads = 0;
+  hooks_->fail_from = 0;
+  EXPECT_FALSE(reader.ReadDirect(5, KeyOf(5, chunk), chunk.checksum,
+                                 {{page + 16, static_cast<size_t>(size)}}));
 }
 
 TEST_F(ChunkReaderTest, LeavesToRocksDBWhatItCannotReadWhole) {

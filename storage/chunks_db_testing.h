@@ -86,7 +86,7 @@ class ChunksDbTest : public ::testing::Test {
     for (int64_t size : sizes) {
       const int64_t origin = next_origin_;
       next_origin_ += size;
-      auto sum = (*writer)->Add("w", {origin}, std::string(size, fill));
+      auto sum = (*writer)->Add("w", {origin}, ChunkBytes(origin, size, fill));
       EXPECT_TRUE(sum.ok()) << sum.status().ToString();
       tensor.chunks.push_back(
           {Box{{origin}, {size}}, rank, static_cast<uint64_t>(size), *sum});
@@ -95,6 +95,19 @@ class ChunksDbTest : public ::testing::Test {
     auto finished = (*writer)->Finish();
     EXPECT_TRUE(finished.ok()) << finished.status().ToString();
     return finished.ok() ? *finished : "";
+  }
+
+  // The bytes Stage gives the chunk at `origin`: `fill` repeated, or with
+  // `patterned_`, bytes that differ from their neighbours' (so that a byte
+  // read into the wrong place shows).
+  std::string ChunkBytes(int64_t origin, int64_t size, char fill) const {
+    std::string bytes(size, fill);
+    if (patterned_) {
+      for (int64_t i = 0; i < size; ++i)
+        bytes[i] =
+            static_cast<char>(((origin + i) * 131 + (origin + i) / 251) & 0xff);
+    }
+    return bytes;
   }
 
   // The chunks of checkpoint `id` the database holds, by counting keys.
@@ -119,6 +132,8 @@ class ChunksDbTest : public ::testing::Test {
   int64_t next_origin_ = 0;
   // Whether staged files put large chunks in value files.
   bool value_files_ = true;
+  // Whether Stage fills chunks with a pattern rather than `fill`.
+  bool patterned_ = false;
 };
 
 }  // namespace ckptdb::storage::testing
