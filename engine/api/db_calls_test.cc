@@ -58,16 +58,30 @@ TEST(DBTest, SaveAsyncSnapshotsTheStateBeforeReturning) {
   }
 }
 
+// A store of a state of one tensor, on a disk that fills up on demand.
+struct StoreOnAFillingDisk {
+  TempDir dir;
+  std::shared_ptr<FaultInjector> faults = std::make_shared<FaultInjector>();
+  std::unique_ptr<DB> db = OpenOrDie(dir.path(), WithHooks(faults));
+  Buf w{DType::kFloat32, {300, 500}};
+  StateDict sd;
+
+  StoreOnAFillingDisk() { sd.Set("w", w.Whole()); }
+  // Every write and sync from now on fails with ENOSPC, until Disarm.
+  void FillTheDisk() {
+    faults->Arm({.nth = 1,
+                 .from_nth_on = true,
+                 .ops = FileOpMask(FileOp::kWrite) | FileOpMask(FileOp::kSync),
+                 .error = ENOSPC});
+  }
+};
+
 // Every other collective call waits for the pending save first; invalid
 // input fails at once; a background failure (a full disk) comes from Wait and
 // leaves the store as it was.
 TEST(DBTest, SaveAsyncWithOtherCallsAndFailures) {
-  TempDir dir;
-  auto faults = std::make_shared<FaultInjector>();
-  auto db = OpenOrDie(dir.path(), WithHooks(faults));
-  Buf w(DType::kFloat32, {300, 500});
-  StateDict sd;
-  sd.Set("w", w.Whole());
+  StoreOnAFillingDisk store;
+  auto& [dir, faults, db, w, sd] = store;
   auto a = db->SaveAsync(sd, {.step = 1});
   ASSERT_TRUE(a.ok());
   auto b = db->Save(sd, {.step = 2});  // waits for the first
@@ -90,10 +104,7 @@ TEST(DBTest, SaveAsyncWithOtherCallsAndFailures) {
   EXPECT_TRUE(again.status().IsInvalidArgument()) << again.status().ToString();
   ASSERT_TRUE((*dup)->Wait().ok());
   // A full disk during the background write.
-  faults->Arm({.nth = 1,
-               .from_nth_on = true,
-               .ops = FileOpMask(FileOp::kWrite) | FileOpMask(FileOp::kSync),
-               .error = ENOSPC});
+  store.FillTheDisk();
   auto full = db->SaveAsync(sd, {.step = 5});
   ASSERT_TRUE(full.ok()) << full.status().ToString();
   auto failed = (*full)->Wait();
@@ -122,19 +133,9 @@ TEST(DBTest, SaveAsyncWithOtherCallsAndFailures) {
 // once, naming the save; Close closes and returns it; a failure that Wait()
 // returned is not returned again.
 TEST(DBTest, AnAsynchronousSavesFailureNoWaitReportedIsTheNextCallsError) {
-  TempDir dir;
-  auto faults = std::make_shared<FaultInjector>();
-  auto db = OpenOrDie(dir.path(), WithHooks(faults));
-  Buf w(DType::kFloat32, {300, 500});
-  StateDict sd;
-  sd.Set("w", w.Whole());
+  StoreOnAFillingDisk store;
+  auto& [dir, faults, db, w, sd] = store;
   ASSERT_TRUE(db->Save(sd, {.step = 1}).ok());
-  auto fail_the_next_save = [&] {
-    faults->Arm({.nth = 1,
-                 .from_nth_on = true,
-                 .ops = FileOpMask(FileOp::kWrite) | FileOpMask(FileOp::kSync),
-                 .error = ENOSPC});
-  };
   using Call = std::function<Status()>;
   const std::vector<std::pair<std::string, Call>> calls = {
       {"Save", [&] { return db->Save(sd, {.step = 9}).status(); }},
@@ -151,7 +152,7 @@ TEST(DBTest, AnAsynchronousSavesFailureNoWaitReportedIsTheNextCallsError) {
   for (const auto& [name, call] : calls) {
     // A save that succeeds first: the reserve a failed one used is back.
     ASSERT_TRUE(db->Save(sd, {.step = 1}).ok()) << name;
-    fail_the_next_save();
+    store.FillTheDisk();
     auto failing = db->SaveAsync(sd, {.step = step});
     ASSERT_TRUE(failing.ok()) << name << ": " << failing.status().ToString();
     while (!(*failing)->Done()) std::this_thread::yield();
@@ -174,14 +175,14 @@ TEST(DBTest, AnAsynchronousSavesFailureNoWaitReportedIsTheNextCallsError) {
     ++step;
   }
   // Returned by Wait(): not the next call's.
-  fail_the_next_save();
+  store.FillTheDisk();
   auto waited = db->SaveAsync(sd, {.step = 20});
   ASSERT_TRUE(waited.ok());
   EXPECT_FALSE((*waited)->Wait().ok());
   faults->Disarm();
   EXPECT_TRUE(db->Save(sd, {.step = 21}).ok());
   // Close closes and returns it; closing again is OK.
-  fail_the_next_save();
+  store.FillTheDisk();
   auto last = db->SaveAsync(sd, {.step = 22, .tag = std::string("last")});
   ASSERT_TRUE(last.ok());
   const Status closed = db->Close();

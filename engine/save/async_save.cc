@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "engine/api/db_impl.h"
 #include "engine/collectives/wire.h"
@@ -213,8 +214,7 @@ void DBImpl::TakeSnapshot(const PreparedSave& p, SnapshotRing& ring) {
 
 Status DBImpl::WaitPending() {
   if (pending_ == nullptr) return Status::OK();
-  const std::shared_ptr<AsyncSave> pending = std::move(pending_);
-  pending_.reset();
+  const std::shared_ptr<AsyncSave> pending = std::exchange(pending_, nullptr);
   (void)NotingPeerClosing(pending->Join());
   return pending->Unreported();
 }
