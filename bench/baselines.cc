@@ -41,7 +41,7 @@ uint64_t ChunkBytes(const Config& c) {
 // Hashes `b` in chunk-sized pieces, as a save must to checksum its chunks and
 // compare them with the last checkpoint's; with `fd`, each piece is written
 // right after its hash (while still in cache).
-uint64_t HashPieces(const Config& c, const std::vector<uint8_t>& b, int fd,
+uint64_t HashPieces(const Config& c, const Buffer& b, int fd,
                     const std::string& path) {
   uint64_t sum = 0;
   const size_t piece = ChunkBytes(c);
