@@ -238,6 +238,12 @@ class StoreImpl : public Store {
   // tensors' chunks filled in: kept by memo_ when its bytes are few enough.
   Result<std::shared_ptr<const MainRecord>> DecodedRecord(
       int64_t checkpoint_id);
+  // The main record of `checkpoint_id` (GetRecord) decoded, with or without
+  // its paths; Corruption when it claims another id. `record_bytes`, when
+  // given, receives its encoded size.
+  Result<MainRecord> ReadMainRecord(int64_t checkpoint_id,
+                                    const rocksdb::ReadOptions& read,
+                                    bool paths, size_t* record_bytes = nullptr);
   // GetMetadata's work: every tensor's chunks, or those of `tensor_keys` only.
   Result<CheckpointMetadata> ReadMetadata(
       int64_t checkpoint_id, const std::vector<std::string_view>* tensor_keys);

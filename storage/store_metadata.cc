@@ -203,22 +203,31 @@ Result<std::shared_ptr<const MainRecord>> StoreImpl::DecodedRecord(
   rocksdb::ManagedSnapshot snapshot(db_.get());
   rocksdb::ReadOptions read;
   read.snapshot = snapshot.snapshot();
-  rocksdb::PinnableSlice record;
-  CKPTDB_RETURN_IF_ERROR(GetRecord(checkpoint_id, &record, read));
-  const size_t record_bytes = record.size();
+  size_t record_bytes = 0;
   CKPTDB_ASSIGN_OR_RETURN(
       MainRecord main,
-      DecodeMainRecord(std::string_view(record.data(), record.size()),
-                       /*paths=*/false));
-  record.Reset();
-  if (main.meta.info.id != checkpoint_id)
-    return Status::Corruption("checkpoint record at id " +
-                              std::to_string(checkpoint_id) + " claims id " +
-                              std::to_string(main.meta.info.id));
+      ReadMainRecord(checkpoint_id, read, /*paths=*/false, &record_bytes));
   CKPTDB_RETURN_IF_ERROR(ReadSmallTensors(read, nullptr, &main));
   auto decoded = std::make_shared<const MainRecord>(std::move(main));
   memo_.RememberDecoded(decoded, record_bytes, changes);
   return decoded;
+}
+
+Result<MainRecord> StoreImpl::ReadMainRecord(int64_t checkpoint_id,
+                                             const rocksdb::ReadOptions& read,
+                                             bool paths, size_t* record_bytes) {
+  rocksdb::PinnableSlice record;
+  CKPTDB_RETURN_IF_ERROR(GetRecord(checkpoint_id, &record, read));
+  if (record_bytes != nullptr) *record_bytes = record.size();
+  CKPTDB_ASSIGN_OR_RETURN(
+      MainRecord main,
+      DecodeMainRecord(std::string_view(record.data(), record.size()), paths));
+  if (main.meta.info.id != checkpoint_id) {
+    return Status::Corruption("checkpoint record at id " +
+                              std::to_string(checkpoint_id) + " claims id " +
+                              std::to_string(main.meta.info.id));
+  }
+  return main;
 }
 
 Result<CheckpointMetadata> StoreImpl::ReadMetadata(
@@ -246,20 +255,10 @@ Result<CheckpointMetadata> StoreImpl::ReadRocksMetadata(
   rocksdb::ManagedSnapshot snapshot(db_.get());
   rocksdb::ReadOptions read;
   read.snapshot = snapshot.snapshot();
-  Result<MainRecord> main = Status::Internal("unread");
-  {
-    rocksdb::PinnableSlice record;
-    CKPTDB_RETURN_IF_ERROR(GetRecord(checkpoint_id, &record, read));
-    // A load (named tensors) matches its leaves by flat key: no paths.
-    main = DecodeMainRecord(std::string_view(record.data(), record.size()),
-                            /*paths=*/tensor_keys == nullptr);
-  }
+  // A load (named tensors) matches its leaves by flat key: no paths.
+  Result<MainRecord> main =
+      ReadMainRecord(checkpoint_id, read, /*paths=*/tensor_keys == nullptr);
   if (!main.ok()) return main.status().WithContext(context);
-  if (main->meta.info.id != checkpoint_id) {
-    return Status::Corruption("checkpoint record at id " +
-                              std::to_string(checkpoint_id) + " claims id " +
-                              std::to_string(main->meta.info.id));
-  }
   std::optional<std::vector<std::string_view>> wanted;
   if (tensor_keys) wanted = SortedOnce(*tensor_keys);
   Status s = wanted ? ReadTensorRecords(read, *wanted, &*main)

@@ -257,9 +257,9 @@ Status ShowValuesOnce(const std::string& path, const Selection& sel,
 
 // The tensors an export writes, read by batches: the tensors from the one
 // asked for on, up to kBytes in all (or the one, when larger) and kTensors,
-// by one load each. A load decodes the checkpoint's records once; a read of
-// one tensor decodes its main record (every tensor's entry) as well, so
-// tensor by tensor would be quadratic (minutes for 20,000 small tensors).
+// by one load each. A load plans its reads together and reads neighbouring
+// chunks with one system call; DB::Read takes a tensor at a time (20,000
+// tensors of 64 B: 1.0-1.5 s by reads against 0.2-0.4 s by batches).
 // Memory: a batch, or the largest tensor.
 class ExportBatch {
  public:

@@ -45,7 +45,6 @@ bool SameArray(const TensorView& a, const TensorView& b) {
 // The largest tensor a save or load takes: 1 PiB.
 constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 50;
 
-// A flat range: 1-D, inside the flattened tensor.
 // "[begin, end)", or, where the end does not fit in 64 bits, "of n elements
 // from element begin".
 std::string FlatRangeText(int64_t begin, int64_t n) {
@@ -61,6 +60,7 @@ std::string FlatRangeText(int64_t begin, int64_t n) {
   return text;
 }
 
+// A flat range: 1-D, inside the flattened tensor.
 Status CheckFlatRange(const ErrorName& what, const TensorView& view) {
   if (view.local_shape.size() != 1 || !view.global_offset.empty()) {
     return Status::InvalidArgument(
