@@ -1,8 +1,8 @@
 // Flat-range shards and strided views across ranks: saved from flat ranges on
 // 3 ranks and loaded into row shards on 2, the reverse, flat ranges mixed with
 // Shards, replicas of flat ranges, gaps; strided views of every element size
-// saved on 2 ranks and loaded into strided column shards. Built twice, like
-// multirank_scenarios.cc (threads and mpirun).
+// saved on 2 ranks and loaded into strided column shards; tied targets. Built
+// twice, like multirank_scenarios.cc (threads and mpirun).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -192,6 +192,47 @@ TEST(FlatRangeRanksTest, ReplicasStoredOnceGapsAndOverlapsRefused) {
     ASSERT_TRUE(info.ok()) << info.status().ToString();
     EXPECT_EQ(info->nbytes, g.bytes.size());
   });
+}
+
+// One array under three keys (tied weights) receives the bytes of the key
+// that sorts last on every rank, whose sources are saved in many chunks by
+// every rank and so reach each target from several readers; the other keys'
+// chunks are not read.
+TEST(TiedTargetRanksTest, TheKeyThatSortsLastFillsTheArrayOnEveryRank) {
+  if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
+  SharedTempDir dir;
+  const std::map<std::string, GlobalTensor> tensors = {
+      {"emb", GlobalTensor(DType::kFloat32, {24, 16}, 1)},
+      {"head", GlobalTensor(DType::kFloat32, {24, 16}, 2)},
+      {"proj", GlobalTensor(DType::kFloat32, {24, 16}, 3)}};
+  const GlobalTensor& last = tensors.at("proj");
+  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(dir.path(), comm, SmallChunks());
+    std::vector<OwnedShard> shards;
+    shards.reserve(tensors.size());
+    StateDict sd;
+    for (const auto& [key, g] : tensors) {
+      const auto [offset, local] = RowsOf(g, rank, 3);
+      shards.push_back(ShardOf(g, offset, local));
+      sd.Set(key, shards.back().View(g));
+    }
+    ASSERT_TRUE(db->Save(sd, {.step = 1}).ok());
+  });
+  for (int ranks : {1, 3}) {
+    RunRanks(ranks, [&](int rank, std::shared_ptr<Communicator> comm) {
+      auto db = OpenRank(dir.path(), comm, SmallChunks());
+      // Columns: every rank's target needs bytes every saving rank wrote.
+      auto [begin, end] = Part(16, rank, ranks);
+      OwnedShard tied = TargetOf(last, {0, begin}, {24, end - begin});
+      StateDict sd;
+      for (const auto& [key, g] : tensors) sd.Set(key, tied.View(g));
+      auto result = db->Load(sd, CheckpointSelector::Latest(), {});
+      ASSERT_TRUE(result.ok()) << result.status().ToString();
+      EXPECT_EQ(tied.bytes, last.Slice(tied.offset, tied.local))
+          << "rank " << rank << " of " << ranks;
+      EXPECT_EQ(SumOver(*comm, result->stats.bytes_read), last.bytes.size());
+    });
+  }
 }
 
 // Strided views (a transposed buffer on the save side, a column slice of a

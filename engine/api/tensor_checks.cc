@@ -275,7 +275,9 @@ Status CheckTargetView(const std::string& flat_key, const TensorView& view,
   return Status::OK();
 }
 
-Status CheckTargetsApart(const std::vector<KeyedView>& targets) {
+Status CheckTargetsApart(const std::vector<KeyedView>& targets,
+                         std::vector<size_t>* tied_before) {
+  tied_before->clear();
   std::vector<std::pair<planner::ByteRange, const KeyedView*>> extents;
   for (const KeyedView& t : targets) {
     const planner::ByteRange extent = ExtentOf(*t.view);
@@ -292,9 +294,12 @@ Status CheckTargetsApart(const std::vector<KeyedView>& targets) {
         open, [&](size_t j) { return extents[j].first.end <= extent.begin; });
     for (size_t j : open) {
       const KeyedView& other = *extents[j].second;
-      if (other.view->device != t->view->device ||
-          SameArray(*other.view, *t->view))
+      if (other.view->device != t->view->device) continue;
+      if (SameArray(*other.view, *t->view)) {
+        tied_before->push_back(
+            static_cast<size_t>(std::min(&other, t) - targets.data()));
         continue;
+      }
       const planner::Overlap overlap = planner::MutualOverlap(
           MemoryOf(*other.view), MemoryOf(*t->view), kMaxOverlapRuns);
       if (overlap == planner::Overlap::kNone) continue;
@@ -309,6 +314,9 @@ Status CheckTargetsApart(const std::vector<KeyedView>& targets) {
     }
     open.push_back(i);
   }
+  std::sort(tied_before->begin(), tied_before->end());
+  tied_before->erase(std::unique(tied_before->begin(), tied_before->end()),
+                     tied_before->end());
   return Status::OK();
 }
 

@@ -36,6 +36,9 @@ struct KeyedView {
 // CheckTargetView), unless they are the same array (same memory, dtype,
 // device, shape and strides: tied weights under two keys). Views that
 // interleave more finely than an exact test can afford are refused too.
-Status CheckTargetsApart(const std::vector<KeyedView>& targets);
+// `tied_before` receives, ascending, the index of every target that is the
+// same array as a target after it in `targets`.
+Status CheckTargetsApart(const std::vector<KeyedView>& targets,
+                         std::vector<size_t>* tied_before);
 
 }  // namespace ckptdb::engine

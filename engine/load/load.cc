@@ -75,6 +75,32 @@ Status CheckStoredFits(const std::string& key, const TensorView& view,
   return Status::OK();
 }
 
+// One array under several keys (tied weights) is loaded from the key that
+// sorts last, as if each key were loaded in turn: the targets of the others
+// (`tied_before`, indexes of tensor leaves whose targets start at
+// `first_target`, which ends with the number of targets) are dropped. Loading
+// them all would write each key's bytes into the same memory at once, in an
+// order that differs between runs and ranks.
+void DropTiedTargets(const std::vector<size_t>& tied_before,
+                     const std::vector<size_t>& first_target,
+                     LocalTargets* out) {
+  if (tied_before.empty()) return;
+  size_t kept = 0;
+  auto tied = tied_before.begin();
+  for (size_t leaf = 0; leaf + 1 < first_target.size(); ++leaf) {
+    const bool drop = tied != tied_before.end() && *tied == leaf;
+    if (drop) ++tied;
+    for (size_t i = first_target[leaf]; i < first_target[leaf + 1]; ++i) {
+      if (drop) continue;
+      out->targets[kept] = std::move(out->targets[i]);
+      out->views[kept] = out->views[i];
+      ++kept;
+    }
+  }
+  out->targets.resize(kept);
+  out->views.resize(kept);
+}
+
 // Matches this rank's leaves against the checkpoint: checks dtypes and shapes,
 // lists missing and unexpected keys. The leaves come sorted by flat key
 // (FlattenMutable), as the checkpoint's maps are: one walk over each, no
@@ -88,6 +114,9 @@ Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
       [](const auto& a, const auto& b) { return a.flat_key < b.flat_key; }));
   std::vector<KeyedView> tensor_targets;
   tensor_targets.reserve(leaves.size());
+  // Parallel to tensor_targets: where its targets start in out->targets.
+  std::vector<size_t> first_target;
+  first_target.reserve(leaves.size());
   const std::string where = "checkpoint id " + std::to_string(meta.info.id);
   auto tensor = meta.tensors.begin();
   auto value = meta.values.begin();
@@ -133,6 +162,7 @@ Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
     }
     CKPTDB_RETURN_IF_ERROR(CheckTargetView(key, view, copier));
     tensor_targets.push_back({key, &view});
+    first_target.push_back(out->targets.size());
     CKPTDB_RETURN_IF_ERROR(CheckStoredFits(key, view, tensor->second, options));
     if (!view.is_flat_range()) {
       // A box already: the executor writes through the state dict's view.
@@ -151,7 +181,11 @@ Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
   // Walked as two lists: in key order, as the checkpoint lists its keys.
   if (!std::is_sorted(unexpected.begin(), unexpected.end()))
     std::sort(unexpected.begin(), unexpected.end());
-  return CheckTargetsApart(tensor_targets);
+  std::vector<size_t> tied_before;
+  CKPTDB_RETURN_IF_ERROR(CheckTargetsApart(tensor_targets, &tied_before));
+  first_target.push_back(out->targets.size());
+  DropTiedTargets(tied_before, first_target, out);
+  return Status::OK();
 }
 
 }  // namespace
