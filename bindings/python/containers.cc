@@ -135,6 +135,12 @@ void ValueSlots::AddValue(py::object container, py::object key, int tuple,
       {std::move(container), std::move(key), tuple, value, *value});
 }
 
+void ValueSlots::AddCopy(py::object container, py::object key, int tuple,
+                         py::object copy) {
+  copies_.push_back(
+      {std::move(container), std::move(key), tuple, std::move(copy)});
+}
+
 namespace {
 
 // A new tuple of `items` of `old`'s type: a tuple, or an instance of its
@@ -166,6 +172,8 @@ void ValueSlots::WriteBack() const {
     if (!items[tuple]) items[tuple] = py::list(tuples_[tuple].tuple);
     items[tuple][key] = std::move(value);
   };
+  for (const CopySlot& slot : copies_)
+    set(slot.container, slot.key, slot.tuple, slot.copy);
   for (const Slot& slot : values_) {
     if (*slot.value != slot.before)
       set(slot.container, slot.key, slot.tuple, ToPython(*slot.value));

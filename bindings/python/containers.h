@@ -69,7 +69,13 @@ class ValueSlots {
   // the recorded tuple `tuple`); `value` is where the load leaves it.
   void AddValue(pybind11::object container, pybind11::object key, int tuple,
                 const Value* value);
-  // Writes back every value a load changed.
+  // Records that item `key` of `container` (or of the recorded tuple `tuple`)
+  // is to become `copy`, a copy of the container there, which the load fills
+  // in its stead.
+  void AddCopy(pybind11::object container, pybind11::object key, int tuple,
+               pybind11::object copy);
+  // Puts each recorded copy in its place, then writes back every value a load
+  // changed.
   void WriteBack() const;
 
  private:
@@ -87,8 +93,15 @@ class ValueSlots {
     int parent_tuple;
     pybind11::object tuple;
   };
+  struct CopySlot {
+    pybind11::object container;
+    pybind11::object key;
+    int tuple;
+    pybind11::object copy;
+  };
   std::vector<Slot> values_;
   std::vector<TupleSlot> tuples_;
+  std::vector<CopySlot> copies_;
 };
 
 }  // namespace ckptdb::python

@@ -6,6 +6,7 @@
 #include <climits>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "bindings/python/arguments.h"
@@ -252,9 +253,51 @@ bool RequiresGrad(const py::object& obj) {
   }
 }
 
+// A DLPack dtype's usual name (complex64, int16x4), or its code's.
+std::string DLPackTypeName(const DLDataType& t) {
+  const char* kind = t.code == kDLInt       ? "int"
+                     : t.code == kDLUInt    ? "uint"
+                     : t.code == kDLFloat   ? "float"
+                     : t.code == kDLBfloat  ? "bfloat"
+                     : t.code == kDLComplex ? "complex"
+                     : t.code == 6 /* kDLBool, newer than this header */
+                         ? "bool"
+                         : nullptr;
+  if (kind == nullptr) return "unknown";
+  std::string name = kind + std::to_string(t.bits);
+  if (t.lanes != 1) name += "x" + std::to_string(t.lanes);
+  return name;
+}
+
+// Whether `obj` is a torch tensor with its negative bit set (a lazily
+// negated view, such as `z.conj().imag`): torch's DLPack export drops the
+// bit, so its memory holds the values with the other sign.
+bool IsNegatedView(const py::object& obj) {
+  try {
+    return py::hasattr(obj, "is_neg") && obj.attr("is_neg")().cast<bool>();
+  } catch (py::error_already_set&) {
+    return false;
+  } catch (const py::cast_error&) {
+    return false;
+  }
+}
+
 // A view of a DLPack tensor's memory; the capsule is kept in `borrowed`.
 TensorView FromDLPackObject(const py::object& obj, const LeafPath& path,
                             bool writable, Borrowed& borrowed) {
+  if (IsNegatedView(obj)) {
+    if (writable) {
+      Invalid("tensor " + Where(path) +
+              ": a load target with torch's negative bit set (a lazily "
+              "negated view, such as z.conj().imag) cannot be filled in "
+              "place: its memory holds the values with the other sign; load "
+              "into a tensor without it (resolve_neg()) and copy");
+    }
+    // A save takes the values it shows, from a copy that holds them.
+    py::object resolved = obj.attr("resolve_neg")();
+    borrowed.keep.push_back(resolved);
+    return FromDLPackObject(resolved, path, writable, borrowed);
+  }
   py::object capsule;
   try {
     capsule = obj.attr("__dlpack__")();
@@ -306,10 +349,13 @@ TensorView FromDLPackObject(const py::object& obj, const LeafPath& path,
   }
   std::optional<DType> dtype = FromDLPack(t.dtype);
   if (!dtype) {
-    Invalid("tensor " + Where(path) + ": DLPack dtype (code " +
-            std::to_string(t.dtype.code) + ", " + std::to_string(t.dtype.bits) +
-            " bits, " + std::to_string(t.dtype.lanes) +
-            " lanes) is not supported");
+    Invalid("tensor " + Where(path) + ": dtype " + DLPackTypeName(t.dtype) +
+            " (DLPack code " + std::to_string(t.dtype.code) + ", " +
+            std::to_string(t.dtype.bits) + " bits, " +
+            std::to_string(t.dtype.lanes) +
+            " lanes) is not supported (ckptdb stores bool, int8 to int64, "
+            "uint8, uint32, uint64, float8, bfloat16 and float16 to "
+            "float64)");
   }
   Shape shape(t.shape, t.shape + t.ndim);
   // DLPack strides count elements (none: C-contiguous).
@@ -471,6 +517,18 @@ void CheckDescent(const py::handle& child, const std::string& path,
   }
 }
 
+// A new dict or list of the same type and items as `container`.
+py::object ShallowCopy(const py::handle& container) {
+  PyObject* o = container.ptr();
+  PyObject* copy = PyDict_CheckExact(o) ? PyDict_Copy(o)
+                   : PyList_CheckExact(o)
+                       ? PyList_GetSlice(o, 0, PY_SSIZE_T_MAX)
+                       : nullptr;
+  if (copy != nullptr) return py::reinterpret_steal<py::object>(copy);
+  if (PyErr_Occurred()) throw py::error_already_set();
+  return py::module_::import("copy").attr("copy")(container);
+}
+
 // The container kind of a dict, list or tuple; nullopt for anything else.
 std::optional<ContainerKind> ContainerOf(const py::handle& obj) {
   if (PyDict_Check(obj.ptr())) return ContainerKind::kDict;
@@ -528,6 +586,20 @@ class Converter {
     if (std::optional<ContainerKind> kind = ContainerOf(value)) {
       const std::string here = leaf;
       CheckDescent(value, here, ancestors_);
+      if (*kind != ContainerKind::kTuple && writable_ &&
+          !met_.insert(value.ptr()).second) {
+        // A dict or list met before at another path (a scheduler's state
+        // dict shares its last learning rates with one of its schedulers'):
+        // filled in place, it would take the values of every path in turn.
+        // The load fills a copy here instead, which it puts in the
+        // container's place, as the state loaded from a file would be.
+        py::object copy = ShallowCopy(value);
+        borrowed_.values.AddCopy(py::reinterpret_borrow<py::object>(container),
+                                 key, tuple, copy);
+        borrowed_.keep.push_back(copy);
+        Item(container, key, std::move(k), copy, path, tuple, out, last);
+        return;
+      }
       int child_tuple = ValueSlots::kNoTuple;
       if (*kind == ContainerKind::kTuple) {
         child_tuple = borrowed_.values.AddTuple(
@@ -565,6 +637,8 @@ class Converter {
   const bool writable_;
   Borrowed& borrowed_;
   Ancestors ancestors_;
+  // The dicts and lists of a load's state dict met so far.
+  std::unordered_set<PyObject*> met_;
 };
 
 }  // namespace
@@ -581,9 +655,13 @@ void MarkWritten(const std::vector<py::object>& tensors) {
     }
     // An in-place change of a temporary alias's layout (to the same one)
     // counts as a write of the tensor's memory, which the alias shares with
-    // its version counter; no byte is touched.
-    t.attr("detach")().attr("as_strided_")(t.attr("size")(),
-                                           t.attr("stride")());
+    // its version counter; no byte is touched. A named tensor's alias drops
+    // its names (torch refuses as_strided_ on named tensors).
+    py::object alias = t.attr("detach")();
+    if (py::hasattr(alias, "has_names") &&
+        alias.attr("has_names")().cast<bool>())
+      alias = alias.attr("rename")(py::none());
+    alias.attr("as_strided_")(t.attr("size")(), t.attr("stride")());
   }
 }
 

@@ -173,14 +173,23 @@ CallArguments OpenArguments(const Options& options) {
   return args;
 }
 
-CallArguments SaveArguments(const SaveOptions& options, std::string_view call,
-                            const Status& input) {
-  CallArguments args{std::string(call)};
+namespace {
+
+// Adds this rank's input error, when it has one, to `args`.
+void AddInputError(CallArguments& args, const Status& input) {
   if (!input.ok()) {
     args.Add(
         std::string(kInputError),
         std::to_string(static_cast<int>(input.code())) + ":" + input.message());
   }
+}
+
+}  // namespace
+
+CallArguments SaveArguments(const SaveOptions& options, std::string_view call,
+                            const Status& input) {
+  CallArguments args{std::string(call)};
+  AddInputError(args, input);
   args.Add("step", Optional(options.step)).Add("tag", Optional(options.tag));
   for (const auto& [key, value] : options.user_metadata)
     args.Add("user metadata " + Quoted(key), Quoted(value));
@@ -188,8 +197,9 @@ CallArguments SaveArguments(const SaveOptions& options, std::string_view call,
 }
 
 CallArguments LoadArguments(const CheckpointSelector& which,
-                            const LoadOptions& options) {
+                            const LoadOptions& options, const Status& input) {
   CallArguments args("load");
+  AddInputError(args, input);
   args.Add("selector (step, tag or id)", Selector(which))
       .Add("strict", options.strict ? "true" : "false")
       .Add("cast", options.cast ? "true" : "false");

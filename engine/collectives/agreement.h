@@ -51,15 +51,17 @@ class CallArguments {
 // DB::Delete that must agree. An open's are the Options every rank acts on
 // alike (read_only, max_chunk_bytes, retention, incremental saves, sync).
 CallArguments OpenArguments(const Options& options);
-// `input`: this rank's own error when its input could not be used (a state
-// dict or options its binding could not convert, whose stand-ins then differ
-// from the other ranks' arguments); CompareArguments reports that error
-// rather than the differences it causes.
+// `input` (save and load): this rank's own error when its input could not be
+// used (a state dict or options its binding could not convert, whose
+// stand-ins then differ from the other ranks' arguments); CompareArguments
+// reports that error rather than the differences it causes, and before
+// anything the call finds in the store.
 CallArguments SaveArguments(const SaveOptions& options,
                             std::string_view call = "save",
                             const Status& input = Status::OK());
 CallArguments LoadArguments(const CheckpointSelector& which,
-                            const LoadOptions& options);
+                            const LoadOptions& options,
+                            const Status& input = Status::OK());
 CallArguments DeleteArguments(const CheckpointSelector& which);
 
 // `ranks` (ascending) as messages name them: "rank 3", "ranks 0-2, 5 and 7"

@@ -278,14 +278,17 @@ Result<LoadResult> DBImpl::LoadNow(StateDict& state,
   const int world = comm_->size();
   // Every tensor's dtype and shape (the main record), with the chunks of the
   // tensors this rank's state dict holds only. A state dict that does not
-  // flatten fails this rank's targets, so that every rank reports it.
+  // flatten (or a binding's stand-in for one it could not convert) is this
+  // rank's input error, which every rank reports before anything the store
+  // says (an empty store, a missing checkpoint).
   Result<std::vector<planner::MutableFlatLeaf>> leaves =
       planner::FlattenMutable(state);
+  if (!leaves.ok() && world == 1) return leaves.status();
+  const CallArguments args = LoadArguments(which, options, leaves.status());
   const std::vector<std::string_view> keys =
       leaves.ok() ? TensorKeysOf(*leaves) : std::vector<std::string_view>{};
-  CKPTDB_ASSIGN_OR_RETURN(
-      CheckpointMetadata meta,
-      ResolveCollective(which, LoadArguments(which, options), &keys, resolved));
+  CKPTDB_ASSIGN_OR_RETURN(CheckpointMetadata meta,
+                          ResolveCollective(which, args, &keys, resolved));
 
   LoadResult result;
   LocalTargets local;
@@ -308,10 +311,9 @@ Result<LoadResult> DBImpl::LoadNow(StateDict& state,
   }
   // Targets and placements travel once per class of identical ranks; each
   // rank plans only its own reads, sends and receives.
-  CKPTDB_ASSIGN_OR_RETURN(
-      RankClasses gathered,
-      AllGatherClasses(*comm_, LoadArguments(which, options),
-                       EncodeTargets(own), EncodeTargets(shared)));
+  CKPTDB_ASSIGN_OR_RETURN(RankClasses gathered,
+                          AllGatherClasses(*comm_, args, EncodeTargets(own),
+                                           EncodeTargets(shared)));
   CKPTDB_ASSIGN_OR_RETURN(
       RankLoadPlanning planned,
       PlanRankLoad(meta.tensors, gathered, comm_->rank(), &shared));

@@ -100,12 +100,16 @@ def _api(fn):
     return call
 
 
-def _ints(values, what):
+def _ints(values, what, owner="Shard"):
+    """`values` as a tuple of ints; a bool is not taken for one."""
     try:
-        return tuple(_operator.index(d) for d in values)
+        out = tuple(_operator.index(d) for d in values)
+        if any(isinstance(d, bool) for d in values):
+            raise TypeError
+        return out
     except TypeError:
         raise InvalidArgumentError(
-            f"Shard: {what} must be a sequence of ints, got {values!r}") from None
+            f"{owner}: {what} must be a sequence of ints, got {values!r}") from None
 
 
 class Shard:
@@ -171,8 +175,10 @@ class FlatShard:
         if dtype is not None and not isinstance(dtype, str):
             raise InvalidArgumentError(
                 f"FlatShard: dtype must be None or a dtype name (str), got {type(dtype).__name__}")
-        self.global_shape = _ints(global_shape, "global_shape")
+        self.global_shape = _ints(global_shape, "global_shape", "FlatShard")
         try:
+            if isinstance(flat_offset, bool):
+                raise TypeError
             self.flat_offset = _operator.index(flat_offset)
         except TypeError:
             raise InvalidArgumentError(

@@ -575,3 +575,74 @@ def test_a_param_group_without_parameters_keeps_its_hyper_parameters(tmp_path):
     ckptdb.torch.set_state_dict(other, other_opt, target)
     assert [g["lr"] for g in other_opt.param_groups] == [0.05, 0.777]
     assert other_opt.param_groups[0]["params"] == [other.weight, other.bias]
+
+
+def test_a_tensor_with_its_negative_bit_saves_the_values_it_shows(tmp_path):
+    z = torch.complex(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]))
+    shown = z.conj().imag  # a lazily negated view: torch's DLPack export drops the bit
+    assert shown.is_neg()
+    with ckptdb.open(str(tmp_path / "s")) as db:
+        db.save({"x": shown, "y": torch._neg_view(torch.ones(3))}, step=1)
+        np.testing.assert_array_equal(db.read("x"), [-3.0, -4.0])
+        np.testing.assert_array_equal(db.read("y"), [-1.0, -1.0, -1.0])
+        target = torch.complex(torch.zeros(2), torch.zeros(2)).conj().imag
+        with pytest.raises(ckptdb.InvalidArgumentError, match="'x'.*negative bit"):
+            db.load({"x": target})
+        assert target.tolist() == [0.0, 0.0]
+        plain = torch.zeros(2)
+        db.load({"x": plain})
+        assert plain.tolist() == [-3.0, -4.0]
+
+
+def test_named_tensors_save_and_load_in_place(tmp_path):
+    saved = torch.arange(6, dtype=torch.float32).reshape(2, 3).refine_names("N", "C")
+    with ckptdb.open(str(tmp_path / "s")) as db:
+        db.save({"w": saved}, step=1)
+        target = torch.zeros(2, 3, names=("N", "C"))
+        version = target._version
+        db.load({"w": target})
+        assert target.names == ("N", "C")
+        assert torch.equal(target.rename(None), saved.rename(None))
+        assert target._version > version  # autograd sees the write
+
+
+def test_a_list_under_two_keys_of_a_load_target_takes_each_keys_values(tmp_path):
+    with ckptdb.open(str(tmp_path / "s")) as db:
+        db.save({"a": [1.0], "b": [2.0], "c": {"d": [3.0, [4.0]]}, "e": {"d": [5.0, [6.0]]}},
+                step=1)
+        shared = [0.0]
+        inner = [0.0, [0.0]]
+        target = {"a": shared, "b": shared, "c": {"d": inner}, "e": {"d": inner}}
+        db.load(target)
+        assert target == {"a": [1.0], "b": [2.0], "c": {"d": [3.0, [4.0]]},
+                          "e": {"d": [5.0, [6.0]]}}
+        assert target["a"] is shared  # the first place keeps the list it held
+
+
+def test_a_sequential_schedulers_shared_learning_rates_resume_as_saved(tmp_path):
+    def make():
+        opt = torch.optim.SGD([nn.Parameter(torch.zeros(2))], lr=0.1)
+        first = torch.optim.lr_scheduler.ConstantLR(opt, factor=0.5, total_iters=2)
+        second = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9)
+        return opt, torch.optim.lr_scheduler.SequentialLR(opt, [first, second], milestones=[2])
+
+    opt, sched = make()
+    for _ in range(4):
+        opt.step()
+        sched.step()
+    with ckptdb.open(str(tmp_path / "s")) as db:
+        db.save({"sched": sched.state_dict()}, step=1)
+        _, resumed = make()
+        target = {"sched": resumed.state_dict()}
+        # torch shares the list of last learning rates with its first scheduler.
+        assert target["sched"]["_last_lr"] is target["sched"]["_schedulers"][0]["_last_lr"]
+        db.load(target)
+    resumed.load_state_dict(target["sched"])
+    assert resumed.get_last_lr() == sched.get_last_lr()
+    assert resumed._schedulers[0].get_last_lr() == sched._schedulers[0].get_last_lr()
+
+
+def test_an_unsupported_dtype_is_named(tmp_path):
+    with ckptdb.open(str(tmp_path / "s")) as db:
+        with pytest.raises(ckptdb.InvalidArgumentError, match="'model.z'.*complex64"):
+            db.save({"model": {"z": torch.ones(2, dtype=torch.complex64)}}, step=1)

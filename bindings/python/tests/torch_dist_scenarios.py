@@ -163,7 +163,19 @@ def errors(store):
     rank, n = dist.get_rank(), dist.get_world_size()
     begin, end = rows_of(rank, n)
     w = torch.from_numpy(full(5)[begin:end].copy())
+    last = n - 1
     with ckptdb.open(store, comm=dist.group.WORLD) as db:
+        # A target only the last rank cannot convert, on a store with no
+        # checkpoint yet: its error on every rank, not the empty store's.
+        bad = {"w": shard(w, (begin, 0), (ROWS, COLS))}
+        if rank == last:
+            bad["note"] = {1, 2}
+        try:
+            db.load(bad)
+            raise AssertionError("a load from an empty store succeeded")
+        except ckptdb.InvalidArgumentError as e:
+            expect("'note'" in str(e) and "set" in str(e), f"names the leaf: {e}")
+            expect(rank == last or f"rank {last}" in str(e), f"names the rank: {e}")
         try:
             db.save({"w": shard(w, (begin, 0), (ROWS, COLS))}, step=10 + rank)
             raise AssertionError("steps that differ were saved")
@@ -179,7 +191,6 @@ def errors(store):
         db.save({"w": shard(w, (begin, 0), (ROWS, COLS))}, step=1)
         # A leaf only the last rank cannot convert: every rank raises, the
         # last one its own error, the others naming it; the calls stay paired.
-        last = n - 1
         bad = {"w": shard(w, (begin, 0), (ROWS, COLS))}
         if rank == last:
             bad["note"] = {1, 2}
