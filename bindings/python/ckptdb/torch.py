@@ -509,20 +509,28 @@ def _optimizer_plan(model, optimizer, state):
         raise InvalidArgumentError(
             f"state['optim']['state'] has parameters the optimizer lacks: {unknown[:5]}")
     per_param = {}
-    for fqn, values in state.get("state", {}).items():
+    saved = state.get("state", {})
+    fresh = _fresh_state_like(optimizer, [by_name[fqn] for fqn, values in saved.items()
+                                          if values and not optimizer.state.get(by_name[fqn])])
+    for fqn, values in saved.items():
         p = by_name[fqn]
         held = optimizer.state.get(p) or {}
         if held is values:
             continue
         # Tensors shared, not copied; a Shard's data is the tensor it filled.
         new = {k: v.data if isinstance(v, Shard) else v for k, v in values.items()}
+        # An optimizer that has not stepped holds no state: its tensors are
+        # those a fresh one of its kind would make (torch's own optimizers).
+        like, whose = (held, "the optimizer's") if held else (
+            fresh.get(p, {}), f"a fresh {type(optimizer).__name__}'s")
         for k, v in new.items():
-            mine = held.get(k)
+            mine = like.get(k)
             if torch.is_tensor(v) and torch.is_tensor(mine) and v.shape != mine.shape:
                 raise InvalidArgumentError(
                     f"state['optim']['state'][{fqn!r}][{k!r}] has shape {list(v.shape)} where "
-                    f"the optimizer's is {list(mine.shape)} (parameter of shape "
+                    f"{whose} is {list(mine.shape)} (parameter of shape "
                     f"{list(p.shape)}); nothing was set")
+            new[k] = _cast_as_torch_does(p, k, v)
         per_param[p] = new
     groups = state.get("param_groups", {})
     if isinstance(groups, dict):
@@ -532,6 +540,32 @@ def _optimizer_plan(model, optimizer, state):
               {k: v for k, v in saved.items() if k != "params"})
              for i, saved in enumerate(groups)]
     return per_param, hyper
+
+
+def _fresh_state_like(optimizer, params):
+    """{param: {key: meta tensor}}: the shapes and dtypes of the state tensors a
+    fresh `optimizer` makes for `params` on its first step, from that step on
+    meta-device stand-ins of one of torch's own optimizers (no memory, no
+    arithmetic); {} for an optimizer with a step of its own, or none to make."""
+    if not params or _torch_step_class(optimizer) is None:
+        return {}
+    made = _shadow_first_values(optimizer, set(params),
+                                lambda p: torch.empty_like(p, device="meta"))
+    if made is None:
+        return {}
+    return {p: {k: v for k, v in state.first.items() if torch.is_tensor(v)}
+            for p, state in made.items()}
+
+
+def _cast_as_torch_does(param, key, value):
+    """A state tensor as torch's Optimizer.load_state_dict keeps it: on the
+    parameter's device, and, for a floating-point parameter, in its dtype (but
+    the step counter). A copy only where either differs; anything else as it is."""
+    if not torch.is_tensor(value):
+        return value
+    if param.is_floating_point() and key != "step" and value.dtype != param.dtype:
+        value = value.to(dtype=param.dtype)
+    return value.to(device=param.device)
 
 
 def _set_optimizer(optimizer, plan):

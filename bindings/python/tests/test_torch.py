@@ -461,6 +461,42 @@ def test_set_state_dict_refuses_a_state_that_does_not_fit_and_sets_nothing():
         ckptdb.torch.set_state_dict(model, opt, good, strict=None)
 
 
+def test_set_state_dict_checks_a_fresh_optimizer_against_the_state_it_would_make():
+    # An optimizer that has not stepped holds no state to compare with: a state tensor is
+    # checked against the one its first step would make, and nothing is set.
+    model = TwoLayers(reverse=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    step(model, opt, 1)
+    good = ckptdb.torch.get_state_dict(model, opt)
+    fresh_model = TwoLayers(reverse=False)
+    fresh = torch.optim.AdamW(fresh_model.parameters(), lr=0.1)
+    bad = {"optim": {"state": dict(good["optim"]["state"], **{
+        "a.weight": dict(good["optim"]["state"]["a.weight"], exp_avg=torch.zeros(7))})}}
+    with pytest.raises(ckptdb.InvalidArgumentError,
+                       match=r"\['exp_avg'\] has shape \[7\] where a fresh AdamW's is \[6, 4\]"):
+        ckptdb.torch.set_state_dict(fresh_model, fresh, bad)
+    assert not fresh.state
+    ckptdb.torch.set_state_dict(fresh_model, fresh, {"optim": good["optim"]})
+    step(fresh_model, fresh, 1)
+
+
+def test_set_state_dict_casts_optimizer_state_to_the_parameters_dtype_as_torch_does():
+    model = TwoLayers(reverse=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    step(model, opt, 1)
+    state = ckptdb.torch.get_state_dict(model, opt)
+    wide = {n: {k: v.double() if torch.is_tensor(v) else v for k, v in s.items()}
+            for n, s in state["optim"]["state"].items()}
+    other = TwoLayers(reverse=False)
+    other_opt = torch.optim.AdamW(other.parameters(), lr=0.1)
+    ckptdb.torch.set_state_dict(other, other_opt, {"optim": {"state": wide}})
+    for p in other.parameters():
+        held = other_opt.state[p]
+        assert held["exp_avg"].dtype == torch.float32
+        assert held["step"].dtype == wide["a.weight"]["step"].dtype  # the counter is kept
+    step(other, other_opt, 1)
+
+
 def test_distributed_tensor_types_this_torch_lacks_say_why():
     try:
         from torch.distributed._shard.sharded_tensor import ShardedTensor  # noqa: F401
