@@ -194,14 +194,15 @@ TEST(FlatRangeRanksTest, ReplicasStoredOnceGapsAndOverlapsRefused) {
   });
 }
 
-// One array under three keys (tied weights) receives the bytes of the key
-// that sorts last on every rank, whose sources are saved in many chunks by
-// every rank and so reach each target from several readers; the other keys'
-// chunks are not read.
+// One array under three keys (tied weights), beside a key of its own, receives
+// the bytes of the key that sorts last on every rank, whose sources are saved
+// in many chunks by every rank and so reach each target from several readers;
+// the other keys' chunks are not read.
 TEST(TiedTargetRanksTest, TheKeyThatSortsLastFillsTheArrayOnEveryRank) {
   if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
   SharedTempDir dir;
   const std::map<std::string, GlobalTensor> tensors = {
+      {"bias", GlobalTensor(DType::kFloat32, {24, 16}, 4)},
       {"emb", GlobalTensor(DType::kFloat32, {24, 16}, 1)},
       {"head", GlobalTensor(DType::kFloat32, {24, 16}, 2)},
       {"proj", GlobalTensor(DType::kFloat32, {24, 16}, 3)}};
@@ -224,13 +225,19 @@ TEST(TiedTargetRanksTest, TheKeyThatSortsLastFillsTheArrayOnEveryRank) {
       // Columns: every rank's target needs bytes every saving rank wrote.
       auto [begin, end] = Part(16, rank, ranks);
       OwnedShard tied = TargetOf(last, {0, begin}, {24, end - begin});
+      const GlobalTensor& bias = tensors.at("bias");
+      OwnedShard own = TargetOf(bias, {0, begin}, {24, end - begin});
       StateDict sd;
-      for (const auto& [key, g] : tensors) sd.Set(key, tied.View(g));
+      for (const auto& [key, g] : tensors)
+        sd.Set(key, key == "bias" ? own.View(g) : tied.View(g));
       auto result = db->Load(sd, CheckpointSelector::Latest(), {});
       ASSERT_TRUE(result.ok()) << result.status().ToString();
       EXPECT_EQ(tied.bytes, last.Slice(tied.offset, tied.local))
           << "rank " << rank << " of " << ranks;
-      EXPECT_EQ(SumOver(*comm, result->stats.bytes_read), last.bytes.size());
+      EXPECT_EQ(own.bytes, bias.Slice(own.offset, own.local))
+          << "rank " << rank << " of " << ranks;
+      EXPECT_EQ(SumOver(*comm, result->stats.bytes_read),
+                last.bytes.size() + bias.bytes.size());
     });
   }
 }

@@ -88,12 +88,15 @@ void DropTiedTargets(const std::vector<size_t>& tied_before,
   size_t kept = 0;
   auto tied = tied_before.begin();
   for (size_t leaf = 0; leaf + 1 < first_target.size(); ++leaf) {
-    const bool drop = tied != tied_before.end() && *tied == leaf;
-    if (drop) ++tied;
+    if (tied != tied_before.end() && *tied == leaf) {
+      ++tied;
+      continue;
+    }
     for (size_t i = first_target[leaf]; i < first_target[leaf + 1]; ++i) {
-      if (drop) continue;
-      out->targets[kept] = std::move(out->targets[i]);
-      out->views[kept] = out->views[i];
+      if (kept != i) {  // a vector moved into itself would be left empty
+        out->targets[kept] = std::move(out->targets[i]);
+        out->views[kept] = out->views[i];
+      }
       ++kept;
     }
   }
