@@ -46,13 +46,14 @@ int List(const std::string& path, bool as_json) {
                   info.damage.c_str());
       continue;
     }
-    std::printf("%-6lld %-10s %-16s %-19s %6d %8lld %12s\n",
-                static_cast<long long>(info.id),
-                info.step ? std::to_string(*info.step).c_str() : "-",
-                info.tag ? ControlEscaped(*info.tag).c_str() : "-",
-                LocalTime(info.created).c_str(), info.world_size,
-                static_cast<long long>(info.num_tensors),
-                HumanBytes(info.nbytes).c_str());
+    std::printf(
+        "%-6lld %-10s %s %-19s %6d %8lld %12s\n",
+        static_cast<long long>(info.id),
+        info.step ? std::to_string(*info.step).c_str() : "-",
+        PadToWidth(info.tag ? ControlEscaped(*info.tag) : "-", 16).c_str(),
+        LocalTime(info.created).c_str(), info.world_size,
+        static_cast<long long>(info.num_tensors),
+        HumanBytes(info.nbytes).c_str());
   }
   if (all->empty()) std::printf("(no checkpoints)\n");
   return 0;
@@ -138,14 +139,14 @@ int Show(const std::string& path, const Selection& sel, bool as_json,
   // split a line.
   size_t width = 3;
   for (const auto& [key, t] : m.tensors)
-    width = std::max(width, ControlEscaped(key).size());
-  std::printf("%-*s  %-13s %-18s %6s %10s\n", static_cast<int>(width), "key",
+    width = std::max(width, DisplayWidth(ControlEscaped(key)));
+  std::printf("%s  %-13s %-18s %6s %10s\n", PadToWidth("key", width).c_str(),
               "dtype", "shape", "chunks", "size");
   for (const auto& [key, t] : m.tensors) {
     uint64_t bytes = 0;
     for (const ChunkMetadata& c : t.chunks) bytes += c.nbytes;
-    std::printf("%-*s  %-13s %-18s %6zu %10s\n", static_cast<int>(width),
-                ControlEscaped(key).c_str(),
+    std::printf("%s  %-13s %-18s %6zu %10s\n",
+                PadToWidth(ControlEscaped(key), width).c_str(),
                 std::string(DTypeName(t.dtype)).c_str(),
                 ShapeToString(t.global_shape).c_str(), t.chunks.size(),
                 HumanBytes(bytes).c_str());

@@ -244,6 +244,61 @@ std::string ControlEscaped(const std::string& text) {
   return out;
 }
 
+namespace {
+
+// The code point of the well-formed UTF-8 sequence of `n` bytes at `s`.
+char32_t CodePoint(std::string_view s, size_t n) {
+  static constexpr unsigned char kLead[] = {0, 0x7f, 0x1f, 0x0f, 0x07};
+  char32_t c = static_cast<unsigned char>(s[0]) & kLead[n];
+  for (size_t i = 1; i < n; ++i)
+    c = (c << 6) | (static_cast<unsigned char>(s[i]) & 0x3f);
+  return c;
+}
+
+// Columns of code point `c` (wcwidth's rules for the common ranges, without
+// the process's locale, which a tool run from a script may lack).
+size_t CodePointWidth(char32_t c) {
+  struct Range {
+    char32_t first, last;
+  };
+  static constexpr Range kZero[] = {
+      {0x0300, 0x036f}, {0x0483, 0x0489}, {0x0591, 0x05bd}, {0x0610, 0x061a},
+      {0x064b, 0x065f}, {0x0e31, 0x0e31}, {0x0e34, 0x0e3a}, {0x1ab0, 0x1aff},
+      {0x1dc0, 0x1dff}, {0x200b, 0x200f}, {0x20d0, 0x20ff}, {0xfe00, 0xfe0f},
+      {0xfe20, 0xfe2f}, {0xfeff, 0xfeff}};
+  static constexpr Range kWide[] = {
+      {0x1100, 0x115f},   {0x2e80, 0x303e},  {0x3041, 0x33ff},
+      {0x3400, 0x4dbf},   {0x4e00, 0x9fff},  {0xa000, 0xa4cf},
+      {0xac00, 0xd7a3},   {0xf900, 0xfaff},  {0xfe30, 0xfe4f},
+      {0xff00, 0xff60},   {0xffe0, 0xffe6},  {0x1f300, 0x1f64f},
+      {0x1f900, 0x1f9ff}, {0x20000, 0x3fffd}};
+  auto in = [c](const auto& ranges) {
+    for (const Range& r : ranges) {
+      if (c >= r.first && c <= r.last) return true;
+    }
+    return false;
+  };
+  if (in(kZero)) return 0;
+  return in(kWide) ? 2 : 1;
+}
+
+}  // namespace
+
+size_t DisplayWidth(std::string_view text) {
+  size_t width = 0;
+  while (!text.empty()) {
+    const size_t n = Utf8Length(text);
+    width += n == 0 ? 1 : CodePointWidth(CodePoint(text, n));
+    text.remove_prefix(n == 0 ? 1 : n);
+  }
+  return width;
+}
+
+std::string PadToWidth(const std::string& text, size_t width) {
+  const size_t has = DisplayWidth(text);
+  return has >= width ? text : text + std::string(width - has, ' ');
+}
+
 std::string BytesText(const Bytes& bytes) {
   std::string out = "b'";
   for (const char x : bytes.data) {

@@ -103,6 +103,13 @@ std::string JsonText(const json& j, int indent = -1);
 // Bytes that are not UTF-8, and C1 controls (U+0080 to U+009F), are written
 // as \xNN too.
 std::string ControlEscaped(const std::string& text);
+// The columns a terminal gives printable UTF-8 `text` (ControlEscaped's):
+// 2 for each East Asian wide or fullwidth character and emoji, 0 for each
+// combining mark and zero-width character, 1 for any other.
+size_t DisplayWidth(std::string_view text);
+// `text` followed by the spaces that make it `width` columns wide (none when
+// it is as wide or wider): printf's %-*s pads by bytes instead.
+std::string PadToWidth(const std::string& text, size_t width);
 // A bytes value as Python writes one: b'ab\x00\''.
 std::string BytesText(const Bytes& bytes);
 

@@ -39,5 +39,17 @@ TEST(DumpCommonTest, TextThatIsNotUtf8OrHoldsControlsStaysPrintable) {
             "b'\\x00a\\'\\\\\\x80'");
 }
 
+TEST(DumpCommonTest, ColumnsArePaddedByTheWidthATerminalShows) {
+  EXPECT_EQ(DisplayWidth("plain.weight"), 12u);
+  EXPECT_EQ(DisplayWidth("\xc3\xbcmlaut"), 6u);  // ümlaut, 2-byte ü
+  EXPECT_EQ(DisplayWidth("u\xcc\x88"), 1u);      // u + combining ¨
+  EXPECT_EQ(DisplayWidth("\xe5\xb1\x82.\xe6\x9d\x83"), 5u);  // 层.权: wide
+  EXPECT_EQ(DisplayWidth("\xf0\x9f\x98\x80"), 2u);           // an emoji
+  EXPECT_EQ(DisplayWidth("\\xff"), 4u);                      // an escaped byte
+  EXPECT_EQ(PadToWidth("\xe5\xb1\x82", 4), "\xe5\xb1\x82  ");
+  EXPECT_EQ(PadToWidth("\xc3\xa9", 3), "\xc3\xa9  ");
+  EXPECT_EQ(PadToWidth("abcdef", 3), "abcdef");
+}
+
 }  // namespace
 }  // namespace ckptdb::tools
