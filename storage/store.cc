@@ -565,6 +565,15 @@ Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
 
 Result<StoreReport> StoreImpl::Check() {
   remover_.Wait();  // what it removes is not a leftover
+  if (options_.read_only) {
+    // Half of a commit or a delete under way is not a leftover: a view opened
+    // while the writer changed the store is opened again until one is quiet.
+    std::unique_lock reopen(mu_);
+    if (db_ && !view_quiet_) {
+      CloseDb();
+      CKPTDB_RETURN_IF_ERROR(OpenDbRetrying(/*wait_for_quiet=*/true));
+    }
+  }
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   // The journal as read with this handle's view of the database: a writer

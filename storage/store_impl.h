@@ -95,12 +95,21 @@ class StoreImpl : public Store {
   // deletes left (RecoverCommits).
   Status OpenDb();
   // OpenDb, repeated for a read-only handle while a writer changes the store
-  // under it. A read-only open reads the MANIFEST, the files it names, then the
-  // WAL: a writer committing or deleting meanwhile can make it fail (a file
-  // replaced) or see a mixed state (a commit record whose ingested chunks it
-  // missed). An open counts only when the writer's files (VersionStamp) were
-  // the same before and after it.
-  Status OpenDbRetrying();
+  // under it. A read-only open reads the MANIFEST, then the files it names: a
+  // writer committing or deleting meanwhile can make it fail (a file
+  // replaced), which is tried again for up to ~10 s of the writer's activity.
+  // An open that succeeds sees a prefix of the MANIFEST, whose records come
+  // with their chunks (ingested before the records are flushed, and nothing
+  // is in the WAL) and which the journal check accepted: enough for listings,
+  // loads and reads. Such a view may still hold half of a commit or a delete
+  // that is under way (chunks of an id without records yet, or no longer),
+  // which only a check for leftovers minds: it counts as quiet only when the
+  // writer's files (VersionStamp) were the same before and after it. With
+  // `wait_for_quiet`, opens are repeated until one is quiet, for up to ~10 s;
+  // without, 3 quick tries, then a view that is not quiet stands
+  // (view_quiet_ false), so that a reader beside a writer that commits
+  // back-to-back does not wait for it to stop.
+  Status OpenDbRetrying(bool wait_for_quiet = false);
 
   const std::string& path() const override { return path_; }
   bool read_only() const override { return options_.read_only; }
@@ -751,6 +760,8 @@ class StoreImpl : public Store {
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::string stamp_;  // VersionStamp() when a read-only handle was opened
+  // Whether no writer changed the store while this read-only view was opened.
+  bool view_quiet_ = true;
   // The view's directory (empty when the handle reads the store's own
   // database), the process that made it, why the store's database did not
   // open, and the chunk table files the view does not read.
