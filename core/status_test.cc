@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+
 namespace ckptdb {
 namespace {
 
@@ -34,6 +36,16 @@ TEST(StatusTest, AnOkStatusWithoutAValueIsAnInternalError) {
   Result<int> r = Status::OK();
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInternal);
+}
+
+TEST(StatusTest, AResultsValueMovesOutOfATemporary) {
+  auto make = [] {
+    return Result<std::unique_ptr<int>>(std::make_unique<int>(5));
+  };
+  std::unique_ptr<int> by_star = *make();
+  std::unique_ptr<int> by_value = make().value();
+  EXPECT_EQ(*by_star, 5);
+  EXPECT_EQ(*by_value, 5);
 }
 
 }  // namespace

@@ -31,8 +31,11 @@ uint32_t MaxFinite(const Minifloat& f) {
 uint32_t Encode(double v, const Minifloat& f) {
   const uint32_t sign = std::signbit(v) ? f.sign_bit() : 0;
   const uint32_t all = (1u << (f.ebits + f.mbits)) - 1;
-  const uint32_t nan =
-      f.has_inf ? all - (1u << f.mbits) + (1u << (f.mbits - 1)) : all;
+  // With infinities, the quiet NaN: the exponent all ones and the top bit of
+  // the mantissa (bfloat16 0x7fc0, as torch and IEEE hardware give); without
+  // (e4m3fn), the one NaN code.
+  const uint32_t exponent_ones = all & ~((1u << f.mbits) - 1);
+  const uint32_t nan = f.has_inf ? exponent_ones | (1u << (f.mbits - 1)) : all;
   if (std::isnan(v)) return sign | nan;
   const double a = std::fabs(v);
   if (std::isinf(a)) return sign | (f.has_inf ? MaxFinite(f) + 1 : nan);

@@ -17,6 +17,12 @@ TEST(MinifloatTest, KnownEncodings) {
   EXPECT_EQ(FloatToHalf(1e6), 0x7C00);                   // overflow to inf
   EXPECT_EQ(FloatToHalf(std::ldexp(1.0, -24)), 0x0001);  // smallest subnormal
   EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(NAN))));
+  // NaN becomes the quiet NaN of each format (its sign kept), as torch's.
+  EXPECT_EQ(FloatToHalf(NAN), 0x7E00);
+  EXPECT_EQ(FloatToBFloat16(NAN), 0x7FC0);
+  EXPECT_EQ(FloatToBFloat16(-NAN), 0xFFC0);
+  EXPECT_EQ(FloatToE5M2(NAN), 0x7E);
+  EXPECT_EQ(FloatToE4M3FN(NAN), 0x7F);
   EXPECT_EQ(FloatToBFloat16(1.0), 0x3F80);
   EXPECT_EQ(FloatToBFloat16(3.140625), 0x4049);
   EXPECT_EQ(FloatToE4M3FN(448.0), 0x7E);

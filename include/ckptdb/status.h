@@ -96,22 +96,22 @@ inline std::string CheckDetail(std::string detail) { return detail; }
 //
 // CKPTDB_ASSERT(condition[, detail]): an invariant of ckptdb's own code; false
 // is a bug in ckptdb.
-#define CKPTDB_ASSERT(condition, ...)                                      \
-  do {                                                                      \
-    if (!(condition)) [[unlikely]]                                          \
-      ::ckptdb::internal::CheckFailed(                                      \
-          "internal check", __FILE__, __LINE__, #condition,                 \
-          ::ckptdb::internal::CheckDetail(__VA_ARGS__));                    \
+#define CKPTDB_ASSERT(condition, ...)                       \
+  do {                                                      \
+    if (!(condition)) [[unlikely]]                          \
+      ::ckptdb::internal::CheckFailed(                      \
+          "internal check", __FILE__, __LINE__, #condition, \
+          ::ckptdb::internal::CheckDetail(__VA_ARGS__));    \
   } while (0)
 
 // CKPTDB_REQUIRE(condition[, detail]): a precondition of a function; false is
 // a bug in the code that called it.
-#define CKPTDB_REQUIRE(condition, ...)                                     \
-  do {                                                                      \
-    if (!(condition)) [[unlikely]]                                          \
-      ::ckptdb::internal::CheckFailed(                                      \
-          "precondition", __FILE__, __LINE__, #condition,                   \
-          ::ckptdb::internal::CheckDetail(__VA_ARGS__));                    \
+#define CKPTDB_REQUIRE(condition, ...)                    \
+  do {                                                    \
+    if (!(condition)) [[unlikely]]                        \
+      ::ckptdb::internal::CheckFailed(                    \
+          "precondition", __FILE__, __LINE__, #condition, \
+          ::ckptdb::internal::CheckDetail(__VA_ARGS__));  \
   } while (0)
 
 namespace ckptdb {
@@ -137,6 +137,7 @@ class [[nodiscard]] Result {
   T&& value() && { return Checked(), std::move(*value_); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
@@ -155,7 +156,7 @@ class [[nodiscard]] Result {
 #define CKPTDB_CONCAT(a, b) CKPTDB_CONCAT_IMPL(a, b)
 
 // Returns from the enclosing function when `expr` (a Status) is not OK.
-#define CKPTDB_RETURN_IF_ERROR(expr)                        \
+#define CKPTDB_RETURN_IF_ERROR(expr)                 \
   do {                                               \
     ::ckptdb::Status _ckptdb_status = (expr);        \
     if (!_ckptdb_status.ok()) return _ckptdb_status; \
@@ -166,8 +167,8 @@ class [[nodiscard]] Result {
   if (!tmp.ok()) return tmp.status();                \
   lhs = std::move(tmp).value()
 
-// `CKPTDB_ASSIGN_OR_RETURN(auto x, F())`: binds the value of a Result or returns its
-// Status.
-#define CKPTDB_ASSIGN_OR_RETURN(lhs, expr)                                           \
+// `CKPTDB_ASSIGN_OR_RETURN(auto x, F())`: binds the value of a Result or
+// returns its Status.
+#define CKPTDB_ASSIGN_OR_RETURN(lhs, expr)                                    \
   CKPTDB_ASSIGN_OR_RETURN_IMPL(CKPTDB_CONCAT(_ckptdb_result_, __LINE__), lhs, \
                                expr)
