@@ -88,6 +88,25 @@ void SaveFlat(const std::string& path,
   });
 }
 
+// Saves `tensors` as step `step` from row shards on `ranks` ranks (RowsOf).
+void SaveRows(const std::string& path,
+              const std::map<std::string, GlobalTensor>& tensors, int ranks,
+              int64_t step) {
+  RunRanks(ranks, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto db = OpenRank(path, comm, SmallChunks());
+    std::vector<OwnedShard> shards;
+    shards.reserve(tensors.size());
+    StateDict sd;
+    for (const auto& [key, g] : tensors) {
+      const auto [offset, local] = RowsOf(g, rank, ranks);
+      shards.push_back(ShardOf(g, offset, local));
+      sd.Set(key, shards.back().View(g));
+    }
+    auto info = db->Save(sd, {.step = step});
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+  });
+}
+
 TEST(FlatRangeRanksTest, SavedFromFlatRangesOnThreeLoadsIntoRowsOnTwo) {
   if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
   SharedTempDir dir;
@@ -123,18 +142,7 @@ TEST(FlatRangeRanksTest, SavedFromRowsOnTwoLoadsIntoFlatRangesOnThree) {
   if (MaxRanks() < 3) GTEST_SKIP() << "needs 3 ranks";
   SharedTempDir dir;
   const auto tensors = Tensors();
-  RunRanks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
-    auto db = OpenRank(dir.path(), comm, SmallChunks());
-    std::vector<OwnedShard> shards;
-    shards.reserve(tensors.size());
-    StateDict sd;
-    for (const auto& [key, g] : tensors) {
-      const auto [offset, local] = RowsOf(g, rank, 2);
-      shards.push_back(ShardOf(g, offset, local));
-      sd.Set(key, shards.back().View(g));
-    }
-    EXPECT_TRUE(db->Save(sd, {.step = 2}).ok());
-  });
+  SaveRows(dir.path(), tensors, 2, 2);
   RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
     auto db = OpenRank(dir.path(), comm, SmallChunks());
     std::vector<std::vector<uint8_t>> buffers;
@@ -207,18 +215,7 @@ TEST(TiedTargetRanksTest, TheKeyThatSortsLastFillsTheArrayOnEveryRank) {
       {"head", GlobalTensor(DType::kFloat32, {24, 16}, 2)},
       {"proj", GlobalTensor(DType::kFloat32, {24, 16}, 3)}};
   const GlobalTensor& last = tensors.at("proj");
-  RunRanks(3, [&](int rank, std::shared_ptr<Communicator> comm) {
-    auto db = OpenRank(dir.path(), comm, SmallChunks());
-    std::vector<OwnedShard> shards;
-    shards.reserve(tensors.size());
-    StateDict sd;
-    for (const auto& [key, g] : tensors) {
-      const auto [offset, local] = RowsOf(g, rank, 3);
-      shards.push_back(ShardOf(g, offset, local));
-      sd.Set(key, shards.back().View(g));
-    }
-    ASSERT_TRUE(db->Save(sd, {.step = 1}).ok());
-  });
+  SaveRows(dir.path(), tensors, 3, 1);
   for (int ranks : {1, 3}) {
     RunRanks(ranks, [&](int rank, std::shared_ptr<Communicator> comm) {
       auto db = OpenRank(dir.path(), comm, SmallChunks());
