@@ -563,17 +563,75 @@ Status StoreImpl::CheckHeldValueFiles(int64_t id, int64_t held) {
   return Status::OK();
 }
 
+namespace {
+
+// Whether `report` names no problem at all.
+bool NothingFound(const StoreReport& r) {
+  return r.unaccounted_chunk_ids.empty() && r.unused_value_ids.empty() &&
+         r.stray_value_files.empty() && r.damaged_journal_copies.empty() &&
+         r.repairable_metadata.empty() && r.lost_metadata.empty() &&
+         r.damaged_chunk_tables.empty() && r.foreign_entries.empty();
+}
+
+// The entries of `kept` that `again` has too, in `kept`'s order.
+template <typename T>
+void KeepCommon(std::vector<T>* kept, const std::vector<T>& again) {
+  std::erase_if(*kept, [&](const T& x) {
+    return std::find(again.begin(), again.end(), x) == again.end();
+  });
+}
+
+// What both reports found: a later look at the store confirms a finding.
+void KeepConfirmed(StoreReport* report, const StoreReport& again) {
+  KeepCommon(&report->unaccounted_chunk_ids, again.unaccounted_chunk_ids);
+  KeepCommon(&report->unused_value_ids, again.unused_value_ids);
+  KeepCommon(&report->stray_value_files, again.stray_value_files);
+  KeepCommon(&report->damaged_journal_copies, again.damaged_journal_copies);
+  KeepCommon(&report->repairable_metadata, again.repairable_metadata);
+  KeepCommon(&report->lost_metadata, again.lost_metadata);
+  KeepCommon(&report->damaged_chunk_tables, again.damaged_chunk_tables);
+  KeepCommon(&report->foreign_entries, again.foreign_entries);
+  report->high_water = again.high_water;
+  report->writer_active = report->writer_active || again.writer_active;
+}
+
+}  // namespace
+
 Result<StoreReport> StoreImpl::Check() {
   remover_.Wait();  // what it removes is not a leftover
-  if (options_.read_only) {
-    // Half of a commit or a delete under way is not a leftover: a view opened
-    // while the writer changed the store is opened again until one is quiet.
-    std::unique_lock reopen(mu_);
-    if (db_ && !view_quiet_) {
+  Result<StoreReport> report = CheckView();
+  if (!options_.read_only) return report;
+  // A read-only view opened while a writer committed or deleted, or one the
+  // writer changed since, may hold half of that work (chunks of an id whose
+  // records are not written yet or no longer there, a record copy written or
+  // removed after the view, a table file removed since): such a finding is
+  // not damage. A finding stands only when fresh views find it again, each
+  // opened without waiting for the writer (a writer that commits back-to-back
+  // is never quiet); a check that ran on a quiet view still current at its
+  // end needs no other look.
+  // A check that failed on such a view (a table file it lists removed since)
+  // looks again the same way.
+  constexpr int kLooks = 8;
+  for (int look = 1; look < kLooks; ++look) {
+    if (report.ok() && NothingFound(*report)) break;
+    {
+      std::unique_lock lock(mu_);
+      CKPTDB_ASSIGN_OR_RETURN(const std::string now, VersionStamp());
+      if (db_ && view_quiet_ && now == stamp_) break;
       CloseDb();
-      CKPTDB_RETURN_IF_ERROR(OpenDbRetrying(/*wait_for_quiet=*/true));
+      CKPTDB_RETURN_IF_ERROR(OpenDbRetrying());
+    }
+    Result<StoreReport> again = CheckView();
+    if (report.ok() && again.ok()) {
+      KeepConfirmed(&*report, *again);
+    } else {
+      report = std::move(again);
     }
   }
+  return report;
+}
+
+Result<StoreReport> StoreImpl::CheckView() {
   std::shared_lock lock(mu_);
   CKPTDB_RETURN_IF_ERROR(EnsureOpenShared(lock));
   // The journal as read with this handle's view of the database: a writer

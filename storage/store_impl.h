@@ -104,12 +104,11 @@ class StoreImpl : public Store {
   // loads and reads. Such a view may still hold half of a commit or a delete
   // that is under way (chunks of an id without records yet, or no longer),
   // which only a check for leftovers minds: it counts as quiet only when the
-  // writer's files (VersionStamp) were the same before and after it. With
-  // `wait_for_quiet`, opens are repeated until one is quiet, for up to ~10 s;
-  // without, 3 quick tries, then a view that is not quiet stands
+  // writer's files (VersionStamp) were the same before and after it.
+  // 3 quick tries for a quiet one, then a view that is not quiet stands
   // (view_quiet_ false), so that a reader beside a writer that commits
-  // back-to-back does not wait for it to stop.
-  Status OpenDbRetrying(bool wait_for_quiet = false);
+  // back-to-back does not wait for it to stop (Check looks again instead).
+  Status OpenDbRetrying();
 
   const std::string& path() const override { return path_; }
   bool read_only() const override { return options_.read_only; }
@@ -150,6 +149,8 @@ class StoreImpl : public Store {
                                                           int32_t rank,
                                                           int part) override;
   Result<StoreReport> Check() override;
+  // Check's findings on the handle's present view of the store.
+  Result<StoreReport> CheckView();
   void RemoveStaged(const std::vector<std::string>& staged_files) override;
 
   // The `meta` family's block cache capacity as RocksDB reports it; 0 while

@@ -251,7 +251,7 @@ bool StoreImpl::ReleaseReserve() {
   return left.ok() && !*left;
 }
 
-Status StoreImpl::OpenDbRetrying(bool wait_for_quiet) {
+Status StoreImpl::OpenDbRetrying() {
   if (!options_.read_only) {
     Status s = OpenDb();
     // On a full disk the reserve makes room for the open's own writes.
@@ -264,7 +264,7 @@ Status StoreImpl::OpenDbRetrying(bool wait_for_quiet) {
   // Up to ~10 s of a writer's activity; past it, the last open stands (a
   // failure, or a view that the next Refresh replaces). A failure while no
   // writer changed anything is the store's state, not a race: it stands.
-  const int tries_for_quiet = wait_for_quiet ? 110 : 3;
+  constexpr int kTriesForQuiet = 3;
   view_quiet_ = true;
   for (int attempt = 0; attempt < 110; ++attempt) {
     Result<std::string> now_or = VersionStamp();
@@ -277,7 +277,7 @@ Status StoreImpl::OpenDbRetrying(bool wait_for_quiet) {
     const bool raced = (s.IsIOError() || s.IsCorruption()) && now != before;
     view_quiet_ = !changed_meanwhile;
     if (!changed_meanwhile && !raced) break;
-    if (changed_meanwhile && attempt >= tries_for_quiet) break;
+    if (changed_meanwhile && attempt >= kTriesForQuiet) break;
     std::this_thread::sleep_for(
         std::chrono::milliseconds(std::min(1 << attempt, 100)));
     if (db_) CloseDb();

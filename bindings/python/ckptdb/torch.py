@@ -549,8 +549,11 @@ def _fresh_state_like(optimizer, params):
     arithmetic); {} for an optimizer with a step of its own, or none to make."""
     if not params or _torch_step_class(optimizer) is None:
         return {}
-    made = _shadow_first_values(optimizer, set(params),
-                                lambda p: torch.empty_like(p, device="meta"))
+    # A 0-d parameter's stand-in is a real one-element tensor, as in
+    # _meta_step_state (optimizers index 0-d tensors with masks).
+    made = _shadow_first_values(
+        optimizer, set(params),
+        lambda p: torch.empty_like(p, device="meta") if p.dim() else torch.zeros_like(p))
     if made is None:
         return {}
     return {p: {k: v for k, v in state.first.items() if torch.is_tensor(v)}

@@ -480,6 +480,27 @@ def test_set_state_dict_checks_a_fresh_optimizer_against_the_state_it_would_make
     step(fresh_model, fresh, 1)
 
 
+def test_a_fresh_rprop_with_a_0d_parameter_checks_the_shapes_too():
+    # Rprop indexes its state with masks, which meta-device 0-d stand-ins cannot take.
+    class WithScale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(3, 2)
+            self.scale = nn.Parameter(torch.tensor(1.0))
+
+    model = WithScale()
+    opt = torch.optim.Rprop(model.parameters(), lr=0.01)
+    state = ckptdb.torch.get_state_dict(model, opt)
+    bad = {n: dict(s) for n, s in state["optim"]["state"].items()}
+    bad["l.weight"]["prev"] = torch.zeros(7)
+    fresh_model = WithScale()
+    fresh = torch.optim.Rprop(fresh_model.parameters(), lr=0.01)
+    with pytest.raises(ckptdb.InvalidArgumentError,
+                       match=r"\['prev'\] has shape \[7\] where a fresh Rprop's is \[2, 3\]"):
+        ckptdb.torch.set_state_dict(fresh_model, fresh, {"optim": {"state": bad}})
+    assert not fresh.state
+
+
 def test_set_state_dict_casts_optimizer_state_to_the_parameters_dtype_as_torch_does():
     model = TwoLayers(reverse=False)
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
