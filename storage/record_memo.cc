@@ -18,6 +18,10 @@ void RecordMemo::RememberInfo(const CheckpointInfo& info) {
 
 void RecordMemo::ForgetInfo(int64_t checkpoint_id) {
   std::lock_guard lock(mu_);
+  ForgetLocked(checkpoint_id);
+}
+
+void RecordMemo::ForgetLocked(int64_t checkpoint_id) {
   infos_.erase(checkpoint_id);
   if (decoded_ && decoded_->meta.info.id == checkpoint_id) decoded_.reset();
 }
@@ -57,8 +61,7 @@ void RecordMemo::Added(int64_t checkpoint_id) {
 
 void RecordMemo::Removed(int64_t checkpoint_id) {
   std::lock_guard lock(mu_);
-  infos_.erase(checkpoint_id);
-  if (decoded_ && decoded_->meta.info.id == checkpoint_id) decoded_.reset();
+  ForgetLocked(checkpoint_id);
   if (record_ids_) record_ids_->erase(checkpoint_id);
   ++changes_;
 }

@@ -64,6 +64,9 @@ class RecordMemo {
   void ForgetAll();
 
  private:
+  // ForgetInfo's work, with mu_ held.
+  void ForgetLocked(int64_t checkpoint_id);
+
   mutable std::mutex mu_;
   std::map<int64_t, CheckpointInfo> infos_;
   std::optional<std::set<int64_t>> record_ids_;

@@ -605,22 +605,15 @@ Result<StoreReport> StoreImpl::Check() {
   // writer changed since, may hold half of that work (chunks of an id whose
   // records are not written yet or no longer there, a record copy written or
   // removed after the view, a table file removed since): such a finding is
-  // not damage. A finding stands only when fresh views find it again, each
-  // opened without waiting for the writer (a writer that commits back-to-back
-  // is never quiet); a check that ran on a quiet view still current at its
-  // end needs no other look.
-  // A check that failed on such a view (a table file it lists removed since)
-  // looks again the same way.
+  // not damage, nor a failure of the check itself. A finding stands only when
+  // fresh views find it again, each opened without waiting for the writer (a
+  // writer that commits back-to-back is never quiet); a check whose view is
+  // still the store's present state needs no other look.
   constexpr int kLooks = 8;
   for (int look = 1; look < kLooks; ++look) {
     if (report.ok() && NothingFound(*report)) break;
-    {
-      std::unique_lock lock(mu_);
-      CKPTDB_ASSIGN_OR_RETURN(const std::string now, VersionStamp());
-      if (db_ && view_quiet_ && now == stamp_) break;
-      CloseDb();
-      CKPTDB_RETURN_IF_ERROR(OpenDbRetrying());
-    }
+    CKPTDB_ASSIGN_OR_RETURN(const bool current, RefreshView());
+    if (current) break;
     Result<StoreReport> again = CheckView();
     if (report.ok() && again.ok()) {
       KeepConfirmed(&*report, *again);
@@ -741,11 +734,16 @@ Result<std::string> StoreImpl::VersionStamp() const {
 
 Status StoreImpl::Refresh() {
   if (!options_.read_only) return Status::OK();
+  return RefreshView().status();
+}
+
+Result<bool> StoreImpl::RefreshView() {
   std::unique_lock lock(mu_);
   CKPTDB_ASSIGN_OR_RETURN(const std::string stamp, VersionStamp());
-  if (db_ && stamp == stamp_) return Status::OK();
+  if (db_ && stamp == stamp_) return true;
   CloseDb();
-  return OpenDbRetrying();
+  CKPTDB_RETURN_IF_ERROR(OpenDbRetrying());
+  return false;
 }
 
 void StoreImpl::Release() {

@@ -106,8 +106,9 @@ class StoreImpl : public Store {
   // which only a check for leftovers minds: it counts as quiet only when the
   // writer's files (VersionStamp) were the same before and after it.
   // 3 quick tries for a quiet one, then a view that is not quiet stands
-  // (view_quiet_ false), so that a reader beside a writer that commits
-  // back-to-back does not wait for it to stop (Check looks again instead).
+  // (its stamp_ differs from the store's files at once), so that a reader
+  // beside a writer that commits back-to-back does not wait for it to stop
+  // (Check looks again instead).
   Status OpenDbRetrying();
 
   const std::string& path() const override { return path_; }
@@ -144,6 +145,10 @@ class StoreImpl : public Store {
   using Store::Delete;
   Status Delete(int64_t checkpoint_id, FileRemoval removal) override;
   Status Refresh() override;
+  // Refresh's work for a read-only handle: true when its view was still the
+  // store's present state (its files as stamp_ found them before the open,
+  // so the open was quiet too), false after opening it again.
+  Result<bool> RefreshView();
   void Release() override;
   Result<std::unique_ptr<StagedFileWriter>> NewStagedFile(int64_t checkpoint_id,
                                                           int32_t rank,
@@ -761,8 +766,6 @@ class StoreImpl : public Store {
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::string stamp_;  // VersionStamp() when a read-only handle was opened
-  // Whether no writer changed the store while this read-only view was opened.
-  bool view_quiet_ = true;
   // The view's directory (empty when the handle reads the store's own
   // database), the process that made it, why the store's database did not
   // open, and the chunk table files the view does not read.

@@ -265,7 +265,6 @@ Status StoreImpl::OpenDbRetrying() {
   // failure, or a view that the next Refresh replaces). A failure while no
   // writer changed anything is the store's state, not a race: it stands.
   constexpr int kTriesForQuiet = 3;
-  view_quiet_ = true;
   for (int attempt = 0; attempt < 110; ++attempt) {
     Result<std::string> now_or = VersionStamp();
     if (!now_or.ok()) {
@@ -275,7 +274,6 @@ Status StoreImpl::OpenDbRetrying() {
     const std::string& now = *now_or;
     const bool changed_meanwhile = s.ok() && now != stamp_;
     const bool raced = (s.IsIOError() || s.IsCorruption()) && now != before;
-    view_quiet_ = !changed_meanwhile;
     if (!changed_meanwhile && !raced) break;
     if (changed_meanwhile && attempt >= kTriesForQuiet) break;
     std::this_thread::sleep_for(

@@ -282,21 +282,28 @@ bool IsNegatedView(const py::object& obj) {
   }
 }
 
+// For a save, a copy of the negated view `obj` that holds the values it
+// shows (kept in `borrowed`); InvalidArgument for a load target.
+py::object NegationResolved(const py::object& obj, const LeafPath& path,
+                            bool writable, Borrowed& borrowed) {
+  if (writable) {
+    Invalid("tensor " + Where(path) +
+            ": a load target with torch's negative bit set (a lazily "
+            "negated view, such as z.conj().imag) cannot be filled in "
+            "place: its memory holds the values with the other sign; load "
+            "into a tensor without it (resolve_neg()) and copy");
+  }
+  py::object resolved = obj.attr("resolve_neg")();
+  borrowed.keep.push_back(resolved);
+  return resolved;
+}
+
 // A view of a DLPack tensor's memory; the capsule is kept in `borrowed`.
 TensorView FromDLPackObject(const py::object& obj, const LeafPath& path,
                             bool writable, Borrowed& borrowed) {
   if (IsNegatedView(obj)) {
-    if (writable) {
-      Invalid("tensor " + Where(path) +
-              ": a load target with torch's negative bit set (a lazily "
-              "negated view, such as z.conj().imag) cannot be filled in "
-              "place: its memory holds the values with the other sign; load "
-              "into a tensor without it (resolve_neg()) and copy");
-    }
-    // A save takes the values it shows, from a copy that holds them.
-    py::object resolved = obj.attr("resolve_neg")();
-    borrowed.keep.push_back(resolved);
-    return FromDLPackObject(resolved, path, writable, borrowed);
+    return FromDLPackObject(NegationResolved(obj, path, writable, borrowed),
+                            path, writable, borrowed);
   }
   py::object capsule;
   try {

@@ -75,16 +75,19 @@ Status CheckStoredFits(const std::string& key, const TensorView& view,
   return Status::OK();
 }
 
-// One array under several keys (tied weights) is loaded from the key that
-// sorts last, as if each key were loaded in turn: the targets of the others
-// (`tied_before`, indexes of tensor leaves whose targets start at
-// `first_target`, which ends with the number of targets) are dropped. Loading
-// them all would write each key's bytes into the same memory at once, in an
-// order that differs between runs and ranks.
-void DropTiedTargets(const std::vector<size_t>& tied_before,
-                     const std::vector<size_t>& first_target,
-                     LocalTargets* out) {
-  if (tied_before.empty()) return;
+// InvalidArgument unless the tensor leaves' targets (`tensor_targets`, whose
+// targets in `out` start at `first_target`) are apart in memory
+// (CheckTargetsApart). One array under several keys (tied weights) is loaded
+// from the key that sorts last, as if each key were loaded in turn: the
+// targets of the others are dropped. Loading them all would write each key's
+// bytes into the same memory at once, in an order that differs between runs
+// and ranks.
+Status KeepTargetsApart(const std::vector<KeyedView>& tensor_targets,
+                        std::vector<size_t> first_target, LocalTargets* out) {
+  std::vector<size_t> tied_before;
+  CKPTDB_RETURN_IF_ERROR(CheckTargetsApart(tensor_targets, &tied_before));
+  if (tied_before.empty()) return Status::OK();
+  first_target.push_back(out->targets.size());  // the last leaf's end
   size_t kept = 0;
   auto tied = tied_before.begin();
   for (size_t leaf = 0; leaf + 1 < first_target.size(); ++leaf) {
@@ -102,6 +105,7 @@ void DropTiedTargets(const std::vector<size_t>& tied_before,
   }
   out->targets.resize(kept);
   out->views.resize(kept);
+  return Status::OK();
 }
 
 // Matches this rank's leaves against the checkpoint: checks dtypes and shapes,
@@ -184,11 +188,7 @@ Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
   // Walked as two lists: in key order, as the checkpoint lists its keys.
   if (!std::is_sorted(unexpected.begin(), unexpected.end()))
     std::sort(unexpected.begin(), unexpected.end());
-  std::vector<size_t> tied_before;
-  CKPTDB_RETURN_IF_ERROR(CheckTargetsApart(tensor_targets, &tied_before));
-  first_target.push_back(out->targets.size());
-  DropTiedTargets(tied_before, first_target, out);
-  return Status::OK();
+  return KeepTargetsApart(tensor_targets, std::move(first_target), out);
 }
 
 }  // namespace

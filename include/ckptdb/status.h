@@ -96,22 +96,21 @@ inline std::string CheckDetail(std::string detail) { return detail; }
 //
 // CKPTDB_ASSERT(condition[, detail]): an invariant of ckptdb's own code; false
 // is a bug in ckptdb.
-#define CKPTDB_ASSERT(condition, ...)                       \
-  do {                                                      \
-    if (!(condition)) [[unlikely]]                          \
-      ::ckptdb::internal::CheckFailed(                      \
-          "internal check", __FILE__, __LINE__, #condition, \
-          ::ckptdb::internal::CheckDetail(__VA_ARGS__));    \
-  } while (0)
+#define CKPTDB_ASSERT(condition, ...)                          \
+  CKPTDB_CHECK_IMPL("internal check", (condition), #condition, \
+                    ::ckptdb::internal::CheckDetail(__VA_ARGS__))
 
 // CKPTDB_REQUIRE(condition[, detail]): a precondition of a function; false is
 // a bug in the code that called it.
-#define CKPTDB_REQUIRE(condition, ...)                    \
-  do {                                                    \
-    if (!(condition)) [[unlikely]]                        \
-      ::ckptdb::internal::CheckFailed(                    \
-          "precondition", __FILE__, __LINE__, #condition, \
-          ::ckptdb::internal::CheckDetail(__VA_ARGS__));  \
+#define CKPTDB_REQUIRE(condition, ...)                       \
+  CKPTDB_CHECK_IMPL("precondition", (condition), #condition, \
+                    ::ckptdb::internal::CheckDetail(__VA_ARGS__))
+
+// Both checks: `detail` is evaluated only when `condition` is false.
+#define CKPTDB_CHECK_IMPL(kind, condition, text, detail)                       \
+  do {                                                                         \
+    if (!(condition)) [[unlikely]]                                             \
+      ::ckptdb::internal::CheckFailed(kind, __FILE__, __LINE__, text, detail); \
   } while (0)
 
 namespace ckptdb {

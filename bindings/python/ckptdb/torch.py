@@ -265,6 +265,14 @@ def _shadow_first_values(optimizer, wanted, stand_in):
     return {p: states[copy] for p, copy in pairs if p in wanted}
 
 
+def _meta_stand_in(p):
+    """A stand-in of parameter `p` for a step that gives each state tensor's
+    shape and dtype: a meta-device tensor, or for a 0-d parameter a real one
+    (its state is as small): optimizers index 0-d tensors with masks (Rprop),
+    which needs a value the meta device does not have."""
+    return torch.empty_like(p, device="meta") if p.dim() else torch.zeros_like(p)
+
+
 def _meta_step_state(optimizer, params):
     """The state a fresh one of torch's own optimizers starts from, without a
     step over the parameters' bytes: its first step run on a copy of the
@@ -277,12 +285,7 @@ def _meta_step_state(optimizer, params):
     if _torch_step_class(optimizer) is None:
         return None  # a step of its own: only a real step is safe
     wanted = set(params)
-    # A 0-d parameter's stand-in is a real one-element tensor (its state is as
-    # small): optimizers index 0-d tensors with masks (Rprop), which needs a
-    # value the meta device does not have.
-    shapes = _shadow_first_values(
-        optimizer, wanted,
-        lambda p: torch.empty_like(p, device="meta") if p.dim() else torch.zeros_like(p))
+    shapes = _shadow_first_values(optimizer, wanted, _meta_stand_in)
     fills = _shadow_first_values(
         optimizer, wanted,
         lambda p: torch.zeros((1,) * p.dim(), dtype=p.dtype, device=p.device))
@@ -549,11 +552,7 @@ def _fresh_state_like(optimizer, params):
     arithmetic); {} for an optimizer with a step of its own, or none to make."""
     if not params or _torch_step_class(optimizer) is None:
         return {}
-    # A 0-d parameter's stand-in is a real one-element tensor, as in
-    # _meta_step_state (optimizers index 0-d tensors with masks).
-    made = _shadow_first_values(
-        optimizer, set(params),
-        lambda p: torch.empty_like(p, device="meta") if p.dim() else torch.zeros_like(p))
+    made = _shadow_first_values(optimizer, set(params), _meta_stand_in)
     if made is None:
         return {}
     return {p: {k: v for k, v in state.first.items() if torch.is_tensor(v)}
