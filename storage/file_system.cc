@@ -262,11 +262,24 @@ IOStatus CheckReadable(const std::string& path) {
 }  // namespace
 
 std::string ResolvedPath(const std::string& path) {
+  namespace sfs = std::filesystem;
   std::error_code ec;
-  std::filesystem::path p = std::filesystem::absolute(path, ec);
-  if (ec) p = std::filesystem::path(path);
-  std::filesystem::path resolved = std::filesystem::weakly_canonical(p, ec);
+  sfs::path p = sfs::absolute(path, ec);
+  if (ec) p = sfs::path(path);
+  sfs::path resolved = sfs::weakly_canonical(p, ec);
   if (ec) resolved = p.lexically_normal();
+  // weakly_canonical stops at a link whose target does not exist yet (a
+  // store's first open through `/ckpt -> /scratch/job/ckpt`): the store is
+  // made where the link points, as the shell's `mkdir -p` of the link's
+  // target would. A link loop stays as it is (its open fails naming it).
+  for (int hops = 0; hops < 40 && sfs::is_symlink(resolved, ec); ++hops) {
+    const sfs::path target = sfs::read_symlink(resolved, ec);
+    if (ec) break;
+    const sfs::path next = sfs::weakly_canonical(
+        target.is_absolute() ? target : resolved.parent_path() / target, ec);
+    if (ec) break;
+    resolved = next;
+  }
   std::string out = resolved.string();
   while (out.size() > 1 && out.back() == '/') out.pop_back();
   return out;

@@ -311,6 +311,19 @@ Status StoreImpl::EnsureOpenShared(std::shared_lock<std::shared_mutex>& lock) {
   return Status::OK();
 }
 
+Status StoreImpl::ReopenBeforeCommitPoint(
+    Status error, std::shared_lock<std::shared_mutex>& lock,
+    const std::string& what) {
+  const Status reopened = ReopenNow(lock);
+  if (reopened.ok()) return error;
+  return Status(error.code(),
+                error.message() + "; " + what +
+                    " is not committed (it failed before its records were "
+                    "written; the next read-write open removes its chunks), "
+                    "but reopening the store failed too (" +
+                    reopened.ToString() + ")");
+}
+
 Status StoreImpl::Commit(const CheckpointMetadata& meta,
                          const std::vector<std::string>& staged) {
   CKPTDB_RETURN_IF_ERROR(RequireWritable("saving"));
@@ -327,7 +340,7 @@ Status StoreImpl::Commit(const CheckpointMetadata& meta,
     ChunkIngester ingester = Ingester();
     Status s = ingester.Ingest(staged, what);
     if (s.ok()) s = ingester.CheckIngested(meta);
-    if (!s.ok()) return Reopen(s, lock, what + "'s commit", committed);
+    if (!s.ok()) return ReopenBeforeCommitPoint(s, lock, what);
   }
   steps.Lap(&steps.ingest);
   // The main record and the tensor records, in one batch: one commit. Only

@@ -287,6 +287,31 @@ TEST(StoreTest, AHandleStaysOnItsDirectoryAfterAChdirOrARetargetedSymlink) {
   EXPECT_EQ((*reopened)->List()->size(), 3u);
 }
 
+// A store path that is a link to a directory not made yet (`/ckpt ->
+// /scratch/job/ckpt` before the job's first save) makes the store where the
+// link points, through a chain of links and a relative target too; a link
+// loop fails naming the path.
+TEST(StoreTest, AStorePathLinkedToADirectoryNotMadeYetMakesItThere) {
+  TempDir dir;
+  std::filesystem::create_directory(dir.Sub("scratch"));
+  std::filesystem::create_symlink("scratch/job", dir.Sub("ckpt"));
+  std::filesystem::create_symlink(dir.Sub("ckpt"), dir.Sub("again"));
+  for (const std::string& path : {dir.Sub("ckpt"), dir.Sub("again")}) {
+    auto store = Store::Open(path, {});
+    ASSERT_TRUE(store.ok()) << path << ": " << store.status().ToString();
+    ASSERT_TRUE(SaveBytes(**store, "saved", 1).ok());
+  }
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.Sub("ckpt")));
+  auto store = Store::Open(dir.Sub("scratch/job"), {});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ((*store)->List()->size(), 2u);
+  std::filesystem::create_symlink(dir.Sub("loop"), dir.Sub("loop"));
+  auto loop = Store::Open(dir.Sub("loop"), {});
+  ASSERT_FALSE(loop.ok());
+  EXPECT_NE(loop.status().message().find(dir.Sub("loop")), std::string::npos)
+      << loop.status().ToString();
+}
+
 // A store moved or removed under a read-write handle takes no more writes
 // from it: RocksDB would write on into the moved files it holds open and the
 // rest would land at the old path, a commit split between the two.

@@ -76,6 +76,12 @@ struct CopyFindings {
   bool predates_copies = false;
 };
 
+// The chunk table files a rebuild of the database at `store` staged to
+// ingest again and has not yet (staging/rebuild-*, sorted; none when no
+// rebuild is under way or was cut short).
+Result<std::vector<std::string>> StagedRebuildTables(StoreFileSystem& fs,
+                                                     const std::string& store);
+
 class StoreImpl : public Store {
  public:
   // `path` as resolved (ResolvedPath); `spelled` as the caller gave it (for
@@ -333,6 +339,12 @@ class StoreImpl : public Store {
   template <typename Happened>
   Status Reopen(Status error, std::shared_lock<std::shared_mutex>& lock,
                 const std::string& what, Happened&& happened);
+  // Reopen for a commit that failed before its records were written (while
+  // ingesting its chunks): it is not committed whatever the reopen finds,
+  // so `error` is returned, saying so when the reopen fails too.
+  Status ReopenBeforeCommitPoint(Status error,
+                                 std::shared_lock<std::shared_mutex>& lock,
+                                 const std::string& what);
   // Closes and opens the database again (taking `lock`'s mutex exclusively
   // meanwhile), only where the handle's directory still is; with the
   // reserve's space when the disk is full.
@@ -734,6 +746,14 @@ class StoreImpl : public Store {
   // database: a view when `why` is Corruption and CanRebuildInPlace; else
   // `why`, saying what a read-write open can rebuild.
   Status OpenView(const Status& why);
+  // Corruption when a rebuild of the store's database was cut short (chunk
+  // table files still staged for it): the database in the directory then
+  // lacks those tables and maybe the records, so a read-only open reads
+  // through a view, which takes them where they are staged.
+  Status InterruptedRebuild();
+  // The chunk table files a view ingests: the directory's table files and
+  // those staged by a rebuild cut short, each file once.
+  Result<std::vector<std::string>> ChunkTablesForView();
   // Ingests every chunk table file of the store into the view through a
   // symbolic link (nothing of the store is copied or written); one whose
   // blocks fail or that cannot be ingested is left out and listed in

@@ -562,9 +562,11 @@ Status StoreImpl::OpenDb() {
   fs_ = std::make_shared<StoreFileSystem>(options_.file_system_hooks,
                                           options_.sync, path_);
   env_ = ForkAwareEnv(rocksdb::NewCompositeEnv(fs_));
-  Status s = OpenStoreDb();
   // A read-only handle cannot rebuild a database whose description is
-  // damaged, but it can read through a rebuild of its own.
+  // damaged, nor finish a rebuild cut short, but it can read through a
+  // rebuild of its own.
+  Status s = options_.read_only ? InterruptedRebuild() : Status::OK();
+  if (s.ok()) s = OpenStoreDb();
   if (!s.ok() && options_.read_only) s = OpenView(s);
   if (!s.ok()) return s;
   stamp_ = stamp;

@@ -124,14 +124,26 @@ Status MoveAsideForRebuild(StoreFileSystem& fs, rocksdb::Env* env,
 
 }  // namespace
 
-Status StoreImpl::IngestRebuildTables(const std::string& aside) {
-  const std::string staging = StagingDir(path_);
-  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> names,
-                          fs_->ListDir(staging));
+Result<std::vector<std::string>> StagedRebuildTables(StoreFileSystem& fs,
+                                                     const std::string& store) {
+  const std::string staging = StagingDir(store);
+  CKPTDB_ASSIGN_OR_RETURN(const bool staged, fs.Exists(staging));
+  if (!staged) return std::vector<std::string>();
+  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> names, fs.ListDir(staging));
   std::sort(names.begin(), names.end());
+  std::vector<std::string> tables;
   for (const std::string& name : names) {
-    if (name.rfind(kRebuildPrefix, 0) != 0) continue;
-    const std::string table = staging + "/" + name;
+    if (name.rfind(kRebuildPrefix, 0) == 0)
+      tables.push_back(staging + "/" + name);
+  }
+  return tables;
+}
+
+Status StoreImpl::IngestRebuildTables(const std::string& aside) {
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> tables,
+                          StagedRebuildTables(*fs_, path_));
+  for (const std::string& table : tables) {
+    const std::string name = table.substr(table.rfind('/') + 1);
     // A table whose blocks fail is set aside, not ingested: RocksDB would
     // take it (without its key range, when its first block is damaged), and
     // the checksum the ingestion records would then be that of the damaged

@@ -207,6 +207,50 @@ TEST(StoreTest, AFailedLookForTheJournalFailsTheOpenNamingIt) {
   ExpectAFailedLookAtFailsTheOpen("CKPTDB_JOURNAL");
 }
 
+// Once a table file is linked into the database (a commit's ingestion of
+// its staged chunks), every later change of the store fails: the disk went
+// away.
+class FailFromTheFirstIngestOn : public FileSystemHooks {
+ public:
+  int BeforeOperation(FileOp op, std::string_view path, uint64_t) override {
+    if (!armed) return 0;
+    if (op == FileOp::kLink && path.ends_with(".sst")) failing = true;
+    return failing && (FileOpMask(op) & kMutatingFileOps) ? EIO : 0;
+  }
+  std::atomic<bool> armed{false};
+  std::atomic<bool> failing{false};
+};
+
+// A commit whose ingestion fails cannot have taken effect (its records were
+// never written), and says so even when reopening the store fails too; the
+// store then holds the checkpoints before it, and the id is used again.
+TEST(StoreTest,
+     ACommitThatFailsIngestingSaysItIsNotCommittedWhenTheReopenFails) {
+  TempDir dir;
+  auto hooks = std::make_shared<FailFromTheFirstIngestOn>();
+  {
+    auto store = Store::Open(dir.path(), {.file_system_hooks = hooks});
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(SaveBytes(**store, "kept", 1).ok());
+    hooks->armed = true;
+    auto failed = SaveBytes(**store, "lost", 1);
+    ASSERT_FALSE(failed.ok());
+    ASSERT_TRUE(hooks->failing);
+    const std::string message = failed.status().message();
+    EXPECT_EQ(message.find("may have taken effect"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("checkpoint 2 is not committed"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("reopening the store failed too"), std::string::npos)
+        << message;
+    hooks->armed = false;
+  }
+  auto store = Store::Open(dir.path(), {});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_EQ((*store)->List()->size(), 1u);
+  EXPECT_EQ((*store)->NextCheckpointId().value(), 2);
+}
+
 TEST(StoreTest, LeftoversOfAnInterruptedSaveAreRemovedAtOpen) {
   TempDir dir;
   {

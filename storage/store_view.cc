@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -191,9 +192,47 @@ Status StoreImpl::OpenView(const Status& why) {
                                    s.ToString() + ")");
 }
 
-Status StoreImpl::LinkChunkTablesIntoView() {
+Status StoreImpl::InterruptedRebuild() {
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> staged,
+                          StagedRebuildTables(*fs_, path_));
+  if (staged.empty()) return Status::OK();
+  return Status::Corruption(
+      "a rebuild of the database of store '" + path_ +
+      "' was cut short (a full disk, a killed process): " +
+      std::to_string(staged.size()) +
+      " chunk table file(s) are still staged "
+      "under " +
+      StagingDir(path_) + ", and the next read-write open " + "finishes it");
+}
+
+Result<std::vector<std::string>> StoreImpl::ChunkTablesForView() {
   CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> names, fs_->ListDir(path_));
   std::sort(names.begin(), names.end());
+  // A rebuild cut short left chunk table files staged, and may have ingested
+  // some of them under a second name in the directory: each is taken once,
+  // by its staged name.
+  CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> staged,
+                          StagedRebuildTables(*fs_, path_));
+  std::set<std::pair<uint64_t, uint64_t>> staged_files;
+  for (const std::string& table : staged) {
+    CKPTDB_ASSIGN_OR_RETURN(auto stamp, fs_->StampIfPresent(table));
+    if (stamp) staged_files.insert(stamp->device_and_inode);
+  }
+  std::vector<std::string> tables;
+  for (const std::string& name : names) {
+    if (!name.ends_with(".sst")) continue;
+    const std::string table = path_ + "/" + name;
+    CKPTDB_ASSIGN_OR_RETURN(auto stamp, fs_->StampIfPresent(table));
+    if (stamp && staged_files.contains(stamp->device_and_inode)) continue;
+    tables.push_back(table);
+  }
+  tables.insert(tables.end(), staged.begin(), staged.end());
+  return tables;
+}
+
+Status StoreImpl::LinkChunkTablesIntoView() {
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> tables,
+                          ChunkTablesForView());
   rocksdb::IngestExternalFileOptions ingest;
   // The link moves into the database; its target, the store's file, is
   // neither copied nor written (a global sequence number, should one be
@@ -201,9 +240,8 @@ Status StoreImpl::LinkChunkTablesIntoView() {
   ingest.move_files = true;
   ingest.failed_move_fall_back_to_copy = false;
   ingest.write_global_seqno = false;
-  for (const std::string& name : names) {
-    if (!name.ends_with(".sst")) continue;
-    const std::string table = path_ + "/" + name;
+  for (const std::string& table : tables) {
+    const std::string name = table.substr(table.rfind('/') + 1);
     if (NotARegularFile(table, /*follow=*/false)) continue;
     const std::optional<std::string> family =
         TableFileFamily(env_.get(), table);

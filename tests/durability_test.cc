@@ -42,6 +42,8 @@ class Durability : public ::testing::Test {
     StateDict sd;
     sd.Set("w",
            TensorView::Whole(values_[i].data(), DType::kFloat32, {64, 64}));
+    // A chunk small enough to lie in its chunk table, not a value file.
+    sd.Set("b", TensorView::Whole(values_[i].data(), DType::kFloat32, {16}));
     return db.Save(sd, {.step = i});
   }
   // Checkpoint with step `i` loads bit-exactly from a fresh, fault-free open.
@@ -74,11 +76,45 @@ class Durability : public ::testing::Test {
     db->reset();
     fs::remove(fs::path(dir) / "CURRENT");
   }
+  // Before the read-write open that finishes a rebuild cut short (`what`), a
+  // read-only handle reads every checkpoint whole, the small chunks that
+  // lie in the chunk tables (some still staged for the rebuild) included, and
+  // its check finds only what a read-write open repairs.
+  void ExpectReadOnlyReadsEveryCheckpoint(const std::string& dir,
+                                          const std::string& what) {
+    Options read_only;
+    read_only.read_only = true;
+    auto db = DB::Open(read_only, dir);
+    ASSERT_TRUE(db.ok()) << what << ": " << db.status().ToString();
+    ASSERT_EQ((*db)->ListCheckpoints()->size(), 3u) << what;
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> got(4096), small(16);
+      StateDict sd;
+      sd.Set("w", TensorView::Whole(got.data(), DType::kFloat32, {64, 64}));
+      sd.Set("b", TensorView::Whole(small.data(), DType::kFloat32, {16}));
+      auto loaded = (*db)->Load(sd, CheckpointSelector::Step(i), {});
+      ASSERT_TRUE(loaded.ok())
+          << what << ", step " << i << ": " << loaded.status().ToString();
+      EXPECT_EQ(got, values_[i]) << what;
+      EXPECT_TRUE(std::equal(small.begin(), small.end(), values_[i].begin()))
+          << what;
+      auto verified = (*db)->Verify(CheckpointSelector::Step(i), {});
+      ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+      EXPECT_TRUE(verified->ok())
+          << what << ", step " << i << ": " << verified->problems.front();
+    }
+    auto check = (*db)->CheckStore();
+    ASSERT_TRUE(check.ok()) << what << ": " << check.status().ToString();
+    EXPECT_TRUE(check->unaccounted_chunk_ids.empty()) << what;
+    EXPECT_TRUE(check->lost_metadata.empty()) << what;
+    EXPECT_TRUE(check->damaged_chunk_tables.empty()) << what;
+  }
   // After a rebuilding open that did not finish (`what`): the next read-write
   // open does, every checkpoint verifies and loads, and no chunk table is set
   // aside (only the metadata's own tables go there, replaced by the copies; a
   // chunk table holds a 16 KiB chunk).
   void ExpectRebuildFinished(const std::string& dir, const std::string& what) {
+    ExpectReadOnlyReadsEveryCheckpoint(dir, what);
     {
       auto reopened = DB::Open(Options(), dir);
       ASSERT_TRUE(reopened.ok())

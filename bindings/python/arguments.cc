@@ -110,7 +110,8 @@ Result<int64_t> Int(py::handle obj, const std::string& what) {
   int overflow = 0;
   const std::optional<int64_t> v = IndexValue(obj, &overflow);
   if (!v) return WrongType(what, "an int", obj);
-  if (overflow != 0) return WrongType(what, "an int of at most 64 bits", obj);
+  if (overflow != 0)
+    return WrongType(what, "a signed 64-bit int (-2**63 to 2**63 - 1)", obj);
   return *v;
 }
 

@@ -206,6 +206,8 @@ BAD_CALLS = [
     # load
     ("load state list", lambda db, d: db.load([]), "state_dict"),
     ("load step str", lambda db, d: db.load({"w": W.copy()}, step="abc"), "step"),
+    ("save step 2**63", lambda db, d: db.save({"w": W}, step=2**63),
+     r"step must be a signed 64-bit int \(-2\*\*63 to 2\*\*63 - 1\)"),
     ("load id float", lambda db, d: db.load({"w": W.copy()}, id=1.5), "id"),
     ("load tag int", lambda db, d: db.load({"w": W.copy()}, tag=3), "tag"),
     ("load strict str", lambda db, d: db.load({"w": W.copy()}, strict="yes"), "strict"),
