@@ -46,14 +46,13 @@ int List(const std::string& path, bool as_json) {
                   info.damage.c_str());
       continue;
     }
-    std::printf(
-        "%-6lld %-10s %s %-19s %6d %8lld %12s\n",
-        static_cast<long long>(info.id),
-        info.step ? std::to_string(*info.step).c_str() : "-",
-        PadToWidth(info.tag ? ControlEscaped(*info.tag) : "-", 16).c_str(),
-        LocalTime(info.created).c_str(), info.world_size,
-        static_cast<long long>(info.num_tensors),
-        HumanBytes(info.nbytes).c_str());
+    std::printf("%-6lld %-10s %s %-19s %6d %8lld %12s\n",
+                static_cast<long long>(info.id),
+                info.step ? std::to_string(*info.step).c_str() : "-",
+                PadToWidth(TagCell(info.tag), 16).c_str(),
+                LocalTime(info.created).c_str(), info.world_size,
+                static_cast<long long>(info.num_tensors),
+                HumanBytes(info.nbytes).c_str());
   }
   if (all->empty()) std::printf("(no checkpoints)\n");
   return 0;
@@ -125,7 +124,7 @@ int Show(const std::string& path, const Selection& sel, bool as_json,
   std::printf("checkpoint %lld", static_cast<long long>(m.info.id));
   if (m.info.step)
     std::printf("  step %lld", static_cast<long long>(*m.info.step));
-  if (m.info.tag) std::printf("  tag %s", ControlEscaped(*m.info.tag).c_str());
+  if (m.info.tag) std::printf("  tag %s", TagCell(m.info.tag).c_str());
   std::printf("  created %s  saved by %d rank%s\n",
               LocalTime(m.info.created).c_str(), m.info.world_size,
               m.info.world_size == 1 ? "" : "s");

@@ -219,6 +219,21 @@ void AppendHexEscape(unsigned char b, std::string* out) {
 
 }  // namespace
 
+std::string TagCell(const std::optional<std::string>& tag) {
+  if (!tag) return "-";
+  const std::string shown = ControlEscaped(*tag);
+  const bool ambiguous = shown.empty() || shown == "-" ||
+                         shown.find(' ') != std::string::npos ||
+                         shown.front() == '"';
+  if (!ambiguous) return shown;
+  std::string quoted = "\"";
+  for (const char c : shown) {
+    if (c == '"') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
 std::string ControlEscaped(const std::string& text) {
   std::string out;
   std::string_view rest(text);

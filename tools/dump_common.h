@@ -103,6 +103,11 @@ std::string JsonText(const json& j, int indent = -1);
 // Bytes that are not UTF-8, and C1 controls (U+0080 to U+009F), are written
 // as \xNN too.
 std::string ControlEscaped(const std::string& text);
+// A checkpoint's tag as a text column shows it: "-" for none; the tag
+// ControlEscaped, in double quotes (a quote in it as \") where it could be
+// read as none or as two columns: empty, "-", holding a space, or starting
+// with a quote.
+std::string TagCell(const std::optional<std::string>& tag);
 // The columns a terminal gives printable UTF-8 `text` (ControlEscaped's):
 // 2 for each East Asian wide or fullwidth character and emoji, 0 for each
 // combining mark and zero-width character, 1 for any other.

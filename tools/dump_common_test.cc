@@ -39,6 +39,17 @@ TEST(DumpCommonTest, TextThatIsNotUtf8OrHoldsControlsStaysPrintable) {
             "b'\\x00a\\'\\\\\\x80'");
 }
 
+TEST(DumpCommonTest, ATagThatCouldReadAsNoneOrTwoColumnsIsQuoted) {
+  EXPECT_EQ(TagCell(std::nullopt), "-");
+  EXPECT_EQ(TagCell("best"), "best");
+  EXPECT_EQ(TagCell("it's"), "it's");
+  EXPECT_EQ(TagCell(""), "\"\"");
+  EXPECT_EQ(TagCell("-"), "\"-\"");
+  EXPECT_EQ(TagCell("two words"), "\"two words\"");
+  EXPECT_EQ(TagCell("\"q\" x"), "\"\\\"q\\\" x\"");
+  EXPECT_EQ(TagCell("a\nb"), "a\\x0ab");
+}
+
 TEST(DumpCommonTest, ColumnsArePaddedByTheWidthATerminalShows) {
   EXPECT_EQ(DisplayWidth("plain.weight"), 12u);
   EXPECT_EQ(DisplayWidth("\xc3\xbcmlaut"), 6u);  // ümlaut, 2-byte ü
