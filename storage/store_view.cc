@@ -198,11 +198,10 @@ Status StoreImpl::InterruptedRebuild() {
   if (staged.empty()) return Status::OK();
   return Status::Corruption(
       "a rebuild of the database of store '" + path_ +
-      "' was cut short (a full disk, a killed process): " +
+      "' is under way or was cut short (a full disk, a killed process): " +
       std::to_string(staged.size()) +
-      " chunk table file(s) are still staged "
-      "under " +
-      StagingDir(path_) + ", and the next read-write open " + "finishes it");
+      " chunk table file(s) are still staged under " + StagingDir(path_) +
+      ", and the next read-write open finishes it");
 }
 
 Result<std::vector<std::string>> StoreImpl::ChunkTablesForView() {
