@@ -2,8 +2,8 @@
 """Trains a small torch transformer with AdamW on several ranks, checkpoints with
 ckptdb.torch.get_state_dict, and resumes on another number of ranks bit for bit.
 
-    torchrun --nproc-per-node 4 examples/torch_train.py --store /tmp/run --steps 4 --save-every 2
-    torchrun --nproc-per-node 2 examples/torch_train.py --store /tmp/run --steps 6 --resume-step 4 --check
+    torchrun --nproc_per_node 4 examples/torch_train.py --store /tmp/run --steps 4 --save-every 2
+    torchrun --nproc_per_node 2 examples/torch_train.py --store /tmp/run --steps 6 --resume-step 4 --check
     mpirun -np 3 python3 examples/torch_train.py --store /tmp/run --steps 6 --resume-step 2 --check
 
 Started by torchrun (or scripts/torchrun_env.py, which sets the same variables) the ranks talk

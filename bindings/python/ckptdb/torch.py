@@ -341,9 +341,13 @@ def _init_optimizer_state(optimizer, params):
 def _optimizer_state(model, optimizer):
     entries = _optimizer_parameters(model, optimizer)
     _init_optimizer_state(optimizer, [p for _, _, p in entries])
-    # The optimizer's own per-parameter dicts: a load fills their tensors and
-    # replaces their small values in place.
-    state = {fqn: optimizer.state[p] for _, fqn, p in entries if optimizer.state.get(p)}
+    # The optimizer's own tensors, in copies of its per-parameter dicts (and of
+    # the lists in them, LBFGS's history): a load fills the tensors in place,
+    # and replacing an entry (a Shard marking a tensor-parallel slice, a small
+    # value a load gives back) leaves the optimizer as it is until
+    # set_state_dict, instead of putting a Shard where its step expects a tensor.
+    state = {fqn: _containers_copied(optimizer.state[p])
+             for _, fqn, p in entries if optimizer.state.get(p)}
     # Each parameter with its group's hyper-parameters (a dict of its own): ranks
     # whose optimizers hold different parameters (pipeline stages) store theirs
     # under their own keys, and replicas store equal values under the same ones.
@@ -355,6 +359,16 @@ def _optimizer_state(model, optimizer):
         if not group["params"]:
             groups[_empty_group_key(g)] = dict(hyper[g])
     return {"state": state, "param_groups": groups}
+
+
+def _containers_copied(value):
+    """`value` with each dict and list in it copied; tensors and other leaves
+    are the same objects."""
+    if isinstance(value, dict):
+        return {k: _containers_copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_containers_copied(v) for v in value]
+    return value
 
 
 def _empty_group_key(g):
@@ -379,8 +393,11 @@ def get_state_dict(model, optimizer=None):
     gradients and a learning rate of 0, whose state is then set back). The keys
     of a model wrapped in ``DistributedDataParallel`` or ``DataParallel`` are the
     wrapped module's. Every tensor is the model's or the optimizer's own (shared,
-    not copied); the hyper-parameters in "param_groups" are copied at the call,
-    so call it again before a save when a scheduler changes them."""
+    not copied), in dicts and lists of the call's own: replacing an entry (with a
+    Shard of a tensor-parallel slice, or by a load's small values) changes the
+    optimizer only through set_state_dict. The hyper-parameters in "param_groups"
+    are copied at the call, so call it again before a save when a scheduler
+    changes them."""
     _check_arguments(model, optimizer)
     model = _unwrapped(model)
     out = {"model": _model_state(model)}

@@ -234,7 +234,10 @@ def test_a_fresh_optimizers_created_state_trains_on_as_the_fresh_optimizer_would
         assert torch.equal(p, q), n
         mine, theirs = opt.state[p], untouched.state[q]
         assert set(created[n]) == set(theirs), n  # every entry there to load into
-        assert state["optim"]["state"][n] is mine
+        # The optimizer's own tensors (in a dict of the call's own).
+        target = state["optim"]["state"][n]
+        assert set(target) == set(mine), n
+        assert all(target[k] is v for k, v in mine.items() if torch.is_tensor(v)), n
         for k, v in theirs.items():
             if torch.is_tensor(v):
                 assert mine[k].dtype == v.dtype and mine[k].stride() == v.stride(), (n, k)
@@ -254,6 +257,54 @@ def test_an_optimizer_whose_state_cannot_be_created_raises_invalid_argument(make
         ckptdb.torch.get_state_dict(model, opt)
     assert not any(opt.state.get(p) for p in model.parameters())
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_marking_optimizer_state_as_shards_leaves_the_optimizer_stepping(tmp_path):
+    # The tensor-parallel pattern: each rank replaces its optimizer state tensors in the dict
+    # get_state_dict gave by Shards of their slice. The optimizer keeps its tensors (its next
+    # step would meet a Shard otherwise), and the Shards still share their memory.
+    torch.manual_seed(0)
+    model = TwoLayers(reverse=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    step(model, opt, 0)
+    state = ckptdb.torch.get_state_dict(model, opt)
+    per_param = state["optim"]["state"]["a.weight"]
+    for k, v in list(per_param.items()):
+        if v.dim() == 2:
+            per_param[k] = ckptdb.Shard(v, (6, 4), (0, 0))
+    held = opt.state[model.a.weight]
+    assert torch.is_tensor(held["exp_avg"]) and torch.is_tensor(held["exp_avg_sq"])
+    with ckptdb.open(str(tmp_path / "store")) as db:
+        db.save(state, step=1)
+        assert db.metadata()["tensors"]["optim.state.a.weight.exp_avg"]["global_shape"] == [6, 4]
+    step(model, opt, 1)
+    assert per_param["exp_avg"].data.data_ptr() == held["exp_avg"].data_ptr()
+
+
+def test_a_load_replaces_small_values_in_the_optimizer_only_through_set_state_dict(tmp_path):
+    # LBFGS keeps ints and lists of tensors: the load target's copies take the stored ones,
+    # set_state_dict gives them to the optimizer.
+    model = TwoLayers(reverse=False)
+    opt = torch.optim.LBFGS(model.parameters(), history_size=3)
+    lbfgs_steps(model, opt, 2, seed=1)
+    saved = ckptdb.torch.get_state_dict(model, opt)
+    with ckptdb.open(str(tmp_path / "store")) as db:
+        db.save(saved, step=2)
+        other = TwoLayers(reverse=False)
+        other_opt = torch.optim.LBFGS(other.parameters(), history_size=3)
+        lbfgs_steps(other, other_opt, 2, seed=2)
+        target = ckptdb.torch.get_state_dict(other, other_opt)
+        held = other_opt.state[other.a.weight]
+        n_iter, dirs = held["n_iter"], held["old_dirs"]
+        target["optim"]["state"]["a.weight"]["n_iter"] = -7
+        assert held["n_iter"] == n_iter
+        db.load(target)
+        assert held["old_dirs"] is dirs
+    ckptdb.torch.set_state_dict(other, other_opt, target)
+    loaded = other_opt.state[other.a.weight]
+    assert loaded["n_iter"] == saved["optim"]["state"]["a.weight"]["n_iter"]
+    assert all(torch.equal(x, y) for x, y in
+               zip(loaded["old_dirs"], saved["optim"]["state"]["a.weight"]["old_dirs"]))
 
 
 def lbfgs_steps(model, opt, steps, seed):
