@@ -44,6 +44,44 @@ std::vector<std::string_view> TensorKeysOf(
   return keys;
 }
 
+// `key` without its "module" parts (those DistributedDataParallel and
+// DataParallel put before a wrapped model's keys).
+std::string WithoutModuleParts(std::string_view key) {
+  std::string out;
+  while (!key.empty()) {
+    const size_t dot = key.find('.');
+    const std::string_view part = key.substr(0, dot);
+    if (part != "module") {
+      if (!out.empty()) out += '.';
+      out += part;
+    }
+    if (dot == std::string_view::npos) break;
+    key.remove_prefix(dot + 1);
+  }
+  return out;
+}
+
+// For the error of a requested `key` the checkpoint lacks: the stored key it
+// likely meant, one that differs from it only by "module" parts (a model
+// saved wrapped in DistributedDataParallel and loaded bare, or the reverse);
+// "" when there is none.
+std::string NearMissHint(const std::string& key,
+                         const CheckpointMetadata& meta) {
+  const std::string wanted = WithoutModuleParts(key);
+  auto hint = [&](const std::string& stored) {
+    return "; it holds '" + stored +
+           "', which differs only by 'module.' parts (a model wrapped in "
+           "DistributedDataParallel on one side only)";
+  };
+  for (const auto& [stored, unused] : meta.tensors) {
+    if (WithoutModuleParts(stored) == wanted) return hint(stored);
+  }
+  for (const auto& [stored, unused] : meta.values) {
+    if (WithoutModuleParts(stored) == wanted) return hint(stored);
+  }
+  return "";
+}
+
 // InvalidArgument unless target `view` of tensor `key` can take the `stored`
 // tensor: the same global shape, and the same dtype or, with options.cast,
 // numeric dtypes on both sides.
@@ -62,7 +100,7 @@ Status CheckStoredFits(const std::string& key, const TensorView& view,
                                      std::string(DTypeName(view.dtype)) +
                                      " differs from stored " +
                                      std::string(DTypeName(stored.dtype)) +
-                                     " (pass cast=true to convert)");
+                                     " (a load with cast on converts)");
     }
     if (!IsNumeric(view.dtype) || !IsNumeric(stored.dtype)) {
       return Status::InvalidArgument(
@@ -146,7 +184,8 @@ Status MatchLeaves(std::vector<planner::MutableFlatLeaf>& leaves,
     if (!is_tensor && !is_value) {
       if (options.strict) {
         return Status::NotFound("key '" + key + "' is not in " + where +
-                                " (pass strict=false to skip missing keys)");
+                                NearMissHint(key, meta) +
+                                " (a load with strict off skips missing keys)");
       }
       result->missing_keys.push_back(key);
       continue;
@@ -261,7 +300,7 @@ Result<LoadResult> DBImpl::Load(StateDict& state,
     if (!options.strict) {
       return loaded.status().WithContext(
           deleted +
-          " (a load with strict=false does not start again from the newer "
+          " (a load with strict off does not start again from the newer "
           "one, which may lack keys it had begun to fill: load again)");
     }
     if (attempt == kLatestAttempts) {
