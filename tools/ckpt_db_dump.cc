@@ -311,6 +311,9 @@ class ExportBatch {
 
 // Writes whole tensors of the selected checkpoint to `output`; `*read_id` is
 // the checkpoint read.
+// Whether an export's output was replaced (renamed over, or copied into).
+bool export_in_place = false;
+
 Status ExportOnce(const std::string& path, const Selection& sel,
                   const std::string& format, const std::string& output,
                   const std::vector<std::string>& keys, int64_t* read_id) {
@@ -371,6 +374,8 @@ Status ExportOnce(const std::string& path, const Selection& sel,
   }
   CKPTDB_RETURN_IF_ERROR(written);
   CKPTDB_RETURN_IF_ERROR(out.Finish());
+  // The output is replaced: a signal from here on no longer stops the export.
+  export_in_place = true;
   progress.Clear();
   std::fprintf(out.to_stdout() ? stderr : stdout,
                "exported %zu tensors (%s) of checkpoint %lld to %s\n",
@@ -542,8 +547,9 @@ int main(int argc, char** argv) {
   const int exported = ReadingLatest(a.store, a.sel, [&](int64_t* read_id) {
     return ExportOnce(a.store, a.sel, a.format, a.output, a.keys, read_id);
   });
-  // Its files removed: ends by the signal, as it would have.
-  if (const int signal = Interrupted()) {
+  // Its files removed: ends by the signal, as it would have, unless the
+  // signal came once the output was replaced (the export is whole there).
+  if (const int signal = Interrupted(); signal && !export_in_place) {
     std::signal(signal, SIG_DFL);
     std::raise(signal);
   }

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -253,6 +255,7 @@ Status CheckNpzNames(const std::vector<ExportTensor>& tensors) {
       "; export to safetensors (--format safetensors) instead";
   std::set<std::string_view> names;
   for (const ExportTensor& t : tensors) names.insert(t.name);
+  std::map<std::string, std::string> extracted_as;
   for (const ExportTensor& t : tensors) {
     // (Error messages are escaped where they are printed.)
     const std::string key = "tensor '" + t.name + "'";
@@ -270,6 +273,16 @@ Status CheckNpzNames(const std::vector<ExportTensor>& tensors) {
           kInstead);
     }
     const std::string entry = t.name + ".npy";
+    // unzip writes "./a.npy" and "b//c.npy" as "a.npy" and "b/c.npy": two
+    // entries that extract to one file.
+    const std::string extracted =
+        std::filesystem::path(entry).lexically_normal().string();
+    if (const auto [at, fresh] = extracted_as.emplace(extracted, t.name);
+        !fresh) {
+      return Status::InvalidArgument(
+          key + " and tensor '" + at->second + "': their entry names extract " +
+          "to the same file " + extracted + kInstead);
+    }
     bool leaves = entry.starts_with("/");
     for (const auto& part : std::filesystem::path(entry))
       leaves |= part == "..";
@@ -283,12 +296,26 @@ Status CheckNpzNames(const std::vector<ExportTensor>& tensors) {
   return Status::OK();
 }
 
+// An archive of no entries: the 22-byte end of central directory record.
+Status WriteEmptyZip(const std::string& path) {
+  static constexpr char kEnd[22] = {'P', 'K', 5, 6};
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(kEnd, sizeof(kEnd));
+  out.close();
+  if (!out)
+    return Status::IOError("writing " + path + ": " + std::strerror(errno));
+  return Status::OK();
+}
+
 }  // namespace
 
 Status WriteNpz(const std::string& path,
                 const std::vector<ExportTensor>& tensors,
                 const TensorFiller& fill) {
   CKPTDB_RETURN_IF_ERROR(CheckNpzNames(tensors));
+  // libzip removes an archive without entries instead of writing one: an
+  // empty archive is its end record alone, as numpy's savez() writes it.
+  if (tensors.empty()) return WriteEmptyZip(path);
   int error = 0;
   zip_t* archive = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
   if (!archive) {
@@ -321,6 +348,10 @@ Status WriteNpz(const std::string& path,
     }
     zip_set_file_compression(archive, static_cast<zip_uint64_t>(entry),
                              ZIP_CM_STORE, 0);
+    // Extracted as a file readable by all, writable by its owner (libzip's
+    // default, 0666, makes it writable by all whatever the umask).
+    zip_file_set_external_attributes(archive, static_cast<zip_uint64_t>(entry),
+                                     0, ZIP_OPSYS_UNIX, (0100644u) << 16);
   }
   if (zip_close(archive) != 0) {
     for (const auto& s : sources) {

@@ -195,6 +195,13 @@ Result<ExportOutput> ExportOutput::For(const std::string& output,
         "--output is empty: name the file to write (- for standard output)");
   }
   std::error_code ec;
+  if (output == "-") {
+    CKPTDB_ASSIGN_OR_RETURN(
+        std::string temporary,
+        NewFileIn(fs::temp_directory_path(ec).string(), "ckpt-db-dump"));
+    return ExportOutput(output, output, std::move(temporary), Mode::kCopy,
+                        /*to_stdout=*/true);
+  }
   // The tool never writes the store it reads: not into its directory (a
   // file there is the database's own), whatever links lead there.
   const fs::path canonical_store = fs::weakly_canonical(store, ec);

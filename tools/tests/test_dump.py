@@ -950,6 +950,8 @@ def test_export_into_the_store_it_reads_or_to_an_empty_name_is_refused_before_re
     (["x", "x.npy"], "npz", "numpy would read the second's entry under the first's key"),
     (["../evil"], "npz", "would leave the directory the archive is extracted into"),
     (["/abs"], "npz", "would leave the directory the archive is extracted into"),
+    (["a", "./a"], "npz", "extract to the same file a.npy"),
+    (["b/c", "b//c"], "npz", "extract to the same file b/c.npy"),
 ])
 def test_export_refuses_names_its_format_cannot_hold_apart(tmp_path, keys, fmt, words):
     path = str(tmp_path / "s")
@@ -960,6 +962,79 @@ def test_export_refuses_names_its_format_cannot_hold_apart(tmp_path, keys, fmt, 
     p = dump("export", path, "--format", fmt, "-o", str(out), check=2)
     assert words in p.stderr, p.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("fmt", ["npz", "safetensors"])
+def test_a_checkpoint_without_tensors_exports_an_empty_file_of_its_format(tmp_path, fmt):
+    path = str(tmp_path / "s")
+    with ckptdb.open(path) as db:
+        db.save({"step": 1, "name": "only values"}, step=1)
+    out = tmp_path / ("out." + fmt)
+    for _ in range(2):  # a new output, then one replaced
+        p = dump("export", path, "--format", fmt, "-o", str(out), check=0)
+        assert "exported 0 tensors" in p.stdout, p.stdout
+        if fmt == "npz":
+            with np.load(out) as z:
+                assert z.files == []
+            assert zipfile.ZipFile(out).testzip() is None
+        else:
+            raw = out.read_bytes()
+            n = int.from_bytes(raw[:8], "little")
+            assert set(json.loads(raw[8:8 + n])) == {"__metadata__"}
+    assert sorted(os.listdir(tmp_path)) == ["out." + fmt, "s"]
+
+
+def test_npz_entries_extract_readable_by_all_and_writable_by_the_owner(store, tmp_path):
+    out = tmp_path / "x.npz"
+    dump("export", store, "--format", "npz", "-o", str(out), "--key", "model.w", check=0)
+    with zipfile.ZipFile(out) as z:
+        assert [(i.external_attr >> 16) & 0o7777 for i in z.infolist()] == [0o644]
+
+
+def test_export_to_dash_writes_the_standard_output(store, tmp_path):
+    ref = tmp_path / "ref.npz"
+    dump("export", store, "--format", "npz", "-o", str(ref), check=0)
+    p = subprocess.run([DUMP, "export", store, "--format", "npz", "-o", "-"], cwd=tmp_path,
+                       capture_output=True, timeout=120)
+    assert p.returncode == 0 and _same_npz(p.stdout, ref.read_bytes()), p.stderr
+    assert b"exported" in p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["ref.npz"]
+
+
+def test_a_signal_once_the_output_is_replaced_leaves_a_whole_export_and_exit_0(tmp_path):
+    # Signals at many moments of an export over an existing file: it either ends by the signal
+    # with the old file as it was, or exits 0 with the new export whole (never ends by the
+    # signal with the file replaced).
+    import signal
+    import time
+    path = str(tmp_path / "s")
+    state = {f"t{i}": np.full(1 << 18, i, np.float32) for i in range(16)}  # 16 MiB
+    with ckptdb.open(path) as db:
+        db.save(state, step=1)
+    out = tmp_path / "out.npz"
+    start = time.perf_counter()
+    dump("export", path, "--format", "npz", "-o", str(out), check=0)
+    whole = time.perf_counter() - start
+    new_size = out.stat().st_size
+    outcomes = set()
+    for i in range(24):
+        out.write_bytes(b"old")
+        p = subprocess.Popen([DUMP, "export", path, "--format", "npz", "-o", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(whole * (0.5 + i / 16))
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=120)
+        if p.returncode == 0:
+            assert out.stat().st_size == new_size
+            with np.load(out) as z:
+                assert len(z.files) == 16
+            outcomes.add("whole")
+        else:
+            assert p.returncode == -signal.SIGINT, p.returncode
+            assert out.read_bytes() == b"old"
+            outcomes.add("stopped")
+        assert sorted(os.listdir(tmp_path)) == ["out.npz", "s"]
+    assert outcomes, outcomes
 
 
 @pytest.mark.parametrize("fmt", ["npz", "safetensors"])
