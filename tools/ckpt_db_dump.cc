@@ -309,11 +309,11 @@ class ExportBatch {
   std::vector<bool> taken_;
 };
 
-// Writes whole tensors of the selected checkpoint to `output`; `*read_id` is
-// the checkpoint read.
 // Whether an export's output was replaced (renamed over, or copied into).
 bool export_in_place = false;
 
+// Writes whole tensors of the selected checkpoint to `output`; `*read_id` is
+// the checkpoint read.
 Status ExportOnce(const std::string& path, const Selection& sel,
                   const std::string& format, const std::string& output,
                   const std::vector<std::string>& keys, int64_t* read_id) {
@@ -480,7 +480,9 @@ CLI::App* AddExport(CLI::App& app, Arguments& a) {
          "safetensors (bfloat16 as BF16) or npz (bfloat16 as uint16 bits)")
       ->required()
       ->check(CLI::IsMember({"safetensors", "npz"}));
-  exp->add_option("-o,--output", a.output, "file to write")->required();
+  exp->add_option("-o,--output", a.output,
+                  "file to write (- for the standard output)")
+      ->required();
   exp->add_option("--key", a.keys,
                   "flat key of a tensor to export (repeatable; default: all)");
   return exp;
