@@ -465,8 +465,17 @@ Status StoreFileSystem::CreateDirIfMissing(const std::string& dir) {
       FileExists(parent, IOOptions(), nullptr).IsNotFound()) {
     CKPTDB_RETURN_IF_ERROR(CreateDirIfMissing(parent));
   }
-  return FromRocks(CreateDirIfMissing(dir, IOOptions(), nullptr),
-                   "creating directory " + dir);
+  const Status s = FromRocks(CreateDirIfMissing(dir, IOOptions(), nullptr),
+                             "creating directory " + dir);
+  std::error_code ec;
+  if (s.ok() || !std::filesystem::is_symlink(dir, ec)) return s;
+  // A link that leads to no directory and cannot be followed to make one.
+  const std::filesystem::path target = std::filesystem::read_symlink(dir, ec);
+  return Status(s.code(), s.message() + ": " + dir + " is a symbolic link to " +
+                              target.string() +
+                              ", which leads nowhere that can be made (a loop "
+                              "of links, or a link through another link to "
+                              "nothing): make the directory it should name");
 }
 
 void StoreFileSystem::PinReadsOf(const std::set<std::string>& paths,
