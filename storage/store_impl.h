@@ -793,6 +793,8 @@ class StoreImpl : public Store {
   pid_t view_owner_ = 0;
   std::string view_damage_;
   std::vector<std::string> view_unread_tables_;
+  // Table files of 0 bytes the view left out (they hold nothing).
+  std::vector<std::string> view_empty_tables_;
   // Buffers of chunk reads, RocksDB's and direct ones.
   const std::shared_ptr<BufferPool> pool_ =
       std::make_shared<BufferPool>(size_t{256} << 20);

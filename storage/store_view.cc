@@ -242,6 +242,14 @@ Status StoreImpl::LinkChunkTablesIntoView() {
   for (const std::string& table : tables) {
     const std::string name = table.substr(table.rfind('/') + 1);
     if (NotARegularFile(table, /*follow=*/false)) continue;
+    CKPTDB_ASSIGN_OR_RETURN(const std::optional<uint64_t> size,
+                            fs_->SizeIfPresent(table));
+    if (size == 0u) {
+      // Left by a write cut short (a rebuild's, or a flush's, on a full
+      // disk): no chunk was ever in it.
+      view_empty_tables_.push_back(table);
+      continue;
+    }
     const std::optional<std::string> family =
         TableFileFamily(env_.get(), table);
     if (!family) {
@@ -281,6 +289,7 @@ void StoreImpl::RemoveView() {
   view_dir_.clear();
   view_damage_.clear();
   view_unread_tables_.clear();
+  view_empty_tables_.clear();
 }
 
 void StoreImpl::ReportView(StoreReport* report) const {
@@ -299,6 +308,12 @@ void StoreImpl::ReportView(StoreReport* report) const {
         " is not read through the private rebuild: the loads of its chunks "
         "fail until a read-write open, which writes it again from the copies "
         "of its chunk locations");
+  }
+  for (const std::string& table : view_empty_tables_) {
+    report->repairable_metadata.push_back(
+        "the table file " + table +
+        " is empty (left by a write cut short): it holds no chunks, so no "
+        "load misses it, and a read-write open sets it aside");
   }
 }
 

@@ -310,6 +310,27 @@ TEST_F(ViewTest, AChunkTableThatCannotBeReadFailsOnlyTheReadsOfItsChunks) {
       << report->repairable_metadata[1];
 }
 
+// An empty table file (a rebuild's or a flush's write cut short by a full
+// disk) holds no chunks: every checkpoint reads through the view, and the
+// check says so instead of naming loads that fail.
+TEST_F(ViewTest, AnEmptyTableFileIsReportedAsHoldingNothing) {
+  SaveThree();
+  const std::string empty = store() + "/000999.sst";
+  std::ofstream{empty};
+  fs::remove(store() + "/CURRENT");
+  auto db = OpenReadOnly();
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  ExpectAllReadBack(**db);
+  auto report = (*db)->Check();
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->repairable_metadata.size(), 2u);
+  EXPECT_NE(report->repairable_metadata[1].find(empty + " is empty"),
+            std::string::npos)
+      << report->repairable_metadata[1];
+  EXPECT_EQ(report->repairable_metadata[1].find("fail"), std::string::npos)
+      << report->repairable_metadata[1];
+}
+
 TEST_F(ViewTest, AChunkWhoseBytesAreDamagedFailsAloneThroughAView) {
   const auto saved = SaveThree();
   const std::string hit = Expected(2).substr(1000, 64);
