@@ -82,6 +82,11 @@ struct CopyFindings {
 Result<std::vector<std::string>> StagedRebuildTables(StoreFileSystem& fs,
                                                      const std::string& store);
 
+// The files at `paths` that exist, by device and inode (a file under two
+// names once).
+Result<std::set<std::pair<uint64_t, uint64_t>>> FileIdsOf(
+    StoreFileSystem& fs, const std::vector<std::string>& paths);
+
 class StoreImpl : public Store {
  public:
   // `path` as resolved (ResolvedPath); `spelled` as the caller gave it (for

@@ -66,22 +66,6 @@ Status CheckRebuildable(StoreFileSystem& fs, const std::string& store_path,
   return Status::OK();
 }
 
-// The files staged for a rebuild by an earlier one that was cut short, by
-// device and inode.
-Result<std::set<std::pair<uint64_t, uint64_t>>> StagedForRebuild(
-    StoreFileSystem& fs, const std::string& staging) {
-  std::set<std::pair<uint64_t, uint64_t>> staged;
-  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names,
-                          fs.ListDir(staging));
-  for (const std::string& name : names) {
-    if (name.rfind(kRebuildPrefix, 0) != 0) continue;
-    CKPTDB_ASSIGN_OR_RETURN(auto stamp,
-                            fs.StampIfPresent(staging + "/" + name));
-    if (stamp) staged.insert(stamp->device_and_inode);
-  }
-  return staged;
-}
-
 // Moves every file of the store's directory to its RebuildPlace, durably. A
 // rebuild cut short left its chunk table files staged, and those it ingested
 // in the directory too, under a second name: that name goes (ingesting the
@@ -92,7 +76,9 @@ Status MoveAsideForRebuild(StoreFileSystem& fs, rocksdb::Env* env,
                            const std::string& aside, const std::string& what) {
   const std::string staging = StagingDir(store_path);
   CKPTDB_RETURN_IF_ERROR(fs.CreateDirIfMissing(staging));
-  CKPTDB_ASSIGN_OR_RETURN(const auto staged, StagedForRebuild(fs, staging));
+  CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> tables,
+                          StagedRebuildTables(fs, store_path));
+  CKPTDB_ASSIGN_OR_RETURN(const auto staged, FileIdsOf(fs, tables));
   CKPTDB_ASSIGN_OR_RETURN(const std::vector<std::string> names,
                           fs.ListDir(store_path));
   for (const std::string& name : names) {
@@ -137,6 +123,16 @@ Result<std::vector<std::string>> StagedRebuildTables(StoreFileSystem& fs,
       tables.push_back(staging + "/" + name);
   }
   return tables;
+}
+
+Result<std::set<std::pair<uint64_t, uint64_t>>> FileIdsOf(
+    StoreFileSystem& fs, const std::vector<std::string>& paths) {
+  std::set<std::pair<uint64_t, uint64_t>> ids;
+  for (const std::string& path : paths) {
+    CKPTDB_ASSIGN_OR_RETURN(auto stamp, fs.StampIfPresent(path));
+    if (stamp) ids.insert(stamp->device_and_inode);
+  }
+  return ids;
 }
 
 Status StoreImpl::IngestRebuildTables(const std::string& aside) {

@@ -212,11 +212,7 @@ Result<std::vector<std::string>> StoreImpl::ChunkTablesForView() {
   // by its staged name.
   CKPTDB_ASSIGN_OR_RETURN(std::vector<std::string> staged,
                           StagedRebuildTables(*fs_, path_));
-  std::set<std::pair<uint64_t, uint64_t>> staged_files;
-  for (const std::string& table : staged) {
-    CKPTDB_ASSIGN_OR_RETURN(auto stamp, fs_->StampIfPresent(table));
-    if (stamp) staged_files.insert(stamp->device_and_inode);
-  }
+  CKPTDB_ASSIGN_OR_RETURN(const auto staged_files, FileIdsOf(*fs_, staged));
   std::vector<std::string> tables;
   for (const std::string& name : names) {
     if (!name.ends_with(".sst")) continue;
